@@ -1,0 +1,5 @@
+import sys
+
+from drmas_bench.cli import main
+
+sys.exit(main())

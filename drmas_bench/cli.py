@@ -1,0 +1,58 @@
+"""`drmas-bench`: one console script, one sub-command per module in drmas_bench/commands/.
+
+Adding a command = one module with ``register(subparsers)`` (which calls ``set_defaults(func=...)``)
+and one line in ``COMMANDS``. Command modules import their heavy dependencies inside the function
+that runs, so ``drmas-bench --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+from drmas_bench import __version__
+from drmas_bench.types import UserError
+
+COMMANDS = [
+    "drmas_bench.commands.data",  # data list / check / show
+    "drmas_bench.commands.models",  # models list / prepare / chat
+    "drmas_bench.commands.retrieval",  # retrieval index / eval / serve
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="drmas-bench",
+        description="Evaluate and train teams of LLM agents (Dr. MAS).",
+        epilog="Run `drmas-bench COMMAND --help` for each command's options and an example.",
+    )
+    parser.add_argument("--version", action="version", version=f"drmas-bench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        if importlib.util.find_spec(name) is None:  # TODO(lead): drop once every listed command exists
+            continue
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        rc = args.func(args)
+    except UserError as e:
+        print(f"drmas-bench: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("drmas-bench: interrupted (finished work is kept on disk)", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

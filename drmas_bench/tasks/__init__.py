@@ -1,0 +1,18 @@
+"""Benchmarks: `load_tasks("aime24", data_dir=...)`, `select_benchmarks("math", None)`, ...
+
+One module per suite (math.py, search.py, toy.py); adding a benchmark is one `register(...)` there.
+"""
+
+from drmas_bench.tasks.registry import (  # noqa: F401
+    BENCHMARKS,
+    ENV_DATA_DIR,
+    SUITES,
+    Benchmark,
+    HubSource,
+    benchmarks_of_suite,
+    get_benchmark,
+    known_names,
+    load_tasks,
+    resolve_data_dir,
+    select_benchmarks,
+)

@@ -1,0 +1,67 @@
+"""The math suite (REFERENCE.md §3): AIME24, AIME25, AMC23, MATH500, Minerva, OlympiadBench.
+
+Hub ids are the ones the reference loads; local files are the layout of shared/data (MANIFEST.md).
+Each record becomes Task(question=problem, answers=[gold answer as text]).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from drmas_bench.tasks.registry import Benchmark, HubSource, answer_text, first_field, record_id, register
+from drmas_bench.types import Task
+
+
+def _math_task(rec: dict[str, Any], i: int, bench: str) -> Task:
+    question = first_field(rec, "problem", "question")
+    gold = answer_text(first_field(rec, "answer", "final_answer"))
+    if not str(question).strip():
+        raise ValueError("empty problem")
+    if not gold:
+        raise ValueError("empty answer")
+    meta = {k: rec[k] for k in ("subject", "level", "type", "url") if k in rec}
+    return Task(record_id(rec, i, "id", "unique_id", "idx", "problem_idx"), bench, str(question), [gold], meta)
+
+
+def _olympiad_task(rec: dict[str, Any], i: int, bench: str) -> Task:
+    # OlympiadBench keeps `final_answer` as a list (several parts for multi-answer problems) and
+    # sometimes a unit; the gold is the parts joined by ", " as one answer string.
+    fa = first_field(rec, "final_answer", "answer")
+    if isinstance(fa, str) and fa.startswith("["):
+        fa = ast.literal_eval(fa)  # literal only; never eval
+    parts = [answer_text(x) for x in (fa if isinstance(fa, list) else [fa])]
+    if not parts or not all(parts):
+        raise ValueError("empty final_answer")
+    question = first_field(rec, "question", "problem")
+    meta = {k: rec[k] for k in ("subfield", "answer_type", "unit", "is_multiple_answer") if k in rec}
+    return Task(record_id(rec, i, "id"), bench, str(question), [", ".join(parts)], meta)
+
+
+register(Benchmark(
+    "aime24", "math", "AIME 2024", 30, _math_task,
+    files=("math/aime24/test.jsonl",), hub=HubSource("HuggingFaceH4/aime_2024", split="train"),
+))
+register(Benchmark(
+    "aime25", "math", "AIME 2025", 30, _math_task,
+    files=("math/aime25/test.jsonl",), hub=HubSource("MathArena/aime_2025", split="train"),
+    note="local file converted from MathArena's answers.csv + problem .tex (MANIFEST.md)",
+))
+register(Benchmark(
+    "amc23", "math", "AMC 2023", 40, _math_task,
+    files=("math/amc23/test.jsonl",), hub=HubSource("knoveleng/AMC-23", split="train"),
+))
+register(Benchmark(
+    "math500", "math", "MATH500", 500, _math_task,
+    files=("math/math500/test.jsonl",), hub=HubSource("HuggingFaceH4/MATH-500", split="test"),
+))
+register(Benchmark(
+    "minerva", "math", "Minerva Math", 272, _math_task,
+    # the upstream file has no answer field; test_with_answer.jsonl adds the last \boxed{} of the solution
+    files=("math/minerva_math/test_with_answer.jsonl",),
+    hub=HubSource("zwhe99/simplerl-minerva-math", split="test"),
+))
+register(Benchmark(
+    "olympiadbench", "math", "OlympiadBench", 675, _olympiad_task,
+    files=("math/olympiadbench/test.jsonl",), hub=HubSource("realtreetune/olympiadbench", split="test"),
+))

@@ -1,0 +1,252 @@
+"""The benchmark registry: one `Benchmark` entry per benchmark, added with `register(...)`.
+
+A benchmark knows its suite, where it lives on the Hugging Face hub, which file(s) hold it under a
+local data dir, how many rows it should have, and how one record becomes a `Task`. Loading prefers
+the local data dir (`--data-dir` / `DRMAS_DATA_DIR`), then the hub (via `datasets`); with neither
+available it raises one `UserError` that names the benchmark and both fixes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from drmas_bench.types import Task, UserError
+
+ENV_DATA_DIR = "DRMAS_DATA_DIR"
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where the reference loads a benchmark from on the Hugging Face hub."""
+
+    path: str  # e.g. "HuggingFaceH4/MATH-500"
+    split: str = "test"
+    config: str | None = None
+    # rows of a mixed dataset that belong to this benchmark (e.g. Search-R1's `data_source`)
+    filter_field: str | None = None
+    filter_value: str | None = None
+
+    def describe(self) -> str:
+        s = self.path + (f" [{self.config}]" if self.config else "") + f" split={self.split}"
+        if self.filter_field:
+            s += f" where {self.filter_field}=={self.filter_value!r}"
+        return s
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str  # registry key, used on the command line
+    suite: str  # "math" | "search" | "toy"
+    title: str
+    expected_rows: int  # the full benchmark's size (REFERENCE.md §3)
+    to_task: Callable[[dict[str, Any], int, str], Task]  # (record, row index, benchmark name)
+    files: tuple[str, ...] = ()  # candidate paths under the data dir; the first that exists wins
+    hub: HubSource | None = None
+    grader: str = "math"  # "math" | "qa" | "toy": which grading family scores it
+    # files known to hold only part of the benchmark: path -> human note (shown wherever counts are)
+    partial_files: dict[str, str] = field(default_factory=dict)
+    generate: Callable[[], list[Task]] | None = None  # for built-in suites that need no files
+    note: str = ""
+
+
+BENCHMARKS: dict[str, Benchmark] = {}
+SUITES = ("math", "search", "toy")
+
+
+def register(b: Benchmark) -> Benchmark:
+    if b.name in BENCHMARKS:
+        raise ValueError(f"benchmark {b.name!r} registered twice")
+    if b.suite not in SUITES:
+        raise ValueError(f"benchmark {b.name!r}: unknown suite {b.suite!r}")
+    BENCHMARKS[b.name] = b
+    return b
+
+
+def _ensure_loaded() -> None:
+    # importing the suite modules registers their benchmarks
+    from drmas_bench.tasks import math as _m, search as _s, toy as _t  # noqa: F401
+
+
+def known_names() -> list[str]:
+    _ensure_loaded()
+    return list(BENCHMARKS)
+
+
+def get_benchmark(name: str) -> Benchmark:
+    _ensure_loaded()
+    if name not in BENCHMARKS:
+        raise UserError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+    return BENCHMARKS[name]
+
+
+def benchmarks_of_suite(suite: str) -> list[Benchmark]:
+    _ensure_loaded()
+    if suite not in SUITES:
+        raise UserError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
+    return [b for b in BENCHMARKS.values() if b.suite == suite]
+
+
+def select_benchmarks(suite: str | None, names: str | list[str] | None) -> list[Benchmark]:
+    """`--suite S [--benchmarks a,b]` -> the chosen benchmarks (never empty)."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    if names:
+        chosen = [get_benchmark(n) for n in names]
+        if suite:
+            wrong = [b.name for b in chosen if b.suite != suite]
+            if wrong:
+                raise UserError(f"benchmarks {', '.join(wrong)} are not in suite {suite!r}")
+    elif suite:
+        chosen = benchmarks_of_suite(suite)
+    else:
+        raise UserError("choose a --suite (math, search, toy) or --benchmarks")
+    if not chosen:
+        raise UserError("the benchmark selection is empty")
+    return chosen
+
+
+# ----------------------------------------------------------------------------------------- loading
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
+    """`--data-dir` if given, else `$DRMAS_DATA_DIR`, else None (hub only)."""
+    d = data_dir or os.environ.get(ENV_DATA_DIR) or None
+    if d is None:
+        return None
+    p = Path(d).expanduser()
+    if not p.is_dir():
+        raise UserError(f"data dir {p} does not exist (from {'--data-dir' if data_dir else ENV_DATA_DIR})")
+    return p
+
+
+def local_file(b: Benchmark, data_dir: Path | None) -> Path | None:
+    if data_dir is None:
+        return None
+    for rel in b.files:
+        p = data_dir / rel
+        if p.is_file():
+            return p
+    return None
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) for each non-empty line; a malformed line names file and line."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            yield lineno, rec
+
+
+def _tasks_from_file(b: Benchmark, path: Path, limit: int | None) -> list[Task]:
+    tasks = []
+    for i, (lineno, rec) in enumerate(iter_jsonl(path)):
+        if limit is not None and i >= limit:
+            break
+        try:
+            tasks.append(b.to_task(rec, i, b.name))
+        except (KeyError, ValueError, TypeError) as e:
+            raise UserError(f"{path}:{lineno}: cannot read a {b.name} record: {e!r}") from None
+    return tasks
+
+
+def _hub_offline() -> bool:
+    return any(os.environ.get(v, "0") not in ("", "0", "false", "False") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def _missing_error(b: Benchmark, data_dir: Path | None, why: str) -> UserError:
+    where = f"{data_dir}/{b.files[0]}" if data_dir else f"<data dir>/{b.files[0]}"
+    hub = b.hub.describe() if b.hub else "(no hub source)"
+    return UserError(
+        f"benchmark {b.name}: no local copy ({where} not found) and the hub is unavailable ({why}); "
+        f"fix: pass --data-dir / set {ENV_DATA_DIR} to a folder holding {b.files[0]}, "
+        f"or allow network access to load {hub}"
+    )
+
+
+def _tasks_from_hub(b: Benchmark, data_dir: Path | None, limit: int | None) -> list[Task]:
+    if b.hub is None:
+        raise _missing_error(b, data_dir, "no hub source")
+    if _hub_offline():
+        raise _missing_error(b, data_dir, "HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set")
+    try:
+        import datasets  # lazy: heavy
+    except ImportError:
+        raise _missing_error(b, data_dir, "the `datasets` package is not installed") from None
+    try:
+        ds = datasets.load_dataset(b.hub.path, b.hub.config, split=b.hub.split)
+    except Exception as e:  # network, auth, missing split: all mean "not from the hub"
+        raise _missing_error(b, data_dir, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}") from None
+    tasks = []
+    for i, rec in enumerate(r for r in ds if not b.hub.filter_field or r.get(b.hub.filter_field) == b.hub.filter_value):
+        if limit is not None and i >= limit:
+            break
+        try:
+            tasks.append(b.to_task(dict(rec), i, b.name))
+        except (KeyError, ValueError, TypeError) as e:
+            raise UserError(f"{b.hub.describe()} row {i}: cannot read a {b.name} record: {e!r}") from None
+    return tasks
+
+
+def load_tasks(name: str | Benchmark, data_dir: str | os.PathLike | None = None, limit: int | None = None) -> list[Task]:
+    """All (or the first `limit`) tasks of a benchmark: built-in, local file, or hub, in that order."""
+    b = name if isinstance(name, Benchmark) else get_benchmark(name)
+    if b.generate is not None:
+        tasks = b.generate()
+        return tasks[:limit] if limit is not None else tasks
+    d = resolve_data_dir(data_dir)
+    path = local_file(b, d)
+    if path is not None:
+        return _tasks_from_file(b, path, limit)
+    return _tasks_from_hub(b, d, limit)
+
+
+def source_of(b: Benchmark, data_dir: Path | None) -> tuple[str, str]:
+    """(source description, partial note or '') for `data list` / summaries."""
+    if b.generate is not None:
+        return "built-in (seeded)", ""
+    path = local_file(b, data_dir)
+    if path is not None:
+        rel = str(path.relative_to(data_dir)) if data_dir else str(path)
+        return f"local: {rel}", b.partial_files.get(rel, "")
+    return (f"hub: {b.hub.describe()}" if b.hub else "missing"), ""
+
+
+# ------------------------------------------------------------------------------- record helpers
+
+
+def first_field(rec: dict[str, Any], *names: str) -> Any:
+    for n in names:
+        if n in rec and rec[n] is not None:
+            return rec[n]
+    raise KeyError(f"none of the fields {', '.join(names)}")
+
+
+def record_id(rec: dict[str, Any], index: int, *names: str) -> str:
+    for n in names or ("id", "unique_id", "idx", "_id"):
+        if rec.get(n) is not None:
+            return str(rec[n])
+    return str(index)
+
+
+def answer_text(value: Any) -> str:
+    """A gold answer as text: integral floats (AMC23 stores 27.0) print as integers."""
+    if isinstance(value, bool):
+        raise ValueError(f"boolean answer {value!r}")
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return value.strip()
+    raise ValueError(f"answer of type {type(value).__name__}")

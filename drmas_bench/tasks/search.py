@@ -1,0 +1,63 @@
+"""The search suite (REFERENCE.md §3): NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, Bamboogle.
+
+Gold answers come from FlashRAG's `golden_answers` list (what the reference's Search-R1 parquet
+carries), else `answer` / `possible_answers`. The hub source is FlashRAG's dataset, the origin of
+the reference's test mix (PeterJinGo/nq_hotpotqa_train test.parquet, filtered by `data_source`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from typing import Any
+
+from drmas_bench.tasks.registry import Benchmark, HubSource, answer_text, first_field, record_id, register
+from drmas_bench.types import Task
+
+FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
+
+
+def _as_list(v: Any) -> list:
+    if isinstance(v, str) and v.startswith("["):
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError:
+            return ast.literal_eval(v)  # literal only; never eval
+    if isinstance(v, dict) and "target" in v:  # Search-R1: reward_model.ground_truth.target
+        return _as_list(v["target"])
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def _qa_task(rec: dict[str, Any], i: int, bench: str) -> Task:
+    question = str(first_field(rec, "question")).strip()
+    if not question:
+        raise ValueError("empty question")
+    if "reward_model" in rec:
+        golds = _as_list(rec["reward_model"]["ground_truth"])
+    else:
+        golds = _as_list(first_field(rec, "golden_answers", "answer", "possible_answers"))
+    answers = [a for a in (answer_text(g) for g in golds) if a]
+    if not answers:
+        raise ValueError("no gold answer")
+    meta = {k: rec[k] for k in ("type", "dataset", "split") if k in rec}
+    return Task(record_id(rec, i, "id", "_id"), bench, question, answers, meta)
+
+
+def _qa(name: str, title: str, rows: int, rel: str, split: str, **kw: Any) -> Benchmark:
+    return register(Benchmark(
+        name, "search", title, rows, _qa_task, files=(rel,) + kw.pop("more_files", ()),
+        hub=HubSource(FLASHRAG, split=split, config=kw.pop("config", name)), grader="qa", **kw,
+    ))
+
+
+_qa("nq", "Natural Questions (test)", 3610, "qa/nq/test.jsonl", "test")
+_qa("triviaqa", "TriviaQA (test)", 11313, "qa/triviaqa/test.jsonl", "test")
+_qa(
+    "popqa", "PopQA (test)", 14267, "qa/popqa/test.jsonl", "test",
+    more_files=("qa/popqa/test_subset1000.jsonl",),
+    partial_files={"qa/popqa/test_subset1000.jsonl": "PARTIAL: 1,000 of 14,267 rows (HippoRAG 2 subset)"},
+)
+_qa("hotpotqa", "HotpotQA (dev, distractor)", 7405, "qa/hotpotqa/dev.jsonl", "dev")
+_qa("2wiki", "2WikiMultihopQA (dev)", 12576, "qa/2wikimultihopqa/dev.jsonl", "dev", config="2wikimultihopqa")
+_qa("musique", "MuSiQue (dev, answerable)", 2417, "qa/musique/dev.jsonl", "dev")
+_qa("bamboogle", "Bamboogle (test)", 125, "qa/bamboogle/test.jsonl", "test")

@@ -1,0 +1,150 @@
+"""The records that flow through the harness (see DESIGN.md, "The data that flows").
+
+Task -> (workflow asks agents) -> Request -> engine -> Completion -> Turn (= one training "row")
+-> Trajectory (one episode of one task) -> a JSON line in runs/<run_id>/samples.jsonl.
+
+Everything here is a plain dataclass that round-trips through ``to_dict`` / ``from_dict`` so that
+run directories stay readable with nothing but ``json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+class UserError(Exception):
+    """A problem with the user's input (names, files, flags). The CLI prints it as one line and
+    exits non-zero; library callers catch it like any other exception."""
+
+
+@dataclass
+class Task:
+    """One benchmark question."""
+
+    id: str  # unique within its benchmark
+    benchmark: str  # registry name, e.g. "aime24", "hotpotqa", "toy"
+    question: str
+    answers: list[str]  # every accepted gold answer (math: usually one)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Task":
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+@dataclass
+class Sampling:
+    """Decoding settings for one request. REFERENCE.md §3: eval uses 0.6 / 0.95."""
+
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 512
+    seed: int | None = None  # per-request seed: makes a sample reproducible independent of batching
+
+
+@dataclass
+class Request:
+    """One agent call: the chat messages the agent sees and how to sample."""
+
+    agent: str
+    messages: list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": str}]
+    sampling: Sampling = field(default_factory=Sampling)
+    want_logprobs: bool = False
+
+
+@dataclass
+class Completion:
+    """What an engine returns for one Request."""
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)  # response tokens
+    prompt_ids: list[int] = field(default_factory=list)  # prompt tokens (for training rows)
+    logprobs: list[float] | None = None  # per response token, when asked
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    finish: str = "stop"  # "stop" (EOS / stop string) | "length"
+
+
+@dataclass
+class Turn:
+    """One agent action inside a trajectory = one training row (REFERENCE.md §1)."""
+
+    agent: str  # logical agent id ("solver", "verifier", ...)
+    wg: str  # worker group (physical model) serving the agent
+    step: int  # position of the call in the episode, 0-based
+    request: Request
+    completion: Completion
+    valid: bool = True  # format check passed
+
+    def to_dict(self, with_tokens: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        if not with_tokens:
+            d["completion"].pop("token_ids", None)
+            d["completion"].pop("prompt_ids", None)
+            d["completion"].pop("logprobs", None)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Turn":
+        req = dict(d["request"])
+        req["sampling"] = Sampling(**req.get("sampling", {}))
+        return cls(
+            agent=d["agent"],
+            wg=d["wg"],
+            step=d["step"],
+            request=Request(**req),
+            completion=Completion(**d["completion"]),
+            valid=d.get("valid", True),
+        )
+
+
+@dataclass
+class Trajectory:
+    """One episode of a workflow on one task (one of the n samples of that task)."""
+
+    task: Task
+    sample_idx: int = 0
+    turns: list[Turn] = field(default_factory=list)
+    final_answer: str | None = None
+    reward: float = 0.0  # outcome reward R (0/1 by default)
+    correct: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. {"f1": 0.5, "grade": "timeout"}
+    wall_s: float = 0.0
+    cost_usd: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """The resume key of a finished sample: (benchmark, task id, sample index)."""
+        return (self.task.benchmark, self.task.id, self.sample_idx)
+
+    def to_dict(self, with_tokens: bool = False) -> dict[str, Any]:
+        return {
+            "task": self.task.to_dict(),
+            "sample_idx": self.sample_idx,
+            "turns": [t.to_dict(with_tokens) for t in self.turns],
+            "final_answer": self.final_answer,
+            "reward": self.reward,
+            "correct": self.correct,
+            "extra": self.extra,
+            "wall_s": self.wall_s,
+            "cost_usd": self.cost_usd,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        return cls(
+            task=Task.from_dict(d["task"]),
+            sample_idx=d["sample_idx"],
+            turns=[Turn.from_dict(t) for t in d.get("turns", [])],
+            final_answer=d.get("final_answer"),
+            reward=d.get("reward", 0.0),
+            correct=d.get("correct", False),
+            extra=d.get("extra", {}),
+            wall_s=d.get("wall_s", 0.0),
+            cost_usd=d.get("cost_usd", 0.0),
+        )

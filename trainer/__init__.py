@@ -1,0 +1,1 @@
+"""drmas_trainer: the reference Dr. MAS trainer (agent-wise GRPO on a single controller)."""
