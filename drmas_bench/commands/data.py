@@ -1,0 +1,147 @@
+"""`drmas-bench data list | check | show`: what benchmarks exist, whether local copies are valid."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+
+from drmas_bench.types import UserError
+
+EPILOG = """examples:
+  drmas-bench data list --data-dir ../shared/data
+  drmas-bench data check --data-dir ../shared/data
+  drmas-bench data show aime24 --n 3
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("data", help="list, validate and inspect benchmarks", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    dsub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--data-dir", help="folder with local benchmark files (default: $DRMAS_DATA_DIR)")
+
+    q = dsub.add_parser("list", help="table of benchmarks: suite, expected rows, found rows, source", epilog=EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    common(q)
+    q.add_argument("--suite", choices=["math", "search", "toy"], help="only this suite")
+    q.set_defaults(func=cmd_list)
+
+    q = dsub.add_parser("check", help="validate every benchmark with a local copy (exit 0 only if all valid)",
+                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common(q)
+    q.add_argument("--suite", choices=["math", "search", "toy"], help="only this suite")
+    q.set_defaults(func=cmd_check)
+
+    q = dsub.add_parser("show", help="print the first N tasks of a benchmark", epilog=EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    common(q)
+    q.add_argument("benchmark", help="benchmark name (see `data list`)")
+    q.add_argument("--n", type=int, default=3, help="how many tasks to show (default 3)")
+    q.add_argument("--json", action="store_true", help="print tasks as JSON lines")
+    q.set_defaults(func=cmd_show)
+
+
+def _rows(suite: str | None, data_dir):
+    from drmas_bench.tasks import registry
+
+    names = registry.known_names()
+    return [registry.BENCHMARKS[n] for n in names if suite is None or registry.BENCHMARKS[n].suite == suite]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    from drmas_bench.tasks import registry
+
+    d = registry.resolve_data_dir(args.data_dir)
+    table = []
+    for b in _rows(args.suite, d):
+        source, partial = registry.source_of(b, d)
+        found = "-"
+        if b.generate is not None:
+            found = len(b.generate())
+        elif registry.local_file(b, d) is not None:
+            found = sum(1 for _ in registry.iter_jsonl(registry.local_file(b, d)))
+        table.append([b.suite, b.name, b.title, b.expected_rows, found, source + (f"  [{partial}]" if partial else "")])
+    print(tabulate(table, headers=["suite", "benchmark", "title", "expected", "found", "source"]))
+    return 0
+
+
+def check_benchmark(b, data_dir) -> tuple[str, int | None, list[str]]:
+    """Validate one benchmark's local copy: (status, rows, problems). status: ok | partial | invalid | missing."""
+    from drmas_bench.tasks import registry
+
+    if b.generate is not None:
+        tasks = b.generate()
+        path_note = ""
+    else:
+        path = registry.local_file(b, data_dir)
+        if path is None:
+            return "missing", None, []
+        try:
+            tasks = registry.load_tasks(b, data_dir)
+        except UserError as e:
+            return "invalid", None, [str(e)]
+        path_note = str(path.relative_to(data_dir))
+    problems = []
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        problems.append(f"duplicate ids: {', '.join(dup)}")
+    empty = [t.id for t in tasks if not t.answers or not all(a.strip() for a in t.answers)]
+    if empty:
+        problems.append(f"{len(empty)} tasks with an empty answer (first: {empty[0]})")
+    if not all(t.question.strip() for t in tasks):
+        problems.append("tasks with an empty question")
+    partial = b.partial_files.get(path_note, "")
+    if len(tasks) != b.expected_rows and not partial:
+        problems.append(f"{len(tasks)} rows, expected {b.expected_rows}")
+    status = "invalid" if problems else ("partial" if partial else "ok")
+    return status, len(tasks), problems
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    from drmas_bench.tasks import registry
+
+    d = registry.resolve_data_dir(args.data_dir)
+    table, bad, missing = [], [], []
+    for b in _rows(args.suite, d):
+        status, n, problems = check_benchmark(b, d)
+        _, partial = registry.source_of(b, d)
+        table.append([b.suite, b.name, b.expected_rows, "-" if n is None else n, status.upper(),
+                      "; ".join(problems) or partial])
+        if status == "invalid":
+            bad.append(b.name)
+        elif status == "missing":
+            missing.append(b.name)
+    print(tabulate(table, headers=["suite", "benchmark", "expected", "found", "status", "notes"]))
+    if d is None:
+        print("\nno data dir given (--data-dir / $DRMAS_DATA_DIR): only built-in benchmarks were checked")
+    if missing:
+        print(f"\nmissing locally ({len(missing)}): {', '.join(missing)} (they would load from the hub when online)")
+    if bad:
+        print(f"\nINVALID ({len(bad)}): {', '.join(bad)}")
+        return 1
+    print(f"\nall {len(table) - len(missing)} present benchmarks are valid")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from drmas_bench.tasks import load_tasks
+
+    if args.n < 1:
+        raise UserError("--n must be at least 1")
+    for t in load_tasks(args.benchmark, args.data_dir, limit=args.n):
+        if args.json:
+            print(json.dumps(t.to_dict(), ensure_ascii=False))
+            continue
+        print(f"[{t.benchmark} / {t.id}]")
+        print(textwrap.indent(textwrap.shorten(t.question, 600, placeholder=" ...") if len(t.question) > 600 else t.question, "  Q: "))
+        print(f"  A: {t.answers if len(t.answers) > 1 else t.answers[0]}")
+        print()
+    return 0

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One-command set-up: a virtualenv in .venv, the project (editable) with its CPU extras, and the
+# offline models. Idempotent: a second run with an unchanged pyproject.toml skips pip entirely.
+#
+#   bash scripts/setup.sh            # CPU machine: torch==2.13.0 (the CPU wheel)
+#   DRMAS_TORCH="torch==2.6.0" bash scripts/setup.sh   # a GPU user picks their own torch build
+#   DRMAS_EXTRAS="dense,ray,mathverify,test,sglang" bash scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+VENV=${DRMAS_VENV:-.venv}
+TORCH_SPEC=${DRMAS_TORCH:-torch==2.13.0}
+EXTRAS=${DRMAS_EXTRAS:-dense,ray,mathverify,test}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating virtualenv $VENV"
+  "$PY" -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+
+stamp="$VENV/.drmas-setup-stamp"
+want="$(cat pyproject.toml | sha256sum | cut -d' ' -f1) $TORCH_SPEC $EXTRAS"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && python -c "import drmas_bench" 2>/dev/null; then
+  echo "[setup] packages up to date ($VENV)"
+else
+  echo "[setup] installing drmas-bench[$EXTRAS] with $TORCH_SPEC"
+  python -m pip install -q --upgrade pip
+  # torch is named in the same command so nothing can pull an unpinned (CUDA) build
+  python -m pip install -q "$TORCH_SPEC" -e ".[$EXTRAS]"
+  echo "$want" > "$stamp"
+fi
+
+echo "[setup] preparing offline models (cached under \${DRMAS_CACHE_DIR:-~/.cache/drmas-bench})"
+drmas-bench models prepare smollm2-135m-instruct tiny-random
+
+echo "[setup] done. Activate with: . $VENV/bin/activate"

@@ -1,0 +1,107 @@
+"""The benchmark registry and `drmas-bench data` against the real files (skipped without them)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from drmas_bench.cli import main
+from drmas_bench.tasks import BENCHMARKS, known_names, load_tasks, select_benchmarks
+from drmas_bench.tasks.toy import make_toy_tasks
+from drmas_bench.types import UserError
+
+PAPER_BENCHMARKS = {
+    "math": ["aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench"],
+    "search": ["nq", "triviaqa", "popqa", "hotpotqa", "2wiki", "musique", "bamboogle"],
+}
+
+
+def test_registry_knows_all_thirteen_plus_toy():
+    names = known_names()
+    for suite, benches in PAPER_BENCHMARKS.items():
+        assert [b.name for b in select_benchmarks(suite, None)] == benches
+    assert "toy" in names and len(names) == 14
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("name", PAPER_BENCHMARKS["math"] + PAPER_BENCHMARKS["search"])
+def test_every_benchmark_loads_from_local_dir(name, data_dir):
+    b = BENCHMARKS[name]
+    tasks = load_tasks(name, data_dir)
+    expected = 1000 if name == "popqa" else b.expected_rows  # PopQA: the 1,000-row subset is what exists
+    assert len(tasks) == expected
+    assert len({t.id for t in tasks}) == len(tasks), "ids must be unique"
+    assert all(t.benchmark == name and t.question.strip() and t.answers and all(t.answers) for t in tasks)
+    # a round trip through the record format keeps every field
+    assert [type(t).from_dict(t.to_dict()) for t in tasks[:5]] == tasks[:5]
+
+
+@pytest.mark.data
+def test_known_answers(data_dir):
+    assert load_tasks("aime24", data_dir)[0].answers == ["204"]
+    assert load_tasks("amc23", data_dir)[0].answers == ["27"]  # stored as 27.0
+    assert load_tasks("minerva", data_dir)[0].answers == ["1.6"]  # from test_with_answer.jsonl
+    assert load_tasks("popqa", data_dir)[0].answers[:2] == ["politician", "political leader"]
+    assert load_tasks("hotpotqa", data_dir, limit=3)[0].answers == ["yes"]
+    assert len(load_tasks("triviaqa", data_dir, limit=30)) == 30
+
+
+def test_toy_suite_is_deterministic():
+    a, b = make_toy_tasks(50, seed=7), make_toy_tasks(50, seed=7)
+    assert a == b
+    assert make_toy_tasks(50, seed=8) != a
+    for t in a:
+        x, y = t.meta["a"], t.meta["b"]
+        assert t.question == f"What is {x} + {y}?" and t.answers == [str(x + y)]
+    assert load_tasks("toy") == load_tasks("toy")
+
+
+def test_unknown_names_give_one_line(capsys):
+    with pytest.raises(UserError, match="known: aime24, aime25"):
+        load_tasks("nosuch")
+    assert main(["data", "show", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nosuch" in err and "hotpotqa" in err
+    with pytest.raises(UserError, match="not in suite"):
+        select_benchmarks("math", "nq")
+    with pytest.raises(UserError, match="unknown suite"):
+        select_benchmarks("chess", None)
+
+
+def test_corrupt_row_names_file_and_line(tmp_path):
+    d = tmp_path / "data"
+    (d / "math" / "aime24").mkdir(parents=True)
+    f = d / "math" / "aime24" / "test.jsonl"
+    f.write_text(json.dumps({"id": 1, "problem": "1+1?", "answer": "2"}) + "\n{not json\n")
+    with pytest.raises(UserError, match=r"test.jsonl:2: malformed JSON"):
+        load_tasks("aime24", d)
+    f.write_text(json.dumps({"id": 1, "problem": "1+1?", "answer": "2"}) + "\n\n" + json.dumps({"id": 2, "problem": "x"}) + "\n")
+    with pytest.raises(UserError, match=r"test.jsonl:3: cannot read a aime24 record"):
+        load_tasks("aime24", d)
+
+
+def test_offline_without_local_copy_explains_both_fixes(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("DRMAS_DATA_DIR", raising=False)
+    with pytest.raises(UserError) as e:
+        load_tasks("math500", tmp_path)
+    msg = str(e.value)
+    assert "math500" in msg and "--data-dir" in msg and "HuggingFaceH4/MATH-500" in msg and "\n" not in msg
+
+
+@pytest.mark.data
+def test_data_check_cli(data_dir, tmp_path, capsys):
+    assert main(["data", "check", "--data-dir", str(data_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "PARTIAL" in out and "all 14 present benchmarks are valid" in out
+    # a copy with a duplicated id is reported invalid and exits 1
+    bad = tmp_path / "bad"
+    shutil.copytree(data_dir / "math" / "aime24", bad / "math" / "aime24")
+    f = bad / "math" / "aime24" / "test.jsonl"
+    lines = f.read_text().splitlines()
+    f.write_text("\n".join(lines + [lines[0]]) + "\n")
+    assert main(["data", "check", "--data-dir", str(bad), "--suite", "math"]) == 1
+    out = capsys.readouterr().out
+    assert "duplicate ids" in out and "missing locally" in out
