@@ -1,0 +1,150 @@
+"""Run many episodes concurrently, grade them, and append them to a run directory.
+
+Thousands of episode coroutines run at once (bounded by `concurrency`); each agent call awaits its
+engine, whose micro-batcher gathers whatever is pending into one batched forward. Finished
+trajectories are graded and appended in batches of `flush_every`, so a kill loses at most the
+episodes still in flight, which a re-run recomputes identically (per-request seeds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from drmas_bench.agents.team import TeamSpec
+from drmas_bench.store import RunDir
+from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory
+from drmas_bench.workflows.base import Episode, WorkflowSpec
+
+
+class TeamRuntime:
+    """Serves a TeamSpec: one engine per worker group, shared by the agents mapped to it.
+
+    `engines` maps worker-group name -> an engine with ``async generate(list[Request])``. A pool
+    (drmas_bench.pool) may stand in for the dict to wake / sleep engines on demand.
+    """
+
+    def __init__(self, team: TeamSpec, engines: dict[str, Any], default_sampling: Sampling):
+        self.team = team
+        self.engines = engines
+        self._sampling = {a: team.sampling_for(a, default_sampling) for a in team.agents}
+
+    def worker_group(self, agent: str) -> str:
+        return self.team.agents[agent]
+
+    def sampling(self, agent: str) -> Sampling:
+        return self._sampling[agent]
+
+    async def generate(self, agent: str, request: Request) -> Completion:
+        engine = self.engines[self.team.agents[agent]]
+        return (await engine.generate([request]))[0]
+
+
+@dataclass
+class RunStats:
+    episodes: int = 0
+    skipped: int = 0
+    tokens: int = 0
+    wall_s: float = 0.0
+    engine_calls: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 5.0) -> None:
+    """Fill reward / correct / extra of finished trajectories (math in a process pool with timeouts)."""
+    from drmas_bench import grading
+
+    if grader == "math":
+        pairs = [(t.final_answer or "", t.task.answers[0]) for t in trajs]
+        for t, r in zip(trajs, grading.grade_math_many(pairs, timeout_s=timeout_s)):
+            t.correct = bool(r.correct)
+            t.extra["grade"] = r.status
+            t.extra["extracted"] = r.extracted
+    elif grader == "qa":
+        for t in trajs:
+            s = grading.grade_qa(t.final_answer or "", t.task.answers)
+            t.correct = bool(s.em)
+            t.extra.update(em=float(s.em), f1=float(s.f1), cover_em=float(s.cover_em))
+    elif grader == "toy":
+        for t in trajs:
+            t.correct = bool(grading.grade_toy(t.final_answer or "", t.task.answers[0]))
+    else:
+        raise ValueError(f"unknown grader {grader!r}")
+    for t in trajs:
+        t.reward = 1.0 if t.correct else 0.0
+
+
+async def run_episodes(
+    tasks: list[Task],
+    n: int,
+    runtime: TeamRuntime,
+    wf: WorkflowSpec,
+    store: RunDir | None,
+    *,
+    seed: int = 0,
+    retriever: Any = None,
+    workflow_options: dict[str, Any] | None = None,
+    concurrency: int = 256,
+    flush_every: int = 32,
+    cost_fn: Callable[[Trajectory], float] | None = None,
+    progress: bool = True,
+    want_logprobs: bool = False,
+    on_finished: Callable[[list[Trajectory]], None] | None = None,
+) -> RunStats:
+    """Run every (task, sample) not yet in `store`; return counters. Raises the first episode error
+    after saving everything that finished before it."""
+    from tqdm import tqdm
+
+    opts = {**wf.defaults, **(workflow_options or {})}
+    done = store.done_keys() if store is not None else set()
+    todo = [(t, i) for t in tasks for i in range(n) if (t.benchmark, t.id, i) not in done]
+    stats = RunStats(skipped=len(tasks) * n - len(todo))
+    t0 = time.perf_counter()
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(task: Task, idx: int) -> Trajectory:
+        async with sem:
+            ep = Episode(task, idx, runtime, wf.agents, seed=seed, retriever=retriever, want_logprobs=want_logprobs)
+            await wf.fn(ep, **opts)
+            return ep.finish()
+
+    buffer: list[Trajectory] = []
+
+    async def flush() -> None:
+        if not buffer:
+            return
+        batch = list(buffer)
+        buffer.clear()
+        await asyncio.to_thread(grade_trajectories, batch, wf.grader)
+        for t in batch:
+            if cost_fn is not None:
+                t.cost_usd = cost_fn(t)
+        if store is not None:
+            store.append(batch, with_tokens=want_logprobs)
+        if on_finished is not None:
+            on_finished(batch)
+
+    bar = tqdm(total=len(todo), desc="episodes", unit="ep", disable=not progress, dynamic_ncols=True)
+    pending = [asyncio.create_task(one(t, i)) for t, i in todo]
+    try:
+        for fut in asyncio.as_completed(pending):
+            traj = await fut
+            buffer.append(traj)
+            stats.episodes += 1
+            stats.tokens += sum(tu.completion.completion_tokens for tu in traj.turns)
+            stats.engine_calls += len(traj.turns)
+            el = time.perf_counter() - t0
+            bar.set_postfix(tok_s=f"{stats.tokens / max(el, 1e-9):.0f}", refresh=False)
+            bar.update(1)
+            if len(buffer) >= flush_every:
+                await flush()
+    finally:
+        for p in pending:
+            p.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await flush()  # keep every episode that finished, also when another one failed
+        bar.close()
+        stats.wall_s = time.perf_counter() - t0
+    return stats

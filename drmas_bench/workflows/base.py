@@ -1,0 +1,140 @@
+"""What a workflow sees: an `Episode` (one task, one sample) whose agents it can call.
+
+    async def my_workflow(ep: Episode) -> None:
+        turn = await ep.solver([{"role": "user", "content": ep.task.question}])
+        ep.final_answer = turn.text
+
+`ep.<agent>(messages)` sends one request to the engine serving that agent, records the call as a
+`Turn` (agent, worker group, step, request, completion, validity) and returns it. The request's
+seed is derived from (run seed, benchmark, task id, sample index, step), so a sample's text does not
+depend on what else was batched with it: a resumed run reproduces an uninterrupted one.
+
+Adding a workflow = one module with a function decorated by `@workflow(...)`, imported in
+`drmas_bench/workflows/__init__.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Awaitable, Callable, Protocol
+
+from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory, Turn, UserError
+
+
+class AgentBackend(Protocol):
+    """How an episode reaches a model: the team runtime implements this."""
+
+    def worker_group(self, agent: str) -> str: ...
+
+    def sampling(self, agent: str) -> Sampling: ...
+
+    async def generate(self, agent: str, request: Request) -> Completion: ...
+
+
+@dataclass
+class WorkflowSpec:
+    name: str
+    fn: Callable[..., Awaitable[None]]
+    agents: tuple[str, ...]  # logical agents, in the order they first speak
+    grader: str  # "math" | "qa" | "toy"
+    needs_retriever: bool = False
+    defaults: dict[str, Any] = field(default_factory=dict)  # keyword options and their defaults
+
+
+WORKFLOWS: dict[str, WorkflowSpec] = {}
+
+
+def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False, **defaults: Any):
+    """Register an episode function under `name`."""
+
+    def deco(fn):
+        if name in WORKFLOWS:
+            raise ValueError(f"workflow {name!r} registered twice")
+        WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, defaults)
+        return fn
+
+    return deco
+
+
+def get_workflow(name: str) -> WorkflowSpec:
+    import drmas_bench.workflows  # noqa: F401  (registers the built-in workflows)
+
+    if name not in WORKFLOWS:
+        raise UserError(f"unknown workflow {name!r}; known: {', '.join(WORKFLOWS)}")
+    return WORKFLOWS[name]
+
+
+def derive_seed(*parts: Any) -> int:
+    """A stable 31-bit seed from any values (independent of Python's hash randomisation)."""
+    h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+class Episode:
+    """One run of a workflow on one task (one of its n samples)."""
+
+    def __init__(self, task: Task, sample_idx: int, backend: AgentBackend, agents: tuple[str, ...],
+                 seed: int = 0, retriever: Any = None, want_logprobs: bool = False):
+        self.task = task
+        self.traj = Trajectory(task=task, sample_idx=sample_idx)
+        self.retriever = retriever
+        self._backend = backend
+        self._agents = agents
+        self._seed = seed
+        self._want_logprobs = want_logprobs
+        self._t0 = time.perf_counter()
+
+    # the trajectory's fields a workflow writes
+    @property
+    def turns(self) -> list[Turn]:
+        return self.traj.turns
+
+    @property
+    def final_answer(self) -> str | None:
+        return self.traj.final_answer
+
+    @final_answer.setter
+    def final_answer(self, value: str | None) -> None:
+        self.traj.final_answer = value
+
+    async def call(self, agent: str, messages: list[dict[str, str]]) -> Turn:
+        if agent not in self._agents:
+            raise UserError(f"workflow called unknown agent {agent!r}; team agents: {', '.join(self._agents)}")
+        step = len(self.traj.turns)
+        sampling = replace(self._backend.sampling(agent),
+                           seed=derive_seed(self._seed, self.task.benchmark, self.task.id, self.traj.sample_idx, step))
+        req = Request(agent=agent, messages=messages, sampling=sampling, want_logprobs=self._want_logprobs)
+        completion = await self._backend.generate(agent, req)
+        turn = Turn(agent=agent, wg=self._backend.worker_group(agent), step=step, request=req, completion=completion)
+        self.traj.turns.append(turn)
+        return turn
+
+    def __getattr__(self, name: str) -> Callable[[list[dict[str, str]]], Awaitable[Turn]]:
+        # ep.solver(messages) == ep.call("solver", messages)
+        if name.startswith("_") or name not in self.__dict__.get("_agents", ()):
+            raise AttributeError(name)
+        return lambda messages: self.call(name, messages)
+
+    def finish(self) -> Trajectory:
+        self.traj.wall_s = time.perf_counter() - self._t0
+        return self.traj
+
+
+# ------------------------------------------------------------------------------ shared helpers
+
+
+def chat(system: str, user: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def team_context(turns: list[Turn], label: dict[str, str] | None = None) -> str:
+    """The teammates' outputs so far, oldest first, as the next agent sees them."""
+    if not turns:
+        return ""
+    parts = []
+    for t in turns:
+        name = (label or {}).get(t.agent, t.agent.capitalize())
+        parts.append(f"[{name}, turn {t.step + 1}]\n{t.completion.text.strip()}")
+    return "\n\n".join(parts)

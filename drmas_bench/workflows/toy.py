@@ -1,0 +1,46 @@
+"""Toy: the math refinement loop shrunk to one-digit addition, for smoke runs and the CI recipe.
+
+The solver answers in <answer>...</answer>; the checker approves or rejects; a rejected answer gets
+one more try. Small models learn both formats quickly, and the two agents' reward statistics differ
+by design (the solver acts once or twice, the checker once).
+"""
+
+from __future__ import annotations
+
+import re
+
+from drmas_bench.workflows.base import Episode, chat, workflow
+from drmas_bench.workflows.math import parse_verdict
+
+ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
+
+SOLVER_SYSTEM = "You are the Solver. Answer the question with a number inside <answer></answer>."
+CHECKER_SYSTEM = ("You are the Checker. Reply <verdict>approve</verdict> if the proposed answer is right, "
+                  "otherwise <verdict>reject</verdict>.")
+
+
+def solver_prompt(question: str, previous: str | None) -> list[dict[str, str]]:
+    user = question if previous is None else f"{question}\nYour previous answer {previous} was rejected. Try again."
+    return chat(SOLVER_SYSTEM, user)
+
+
+def checker_prompt(question: str, proposed: str) -> list[dict[str, str]]:
+    return chat(CHECKER_SYSTEM, f"{question}\nProposed answer: {proposed}")
+
+
+@workflow("toy", agents=("solver", "checker"), grader="toy", rounds=2)
+async def toy(ep: Episode, rounds: int = 2) -> None:
+    previous = None
+    for r in range(rounds):
+        sol = await ep.solver(solver_prompt(ep.task.question, previous))
+        found = ANSWER.findall(sol.completion.text)
+        sol.valid = bool(found)
+        previous = found[-1] if found else sol.completion.text.strip()[:20]
+        ep.final_answer = sol.completion.text
+        if r == rounds - 1:
+            break
+        chk = await ep.checker(checker_prompt(ep.task.question, previous))
+        verdict = parse_verdict(chk.completion.text)
+        chk.valid = verdict is not None
+        if verdict in (None, "approve"):
+            break
