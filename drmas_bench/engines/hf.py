@@ -1,0 +1,448 @@
+"""``hf``: a transformers model in this process (CPU or CUDA), the embedded default engine.
+
+    engine = make_engine("hf", "tiny-random", max_batch=16)
+    [c] = await engine.generate([Request("solver", [{"role": "user", "content": "2+2?"}])])
+
+Options (``HFOptions``):
+
+- ``device``: ``"auto"`` (CUDA when available, else CPU) | ``"cpu"`` | ``"cuda"`` | ``"cuda:N"``.
+- ``dtype``: ``"auto"`` (bfloat16 on CUDA, float32 on CPU) | ``"float32"`` | ``"bfloat16"`` |
+  ``"float16"``.
+- ``max_batch``: most requests decoded together in one batch (micro-batcher, ``batcher.py``).
+- ``max_wait_ms``: how long a request may wait for others to join its batch.
+- ``attn_implementation``: passed to ``from_pretrained`` (``None`` = transformers' default, sdpa).
+- ``chat_template_kwargs``: extra variables for the chat template. Default: ``enable_thinking=False``
+  (Qwen3: thinking disabled, REFERENCE.md §3); templates that do not use a variable ignore it.
+- ``max_prompt_tokens``: prompts longer than this are not run; their completion is empty with
+  ``finish="length"`` (``None``: no limit beyond the model's).
+- ``eos_token_ids``: token ids that end a response; default: every eos id of the model's
+  ``generation_config`` (plus the tokenizer's eos).
+- ``sleep_mode``: ``"auto"`` (CPU: ``"drop"``, CUDA: ``"offload"``) | ``"drop"`` (free the weights;
+  ``wake`` reloads them from safetensors - weights changed by ``update_weights`` are saved to a
+  private temporary folder first) | ``"offload"`` (move weights to pinned host memory; ``wake``
+  moves them back).
+- ``auto_wake``: ``generate`` on a sleeping engine wakes it first (True) or raises (False).
+- ``trust_remote_code``: passed to ``from_pretrained``.
+
+Decoding is our own loop over the KV cache (not ``model.generate``) so that **a request's result
+does not depend on the other requests in its batch**: prompts are left-padded with correct
+``position_ids``; each request draws its randomness from its own ``torch.Generator`` seeded with
+``Sampling.seed`` (one uniform number per token, inverse-CDF sampling in vocabulary order, so tiny
+float differences rarely matter); rows finish independently and leave the batch. Temperature 0 is
+greedy. On CPU float32 the logits of a row in a padded batch can differ from the row alone in the
+last bits (BLAS reduces in a different order for other shapes), so exact equality holds in
+practice, not by construction: a token would flip only if two candidates were within ~1e-7.
+
+``Completion.logprobs`` (when ``Request.want_logprobs``) are ``log_softmax(raw logits)`` of the
+sampled token: the policy's log-probability at temperature 1, whatever the sampling temperature or
+top-p (what the trainer needs as old log-probs). ``token_ids`` include the final EOS token when the
+response stopped on one; ``text`` has special tokens stripped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from drmas_bench.engines.base import (
+    EngineBase,
+    EngineError,
+    default_template_kwargs,
+    encode_chat,
+    one_line,
+    parse_options,
+    resolve_model_path,
+)
+from drmas_bench.engines.batcher import MicroBatcher
+from drmas_bench.types import Completion, Request
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_SLEEP_MODES = ("auto", "drop", "offload")
+
+
+@dataclass
+class HFOptions:
+    """Options of the ``hf`` engine (see the module docstring for each one)."""
+
+    device: str = "auto"
+    dtype: str = "auto"
+    max_batch: int = 32
+    max_wait_ms: float = 5.0
+    attn_implementation: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    max_prompt_tokens: int | None = None
+    eos_token_ids: list[int] | None = None
+    sleep_mode: str = "auto"
+    auto_wake: bool = True
+    trust_remote_code: bool = False
+
+
+@dataclass
+class _Item:
+    """One request on its way through the batcher."""
+
+    request: Request
+    prompt_ids: list[int]
+
+
+class HFEngine(EngineBase):
+    """A transformers causal LM behind the engine protocol (see module docstring)."""
+
+    name: ClassVar[str] = "hf"
+    Options: ClassVar[type] = HFOptions
+
+    def __init__(self, model: str, **options: Any) -> None:
+        import torch
+        from transformers import AutoTokenizer
+
+        self.model = model
+        self.options: HFOptions = parse_options(HFOptions, options, kind=self.name)
+        o = self.options
+        if o.dtype not in _DTYPES:
+            raise EngineError(f"hf engine: dtype must be one of {', '.join(_DTYPES)}, got {o.dtype!r}")
+        if o.sleep_mode not in _SLEEP_MODES:
+            raise EngineError(f"hf engine: sleep_mode must be one of {', '.join(_SLEEP_MODES)}, got {o.sleep_mode!r}")
+        self.path = resolve_model_path(model)
+        self.device = torch.device(
+            ("cuda" if torch.cuda.is_available() else "cpu") if o.device == "auto" else o.device
+        )
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise EngineError(f"hf engine: device {o.device!r} asked for, but CUDA is not available")
+        if o.dtype == "auto":
+            self.dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        else:
+            self.dtype = getattr(torch, o.dtype)
+        self.sleep_mode = o.sleep_mode
+        if self.sleep_mode == "auto":
+            self.sleep_mode = "offload" if self.device.type == "cuda" else "drop"
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=o.trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"hf engine: cannot load the tokenizer of {model!r} ({self.path}): {one_line(exc)}") from exc
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise EngineError(f"hf engine: the tokenizer of {model!r} has no chat template")
+        self.chat_template_kwargs = default_template_kwargs(o.chat_template_kwargs)
+        self._lock = threading.RLock()  # one user of the weights at a time (batch, sleep, wake, update)
+        self._load_path = self.path  # where wake() reloads from in "drop" mode
+        self._tmpdir: str | None = None  # private copy of updated weights
+        self._dirty = False  # weights changed since they were last loaded from _load_path
+        self._awake = False
+        self._hf_model: Any = None
+        self._footprint = 0
+        self._load()
+        self.eos_ids = self._eos_ids()
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else min(self.eos_ids)
+        self.batcher: MicroBatcher[_Item, Completion] = MicroBatcher(
+            self._run_batch, max_batch=o.max_batch, max_wait_ms=o.max_wait_ms, key=lambda it: len(it.prompt_ids)
+        )
+        self.forward_calls = 0  # model forward passes (for tests and benchmarks)
+
+    # ------------------------------------------------------------------ loading
+
+    def _load(self) -> None:
+        from transformers import AutoModelForCausalLM
+
+        kwargs: dict[str, Any] = {"dtype": self.dtype, "trust_remote_code": self.options.trust_remote_code}
+        if self.options.attn_implementation:
+            kwargs["attn_implementation"] = self.options.attn_implementation
+        try:
+            m = AutoModelForCausalLM.from_pretrained(self._load_path, **kwargs)
+        except TypeError:  # transformers < 4.56 spells it torch_dtype
+            kwargs["torch_dtype"] = kwargs.pop("dtype")
+            m = AutoModelForCausalLM.from_pretrained(self._load_path, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"hf engine: cannot load model {self.model!r} ({self._load_path}): {one_line(exc)}") from exc
+        m.to(self.device)
+        m.eval()
+        m.requires_grad_(False)
+        self._hf_model = m
+        self._awake = True
+        sig = inspect.signature(m.forward).parameters
+        # transformers 5.x renamed past_key_values -> cache and num_logits_to_keep -> logits_to_keep
+        self._cache_kw = "cache" if "cache" in sig else "past_key_values"
+        self._logits_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in sig), None)
+        self._footprint = sum(t.numel() * t.element_size() for t in m.parameters()) + sum(
+            t.numel() * t.element_size() for t in m.buffers()
+        )
+
+    def _eos_ids(self) -> set[int]:
+        if self.options.eos_token_ids is not None:
+            return {int(i) for i in self.options.eos_token_ids}
+        ids: set[int] = set()
+        gc_eos = getattr(getattr(self._hf_model, "generation_config", None), "eos_token_id", None)
+        for src in (gc_eos, self.tokenizer.eos_token_id):
+            if src is None:
+                continue
+            ids.update(int(i) for i in (src if isinstance(src, (list, tuple)) else [src]))
+        if not ids:
+            raise EngineError(f"hf engine: model {self.model!r} defines no eos token; pass eos_token_ids")
+        return ids
+
+    # ------------------------------------------------------------------ protocol
+
+    @property
+    def is_awake(self) -> bool:
+        return self._awake
+
+    def footprint_bytes(self) -> int:
+        """Parameter + buffer bytes of the loaded model (also while asleep)."""
+        return self._footprint
+
+    @property
+    def stats(self):  # noqa: ANN201 - BatcherStats
+        """Batches run so far (``batches``, ``items``, ``largest``, ``sizes``)."""
+        return self.batcher.stats
+
+    def encode_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        """Chat messages -> prompt token ids (chat template + generation prompt)."""
+        return encode_chat(self.tokenizer, messages, self.chat_template_kwargs, model=self.model)
+
+    async def generate(self, requests: list[Request]) -> list[Completion]:
+        """One Completion per Request, in order; concurrent calls are batched together."""
+        t0 = time.perf_counter()
+        items = [_Item(r, self.encode_prompt(r.messages)) for r in requests]
+        out = await self.batcher.submit(items)
+        dt = time.perf_counter() - t0
+        for c in out:
+            c.latency_s = dt
+        return out
+
+    async def sleep(self) -> None:
+        await asyncio.to_thread(self._sleep_sync)
+
+    async def wake(self) -> None:
+        await asyncio.to_thread(self._wake_sync)
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Copy new values into the model's weights (names as in ``model.state_dict()``), e.g. after
+        a training step. Shapes must match; an unknown name is an error."""
+        await asyncio.to_thread(self._update_sync, list(named_tensors))
+
+    async def close(self) -> None:
+        await self.batcher.close()
+        with self._lock:
+            self._hf_model = None
+            self._awake = False
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+        gc.collect()
+
+    # ------------------------------------------------------------------ lifecycle (worker thread)
+
+    def _sleep_sync(self) -> None:
+        import torch
+
+        with self._lock:
+            if not self._awake:
+                return
+            m = self._hf_model
+            if self.sleep_mode == "offload":
+                for t in list(m.parameters()) + list(m.buffers()):
+                    host = t.data.to("cpu")
+                    t.data = host.pin_memory() if torch.cuda.is_available() else host
+            else:
+                if self._dirty:
+                    if self._tmpdir is None:
+                        self._tmpdir = tempfile.mkdtemp(prefix="drmas-hf-weights-")
+                    m.save_pretrained(self._tmpdir)
+                    self._load_path = self._tmpdir
+                    self._dirty = False
+                self._hf_model = None
+                del m
+                gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            self._awake = False
+
+    def _wake_sync(self) -> None:
+        with self._lock:
+            if self._awake:
+                return
+            if self._hf_model is None:
+                self._load()
+            else:
+                self._hf_model.to(self.device)
+                self._awake = True
+
+    def _update_sync(self, named: list[tuple[str, Any]]) -> None:
+        import torch
+
+        with self._lock:
+            if self._hf_model is None:
+                self._wake_sync()
+            sd = self._hf_model.state_dict()
+            with torch.no_grad():
+                for name, value in named:
+                    if name not in sd:
+                        raise EngineError(f"hf engine: update_weights got unknown weight {name!r}")
+                    if tuple(sd[name].shape) != tuple(value.shape):
+                        raise EngineError(
+                            f"hf engine: update_weights {name!r} has shape {tuple(value.shape)}, "
+                            f"expected {tuple(sd[name].shape)}"
+                        )
+                    sd[name].copy_(value.to(sd[name].device, sd[name].dtype))
+            self._dirty = True
+
+    # ------------------------------------------------------------------ decoding (worker thread)
+
+    def _run_batch(self, items: list[_Item]) -> list[Completion]:
+        import torch
+
+        with self._lock:
+            if not self._awake:
+                if not self.options.auto_wake:
+                    raise EngineError(f"hf engine {self.model!r} is asleep; call wake() first")
+                self._wake_sync()
+            with torch.inference_mode():
+                return self._decode(items)
+
+    def _decode(self, items: list[_Item]) -> list[Completion]:
+        import torch
+
+        model, dev = self._hf_model, self.device
+        limit = self.options.max_prompt_tokens
+        results: list[Completion | None] = [None] * len(items)
+        rows: list[int] = []  # indices of items that actually run
+        for i, it in enumerate(items):
+            n_max = it.request.sampling.max_new_tokens
+            if (limit is not None and len(it.prompt_ids) > limit) or n_max <= 0:
+                results[i] = Completion(
+                    text="", prompt_ids=list(it.prompt_ids), prompt_tokens=len(it.prompt_ids), finish="length",
+                    logprobs=[] if it.request.want_logprobs else None,
+                )
+            else:
+                rows.append(i)
+        if not rows:
+            return [r for r in results if r is not None]
+
+        B = len(rows)
+        L = max(len(items[i].prompt_ids) for i in rows)
+        input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((B, L), dtype=torch.long)
+        for b, i in enumerate(rows):
+            p = items[i].prompt_ids
+            input_ids[b, L - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[b, L - len(p) :] = 1
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, mask, position_ids = input_ids.to(dev), mask.to(dev), position_ids.to(dev)
+
+        samp = [items[i].request.sampling for i in rows]
+        gens = []
+        for s in samp:
+            g = torch.Generator(device="cpu")
+            g.manual_seed(s.seed if s.seed is not None else random.SystemRandom().getrandbits(63))
+            gens.append(g)
+        want_lp = [items[i].request.want_logprobs for i in rows]
+        max_new = [s.max_new_tokens for s in samp]
+        out_ids: list[list[int]] = [[] for _ in rows]
+        out_lp: list[list[float]] = [[] for _ in rows]
+        finish = ["length"] * B
+        active = list(range(B))  # row numbers (into `rows`) still decoding, in cache order
+
+        kw: dict[str, Any] = {"attention_mask": mask, "position_ids": position_ids, "use_cache": True}
+        if self._logits_kw:
+            kw[self._logits_kw] = 1
+        out = model(input_ids=input_ids, **kw)
+        self.forward_calls += 1
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        logits = out.logits[:, -1, :].float()
+        last_pos = position_ids[:, -1]
+        temps = torch.tensor([s.temperature for s in samp], dtype=torch.float32, device=dev)
+        top_ps = torch.tensor([s.top_p for s in samp], dtype=torch.float32, device=dev)
+
+        while True:
+            act = torch.tensor(active, dtype=torch.long, device=dev)
+            tokens = self._sample(logits, temps[act], top_ps[act], [gens[r] for r in active])
+            lps = None
+            if any(want_lp[r] for r in active):
+                lps = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0].tolist()
+            tok_list = tokens.tolist()
+            still: list[int] = []
+            for k, r in enumerate(active):
+                t = tok_list[k]
+                out_ids[r].append(t)
+                if want_lp[r] and lps is not None:
+                    out_lp[r].append(float(lps[k]))
+                if t in self.eos_ids:
+                    finish[r] = "stop"
+                elif len(out_ids[r]) < max_new[r]:
+                    still.append(k)
+            if not still:
+                break
+            if len(still) < len(active):  # rows that finished leave the batch
+                keep = torch.tensor(still, dtype=torch.long, device=dev)
+                cache.batch_select_indices(keep)
+                tokens, mask, last_pos = tokens[keep], mask[keep], last_pos[keep]
+                active = [active[k] for k in still]
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            last_pos = last_pos + 1
+            out = model(
+                input_ids=tokens[:, None],
+                attention_mask=mask,
+                position_ids=last_pos[:, None],
+                use_cache=True,
+                **{self._cache_kw: cache},
+            )
+            self.forward_calls += 1
+            logits = out.logits[:, -1, :].float()
+
+        for b, i in enumerate(rows):
+            it = items[i]
+            ids = out_ids[b]
+            results[i] = Completion(
+                text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                token_ids=ids,
+                prompt_ids=list(it.prompt_ids),
+                logprobs=out_lp[b] if want_lp[b] else None,
+                prompt_tokens=len(it.prompt_ids),
+                completion_tokens=len(ids),
+                finish=finish[b],
+            )
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    def _sample(logits: Any, temps: Any, top_ps: Any, gens: list[Any]) -> Any:
+        """Pick one token per row. Greedy where temperature <= 0; else temperature + top-p and
+        inverse-CDF sampling in vocabulary order with one uniform from the row's own generator."""
+        import torch
+
+        greedy = logits.argmax(dim=-1)
+        sampled_rows = (temps > 0).nonzero()[:, 0].tolist()
+        if not sampled_rows:
+            return greedy
+        idx = torch.tensor(sampled_rows, dtype=torch.long, device=logits.device)
+        lg = logits[idx] / temps[idx, None]
+        probs = torch.softmax(lg, dim=-1)
+        tp = top_ps[idx]
+        if bool((tp < 1.0).any()):
+            # nucleus: keep the most likely tokens until their mass reaches top_p. The top 1024
+            # usually hold it (real LMs); a full sort of the vocabulary is the fallback.
+            k = min(probs.shape[-1], 1024)
+            sp, si = torch.topk(probs, k, dim=-1, sorted=True)
+            csum = sp.cumsum(dim=-1)
+            if not bool(((csum[:, -1] >= tp) | (tp >= 1.0)).all()):
+                sp, si = torch.sort(probs, dim=-1, descending=True, stable=True)
+                csum = sp.cumsum(dim=-1)
+            before = csum - sp  # mass of the more likely tokens
+            drop_sorted = (before >= tp[:, None]) & (tp[:, None] < 1.0)
+            drop_sorted[:, 0] = False  # the most likely token always stays (top_p <= 0 = greedy)
+            keep = torch.zeros_like(probs, dtype=torch.bool).scatter(1, si, ~drop_sorted)
+            probs = probs.masked_fill(~keep, 0.0)
+        cdf = probs.cumsum(dim=-1)
+        u = torch.stack([torch.rand((), generator=gens[r]) for r in sampled_rows]).to(logits.device)
+        x = (u * cdf[:, -1]).unsqueeze(1)
+        pick = torch.searchsorted(cdf, x, right=True)[:, 0].clamp(max=cdf.shape[1] - 1)
+        out = greedy.clone()
+        out[idx] = pick
+        return out

@@ -1,0 +1,301 @@
+"""``sglang``: the in-process ``sglang.Engine`` (GPU) behind the engine protocol.
+
+    engine = make_engine("sglang", "Qwen/Qwen3-4B", mem_fraction_static=0.5)
+    completions = await engine.generate(requests)
+    await engine.sleep(); await engine.wake()            # release / resume GPU memory
+    await engine.update_weights(model.named_parameters())  # after a training step
+
+Needs ``pip install drmas-bench[sglang]`` (imported only when an engine is started). Prompts are
+rendered with the model's chat template here (same ids as the ``hf`` engine) and sent as
+``input_ids``; SGLang's scheduler batches concurrent calls itself (continuous batching), so no
+micro-batcher sits in front of it. The SGLang engine is started lazily, inside the event loop of
+the first ``generate`` / ``wake`` / ``start`` call, and must be used from that loop only (its
+tokenizer manager is bound to it). Starting blocks that loop for the start-up time.
+
+Options (``SGLangOptions``):
+
+- ``mem_fraction_static``: share of GPU memory for weights + KV cache (``None``: SGLang decides).
+- ``tp_size``: tensor-parallel GPUs.
+- ``dtype``: ``"auto"`` | ``"bfloat16"`` | ``"float16"`` | ``"float32"``.
+- ``enable_memory_saver``: needed for ``sleep``/``wake`` (release/resume memory occupation).
+- ``release_tags``: which memory ``sleep`` releases (``None``: all, i.e. weights and KV cache).
+- ``original_logprobs``: return ``log_softmax`` of the raw logits (temperature 1), like the
+  ``hf`` engine, by setting ``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` before SGLang starts; False keeps
+  SGLang's default (log-probs after temperature).
+- ``chat_template_kwargs``: chat-template variables; default ``enable_thinking=False``.
+- ``auto_wake``: ``generate`` on a sleeping engine wakes it first (True) or raises (False).
+- ``trust_remote_code``: for the tokenizer and the model.
+- ``engine_args``: any other ``sglang.Engine`` / ``ServerArgs`` keyword (e.g.
+  ``{"attention_backend": "triton", "random_seed": 0}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from drmas_bench.engines.base import (
+    EngineBase,
+    EngineError,
+    default_template_kwargs,
+    encode_chat,
+    one_line,
+    parse_options,
+    resolve_model_path,
+)
+from drmas_bench.types import Completion, Request, Sampling
+
+INSTALL_HINT = "the sglang engine needs SGLang: pip install 'drmas-bench[sglang]'"
+
+
+@dataclass
+class SGLangOptions:
+    """Options of the ``sglang`` engine (see the module docstring for each one)."""
+
+    mem_fraction_static: float | None = None
+    tp_size: int = 1
+    dtype: str = "auto"
+    enable_memory_saver: bool = True
+    release_tags: list[str] | None = None
+    original_logprobs: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    auto_wake: bool = True
+    trust_remote_code: bool = False
+    engine_args: dict[str, Any] | None = None
+
+
+# ---------------------------------------------------------------------- pure translations
+
+
+def sampling_params(s: Sampling) -> dict[str, Any]:
+    """``Sampling`` -> SGLang ``sampling_params`` (temperature 0 is greedy in SGLang too)."""
+    p: dict[str, Any] = {
+        "temperature": float(s.temperature),
+        "top_p": float(s.top_p),
+        "max_new_tokens": int(s.max_new_tokens),
+        "skip_special_tokens": True,
+    }
+    if s.seed is not None:
+        p["sampling_seed"] = int(s.seed)
+    return p
+
+
+def generate_kwargs(prompts: list[list[int]], requests: list[Request]) -> dict[str, Any]:
+    """Keyword arguments of ``sglang.Engine.async_generate`` for one batch of requests."""
+    return {
+        "input_ids": [list(p) for p in prompts],
+        "sampling_params": [sampling_params(r.sampling) for r in requests],
+        "return_logprob": [bool(r.want_logprobs) for r in requests],
+    }
+
+
+def completion_from_output(out: dict[str, Any], prompt_ids: list[int], want_logprobs: bool) -> Completion:
+    """One SGLang output dict (``text``, ``output_ids``, ``meta_info``) -> Completion.
+
+    ``meta_info.finish_reason`` is ``{"type": "stop"|"length"|"abort", ...}``; an abort is an
+    ``EngineError`` carrying SGLang's message. ``latency_s`` is left at 0 for the caller.
+    """
+    meta = out.get("meta_info") or {}
+    reason = meta.get("finish_reason")
+    kind = reason.get("type") if isinstance(reason, dict) else reason
+    if kind == "abort":
+        msg = reason.get("message", "") if isinstance(reason, dict) else ""
+        raise EngineError(f"sglang engine aborted a request: {one_line(msg)}")
+    token_ids = [int(t) for t in (out.get("output_ids") or [])]
+    logprobs = None
+    if want_logprobs:
+        logprobs = [float(e[0]) for e in meta.get("output_token_logprobs") or []]
+    return Completion(
+        text=out.get("text") or "",
+        token_ids=token_ids,
+        prompt_ids=list(prompt_ids),
+        logprobs=logprobs,
+        prompt_tokens=int(meta.get("prompt_tokens", len(prompt_ids))),
+        completion_tokens=int(meta.get("completion_tokens", len(token_ids))),
+        finish="length" if kind == "length" else "stop",
+    )
+
+
+# ---------------------------------------------------------------------- engine
+
+
+class SGLangEngine(EngineBase):
+    """``sglang.Engine`` in this process (see module docstring)."""
+
+    name: ClassVar[str] = "sglang"
+    Options: ClassVar[type] = SGLangOptions
+
+    def __init__(self, model: str, **options: Any) -> None:
+        from transformers import AutoTokenizer
+
+        self.model = model
+        self.options: SGLangOptions = parse_options(SGLangOptions, options, kind=self.name)
+        self.path = resolve_model_path(model)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=self.options.trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"sglang engine: cannot load the tokenizer of {model!r} ({self.path}): {one_line(exc)}") from exc
+        self.chat_template_kwargs = default_template_kwargs(self.options.chat_template_kwargs)
+        self._engine: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._awake = False
+        self._footprint = 0
+        self._inflight = 0
+        self._idle: asyncio.Event | None = None
+        self._state_lock: asyncio.Lock | None = None
+
+    def server_args(self) -> dict[str, Any]:
+        """Keyword arguments for ``sglang.Engine`` (pure; tested directly)."""
+        o = self.options
+        args: dict[str, Any] = {
+            "model_path": self.path,
+            "tp_size": o.tp_size,
+            "dtype": o.dtype,
+            "enable_memory_saver": o.enable_memory_saver,
+            "trust_remote_code": o.trust_remote_code,
+        }
+        if o.mem_fraction_static is not None:
+            args["mem_fraction_static"] = o.mem_fraction_static
+        args.update(o.engine_args or {})
+        return args
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start SGLang in the running event loop (done by the first generate/wake anyway)."""
+        loop = asyncio.get_running_loop()
+        if self._engine is not None:
+            if loop is not self._loop:
+                raise EngineError("sglang engine: used from a different event loop than the one it started in")
+            return
+        if self.options.original_logprobs:
+            os.environ.setdefault("SGLANG_RETURN_ORIGINAL_LOGPROB", "1")
+        try:
+            import sglang
+        except ImportError as exc:
+            raise EngineError(INSTALL_HINT) from exc
+        free_before = _cuda_free_bytes()
+        self._engine = sglang.Engine(**self.server_args())
+        self._loop = loop
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._state_lock = asyncio.Lock()
+        self._awake = True
+        used = free_before - _cuda_free_bytes() if free_before else 0
+        if used <= 0 and self.options.mem_fraction_static:
+            used = int(self.options.mem_fraction_static * _cuda_total_bytes() * self.options.tp_size)
+        self._footprint = max(0, used)
+
+    @property
+    def is_awake(self) -> bool:
+        return self._awake
+
+    def footprint_bytes(self) -> int:
+        """GPU bytes SGLang took at start (weights + KV cache pool); 0 before it starts."""
+        return self._footprint
+
+    def _tm_and_io(self) -> tuple[Any, Any]:
+        from sglang.srt.managers import io_struct
+
+        return self._engine.tokenizer_manager, io_struct
+
+    async def sleep(self) -> None:
+        """Release GPU memory (weights and KV cache, or ``release_tags``) after in-flight calls."""
+        if self._engine is None or not self._awake:
+            return
+        if not self.options.enable_memory_saver:
+            raise EngineError("sglang engine: sleep() needs enable_memory_saver=True")
+        assert self._state_lock is not None and self._idle is not None
+        async with self._state_lock:
+            await self._idle.wait()
+            tm, io = self._tm_and_io()
+            await tm.release_memory_occupation(io.ReleaseMemoryOccupationReqInput(tags=self.options.release_tags), None)
+            self._awake = False
+
+    async def wake(self) -> None:
+        """Resume the memory released by ``sleep`` (starts SGLang if it has not started)."""
+        if self._engine is None:
+            await self.start()
+            return
+        if self._awake:
+            return
+        assert self._state_lock is not None
+        async with self._state_lock:
+            if self._awake:
+                return
+            tm, io = self._tm_and_io()
+            await tm.resume_memory_occupation(io.ResumeMemoryOccupationReqInput(tags=self.options.release_tags), None)
+            self._awake = True
+
+    async def update_weights(self, named_tensors: Any, *, flush_cache: bool = True) -> None:
+        """Load new weights from ``(name, tensor)`` pairs (``update_weights_from_tensor``)."""
+        await self.start()
+        if not self._awake:
+            await self.wake()
+        tm, io = self._tm_and_io()
+        payload = self._engine._serialize_tensors_per_rank(list(named_tensors), None)
+        obj = io.UpdateWeightsFromTensorReqInput(serialized_named_tensors=payload, load_format=None, flush_cache=flush_cache)
+        result = await tm.update_weights_from_tensor(obj, None)
+        ok = result[0] if isinstance(result, tuple) else getattr(result, "success", True)
+        if not ok:
+            raise EngineError(f"sglang engine: update_weights failed: {result}")
+
+    async def close(self) -> None:
+        engine, self._engine = self._engine, None
+        self._awake = False
+        if engine is not None:
+            engine.shutdown()
+
+    # ------------------------------------------------------------------ generate
+
+    async def generate(self, requests: list[Request]) -> list[Completion]:
+        """One Completion per Request, in order (SGLang batches concurrent calls)."""
+        if not requests:
+            return []
+        await self.start()
+        if not self._awake:
+            if not self.options.auto_wake:
+                raise EngineError(f"sglang engine {self.model!r} is asleep; call wake() first")
+            await self.wake()
+        prompts = [encode_chat(self.tokenizer, r.messages, self.chat_template_kwargs, model=self.model) for r in requests]
+        assert self._idle is not None and self._state_lock is not None
+        async with self._state_lock:  # not while sleeping/waking
+            self._inflight += 1
+            self._idle.clear()
+        t0 = time.perf_counter()
+        try:
+            outs = await self._engine.async_generate(**generate_kwargs(prompts, requests))
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+        if isinstance(outs, dict):
+            outs = [outs]
+        dt = time.perf_counter() - t0
+        done = []
+        for out, p, r in zip(outs, prompts, requests):
+            c = completion_from_output(out, p, r.want_logprobs)
+            c.latency_s = dt
+            done.append(c)
+        return done
+
+
+def _cuda_free_bytes() -> int:
+    try:
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0]) if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - a best-effort figure
+        return 0
+
+
+def _cuda_total_bytes() -> int:
+    try:
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory) if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001
+        return 0

@@ -1,0 +1,232 @@
+"""The ``hf`` engine on a tiny random Qwen2 checkpoint (CPU, float32)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from drmas_bench.engines import EngineError, make_engine
+from drmas_bench.types import Request, Sampling
+from test_engines_fixtures import tiny_model_path
+
+torch = pytest.importorskip("torch")
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def req(text: str, *, seed: int | None = 0, t: float = 1.0, p: float = 1.0, n: int = 12, lp: bool = False) -> Request:
+    return Request(
+        agent="a",
+        messages=[{"role": "user", "content": text}],
+        sampling=Sampling(temperature=t, top_p=p, max_new_tokens=n, seed=seed),
+        want_logprobs=lp,
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return tiny_model_path(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    eng = make_engine("hf", str(tiny), device="cpu", max_batch=16, max_wait_ms=50)
+    yield eng
+    run(eng.close())
+
+
+def test_counts_text_and_length_finish(engine):
+    r = req("hello there", t=0.0, n=7)
+    [c] = run(engine.generate([r]))
+    assert c.prompt_ids == engine.encode_prompt(r.messages)
+    assert c.prompt_tokens == len(c.prompt_ids) > 0
+    assert c.completion_tokens == len(c.token_ids)
+    assert c.text == engine.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+    assert c.latency_s > 0
+    assert c.logprobs is None
+    if c.finish == "length":
+        assert len(c.token_ids) == 7
+    else:
+        assert c.finish == "stop" and c.token_ids[-1] in engine.eos_ids and len(c.token_ids) <= 7
+    outs = run(engine.generate([req(f"prompt {i}", seed=i, n=5) for i in range(6)]))
+    assert all(len(o.token_ids) <= 5 for o in outs)
+    assert any(o.finish == "length" and len(o.token_ids) == 5 for o in outs)
+    for o in outs:
+        assert (o.finish == "stop") == (o.token_ids[-1] in engine.eos_ids)
+
+
+def test_chat_template_has_generation_prompt(engine):
+    ids = engine.encode_prompt([{"role": "user", "content": "hi"}])
+    text = engine.tokenizer.decode(ids)
+    assert text.rstrip().endswith("assistant")
+
+
+def test_stops_on_generation_config_eos(tiny, tmp_path):
+    # greedy output of the original model; then declare one of its tokens an EOS id in a copy
+    base = make_engine("hf", str(tiny), device="cpu")
+    [c] = run(base.generate([req("stop here", t=0.0, n=20)]))
+    run(base.close())
+    ids = c.token_ids
+    cut = next(i for i in range(2, len(ids)) if ids[i] not in ids[:i])
+    stop_tok = ids[cut]
+    model2 = tmp_path / "m"
+    shutil.copytree(tiny, model2)
+    gc_path = model2 / "generation_config.json"
+    gcfg = json.loads(gc_path.read_text()) if gc_path.exists() else {}
+    eos = gcfg.get("eos_token_id", [])
+    eos = eos if isinstance(eos, list) else [eos]
+    gcfg["eos_token_id"] = eos + [stop_tok]
+    gc_path.write_text(json.dumps(gcfg))
+    eng = make_engine("hf", str(model2), device="cpu")
+    assert stop_tok in eng.eos_ids
+    [d] = run(eng.generate([req("stop here", t=0.0, n=20, lp=True)]))
+    run(eng.close())
+    assert d.finish == "stop"
+    assert d.token_ids == ids[: cut + 1]
+    assert d.completion_tokens == cut + 1 == len(d.logprobs)
+
+
+def test_seed_reproducible_and_seeds_differ(engine):
+    a = run(engine.generate([req("tell me", seed=7, n=16)]))[0]
+    b = run(engine.generate([req("tell me", seed=7, n=16)]))[0]
+    c = run(engine.generate([req("tell me", seed=8, n=16)]))[0]
+    assert a.token_ids == b.token_ids
+    assert a.token_ids != c.token_ids
+
+
+def test_tiny_top_p_is_greedy(engine):
+    greedy = run(engine.generate([req("nucleus", t=0.0, n=10)]))[0]
+    for top_p in (1e-6, 0.0):
+        narrow = run(engine.generate([req("nucleus", seed=9, t=1.0, p=top_p, n=10)]))[0]
+        assert narrow.token_ids == greedy.token_ids
+
+
+def test_batch_invariance(engine):
+    target = [req("the same question", seed=3, t=0.8, p=0.9, n=16, lp=True), req("greedy one", t=0.0, n=16, lp=True)]
+    others = [req("x" * k, seed=100 + k, t=1.0, n=4 + k) for k in (1, 9, 30, 55)]
+    alone = [run(engine.generate([r]))[0] for r in target]
+    mixed = run(engine.generate([others[0], target[0], others[1], others[2], target[1], others[3]]))
+    together = [mixed[1], mixed[4]]
+    for a, b in zip(alone, together):
+        assert a.token_ids == b.token_ids
+        assert a.text == b.text
+        assert a.finish == b.finish
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+
+
+def test_logprobs_match_a_forward_pass(engine):
+    for r in (req("score me", seed=11, t=0.7, p=0.8, n=10, lp=True), req("greedy", t=0.0, n=10, lp=True)):
+        [c] = run(engine.generate([r]))
+        assert c.logprobs is not None and len(c.logprobs) == c.completion_tokens
+        full = torch.tensor([c.prompt_ids + c.token_ids])
+        with torch.no_grad():
+            logits = engine._hf_model(input_ids=full).logits[0].float()
+        n = len(c.prompt_ids)
+        ref_all = torch.log_softmax(logits[n - 1 : -1], dim=-1)
+        ref = ref_all.gather(1, torch.tensor(c.token_ids)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4), (c.logprobs, ref.tolist())
+        if r.sampling.temperature == 0:
+            assert c.token_ids == ref_all.argmax(-1).tolist()
+
+
+def test_micro_batcher_batches_concurrent_calls(tiny):
+    eng = make_engine("hf", str(tiny), device="cpu", max_batch=16, max_wait_ms=300)
+
+    async def main():
+        return await asyncio.gather(*(eng.generate([req(f"q{i} " * (i % 5 + 1), seed=i, n=6)]) for i in range(16)))
+
+    outs = run(main())
+    assert len(outs) == 16 and all(len(o) == 1 and o[0].completion_tokens >= 1 for o in outs)
+    assert eng.stats.items == 16
+    assert eng.stats.batches <= 2, eng.stats
+    assert eng.stats.largest >= 8
+    assert eng.forward_calls <= 2 * 6  # a lone call per coroutine would take 16 * 6
+    run(eng.close())
+
+
+def test_sleep_wake_round_trip(tiny):
+    eng = make_engine("hf", str(tiny), device="cpu", auto_wake=False)
+    rs = [req("before and after", seed=5, n=10), req("greedy", t=0.0, n=10)]
+    before = run(eng.generate(rs))
+    size = eng.footprint_bytes()
+    assert size > 0 and eng.is_awake
+    run(eng.sleep())
+    assert not eng.is_awake and eng._hf_model is None and eng.footprint_bytes() == size
+    with pytest.raises(EngineError, match="asleep"):
+        run(eng.generate(rs))
+    run(eng.wake())
+    assert eng.is_awake
+    after = run(eng.generate(rs))
+    assert [c.token_ids for c in before] == [c.token_ids for c in after]
+    run(eng.close())
+
+
+def test_updated_weights_survive_sleep(tiny):
+    eng = make_engine("hf", str(tiny), device="cpu")  # auto_wake=True
+    r = req("weights", t=0.0, n=8)
+    [orig] = run(eng.generate([r]))
+    name = "model.norm.weight"
+    new = torch.linspace(0.5, 2.0, eng._hf_model.state_dict()[name].numel())
+    run(eng.update_weights([(name, new)]))
+    [changed] = run(eng.generate([r]))
+    assert changed.token_ids != orig.token_ids
+    run(eng.sleep())
+    [again] = run(eng.generate([r]))  # wakes itself
+    assert eng.is_awake and again.token_ids == changed.token_ids
+    with pytest.raises(EngineError, match="unknown weight"):
+        run(eng.update_weights([("no.such.weight", new)]))
+    run(eng.close())
+
+
+def test_prompt_limit_and_zero_budget(tiny):
+    eng = make_engine("hf", str(tiny), device="cpu", max_prompt_tokens=8)
+    long, zero, ok = run(eng.generate([req("a long prompt " * 5), req("hi", n=0), req("", n=3)]))
+    run(eng.close())
+    assert long.finish == "length" and long.token_ids == [] and long.prompt_tokens > 8
+    assert zero.finish == "length" and zero.token_ids == []
+    # the empty message still has a chat template around it; with max 8 tokens it may be cut too
+    assert ok.finish in ("stop", "length")
+
+
+def test_options_are_checked(tiny):
+    with pytest.raises(EngineError, match="max_batchh"):
+        make_engine("hf", str(tiny), max_batchh=3)
+    with pytest.raises(EngineError, match="unknown engine 'nope'"):
+        make_engine("nope", str(tiny))
+    with pytest.raises(EngineError, match="dtype"):
+        make_engine("hf", str(tiny), dtype="float8")
+
+
+def test_sampler_frequencies_match_probabilities():
+    from drmas_bench.engines.hf import HFEngine
+
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]])
+    g = torch.Generator().manual_seed(0)
+    n = 4000
+
+    def freqs(t: float, p: float) -> torch.Tensor:
+        picks = [
+            int(HFEngine._sample(logits, torch.tensor([t]), torch.tensor([p]), [g])[0]) for _ in range(n)
+        ]
+        return torch.bincount(torch.tensor(picks), minlength=5).float() / n
+
+    probs = torch.softmax(logits[0] / 0.7, -1)
+    assert torch.allclose(freqs(0.7, 1.0), probs, atol=0.03)
+    # top_p = 0.8 at temperature 1 keeps tokens 0,1,2 (mass before token 2 is < 0.8, before token 4 is >= 0.8)
+    p1 = torch.softmax(logits[0], -1)
+    order = torch.argsort(p1, descending=True)
+    before = torch.cumsum(p1[order], 0) - p1[order]
+    keep = torch.zeros(5, dtype=torch.bool)
+    keep[order[before < 0.8]] = True
+    want = torch.where(keep, p1, torch.zeros(5))
+    want = want / want.sum()
+    got = freqs(1.0, 0.8)
+    assert torch.all(got[~keep] == 0)
+    assert torch.allclose(got, want, atol=0.03)
+    assert int(HFEngine._sample(logits, torch.tensor([0.0]), torch.tensor([1.0]), [g])[0]) == 0

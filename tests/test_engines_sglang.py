@@ -1,0 +1,97 @@
+"""The ``sglang`` engine: pure translations here; the real engine in a ``gpu`` test."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+
+import pytest
+
+from drmas_bench.engines import EngineError, make_engine
+from drmas_bench.engines.sglang import completion_from_output, generate_kwargs, sampling_params
+from drmas_bench.types import Request, Sampling
+from test_engines_fixtures import tiny_model_path
+
+
+def test_sampling_params():
+    assert sampling_params(Sampling(temperature=0.6, top_p=0.95, max_new_tokens=800, seed=7)) == {
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "max_new_tokens": 800,
+        "skip_special_tokens": True,
+        "sampling_seed": 7,
+    }
+    assert "sampling_seed" not in sampling_params(Sampling(seed=None))
+    assert sampling_params(Sampling(temperature=0))["temperature"] == 0.0
+
+
+def test_generate_kwargs():
+    r1 = Request("a", [], Sampling(max_new_tokens=3, seed=1), want_logprobs=True)
+    r2 = Request("b", [], Sampling(max_new_tokens=4), want_logprobs=False)
+    kw = generate_kwargs([[1, 2], [3]], [r1, r2])
+    assert kw["input_ids"] == [[1, 2], [3]]
+    assert [p["max_new_tokens"] for p in kw["sampling_params"]] == [3, 4]
+    assert kw["return_logprob"] == [True, False]
+
+
+def test_completion_from_output():
+    out = {
+        "text": "hi there",
+        "output_ids": [5, 6, 7],
+        "meta_info": {
+            "prompt_tokens": 4,
+            "completion_tokens": 3,
+            "finish_reason": {"type": "stop", "matched": 7},
+            "output_token_logprobs": [(-0.1, 5, None), (-0.2, 6, None), (-0.3, 7, None)],
+        },
+    }
+    c = completion_from_output(out, [1, 2, 3, 4], True)
+    assert (c.text, c.token_ids, c.prompt_ids) == ("hi there", [5, 6, 7], [1, 2, 3, 4])
+    assert (c.prompt_tokens, c.completion_tokens, c.finish) == (4, 3, "stop")
+    assert c.logprobs == [-0.1, -0.2, -0.3]
+    out["meta_info"]["finish_reason"] = {"type": "length", "length": 3}
+    c = completion_from_output(out, [1], False)
+    assert c.finish == "length" and c.logprobs is None
+    out["meta_info"]["finish_reason"] = {"type": "abort", "message": "out of\nmemory"}
+    with pytest.raises(EngineError, match="aborted a request: out of memory"):
+        completion_from_output(out, [1], False)
+
+
+def test_missing_sglang_names_the_extra(tmp_path):
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("sglang is installed")
+    path = tiny_model_path(tmp_path)
+    eng = make_engine("sglang", str(path), mem_fraction_static=0.3, engine_args={"random_seed": 0})
+    args = eng.server_args()
+    assert args["model_path"] == str(path) and args["mem_fraction_static"] == 0.3 and args["random_seed"] == 0
+    assert args["enable_memory_saver"] is True
+    with pytest.raises(EngineError, match=r"pip install 'drmas-bench\[sglang\]'"):
+        asyncio.run(eng.generate([Request("a", [{"role": "user", "content": "hi"}])]))
+
+
+@pytest.mark.gpu
+def test_sglang_engine_on_gpu(tmp_path):
+    pytest.importorskip("sglang")
+    path = tiny_model_path(tmp_path)
+
+    async def main():
+        eng = make_engine("sglang", str(path), mem_fraction_static=0.2)
+        rs = [Request("a", [{"role": "user", "content": f"q{i}"}], Sampling(temperature=0, max_new_tokens=8, seed=i), want_logprobs=True) for i in range(4)]
+        a = await eng.generate(rs)
+        assert all(c.completion_tokens == len(c.token_ids) == len(c.logprobs) for c in a)
+        assert eng.footprint_bytes() > 0
+        await eng.sleep()
+        assert not eng.is_awake
+        await eng.wake()
+        b = await eng.generate(rs)
+        assert [c.token_ids for c in a] == [c.token_ids for c in b]
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        m = AutoModelForCausalLM.from_pretrained(path)
+        await eng.update_weights([(n, torch.zeros_like(p)) if n == "model.norm.weight" else (n, p) for n, p in m.named_parameters()])
+        c = await eng.generate(rs)
+        assert [x.token_ids for x in c] != [x.token_ids for x in a]
+        await eng.close()
+
+    asyncio.run(main())
