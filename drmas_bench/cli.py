@@ -19,6 +19,7 @@ COMMANDS = [
     "drmas_bench.commands.data",  # data list / check / show
     "drmas_bench.commands.models",  # models list / prepare / chat
     "drmas_bench.commands.retrieval",  # retrieval index / eval / serve
+    "drmas_bench.commands.eval",  # eval: a team over benchmarks, resumable
 ]
 
 

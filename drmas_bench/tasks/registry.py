@@ -100,6 +100,8 @@ def select_benchmarks(suite: str | None, names: str | list[str] | None) -> list[
     """`--suite S [--benchmarks a,b]` -> the chosen benchmarks (never empty)."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
+        if not names:
+            raise UserError("the benchmark selection is empty (--benchmarks names nothing)")
     if names:
         chosen = [get_benchmark(n) for n in names]
         if suite:

@@ -1,0 +1,221 @@
+"""`drmas-bench eval`: run a team of agents over benchmarks, resumably, and summarise."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from drmas_bench.types import UserError
+
+EPILOG = """examples:
+  drmas-bench eval --model smollm2-135m-instruct --suite toy --n 4
+  drmas-bench eval --model smollm2-135m-instruct --suite math --benchmarks aime24 --n 2 --limit 5 --max-new-tokens 256
+  drmas-bench eval --model smollm2-135m-instruct --suite search --benchmarks hotpotqa --n 2 --limit 5
+  drmas-bench eval --model-for verifier=Qwen/Qwen2.5-7B-Instruct --model-for searcher=meta-llama/Llama-3.2-3B-Instruct \\
+      --model-for answerer=meta-llama/Llama-3.2-3B-Instruct --suite search --engine openai --base-url http://127.0.0.1:30000/v1
+  drmas-bench eval --model runs/tiny/ckpt/latest --suite toy      # a trained team (its team.yaml)
+
+Re-running the same command resumes: finished (benchmark, task, sample) keys are skipped.
+"""
+
+# REFERENCE.md §3: max new tokens per call
+DEFAULT_MAX_NEW = {"math": 4096, "search": 800, "toy": 32}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate a team of agents on benchmarks (resumable)", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("team")
+    g.add_argument("--model", help="model for every agent: alias (smollm2-135m-instruct, tiny-random), local dir, "
+                                   "hub id, or a checkpoint dir holding team.yaml")
+    g.add_argument("--model-for", action="append", metavar="AGENT=MODEL", help="give one agent its own model (repeatable)")
+    g.add_argument("--team", help="team YAML file (see docs/teams.md)")
+    g.add_argument("--engine", default="hf", choices=["hf", "openai", "sglang"], help="engine for --model/--model-for (default hf)")
+    g.add_argument("--base-url", help="OpenAI-compatible server URL for --engine openai")
+    g.add_argument("--workflow", help="workflow name (default: the suite's: math_refine, search_route, toy)")
+    g = p.add_argument_group("benchmarks")
+    g.add_argument("--suite", choices=["math", "search", "toy"], help="benchmark suite")
+    g.add_argument("--benchmarks", help="comma-separated benchmark names (default: the whole suite)")
+    g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
+    g.add_argument("--limit", type=int, help="first N questions per benchmark (quick sets: 30)")
+    g.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
+    g = p.add_argument_group("sampling")
+    g.add_argument("--temperature", type=float, default=0.6, help="default 0.6")
+    g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
+    g.add_argument("--max-new-tokens", type=int, help="per call (default: math 4096, search 800, toy 32)")
+    g.add_argument("--seed", type=int, default=0, help="run seed; each call's seed derives from it (default 0)")
+    g = p.add_argument_group("search")
+    g.add_argument("--retriever", help="bm25:DIR | dense:DIR | http://HOST:PORT (default: an in-process BM25 "
+                                       "index of <data dir>/corpus/mini_corpus.jsonl, built once and cached)")
+    g = p.add_argument_group("run")
+    g.add_argument("--out", help="run directory (default: runs/<suite>-<model>-<config hash>)")
+    g.add_argument("--fresh", action="store_true", help="discard an existing run in --out instead of resuming")
+    g.add_argument("--prices", help="price sheet YAML for $ columns (see docs/pricing.md)")
+    g.add_argument("--concurrency", type=int, default=256, help="episodes in flight (default 256)")
+    g.add_argument("--max-batch", type=int, default=32, help="engine micro-batch size (default 32)")
+    g.add_argument("--flush-every", type=int, default=16, help="append finished trajectories to disk in batches of N (default 16)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_eval)
+
+
+def _default_retriever_spec(data_dir) -> str:
+    """The embedded default: BM25 over the mini corpus, cached under the user cache dir."""
+    from drmas_bench.models import cache_dir
+
+    if data_dir is None or not (Path(data_dir) / "corpus" / "mini_corpus.jsonl").is_file():
+        raise UserError("the search suite needs a retriever: pass --retriever bm25:DIR|dense:DIR|URL, "
+                        "or a --data-dir holding corpus/mini_corpus.jsonl for the default BM25 index")
+    out = cache_dir() / "indexes" / "mini_corpus-bm25"
+    if not (out / "manifest.json").is_file():
+        from drmas_retrieval import build_index
+
+        print(f"[eval] building the default BM25 index of the mini corpus in {out}", file=sys.stderr)
+        build_index(Path(data_dir) / "corpus" / "mini_corpus.jsonl", "bm25", out)
+    return f"bm25:{out}"
+
+
+def resolve_config(args: argparse.Namespace):
+    """Flags -> (benchmarks, workflow spec, team spec, sampling, identity config)."""
+    from drmas_bench.agents.team import build_team
+    from drmas_bench.tasks import select_benchmarks
+    from drmas_bench.types import Sampling
+    from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
+
+    benches = select_benchmarks(args.suite, args.benchmarks)
+    suites = {b.suite for b in benches}
+    if len(suites) > 1:
+        raise UserError(f"one suite per run; the selection mixes {', '.join(sorted(suites))}")
+    suite = suites.pop()
+    wf_name = args.workflow or SUITE_WORKFLOW[suite]
+    wf = get_workflow(wf_name)
+    if not (args.model or args.model_for or args.team):
+        raise UserError("choose a team: --model M, --model-for AGENT=M, or --team FILE")
+    team = build_team(wf_name, wf.agents, model=args.model, team_file=args.team, model_for=args.model_for,
+                      engine=args.engine, base_url=args.base_url,
+                      engine_options={"max_batch": args.max_batch} if args.engine == "hf" else {})
+    if team.workflow != wf_name:
+        wf = get_workflow(team.workflow)
+    if args.n < 1:
+        raise UserError("--n must be at least 1")
+    sampling = Sampling(temperature=args.temperature, top_p=args.top_p,
+                        max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW[suite])
+    return suite, benches, wf, team, sampling
+
+
+def engine_options(g) -> dict:
+    """A worker group's engine options: its own, plus the base URL for remote engines."""
+    opts = dict(g.options)
+    if g.base_url:
+        opts["base_url"] = g.base_url
+    return opts
+
+
+async def _run(args, team, wf, tasks, store, sampling, retriever, cost_fn):
+    """Create one engine per worker group, run the episodes, always close the engines."""
+    from drmas_bench.engines import make_engine
+    from drmas_bench.runner import TeamRuntime, run_episodes
+
+    engines = {}
+    try:
+        for name, g in team.worker_groups.items():
+            try:
+                engines[name] = make_engine(g.engine, g.model, **engine_options(g))
+            except UserError:
+                raise
+            except Exception as e:
+                raise UserError(f"worker group {name}: cannot load model {g.model!r} on engine {g.engine}: "
+                                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        runtime = TeamRuntime(team, engines, sampling)
+        print(f"[eval] {len(tasks)} questions x {args.n} samples, workflow {wf.name}, run dir {store.path}", file=sys.stderr)
+        try:
+            return await run_episodes(
+                tasks, args.n, runtime, wf, store, seed=args.seed, retriever=retriever,
+                workflow_options=team.workflow_options, concurrency=args.concurrency,
+                cost_fn=cost_fn, progress=not args.no_progress, flush_every=args.flush_every,
+            )
+        except UserError as e:
+            raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
+        except Exception as e:
+            raise UserError(f"run stopped ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                            f"finished samples are saved in {store.samples_path}; re-run to resume") from None
+    finally:
+        for e in engines.values():
+            await e.close()
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from drmas_bench import metrics
+    from drmas_bench.store import RunDir, fingerprint
+    from drmas_bench.tasks import load_tasks, resolve_data_dir
+
+    suite, benches, wf, team, sampling = resolve_config(args)
+    data_dir = resolve_data_dir(args.data_dir)
+    tasks = []
+    for b in benches:
+        tasks.extend(load_tasks(b, data_dir, limit=args.limit))
+    if not tasks:
+        raise UserError("the benchmark selection has no tasks")
+
+    retriever_spec = None
+    if wf.needs_retriever:
+        retriever_spec = args.retriever or _default_retriever_spec(data_dir)
+
+    runtime_sampling = {a: team.sampling_for(a, sampling).__dict__ for a in team.agents}
+    identity = {
+        "team": team.to_dict(),
+        "sampling": runtime_sampling,
+        "seed": args.seed,
+        "retriever": retriever_spec,
+    }
+    model_label = team.worker_groups[next(iter(team.worker_groups))].model if len(team.worker_groups) == 1 else "team"
+    out = Path(args.out or Path("runs") / f"{suite}-{Path(model_label.rstrip('/')).name}-{fingerprint(identity)[:8]}")
+    config = {
+        "identity": identity,
+        "suite": suite,
+        "workflow": wf.name,
+        "benchmarks": [b.name for b in benches],
+        "n": args.n,
+        "limit": args.limit,
+        "data_dir": str(data_dir) if data_dir else None,
+        "argv": sys.argv[1:],
+    }
+    store = RunDir(out, config, fresh=args.fresh)
+
+    prices = None
+    if args.prices:
+        from drmas_bench.pricing import load_prices
+
+        prices = load_prices(args.prices)
+        for g in team.worker_groups.values():
+            prices.cost(g.price_key, 0, 0)  # fail now, not after the run, on a model the sheet lacks
+
+    def cost_fn(traj) -> float:
+        if prices is None:
+            return 0.0
+        return sum(prices.cost(team.worker_groups[t.wg].price_key, t.completion.prompt_tokens,
+                               t.completion.completion_tokens) for t in traj.turns)
+
+    retriever = None
+    if retriever_spec:
+        from drmas_retrieval import load_retriever
+
+        try:
+            retriever = load_retriever(retriever_spec)
+        except Exception as e:  # a down server, a missing index dir
+            raise UserError(f"retriever {retriever_spec}: {e}") from None
+
+    stats = asyncio.run(_run(args, team, wf, tasks, store, sampling, retriever, cost_fn if prices else None))
+
+    keys = {(t.benchmark, t.id) for t in tasks}
+    records = [r for r in store.records() if (r["task"]["benchmark"], r["task"]["id"]) in keys and r["sample_idx"] < args.n]
+    summary = metrics.summarize(records)
+    summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
+                      "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2)}
+    md = metrics.format_summary_markdown(summary)
+    store.write_summary(summary, md)
+    print(md)
+    print(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "
+          f"summary in {out}/summary.md", file=sys.stderr)
+    return 0
