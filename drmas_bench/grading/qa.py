@@ -1,0 +1,62 @@
+"""Question-answering grading (search suite, REFERENCE.md §2): SQuAD-normalised exact match, token
+F1 and cover-EM against a list of gold answers.
+
+- `normalize_qa(s)`: lower-case, drop punctuation, drop the articles a / an / the, collapse spaces
+  (the SQuAD evaluation script's normalisation, which the reference's reward uses).
+- `grade_qa(answer, golds) -> QAScore(em, f1, cover_em)`, each the best over the golds:
+  em: the normalised answer equals a normalised gold (the reference reward);
+  f1: token-level F1 between normalised answer and gold (an extra column; not in the reference);
+  cover_em: a normalised gold occurs in the normalised answer as a whole-token span.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass
+
+_PUNCT = str.maketrans("", "", string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+@dataclass(frozen=True)
+class QAScore:
+    """Scores of one answer against its golds, each in [0, 1] (em and cover_em are 0 or 1)."""
+
+    em: float
+    f1: float
+    cover_em: float
+
+
+def normalize_qa(s: str) -> str:
+    """SQuAD normalisation: lower-case, strip punctuation and articles, collapse whitespace."""
+    s = str(s).lower().translate(_PUNCT)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def token_f1(pred: str, gold: str) -> float:
+    """Token F1 of two already-normalised strings (both empty: 1.0; one empty: 0.0)."""
+    p, g = pred.split(), gold.split()
+    if not p or not g:
+        return float(p == g)
+    common = sum((Counter(p) & Counter(g)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p), common / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def grade_qa(answer: str | None, golds: list[str] | str) -> QAScore:
+    """Best EM, F1 and cover-EM of `answer` over `golds` (None / no golds -> all zero)."""
+    if isinstance(golds, str):
+        golds = [golds]
+    if answer is None or not golds:
+        return QAScore(0.0, 0.0, 0.0)
+    pred = normalize_qa(answer)
+    normed = [normalize_qa(g) for g in golds]
+    em = float(any(pred == g for g in normed))
+    f1 = max(token_f1(pred, g) for g in normed)
+    cover = float(any(g and f" {g} " in f" {pred} " for g in normed))
+    return QAScore(em, f1, cover)

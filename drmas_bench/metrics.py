@@ -1,0 +1,345 @@
+"""Metrics over recorded trajectories (REFERENCE.md §3): avg@k, unbiased pass@k, bootstrap CIs,
+macro and micro pooling, per-agent tokens, latency and dollars.
+
+- `pass_at_k(n, c, k)`: the unbiased estimator of Chen et al. (2021),
+  `1 - prod_{i=n-c+1..n} (1 - k/i)`; at k = n it is the any-success indicator.
+- `avg_at_k(n, c)`: the mean success rate c/n (unbiased for avg@k at every k <= n).
+- `bootstrap_ci(values)`: a seeded percentile bootstrap CI of the mean over questions.
+- `summarize(records, prices=None, ks=None, n_boot=1000, seed=0)`: the summary dict described in
+  `summarize`'s docstring; `format_summary_markdown(summary)` renders it as tables.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from drmas_bench.pricing import PriceSheet
+
+MICRO = "all (micro)"
+MACRO = "mean of benchmarks (macro)"
+QA_KEYS = ("em", "f1", "cover_em")
+
+
+# -------------------------------------------------------------------------------- estimators
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples (drawn without replacement from n, c of them
+    correct) is correct: `1 - C(n-c, k) / C(n, k)`, computed as a stable product."""
+    if not (0 <= c <= n) or not (1 <= k <= n):
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def avg_at_k(n: int, c: int, k: int | None = None) -> float:
+    """Mean success rate over k samples, estimated from n samples with c correct: c / n."""
+    if not (0 <= c <= n) or n < 1 or (k is not None and not 1 <= k <= n):
+        raise ValueError(f"avg_at_k needs 0 <= c <= n, n >= 1 and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return c / n
+
+
+def default_ks(n: int) -> list[int]:
+    """1, 2, 4, 8, ... up to n, plus n itself."""
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    if n >= 1 and ks[-1] != n:
+        ks.append(n)
+    return ks
+
+
+def bootstrap_ci(values: Sequence[float] | np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of `values` (resampling the values with replacement)."""
+    lo, hi = _bootstrap_means([np.asarray(values, dtype=float)], n_boot, seed, level)[0]
+    return lo, hi
+
+
+def _bootstrap_means(columns: list[np.ndarray], n_boot: int, seed: int, level: float = 0.95,
+                     strata: list[np.ndarray] | None = None) -> list[tuple[float, float]]:
+    """CIs of the means of several same-length columns, resampled jointly (paired).
+
+    With `strata` (index arrays), rows are resampled within each stratum and the statistic is the
+    unweighted mean of the stratum means (the macro average)."""
+    m = len(columns[0])
+    if m == 0:
+        return [(float("nan"), float("nan"))] * len(columns)
+    rng = np.random.default_rng(seed)
+    groups = strata if strata is not None else [np.arange(m)]
+    stats = np.empty((len(columns), n_boot))
+    block = max(1, 2_000_000 // m)
+    for start in range(0, n_boot, block):
+        b = min(block, n_boot - start)
+        per_group = []
+        for g in groups:
+            pick = g[rng.integers(0, len(g), size=(b, len(g)))]
+            per_group.append([col[pick].mean(axis=1) for col in columns])
+        for j in range(len(columns)):
+            stats[j, start:start + b] = np.mean([pg[j] for pg in per_group], axis=0)
+    alpha = (1 - level) / 2
+    return [(float(np.quantile(s, alpha)), float(np.quantile(s, 1 - alpha))) for s in stats]
+
+
+# ---------------------------------------------------------------------------------- grouping
+
+
+@dataclass
+class _Question:
+    benchmark: str
+    id: str
+    n: int = 0
+    c: int = 0
+    samples: set | None = None
+    duplicates: int = 0
+
+
+def _as_dict(r: Any) -> dict[str, Any]:
+    return r if isinstance(r, dict) else r.to_dict()
+
+
+def _questions(records: list[dict[str, Any]]) -> dict[tuple[str, str], _Question]:
+    qs: dict[tuple[str, str], _Question] = {}
+    for r in records:
+        t = r["task"]
+        key = (t["benchmark"], str(t["id"]))
+        q = qs.setdefault(key, _Question(key[0], key[1], samples=set()))
+        q.n += 1
+        q.c += bool(r.get("correct", False))
+        idx = r.get("sample_idx")
+        if idx in q.samples:
+            q.duplicates += 1
+        q.samples.add(idx)
+    return qs
+
+
+def _seed_for(name: str, seed: int) -> int:
+    return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**32)
+
+
+def _percentiles(xs: list[float]) -> dict[str, float | None]:
+    if not xs:
+        return {"p50": None, "p95": None}
+    a = np.asarray(xs, dtype=float)
+    return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
+
+
+def _turn_cost(turn: dict[str, Any], prices: PriceSheet) -> float:
+    c = turn.get("completion", {})
+    return prices.cost(turn.get("wg", ""), int(c.get("prompt_tokens", 0)), int(c.get("completion_tokens", 0)),
+                       float(c.get("latency_s", 0.0)))
+
+
+def _agents(trajs: list[dict[str, Any]], prices: PriceSheet | None, n_questions: int) -> dict[str, dict[str, Any]]:
+    acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "prompt": 0, "completion": 0, "usd": 0.0, "models": set()})
+    for r in trajs:
+        for turn in r.get("turns", []):
+            a = acc[turn.get("agent", "?")]
+            c = turn.get("completion", {})
+            a["calls"] += 1
+            a["prompt"] += int(c.get("prompt_tokens", 0))
+            a["completion"] += int(c.get("completion_tokens", 0))
+            a["models"].add(turn.get("wg", ""))
+            if prices is not None:
+                a["usd"] += _turn_cost(turn, prices)
+    out = {}
+    for name, a in sorted(acc.items()):
+        out[name] = {
+            "models": sorted(a["models"]),
+            "calls": a["calls"],
+            "calls_per_traj": a["calls"] / len(trajs) if trajs else 0.0,
+            "prompt_tokens_per_call": a["prompt"] / a["calls"] if a["calls"] else 0.0,
+            "completion_tokens_per_call": a["completion"] / a["calls"] if a["calls"] else 0.0,
+        }
+        if prices is not None:
+            out[name]["usd_per_question"] = a["usd"] / n_questions if n_questions else 0.0
+    return out
+
+
+def _block(qs: list[_Question], trajs: list[dict[str, Any]], ks: list[int] | None, prices: PriceSheet | None,
+           n_boot: int, seed: int) -> dict[str, Any]:
+    """Every per-population number (one benchmark, or all questions pooled)."""
+    ns = Counter(q.n for q in qs)
+    n_mode = ns.most_common(1)[0][0]
+    n_min = min(ns)
+    wanted = ks if ks is not None else default_ks(n_min)
+    use_ks = sorted({k for k in wanted if 1 <= k <= n_min})
+    avg = np.array([q.c / q.n for q in qs])
+    pass_cols = {k: np.array([pass_at_k(q.n, q.c, k) for q in qs]) for k in use_ks}
+    top = np.array([pass_at_k(q.n, q.c, n_min) for q in qs])
+    (avg_lo, avg_hi), (pass_lo, pass_hi) = _bootstrap_means([avg, top], n_boot, seed)
+    uneven = [q.id for q in qs if q.n != n_mode]
+    out: dict[str, Any] = {
+        "questions": len(qs),
+        "samples": len(trajs),
+        "n": n_min,
+        "n_min": n_min,
+        "n_max": max(ns),
+        "n_varies": len(ns) > 1,
+        "questions_with_other_n": len(uneven),
+        "questions_with_other_n_ids": [f"{q.benchmark}/{q.id}" for q in qs if q.n != n_mode][:20],
+        "duplicate_samples": sum(q.duplicates for q in qs),
+        "avg@n": float(avg.mean()),
+        "pass@k": {str(k): float(v.mean()) for k, v in pass_cols.items()},
+        "pass@n": float(top.mean()),
+        "ci95": {"avg@n": [avg_lo, avg_hi], "pass@n": [pass_lo, pass_hi]},
+        "ks_skipped": sorted({k for k in wanted if k > n_min}),
+        "latency_s": _percentiles([float(r.get("wall_s", 0.0)) for r in trajs]),
+        "agents": _agents(trajs, prices, len(qs)),
+    }
+    if prices is not None:
+        total = sum(_turn_cost(t, prices) for r in trajs for t in r.get("turns", []))
+        source = "price sheet"
+    else:
+        total = sum(float(r.get("cost_usd", 0.0) or 0.0) for r in trajs)
+        source = "recorded cost_usd"
+    out.update(usd_total=total, usd_per_question=total / len(qs), usd_per_sample=total / len(trajs), usd_source=source)
+    for key in QA_KEYS:
+        vals = [float(r["extra"][key]) for r in trajs if isinstance(r.get("extra"), dict) and key in r["extra"]]
+        if vals:
+            out[key] = float(np.mean(vals))
+    timeouts = sum(1 for r in trajs if isinstance(r.get("extra"), dict) and r["extra"].get("grade") == "timeout")
+    if timeouts:
+        out["grade_timeouts"] = timeouts
+    return out
+
+
+def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[_Question]], n_boot: int, seed: int) -> dict[str, Any]:
+    """Unweighted means over benchmarks; CIs by resampling questions within each benchmark."""
+    names = list(blocks)
+    common_ks = set.intersection(*(set(blocks[b]["pass@k"]) for b in names))
+    out: dict[str, Any] = {
+        "benchmarks": len(names),
+        "questions": sum(blocks[b]["questions"] for b in names),
+        "avg@n": float(np.mean([blocks[b]["avg@n"] for b in names])),
+        "pass@k": {k: float(np.mean([blocks[b]["pass@k"][k] for b in names])) for k in sorted(common_ks, key=int)},
+        "pass@n": float(np.mean([blocks[b]["pass@n"] for b in names])),
+        "usd_per_question": float(np.mean([blocks[b]["usd_per_question"] for b in names])),
+    }
+    flat = [q for b in names for q in qs_by_bench[b]]
+    strata, start = [], 0
+    for b in names:
+        strata.append(np.arange(start, start + len(qs_by_bench[b])))
+        start += len(qs_by_bench[b])
+    avg = np.array([q.c / q.n for q in flat])
+    top = np.array([pass_at_k(q.n, q.c, blocks[q.benchmark]["n"]) for q in flat])
+    (a_lo, a_hi), (p_lo, p_hi) = _bootstrap_means([avg, top], n_boot, seed, strata=strata)
+    out["ci95"] = {"avg@n": [a_lo, a_hi], "pass@n": [p_lo, p_hi]}
+    for key in QA_KEYS:
+        if all(key in blocks[b] for b in names):
+            out[key] = float(np.mean([blocks[b][key] for b in names]))
+    return out
+
+
+def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequence[int] | None = None,
+              n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Summary of trajectory records (dicts from `Trajectory.to_dict()`, or Trajectory objects).
+
+    prices: a PriceSheet to price every call by its turn's `wg`; None sums the recorded `cost_usd`.
+    ks: the k of pass@k (default 1, 2, 4, ... up to n, plus n); k above a population's n is skipped.
+    n_boot, seed: bootstrap resamples and seed for the 95% CIs (resampling questions).
+
+    Returns {"benchmarks": {name: block}, "micro": block, "macro": {...}, "labels": {...},
+    "unpriced_models": [...], "n_boot", "seed"}. A block holds: questions, samples, n (samples per
+    question; the smallest when they differ), n_min, n_max, n_varies, questions_with_other_n (+ ids),
+    duplicate_samples, avg@n, pass@k {"1": ..}, pass@n (at k = n), ci95 {avg@n, pass@n},
+    ks_skipped, latency_s {p50, p95} (trajectory wall_s), agents {name: models, calls,
+    calls_per_traj, prompt_tokens_per_call, completion_tokens_per_call, usd_per_question},
+    usd_total, usd_per_question, usd_per_sample, usd_source, and the mean em / f1 / cover_em of
+    `extra` when present. "micro" pools every question; "macro" is the unweighted mean over
+    benchmarks (CIs from resampling within each benchmark)."""
+    recs = [_as_dict(r) for r in records]
+    if not recs:
+        raise ValueError("summarize needs at least one record")
+    qs = _questions(recs)
+    by_bench: dict[str, list[_Question]] = defaultdict(list)
+    for q in qs.values():
+        by_bench[q.benchmark].append(q)
+    trajs_by_bench: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in recs:
+        trajs_by_bench[r["task"]["benchmark"]].append(r)
+    ks_list = list(ks) if ks is not None else None
+    blocks = {b: _block(by_bench[b], trajs_by_bench[b], ks_list, prices, n_boot, _seed_for(b, seed)) for b in sorted(by_bench)}
+    micro = _block(list(qs.values()), recs, ks_list, prices, n_boot, _seed_for(MICRO, seed))
+    return {
+        "benchmarks": blocks,
+        "micro": micro,
+        "macro": _macro(blocks, {b: by_bench[b] for b in blocks}, n_boot, _seed_for(MACRO, seed)),
+        "labels": {"micro": MICRO, "macro": MACRO},
+        "unpriced_models": sorted(prices.unpriced) if prices is not None else [],
+        "n_boot": n_boot,
+        "seed": seed,
+    }
+
+
+# ---------------------------------------------------------------------------------- markdown
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}"
+
+
+def _with_ci(x: float, ci: Sequence[float] | None) -> str:
+    if ci is None or any(v != v for v in ci):  # NaN
+        return _pct(x)
+    return f"{_pct(x)} [{_pct(ci[0])}, {_pct(ci[1])}]"
+
+
+def _usd(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4g}"
+
+
+def format_summary_markdown(summary: dict[str, Any]) -> str:
+    """Markdown tables (accuracy in %, with 95% bootstrap CIs; cost and latency; agents)."""
+    from tabulate import tabulate
+
+    blocks = summary["benchmarks"]
+    rows_src = [(b, blocks[b]) for b in blocks] + [(MICRO, summary["micro"]), (MACRO, summary["macro"])]
+    ks = sorted({int(k) for _, blk in rows_src for k in blk["pass@k"]})
+    head = ["benchmark", "questions", "n", "avg@n [95% CI]"] + [f"pass@{k}" for k in ks] + ["pass@n [95% CI]"]
+    acc_rows = []
+    for name, blk in rows_src:
+        acc_rows.append(
+            [name, blk["questions"], blk.get("n", "–"), _with_ci(blk["avg@n"], blk["ci95"]["avg@n"])]
+            + [_pct(blk["pass@k"].get(str(k))) for k in ks]
+            + [_with_ci(blk["pass@n"], blk["ci95"]["pass@n"])]
+        )
+    parts = ["### Accuracy (%)", "", tabulate(acc_rows, head, tablefmt="github", disable_numparse=True)]
+
+    qa = [k for k in QA_KEYS if any(k in blk for _, blk in rows_src)]
+    cost_head = ["benchmark", "latency p50 (s)", "latency p95 (s)", "$ / question"] + [k.upper() if k != "f1" else "F1" for k in qa]
+    cost_rows = []
+    for name, blk in rows_src:
+        lat = blk.get("latency_s", {})
+        fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
+        cost_rows.append([name, fmt(lat.get("p50")), fmt(lat.get("p95")), _usd(blk.get("usd_per_question"))]
+                         + [_pct(blk.get(k)) for k in qa])
+    source = summary["micro"].get("usd_source", "")
+    parts += ["", f"### Cost and latency ($ from {source})", "", tabulate(cost_rows, cost_head, tablefmt="github", disable_numparse=True)]
+
+    agents = summary["micro"].get("agents", {})
+    if agents:
+        ag_head = ["agent", "models", "calls / trajectory", "prompt tokens / call", "completion tokens / call", "$ / question"]
+        ag_rows = [[a, ", ".join(v["models"]), f"{v['calls_per_traj']:.2f}", f"{v['prompt_tokens_per_call']:.0f}",
+                    f"{v['completion_tokens_per_call']:.0f}", _usd(v.get("usd_per_question"))] for a, v in agents.items()]
+        parts += ["", "### Agents (all questions)", "", tabulate(ag_rows, ag_head, tablefmt="github", disable_numparse=True)]
+
+    notes = []
+    for name, blk in rows_src:
+        if blk.get("n_varies"):
+            notes.append(f"{name}: samples per question vary ({blk['n_min']}..{blk['n_max']}); "
+                         f"{blk['questions_with_other_n']} questions differ from the usual n; pass@k uses k <= {blk['n_min']}")
+        if blk.get("duplicate_samples"):
+            notes.append(f"{name}: {blk['duplicate_samples']} duplicate (task, sample_idx) records")
+    if summary.get("unpriced_models"):
+        notes.append(f"unpriced models (costed at $0 by `default: zero`): {', '.join(summary['unpriced_models'])}")
+    notes.append(f"{MACRO}: unweighted mean over {summary['macro']['benchmarks']} benchmarks; "
+                 f"{MICRO}: every question weighted equally. CIs: {summary['n_boot']} bootstrap resamples of questions, seed {summary['seed']}.")
+    parts += ["", *[f"- {n}" for n in notes]]
+    return "\n".join(parts) + "\n"

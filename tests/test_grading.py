@@ -1,0 +1,374 @@
+"""Graders: boxed extraction, normalisation, math equivalence (reference and math-verify backends),
+the process pool with hard timeouts, QA scores and the toy grader."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from drmas_bench.grading import (
+    GradeResult,
+    answers_equal,
+    GradingPool,
+    extract_answer_tag,
+    extract_boxed,
+    grade_math,
+    grade_math_many,
+    grade_qa,
+    grade_toy,
+    normalize_answer,
+    normalize_qa,
+)
+from drmas_bench.grading.latex import LatexGuardError, latex_to_sympy
+from drmas_bench.types import UserError
+
+MATH_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
+TOWER = "\\boxed{9^{9^{9^{9^{9}}}}}"
+
+
+# ------------------------------------------------------------------ backends for the pool tests
+# Module-level so that they pickle by reference into the spawned workers.
+
+
+def naive_sympy_backend(extracted: str, gold: str) -> bool:
+    """An unguarded grader: sympify with ^ -> **. A power tower makes it compute 9**(9**...)."""
+    import sympy
+
+    expr = extracted.replace("^", "**").replace("{", "(").replace("}", ")")
+    return bool(sympy.sympify(expr) == sympy.sympify(gold))
+
+
+def crashing_backend(extracted: str, gold: str) -> bool:
+    """Kills its own process on the answer "crash" (a segfault stand-in)."""
+    if extracted == "crash":
+        os._exit(3)
+    return extracted == gold
+
+
+def raising_backend(extracted: str, gold: str) -> bool:
+    if extracted == "raise":
+        raise ValueError("bad input")
+    return extracted == gold
+
+
+# ------------------------------------------------------------------------------- extraction
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("so the answer is \\boxed{5}.", "5"),
+        ("\\boxed{1} then \\boxed{2}", "2"),
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+        ("$\\boxed 5$", "5"),
+        ("answer: \\boxed 42\nmore text", "42"),
+        ("\\fbox{7}", "7"),
+        ("\\boxed{a} <think>\\boxed{b}</think> final \\boxed{c}", "c"),
+        ("<think>\\boxed{3}</think> no box after thinking", None),
+        ("\\boxed{\\boxed{4}}", "\\boxed{4}"),
+        ("\\boxed{}", ""),
+        ("\\boxed{unclosed", None),
+        ("\\boxed{1} and \\boxed{2", "1"),
+        ("no answer here", None),
+        ("", None),
+        ("\\boxedx{3}", None),
+    ],
+)
+def test_extract_boxed(text, want):
+    assert extract_boxed(text) == want
+
+
+def test_extract_answer_tag():
+    assert extract_answer_tag("<answer> Paris </answer>") == "Paris"
+    assert extract_answer_tag("<answer>a</answer> x <answer>b\nc</answer>") == "b\nc"
+    assert extract_answer_tag("<answer>unclosed") is None
+    assert extract_answer_tag("<verdict>approve</verdict>", tag="verdict") == "approve"
+    assert extract_answer_tag(None) is None
+
+
+# ---------------------------------------------------------------------------- normalisation
+
+
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})"),
+        ("\\dfrac{17}{50}", "\\frac{17}{50}"),
+        ("\\frac 59", "\\frac{5}{9}"),
+        ("\\frac9{19}", "\\frac{9}{19}"),
+        ("11\\sqrt2", "11\\sqrt{2}"),
+        ("90^\\circ", "90"),
+        ("18.8^{\\circ}", "18.8"),
+        ("50\\%", "50"),
+        ("10,\\!080", "10080"),
+        ("11,\\! 111,\\! 111,\\! 100", "11111111100"),
+        ("\\$32,\\!348", "32348"),
+        ("5.4 \\text{ cents}", "5.4"),
+        ("864 \\mbox{ inches}^2", "864"),
+        ("\\frac{270}7\\text{ degrees}", "\\frac{270}{7}"),
+        ("\\text{Evelyn}", "Evelyn"),
+        ("\\text{(C)}", "C"),
+        ("x=5", "5"),
+        ("f(x) = 2 x", "2x"),
+        ("m_{\\max }=n^{2}-n-1", "n^2-n-1"),
+        ("x \\in [-2,7]", "[-2,7]"),
+        ("$a=2$, $a=-6-4 \\sqrt{2}$", "2,-6-4\\sqrt{2}"),
+        ("5x - 7y + 11z + 4 = 0", "5x-7y+11z+4=0"),
+        (".0000672", "0.0000672"),
+        ("1\\frac{4}{5}", "\\frac{9}{5}"),
+        ("4210_{5}", "4210_5"),
+        ("(-\\infty, 0) \\cup\\{1\\}.", "(-\\infty,0)\\cup\\{1\\}"),
+        ("\\cot x", "\\cot x"),
+        ("2 \\sqrt{3} i", "2\\sqrt{3}i"),
+    ],
+)
+def test_normalize_answer(raw, want):
+    assert normalize_answer(raw) == want
+
+
+# ------------------------------------------------------------------------------ equivalence
+
+EQUIVALENT = [
+    ("\\frac{1}{2}", "0.5"),
+    ("\\frac12", "\\dfrac{1}{2}"),
+    ("3", "3.0"),
+    ("10080", "10,\\!080"),
+    ("90^\\circ", "90"),
+    ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\pi/2)"),
+    ("(3,4]", "(3, 4]"),
+    ("1,-2", "-2,1"),
+    ("1 \\pm \\sqrt{19}", "1-\\sqrt{19}, 1+\\sqrt{19}"),
+    ("\\{1\\pm\\sqrt{5},-2\\}", "-2, 1+\\sqrt5, 1-\\sqrt5"),
+    ("\\begin{pmatrix} -1/3 \\\\ 2/3 \\\\ 5/3 \\end{pmatrix}", "\\begin{pmatrix} -\\frac{1}{3} \\\\ \\frac23 \\\\ \\frac{5}{3} \\end{pmatrix}"),
+    ("\\text{Evelyn}", "evelyn"),
+    ("\\text{(C)}", "C"),
+    ("\\$32,\\!348", "32348"),
+    ("1\\frac{4}{5}", "1.8"),
+    ("3\\sqrt{13}", "\\sqrt{117}"),
+    ("6-5i", "-5i+6"),
+    ("x^5 - x^4 + x^3 - x^2 + x - 1", "(x-1)(x^4+x^2+1)"),
+    ("\\cot x", "\\frac{\\cos x}{\\sin x}"),
+    ("(0,9) \\cup (9,36)", "(0,9)\\cup(9,36)"),
+    ("5x - 7y + 11z + 4 = 0", "-10x+14y-22z-8=0"),
+    ("y = 2x + 3", "2x+3"),
+    ("4.5e33", "4.5 \\times 10^{33}"),
+    ("-1./3", "-\\frac{1}{3}"),
+    ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt3}"),
+    ("\\ln 2 + i\\pi / 3", "\\log(2)+\\frac{\\pi i}{3}"),
+    ("$\\binom{2n}{n}$", "\\frac{(2n)!}{(n!)^2}"),
+    ("$\\frac{\\log 2}{\\log 2-\\log 3}$", "\\frac{\\ln 2}{\\ln(2/3)}"),
+    ("\\sqrt[3]{7}", "7^{1/3}"),
+    ("$(1,8,19), (2,7,13), (4,5,7)$", "(2,7,13),(1,8,19),(4,5,7)"),
+    ("$\\lfloor\\frac{2 n-1}{5}\\rfloor$", "\\left\\lfloor \\frac{2n-1}{5} \\right\\rfloor"),
+    ("62.5%", "62.5"),
+]
+
+DIFFERENT = [
+    ("3", "\\frac{6}{2}"),  # reference guard: an integer gold needs a plain number
+    ("\\frac{1}{2}", "\\frac{2}{4}"),  # reference guard: fractions compare as written
+    ("\\frac{1}{3}", "0.333"),
+    ("\\frac{1}{3}", "0.3333333333333"),  # exact decimals are never "close enough"
+    ("\\sqrt{2}", "1.41421356"),
+    ("(3,4]", "(3,4)"),
+    ("(-\\infty, 0]", "(-\\infty,0)"),
+    ("1 \\pm \\sqrt{19}", "1+\\sqrt{19}"),
+    ("\\text{(C)}", "D"),
+    ("x^5 - x^4 + x^3 - x^2 + x - 1", "(x+1)(x^4+x^2+1)"),
+    ("5x - 7y + 11z + 4 = 0", "5x-7y+11z+5=0"),
+    ("(0,9) \\cup (9,36)", "(0,9)\\cup(9,35)"),
+    ("$(1,8,19), (2,7,13), (4,5,7)$", "(2,7,13),(1,19,8),(4,5,7)"),
+    ("4.5e33", "4.6e33"),
+    ("52_8", "42"),
+    ("\\frac{100!}{2^{50}}", "\\frac{100!}{2^{49}}"),
+    ("62.5%", "\\frac{5}{8}"),
+    ("2", "9^{9^{9^{9^{9}}}}"),
+    ("5", "10000!"),
+]
+
+
+@pytest.mark.parametrize("gold, pred", EQUIVALENT)
+def test_reference_equivalent(gold, pred):
+    assert grade_math(f"Thus \\boxed{{{pred}}}.", gold) is True
+
+
+@pytest.mark.parametrize("gold, pred", DIFFERENT)
+def test_reference_different(gold, pred):
+    assert grade_math(f"Thus \\boxed{{{pred}}}.", gold) is False
+
+
+def test_no_box_is_wrong():
+    assert grade_math("the answer is 5", "5") is False
+    assert grade_math("\\boxed{}", "5") is False
+
+
+def test_guards_stop_huge_numbers_quickly():
+    t0 = time.perf_counter()
+    assert grade_math(TOWER, "5") is False
+    assert grade_math("\\boxed{100000!}", "5") is False
+    assert time.perf_counter() - t0 < 2.0
+    with pytest.raises(LatexGuardError):
+        latex_to_sympy("9^{9^{9^{9}}}")
+
+
+def test_unknown_backend():
+    with pytest.raises(UserError, match="unknown math grading backend"):
+        grade_math("\\boxed{1}", "1", backend="nope")
+
+
+def test_math_verify_backend():
+    pytest.importorskip("math_verify")
+    assert grade_math("\\boxed{\\frac{1}{2}}", "0.5", backend="math_verify") is True
+    assert grade_math("\\boxed{3}", "4", backend="math_verify") is False
+    assert grade_math("no box", "4", backend="math_verify") is False
+
+
+ANSWER_PIECES = list("0123456789+-*/^_{}()[],.=xyi! ") + ["\\frac", "\\sqrt", "\\pi", "\\pm", "\\cup", "\\infty", "\\left(", "\\text{ m}"]
+ANSWERISH = st.lists(st.sampled_from(ANSWER_PIECES), max_size=14).map("".join)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gold=ANSWERISH, pred=ANSWERISH)
+def test_reference_never_raises_and_is_reflexive(gold, pred):
+    """Any answer-like junk grades without an exception; an answer always equals itself."""
+    assert isinstance(grade_math(f"\\boxed{{{pred}}}", gold), bool)
+    if normalize_answer(pred):
+        assert answers_equal(pred, pred) is True
+
+
+# ------------------------------------------------------------------------- benchmark golds
+
+
+def _next_different(golds: list[str], i: int) -> str | None:
+    """The next gold (cyclically) whose normalised form differs from golds[i]."""
+    mine = normalize_answer(golds[i])
+    for j in range(1, len(golds)):
+        other = golds[(i + j) % len(golds)]
+        if normalize_answer(other) != mine:
+            return other
+    return None
+
+
+@pytest.mark.data
+def test_every_gold_matches_itself_and_not_another(data_dir):
+    """Every math gold is right against itself boxed and wrong against a different gold of the
+    same benchmark, with no timeout and no error (reference backend)."""
+    from drmas_bench.tasks import load_tasks
+
+    pairs, want, where = [], [], []
+    for bench in MATH_BENCHMARKS:
+        golds = [t.answers[0] for t in load_tasks(bench, data_dir)]
+        assert golds, bench
+        for i, gold in enumerate(golds):
+            pairs.append((f"The answer is \\boxed{{{gold}}}.", gold))
+            want.append(True)
+            where.append(f"{bench}[{i}] self")
+            other = _next_different(golds, i)
+            if other is not None:
+                pairs.append((f"The answer is \\boxed{{{other}}}.", gold))
+                want.append(False)
+                where.append(f"{bench}[{i}] vs {other!r}")
+    results = grade_math_many(pairs, timeout_s=10.0, workers=2)
+    assert len(results) == len(pairs)
+    problems = [(w, p[1], r) for w, p, r, ok in zip(where, pairs, results, want) if r.status != "ok" or r.correct != ok]
+    assert problems == []
+    assert len(pairs) > 3000
+
+
+# ------------------------------------------------------------------------------------- pool
+
+
+def test_pool_results_in_order_and_match_in_process():
+    pairs = [(f"step... \\boxed{{{i}}}", str(i if i % 3 else i + 1)) for i in range(60)]
+    pairs += [("\\boxed{\\frac{1}{2}}", "0.5"), ("no box", "1"), ("\\boxed{x^2-1}", "(x-1)(x+1)")]
+    results = grade_math_many(pairs, workers=2)
+    assert [r.correct for r in results] == [grade_math(resp, gold) for resp, gold in pairs]
+    assert [r.extracted for r in results] == [extract_boxed(resp) for resp, _ in pairs]
+    assert all(isinstance(r, GradeResult) and r.status == "ok" for r in results)
+    assert grade_math_many([]) == []
+
+
+def test_power_tower_times_out_from_a_worker_thread():
+    """A hanging item is killed at its deadline and recorded as a timeout; the rest of the batch
+    grades correctly and in order, with grade_math_many called from a ThreadPoolExecutor worker."""
+    timeout = 1.0
+    warm = [("\\boxed{1}", "1")] * 4
+    batch = [("\\boxed{1}", "1"), ("\\boxed{2}", "3"), (TOWER, "5"), ("\\boxed{4}", "4"), ("\\boxed{x}", "x"), ("\\boxed{6}", "7")]
+
+    def call():
+        grade_math_many(warm, timeout_s=timeout, workers=2, backend=naive_sympy_backend)  # start workers
+        t0 = time.monotonic()
+        results = grade_math_many(batch, timeout_s=timeout, workers=2, backend=naive_sympy_backend)
+        return results, time.monotonic() - t0
+
+    with ThreadPoolExecutor(max_workers=1) as ex:
+        results, wall = ex.submit(call).result(timeout=60)
+    assert [r.status for r in results] == ["ok", "ok", "timeout", "ok", "ok", "ok"]
+    assert [r.correct for r in results] == [True, False, False, True, True, False]
+    assert results[2].extracted == "9^{9^{9^{9^{9}}}}"
+    assert timeout <= results[2].seconds <= timeout + 1.0
+    assert wall <= timeout + 1.0
+
+
+def test_worker_crash_and_grader_error_are_recorded():
+    with GradingPool(workers=1) as pool:
+        pairs = [("\\boxed{a}", "a"), ("\\boxed{crash}", "a"), ("\\boxed{b}", "b"), ("\\boxed{raise}", "b")]
+        results = pool.grade(pairs, timeout_s=10.0, backend=crashing_backend)
+        assert [r.status for r in results] == ["ok", "error", "ok", "ok"]
+        assert [r.correct for r in results] == [True, False, True, False]
+        assert "died" in results[1].detail
+        results = pool.grade(pairs[2:], timeout_s=10.0, backend=raising_backend)
+        assert [r.status for r in results] == ["ok", "error"]
+        assert "ValueError" in results[1].detail
+
+
+# --------------------------------------------------------------------------------------- QA
+
+
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        ("The Eiffel Tower!", "eiffel tower"),
+        ("  An  apple,  a day ", "apple day"),
+        ("Théâtre", "théâtre"),
+        ("U.S.A.", "usa"),
+        ("the", ""),
+        ("Anthem", "anthem"),  # articles only as whole words
+    ],
+)
+def test_normalize_qa(raw, want):
+    assert normalize_qa(raw) == want
+
+
+def test_grade_qa_scores():
+    s = grade_qa("The Eiffel Tower", ["eiffel tower", "Paris"])
+    assert (s.em, s.f1, s.cover_em) == (1.0, 1.0, 1.0)
+    # pred tokens {eiffel, tower, in, paris}, gold {eiffel, tower}: P = 2/4, R = 1, F1 = 2/3
+    s = grade_qa("Eiffel Tower in Paris", ["Eiffel Tower"])
+    assert s.em == 0.0 and s.f1 == pytest.approx(2 / 3) and s.cover_em == 1.0
+    # best over golds: "paris" gives P = 1/4, R = 1 -> 0.4 < 2/3
+    s = grade_qa("Eiffel Tower in Paris", ["Paris", "Eiffel Tower"])
+    assert s.f1 == pytest.approx(2 / 3) and s.cover_em == 1.0
+    # repeated tokens count once each: pred "a b b", gold "b b c": common 2, P = R = 2/3
+    s = grade_qa("x y y", ["y y z"])
+    assert s.f1 == pytest.approx(2 / 3)
+    assert grade_qa("1990s", ["1990"]).cover_em == 0.0  # whole tokens only
+    assert grade_qa("in 1990 exactly", ["1990"]).cover_em == 1.0
+    assert grade_qa(None, ["x"]) == grade_qa("x", []) == grade_qa("", ["x"])
+    assert grade_qa("", ["x"]).f1 == 0.0
+    assert grade_qa("Paris", "paris").em == 1.0
+
+
+def test_grade_toy():
+    assert grade_toy("3 + 4 = 7", "7")
+    assert grade_toy("<answer>7</answer> but later 8", "7")
+    assert grade_toy("\\boxed{12}", "12")
+    assert not grade_toy("<answer>8</answer>", "7")
+    assert not grade_toy("no number", "7")
+    assert grade_toy("it is -3", "-3")
+    assert not grade_toy("", "1")
