@@ -2,8 +2,8 @@
 
 Thousands of episode coroutines run at once (bounded by `concurrency`); each agent call awaits its
 engine, whose micro-batcher gathers whatever is pending into one batched forward. Finished
-trajectories are graded and appended in batches of `flush_every`, so a kill loses at most the
-episodes still in flight, which a re-run recomputes identically (per-request seeds).
+trajectories are graded and appended in batches of `flush_every` (or every `flush_s` seconds,
+whichever comes first), so a kill loses at most the episodes still in flight, which a re-run recomputes identically (per-request seeds).
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ async def run_episodes(
     workflow_options: dict[str, Any] | None = None,
     concurrency: int = 256,
     flush_every: int = 32,
+    flush_s: float = 30.0,
     cost_fn: Callable[[Trajectory], float] | None = None,
     progress: bool = True,
     want_logprobs: bool = False,
@@ -111,8 +112,11 @@ async def run_episodes(
             return ep.finish()
 
     buffer: list[Trajectory] = []
+    last_flush = time.perf_counter()
 
     async def flush() -> None:
+        nonlocal last_flush
+        last_flush = time.perf_counter()
         if not buffer:
             return
         batch = list(buffer)
@@ -138,7 +142,7 @@ async def run_episodes(
             el = time.perf_counter() - t0
             bar.set_postfix(tok_s=f"{stats.tokens / max(el, 1e-9):.0f}", refresh=False)
             bar.update(1)
-            if len(buffer) >= flush_every:
+            if len(buffer) >= flush_every or time.perf_counter() - last_flush > flush_s:
                 await flush()
     finally:
         for p in pending:

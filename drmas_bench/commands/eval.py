@@ -68,11 +68,11 @@ def _default_retriever_spec(data_dir) -> str:
         raise UserError("the search suite needs a retriever: pass --retriever bm25:DIR|dense:DIR|URL, "
                         "or a --data-dir holding corpus/mini_corpus.jsonl for the default BM25 index")
     out = cache_dir() / "indexes" / "mini_corpus-bm25"
-    if not (out / "manifest.json").is_file():
+    if not (out / "drmas_index.json").is_file():
         from drmas_retrieval import build_index
 
         print(f"[eval] building the default BM25 index of the mini corpus in {out}", file=sys.stderr)
-        build_index(Path(data_dir) / "corpus" / "mini_corpus.jsonl", "bm25", out)
+        build_index("bm25", Path(data_dir) / "corpus" / "mini_corpus.jsonl", out)
     return f"bm25:{out}"
 
 
@@ -203,6 +203,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         try:
             retriever = load_retriever(retriever_spec)
+            retriever.search(["probe"], 1)  # a server that is down fails here, before any episode runs
         except Exception as e:  # a down server, a missing index dir
             raise UserError(f"retriever {retriever_spec}: {e}") from None
 
