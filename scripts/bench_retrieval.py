@@ -1,0 +1,150 @@
+#!/usr/bin/env python
+"""Benchmark retrieval backends on one corpus: index build time, load time and queries/s.
+
+Every backend answers the same queries with the same k; one table comes out (markdown). A backend
+that cannot run here (e.g. Lucene without the `lucene` extra) gets a row saying why.
+
+Options:
+  --corpus FILE        corpus jsonl (default: $DRMAS_DATA_DIR/corpus/mini_corpus.jsonl)
+  --questions FILE     where the queries come from (default: $DRMAS_DATA_DIR/corpus/covered_questions.jsonl)
+  --n-queries N        queries to run (default 1000)
+  --k K                hits per query (default 10)
+  --batch-size B       queries per search call in the batched run (default 64)
+  --single N           also time N queries sent one per call (default 100; 0 = skip)
+  --kinds LIST         comma-separated backends: bm25,lucene,dense (default all three)
+  --work-dir DIR       where the indexes are built (default: a temporary directory, deleted after)
+  --dense-index DIR    reuse this dense index (its manifest's build time is reported) instead of
+                       building one; built there when it does not exist yet (resumable)
+  --encoder NAME       dense encoder (default all-MiniLM-L6-v2, offline)
+  --threads N          threads of every backend: bm25s / Lucene search, torch query encoding (default 1)
+  --json FILE          also write the rows as JSON
+
+Example:
+  python scripts/bench_retrieval.py --dense-index /tmp/idx/minilm --n-queries 1000 --k 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def default_data(rel: str) -> str | None:
+    env = os.environ.get("DRMAS_DATA_DIR")
+    return str(Path(env) / rel) if env else None
+
+
+def timed_search(r: Any, queries: list[str], k: int, batch: int) -> tuple[float, list]:
+    t0 = time.perf_counter()
+    hits: list = []
+    for a in range(0, len(queries), batch):
+        hits.extend(r.search(queries[a:a + batch], k))
+    return time.perf_counter() - t0, hits
+
+
+def bench_one(kind: str, args: argparse.Namespace, work: Path, queries: list[str], sup: list[set[str]]) -> dict[str, Any]:
+    from drmas_retrieval import RetrievalError, load_retriever
+
+    row: dict[str, Any] = {"backend": kind}
+    try:
+        if kind == "bm25":
+            from drmas_retrieval.bm25 import build_bm25
+
+            m = build_bm25(args.corpus, work / "bm25", overwrite=True, progress=False)
+            row["build_s"] = m["build_s"]
+            where, opts = work / "bm25", {"threads": args.threads}
+        elif kind == "lucene":
+            from drmas_retrieval.lucene import LuceneParams, build_lucene
+
+            m = build_lucene(args.corpus, work / "lucene", LuceneParams(threads=args.threads), overwrite=True, progress=False)
+            row["build_s"] = m["build_s"]
+            where, opts = work / "lucene", {}
+        else:
+            from drmas_retrieval.dense import DEFAULT_ENCODER, EncoderConfig, build_dense
+            from drmas_retrieval.store import MANIFEST, read_manifest
+
+            where = Path(args.dense_index) if args.dense_index else work / "dense"
+            if (where / MANIFEST).is_file():
+                m = read_manifest(where, "dense")
+                row["note"] = "reused index; build time from its manifest"
+            else:
+                m = build_dense(args.corpus, where, progress=True,
+                                encoder=EncoderConfig(model=args.encoder or DEFAULT_ENCODER, threads=args.threads))
+            row["build_s"] = m["build_s"]
+            row["model"] = m["params"]["encoder"]["model"].rsplit("/", 1)[-1]
+            opts = {"threads": args.threads}
+        t0 = time.perf_counter()
+        r = load_retriever(where, **opts)
+        row["load_s"] = round(time.perf_counter() - t0, 2)
+        row["passages"] = r.info().get("n_passages")
+        r.search(queries[:2], args.k)  # warm-up
+        secs, hits = timed_search(r, queries, args.k, args.batch_size)
+        row["qps_batched"] = round(len(queries) / secs, 1)
+        if args.single:
+            s1, _ = timed_search(r, queries[:args.single], args.k, 1)
+            row["qps_single"] = round(min(args.single, len(queries)) / s1, 1)
+        with_sup = [(h, s) for h, s in zip(hits, sup) if s]
+        if with_sup:
+            row[f"any@{args.k}"] = round(100 * sum(bool(s & {x.id for x in h}) for h, s in with_sup) / len(with_sup), 1)
+        r.close()
+    except RetrievalError as e:
+        row["note"] = f"unavailable: {e}"
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="example:\n  python scripts/bench_retrieval.py --dense-index /tmp/idx/minilm --n-queries 1000 --k 10")
+    ap.add_argument("--corpus", default=default_data("corpus/mini_corpus.jsonl"),
+                    help="corpus jsonl (default: $DRMAS_DATA_DIR/corpus/mini_corpus.jsonl)")
+    ap.add_argument("--questions", default=default_data("corpus/covered_questions.jsonl"),
+                    help="queries come from here (default: $DRMAS_DATA_DIR/corpus/covered_questions.jsonl)")
+    ap.add_argument("--n-queries", type=int, default=1000, help="queries to run (default 1000)")
+    ap.add_argument("--k", type=int, default=10, help="hits per query (default 10)")
+    ap.add_argument("--batch-size", type=int, default=64, help="queries per search call, batched run (default 64)")
+    ap.add_argument("--single", type=int, default=100, help="also time N queries sent one per call (default 100; 0 = skip)")
+    ap.add_argument("--kinds", default="bm25,lucene,dense", help="backends, comma-separated (default bm25,lucene,dense)")
+    ap.add_argument("--work-dir", help="where indexes are built (default: a temporary directory, deleted after)")
+    ap.add_argument("--dense-index", help="reuse this dense index (its manifest's build time is reported); "
+                                          "built there when absent (resumable)")
+    ap.add_argument("--encoder", help="dense encoder (default all-MiniLM-L6-v2, offline)")
+    ap.add_argument("--threads", type=int, default=1, help="threads of every backend: bm25s and Lucene search, torch query encoding (default 1)")
+    ap.add_argument("--json", dest="json_out", help="also write the rows as JSON")
+    args = ap.parse_args(argv)
+    if not args.corpus or not args.questions:
+        ap.error("give --corpus and --questions (or set DRMAS_DATA_DIR)")
+
+    from tabulate import tabulate
+
+    from drmas_retrieval.evaluate import read_questions
+
+    qs = read_questions(args.questions, limit=args.n_queries)
+    queries, sup = [q.question for q in qs], [set(q.supporting) for q in qs]
+    tmp = None if args.work_dir else tempfile.TemporaryDirectory(prefix="bench_retrieval_")
+    work = Path(args.work_dir or tmp.name)  # type: ignore[union-attr]
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
+        if kind not in ("bm25", "lucene", "dense"):
+            ap.error(f"unknown backend {kind!r} (known: bm25, lucene, dense)")
+        print(f"[bench] {kind} ...", file=sys.stderr, flush=True)
+        rows.append(bench_one(kind, args, work, queries, sup))
+    if tmp is not None:
+        tmp.cleanup()
+    cols = ["backend", "model", "passages", "build_s", "load_s", "qps_batched", "qps_single", f"any@{args.k}", "note"]
+    print(f"\n{len(queries)} queries, k={args.k}, batch {args.batch_size}; corpus {Path(args.corpus).name}; "
+          f"{os.cpu_count()} CPUs visible\n")
+    print(tabulate([[r.get(c, "") for c in cols] for r in rows], headers=cols, tablefmt="github"))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
