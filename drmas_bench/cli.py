@@ -20,6 +20,8 @@ COMMANDS = [
     "drmas_bench.commands.models",  # models list / prepare / chat
     "drmas_bench.commands.retrieval",  # retrieval index / eval / serve
     "drmas_bench.commands.eval",  # eval: a team over benchmarks, resumable
+    "drmas_bench.commands.report",  # leaderboard / compare / cost
+    "drmas_bench.commands.train",  # train / regress / plot (imports the trainer lazily)
 ]
 
 

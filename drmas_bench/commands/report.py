@@ -1,0 +1,301 @@
+"""`drmas-bench leaderboard | compare | cost`: tables, paired comparisons and cost studies over run dirs.
+
+The numbers are recomputed from each run's samples.jsonl (see drmas_bench/report.py,
+docs/leaderboards.md and docs/cost.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+
+from drmas_bench.types import UserError
+
+LEADERBOARD_EPILOG = """examples:
+  drmas-bench leaderboard runs/toy-a runs/toy-b runs/toy-c
+  drmas-bench leaderboard runs/ --metric avg@16,pass@16 --ci --out leaderboards/math-qwen3-8b
+  drmas-bench leaderboard runs/math-* --metric pass@1,pass@8 --no-paper
+
+Writes (with --out DIR): DIR/leaderboard.md (every table) and DIR/<suite>.csv (values in %).
+Rows marked [paper] come from leaderboards/reference/paper.yaml: reported in the paper, not reproduced.
+"""
+
+COMPARE_EPILOG = """examples:
+  drmas-bench compare runs/math-grpo runs/math-drmas
+  drmas-bench compare runs/toy-a runs/toy-b --out reports/a-vs-b.md --n-boot 5000 --seed 1
+
+Differences are B - A on the questions both runs answered (same benchmark and task id).
+"""
+
+COST_EPILOG = """examples:
+  # existing runs, priced with a sheet
+  drmas-bench cost --runs runs/search-7b runs/search-hetero --prices my-prices.yaml --out reports/hetero
+  # run each team (eval, resumable) and compare
+  drmas-bench cost --team examples/teams/toy-smollm2.yaml --team examples/teams/toy-hetero.yaml \\
+      --suite toy --limit 16 --n 4 --max-new-tokens 24 --prices leaderboards/prices.example.yaml --out reports/toy-cost
+  # every assignment of two models to the search agents: write the team files (add --suite ... to run them too)
+  drmas-bench cost --assign verifier,searcher,answerer --models Qwen/Qwen2.5-7B-Instruct,meta-llama/Llama-3.2-3B-Instruct \\
+      --out studies/which-agent-gets-7b
+
+Writes (with --out DIR): DIR/cost.md, DIR/cost.csv, DIR/cost.json, DIR/pareto.png; team mode puts the
+run dirs in DIR/runs/<team file name>, --assign puts the team files in DIR/teams/.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `leaderboard`, `compare` and `cost` sub-commands."""
+    fmt = argparse.RawDescriptionHelpFormatter
+
+    p = sub.add_parser("leaderboard", help="tables of runs per suite (Markdown + CSV), with the paper's reported rows",
+                       epilog=LEADERBOARD_EPILOG, formatter_class=fmt)
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (or folders holding run directories)")
+    p.add_argument("--metric", default="avg@n,pass@n",
+                   help="comma-separated avg@K / pass@K, K an integer or n (default avg@n,pass@n). avg@K needs n == K "
+                        "(else avg@n is shown and flagged); pass@K needs K <= n (unbiased estimator)")
+    p.add_argument("--out", help="folder for leaderboard.md and <suite>.csv (default: print only)")
+    p.add_argument("--ci", action="store_true", help="add 95%% bootstrap CIs over questions")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for --ci (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--paper", help="reported rows file (default: leaderboards/reference/paper.yaml)")
+    p.add_argument("--no-paper", action="store_true", help="leave out the paper's reported rows")
+    p.set_defaults(func=cmd_leaderboard)
+
+    p = sub.add_parser("compare", help="paired comparison of two runs on their shared questions",
+                       epilog=COMPARE_EPILOG, formatter_class=fmt)
+    p.add_argument("run_a", metavar="RUN_A", help="the baseline run directory")
+    p.add_argument("run_b", metavar="RUN_B", help="the run compared against it")
+    p.add_argument("--out", help="also write the Markdown to this file")
+    p.add_argument("--n-boot", type=int, default=2000, help="paired bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--max-flips", type=int, default=50, help="flipped questions listed at most (default 50)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("cost", help="accuracy / latency / tokens / $ per team, per-agent breakdowns, Pareto plot",
+                       epilog=COST_EPILOG, formatter_class=fmt)
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--runs", nargs="+", metavar="RUN_DIR", help="existing run directories (the first is the baseline)")
+    mode.add_argument("--team", action="append", metavar="FILE", help="team YAML to evaluate (repeatable; the first is the baseline)")
+    mode.add_argument("--assign", metavar="AGENTS", help="comma-separated agents: write a team file for every assignment "
+                                                         "of --models to them (and run them with --suite)")
+    p.add_argument("--models", help="with --assign: comma-separated models (aliases, dirs or hub ids)")
+    p.add_argument("--prices", help="price sheet YAML (docs/pricing.md); required to report costs")
+    p.add_argument("--out", help="output folder (required with --team / --assign; else print only)")
+    p.add_argument("--labels", help="comma-separated team labels (default: team file stems / run dir names)")
+    g = p.add_argument_group("evaluation (with --team, or --assign plus --suite; passed on to `drmas-bench eval`)")
+    g.add_argument("--suite", choices=["math", "search", "toy"], help="benchmark suite")
+    g.add_argument("--benchmarks", help="comma-separated benchmark names (default: the whole suite)")
+    g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
+    g.add_argument("--limit", type=int, help="first N questions per benchmark")
+    g.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
+    g.add_argument("--temperature", type=float, default=0.6, help="default 0.6")
+    g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
+    g.add_argument("--max-new-tokens", type=int, help="per call (default: the suite's)")
+    g.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    g.add_argument("--retriever", help="search suite retriever (see `drmas-bench eval --help`)")
+    g.add_argument("--concurrency", type=int, default=256, help="episodes in flight (default 256)")
+    g.add_argument("--workflow", help="--assign: the workflow of the agents (default: the one whose agents match)")
+    g.add_argument("--engine", default="hf", choices=["hf", "openai", "sglang"], help="--assign: engine of every worker group (default hf)")
+    g.add_argument("--base-url", help="--assign: OpenAI-compatible server URL for --engine openai")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_cost)
+
+
+# ================================================================================ leaderboard
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from drmas_bench import report
+
+    metrics = report.parse_metrics(args.metric)
+    if args.n_boot < 1:
+        raise UserError("--n-boot must be at least 1")
+    runs = report.load_runs(args.runs)
+    paper = None if args.no_paper else report.load_paper(args.paper, required=bool(args.paper))
+    tables = report.build_leaderboard(runs, metrics, ci=args.ci, paper=paper, n_boot=args.n_boot, seed=args.seed)
+    md = report.leaderboard_markdown(tables, ci=args.ci)
+    if not args.no_paper and paper is None:
+        md += "\n- paper rows left out: leaderboards/reference/paper.yaml not found (pass --paper FILE)\n"
+    print(md)
+    if args.out:
+        from drmas_bench.store import atomic_write
+
+        out = Path(args.out)
+        atomic_write(out / "leaderboard.md", md)
+        written = [out / "leaderboard.md"]
+        for suite in dict.fromkeys(t.suite for t in tables):
+            path = out / f"{suite}.csv"
+            atomic_write(path, report.tables_csv([t for t in tables if t.suite == suite], ci=args.ci))
+            written.append(path)
+        print(f"[leaderboard] wrote {', '.join(map(str, written))}", file=sys.stderr)
+    return 0
+
+
+# ==================================================================================== compare
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from drmas_bench import report
+
+    if args.n_boot < 1:
+        raise UserError("--n-boot must be at least 1")
+    a, b = report.load_run(args.run_a), report.load_run(args.run_b)
+    if a.name == b.name:
+        a.name, b.name = str(a.path), str(b.path)
+    md = report.compare_markdown(report.compare_runs(a, b, n_boot=args.n_boot, seed=args.seed), max_flips=args.max_flips)
+    print(md)
+    if args.out:
+        from drmas_bench.store import atomic_write
+
+        atomic_write(Path(args.out), md)
+        print(f"[compare] wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+# ======================================================================================= cost
+
+
+def _split(text: str | None, what: str) -> list[str]:
+    items = [x.strip() for x in (text or "").split(",") if x.strip()]
+    if not items:
+        raise UserError(f"{what}: expected a comma-separated list")
+    return items
+
+
+def eval_args(team_file: Path, out: Path, args: argparse.Namespace) -> argparse.Namespace:
+    """The `drmas-bench eval` arguments for one team of a study (parsed by eval's own parser)."""
+    from drmas_bench.commands import eval as eval_cmd
+
+    argv = ["eval", "--team", str(team_file), "--suite", args.suite, "--n", str(args.n), "--out", str(out),
+            "--temperature", str(args.temperature), "--top-p", str(args.top_p), "--seed", str(args.seed),
+            "--concurrency", str(args.concurrency)]
+    for flag, value in (("--benchmarks", args.benchmarks), ("--data-dir", args.data_dir), ("--limit", args.limit),
+                        ("--max-new-tokens", args.max_new_tokens), ("--retriever", args.retriever)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.no_progress:
+        argv.append("--no-progress")
+    parser = argparse.ArgumentParser(prog="drmas-bench")
+    eval_cmd.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+def _check_team_prices(team_file: Path, prices) -> None:
+    """Fail before any evaluation on a team file whose models the price sheet lacks."""
+    import yaml
+
+    try:
+        d = yaml.safe_load(team_file.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"team file {team_file}: {str(e).splitlines()[0]}") from None
+    groups = (d or {}).get("worker_groups") if isinstance(d, dict) else None
+    if not isinstance(groups, dict) or not groups:
+        raise UserError(f"team file {team_file}: no `worker_groups`")
+    for name, g in groups.items():
+        g = {"model": g} if isinstance(g, str) else (g or {})
+        key = g.get("price") or Path(str(g.get("model", name)).rstrip("/")).name
+        prices.cost(str(key), 0, 0)
+
+
+def run_teams(team_files: list[Path], args: argparse.Namespace, out: Path) -> list[Path]:
+    """Evaluate each team into out/runs/<stem> (resumable) with eval's own code; returns the run dirs."""
+    from drmas_bench.commands import eval as eval_cmd
+
+    run_dirs, used = [], set()
+    for f in team_files:
+        name = f.stem
+        while name in used:
+            name += "_"
+        used.add(name)
+        run_dir = out / "runs" / name
+        print(f"[cost] evaluating team {f} -> {run_dir}", file=sys.stderr)
+        with contextlib.redirect_stdout(sys.stderr):  # eval's summary goes to stderr; stdout is the study
+            eval_cmd.cmd_eval(eval_args(f, run_dir, args))
+        run_dirs.append(run_dir)
+    return run_dirs
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    import json
+
+    from drmas_bench import report
+
+    out = Path(args.out) if args.out else None
+    if args.assign:
+        if not out:
+            raise UserError("--assign needs --out DIR (the team files go to DIR/teams)")
+        agents, models = _split(args.assign, "--assign"), _split(args.models, "--models")
+        files = report.write_assignment_teams(agents, models, out / "teams", workflow=args.workflow,
+                                              engine=args.engine, base_url=args.base_url)
+        print(f"[cost] wrote {len(files)} team files ({len(models)} models ^ {len(agents)} agents) to {out / 'teams'}",
+              file=sys.stderr)
+        for f in files:
+            print(f)
+        if not args.suite:
+            print(f"[cost] run the study with: drmas-bench cost --team {out / 'teams'}/*.yaml --suite SUITE "
+                  f"--prices PRICES --out {out}  (or add --suite to this command)", file=sys.stderr)
+            return 0
+        team_files = files
+    elif args.team:
+        team_files = [Path(t) for t in args.team]
+        for f in team_files:
+            if not f.is_file():
+                raise UserError(f"team file {f} not found")
+        if not args.suite:
+            raise UserError("--team needs --suite (the teams are evaluated first)")
+        if not out:
+            raise UserError("--team needs --out DIR (the run dirs go to DIR/runs)")
+    else:
+        team_files = []
+    if args.models and not args.assign:
+        raise UserError("--models goes with --assign")
+    if not args.prices:
+        raise UserError("pass --prices FILE (a price sheet, see docs/pricing.md); leaderboards/prices.example.yaml "
+                        "is an illustrative one")
+    from drmas_bench.pricing import load_prices
+
+    prices = load_prices(args.prices)
+    if team_files:
+        if args.n < 1:
+            raise UserError("--n must be at least 1")
+        for f in team_files:
+            _check_team_prices(f, prices)
+        run_dirs = run_teams(team_files, args, out)
+        default_labels = [d.name for d in run_dirs]
+    else:
+        run_dirs = report.expand_run_dirs(args.runs)
+        default_labels = None
+    runs = [report.load_run(d) for d in run_dirs]
+    labels = _split(args.labels, "--labels") if args.labels else default_labels
+    costs = report.cost_study(runs, prices, labels)
+    md = report.cost_markdown(costs, prices_source=f"the price sheet {args.prices}", unpriced=prices.unpriced)
+    print(md)
+    if out:
+        from drmas_bench.store import atomic_write
+
+        atomic_write(out / "cost.md", md)
+        atomic_write(out / "cost.csv", report.cost_csv(costs))
+        atomic_write(out / "cost.json", json.dumps(cost_json(costs, args.prices), indent=2))
+        suite = ", ".join(dict.fromkeys(c.run.suite for c in costs))
+        png = report.plot_pareto(costs, out / "pareto.png", prices_source=Path(args.prices).name,
+                                 title=f"Cost study ({suite} suite): accuracy vs cost and latency; up and left is better")
+        print(f"[cost] wrote {out / 'cost.md'}, cost.csv, cost.json and {png}", file=sys.stderr)
+    return 0
+
+
+def cost_json(costs, prices_path: str) -> dict:
+    """The study's raw numbers (floats; dollars are the exact per-agent sums rounded once)."""
+    return {
+        "prices": str(prices_path),
+        "teams": [{
+            "label": c.label, "run": str(c.run.path), "model": c.run.model_label, "team": c.run.team_label,
+            "questions": c.questions, "n": c.run.n, "trajectories": c.trajectories, "avg_at_n": c.avg,
+            "pass_at_n": c.pass_n, "latency_p50_s": c.latency_p50, "latency_p95_s": c.latency_p95,
+            "call_latency_mean_s": c.call_latency_mean, "prompt_tokens": c.prompt_tokens,
+            "completion_tokens": c.completion_tokens, "usd": float(c.usd), "usd_per_1k_questions": c.usd_per_1k,
+            "agents": {a: {"priced_as": ac.price_keys, "calls": ac.calls, "prompt_tokens": ac.prompt_tokens,
+                           "completion_tokens": ac.completion_tokens, "usd": float(ac.usd),
+                           "usd_per_1k_questions": c.agent_usd_per_1k(a)} for a, ac in c.agents.items()},
+        } for c in costs],
+    }
