@@ -58,8 +58,14 @@ class PriceSheet:
     default: str = "error"  # "error" | "zero"
     source: str = "<price sheet>"
     unpriced: set[str] = field(default_factory=set)  # models costed at zero through `default: zero`
+    aliases: dict[str, str] = field(default_factory=dict)  # e.g. worker-group name -> its model's price key
+
+    def with_aliases(self, aliases: dict[str, str]) -> "PriceSheet":
+        """The same sheet, where each alias (e.g. a run's worker-group names) prices as its target."""
+        return PriceSheet(self.models, self.default, self.source, self.unpriced, {**self.aliases, **aliases})
 
     def lookup(self, model: str) -> ModelPrice | None:
+        model = self.aliases.get(model, model)
         if model in self.models:
             return self.models[model]
         folded = {k.lower(): v for k, v in self.models.items()}

@@ -187,15 +187,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.prices:
         from drmas_bench.pricing import load_prices
 
-        prices = load_prices(args.prices)
-        for g in team.worker_groups.values():
-            prices.cost(g.price_key, 0, 0)  # fail now, not after the run, on a model the sheet lacks
+        # turns record their worker group; price each as its model
+        prices = load_prices(args.prices).with_aliases({n: g.price_key for n, g in team.worker_groups.items()})
+        for name in team.worker_groups:
+            prices.cost(name, 0, 0)  # fail now, not after the run, on a model the sheet lacks
 
     def cost_fn(traj) -> float:
-        if prices is None:
-            return 0.0
-        return sum(prices.cost(team.worker_groups[t.wg].price_key, t.completion.prompt_tokens,
-                               t.completion.completion_tokens) for t in traj.turns)
+        return sum(prices.cost(t.wg, t.completion.prompt_tokens, t.completion.completion_tokens, t.completion.latency_s)
+                   for t in traj.turns)
 
     retriever = None
     if retriever_spec:
@@ -211,7 +210,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     keys = {(t.benchmark, t.id) for t in tasks}
     records = [r for r in store.records() if (r["task"]["benchmark"], r["task"]["id"]) in keys and r["sample_idx"] < args.n]
-    summary = metrics.summarize(records)
+    summary = metrics.summarize(records, prices=prices)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2)}
     md = metrics.format_summary_markdown(summary)
