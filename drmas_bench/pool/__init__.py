@@ -1,1 +1,51 @@
+"""The pool: many worker groups (one engine each) on one accelerator pool, asleep until needed.
 
+    from drmas_bench.pool import EngineSpec, make_pool
+    pool = make_pool("local", {"solver": EngineSpec("hf", "tiny-random")}, budget_models=1)
+    async with pool:
+        completions = await pool.generate("solver", requests)
+        engines = pool.views()          # drop-in `engines` dict for TeamRuntime
+        print(pool.stats())             # wakes / sleeps per worker group, seconds waking, peak memory
+
+- ``policy.py``: the pure dispatch rules (most pending first, LRU sleeping, never a busy engine).
+- ``local.py``: ``LocalPool``, engines in this process (default).
+- ``ray_pool.py``: ``RayPool``, one Ray actor per worker group in a placement group over GPUs
+  (needs ``pip install drmas-bench[ray]``; imported only when asked for).
+
+See docs/pool.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from drmas_bench.pool.base import EngineSpec, PoolBase, PoolEngineView, specs_from_team
+from drmas_bench.pool.local import LocalPool
+from drmas_bench.pool.policy import BudgetError
+from drmas_bench.types import UserError
+
+POOLS = ("local", "ray")
+
+
+def make_pool(kind: str, groups: Mapping[str, Any], **options: Any) -> PoolBase:
+    """A pool of ``kind`` (``local`` or ``ray``) over ``groups`` ({worker group: EngineSpec, ...});
+    ``options`` are the pool's options (see ``LocalPool`` / ``RayPool``)."""
+    if kind == "local":
+        return LocalPool(groups, **options)
+    if kind == "ray":
+        from drmas_bench.pool.ray_pool import RayPool
+
+        return RayPool(groups, **options)
+    raise UserError(f"unknown pool {kind!r}; choose one of: {', '.join(POOLS)}")
+
+
+def __getattr__(name: str) -> Any:  # lazy: `from drmas_bench.pool import RayPool` imports ray only then
+    if name == "RayPool":
+        from drmas_bench.pool.ray_pool import RayPool
+
+        return RayPool
+    raise AttributeError(name)
+
+
+__all__ = ["BudgetError", "EngineSpec", "LocalPool", "POOLS", "PoolBase", "PoolEngineView", "RayPool",
+           "make_pool", "specs_from_team"]

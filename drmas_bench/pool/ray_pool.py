@@ -1,0 +1,279 @@
+"""``RayPool``: each worker group is a Ray actor placed in one placement group over a pool of GPUs;
+the dispatch policy runs in the driver (the same ``policy.py`` as ``LocalPool``).
+
+    import ray
+    ray.init(num_cpus=2, num_gpus=2)           # on a CPU machine: two *logical* GPUs
+    specs = {wg: EngineSpec("hf", "tiny-random") for wg in ("verifier", "searcher", "answerer")}
+    async with RayPool(specs) as pool:           # 3 worker groups, 2 GPUs: one waits its turn
+        [c] = await pool.generate("verifier", [request])
+
+Each actor creates its engine inside itself with ``make_engine(kind, model, **options)`` (so the
+engine lives on the actor's GPU: Ray sets ``CUDA_VISIBLE_DEVICES``). Two ways to share the GPUs:
+
+- **whole GPUs** (``gpus_per_group=1``, the default): an actor owns one GPU while it exists. Sleeping
+  a worker group closes its engine and ends its actor, which frees the GPU (``release_on_sleep``);
+  waking it creates a new actor (the engine reloads its weights). At most ``#GPUs`` engines are
+  resident (the policy's ``max_awake``), so the third of three worker groups on two GPUs waits
+  until the least recently used idle one is released, then runs on the freed GPU.
+- **shared GPUs** (``gpus_per_group=0.5`` etc., ``release_on_sleep=False``): actors stay; sleeping
+  calls ``engine.sleep()`` in the actor (weights to pinned host memory on CUDA) and the memory
+  budget (``budget_bytes`` / ``budget_models``) decides who is resident. Every worker group must
+  fit in the placement group at once.
+
+Options: those of :class:`~drmas_bench.pool.base.PoolBase` (``budget_bytes``, ``budget_models``,
+``max_awake``, ``max_wait_s``, ``preload`` (default ``False`` here: actors start on first use),
+``meter_interval_s``, ``timeline_max``) plus
+
+- ``num_gpus``: GPUs the placement group reserves (``None``: every GPU of the Ray cluster).
+- ``gpus_per_group``: GPUs per worker-group actor: a fraction of one GPU, or a whole number
+  (bundles of that many GPUs). ``0``: no GPUs, no placement group (actors anywhere, CPU engines).
+- ``release_on_sleep``: sleeping ends the actor and frees its GPU share (``None``: True for whole
+  GPUs, False for fractions).
+- ``ray_init``: keyword arguments for ``ray.init`` when Ray is not initialised yet (the pool then
+  shuts Ray down on close).
+- ``placement_timeout_s``: how long to wait for the placement group's GPUs before failing.
+- ``actor_options``: extra ``.options(...)`` for the actors (e.g. ``runtime_env``).
+
+``stats()`` adds per worker group the actors' process ids and GPU ids over time, and reports
+``peak_rss_bytes`` / ``peak_cuda_bytes`` as the largest peak of any one actor process (each
+process measures itself: psutil RSS, ``torch.cuda.max_memory_allocated``).
+
+Ray is imported only here, when a RayPool is made; without it the error names
+``pip install drmas-bench[ray]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Mapping
+
+from drmas_bench.pool.base import EngineSpec, MemoryMeter, PoolBase, _Group, cuda_peak_bytes
+from drmas_bench.types import Completion, Request, UserError
+
+
+def import_ray() -> Any:
+    """``ray``, or a UserError naming the extra to install."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("RayPool needs Ray: pip install drmas-bench[ray]") from None
+    return ray
+
+
+class EngineActor:
+    """The body of a worker group's actor: one engine, created inside the actor process."""
+
+    def __init__(self, kind: str, model: str, options: dict[str, Any], meter_interval_s: float = 0.05) -> None:
+        from drmas_bench.engines import make_engine
+
+        self.meter = MemoryMeter(meter_interval_s)
+        self.meter.start()
+        self.engine = make_engine(kind, model, **options)
+
+    def ready(self) -> dict[str, Any]:
+        import ray
+
+        return {"footprint": int(self.engine.footprint_bytes()), "pid": os.getpid(),
+                "gpu_ids": [str(x) for x in ray.get_gpu_ids()], **self.memory()}
+
+    def memory(self) -> dict[str, Any]:
+        self.meter.sample()
+        return {"peak_rss_bytes": self.meter.peak_rss, "peak_cuda_bytes": cuda_peak_bytes()}
+
+    async def generate(self, requests: list[Request]) -> tuple[list[Completion], dict[str, Any]]:
+        out = await self.engine.generate(requests)
+        return out, self.memory()
+
+    async def sleep(self) -> dict[str, Any]:
+        await self.engine.sleep()
+        return self.memory()
+
+    async def wake(self) -> dict[str, Any]:
+        await self.engine.wake()
+        return self.memory()
+
+    async def close(self) -> dict[str, Any]:
+        mem = self.memory()
+        await self.engine.close()
+        self.meter.stop()
+        return mem
+
+
+_REMOTE: dict[str, Any] = {}
+
+
+def remote_actor_class() -> Any:
+    """``ray.remote(EngineActor)``, made once per process."""
+    if "actor" not in _REMOTE:
+        _REMOTE["actor"] = import_ray().remote(EngineActor)
+    return _REMOTE["actor"]
+
+
+def _actor_error(name: str, exc: BaseException) -> UserError:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    cause = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else type(exc).__name__)
+    return UserError(f"worker group {name!r}: its Ray actor failed: {cause}")
+
+
+class RayPool(PoolBase):
+    """Worker groups as Ray actors on a GPU placement group (see the module docstring)."""
+
+    kind = "ray"
+
+    def __init__(
+        self,
+        groups: Mapping[str, EngineSpec],
+        *,
+        num_gpus: int | None = None,
+        gpus_per_group: float = 1.0,
+        release_on_sleep: bool | None = None,
+        ray_init: dict[str, Any] | None = None,
+        placement_timeout_s: float = 60.0,
+        actor_options: dict[str, Any] | None = None,
+        preload: bool = False,
+        **options: Any,
+    ) -> None:
+        for name, spec in groups.items():
+            if not isinstance(spec, EngineSpec):
+                raise UserError(f"worker group {name!r}: RayPool needs an EngineSpec (the actor builds the engine), "
+                                f"got {type(spec).__name__}")
+        if gpus_per_group < 0 or (gpus_per_group > 1 and gpus_per_group != int(gpus_per_group)):
+            raise UserError(f"gpus_per_group must be a fraction of one GPU or a whole number, got {gpus_per_group}")
+        self.ray = import_ray()
+        super().__init__(groups, preload=preload, **options)
+        self.num_gpus = num_gpus
+        self.gpus_per_group = float(gpus_per_group)
+        self.release_on_sleep = (gpus_per_group >= 1) if release_on_sleep is None else bool(release_on_sleep)
+        self.ray_init = ray_init
+        self.placement_timeout_s = placement_timeout_s
+        self._extra_actor_options = dict(actor_options or {})
+        self._user_max_awake = self.max_awake
+        self._pg: Any = None
+        self._we_started_ray = False
+        self.slots: int | None = None
+        self._actor_mem: dict[str, dict[str, Any]] = {}
+        self._placements: dict[str, list[dict[str, Any]]] = {n: [] for n in groups}
+
+    # ------------------------------------------------------------------ placement
+
+    async def _backend_start(self) -> None:
+        ray = self.ray
+        if not ray.is_initialized():
+            ray.init(**(self.ray_init or {}))
+            self._we_started_ray = True
+        if self.gpus_per_group == 0:
+            return
+        total = ray.cluster_resources().get("GPU", 0)
+        n = int(total) if self.num_gpus is None else int(self.num_gpus)
+        self.num_gpus = n
+        if n < 1 or n > total:
+            raise UserError(f"RayPool: the pool needs {n if n >= 1 else 'at least 1'} GPU(s) but the Ray cluster has "
+                            f"{total:g}; on a CPU machine ray.init(num_gpus=N) declares logical GPUs, or pass gpus_per_group=0")
+        per_bundle = max(1, int(self.gpus_per_group))
+        bundles = n // per_bundle
+        if bundles < 1:
+            raise UserError(f"RayPool: gpus_per_group={self.gpus_per_group:g} but the pool has only {n} GPU(s)")
+        self.slots = bundles * (1 if self.gpus_per_group >= 1 else int(1 / self.gpus_per_group + 1e-9))
+        if not self.release_on_sleep and len(self._groups) > self.slots:
+            raise UserError(
+                f"RayPool: {len(self._groups)} worker groups x {self.gpus_per_group:g} GPU do not fit on {n} GPU(s) at once; "
+                f"use release_on_sleep=True or a smaller gpus_per_group")
+        if self.release_on_sleep:
+            self.max_awake = self.slots if self._user_max_awake is None else min(self.slots, self._user_max_awake)
+        from ray.util.placement_group import placement_group
+
+        self._pg = placement_group([{"GPU": float(per_bundle)}] * bundles, strategy="PACK")
+        try:
+            await asyncio.wait_for(self._pg.ready(), timeout=self.placement_timeout_s)
+        except asyncio.TimeoutError:
+            free = ray.available_resources().get("GPU", 0)
+            raise UserError(f"RayPool: could not reserve {bundles} x {per_bundle} GPU within {self.placement_timeout_s:g} s "
+                            f"(cluster: {total:g} GPUs, {free:g} free)") from None
+
+    def actor_options(self) -> dict[str, Any]:
+        """``.options(...)`` of a worker-group actor: its GPU share inside the pool's placement group."""
+        opts: dict[str, Any] = {"num_cpus": 0, "num_gpus": self.gpus_per_group}
+        if self._pg is not None:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=self._pg, placement_group_bundle_index=-1)
+        opts.update(self._extra_actor_options)
+        return opts
+
+    async def _backend_close(self) -> None:
+        if self._pg is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            try:
+                remove_placement_group(self._pg)
+            except Exception as exc:  # pragma: no cover - best effort
+                self._errors.append(f"placement group removal failed: {exc}")
+            self._pg = None
+        if self._we_started_ray:
+            self.ray.shutdown()
+
+    # ------------------------------------------------------------------ hooks
+
+    def _note_mem(self, g: _Group, mem: dict[str, Any]) -> None:
+        """Keep the largest peaks any actor of ``g`` reported (actors come and go)."""
+        seen = self._actor_mem.setdefault(g.name, {"peak_rss_bytes": None, "peak_cuda_bytes": None})
+        for k in seen:
+            v = mem.get(k)
+            if v is not None:
+                seen[k] = v if seen[k] is None else max(seen[k], v)
+
+    async def _load(self, g: _Group) -> tuple[Any, int]:
+        spec: EngineSpec = g.spec
+        actor = remote_actor_class().options(**self.actor_options()).remote(spec.kind, spec.model, dict(spec.options))
+        try:
+            info = await actor.ready.remote()
+        except Exception as exc:
+            self.ray.kill(actor)
+            raise _actor_error(g.name, exc) from exc
+        self._placements[g.name].append({"pid": info["pid"], "gpu_ids": info["gpu_ids"]})
+        self._note_mem(g, info)
+        return actor, int(info["footprint"])
+
+    async def _sleep(self, g: _Group) -> Any:
+        if self.release_on_sleep:
+            try:
+                self._note_mem(g, await g.handle.close.remote())
+            finally:
+                self.ray.kill(g.handle)
+            return None
+        self._note_mem(g, await g.handle.sleep.remote())
+        return g.handle
+
+    async def _wake(self, g: _Group) -> Any:
+        self._note_mem(g, await g.handle.wake.remote())
+        return g.handle
+
+    async def _generate(self, g: _Group, requests: list[Request]) -> list[Completion]:
+        out, mem = await g.handle.generate.remote(requests)
+        self._note_mem(g, mem)
+        return out
+
+    async def _close_handle(self, g: _Group) -> None:
+        try:
+            self._note_mem(g, await g.handle.close.remote())
+        finally:
+            self.ray.kill(g.handle)
+
+    # ------------------------------------------------------------------ stats
+
+    def _memory_stats(self) -> dict[str, Any]:
+        rss = [m["peak_rss_bytes"] for m in self._actor_mem.values() if m.get("peak_rss_bytes") is not None]
+        cuda = [m["peak_cuda_bytes"] for m in self._actor_mem.values() if m.get("peak_cuda_bytes") is not None]
+        return {"peak_rss_bytes": max(rss) if rss else 0, "peak_cuda_bytes": max(cuda) if cuda else None,
+                "driver_peak_rss_bytes": self.meter.peak_rss}
+
+    def stats(self) -> dict[str, Any]:
+        st = super().stats()
+        st.update(num_gpus=self.num_gpus, gpus_per_group=self.gpus_per_group, slots=self.slots,
+                  release_on_sleep=self.release_on_sleep)
+        for name, g in st["groups"].items():
+            g["actors"] = list(self._placements.get(name, []))
+            g["actor_memory"] = dict(self._actor_mem.get(name, {}))
+        return st
