@@ -55,6 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--prices", help="price sheet YAML for $ columns (see docs/pricing.md)")
     g.add_argument("--concurrency", type=int, default=256, help="episodes in flight (default 256)")
     g.add_argument("--max-batch", type=int, default=32, help="engine micro-batch size (default 32)")
+    g.add_argument("--pool", default="local", choices=["local", "ray"],
+                   help="where worker groups live: in-process (default) or Ray actors on a GPU pool")
+    g.add_argument("--pool-budget", type=float, metavar="N_MODELS",
+                   help="memory budget in models (e.g. 1: only one worker group awake at a time); default unlimited")
     g.add_argument("--flush-every", type=int, default=16, help="append finished trajectories to disk in batches of N (default 16)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)
@@ -104,33 +108,29 @@ def resolve_config(args: argparse.Namespace):
     return suite, benches, wf, team, sampling
 
 
-def engine_options(g) -> dict:
-    """A worker group's engine options: its own, plus the base URL for remote engines."""
-    opts = dict(g.options)
-    if g.base_url:
-        opts["base_url"] = g.base_url
-    return opts
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
 async def _run(args, team, wf, tasks, store, sampling, retriever, cost_fn):
-    """Create one engine per worker group, run the episodes, always close the engines."""
-    from drmas_bench.engines import make_engine
+    """Serve the team's worker groups from a pool (engines asleep until needed when the budget is
+    smaller than the team), run the episodes, always release the engines. -> (RunStats, pool stats)"""
+    from drmas_bench.pool import make_pool, specs_from_team
     from drmas_bench.runner import TeamRuntime, run_episodes
 
-    engines = {}
+    pool = make_pool(args.pool, specs_from_team(team), budget_models=args.pool_budget)
     try:
-        for name, g in team.worker_groups.items():
-            try:
-                engines[name] = make_engine(g.engine, g.model, **engine_options(g))
-            except UserError:
-                raise
-            except Exception as e:
-                raise UserError(f"worker group {name}: cannot load model {g.model!r} on engine {g.engine}: "
-                                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
-        runtime = TeamRuntime(team, engines, sampling)
+        await pool.__aenter__()  # loads the engines that fit the budget
+    except UserError:
+        raise
+    except Exception as e:
+        models = ", ".join(f"{n}={g.model}" for n, g in team.worker_groups.items())
+        raise UserError(f"cannot load the team's models ({models}): {_one_line(e)}") from None
+    try:
+        runtime = TeamRuntime(team, pool.views(), sampling)
         print(f"[eval] {len(tasks)} questions x {args.n} samples, workflow {wf.name}, run dir {store.path}", file=sys.stderr)
         try:
-            return await run_episodes(
+            stats = await run_episodes(
                 tasks, args.n, runtime, wf, store, seed=args.seed, retriever=retriever,
                 workflow_options=team.workflow_options, concurrency=args.concurrency,
                 cost_fn=cost_fn, progress=not args.no_progress, flush_every=args.flush_every,
@@ -138,11 +138,11 @@ async def _run(args, team, wf, tasks, store, sampling, retriever, cost_fn):
         except UserError as e:
             raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
         except Exception as e:
-            raise UserError(f"run stopped ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                            f"finished samples are saved in {store.samples_path}; re-run to resume") from None
+            raise UserError(f"run stopped ({_one_line(e)}); finished samples are saved in {store.samples_path}; "
+                            f"re-run to resume") from None
+        return stats, pool.stats()
     finally:
-        for e in engines.values():
-            await e.close()
+        await pool.__aexit__(None, None, None)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -206,13 +206,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         except Exception as e:  # a down server, a missing index dir
             raise UserError(f"retriever {retriever_spec}: {e}") from None
 
-    stats = asyncio.run(_run(args, team, wf, tasks, store, sampling, retriever, cost_fn if prices else None))
+    stats, pool_stats = asyncio.run(_run(args, team, wf, tasks, store, sampling, retriever, cost_fn if prices else None))
 
     keys = {(t.benchmark, t.id) for t in tasks}
     records = [r for r in store.records() if (r["task"]["benchmark"], r["task"]["id"]) in keys and r["sample_idx"] < args.n]
     summary = metrics.summarize(records, prices=prices)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2)}
+    summary["pool"] = pool_stats
     md = metrics.format_summary_markdown(summary)
     store.write_summary(summary, md)
     print(md)
