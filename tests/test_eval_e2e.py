@@ -108,3 +108,21 @@ def test_bad_inputs_exit_with_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "nope" in err
     assert main(["eval", "--model", "tiny-random", "--suite", "toy", "--benchmarks", "", "--out", str(tmp_path / "r3")]) == 2
     assert "selection is empty" in capsys.readouterr().err
+
+
+def test_retriever_down_stops_before_any_episode(tmp_path, capsys):
+    import socket
+
+    data = tmp_path / "data" / "qa" / "bamboogle"
+    data.mkdir(parents=True)
+    (data / "test.jsonl").write_text(json.dumps({"id": "q0", "question": "Who?", "golden_answers": ["x"]}) + "\n")
+    with socket.socket() as s:  # a free loopback port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tmp_path / "run"
+    rc = main(["eval", "--model", "tiny-random", "--suite", "search", "--benchmarks", "bamboogle", "--n", "1",
+               "--data-dir", str(tmp_path / "data"), "--retriever", f"http://127.0.0.1:{port}", "--out", str(run),
+               "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and f"127.0.0.1:{port}" in err[0]
+    assert not (run / "samples.jsonl").exists()
