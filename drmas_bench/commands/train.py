@@ -1,0 +1,145 @@
+"""`drmas-bench train | regress | plot`: the reference trainer, its regression check and its curves.
+
+The trainer (``drmas_trainer``) is imported inside the command functions only, so the CLI's
+``--help`` stays fast and the harness does not depend on the trainer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from drmas_bench.types import UserError
+
+TRAIN_EPILOG = """examples:
+  drmas-bench train --recipe tiny --estimator drmas --out runs/tiny-drmas       # CPU, a few minutes
+  drmas-bench train --recipe tiny --estimator grpo --out runs/tiny-grpo
+  drmas-bench train --recipe tiny --estimator drmas --shared --loss gspo --steps 10
+  drmas-bench train --recipe tiny --out runs/tiny-drmas --resume                # after a kill
+  drmas-bench train --recipe tiny --ray --set ray.num_gpus=2 --steps 2          # worker groups as Ray actors
+  drmas-bench train --recipe math_qwen3_4b --estimator drmas                    # GPU (sglang)
+
+Recipes: trainer/recipes/*.yaml (tiny, math_qwen3_4b, math_qwen3_4b_shared, search_qwen2.5_7b) or a YAML path.
+Any config key can be overridden with --set SECTION.KEY=VALUE (e.g. --set rollout.n=4).
+The run directory gets metrics.jsonl, config.yaml and ckpt/step_K/ (+ ckpt/latest);
+`drmas-bench eval --model RUN/ckpt/latest --suite toy` evaluates the trained team,
+RUN/ckpt/step_0 is the team before RL (after the warm start).
+"""
+
+REGRESS_EPILOG = """examples:
+  drmas-bench regress runs/ci-tiny --against trainer/recipes/tiny_bands.json
+
+Bands file (JSON): {"bands": [{"name": ..., "metric": "reward_mean", "stat": "last_k_mean", "k": 5, "min": 0.5},
+                              {"metric": "grad_norm/*", "stat": "max", "max": 50}, ...]}
+stats: last_k_mean, first_k_mean, mean, max, min, last, sum, count (records), nonfinite (NaN/inf values).
+Exit 0 when every band holds, 1 with one line per failed band otherwise.
+"""
+
+PLOT_EPILOG = """examples:
+  drmas-bench plot runs/tiny-drmas                          # -> runs/tiny-drmas/curves.png
+  drmas-bench plot runs/tiny-grpo runs/tiny-drmas --out grad_norms.png
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a team with agent-wise GRPO (Dr. MAS) or a baseline", epilog=TRAIN_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipe", default="tiny", help="recipe name (trainer/recipes/NAME.yaml) or a YAML path (default tiny)")
+    p.add_argument("--estimator", help="advantage estimator: drmas, grpo, grpo_first_row, drmas_mean_only, "
+                                       "drmas_std_only, traj_traj, global_step (default: the recipe's)")
+    p.add_argument("--loss", choices=["ppo", "gspo"], help="policy loss (default: the recipe's)")
+    p.add_argument("--shared", action="store_true", help="agents with the same model share one worker group")
+    p.add_argument("--out", help="run directory (default runs/<recipe>-<estimator>[-shared]-s<seed>)")
+    p.add_argument("--steps", type=int, help="RL iterations (default: the recipe's)")
+    p.add_argument("--seed", type=int, help="run seed (default: the recipe's)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key (repeatable)")
+    p.add_argument("--resume", action="store_true", help="continue from the run's latest complete checkpoint")
+    p.add_argument("--fresh", action="store_true", help="delete the run directory's checkpoints and metrics first")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--local", action="store_true", help="worker groups in this process (default without a GPU)")
+    g.add_argument("--ray", action="store_true", help="worker groups as Ray actors (default with a GPU)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+    r = sub.add_parser("regress", help="check a training run's metric curves against stored bands", epilog=REGRESS_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("run", help="run directory (or its metrics.jsonl)")
+    r.add_argument("--against", required=True, help="bands JSON file, e.g. trainer/recipes/tiny_bands.json")
+    r.set_defaults(func=cmd_regress)
+
+    q = sub.add_parser("plot", help="plot reward and per-agent gradient-norm curves of training runs to PNG",
+                       epilog=PLOT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("runs", nargs="+", help="run directories (several: one figure, one line style per run)")
+    q.add_argument("--out", help="PNG path (default RUN/curves.png of the first run)")
+    q.add_argument("--title", help="figure title")
+    q.set_defaults(func=cmd_plot)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from drmas_trainer.config import load_config, parse_override
+    from drmas_trainer.trainer import train
+
+    overrides = dict(parse_override(s) for s in args.set)
+    if args.estimator:
+        overrides["algo.estimator"] = args.estimator
+    if args.loss:
+        overrides["algo.loss"] = args.loss
+    if args.shared:
+        overrides["shared"] = True
+    if args.steps is not None:
+        overrides["steps"] = args.steps
+        overrides["epochs"] = None
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    cfg = load_config(args.recipe, overrides)
+    name = f"{cfg.recipe}-{cfg.algo.estimator}{'-shared' if cfg.shared else ''}-s{cfg.seed}"
+    out = Path(args.out or Path("runs") / name)
+    if args.fresh and args.resume:
+        raise UserError("--fresh and --resume exclude each other")
+    if args.fresh:
+        for p in ("ckpt", "metrics.jsonl", "config.yaml", "sft.json", "workers.json", "tb", "curves.png"):
+            q = out / p
+            if q.is_dir():
+                shutil.rmtree(q)
+            elif q.exists():
+                q.unlink()
+    use_ray = True if args.ray else False if args.local else None
+    print(f"[train] recipe {cfg.recipe}, estimator {cfg.algo.estimator}, loss {cfg.algo.loss}, "
+          f"{'shared' if cfg.shared else 'non-shared'}, run dir {out}", file=sys.stderr)
+    summary = train(cfg, out, resume=args.resume, use_ray=use_ray, progress=not args.no_progress)
+    print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
+    spread = summary.get("grad_norm_spread", {})
+    if spread:
+        print("[train] grad-norm spread (max/median over steps): " +
+              ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()), file=sys.stderr)
+    print(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
+          f"checkpoints in {out / 'ckpt'} (latest: {out / 'ckpt' / 'latest'})", file=sys.stderr)
+    return 0
+
+
+def cmd_regress(args: argparse.Namespace) -> int:
+    from drmas_trainer.regress import check_run
+
+    failures, lines = check_run(args.run, args.against)
+    for line in lines:
+        print(line)
+    if failures:
+        for f in failures:
+            print(f"regression: {f}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from drmas_trainer.plot import plot_runs
+
+    out = Path(args.out) if args.out else Path(args.runs[0]) / "curves.png"
+    path, spread = plot_runs(args.runs, out, title=args.title)
+    for run, per_agent in spread.items():
+        for agent, s in per_agent.items():
+            print(f"{run}\tgrad_norm/{agent}\tmax {s['max']:.4g}\tmedian {s['median']:.4g}\tspread {s['spread']:.2f}")
+    print(f"[plot] wrote {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,156 @@
+"""Checkpoints: ``RUN/ckpt/step_K/``, written atomically, with a ``latest`` pointer updated last.
+
+    RUN/ckpt/step_K/
+        team.yaml              agent -> worker group -> model folder, workflow, sampling (the format
+                               drmas_bench.agents.team.team_from_dict reads): `drmas-bench eval
+                               --model RUN/ckpt/step_K` rebuilds the trained team
+        models/<wg>/           one Hugging Face folder per worker group (safetensors, config, tokenizer)
+        optim/<wg>.pt          optimiser state (torch.save of tensors and numbers; loaded with
+                               weights_only=True)
+        trainer_state.json     step, data cursor, Python RNG state, counters, config fingerprint
+        rng.pt                 torch RNG state (a uint8 tensor; weights_only=True)
+        COMPLETE               written last: a folder without it is never used
+    RUN/ckpt/latest -> step_K  relative symlink, replaced atomically after step_K is complete
+
+Writing: everything goes into ``ckpt/.tmp-step_K-<pid>/``, the marker is written and fsynced last,
+the folder is renamed to ``step_K`` (one ``rename``), then ``latest`` is re-pointed (a new symlink
+renamed over the old one). A kill at any moment leaves either the previous checkpoint or the new
+one; leftovers (``.tmp-*`` folders, or a ``step_K`` without ``COMPLETE`` from a foreign copy) are
+ignored by :func:`latest_checkpoint` and removed by :func:`clean_partial`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+MARKER = "COMPLETE"
+LATEST = "latest"
+_STEP = re.compile(r"^step_(\d+)$")
+
+
+def step_dir(ckpt_root: Path, step: int) -> Path:
+    return Path(ckpt_root) / f"step_{step}"
+
+
+def is_complete(path: Path) -> bool:
+    return (Path(path) / MARKER).is_file()
+
+
+def complete_checkpoints(ckpt_root: Path) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every complete checkpoint, oldest first."""
+    root = Path(ckpt_root)
+    if not root.is_dir():
+        return []
+    out = []
+    for p in root.iterdir():
+        m = _STEP.match(p.name)
+        if m and p.is_dir() and not p.is_symlink() and is_complete(p):
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def latest_checkpoint(ckpt_root: Path) -> tuple[int, Path] | None:
+    """The newest complete checkpoint, or None. The ``latest`` pointer is a convenience for
+    humans and ``eval``; resuming trusts only the ``COMPLETE`` markers."""
+    found = complete_checkpoints(ckpt_root)
+    return found[-1] if found else None
+
+
+def clean_partial(ckpt_root: Path) -> list[Path]:
+    """Remove temporary folders and step folders without a marker; returns what was removed."""
+    root = Path(ckpt_root)
+    removed = []
+    if not root.is_dir():
+        return removed
+    for p in root.iterdir():
+        if p.name.startswith(".tmp-") or (_STEP.match(p.name) and p.is_dir() and not is_complete(p)):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def begin(ckpt_root: Path, step: int) -> Path:
+    """A fresh temporary folder to write checkpoint ``step`` into."""
+    root = Path(ckpt_root)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-step_{step}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "models").mkdir(parents=True)
+    (tmp / "optim").mkdir()
+    return tmp
+
+
+def write_json(path: Path, obj: Any) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def commit(tmp: Path, ckpt_root: Path, step: int) -> Path:
+    """Mark ``tmp`` complete, rename it to ``step_K`` and point ``latest`` at it (in that order)."""
+    root = Path(ckpt_root)
+    with open(tmp / MARKER, "w") as f:
+        f.write(f"step {step}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+    final = step_dir(root, step)
+    if final.exists():  # a checkpoint of the same step from an earlier (killed) attempt
+        trash = root / f".tmp-trash-{final.name}-{os.getpid()}"
+        os.rename(final, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    link_tmp = root / f".tmp-latest-{os.getpid()}"
+    if link_tmp.is_symlink() or link_tmp.exists():
+        link_tmp.unlink()
+    os.symlink(final.name, link_tmp)
+    os.replace(link_tmp, root / LATEST)
+    _fsync_dir(root)
+    return final
+
+
+def prune(ckpt_root: Path, keep_last: int, keep: tuple[int, ...] = (0,)) -> list[Path]:
+    """Delete all but the newest ``keep_last`` complete checkpoints (never those in ``keep``)."""
+    if keep_last <= 0:
+        return []
+    found = [(s, p) for s, p in complete_checkpoints(ckpt_root) if s not in keep]
+    old = found[:-keep_last]
+    for _, p in old:
+        shutil.rmtree(p, ignore_errors=True)
+    return [p for _, p in old]
+
+
+def save_rng(path: Path) -> None:
+    torch.save({"torch": torch.get_rng_state()}, path)
+
+
+def load_rng(path: Path) -> None:
+    state = torch.load(path, weights_only=True)
+    torch.set_rng_state(state["torch"])
+
+
+def read_state(ckpt: Path) -> dict[str, Any]:
+    return json.loads((Path(ckpt) / "trainer_state.json").read_text())

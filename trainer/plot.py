@@ -1,0 +1,81 @@
+"""Training curves to PNG: reward and per-agent gradient norm over steps, one or several runs.
+
+    path, spread = plot_runs(["runs/tiny-grpo", "runs/tiny-drmas"], "grad_norms.png")
+
+Left panel: ``reward_mean`` per step (thin) and its 5-step moving average (thick), one colour per
+run. Right panel: ``grad_norm/<agent>`` (the pre-clip norm of the gradient of the agent's own loss,
+see worker.py) on a log scale, one colour per run and one line style per agent. ``spread`` is
+``{run: {agent: {"max", "median", "spread" = max / median}}}`` over the steps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from drmas_bench.types import UserError
+
+_STYLES = ("-", "--", ":", "-.")
+
+
+def _moving_average(xs: list[float], w: int = 5) -> list[float]:
+    out = []
+    for i in range(len(xs)):
+        win = [x for x in xs[max(0, i - w + 1): i + 1] if math.isfinite(x)]
+        out.append(sum(win) / len(win) if win else float("nan"))
+    return out
+
+
+def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str | None = None) -> tuple[Path, dict[str, Any]]:
+    """Draw the runs' reward and per-agent grad-norm curves into ``out`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from drmas_trainer.trainer import grad_norm_spread, read_metrics
+
+    fig, (ax_r, ax_g) = plt.subplots(1, 2, figsize=(13, 4.8))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    spread: dict[str, Any] = {}
+    for i, run in enumerate(runs):
+        recs = [r for r in read_metrics(run) if "reward_mean" in r]
+        if not recs:
+            raise UserError(f"{run}: no step records to plot")
+        label = Path(run).name if Path(run).is_dir() else Path(run).parent.name
+        color = colors[i % len(colors)]
+        steps = [r["step"] for r in recs]
+        reward = [float(r["reward_mean"]) for r in recs]
+        ax_r.plot(steps, reward, color=color, alpha=0.3, linewidth=1)
+        ax_r.plot(steps, _moving_average(reward), color=color, linewidth=2, label=f"{label} (5-step mean)")
+        agents = sorted({k.split("/", 1)[1] for r in recs for k in r if k.startswith("grad_norm/")})
+        for j, agent in enumerate(agents):
+            pts = [(r["step"], r[f"grad_norm/{agent}"]) for r in recs
+                   if isinstance(r.get(f"grad_norm/{agent}"), (int, float)) and math.isfinite(r[f"grad_norm/{agent}"])
+                   and r[f"grad_norm/{agent}"] > 0]
+            if pts:
+                ax_g.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle=_STYLES[j % len(_STYLES)],
+                          linewidth=1.5, label=f"{label}: {agent}")
+        spread[label] = grad_norm_spread(recs)
+    ax_r.set_xlabel("training step")
+    ax_r.set_ylabel("mean trajectory reward")
+    ax_r.set_title("reward")
+    ax_r.grid(True, alpha=0.3)
+    ax_r.legend(fontsize=8)
+    ax_g.set_xlabel("training step")
+    ax_g.set_ylabel("gradient norm (pre-clip, per agent)")
+    ax_g.set_yscale("log")
+    ax_g.set_title("per-agent gradient norm")
+    ax_g.grid(True, which="both", alpha=0.3)
+    if ax_g.get_legend_handles_labels()[0]:
+        ax_g.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out, spread

@@ -1,0 +1,503 @@
+"""A worker group: one policy (a Hugging Face causal LM) with its AdamW optimiser and its rollout
+engine, serving one or more logical agents (REFERENCE.md §5).
+
+    wg = WorkerGroup("solver", ["solver"], settings, model_path, device="cpu")
+    await wg.start_engine()                        # hf on CPU, sglang on GPU: the rollout engine
+    completions = await wg.generate(requests)      # what the harness's TeamRuntime calls
+    metrics = await wg.update(rows, epochs=1, mini_batches=1, loss=LossSettings())
+    await wg.sync_weights()                        # engine.update_weights(policy weights)
+    await wg.save(folder, optimizer_path)          # HF folder (safetensors) + optimiser state
+
+Every method is ``async`` so that the trainer drives an in-process group and a Ray actor
+(``ray_workers.py``) with the same code; compute runs synchronously inside them.
+
+**update(rows)** runs ``epochs`` passes; each pass shuffles the rows (seeded) and splits them into
+``mini_batches`` mini-batches, one optimiser step each. A mini-batch is split into micro-batches of
+``micro_batch_size`` rows whose losses are scaled by their share of the mini-batch (tokens for
+``token-mean``, rows for the ``seq-mean`` aggregations) before ``backward``, so the accumulated
+gradient equals that of the whole mini-batch's loss exactly. Then the global gradient norm is
+clipped to ``grad_clip`` and AdamW steps.
+
+**Per-agent gradient norms.** In a group that serves one agent the agent's norm is the group's
+(pre-clip) norm. In a shared group, micro-batches are formed per agent and, after each agent's
+micro-batches, the gradient accumulated so far is compared with a snapshot taken before them: the
+difference is exactly the gradient of that agent's loss term (accumulation is linear). Its norm,
+divided by the agent's share of the mini-batch, is the norm of the gradient of the agent's own
+token-mean loss, comparable with a non-shared group's norm. Cost: one extra copy of the gradients
+(parameter-sized memory) while the group's agents are accumulated, and one pass over the gradients
+per agent; no extra forward or backward passes.
+
+**Non-finite steps.** A non-finite micro-batch loss stops the mini-batch; a non-finite gradient
+norm is caught after accumulation. Either way the gradients are dropped, the optimiser does not
+step (its state is untouched), and ``skipped_steps`` counts it. Parameters therefore stay finite,
+and :meth:`save` refuses to write non-finite weights anyway.
+
+Log-probabilities are of the raw logits (temperature 1), the same quantity the ``hf`` engine
+returns as ``Completion.logprobs`` (the old log-probs of the PPO ratio).
+
+**Precision.** Weights and AdamW state are float32; ``dtype: bfloat16`` runs the forward/backward
+under bf16 autocast and hands the engine bf16 copies (an lr-1e-6 update would round away in bf16
+weights). Memory per parameter: 4 (weights) + 4 (grads) + 8 (AdamW) bytes, plus activations.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from drmas_bench.types import Completion, Request, UserError
+from drmas_trainer.config import AgentConfig
+from drmas_trainer.losses import policy_loss
+
+__all__ = ["LossSettings", "Row", "SFTExample", "WorkerGroup", "pack_rows", "token_logprobs"]
+
+
+@dataclass
+class Row:
+    """One training row (one agent call) as a worker group sees it."""
+
+    agent: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    old_logprobs: list[float]  # one per response token (rollout policy, temperature 1)
+    advantage: float
+
+
+@dataclass
+class SFTExample:
+    """One supervised example: the agent's chat prompt and the response to imitate."""
+
+    agent: str
+    messages: list[dict[str, str]]
+    target: str
+
+
+@dataclass
+class LossSettings:
+    """The policy-loss options of ``drmas_trainer.losses.policy_loss`` (None = the mode's default)."""
+
+    mode: str = "ppo"
+    clip_low: float | None = None
+    clip_high: float | None = None
+    dual_clip: float | None = 3.0
+    agg: str | None = None
+    entropy_coef: float = 0.0
+
+    @property
+    def token_level(self) -> bool:
+        agg = self.agg or ("token-mean" if self.mode == "ppo" else "seq-mean-token-mean")
+        return agg == "token-mean"
+
+
+# ----------------------------------------------------------------------------------------- tensors
+
+
+def pack_rows(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+              device: torch.device | str = "cpu") -> dict[str, Tensor]:
+    """Right-padded prompt+response sequences and the index of each response token.
+
+    Returns ``input_ids`` / ``attention_mask`` [B, L]; ``pos`` [B, T]: the position whose logits
+    predict response token t (``len(prompt) - 1 + t``); ``targets`` [B, T] response ids; ``mask``
+    [B, T] true on real response tokens.
+    """
+    B = len(prompts)
+    plen = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+    rlen = torch.tensor([len(r) for r in responses], dtype=torch.long)
+    if bool((plen < 1).any()):
+        raise ValueError("every row needs at least one prompt token")
+    L = int((plen + rlen).max())
+    T = max(1, int(rlen.max()))
+    input_ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    targets = torch.full((B, T), pad_id, dtype=torch.long)
+    for b, (p, r) in enumerate(zip(prompts, responses)):
+        seq = list(p) + list(r)
+        input_ids[b, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        attn[b, : len(seq)] = 1
+        if r:
+            targets[b, : len(r)] = torch.tensor(r, dtype=torch.long)
+    t = torch.arange(T)
+    pos = (plen[:, None] - 1 + t[None, :]).clamp(max=L - 1)
+    mask = t[None, :] < rlen[:, None]
+    return {k: v.to(device) for k, v in dict(input_ids=input_ids, attention_mask=attn, pos=pos,
+                                              targets=targets, mask=mask).items()}
+
+
+def token_logprobs(model: Any, batch: dict[str, Tensor], with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Log-probs [B, T] of the response tokens under ``model`` (raw logits, float32), and the
+    per-token entropy [B, T] when asked. Only the positions from the earliest response start on are
+    projected to the vocabulary (``logits_to_keep``), so long prompts cost no vocabulary memory."""
+    ids, pos = batch["input_ids"], batch["pos"]
+    L = ids.shape[1]
+    start = int(pos.min())
+    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": batch["attention_mask"], "use_cache": False}
+    try:
+        out = model(**kwargs, logits_to_keep=torch.arange(start, L, device=ids.device))
+        offset = start
+    except TypeError:  # models without logits_to_keep: full logits
+        out = model(**kwargs)
+        offset = 0
+    logits = out.logits
+    if logits.shape[1] != L - offset:  # logits_to_keep ignored by this model
+        offset = L - logits.shape[1]
+    idx = (pos - offset)[..., None].expand(-1, -1, logits.shape[-1])
+    logits = logits.gather(1, idx).float()  # [B, T, V]
+    logz = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, batch["targets"][..., None]).squeeze(-1) - logz
+    ent = None
+    if with_entropy:
+        ent = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logp, ent
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i: i + size] for i in range(0, len(items), max(1, size))]
+
+
+def _split(items: list, parts: int) -> list[list]:
+    """``items`` in ``parts`` contiguous, nearly equal, non-empty pieces."""
+    parts = max(1, min(parts, len(items)))
+    q, r = divmod(len(items), parts)
+    out, i = [], 0
+    for k in range(parts):
+        n = q + (1 if k < r else 0)
+        out.append(items[i: i + n])
+        i += n
+    return out
+
+
+@dataclass
+class _Acc:
+    """Weighted running sums of loss metrics over micro-batches."""
+
+    sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    maxes: dict[str, float] = field(default_factory=dict)
+
+    def add(self, metrics: dict[str, float], weight: float) -> None:
+        for k, v in metrics.items():
+            if k == "ratio_max":
+                self.maxes[k] = max(self.maxes.get(k, -math.inf), v)
+            else:
+                self.sums[k] += weight * v
+
+
+# ----------------------------------------------------------------------------------------- the group
+
+
+class WorkerGroup:
+    """Policy + optimiser + rollout engine for the agents of one worker group (module docstring).
+
+    Args:
+        name: the group's name (``solver``, ``shared``...).
+        agents: logical agents this group serves.
+        settings: the group's settings (lr, weight decay, betas, grad clip, micro-batch size, engine,
+            engine options, dtype, gradient checkpointing, sleep_engine).
+        model_path: local folder (or hub id) to load the policy and tokenizer from.
+        device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda[:N]"``.
+        seed: seeds torch in this process (parameters are loaded, not drawn, so it matters little).
+        torch_threads: torch intra-op threads for this process.
+        max_batch: default engine micro-batch size (``engine_options`` may override it).
+    """
+
+    def __init__(self, name: str, agents: list[str], settings: AgentConfig, model_path: str, *,
+                 device: str = "auto", seed: int = 0, torch_threads: int | None = None, max_batch: int = 64) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        from drmas_bench.engines.base import resolve_model_path
+
+        hf_logging.disable_progress_bar()  # no "Loading weights" / "Writing model shards" bars per step
+
+        if torch_threads:
+            torch.set_num_threads(torch_threads)
+        torch.manual_seed(seed)
+        self.name = name
+        self.agents = list(agents)
+        self.settings = settings
+        self.model_path = resolve_model_path(model_path)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        # fp32 master weights and AdamW state always; dtype bfloat16 = compute under autocast (an update
+        # of lr 1e-6 would round away in bf16 weights), and the engine gets bf16 copies
+        self.compute_dtype = getattr(torch, settings.dtype)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            self.policy = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+        except (OSError, ValueError) as e:
+            raise UserError(f"worker group {name}: cannot load {model_path!r}: {' '.join(str(e).split())[:200]}") from None
+        self.policy.to(self.device)
+        self.policy.train()
+        if settings.gradient_checkpointing:
+            self.policy.gradient_checkpointing_enable()
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = self._make_optimizer(settings.lr)
+        self.engine: Any = None
+        self.engine_options = {"max_batch": max_batch, **dict(settings.engine_options)}
+        if settings.engine == "hf":
+            self.engine_options.setdefault("device", str(self.device))
+            self.engine_options.setdefault("dtype", settings.dtype)
+        self.optimizer_steps = 0
+        self.skipped_steps = 0
+
+    def _make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        s = self.settings
+        return torch.optim.AdamW(self.params, lr=lr, betas=tuple(s.betas), weight_decay=s.weight_decay)
+
+    # ------------------------------------------------------------------ engine
+
+    async def start_engine(self) -> None:
+        """Create the rollout engine from the group's model folder and push the current weights."""
+        from drmas_bench.engines import make_engine
+
+        if self.engine is None:
+            self.engine = make_engine(self.settings.engine, self.model_path, **self.engine_options)
+            await self.sync_weights()
+
+    async def generate(self, requests: list[Request]) -> list[Completion]:
+        """Rollouts: the engine's ``generate`` (the harness's TeamRuntime calls this)."""
+        if self.engine is None:
+            await self.start_engine()
+        return await self.engine.generate(requests)
+
+    def named_weights(self) -> list[tuple[str, Tensor]]:
+        """The policy's weights by ``state_dict`` name (what ``update_weights`` takes), in the
+        compute dtype (what the engine runs in)."""
+        return [(k, v.detach().to(self.compute_dtype)) for k, v in self.policy.state_dict().items()]
+
+    def _autocast(self) -> Any:
+        """bf16 autocast when the group computes in bf16; a no-op context in float32."""
+        return torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self.compute_dtype != torch.float32)
+
+    async def sync_weights(self) -> float:
+        """Copy the policy's weights into the rollout engine; returns the seconds it took."""
+        t0 = time.perf_counter()
+        if self.engine is not None:
+            if not self.engine.is_awake:
+                await self.engine.wake()
+            await self.engine.update_weights(self.named_weights())
+        return time.perf_counter() - t0
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.close()
+            self.engine = None
+
+    # ------------------------------------------------------------------ training
+
+    def _agent_norm(self, prev: dict[Tensor, Tensor] | None) -> float:
+        """Norm of (current accumulated gradient - snapshot)."""
+        sq = torch.zeros((), dtype=torch.float64, device=self.device)
+        for p in self.params:
+            if p.grad is None:
+                continue
+            d = p.grad if prev is None or p not in prev else p.grad - prev[p]
+            sq += d.detach().double().square().sum()
+        return math.sqrt(float(sq))
+
+    def _optimizer_step(self, mb: list[Row], loss: LossSettings, acc: _Acc, agent_norms: dict[str, list[float]],
+                        norms: list[float]) -> bool:
+        """One optimiser step on mini-batch ``mb``; False when it was skipped (non-finite)."""
+        def size(rows: list[Row]) -> int:
+            return sum(len(r.response_ids) for r in rows) if loss.token_level else len(rows)
+
+        denom = size(mb)
+        by_agent: dict[str, list[Row]] = {}
+        for r in mb:
+            by_agent.setdefault(r.agent, []).append(r)
+        multi = len(by_agent) > 1
+        self.optimizer.zero_grad(set_to_none=True)
+        prev: dict[Tensor, Tensor] | None = None
+        step_agent_norms: dict[str, float] = {}
+        step_acc = _Acc()
+        finite = True
+        for k, (agent, arows) in enumerate(by_agent.items()):
+            for micro in _chunks(arows, self.settings.micro_batch_size):
+                batch = pack_rows([r.prompt_ids for r in micro], [r.response_ids for r in micro], self.pad_id, self.device)
+                with self._autocast():
+                    logp, ent = token_logprobs(self.policy, batch, with_entropy=True)
+                T = logp.shape[1]
+                old = torch.zeros_like(logp)
+                for b, r in enumerate(micro):
+                    old[b, : len(r.old_logprobs)] = torch.tensor(r.old_logprobs[:T], dtype=old.dtype)
+                adv = torch.tensor([r.advantage for r in micro], dtype=torch.float32, device=self.device)
+                loss_t, m = policy_loss(logp, old, adv, batch["mask"], mode=loss.mode, clip_low=loss.clip_low,
+                                        clip_high=loss.clip_high, dual_clip=loss.dual_clip, agg=loss.agg,
+                                        entropy=ent, entropy_coef=loss.entropy_coef)
+                if not math.isfinite(m["loss"]):
+                    finite = False
+                    break
+                w = size(micro) / denom
+                (loss_t * w).backward()
+                step_acc.add(m, w)
+            if not finite:
+                break
+            if multi:
+                share = size(arows) / denom
+                step_agent_norms[agent] = self._agent_norm(prev) / share
+                if k < len(by_agent) - 1:  # snapshot for the next agent (not needed after the last)
+                    prev = {p: p.grad.detach().clone() for p in self.params if p.grad is not None}
+        prev = None
+        total = float("nan")
+        if finite:
+            clip = self.settings.grad_clip if self.settings.grad_clip > 0 else float("inf")
+            total = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+        if not finite or not math.isfinite(total):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_steps += 1
+            return False
+        if not multi:
+            step_agent_norms[next(iter(by_agent))] = total
+        warm = self.settings.lr_warmup_steps
+        for group in self.optimizer.param_groups:  # linear warm-up from the group's step count
+            group["lr"] = self.settings.lr * (min(1.0, (self.optimizer_steps + 1) / warm) if warm > 0 else 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer_steps += 1
+        norms.append(total)
+        for a, v in step_agent_norms.items():
+            agent_norms[a].append(v)
+        for k2, v in step_acc.sums.items():
+            acc.sums[k2] += v
+        for k2, v in step_acc.maxes.items():
+            acc.maxes[k2] = max(acc.maxes.get(k2, -math.inf), v)
+        return True
+
+    async def update(self, rows: list[Row], *, epochs: int = 1, mini_batches: int = 1,
+                     loss: LossSettings | None = None, seed: int = 0) -> dict[str, Any]:
+        """PPO/GSPO update on this group's rows (see the module docstring).
+
+        Args:
+            rows: the group's rows; rows without response tokens are ignored.
+            epochs: passes over the rows.
+            mini_batches: optimiser steps per pass (rows shuffled, then split evenly).
+            loss: policy-loss settings.
+            seed: shuffle seed (the trainer passes one derived from the run seed and step).
+
+        Returns:
+            ``{"optimizer_steps", "skipped_steps" (this call), "grad_norm" (mean pre-clip norm over
+            the steps), "grad_norm_max", "agent_grad_norm": {agent: mean}, "agent_grad_norm_max",
+            loss metrics averaged over the steps (loss, pg_loss, pg_clipfrac, pg_clipfrac_lower,
+            ppo_kl, ratio_mean, entropy; ratio_max is the max), "update_s"}``.
+        """
+        loss = loss or LossSettings()
+        t0 = time.perf_counter()
+        if self.settings.sleep_engine and self.engine is not None:
+            await self.engine.sleep()
+        rows = [r for r in rows if r.response_ids]
+        rng = random.Random(seed)
+        acc = _Acc()
+        agent_norms: dict[str, list[float]] = defaultdict(list)
+        norms: list[float] = []
+        skipped0, steps0 = self.skipped_steps, self.optimizer_steps
+        self.policy.train()
+        for _ in range(epochs):
+            if not rows:
+                break
+            order = list(range(len(rows)))
+            rng.shuffle(order)
+            for chunk in _split(order, mini_batches):
+                self._optimizer_step([rows[i] for i in chunk], loss, acc, agent_norms, norms)
+        n_ok = self.optimizer_steps - steps0
+        out: dict[str, Any] = {
+            "optimizer_steps": n_ok,
+            "skipped_steps": self.skipped_steps - skipped0,
+            "grad_norm": sum(norms) / len(norms) if norms else float("nan"),
+            "grad_norm_max": max(norms) if norms else float("nan"),
+            "agent_grad_norm": {a: sum(v) / len(v) for a, v in agent_norms.items()},
+            "agent_grad_norm_max": {a: max(v) for a, v in agent_norms.items()},
+        }
+        for k, v in acc.sums.items():
+            out[k] = v / n_ok if n_ok else float("nan")
+        for k, v in acc.maxes.items():
+            out[k] = v
+        out["update_s"] = time.perf_counter() - t0
+        return out
+
+    async def sft(self, examples: list[SFTExample], *, steps: int, lr: float, batch_size: int, seed: int = 0,
+                  template_kwargs: dict[str, Any] | None = None) -> dict[str, float]:
+        """Supervised warm start: ``steps`` AdamW steps (own optimiser, lr ``lr``) of token-mean
+        cross-entropy on the targets (+ EOS) of ``examples``, drawn in shuffled passes.
+        Returns the first and last steps' mean loss."""
+        from drmas_bench.engines.base import default_template_kwargs, encode_chat
+
+        if not examples or steps <= 0:
+            return {}
+        tk = default_template_kwargs(template_kwargs if template_kwargs is not None
+                                     else self.engine_options.get("chat_template_kwargs"))
+        eos = self.tokenizer.eos_token_id
+        cache: dict[tuple, list[int]] = {}
+        data = []
+        for ex in examples:
+            key = tuple((m["role"], m["content"]) for m in ex.messages)
+            if key not in cache:
+                cache[key] = encode_chat(self.tokenizer, ex.messages, tk, model=self.name)
+            tgt = list(self.tokenizer(ex.target, add_special_tokens=False)["input_ids"]) + ([eos] if eos is not None else [])
+            data.append((cache[key], tgt))
+        opt = torch.optim.AdamW(self.params, lr=lr, betas=tuple(self.settings.betas), weight_decay=self.settings.weight_decay)
+        rng = random.Random(seed)
+        order: list[int] = []
+        losses: list[float] = []
+        t0 = time.perf_counter()
+        self.policy.train()
+        for _ in range(steps):
+            if len(order) < batch_size:
+                more = list(range(len(data)))
+                rng.shuffle(more)
+                order += more
+            idx, order = order[:batch_size], order[batch_size:]
+            batch_rows = [data[i] for i in idx]
+            n_tok = sum(len(t) for _, t in batch_rows)
+            opt.zero_grad(set_to_none=True)
+            total = 0.0
+            for micro in _chunks(batch_rows, self.settings.micro_batch_size):
+                b = pack_rows([p for p, _ in micro], [t for _, t in micro], self.pad_id, self.device)
+                with self._autocast():
+                    logp, _ = token_logprobs(self.policy, b)
+                nll = -(logp * b["mask"]).sum() / n_tok
+                nll.backward()
+                total += float(nll.detach())
+            torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip if self.settings.grad_clip > 0 else float("inf"))
+            opt.step()
+            losses.append(total)
+        opt.zero_grad(set_to_none=True)
+        del opt
+        k = max(1, min(10, len(losses) // 5))
+        return {"sft_loss_first": sum(losses[:k]) / k, "sft_loss_last": sum(losses[-k:]) / k,
+                "sft_steps": len(losses), "sft_s": time.perf_counter() - t0}
+
+    # ------------------------------------------------------------------ state
+
+    def weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.policy.parameters())
+
+    async def save(self, folder: str, optimizer_path: str | None = None) -> None:
+        """Write the policy as an HF folder (safetensors + config + tokenizer) and, when asked, the
+        optimiser state (``torch.save``; load with ``weights_only=True``). Refuses non-finite weights."""
+        if not self.weights_finite():
+            raise RuntimeError(f"worker group {self.name}: refusing to checkpoint non-finite weights")
+        self.policy.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
+        if optimizer_path is not None:
+            torch.save({"optimizer": self.optimizer.state_dict(), "optimizer_steps": self.optimizer_steps,
+                        "skipped_steps": self.skipped_steps}, optimizer_path)
+
+    async def load_optimizer(self, path: str) -> None:
+        """Restore the optimiser state written by :meth:`save` (``weights_only=True``)."""
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer_steps = int(state["optimizer_steps"])
+        self.skipped_steps = int(state["skipped_steps"])
+
+    async def info(self) -> dict[str, Any]:
+        return {"name": self.name, "agents": self.agents, "device": str(self.device),
+                "params": sum(p.numel() for p in self.params), "optimizer_steps": self.optimizer_steps,
+                "skipped_steps": self.skipped_steps}
