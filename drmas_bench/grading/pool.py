@@ -232,7 +232,7 @@ class GradingPool:
         if not pairs:
             return []
         batch = _Batch(pairs, backend, timeout_s, results=[None] * len(pairs), left=len(pairs))
-        size = chunk_size or max(1, min(32, len(pairs) // (self.size * 4)))
+        size = chunk_size or max(1, min(128, len(pairs) // (self.size * 4)))
         order = group_by_gold(pairs)
         for start in range(0, len(order), size):
             batch.queue.append(order[start:start + size])
