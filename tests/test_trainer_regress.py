@@ -1,0 +1,89 @@
+"""`drmas-bench regress` and `plot` on synthetic metrics files: a good run passes the tiny recipe's
+stored bands; NaN, a low final reward, exploding grad norms or skipped steps fail them, one line each."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from drmas_bench.types import UserError
+from drmas_trainer.regress import check_run, load_bands
+
+REPO = Path(__file__).resolve().parent.parent
+BANDS = REPO / "trainer" / "recipes" / "tiny_bands.json"
+
+
+def write_run(path: Path, n: int = 40, reward=lambda s: 0.40 + 0.005 * s, grad=lambda s, a: 0.5,
+              skipped=lambda s: 0, nan_at: int | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for s in range(1, n + 1):
+        r = {"step": s, "data_cursor": 8 * (s - 1), "reward_mean": reward(s), "score_mean": reward(s) - 0.01,
+             "loss": -0.01, "kl": 0.0, "entropy": 0.2, "valid/solver": 0.98, "valid/checker": 0.85,
+             "skipped_steps": skipped(s)}
+        for a in ("solver", "checker"):
+            r[f"grad_norm/{a}"] = grad(s, a)
+            r[f"adv_mean/{a}"] = 0.0
+            r[f"adv_std/{a}"] = 0.9
+        if nan_at == s:
+            r["loss"] = float("nan")
+            r["grad_norm/solver"] = float("nan")
+        lines.append(json.dumps(r))
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_stored_bands_are_valid():
+    bands = load_bands(BANDS)
+    assert {b["stat"] for b in bands} >= {"last_k_mean", "max", "nonfinite", "sum", "count"}
+
+
+def test_good_run_passes(tmp_path):
+    failures, lines = check_run(write_run(tmp_path / "good"), BANDS)
+    assert failures == [] and lines and all(line.startswith("ok") for line in lines)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(nan_at=17), "no NaN"),
+    (dict(reward=lambda s: 0.40), "final reward"),
+    (dict(grad=lambda s, a: 80.0 if (s == 30 and a == "checker") else 0.5), "grad_norm/checker max = 80"),
+    (dict(skipped=lambda s: 1 if s == 5 else 0), "skipped"),
+    (dict(n=12), "ran every step"),
+])
+def test_bad_runs_fail_with_one_line_per_band(tmp_path, kwargs, needle):
+    failures, lines = check_run(write_run(tmp_path / "bad", **kwargs), BANDS)
+    assert failures, lines
+    assert any(needle in f for f in failures), failures
+    assert all("\n" not in f for f in failures)
+
+
+def test_regress_command_exit_codes(tmp_path, capsys):
+    from drmas_bench.commands.train import cmd_regress
+
+    assert cmd_regress(argparse.Namespace(run=str(write_run(tmp_path / "ok")), against=str(BANDS))) == 0
+    assert cmd_regress(argparse.Namespace(run=str(write_run(tmp_path / "nan", nan_at=3)), against=str(BANDS))) == 1
+    err = capsys.readouterr().err
+    assert err.count("regression:") == 2 and "NaN" in err  # the NaN band and the grad-norm band (max = nan)
+    bad = tmp_path / "bands.json"
+    bad.write_text(json.dumps({"bands": [{"metric": "reward_mean", "stat": "median", "min": 0}]}))
+    with pytest.raises(UserError, match="stat"):
+        cmd_regress(argparse.Namespace(run=str(tmp_path / "ok"), against=str(bad)))
+    bad.write_text(json.dumps({"bands": [{"metric": "reward_mean", "stat": "max", "mn": 0}]}))
+    with pytest.raises(UserError, match="mn"):
+        load_bands(bad)
+
+
+def test_plot_writes_a_png_with_both_runs(tmp_path):
+    from drmas_trainer.plot import plot_runs
+
+    a = write_run(tmp_path / "grpo", grad=lambda s, ag: 0.5 + (3.0 if ag == "checker" and s % 7 == 0 else 0.0))
+    b = write_run(tmp_path / "drmas", nan_at=9)
+    out, spread = plot_runs([a, b], tmp_path / "curves.png", title="test")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    assert spread["grpo"]["checker"]["spread"] == pytest.approx(3.5 / 0.5)
+    assert spread["drmas"]["solver"]["spread"] == pytest.approx(1.0)  # the NaN step is left out
+    assert math.isfinite(spread["drmas"]["solver"]["max"])
