@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import os
 import sys
 
@@ -35,8 +34,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"drmas-bench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        if importlib.util.find_spec(name) is None:  # TODO(lead): drop once every listed command exists
-            continue
         importlib.import_module(name).register(sub)
     return parser
 
