@@ -126,15 +126,6 @@ def _model_price(entry: Any, where: str) -> ModelPrice:
 
 def load_prices(path: str | Path) -> PriceSheet:
     """Read and validate a YAML price sheet (see the module docstring for the format)."""
-    import yaml
+    from drmas_bench.yamlfile import read_yaml
 
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"price sheet {p} not found")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise UserError(f"{p}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
-    return PriceSheet.from_dict(data, source=str(p))
+    return PriceSheet.from_dict(read_yaml(path, "price sheet"), source=str(path))

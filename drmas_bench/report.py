@@ -40,6 +40,7 @@ import yaml
 
 from drmas_bench.metrics import MACRO, MICRO, pass_at_k
 from drmas_bench.types import UserError
+from drmas_bench.yamlfile import read_yaml
 
 # the evaluation protocol of the paper (REFERENCE.md §3), quoted in table captions
 PAPER_PROTOCOL = {"n": 16, "temperature": 0.6, "top_p": 0.95}
@@ -448,14 +449,7 @@ def load_paper(path: str | Path | None = None, required: bool = False) -> dict[s
                 raise UserError(f"{PAPER_FILE} not found; pass --paper FILE")
             return None
         path = found
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"paper reference file {p} not found")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise UserError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
-    return validate_paper(data, str(p))
+    return validate_paper(read_yaml(path, "paper reference file"), str(path))
 
 
 _PAPER_TOP = {"source", "status", "protocol", "rows", "cost_studies", "claims", "note"}

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from drmas_bench.yamlfile import read_yaml
 
 from drmas_bench.types import Sampling, UserError
 
@@ -146,18 +146,11 @@ def build_team(workflow: str, agents: tuple[str, ...], *, model: str | None = No
                engine_options: dict[str, Any] | None = None) -> TeamSpec:
     """Resolve the CLI's team flags into a TeamSpec (see the module docstring)."""
     engine_options = engine_options or {}
+    if not team_file and model and Path(model, "team.yaml").is_file():
+        team_file = str(Path(model, "team.yaml"))  # a trained team's checkpoint folder
     if team_file:
         p = Path(team_file)
-        if not p.is_file():
-            raise UserError(f"team file {p} not found")
-        try:
-            d = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise UserError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
-        return team_from_dict(d, agents, workflow, where=str(p), base_dir=p.parent)
-    if model and Path(model, "team.yaml").is_file():
-        p = Path(model, "team.yaml")
-        return team_from_dict(yaml.safe_load(p.read_text()), agents, workflow, where=str(p), base_dir=Path(model))
+        return team_from_dict(read_yaml(p, "team file"), agents, workflow, where=str(p), base_dir=p.parent)
     per_agent: dict[str, str] = {}
     for item in model_for or []:
         if "=" not in item:
