@@ -44,6 +44,8 @@ class Sampling:
     top_p: float = 0.95
     max_new_tokens: int = 512
     seed: int | None = None  # per-request seed: makes a sample reproducible independent of batching
+    top_k: int = -1  # -1 = no top-k; sent explicitly on every engine (REFERENCE.md §2b)
+    enable_thinking: bool = False  # chat-template switch for thinking models (Qwen3); off by default (§2b)
 
 
 @dataclass
@@ -54,6 +56,10 @@ class Request:
     messages: list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": str}]
     sampling: Sampling = field(default_factory=Sampling)
     want_logprobs: bool = False
+    # prompt-length limit on the chat-templated prompt tokens (REFERENCE.md §2b: math 8192 cut in
+    # the middle, search 4096 cut from the left); None = no limit. Every engine applies it.
+    max_prompt_tokens: int | None = None
+    truncate: str = "left"  # which tokens go when the prompt is too long: "left" | "middle" | "right"
 
 
 @dataclass
@@ -68,6 +74,7 @@ class Completion:
     completion_tokens: int = 0
     latency_s: float = 0.0
     finish: str = "stop"  # "stop" (EOS / stop string) | "length"
+    prompt_truncated: bool = False  # the prompt was cut to Request.max_prompt_tokens
 
 
 @dataclass
