@@ -107,3 +107,25 @@ def test_local_tokenizer_dir_never_downloads(tmp_path, monkeypatch):
     (snap / "tokenizer_config.json").write_text("{}")
     assert local_tokenizer_dir("some-org/some-model") == snap
     assert local_tokenizer_dir("gpt-4o-mini") is None
+
+
+def test_thinking_switch_reaches_the_sampling():
+    import argparse
+
+    from drmas_bench.agents.team import team_from_dict
+    from drmas_bench.commands.eval import register, resolve_config
+    from drmas_bench.types import UserError
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    for flags, want in (([], False), (["--enable-thinking"], True)):
+        args = parser.parse_args(["eval", "--model", "tiny-random", "--suite", "toy", *flags])
+        assert resolve_config(args)[4].enable_thinking is want
+    team = {"sampling": {"enable_thinking": True}, "worker_groups": {"g": "tiny-random"},
+            "agents": {"solver": "g", "checker": {"wg": "g", "sampling": {"enable_thinking": False}}}}
+    spec = team_from_dict(team, ("solver", "checker"), "toy")
+    assert spec.sampling_for("solver", Sampling()).enable_thinking is True
+    assert spec.sampling_for("checker", Sampling()).enable_thinking is False
+    team["sampling"] = {"enable_thinking": "yes"}
+    with pytest.raises(UserError, match="enable_thinking must be true or false"):
+        team_from_dict(team, ("solver", "checker"), "toy")

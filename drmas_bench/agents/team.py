@@ -32,7 +32,7 @@ from drmas_bench.types import Sampling, UserError
 ENGINE_KINDS = ("hf", "openai", "sglang")
 _WG_KEYS = {"model", "engine", "price", "base_url", "api_key_env", "options"}
 _TEAM_KEYS = {"workflow", "sampling", "worker_groups", "agents", "workflow_options", "trained"}
-_SAMPLING_KEYS = {"temperature", "top_p", "max_new_tokens"}
+_SAMPLING_KEYS = {"temperature", "top_p", "max_new_tokens", "enable_thinking"}
 
 
 @dataclass
@@ -89,6 +89,8 @@ def _sampling(d: Any, where: str) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise UserError(f"{where}: sampling must be a mapping")
     _check_keys(d, _SAMPLING_KEYS, where)
+    if not isinstance(d.get("enable_thinking", False), bool):
+        raise UserError(f"{where}: sampling enable_thinking must be true or false, got {d['enable_thinking']!r}")
     return dict(d)
 
 

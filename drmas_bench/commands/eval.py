@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
     g.add_argument("--max-new-tokens", type=int, help="per call (default: math 4096, search 800, toy 32)")
     g.add_argument("--seed", type=int, default=0, help="run seed; each call's seed derives from it (default 0)")
+    g.add_argument("--enable-thinking", action="store_true",
+                   help="chat template with thinking on (Qwen3 enable_thinking=True); default off, as the reference")
     g = p.add_argument_group("search")
     g.add_argument("--retriever", help="bm25:DIR | dense:DIR | http://HOST:PORT (default: an in-process BM25 "
                                        "index of <data dir>/corpus/mini_corpus.jsonl, built once and cached)")
@@ -104,7 +106,8 @@ def resolve_config(args: argparse.Namespace):
     if args.n < 1:
         raise UserError("--n must be at least 1")
     sampling = Sampling(temperature=args.temperature, top_p=args.top_p,
-                        max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW[suite])
+                        max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW[suite],
+                        enable_thinking=args.enable_thinking)
     return suite, benches, wf, team, sampling
 
 
