@@ -118,3 +118,21 @@ def test_sglang_engine_on_gpu(tmp_path):
         await eng.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.gpu
+def test_sglang_runs_the_cut_prompt_on_gpu(tmp_path):
+    pytest.importorskip("sglang")
+    path = tiny_model_path(tmp_path)
+
+    async def main():
+        eng = make_engine("sglang", str(path), mem_fraction_static=0.2)
+        msgs = [{"role": "user", "content": "long " * 60}]
+        rs = [Request("a", msgs, Sampling(temperature=0, max_new_tokens=4), max_prompt_tokens=24, truncate=side)
+              for side in ("left", "middle")]
+        outs = await eng.generate(rs)
+        await eng.close()
+        return outs
+
+    for c in asyncio.run(main()):
+        assert c.prompt_truncated and len(c.prompt_ids) == 24 == c.prompt_tokens  # SGLang counted 24 input ids
