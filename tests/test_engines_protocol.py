@@ -11,6 +11,7 @@ from drmas_bench.engines import EngineError
 from drmas_bench.engines.base import (
     TRUNCATE_SIDES,
     check_request,
+    default_template_kwargs,
     encode_request,
     extra_template_kwargs,
     local_tokenizer_dir,
@@ -60,6 +61,9 @@ def test_template_variables_and_request_checks():
     assert template_kwargs_for(Request("a", []), {"x": 1}) == {"x": 1, "enable_thinking": False}
     assert template_kwargs_for(Request("a", [], Sampling(enable_thinking=True)), {})["enable_thinking"] is True
     assert extra_template_kwargs(None, kind="hf") == {}
+    # outside a Request (trainer SFT): extra variables keep thinking off unless set explicitly
+    assert default_template_kwargs({"x": 1}) == {"enable_thinking": False, "x": 1}
+    assert default_template_kwargs({"enable_thinking": True})["enable_thinking"] is True
     with pytest.raises(EngineError, match="may not set enable_thinking.*--enable-thinking"):
         extra_template_kwargs({"enable_thinking": True}, kind="hf")
     check_request(Request("a", [], Sampling(top_k=40), max_prompt_tokens=8, truncate="middle"), kind="hf")

@@ -122,9 +122,11 @@ def encode_chat(tokenizer: Any, messages: list[dict[str, str]], template_kwargs:
 
 
 def default_template_kwargs(given: dict[str, Any] | None) -> dict[str, Any]:
-    """Chat-template variables: ``given``, or by default ``enable_thinking=False`` (Qwen3 without
-    thinking, REFERENCE.md §3; templates that do not use the variable ignore it)."""
-    return {"enable_thinking": False} if given is None else dict(given)
+    """Chat-template variables outside a Request (the trainer's SFT warm start): ``given`` on top of
+    ``enable_thinking=False`` (Qwen3 without thinking, REFERENCE.md §3), so extra variables from an
+    engine's ``chat_template_kwargs`` option do not turn thinking back on. Requests go through
+    ``template_kwargs_for`` instead."""
+    return {"enable_thinking": False, **(given or {})}
 
 
 # ---------------------------------------------------------------------- the prompt protocol (§2b)
