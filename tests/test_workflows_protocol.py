@@ -302,3 +302,23 @@ def test_search_questions_are_normalised():
 
     assert normalize_question("  who is x ") == "who is x?" and normalize_question("who? ") == "who?"
     assert _qa_task({"question": "capital of france", "golden_answers": ["Paris"]}, 0, "nq").question == "capital of france?"
+
+
+def test_checkpoint_team_yaml_records_prompts_protocol_and_retriever(tmp_path):
+    from drmas_bench.agents.team import team_from_dict
+    from drmas_retrieval import build_index
+    from drmas_trainer.config import load_config, plan_worker_groups
+    from drmas_trainer.trainer import checkpoint_team
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "contents": f'"T{i}"\ntext {i}'}) + "\n" for i in range(5)))
+    build_index("bm25", corpus, tmp_path / "idx")
+    spec = f"bm25:{tmp_path / 'idx'}"
+    wf = get_workflow("search_route")
+    cfg = load_config("tiny", {"workflow": "search_route", "retriever": spec})
+    d = checkpoint_team(cfg, plan_worker_groups(cfg, wf.agents), wf, step=1)
+    d = yaml.safe_load(yaml.safe_dump(d))  # what team.yaml holds
+    assert d["protocol"] == {"max_prompt_tokens": 4096, "truncate": "left"}
+    assert d["retriever"] == P.retriever_record(spec) and d["retriever"]["kind"] == "bm25"
+    team = team_from_dict(d, wf.agents, "search_route", base_dir=tmp_path)
+    assert P.load_templates("search_route", (team.prompts, "team.yaml")).sha256 == P.default_templates("search_route").sha256
