@@ -322,3 +322,16 @@ def test_checkpoint_team_yaml_records_prompts_protocol_and_retriever(tmp_path):
     assert d["retriever"] == P.retriever_record(spec) and d["retriever"]["kind"] == "bm25"
     team = team_from_dict(d, wf.agents, "search_route", base_dir=tmp_path)
     assert P.load_templates("search_route", (team.prompts, "team.yaml")).sha256 == P.default_templates("search_route").sha256
+
+
+def test_truncated_calls_are_counted_for_the_summary():
+    from drmas_bench.commands.eval import protocol_summary
+
+    b = FakeScriptedAgents(verifier=[V.format("no"), V.format("yes")], searcher=[SEARCH.format("TRUNCATE-ME")],
+                           answerer=[ANSWER.format("x")])
+    b.scripts["verifier"] = lambda req: V.format("yes") if "<information>" in req.messages[-1]["content"] else V.format("no")
+    traj = run_wf("search_route", TASK, b, retriever=FakeRetriever())
+    # the fake engine marks a call truncated when its prompt holds the marker: the step-2 calls
+    assert [t.completion.prompt_truncated for t in traj.turns] == [False, False, True, True]
+    s = protocol_summary([traj.to_dict()] * 2, {"prompts_sha256": "x"})
+    assert s == {"prompts_sha256": "x", "calls": 8, "prompt_truncated_calls": 4}

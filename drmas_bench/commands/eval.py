@@ -141,6 +141,14 @@ def resolve_protocol(args: argparse.Namespace, team, wf):
     return tpl, opts
 
 
+def protocol_summary(records: list[dict], info: dict | None) -> dict:
+    """summary.json's ``protocol``: the prompts hash / source and prompt limit of the run, the number
+    of recorded calls and how many of them had their prompt truncated by the engine."""
+    calls = [t for r in records for t in r["turns"]]
+    truncated = sum(bool(t["completion"].get("prompt_truncated")) for t in calls)
+    return {**(info or {}), "calls": len(calls), "prompt_truncated_calls": truncated}
+
+
 def _note_retriever(team, retriever_spec: str | None) -> None:
     """A trained team records the retriever it learned with; say so when eval uses another one."""
     from drmas_bench.workflows.protocol import retriever_record
@@ -272,14 +280,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2)}
     summary["pool"] = pool_stats
-    calls = [t for r in records for t in r["turns"]]
-    truncated = sum(bool(t["completion"].get("prompt_truncated")) for t in calls)
-    summary["protocol"] = {**(protocol_info or {}), "calls": len(calls), "prompt_truncated_calls": truncated}
+    summary["protocol"] = protocol_summary(records, protocol_info)
     md = metrics.format_summary_markdown(summary)
     if protocol_info:
-        md += (f"\n- prompts: {protocol_info['prompts_source']} (sha256 {protocol_info['prompts_sha256'][:12]}); "
-               f"prompt limit {protocol_info['max_prompt_tokens'] or 'none'} tokens ({protocol_info['truncate']}); "
-               f"truncated prompts: {truncated} of {len(calls)} calls\n")
+        p = summary["protocol"]
+        md += (f"\n- prompts: {p['prompts_source']} (sha256 {p['prompts_sha256'][:12]}); prompt limit "
+               f"{p['max_prompt_tokens'] or 'none'} tokens ({p['truncate']}); truncated prompts: "
+               f"{p['prompt_truncated_calls']} of {p['calls']} calls\n")
     store.write_summary(summary, md)
     print(md)
     print(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "
