@@ -402,7 +402,9 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
 
     Sampling carries only ``max_new_tokens`` (the budget the team was trained with); temperature
     and top-p stay with the evaluator (training explores at its own temperature). Per-agent sampling
-    overrides of the recipe are kept."""
+    overrides of the recipe are kept. For the paper's workflows it also records the prompt templates
+    (inline), the prompt limit and the retriever (kind, index identity) the rollouts used, so that
+    eval of the checkpoint uses the same protocol."""
     from drmas_trainer.config import agent_config
 
     agents: dict[str, Any] = {}
@@ -410,12 +412,22 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
         for a in g.agents:
             samp = agent_config(cfg, a).sampling
             agents[a] = {"wg": g.name, "sampling": dict(samp)} if samp else g.name
+    from drmas_bench.workflows import protocol as P
+
+    protocol = {}
+    if P.has_templates(wf.name):  # the prompts and prompt limit the rollouts used (REFERENCE §2b)
+        limit, side = P.ProtocolOptions().resolve(wf.name)
+        protocol = {"prompts": P.default_templates(wf.name).to_dict(),
+                    "protocol": {"max_prompt_tokens": limit or 0, "truncate": side}}
+    if cfg.retriever:
+        protocol["retriever"] = P.retriever_record(cfg.retriever)
     return {
         "workflow": wf.name,
         "agents": agents,
         "worker_groups": {g.name: {"model": f"models/{g.name}", "engine": g.settings.engine} for g in plan.values()},
         "sampling": {"max_new_tokens": cfg.rollout.max_new_tokens},
         "workflow_options": dict(cfg.workflow_options),
+        **protocol,
         "trained": {"recipe": cfg.recipe, "estimator": cfg.algo.estimator, "loss": cfg.algo.loss, "step": step,
                     "seed": cfg.seed, "shared": cfg.shared,
                     "base_models": {g.name: g.settings.model for g in plan.values()}},
