@@ -106,3 +106,19 @@ def test_grading_pool_inside_a_ray_actor():
         assert ray.get(actor.grade.remote(PAIRS), timeout=180) == WANT
     finally:
         ray.shutdown()
+
+
+def test_a_backend_the_workers_cannot_import_stops_the_batch_with_a_reason(monkeypatch):
+    import types
+
+    mod = types.ModuleType("only_in_the_parent")  # importable here, absent in a fresh worker
+
+    def exact(extracted: str, gold: str) -> bool:
+        return extracted == gold
+
+    exact.__module__, exact.__qualname__ = mod.__name__, "exact"
+    mod.exact = exact
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    with GradingPool(workers=1) as pool:
+        with pytest.raises(RuntimeError, match="cannot read its work.*only_in_the_parent"):
+            pool.grade(PAIRS, timeout_s=20.0, backend=exact)
