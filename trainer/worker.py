@@ -434,8 +434,9 @@ class WorkerGroup:
 
         A step whose loss or gradient norm is not finite is skipped (gradients dropped, no optimiser
         step) and counted; after ``max_bad_in_a_row`` such steps in a row the stage stops early and
-        the result carries ``sft_aborted`` (the reason), so the caller can stop with one line (this
-        may run in a Ray actor, where an exception would arrive wrapped in a traceback).
+        the result carries ``sft_aborted`` (the reason; also when the weights end non-finite), so the
+        caller can stop with one line (this may run in a Ray actor, where an exception would arrive
+        wrapped in a traceback).
 
         Returns ``sft_loss_first`` / ``sft_loss_last`` (mean over the first / last applied steps; None
         when none applied), ``sft_steps`` (applied), ``sft_skipped``, ``sft_s`` and maybe ``sft_aborted``."""
@@ -499,6 +500,8 @@ class WorkerGroup:
             losses.append(total)
         opt.zero_grad(set_to_none=True)
         del opt
+        if aborted is None and not self.weights_finite():  # finite gradients, but a step too large
+            aborted = f"the weights are no longer finite after {len(losses)} steps (lr {lr:g})"
         k = max(1, min(10, len(losses) // 5))
         out: dict[str, Any] = {"sft_loss_first": sum(losses[:k]) / k if losses else None,
                                "sft_loss_last": sum(losses[-k:]) / k if losses else None,
