@@ -362,9 +362,9 @@ class GradingPool:
 def check_backend_importable(backend: str | Callable[[str, str], bool]) -> None:
     """A callable backend travels to the workers by reference (module + name), and the workers never
     import `__main__`: refuse one they could not find, with a reason, before any worker sees it."""
-    if isinstance(backend, str):
-        return
-    module, name = getattr(backend, "__module__", None), getattr(backend, "__qualname__", repr(backend))
+    if isinstance(backend, str) or not hasattr(backend, "__qualname__"):
+        return  # a name, or an object pickled by its parts (functools.partial): the workers report a failure
+    module, name = getattr(backend, "__module__", None), backend.__qualname__
     if module in (None, "__main__", "__mp_main__"):
         why = "it is defined in __main__, which the grading workers do not import"
     elif "<locals>" in name or "<lambda>" in name:
