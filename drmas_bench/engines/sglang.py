@@ -71,6 +71,7 @@ from drmas_bench.engines.weights import DEFAULT_BUCKET_BYTES, buckets
 from drmas_bench.types import Completion, Request, Sampling
 
 INSTALL_HINT = "the sglang engine needs SGLang: pip install 'drmas-bench[sglang]'"
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # SGLang's --dtype choices
 DEFAULT_MEM_FRACTION = 0.9  # what SGLang picks for a large GPU when mem_fraction_static is None
 
 
@@ -157,6 +158,8 @@ class SGLangEngine(EngineBase):
 
         self.model = model
         self.options: SGLangOptions = parse_options(SGLangOptions, options, kind=self.name)
+        if self.options.dtype not in DTYPES:
+            raise EngineError(f"sglang engine: unknown dtype {self.options.dtype!r}; choose one of: {', '.join(DTYPES)}")
         self.path = resolve_model_path(model)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=self.options.trust_remote_code)
