@@ -336,3 +336,30 @@ def test_trainer_worker_on_sglang(fake_sglang, tmp_path):
         await wg.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_eval_with_two_sglang_groups_under_local_pool(fake_sglang, tmp_path):
+    """``drmas-bench eval --engine sglang`` with two worker groups (two model folders) and a pool
+    budget of one model: both groups serve from their own child processes, the pool sleeps them in
+    turn, and no engine process outlives the run."""
+    import json
+    import shutil
+
+    from drmas_bench.cli import main
+
+    tiny = tiny_model_path(tmp_path)
+    other = tmp_path / "tiny-copy"
+    shutil.copytree(tiny, other)
+    run = tmp_path / "run"
+    assert main(["eval", "--model-for", f"solver={tiny}", "--model-for", f"checker={other}", "--engine", "sglang",
+                 "--suite", "toy", "--n", "2", "--limit", "3", "--pool-budget", "1", "--out", str(run),
+                 "--no-progress"]) == 0
+    pool = json.loads((run / "summary.json").read_text())["pool"]
+    assert pool["loads"] == 2 and pool["sleeps"] >= 1 and pool["wakes"] >= 1
+    assert all(g["requests"] > 0 and g["footprint_bytes"] > 0 for g in pool["groups"].values())
+    assert pool["budget_bytes"] == max(g["footprint_bytes"] for g in pool["groups"].values())
+    assert len((run / "samples.jsonl").read_text().splitlines()) == 6
+    import multiprocessing
+
+    assert not multiprocessing.active_children()
