@@ -290,6 +290,19 @@ def test_two_sglang_groups_share_a_local_pool(fake_sglang, tmp_path):
             await b.update_weights(_weights(path, zero="model.norm.weight").items(), bucket_bytes=1 << 20)
             changed = await pool.generate("b", _reqs())
             assert [c.token_ids for c in changed] != [c.token_ids for c in rb]
+
+            def broken():  # the sender fails half-way: the child ends its session, nothing is left open
+                items = list(_weights(path).items())
+                yield from items[:5]
+                raise ValueError("sender broke")
+
+            with pytest.raises(ValueError, match="sender broke"):
+                await b.update_weights(broken(), bucket_bytes=1 << 10)
+            import torch
+
+            with pytest.raises(EngineError, match="no parameter named 'nope'"):  # SGLang's refusal, from the child
+                await b.update_weights([("nope", torch.zeros(3))])
+            await b.update_weights(_weights(path, zero="model.norm.weight").items())  # a new session opens
             await a.close()  # SGLang's shutdown kills its process's children: only a's
             assert a._proc.exitcode is not None
             again = await pool.generate("b", _reqs())

@@ -72,7 +72,7 @@ from drmas_bench.types import Completion, Request, Sampling
 
 INSTALL_HINT = "the sglang engine needs SGLang: pip install 'drmas-bench[sglang]'"
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # SGLang's --dtype choices
-DEFAULT_MEM_FRACTION = 0.9  # what SGLang picks for a large GPU when mem_fraction_static is None
+DEFAULT_MEM_FRACTION = 0.9  # about what SGLang picks on an 80-141 GB GPU (it keeps >= 10 GiB back)
 
 
 @dataclass

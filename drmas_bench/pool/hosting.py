@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import dataclasses
 import itertools
 import multiprocessing as mp
@@ -76,6 +77,8 @@ def host_engine(kind: str, model: str, **options: Any) -> Any:
 def _encode_bucket(bucket: list[tuple[str, Any]]) -> tuple[str, bytes]:
     """A weight bucket as bytes: CUDA tensors as IPC handles (torch's multiprocessing pickler),
     CPU tensors as (name, dtype, shape, raw bytes)."""
+    import torch
+
     if any(getattr(t, "is_cuda", False) for _, t in bucket):
         import torch.multiprocessing  # noqa: F401 - registers the CUDA IPC reductions
         from multiprocessing.reduction import ForkingPickler
@@ -84,7 +87,7 @@ def _encode_bucket(bucket: list[tuple[str, Any]]) -> tuple[str, bytes]:
     rows = []
     for name, t in bucket:
         t = t.detach().contiguous()
-        raw = t.reshape(-1).view(_uint8()).numpy().tobytes() if t.numel() else b""
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
         rows.append((name, str(t.dtype).removeprefix("torch."), tuple(t.shape), raw))
     return "raw", pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -100,12 +103,6 @@ def _decode_bucket(kind: str, data: bytes) -> list[tuple[str, Any]]:
         flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
         out.append((name, flat.view(dt).reshape(shape)))
     return out
-
-
-def _uint8() -> Any:
-    import torch
-
-    return torch.uint8
 
 
 def _portable_error(exc: BaseException) -> BaseException:
@@ -171,6 +168,8 @@ async def _serve(conn: Any, kind: str, model: str, options: dict[str, Any]) -> N
             item = await q.get()
             if item is None:
                 return
+            if item == "abort":
+                raise EngineError("weight update aborted by the sender")
             ack_id, pairs = item
             reply(ack_id, True, None)  # the engine started on this bucket: send the next one
             for pair in pairs:
@@ -204,8 +203,9 @@ async def _serve(conn: Any, kind: str, model: str, options: dict[str, Any]) -> N
             else:  # the update already ended (failed): unblock the sender
                 reply(call_id, True, None)
         elif op == "update_end":
-            if args[0] in updates:
-                updates[args[0]].put_nowait(None)
+            update_id, abort = args
+            if update_id in updates:
+                updates[update_id].put_nowait("abort" if abort else None)
     if tasks:
         await asyncio.gather(*tasks, return_exceptions=True)
     try:
@@ -258,7 +258,8 @@ class ChildEngine:
         self._footprint = 0
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
-        self._lock = threading.Lock()  # pending map + pipe writes
+        self._pending_lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._dead: BaseException | None = None
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
@@ -311,14 +312,14 @@ class ChildEngine:
                 break
             _, call_id, ok, value, state = msg
             self._set_state(state)
-            with self._lock:
+            with self._pending_lock:
                 entry = self._pending.pop(call_id, None)
             if entry is not None:
                 loop, fut = entry
                 loop.call_soon_threadsafe(_resolve, fut, ok, value)
         self._proc.join(timeout=1)
         err = EngineError(f"{self.name} engine process for {self.model!r} exited (exit code {self._proc.exitcode})")
-        with self._lock:
+        with self._pending_lock:
             self._dead = err
             pending, self._pending = self._pending, {}
         for loop, fut in pending.values():
@@ -328,7 +329,7 @@ class ChildEngine:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         call_id = next(self._ids)
-        with self._lock:
+        with self._pending_lock:
             if self._dead is not None:
                 raise self._dead
             self._pending[call_id] = (loop, fut)
@@ -338,7 +339,7 @@ class ChildEngine:
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
 
         def write() -> None:
-            with self._lock:
+            with self._write_lock:
                 if self._dead is not None:
                     raise self._dead
                 self._conn.send_bytes(data)
@@ -393,26 +394,34 @@ class ChildEngine:
         one bucket in flight at a time; the child's error (e.g. SGLang refusing) is raised here."""
         update_id, done = self._register()
         await self._send(("update_begin", update_id, bucket_bytes, flush_cache))
-        async for bucket in buckets(iterate(named_tensors), bucket_bytes):
-            if done.done():
-                break
-            ack_id, ack = self._register()
-            kind, data = _encode_bucket(bucket)
-            await self._send(("update_chunk", ack_id, update_id, kind, data))
-            await asyncio.wait({ack, done}, return_when=asyncio.FIRST_COMPLETED)
-            if not ack.done():
-                with self._lock:
-                    self._pending.pop(ack_id, None)
+        try:
+            async for bucket in buckets(iterate(named_tensors), bucket_bytes):
+                if done.done():
+                    break
+                ack_id, ack = self._register()
+                kind, data = _encode_bucket(bucket)
+                await self._send(("update_chunk", ack_id, update_id, kind, data))
+                await asyncio.wait({ack, done}, return_when=asyncio.FIRST_COMPLETED)
+                if not ack.done():
+                    with self._pending_lock:
+                        self._pending.pop(ack_id, None)
+        except BaseException:  # our side failed (the tensors, the pipe): the child ends its session
+            if not done.done():
+                with contextlib.suppress(Exception):
+                    await self._send(("update_end", next(self._ids), update_id, True))
+                    await asyncio.wait({done}, timeout=60)
+            raise
         if not done.done():
-            await self._send(("update_end", next(self._ids), update_id))
+            await self._send(("update_end", next(self._ids), update_id, False))
         await done
 
-    async def close(self) -> None:
-        """Close the child's engine and wait for the process to exit (killed after 60 s)."""
+    async def close(self, timeout_s: float = 120.0) -> None:
+        """Close the child's engine and wait for the process to exit; after ``timeout_s`` (or 60 s
+        more for the exit) it is killed."""
         if self._proc.exitcode is None and self._dead is None:
             try:
-                await self._call("close")
-            except (EngineError, UserError):
+                await asyncio.wait_for(self._call("close"), timeout_s)
+            except (EngineError, UserError, asyncio.TimeoutError):
                 pass
         self._hang_up()
         await asyncio.to_thread(self._proc.join, 60)
