@@ -41,6 +41,7 @@ from drmas_bench.engines.weights import DEFAULT_BUCKET_BYTES, buckets, iterate
 from drmas_bench.types import Completion, Request, UserError
 
 GENERIC_OPTIONS = ("max_batch", "device", "dtype")  # what the program sets; kept where the engine has it
+_CALLS = ("generate", "sleep", "wake")  # engine methods a ChildEngine forwards as plain calls
 
 
 def option_names(kind: str) -> set[str]:
@@ -51,8 +52,11 @@ def option_names(kind: str) -> set[str]:
 def fit_options(kind: str, generic: Mapping[str, Any], given: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The options for ``make_engine(kind, ...)``: the ``generic`` ones engine ``kind`` accepts, then
     the user's ``given`` ones unchanged (they override; unknown keys stay errors)."""
+    odd = sorted(set(generic) - set(GENERIC_OPTIONS))
+    if odd:  # a programming error, not a user's: generic options are the ones listed here
+        raise ValueError(f"not a generic engine option: {', '.join(odd)} (known: {', '.join(GENERIC_OPTIONS)})")
     names = option_names(kind)
-    out = {k: v for k, v in generic.items() if k.replace("-", "_") in names}
+    out = {k: v for k, v in generic.items() if k in names}
     for k, v in (given or {}).items():
         out.pop(k.replace("-", "_"), None)
         out[k] = v
@@ -191,7 +195,10 @@ async def _serve(conn: Any, kind: str, model: str, options: dict[str, Any]) -> N
             if method == "close":
                 closing = call_id
                 break
-            spawn(run(call_id, getattr(engine, method)(*a, **kw)))
+            if method in _CALLS:
+                spawn(run(call_id, getattr(engine, method)(*a, **kw)))
+            else:
+                reply(call_id, False, EngineError(f"engine process: unknown call {method!r}"))
         elif op == "update_begin":
             bucket_bytes, flush_cache = args
             q = updates[call_id] = asyncio.Queue()
@@ -206,6 +213,8 @@ async def _serve(conn: Any, kind: str, model: str, options: dict[str, Any]) -> N
             update_id, abort = args
             if update_id in updates:
                 updates[update_id].put_nowait("abort" if abort else None)
+    for q in updates.values():  # an update still waiting for buckets will get none now
+        q.put_nowait("abort")
     if tasks:
         await asyncio.gather(*tasks, return_exceptions=True)
     try:
