@@ -43,6 +43,7 @@ weights). Memory per parameter: 4 (weights) + 4 (grads) + 8 (AdamW) bytes, plus 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import time
@@ -207,7 +208,8 @@ class WorkerGroup:
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda[:N]"``.
         seed: seeds torch in this process (parameters are loaded, not drawn, so it matters little).
         torch_threads: torch intra-op threads for this process.
-        max_batch: default engine micro-batch size (``engine_options`` may override it).
+        max_batch: default engine micro-batch size, for engines that batch (``engine_options`` may
+            override it).
     """
 
     def __init__(self, name: str, agents: list[str], settings: AgentConfig, model_path: str, *,
@@ -245,10 +247,12 @@ class WorkerGroup:
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = self._make_optimizer(settings.lr)
         self.engine: Any = None
-        self.engine_options = {"max_batch": max_batch, **dict(settings.engine_options)}
-        if settings.engine == "hf":
-            self.engine_options.setdefault("device", str(self.device))
-            self.engine_options.setdefault("dtype", settings.dtype)
+        # generic options go only to engines that take them (max_batch: hf; dtype: hf and sglang, so the
+        # rollout engine computes in the policy's dtype); the recipe's own engine_options win
+        from drmas_bench.pool.hosting import fit_options
+
+        self.engine_options = fit_options(settings.engine, {"max_batch": max_batch, "device": str(self.device),
+                                                            "dtype": settings.dtype}, settings.engine_options)
         self.optimizer_steps = 0
         self.skipped_steps = 0
 
@@ -260,10 +264,10 @@ class WorkerGroup:
 
     async def start_engine(self) -> None:
         """Create the rollout engine from the group's model folder and push the current weights."""
-        from drmas_bench.engines import make_engine
+        from drmas_bench.pool.hosting import host_engine  # sglang: in a child process of its own
 
         if self.engine is None:
-            self.engine = make_engine(self.settings.engine, self.model_path, **self.engine_options)
+            self.engine = await asyncio.to_thread(host_engine, self.settings.engine, self.model_path, **self.engine_options)
             await self.sync_weights()
 
     async def generate(self, requests: list[Request]) -> list[Completion]:

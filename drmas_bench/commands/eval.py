@@ -89,6 +89,7 @@ def _default_retriever_spec(data_dir) -> str:
 def resolve_config(args: argparse.Namespace):
     """Flags -> (benchmarks, workflow spec, team spec, sampling, identity config)."""
     from drmas_bench.agents.team import build_team
+    from drmas_bench.pool.hosting import fit_options
     from drmas_bench.tasks import select_benchmarks
     from drmas_bench.types import Sampling
     from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
@@ -104,7 +105,7 @@ def resolve_config(args: argparse.Namespace):
         raise UserError("choose a team: --model M, --model-for AGENT=M, or --team FILE")
     team = build_team(wf_name, wf.agents, model=args.model, team_file=args.team, model_for=args.model_for,
                       engine=args.engine, base_url=args.base_url,
-                      engine_options={"max_batch": args.max_batch} if args.engine == "hf" else {})
+                      engine_options=fit_options(args.engine, {"max_batch": args.max_batch}))
     if team.workflow != wf_name:
         wf = get_workflow(team.workflow)
     if args.n < 1:
