@@ -119,6 +119,16 @@ def _questions(records: list[dict[str, Any]]) -> dict[tuple[str, str], _Question
     return qs
 
 
+def _record_key(r: dict[str, Any]) -> tuple:
+    """A stable order of trajectory records: (benchmark, task id, sample index), then a few recorded
+    numbers for duplicates. Questions, and so the bootstrap's resamples, follow it, so the same
+    records give the same summary (CIs included) whatever order samples.jsonl holds them in."""
+    t = r["task"]
+    idx = r.get("sample_idx")
+    return (str(t["benchmark"]), str(t["id"]), idx if isinstance(idx, int) else -1, bool(r.get("correct", False)),
+            float(r.get("reward") or 0.0), float(r.get("wall_s") or 0.0), float(r.get("cost_usd") or 0.0))
+
+
 def _seed_for(name: str, seed: int) -> int:
     return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**32)
 
@@ -254,7 +264,7 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     usd_total, usd_per_question, usd_per_sample, usd_source, and the mean em / f1 / cover_em of
     `extra` when present. "micro" pools every question; "macro" is the unweighted mean over
     benchmarks (CIs from resampling within each benchmark)."""
-    recs = [_as_dict(r) for r in records]
+    recs = sorted((_as_dict(r) for r in records), key=_record_key)  # the summary must not depend on line order
     if not recs:
         raise ValueError("summarize needs at least one record")
     qs = _questions(recs)

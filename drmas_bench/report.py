@@ -267,7 +267,8 @@ class Question:
 
 
 def questions(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Question]:
-    """(benchmark, task id) -> Question, from trajectory records."""
+    """(benchmark, task id) -> Question, from trajectory records; sorted by (benchmark, task id), so
+    what is computed from them (bootstrap CIs included) does not depend on the order of the records."""
     acc: dict[tuple[str, str], list] = {}
     for r in records:
         t = r["task"]
@@ -275,7 +276,7 @@ def questions(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Questi
         slot = acc.setdefault(key, [0, 0, str(t.get("question", ""))])
         slot[0] += 1
         slot[1] += bool(r.get("correct", False))
-    return {k: Question(k[0], k[1], v[0], v[1], v[2]) for k, v in acc.items()}
+    return {k: Question(k[0], k[1], v[0], v[1], v[2]) for k, v in sorted(acc.items())}
 
 
 # =================================================================================== metrics
@@ -633,6 +634,32 @@ def tables_csv(tables: Sequence[Table], ci: bool = False) -> str:
             line.append("; ".join(r.notes))
             w.writerow(line)
     return buf.getvalue()
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def data_file_name(out: str | Path, name: str, suffix: str, where: str) -> Path:
+    """``out/<name><suffix>`` for a ``name`` read from a run's files (data, not a flag): it must be
+    ``[A-Za-z0-9_.-]+`` without ``..``, and the path must stay directly inside ``out``; otherwise a
+    UserError naming ``where`` (e.g. "suite of run X") and the value."""
+    ok = bool(_SAFE_NAME.fullmatch(name)) and ".." not in name
+    path = Path(out) / f"{name}{suffix}"
+    if not ok or path.resolve().parent != Path(out).resolve():
+        raise UserError(f"{where} is {name!r}, which cannot name an output file (allowed: letters, digits, "
+                        f"'_', '.', '-', no '..'); fix the run's config.yaml")
+    return path
+
+
+def suite_csv_paths(out: str | Path, tables: Sequence[Table], runs: Sequence[Run] = ()) -> dict[str, Path]:
+    """``{suite: out/<suite>.csv}`` for every suite of ``tables``, all checked before anything is
+    written (a suite comes from a run's config.yaml; see `data_file_name`)."""
+    paths: dict[str, Path] = {}
+    for suite in dict.fromkeys(t.suite for t in tables):
+        owners = [r.name for r in runs if r.suite == suite]
+        where = f"the suite of run {owners[0]}" if owners else "a suite"
+        paths[suite] = data_file_name(out, suite, ".csv", where)
+    return paths
 
 
 def leaderboard_markdown(tables: Sequence[Table], ci: bool = False) -> str:

@@ -2,6 +2,7 @@
 
     python scripts/bench_orchestration.py                 # tiny-random, toy workflow, 8/32/128 episodes
     python scripts/bench_orchestration.py --model smollm2-135m-instruct --sizes 8,32
+    python scripts/bench_orchestration.py --workflow math_refine --sizes 32   # the 2b protocol's prompt building
 
 Both sides run the real runner (`drmas_bench.runner.run_episodes`) with the real hf engine in the
 same process: "batched" lets C episodes run at once and the engine batch up to C calls; "one at a
@@ -21,7 +22,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def run(model: str, n_episodes: int, concurrent: bool, max_new_tokens: int) -> dict:
+def run(model: str, n_episodes: int, concurrent: bool, max_new_tokens: int, workflow: str = "toy") -> dict:
     from drmas_bench.agents.team import build_team
     from drmas_bench.engines import make_engine
     from drmas_bench.runner import TeamRuntime, run_episodes
@@ -29,8 +30,8 @@ def run(model: str, n_episodes: int, concurrent: bool, max_new_tokens: int) -> d
     from drmas_bench.types import Sampling
     from drmas_bench.workflows import get_workflow
 
-    wf = get_workflow("toy")
-    team = build_team("toy", wf.agents, model=model)
+    wf = get_workflow(workflow)  # toy tasks also serve math_refine (its prompts, parsing and math grading)
+    team = build_team(workflow, wf.agents, model=model)
     tasks = make_toy_tasks(n_episodes, seed=99)
 
     async def go() -> dict:
@@ -63,17 +64,18 @@ def main() -> None:
     ap.add_argument("--model", default="tiny-random")
     ap.add_argument("--sizes", default="8,32,128", help="concurrent episodes to compare")
     ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--workflow", default="toy", choices=["toy", "math_refine"], help="episode function (default toy)")
     args = ap.parse_args()
     from tabulate import tabulate
 
-    run(args.model, 4, True, args.max_new_tokens)  # warm-up: load, first-call costs
+    run(args.model, 4, True, args.max_new_tokens, args.workflow)  # warm-up: load, first-call costs
     rows = []
     for c in [int(x) for x in args.sizes.split(",")]:
-        b = run(args.model, c, True, args.max_new_tokens)
-        s = run(args.model, c, False, args.max_new_tokens)
+        b = run(args.model, c, True, args.max_new_tokens, args.workflow)
+        s = run(args.model, c, False, args.max_new_tokens, args.workflow)
         rows.append([c, b["calls"], b["batches"], f"{c / b['wall']:.2f}", s["batches"], f"{c / s['wall']:.2f}",
                      f"{s['wall'] / b['wall']:.1f}x", f"{100 * (1 - b['busy'] / b['wall']):.1f}%"])
-    print(f"model {args.model}, toy workflow (solver/checker), {args.max_new_tokens} new tokens per call, "
+    print(f"model {args.model}, {args.workflow} workflow, {args.max_new_tokens} new tokens per call, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, load average {os.getloadavg()[0]:.1f}")
     print(tabulate(rows, headers=["episodes", "calls", "batches", "batched ep/s", "serial batches",
                                   "one-at-a-time ep/s", "speed-up", "harness overhead (batched)"], tablefmt="github"))

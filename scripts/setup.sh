@@ -4,7 +4,8 @@
 #
 #   bash scripts/setup.sh            # CPU machine: torch==2.13.0 (the CPU wheel)
 #   DRMAS_TORCH="torch==2.6.0" bash scripts/setup.sh   # a GPU user picks their own torch build
-#   DRMAS_EXTRAS="dense,ray,mathverify,test,sglang" bash scripts/setup.sh
+#   DRMAS_TORCH="torch==2.14.1" DRMAS_EXTRAS="dense,ray,mathverify,test,sglang" bash scripts/setup.sh
+#                                    # SGLang (GPU): needs torch 2.14.1, Python >= 3.11, driver >= 580
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

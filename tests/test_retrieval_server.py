@@ -1,6 +1,6 @@
 """The /retrieve server (real uvicorn in a subprocess) and the HTTP client: both body forms, identical
-hits to the in-process retriever, 422 on malformed bodies, and a clear error (no hang) when the
-server dies or stops answering."""
+hits to the in-process retriever, 422 on malformed bodies, 413 beyond the size limits, a big request
+that does not starve small ones, and a clear error (no hang) when the server dies or stops answering."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -176,3 +177,73 @@ def test_server_binds_loopback_by_default():
     args = build_parser().parse_args(["retrieval", "serve", "--index", "x"])
     assert args.host == "127.0.0.1" and args.port == 8000
 
+
+
+# ------------------------------------------------------------------------------- size limits, fairness
+
+def _post(server: str, body: bytes | dict):
+    if isinstance(body, dict):
+        return httpx.post(server + "/retrieve", json=body, timeout=60)
+    return httpx.post(server + "/retrieve", content=body, headers={"content-type": "application/json"}, timeout=60)
+
+
+def test_size_limits_get_413_with_the_reason(server):
+    from drmas_retrieval.server import Limits
+
+    lim = Limits()  # the server runs with the defaults
+    long_q = "x" * (lim.max_query_chars + 1)
+    cases = [
+        ({"query": long_q}, "--max-query-chars"),
+        ({"queries": ["ok", long_q]}, "query 1 has"),
+        ({"queries": ["q"] * (lim.max_batch + 1)}, "--max-batch"),
+        (b'{"query": "' + b"a" * lim.max_body_bytes + b'"}', "--max-body-bytes"),  # declared length too big
+    ]
+    for body, needle in cases:
+        r = _post(server, body)
+        assert r.status_code == 413, (needle, r.status_code, r.text[:200])
+        assert needle in r.json()["detail"]
+    # a chunked body (no content-length) is counted as it arrives
+    chunks = (b'{"query": "' + b"a" * 65536 if i == 0 else b"a" * 65536 for i in range(lim.max_body_bytes // 65536 + 2))
+    r = httpx.post(server + "/retrieve", content=chunks, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and "--max-body-bytes" in r.json()["detail"]
+    # at the limits everything is served, both body forms
+    assert _post(server, {"query": "y" * lim.max_query_chars}).status_code == 200
+    r = _post(server, {"queries": [QUERIES[0]] * lim.max_batch, "topk": 1})
+    assert r.status_code == 200 and len(r.json()["result"]) == lim.max_batch
+    with HTTPRetriever(server, retries=3, backoff=5.0) as client, pytest.raises(RetrievalError, match="HTTP 413"):
+        client.search([long_q], 3)  # rejected at once, no retries
+
+
+def test_a_big_request_does_not_starve_small_ones(server):
+    words = "lighthouse railway viaduct river mountain battle king album film city "
+    big = [(words * 60)[i % 7:][:4000] for i in range(250)]  # allowed: ~1 MB, 250 queries of 4,000 chars
+    small = {"query": QUERIES[0], "topk": 3}
+    _post(server, small)
+    done: dict[str, float] = {}
+
+    def send_big() -> None:
+        t0 = time.monotonic()
+        r = _post(server, {"queries": big, "topk": 3})
+        done["big"], done["big_s"] = time.monotonic(), time.monotonic() - t0
+        done["big_ok"] = r.status_code == 200 and len(r.json()["result"]) == len(big)
+
+    th = threading.Thread(target=send_big)
+    th.start()
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    r = _post(server, small)
+    done["small"], small_s = time.monotonic(), time.monotonic() - t0
+    th.join(timeout=120)
+    assert r.status_code == 200 and done["big_ok"]
+    # before: searches ran whole, one at a time, so the small one waited for all of the big one
+    assert done["small"] < done["big"], done
+    assert small_s < 0.5 * done["big_s"], (small_s, done["big_s"])
+
+
+def test_split_pieces():
+    from drmas_retrieval.server import split_pieces
+
+    qs = ["a" * 5, "b" * 5, "c" * 20, "d", "e", "f"]
+    assert split_pieces(qs, max_queries=2, max_chars=12) == [["aaaaa", "bbbbb"], ["c" * 20], ["d", "e"], ["f"]]
+    assert split_pieces([], 4, 10) == []
+    assert sum(split_pieces(qs, 16, 16_384), []) == qs

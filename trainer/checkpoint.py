@@ -1,9 +1,10 @@
 """Checkpoints: ``RUN/ckpt/step_K/``, written atomically, with a ``latest`` pointer updated last.
 
     RUN/ckpt/step_K/
-        team.yaml              agent -> worker group -> model folder, workflow, sampling (the format
-                               drmas_bench.agents.team.team_from_dict reads): `drmas-bench eval
-                               --model RUN/ckpt/step_K` rebuilds the trained team
+        team.yaml              agent -> worker group -> model folder, workflow, sampling, and for the
+                               paper's workflows the prompts, protocol options and retriever record
+                               (the format drmas_bench.agents.team.team_from_dict reads): `drmas-bench
+                               eval --model RUN/ckpt/step_K` rebuilds the trained team and its protocol
         models/<wg>/           one Hugging Face folder per worker group (safetensors, config, tokenizer)
         optim/<wg>.pt          optimiser state (torch.save of tensors and numbers; loaded with
                                weights_only=True)

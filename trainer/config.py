@@ -19,6 +19,7 @@ agents sharing a group must agree on them, or loading fails with a line that nam
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -336,7 +337,9 @@ def validate(cfg: TrainConfig, where: str = "config") -> None:
         raise UserError(f"{where}: torch_threads must be at least 1")
     if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
         raise UserError(f"{where}: device must be auto, cpu or cuda[:N], got {cfg.device!r}")
-    _build(AgentConfig, dict(cfg.agent_defaults), "agent_defaults")  # unknown keys / bad types
+    defaults = _build(AgentConfig, dict(cfg.agent_defaults), "agent_defaults")  # unknown keys / bad types
+    check_lr(defaults.lr, f"{where}: agent_defaults.lr")  # named where it is set, before the agents inherit it
+    check_lr(cfg.sft.lr, f"{where}: sft.lr")
     for agent in cfg.agents:
         _check_agent(_build(AgentConfig, {**cfg.agent_defaults, **cfg.agents[agent]}, f"agents.{agent}"),
                      f"{where}: agents.{agent}")
@@ -344,7 +347,15 @@ def validate(cfg: TrainConfig, where: str = "config") -> None:
         raise UserError(f"{where}: sft.solver_accuracy and sft.checker_accuracy must be within [0, 1]")
 
 
+def check_lr(lr: float, key: str) -> None:
+    """A learning rate must be a finite number >= 0 (0 = the weights never move); NaN, infinite or
+    negative ones fail here, as one line naming ``key``, instead of inside the optimiser."""
+    if not (math.isfinite(lr) and lr >= 0.0):
+        raise UserError(f"{key} must be a finite number >= 0, got {lr}")
+
+
 def _check_agent(ac: AgentConfig, where: str) -> None:
+    check_lr(ac.lr, f"{where}.lr")
     if ac.engine not in ("hf", "sglang", "openai"):
         raise UserError(f"{where}.engine must be hf or sglang, got {ac.engine!r}")
     if ac.engine == "openai":

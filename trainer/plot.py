@@ -47,7 +47,8 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
         label = Path(run).name if Path(run).is_dir() else Path(run).parent.name
         color = colors[i % len(colors)]
         steps = [r["step"] for r in recs]
-        reward = [float(r["reward_mean"]) for r in recs]
+        reward = [float(r["reward_mean"]) if isinstance(r["reward_mean"], (int, float)) else float("nan")
+                  for r in recs]  # null (a non-finite value) in metrics.jsonl: a gap
         ax_r.plot(steps, reward, color=color, alpha=0.3, linewidth=1)
         ax_r.plot(steps, _moving_average(reward), color=color, linewidth=2, label=f"{label} (5-step mean)")
         agents = sorted({k.split("/", 1)[1] for r in recs for k in r if k.startswith("grad_norm/")})

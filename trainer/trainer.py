@@ -121,7 +121,11 @@ async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | N
         if not found:
             if cfg.sft.steps or any(cfg.sft.agent_steps.values()):
                 sft_info = await warm_start(cfg, plan, workers)
-                (run / "sft.json").write_text(json.dumps(sft_info, indent=1))
+                (run / "sft.json").write_text(json_line(sft_info, indent=1))
+                failed = {n: i["sft_aborted"] for n, i in sft_info.items() if i.get("sft_aborted")}
+                if failed:
+                    raise UserError("the sft warm start stopped: " + "; ".join(f"worker group {n}: {why}" for n, why in failed.items())
+                                    + f"; lower sft.lr or check the model (details in {run / 'sft.json'})")
             await save_checkpoint(run, cfg, plan, workers, wf, step=0, cursor=0, skipped_total=0)
 
         # --- RL iterations ------------------------------------------------------------------------
@@ -184,7 +188,13 @@ async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | N
             if step == n_steps or (cfg.save_every and step % cfg.save_every == 0):
                 await save_checkpoint(run, cfg, plan, workers, wf, step=step, cursor=cursor, skipped_total=skipped_total)
         bar.close()
-        return summarize(run, n_steps)
+        summary = summarize(run, n_steps)
+        stuck = never_updated(read_metrics(run), list(plan))
+        if stuck:
+            raise UserError(f"no optimizer step was applied for worker group(s) {', '.join(stuck)}: every update was "
+                            f"skipped as non-finite (loss or gradient) in {summary['steps']} step(s); the metrics are in "
+                            f"{run / METRICS}; check the lr, algo.eps / algo.std_floor and the data")
+        return summary
     finally:
         for w in workers.values():
             try:
@@ -402,7 +412,9 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
 
     Sampling carries only ``max_new_tokens`` (the budget the team was trained with); temperature
     and top-p stay with the evaluator (training explores at its own temperature). Per-agent sampling
-    overrides of the recipe are kept."""
+    overrides of the recipe are kept. For the paper's workflows it also records the prompt templates
+    (inline), the prompt limit and the retriever (kind, index identity) the rollouts used, so that
+    eval of the checkpoint uses the same protocol."""
     from drmas_trainer.config import agent_config
 
     agents: dict[str, Any] = {}
@@ -410,12 +422,22 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
         for a in g.agents:
             samp = agent_config(cfg, a).sampling
             agents[a] = {"wg": g.name, "sampling": dict(samp)} if samp else g.name
+    from drmas_bench.workflows import protocol as P
+
+    protocol = {}
+    if P.has_templates(wf.name):  # the prompts and prompt limit the rollouts used (REFERENCE §2b)
+        limit, side = P.ProtocolOptions().resolve(wf.name)
+        protocol = {"prompts": P.default_templates(wf.name).to_dict(),
+                    "protocol": {"max_prompt_tokens": limit or 0, "truncate": side}}
+    if cfg.retriever:
+        protocol["retriever"] = P.retriever_record(cfg.retriever)
     return {
         "workflow": wf.name,
         "agents": agents,
         "worker_groups": {g.name: {"model": f"models/{g.name}", "engine": g.settings.engine} for g in plan.values()},
         "sampling": {"max_new_tokens": cfg.rollout.max_new_tokens},
         "workflow_options": dict(cfg.workflow_options),
+        **protocol,
         "trained": {"recipe": cfg.recipe, "estimator": cfg.algo.estimator, "loss": cfg.algo.loss, "step": step,
                     "seed": cfg.seed, "shared": cfg.shared,
                     "base_models": {g.name: g.settings.model for g in plan.values()}},
@@ -473,7 +495,7 @@ class MetricsLog:
         run.mkdir(parents=True, exist_ok=True)
         self.path = run / METRICS
         kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= keep_until] if self.path.exists() else []
-        atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        atomic_write(self.path, "".join(json_line(r) + "\n" for r in kept))
         self.f = open(self.path, "a", encoding="utf-8")
         self.tb = None
         if tensorboard:
@@ -485,18 +507,50 @@ class MetricsLog:
                 self.tb = None
 
     def write(self, record: dict[str, Any]) -> None:
-        self.f.write(json.dumps(record, default=float) + "\n")
+        self.f.write(json_line(record) + "\n")
         self.f.flush()
         os.fsync(self.f.fileno())
         if self.tb is not None:
             for k, v in record.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step" and math.isfinite(v):
                     self.tb.add_scalar(k, v, record["step"])
 
     def close(self) -> None:
         self.f.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def finite_or_none(x: Any) -> Any:
+    """``x`` with every non-finite float (NaN, inf) replaced by None, recursively; other values as
+    they are (numpy / torch scalars become floats), so the result is strict JSON."""
+    if isinstance(x, dict):
+        return {k: finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite_or_none(v) for v in x]
+    if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
+        return x
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return x
+    return f if math.isfinite(f) else None
+
+
+def json_line(record: Any, indent: int | None = None) -> str:
+    """Strict JSON (``allow_nan=False``): non-finite floats are written as null, never as ``NaN``."""
+    return json.dumps(finite_or_none(record), allow_nan=False, indent=indent)
+
+
+def never_updated(records: list[dict[str, Any]], groups: list[str]) -> list[str]:
+    """The worker groups that skipped at least one update but applied none over ``records``."""
+    out = []
+    for g in groups:
+        applied = sum(r.get(f"wg/{g}/optimizer_steps") or 0 for r in records)
+        skipped = sum(r.get(f"wg/{g}/skipped_steps") or 0 for r in records)
+        if applied == 0 and skipped > 0:
+            out.append(g)
+    return out
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -550,7 +604,7 @@ def step_metrics(step: int, cursor: int, batch: list[Task], trajs: list[Trajecto
             rec[f"grad_norm/{a}"] = v
             rec[f"grad_norm_max/{a}"] = u["agent_grad_norm_max"][a]
         for key in ("grad_norm", "loss", "pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy",
-                    "ratio_mean", "ratio_max", "optimizer_steps", "update_s"):
+                    "ratio_mean", "ratio_max", "optimizer_steps", "skipped_steps", "update_s"):
             if key in u:
                 rec[f"wg/{name}/{key}"] = u[key]
     for key, out in (("pg_clipfrac", "clip_frac"), ("ppo_kl", "kl"), ("entropy", "entropy"), ("loss", "loss")):
@@ -562,12 +616,12 @@ def step_metrics(step: int, cursor: int, batch: list[Task], trajs: list[Trajecto
 def summarize(run: Path, n_steps: int) -> dict[str, Any]:
     """First/last-5 reward means, skipped steps and per-agent grad-norm spread of a finished run."""
     recs = [r for r in read_metrics(run) if "reward_mean" in r]
-    rewards = [r["reward_mean"] for r in recs]
+    rewards = [r["reward_mean"] if isinstance(r["reward_mean"], (int, float)) else float("nan") for r in recs]
     k = min(5, len(rewards))
     out: dict[str, Any] = {"run": str(run), "steps": len(recs),
                            "reward_first5": _mean(rewards[:k]), "reward_last5": _mean(rewards[-k:]),
-                           "skipped_steps": sum(r.get("skipped_steps", 0) for r in recs),
-                           "time_s": sum(r.get("time/step_s", 0.0) for r in recs)}
+                           "skipped_steps": sum(r.get("skipped_steps") or 0 for r in recs),
+                           "time_s": sum(r.get("time/step_s") or 0.0 for r in recs)}
     out["grad_norm_spread"] = grad_norm_spread(recs)
     return out
 

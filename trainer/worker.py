@@ -30,7 +30,8 @@ per agent; no extra forward or backward passes.
 **Non-finite steps.** A non-finite micro-batch loss stops the mini-batch; a non-finite gradient
 norm is caught after accumulation. Either way the gradients are dropped, the optimiser does not
 step (its state is untouched), and ``skipped_steps`` counts it. Parameters therefore stay finite,
-and :meth:`save` refuses to write non-finite weights anyway.
+and :meth:`save` refuses to write non-finite weights anyway. The supervised warm start (:meth:`sft`)
+has the same guard, and stops after ``SFT_MAX_BAD_IN_A_ROW`` skipped steps in a row.
 
 Log-probabilities are of the raw logits (temperature 1), the same quantity the ``hf`` engine
 returns as ``Completion.logprobs`` (the old log-probs of the PPO ratio).
@@ -42,6 +43,7 @@ weights). Memory per parameter: 4 (weights) + 4 (grads) + 8 (AdamW) bytes, plus 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import time
@@ -57,6 +59,9 @@ from drmas_trainer.config import AgentConfig
 from drmas_trainer.losses import policy_loss
 
 __all__ = ["LossSettings", "Row", "SFTExample", "WorkerGroup", "pack_rows", "token_logprobs"]
+
+#: the supervised warm start stops after this many consecutive non-finite steps
+SFT_MAX_BAD_IN_A_ROW = 5
 
 
 @dataclass
@@ -203,7 +208,8 @@ class WorkerGroup:
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda[:N]"``.
         seed: seeds torch in this process (parameters are loaded, not drawn, so it matters little).
         torch_threads: torch intra-op threads for this process.
-        max_batch: default engine micro-batch size (``engine_options`` may override it).
+        max_batch: default engine micro-batch size, for engines that batch (``engine_options`` may
+            override it).
     """
 
     def __init__(self, name: str, agents: list[str], settings: AgentConfig, model_path: str, *,
@@ -241,10 +247,12 @@ class WorkerGroup:
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = self._make_optimizer(settings.lr)
         self.engine: Any = None
-        self.engine_options = {"max_batch": max_batch, **dict(settings.engine_options)}
-        if settings.engine == "hf":
-            self.engine_options.setdefault("device", str(self.device))
-            self.engine_options.setdefault("dtype", settings.dtype)
+        # generic options go only to engines that take them (max_batch: hf; dtype: hf and sglang, so the
+        # rollout engine computes in the policy's dtype); the recipe's own engine_options win
+        from drmas_bench.pool.hosting import fit_options
+
+        self.engine_options = fit_options(settings.engine, {"max_batch": max_batch, "device": str(self.device),
+                                                            "dtype": settings.dtype}, settings.engine_options)
         self.optimizer_steps = 0
         self.skipped_steps = 0
 
@@ -256,10 +264,10 @@ class WorkerGroup:
 
     async def start_engine(self) -> None:
         """Create the rollout engine from the group's model folder and push the current weights."""
-        from drmas_bench.engines import make_engine
+        from drmas_bench.pool.hosting import host_engine  # sglang: in a child process of its own
 
         if self.engine is None:
-            self.engine = make_engine(self.settings.engine, self.model_path, **self.engine_options)
+            self.engine = await asyncio.to_thread(host_engine, self.settings.engine, self.model_path, **self.engine_options)
             await self.sync_weights()
 
     async def generate(self, requests: list[Request]) -> list[Completion]:
@@ -423,10 +431,19 @@ class WorkerGroup:
         return out
 
     async def sft(self, examples: list[SFTExample], *, steps: int, lr: float, batch_size: int, seed: int = 0,
-                  template_kwargs: dict[str, Any] | None = None) -> dict[str, float]:
+                  template_kwargs: dict[str, Any] | None = None,
+                  max_bad_in_a_row: int = SFT_MAX_BAD_IN_A_ROW) -> dict[str, Any]:
         """Supervised warm start: ``steps`` AdamW steps (own optimiser, lr ``lr``) of token-mean
         cross-entropy on the targets (+ EOS) of ``examples``, drawn in shuffled passes.
-        Returns the first and last steps' mean loss."""
+
+        A step whose loss or gradient norm is not finite is skipped (gradients dropped, no optimiser
+        step) and counted; after ``max_bad_in_a_row`` such steps in a row the stage stops early and
+        the result carries ``sft_aborted`` (the reason; also when the weights end non-finite), so the
+        caller can stop with one line (this may run in a Ray actor, where an exception would arrive
+        wrapped in a traceback).
+
+        Returns ``sft_loss_first`` / ``sft_loss_last`` (mean over the first / last applied steps; None
+        when none applied), ``sft_steps`` (applied), ``sft_skipped``, ``sft_s`` and maybe ``sft_aborted``."""
         from drmas_bench.engines.base import default_template_kwargs, encode_chat
 
         if not examples or steps <= 0:
@@ -446,6 +463,8 @@ class WorkerGroup:
         rng = random.Random(seed)
         order: list[int] = []
         losses: list[float] = []
+        skipped = bad_in_a_row = 0
+        aborted = None
         t0 = time.perf_counter()
         self.policy.train()
         for _ in range(steps):
@@ -463,16 +482,37 @@ class WorkerGroup:
                 with self._autocast():
                     logp, _ = token_logprobs(self.policy, b)
                 nll = -(logp * b["mask"]).sum() / n_tok
-                nll.backward()
                 total += float(nll.detach())
-            torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip if self.settings.grad_clip > 0 else float("inf"))
+                if not math.isfinite(total):
+                    break
+                nll.backward()
+            norm = float("nan")
+            if math.isfinite(total):
+                clip = self.settings.grad_clip if self.settings.grad_clip > 0 else float("inf")
+                norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+            if not math.isfinite(norm):  # a non-finite loss or gradient: drop it, do not step
+                opt.zero_grad(set_to_none=True)
+                skipped += 1
+                bad_in_a_row += 1
+                if bad_in_a_row >= max_bad_in_a_row:
+                    aborted = (f"{bad_in_a_row} steps in a row had a non-finite "
+                               f"{'loss' if not math.isfinite(total) else 'gradient'} (lr {lr:g})")
+                    break
+                continue
+            bad_in_a_row = 0
             opt.step()
             losses.append(total)
         opt.zero_grad(set_to_none=True)
         del opt
+        if aborted is None and not self.weights_finite():  # finite gradients, but a step too large
+            aborted = f"the weights are no longer finite after {len(losses)} steps (lr {lr:g})"
         k = max(1, min(10, len(losses) // 5))
-        return {"sft_loss_first": sum(losses[:k]) / k, "sft_loss_last": sum(losses[-k:]) / k,
-                "sft_steps": len(losses), "sft_s": time.perf_counter() - t0}
+        out: dict[str, Any] = {"sft_loss_first": sum(losses[:k]) / k if losses else None,
+                               "sft_loss_last": sum(losses[-k:]) / k if losses else None,
+                               "sft_steps": len(losses), "sft_skipped": skipped, "sft_s": time.perf_counter() - t0}
+        if aborted:
+            out["sft_aborted"] = aborted
+        return out
 
     # ------------------------------------------------------------------ state
 

@@ -11,11 +11,16 @@ A team file (``--team FILE``)::
       verifier: big
       searcher: small
       answerer: {wg: small, sampling: {temperature: 0.3}}   # per-agent overrides
+    prompts: prompts/search.yaml      # optional: role prompts (a file relative to this one, or inline);
+                                      # replaces the packaged templates (docs/protocol.md)
+    protocol: {max_prompt_tokens: 4096, truncate: left}   # optional: prompt-length limit and side
 
 Shorthands: ``--model M`` puts every agent on one shared worker group; ``--model-for agent=M``
 gives an agent its own model (agents naming the same model share one worker group); ``--model DIR``
 where DIR holds a ``team.yaml`` (what the trainer writes) rebuilds the trained team, with model paths
-relative to DIR. Unknown keys and unknown agents are errors that name them.
+relative to DIR; such a file also records the prompts (inline), protocol options and retriever
+(kind and index identity) the team was trained with (a prompts path there must stay inside DIR).
+Unknown keys and unknown agents are errors that name them.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from typing import Any
 from drmas_bench.yamlfile import read_yaml
 
 from drmas_bench.types import Sampling, UserError
+from drmas_bench.workflows.protocol import ProtocolOptions
 
 ENGINE_KINDS = ("hf", "openai", "sglang")
 _WG_KEYS = {"model", "engine", "price", "base_url", "api_key_env", "options"}
-_TEAM_KEYS = {"workflow", "sampling", "worker_groups", "agents", "workflow_options", "trained"}
+_TEAM_KEYS = {"workflow", "sampling", "worker_groups", "agents", "workflow_options", "trained",
+              "prompts", "protocol", "retriever"}
 _SAMPLING_KEYS = {"temperature", "top_p", "max_new_tokens", "enable_thinking"}
 
 
@@ -58,6 +65,10 @@ class TeamSpec:
     sampling: dict[str, Any] = field(default_factory=dict)  # team-wide overrides
     agent_sampling: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-agent overrides
     workflow_options: dict[str, Any] = field(default_factory=dict)
+    prompts: dict[str, Any] | None = None  # prompt templates (a prompts-file mapping) replacing the packaged ones
+    prompts_source: str | None = None  # where `prompts` came from (file or team file), for messages
+    protocol: dict[str, Any] = field(default_factory=dict)  # protocol options (max_prompt_tokens, truncate)
+    retriever: dict[str, Any] | None = None  # a trained team's retriever record: {kind, identity}
 
     def sampling_for(self, agent: str, defaults: Sampling) -> Sampling:
         d = asdict(defaults)
@@ -74,6 +85,7 @@ class TeamSpec:
                               for n, g in self.worker_groups.items()},
             "sampling": self.sampling,
             "workflow_options": self.workflow_options,
+            **({"protocol": self.protocol} if self.protocol else {}),
         }
 
 
@@ -95,7 +107,7 @@ def _sampling(d: Any, where: str) -> dict[str, Any]:
 
 
 def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], default_workflow: str,
-                   where: str = "team", base_dir: Path | None = None) -> TeamSpec:
+                   where: str = "team", base_dir: Path | None = None, inside: bool = False) -> TeamSpec:
     """Validate a team mapping against the workflow's agents."""
     if not isinstance(d, dict):
         raise UserError(f"{where}: a team file must be a mapping")
@@ -129,6 +141,11 @@ def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], defau
     missing = [a for a in agents_of_workflow if a not in agents]
     if missing:
         raise UserError(f"{where}: no worker group for agent(s) {', '.join(missing)}")
+    prompts, prompts_source = _prompts(d.get("prompts"), where, base_dir, inside)
+    protocol = ProtocolOptions.from_dict(d.get("protocol"), where).to_dict()  # checked here, named by file
+    retriever = d.get("retriever")
+    if retriever is not None and not isinstance(retriever, dict):
+        raise UserError(f"{where}: retriever: must be a mapping (kind, identity)")
     return TeamSpec(
         workflow=d.get("workflow") or default_workflow,
         agents=agents,
@@ -136,7 +153,29 @@ def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], defau
         sampling=_sampling(d.get("sampling"), where),
         agent_sampling=agent_sampling,
         workflow_options=dict(d.get("workflow_options") or {}),
+        prompts=prompts,
+        prompts_source=prompts_source,
+        protocol=protocol,
+        retriever=dict(retriever) if retriever else None,
     )
+
+
+def _prompts(v: Any, where: str, base_dir: Path | None, inside: bool) -> tuple[dict[str, Any] | None, str | None]:
+    """A team file's ``prompts:``: an inline mapping, or a YAML file relative to the team file (which
+    must stay inside the folder when `inside`, i.e. for a checkpoint's team.yaml)."""
+    if v is None:
+        return None, None
+    if isinstance(v, dict):
+        return v, where
+    if not isinstance(v, str):
+        raise UserError(f"{where}: prompts: must be a file name or a mapping")
+    p = Path(v) if base_dir is None or Path(v).is_absolute() else base_dir / v
+    if inside and base_dir is not None and not p.resolve().is_relative_to(base_dir.resolve()):
+        raise UserError(f"{where}: prompts: {v!r} is outside the checkpoint folder")
+    data = read_yaml(p, "prompts file")
+    if not isinstance(data, dict):
+        raise UserError(f"{p}: a prompts file must be a mapping with `roles:`")
+    return data, str(p)
 
 
 def _wg_name(model: str) -> str:
@@ -148,11 +187,14 @@ def build_team(workflow: str, agents: tuple[str, ...], *, model: str | None = No
                engine_options: dict[str, Any] | None = None) -> TeamSpec:
     """Resolve the CLI's team flags into a TeamSpec (see the module docstring)."""
     engine_options = engine_options or {}
+    from_checkpoint = False
     if not team_file and model and Path(model, "team.yaml").is_file():
         team_file = str(Path(model, "team.yaml"))  # a trained team's checkpoint folder
+        from_checkpoint = True
     if team_file:
         p = Path(team_file)
-        return team_from_dict(read_yaml(p, "team file"), agents, workflow, where=str(p), base_dir=p.parent)
+        return team_from_dict(read_yaml(p, "team file"), agents, workflow, where=str(p), base_dir=p.parent,
+                              inside=from_checkpoint)
     per_agent: dict[str, str] = {}
     for item in model_for or []:
         if "=" not in item:

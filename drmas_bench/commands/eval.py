@@ -16,6 +16,7 @@ EPILOG = """examples:
   drmas-bench eval --model-for verifier=Qwen/Qwen2.5-7B-Instruct --model-for searcher=meta-llama/Llama-3.2-3B-Instruct \\
       --model-for answerer=meta-llama/Llama-3.2-3B-Instruct --suite search --engine openai --base-url http://127.0.0.1:30000/v1
   drmas-bench eval --model runs/tiny/ckpt/latest --suite toy      # a trained team (its team.yaml)
+  drmas-bench eval --model M --suite search --prompts my_prompts.yaml --max-prompt-tokens 8192
 
 Re-running the same command resumes: finished (benchmark, task, sample) keys are skipped.
 """
@@ -35,6 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--engine", default="hf", choices=["hf", "openai", "sglang"], help="engine for --model/--model-for (default hf)")
     g.add_argument("--base-url", help="OpenAI-compatible server URL for --engine openai")
     g.add_argument("--workflow", help="workflow name (default: the suite's: math_refine, search_route, toy)")
+    g.add_argument("--prompts", metavar="FILE", help="prompt templates YAML replacing the packaged ones (all or some "
+                                                     "roles; see docs/protocol.md); overrides a team file's prompts")
+    g.add_argument("--max-prompt-tokens", type=int, metavar="N",
+                   help="prompt-length limit in tokens, 0 = none (default: math 8192 cut in the middle, "
+                        "search 4096 cut from the left, as the reference)")
     g = p.add_argument_group("benchmarks")
     g.add_argument("--suite", choices=["math", "search", "toy"], help="benchmark suite")
     g.add_argument("--benchmarks", help="comma-separated benchmark names (default: the whole suite)")
@@ -85,6 +91,7 @@ def _default_retriever_spec(data_dir) -> str:
 def resolve_config(args: argparse.Namespace):
     """Flags -> (benchmarks, workflow spec, team spec, sampling, identity config)."""
     from drmas_bench.agents.team import build_team
+    from drmas_bench.pool.hosting import fit_options
     from drmas_bench.tasks import select_benchmarks
     from drmas_bench.types import Sampling
     from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
@@ -100,7 +107,7 @@ def resolve_config(args: argparse.Namespace):
         raise UserError("choose a team: --model M, --model-for AGENT=M, or --team FILE")
     team = build_team(wf_name, wf.agents, model=args.model, team_file=args.team, model_for=args.model_for,
                       engine=args.engine, base_url=args.base_url,
-                      engine_options={"max_batch": args.max_batch} if args.engine == "hf" else {})
+                      engine_options=fit_options(args.engine, {"max_batch": args.max_batch}))
     if team.workflow != wf_name:
         wf = get_workflow(team.workflow)
     if args.n < 1:
@@ -111,11 +118,61 @@ def resolve_config(args: argparse.Namespace):
     return suite, benches, wf, team, sampling
 
 
+def resolve_protocol(args: argparse.Namespace, team, wf):
+    """(templates or None, protocol options) for the run, checked before any model loads.
+    Order: packaged templates < the team file's ``prompts:`` < ``--prompts``; the same for the
+    prompt limit (team ``protocol:`` < ``--max-prompt-tokens``). Says so when a flag overrides
+    what a team file (e.g. a trained checkpoint's team.yaml) recorded."""
+    from drmas_bench.workflows import protocol as P
+
+    prompts_flag = getattr(args, "prompts", None)
+    limit_flag = getattr(args, "max_prompt_tokens", None)
+    if not P.has_templates(wf.name):
+        if prompts_flag or team.prompts:
+            raise UserError(f"workflow {wf.name} has no prompt templates to replace (--prompts / prompts:)")
+        return None, P.ProtocolOptions()
+    if prompts_flag and team.prompts:
+        print(f"[eval] --prompts {prompts_flag} overrides the prompts recorded in {team.prompts_source}", file=sys.stderr)
+    tpl = P.load_templates(wf.name, (None if prompts_flag else team.prompts, team.prompts_source or "team file"),
+                           (prompts_flag, prompts_flag or ""))
+    opts = P.ProtocolOptions.from_dict(team.protocol, "team file")
+    if limit_flag is not None:
+        if limit_flag < 0:
+            raise UserError("--max-prompt-tokens must be >= 0 (0 = no limit)")
+        if opts.max_prompt_tokens is not None and opts.max_prompt_tokens != limit_flag:
+            print(f"[eval] --max-prompt-tokens {limit_flag} overrides the team file's {opts.max_prompt_tokens}", file=sys.stderr)
+        opts = P.ProtocolOptions(limit_flag, opts.truncate)
+    return tpl, opts
+
+
+def protocol_summary(records: list[dict], info: dict | None) -> dict:
+    """summary.json's ``protocol``: the prompts hash / source and prompt limit of the run, the number
+    of recorded calls and how many of them had their prompt truncated by the engine."""
+    calls = [t for r in records for t in r["turns"]]
+    truncated = sum(bool(t["completion"].get("prompt_truncated")) for t in calls)
+    return {**(info or {}), "calls": len(calls), "prompt_truncated_calls": truncated}
+
+
+def _note_retriever(team, retriever_spec: str | None) -> None:
+    """A trained team records the retriever it learned with; say so when eval uses another one."""
+    from drmas_bench.workflows.protocol import retriever_record
+
+    if not team.retriever or not retriever_spec:
+        return
+    try:
+        now = retriever_record(retriever_spec)
+    except Exception:  # an unreadable index fails later with its own message
+        return
+    if now != {k: team.retriever.get(k) for k in ("kind", "identity")}:
+        print(f"[eval] note: the team was trained with retriever {team.retriever.get('kind')} "
+              f"({team.retriever.get('identity')}); this run uses {now['kind']} ({now['identity']})", file=sys.stderr)
+
+
 def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-async def _run(args, team, wf, tasks, store, sampling, retriever, cost_fn):
+async def _run(args, team, wf, tasks, store, sampling, retriever, cost_fn, protocol_opts=None):
     """Serve the team's worker groups from a pool (engines asleep until needed when the budget is
     smaller than the team), run the episodes, always release the engines. -> (RunStats, pool stats)"""
     from drmas_bench.pool import make_pool, specs_from_team
@@ -135,7 +192,7 @@ async def _run(args, team, wf, tasks, store, sampling, retriever, cost_fn):
         try:
             stats = await run_episodes(
                 tasks, args.n, runtime, wf, store, seed=args.seed, retriever=retriever,
-                workflow_options=team.workflow_options, concurrency=args.concurrency,
+                workflow_options={**team.workflow_options, **(protocol_opts or {})}, concurrency=args.concurrency,
                 cost_fn=cost_fn, progress=not args.no_progress, flush_every=args.flush_every,
             )
         except UserError as e:
@@ -154,6 +211,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from drmas_bench.tasks import load_tasks, resolve_data_dir
 
     suite, benches, wf, team, sampling = resolve_config(args)
+    templates, proto = resolve_protocol(args, team, wf)
     data_dir = resolve_data_dir(args.data_dir)
     tasks = []
     for b in benches:
@@ -164,6 +222,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     retriever_spec = None
     if wf.needs_retriever:
         retriever_spec = args.retriever or _default_retriever_spec(data_dir)
+        _note_retriever(team, retriever_spec)
 
     runtime_sampling = {a: team.sampling_for(a, sampling).__dict__ for a in team.agents}
     identity = {
@@ -172,6 +231,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "retriever": retriever_spec,
     }
+    protocol_opts, protocol_info = {}, None
+    if templates is not None:
+        limit, side = proto.resolve(wf.name)
+        protocol_info = {"prompts_sha256": templates.sha256, "prompts_source": templates.source,
+                         "max_prompt_tokens": limit, "truncate": side}
+        identity["protocol"] = {k: protocol_info[k] for k in ("prompts_sha256", "max_prompt_tokens", "truncate")}
+        protocol_opts = {"prompts": templates, "protocol": proto}
     model_label = team.worker_groups[next(iter(team.worker_groups))].model if len(team.worker_groups) == 1 else "team"
     out = Path(args.out or Path("runs") / f"{suite}-{Path(model_label.rstrip('/')).name}-{fingerprint(identity)[:8]}")
     config = {
@@ -209,7 +275,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         except Exception as e:  # a down server, a missing index dir
             raise UserError(f"retriever {retriever_spec}: {e}") from None
 
-    stats, pool_stats = asyncio.run(_run(args, team, wf, tasks, store, sampling, retriever, cost_fn if prices else None))
+    stats, pool_stats = asyncio.run(_run(args, team, wf, tasks, store, sampling, retriever, cost_fn if prices else None,
+                                         protocol_opts))
 
     keys = {(t.benchmark, t.id) for t in tasks}
     records = [r for r in store.records() if (r["task"]["benchmark"], r["task"]["id"]) in keys and r["sample_idx"] < args.n]
@@ -217,7 +284,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2)}
     summary["pool"] = pool_stats
+    summary["protocol"] = protocol_summary(records, protocol_info)
     md = metrics.format_summary_markdown(summary)
+    if protocol_info:
+        p = summary["protocol"]
+        md += (f"\n- prompts: {p['prompts_source']} (sha256 {p['prompts_sha256'][:12]}); prompt limit "
+               f"{p['max_prompt_tokens'] or 'none'} tokens ({p['truncate']}); truncated prompts: "
+               f"{p['prompt_truncated_calls']} of {p['calls']} calls\n")
     store.write_summary(summary, md)
     print(md)
     print(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "

@@ -117,6 +117,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     md = report.leaderboard_markdown(tables, ci=args.ci)
     if not args.no_paper and paper is None:
         md += "\n- paper rows left out: leaderboards/reference/paper.yaml not found (pass --paper FILE)\n"
+    # a suite names a CSV file but comes from a run's config.yaml (data): checked before any output
+    csv_paths = report.suite_csv_paths(args.out, tables, runs) if args.out else {}
     print(md)
     if args.out:
         from drmas_bench.store import atomic_write
@@ -124,8 +126,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         out = Path(args.out)
         atomic_write(out / "leaderboard.md", md)
         written = [out / "leaderboard.md"]
-        for suite in dict.fromkeys(t.suite for t in tables):
-            path = out / f"{suite}.csv"
+        for suite, path in csv_paths.items():
             atomic_write(path, report.tables_csv([t for t in tables if t.suite == suite], ci=args.ci))
             written.append(path)
         print(f"[leaderboard] wrote {', '.join(map(str, written))}", file=sys.stderr)

@@ -54,7 +54,9 @@ SERVE_EPILOG = """example:
 
 Accepts {"query": str, ...} and {"queries": [str], ...}; answers {"result": [[{"document":
 {"id", "contents"}, "score"}, ...]]} (bare documents when return_scores is false, as the reference).
-Binds 127.0.0.1 unless --host says otherwise.
+Binds 127.0.0.1 unless --host says otherwise. A body over --max-body-bytes, a query over
+--max-query-chars or more than --max-batch queries gets HTTP 413 with the reason; big requests are
+searched piece by piece, taking turns with the others, so they cannot starve small ones.
 """
 
 
@@ -113,6 +115,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--device", help="dense: encoder device (default: cuda when available)")
     q.add_argument("--threads", type=int, help="dense: torch CPU threads for query encoding (default: torch's)")
     q.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    from drmas_retrieval.server import add_limit_arguments
+
+    add_limit_arguments(q)  # --max-body-bytes, --max-query-chars, --max-batch (HTTP 413 beyond them)
     q.set_defaults(func=cmd_serve)
 
 
@@ -223,9 +228,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from drmas_retrieval import parse_spec
-    from drmas_retrieval.server import serve
+    from drmas_retrieval.server import limits_from_args, serve
 
     _positive("--topk", args.topk)
+    try:
+        limits = limits_from_args(args)
+    except ValueError as e:
+        raise UserError(str(e)) from None
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be 1..65535, got {args.port}")
     if args.index.startswith(("http://", "https://")):
@@ -233,5 +242,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
     r = _open(args.index, args.device, args.threads)
     kind, _ = parse_spec(args.index)
     print(f"serving {kind} index {args.index} ({r.info().get('n_passages')} passages) on http://{args.host}:{args.port}/retrieve")
-    serve(r, host=args.host, port=args.port, default_topk=args.topk, log_level=args.log_level)
+    serve(r, host=args.host, port=args.port, default_topk=args.topk, log_level=args.log_level, limits=limits)
     return 0

@@ -9,16 +9,20 @@ Needs ``pip install drmas-bench[sglang]`` (imported only when an engine is start
 rendered with the model's chat template here (``enable_thinking`` from the sampling), cut to
 ``Request.max_prompt_tokens`` on ``Request.truncate``'s side (same ids as the ``hf`` engine,
 ``base.encode_request``) and sent as ``input_ids``; the sampling params carry ``top_k`` explicitly
-(-1 = whole vocabulary), so no server-side default (``preferred_sampling_params``) applies; SGLang's scheduler batches concurrent calls itself (continuous batching), so no
-micro-batcher sits in front of it. The SGLang engine is started lazily, inside the event loop of
+(-1 = whole vocabulary), so no server-side default (``preferred_sampling_params``) applies.
+SGLang's scheduler batches concurrent calls itself (continuous batching), so no micro-batcher
+sits in front of it. The SGLang engine is started lazily, inside the event loop of
 the first ``generate`` / ``wake`` / ``start`` call, and must be used from that loop only (its
 tokenizer manager is bound to it). Starting blocks that loop for the start-up time.
 
 Options (``SGLangOptions``):
 
-- ``mem_fraction_static``: share of GPU memory for weights + KV cache (``None``: SGLang decides).
+- ``mem_fraction_static``: share of GPU memory for weights + KV cache (``None``: SGLang decides;
+  the footprint estimate then assumes ``DEFAULT_MEM_FRACTION``).
 - ``tp_size``: tensor-parallel GPUs.
-- ``dtype``: ``"auto"`` | ``"bfloat16"`` | ``"float16"`` | ``"float32"``.
+- ``dtype``: ``"auto"`` (SGLang's rule: the checkpoint's dtype, float16 for float32 checkpoints) |
+  ``"bfloat16"`` | ``"float16"`` | ``"float32"``. The trainer passes its compute dtype, so the
+  rollout engine and the policy compute in the same precision (first PPO ratio 1).
 - ``enable_memory_saver``: needed for ``sleep``/``wake`` (release/resume memory occupation).
 - ``release_tags``: which memory ``sleep`` releases (``None``: all, i.e. weights and KV cache).
 - ``original_logprobs``: return ``log_softmax`` of the raw logits (temperature 1), like the
@@ -30,6 +34,24 @@ Options (``SGLangOptions``):
 - ``trust_remote_code``: for the tokenizer and the model.
 - ``engine_args``: any other ``sglang.Engine`` / ``ServerArgs`` keyword (e.g.
   ``{"attention_backend": "triton", "random_seed": 0}``).
+
+**One engine per process.** SGLang 0.5.x keeps its configuration in process-wide state (the last
+``sglang.Engine`` created wins) and ``Engine.shutdown()`` kills every child process of the
+process. The class therefore declares ``process_wide = True``, and ``drmas_bench.pool.hosting``
+runs each one in its own child process (the pool and the trainer create engines through it).
+
+**Weight updates** (SGLang >= 0.5.17): ``update_weights(named_tensors, bucket_bytes=..., flush_cache=...)``
+consumes the pairs lazily in buckets of about ``bucket_bytes`` and sends each bucket with
+``update_weights_from_tensor``, all inside ONE ``begin_weight_update`` / ``end_weight_update``
+session (required since 0.5.21; skipped on older releases, which lack it). A ``(False, message)``
+answer is an ``EngineError`` with SGLang's message; the session is ended in every case.
+Tensors are serialised with ``Engine._serialize_tensors_per_rank`` (private, 0.5.17+), falling
+back to ``MultiprocessingSerializer`` once per tensor-parallel rank when it is missing.
+
+**Footprint**: ``footprint_bytes()`` is known before SGLang starts: the larger of the weights
+(parameter count from the folder's safetensors headers or config.json, times the bytes of
+``dtype``) and the static pool SGLang reserves (``mem_fraction_static`` x GPU memory x
+``tp_size``); after start, the GPU memory SGLang actually took.
 """
 
 from __future__ import annotations
@@ -49,9 +71,12 @@ from drmas_bench.engines.base import (
     parse_options,
     resolve_model_path,
 )
+from drmas_bench.engines.weights import DEFAULT_BUCKET_BYTES, buckets
 from drmas_bench.types import Completion, Request, Sampling
 
 INSTALL_HINT = "the sglang engine needs SGLang: pip install 'drmas-bench[sglang]'"
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # SGLang's --dtype choices
+DEFAULT_MEM_FRACTION = 0.9  # about what SGLang picks on an 80-141 GB GPU (it keeps >= 10 GiB back)
 
 
 @dataclass
@@ -132,12 +157,15 @@ class SGLangEngine(EngineBase):
 
     name: ClassVar[str] = "sglang"
     Options: ClassVar[type] = SGLangOptions
+    process_wide: ClassVar[bool] = True  # one per process: drmas_bench.pool.hosting gives it a child
 
     def __init__(self, model: str, **options: Any) -> None:
         from transformers import AutoTokenizer
 
         self.model = model
         self.options: SGLangOptions = parse_options(SGLangOptions, options, kind=self.name)
+        if self.options.dtype not in DTYPES:
+            raise EngineError(f"sglang engine: unknown dtype {self.options.dtype!r}; choose one of: {', '.join(DTYPES)}")
         self.path = resolve_model_path(model)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=self.options.trust_remote_code)
@@ -147,7 +175,8 @@ class SGLangEngine(EngineBase):
         self._engine: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._awake = False
-        self._footprint = 0
+        self._footprint = 0  # measured at start; before that, estimated_footprint()
+        self._estimate: int | None = None
         self._inflight = 0
         self._idle: asyncio.Event | None = None
         self._state_lock: asyncio.Lock | None = None
@@ -190,17 +219,28 @@ class SGLangEngine(EngineBase):
         self._state_lock = asyncio.Lock()
         self._awake = True
         used = free_before - _cuda_free_bytes() if free_before else 0
-        if used <= 0 and self.options.mem_fraction_static:
-            used = int(self.options.mem_fraction_static * _cuda_total_bytes() * self.options.tp_size)
-        self._footprint = max(0, used)
+        self._footprint = used if used > 0 else self.estimated_footprint()
 
     @property
     def is_awake(self) -> bool:
         return self._awake
 
     def footprint_bytes(self) -> int:
-        """GPU bytes SGLang took at start (weights + KV cache pool); 0 before it starts."""
-        return self._footprint
+        """GPU bytes of weights + KV cache pool: measured once SGLang started, estimated before."""
+        if not self._footprint and self._estimate is None:
+            self._estimate = self.estimated_footprint()
+        return self._footprint or self._estimate or 0
+
+    def estimated_footprint(self, gpu_total_bytes: int | None = None) -> int:
+        """The footprint before start (module docstring); ``gpu_total_bytes`` per GPU defaults to
+        device 0's memory (0 without CUDA: weights only)."""
+        from drmas_bench.pool.footprint import weight_bytes
+
+        o = self.options
+        weights = weight_bytes(self.path, o.dtype)
+        total = _cuda_total_bytes() if gpu_total_bytes is None else gpu_total_bytes
+        frac = o.mem_fraction_static if o.mem_fraction_static is not None else DEFAULT_MEM_FRACTION
+        return max(weights, int(frac * total * o.tp_size))
 
     def _tm_and_io(self) -> tuple[Any, Any]:
         from sglang.srt.managers import io_struct
@@ -235,18 +275,59 @@ class SGLangEngine(EngineBase):
             await tm.resume_memory_occupation(io.ResumeMemoryOccupationReqInput(tags=self.options.release_tags), None)
             self._awake = True
 
-    async def update_weights(self, named_tensors: Any, *, flush_cache: bool = True) -> None:
-        """Load new weights from ``(name, tensor)`` pairs (``update_weights_from_tensor``)."""
+    async def update_weights(self, named_tensors: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                             flush_cache: bool = True) -> None:
+        """Load new weights from ``(name, tensor)`` pairs (a list, a generator or an async iterable,
+        consumed lazily in ~``bucket_bytes`` buckets) inside one weight-update session; the KV cache
+        is flushed after the last bucket when ``flush_cache``. A refused update is an ``EngineError``."""
         await self.start()
         if not self._awake:
             await self.wake()
+        assert self._state_lock is not None and self._idle is not None
         tm, io = self._tm_and_io()
-        payload = self._engine._serialize_tensors_per_rank(list(named_tensors), None)
+        session = hasattr(tm, "begin_weight_update")  # 0.5.21+: updates only inside a session
+        async with self._state_lock:  # no generate / sleep / wake while weights change
+            await self._idle.wait()
+            if session:
+                _check(await tm.begin_weight_update(io.BeginWeightUpdateReqInput(), None), "begin_weight_update")
+            failed = True
+            try:
+                pending: list[tuple[str, Any]] | None = None
+                async for bucket in buckets(named_tensors, bucket_bytes):
+                    if pending is not None:
+                        await self._send_bucket(tm, io, pending, flush_cache=False)
+                    pending = bucket
+                if pending is not None:
+                    await self._send_bucket(tm, io, pending, flush_cache=flush_cache)
+                failed = False
+            finally:
+                if session:
+                    await self._end_session(tm, io, quiet=failed)
+
+    @staticmethod
+    async def _end_session(tm: Any, io: Any, *, quiet: bool) -> None:
+        """Close the weight-update session; ``quiet``: an update already failed, so a failure to
+        close must not hide its error."""
+        try:
+            _check(await tm.end_weight_update(io.EndWeightUpdateReqInput(), None), "end_weight_update")
+        except Exception:
+            if not quiet:
+                raise
+
+    async def _send_bucket(self, tm: Any, io: Any, bucket: list[tuple[str, Any]], *, flush_cache: bool) -> None:
+        payload = self._serialize(bucket)
         obj = io.UpdateWeightsFromTensorReqInput(serialized_named_tensors=payload, load_format=None, flush_cache=flush_cache)
-        result = await tm.update_weights_from_tensor(obj, None)
-        ok = result[0] if isinstance(result, tuple) else getattr(result, "success", True)
-        if not ok:
-            raise EngineError(f"sglang engine: update_weights failed: {result}")
+        _check(await tm.update_weights_from_tensor(obj, None), "update_weights_from_tensor")
+
+    def _serialize(self, bucket: list[tuple[str, Any]]) -> list[bytes]:
+        """One payload per tensor-parallel rank: SGLang's private ``_serialize_tensors_per_rank``
+        (0.5.17+), else ``MultiprocessingSerializer`` per rank (what that method does)."""
+        own = getattr(self._engine, "_serialize_tensors_per_rank", None)
+        if own is not None:
+            return own(bucket, None)
+        from sglang.srt.utils import MultiprocessingSerializer
+
+        return [MultiprocessingSerializer.serialize(bucket) for _ in range(self.options.tp_size)]
 
     async def close(self) -> None:
         engine, self._engine = self._engine, None
@@ -292,6 +373,17 @@ class SGLangEngine(EngineBase):
             c.prompt_truncated = cut
             done.append(c)
         return done
+
+
+def _check(result: Any, what: str) -> None:
+    """SGLang's ``(success, message)`` answer (or an object with ``success`` / ``message``); a
+    failure is an ``EngineError`` carrying the message."""
+    if isinstance(result, tuple):
+        ok, msg = bool(result[0]), (result[1] if len(result) > 1 else "")
+    else:
+        ok, msg = bool(getattr(result, "success", True)), getattr(result, "message", "")
+    if not ok:
+        raise EngineError(f"sglang engine: {what} failed: {one_line(str(msg))}")
 
 
 def _cuda_free_bytes() -> int:

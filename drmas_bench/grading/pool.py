@@ -26,14 +26,19 @@ How the pool works (`GradingPool`):
 interpreter exit, so repeated calls pay the process start-up (about a second: Python + sympy)
 once. Concurrent calls from several threads each get a pool of their own.
 
-Caveat of "spawn" and "forkserver": like any multiprocessing code, a script that calls this at import time must
-guard its entry point with `if __name__ == "__main__":` (the workers re-import `__main__`).
+Works from any `__main__`: the workers never import the parent's `__main__` (multiprocessing normally
+re-runs the main script in every "spawn"/"forkserver" child, which fails for a script fed on stdin,
+whose `__main__.__file__` is "<stdin>", and re-enters a script that grades at import time). The
+worker entry is a function of this module, so nothing in `__main__` is needed: see `_start_process`.
+The one consequence: a custom `backend` function must live in an importable module, not in
+`__main__` (refused with a ValueError that says so).
 """
 
 from __future__ import annotations
 
 import atexit
 import multiprocessing as mp
+import multiprocessing.spawn
 import os
 import signal
 import threading
@@ -101,6 +106,9 @@ def _worker_main(conn, heartbeat) -> None:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
+            return
+        except Exception as e:  # e.g. a backend that cannot be unpickled here: say so, then stop
+            conn.send(("fatal", f"{type(e).__name__}: {e}"[:300]))
             return
         if msg is None:
             return
@@ -182,7 +190,7 @@ class GradingPool:
         heartbeat = self.ctx.RawArray("d", 3)
         parent_conn, child_conn = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(target=_worker_main, args=(child_conn, heartbeat), daemon=True, name="drmas-grader")
-        proc.start()
+        _start_process(proc)
         child_conn.close()
         return _Worker(proc, parent_conn, heartbeat, started_at=time.monotonic())
 
@@ -228,6 +236,7 @@ class GradingPool:
         from drmas_bench.grading.math import get_backend
 
         get_backend(backend)  # an unknown name fails here, once, not in every worker
+        check_backend_importable(backend)
         pairs = list(pairs)
         if not pairs:
             return []
@@ -303,6 +312,8 @@ class GradingPool:
             w.ready = True
             self.startup_failures = 0
             return
+        if msg[0] == "fatal":
+            raise RuntimeError(f"a grading worker cannot read its work: {msg[1]}")
         chunk_id, first_pos, results = msg
         if chunk_id != w.chunk_id or w.chunk is None:
             return
@@ -346,6 +357,62 @@ class GradingPool:
         rest = chunk[w.received:pos] + chunk[pos + 1:]
         if rest:
             batch.queue.appendleft(rest)
+
+
+def check_backend_importable(backend: str | Callable[[str, str], bool]) -> None:
+    """A callable backend travels to the workers by reference (module + name), and the workers never
+    import `__main__`: refuse one they could not find, with a reason, before any worker sees it."""
+    if isinstance(backend, str) or not hasattr(backend, "__qualname__"):
+        return  # a name, or an object pickled by its parts (functools.partial): the workers report a failure
+    module, name = getattr(backend, "__module__", None), backend.__qualname__
+    if module in (None, "__main__", "__mp_main__"):
+        why = "it is defined in __main__, which the grading workers do not import"
+    elif "<locals>" in name or "<lambda>" in name:
+        why = "a lambda or nested function cannot be found by name"
+    else:
+        return
+    raise ValueError(f"grading backend {name}: {why}; make it a module-level function of an importable module")
+
+
+# ------------------------------------------------------------------------ starting a worker
+
+
+_no_main = threading.local()  # .on is True while this thread starts a grading worker
+_installed: list = []  # the original get_preparation_data, once our wrapper is in place
+_install_lock = threading.Lock()
+
+
+def _preparation_data(name: str) -> dict:
+    """multiprocessing's description of the parent for a new child, minus "import `__main__`" while
+    this thread starts a grading worker (other threads and other process starts: unchanged)."""
+    data = _installed[0](name)
+    if getattr(_no_main, "on", False):
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+    return data
+
+
+def _start_process(proc: Any) -> None:
+    """`proc.start()` for a grading worker, telling the child not to re-import `__main__`.
+
+    multiprocessing's "spawn" and "forkserver" children run the parent's main script (by path) or
+    main module (by name) before unpickling their target, so that functions defined there resolve.
+    Our worker needs nothing from `__main__` (its target is `_worker_main` in this module; backends
+    are refused when they live in `__main__`), and the re-run breaks whenever `__main__` is not a
+    re-runnable file: `python - <<EOF` (no file "<stdin>"), a script that grades at import time (it
+    grades again in every worker), a heavy or side-effecting entry point (a Ray worker, a notebook
+    kernel). The description is built by `multiprocessing.spawn.get_preparation_data`, which every
+    start method looks up on that module at call time; wrapping it once, gated by a thread-local
+    flag, changes the description for the grading workers this thread starts and nothing else."""
+    with _install_lock:
+        if not _installed:  # once per interpreter
+            _installed.append(multiprocessing.spawn.get_preparation_data)
+            multiprocessing.spawn.get_preparation_data = _preparation_data
+    _no_main.on = True
+    try:
+        proc.start()
+    finally:
+        _no_main.on = False
 
 
 def group_by_gold(pairs: Sequence[tuple[str, str]]) -> list[int]:

@@ -7,9 +7,11 @@
         runtime = TeamRuntime(team, pool.views(), sampling)     # or route a whole run through it
         print(pool.stats())
 
-Each value of ``groups`` is an :class:`EngineSpec` (created with ``make_engine`` in a worker thread
-when the pool first needs it), a zero-argument factory returning an engine, or an engine that
-already exists (its memory is in use before the pool can budget it: prefer specs or factories).
+Each value of ``groups`` is an :class:`EngineSpec` (created with ``hosting.host_engine`` in a worker
+thread when the pool first needs it: in this process, or in a child process of its own for an engine
+with process-wide state such as ``sglang``), a zero-argument factory returning an engine, or an
+engine that already exists (its memory is in use before the pool can budget it: prefer specs or
+factories).
 
 Options: those of :class:`~drmas_bench.pool.base.PoolBase` (``budget_bytes``, ``budget_models``,
 ``max_awake``, ``max_wait_s``, ``preload``, ``meter_interval_s``) plus
@@ -59,9 +61,9 @@ class LocalPool(PoolBase):
         spec = g.spec
         try:
             if isinstance(spec, EngineSpec):
-                from drmas_bench.engines import make_engine
+                from drmas_bench.pool.hosting import host_engine  # a child process for process-wide engines
 
-                engine = await asyncio.to_thread(make_engine, spec.kind, spec.model, **spec.options)
+                engine = await asyncio.to_thread(host_engine, spec.kind, spec.model, **spec.options)
             elif hasattr(spec, "generate"):
                 engine = spec
                 if not engine.is_awake:

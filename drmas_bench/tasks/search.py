@@ -3,6 +3,7 @@
 Gold answers come from FlashRAG's `golden_answers` list (what the reference's Search-R1 parquet
 carries), else `answer` / `possible_answers`. The hub source is FlashRAG's dataset, the origin of
 the reference's test mix (PeterJinGo/nq_hotpotqa_train test.parquet, filtered by `data_source`).
+Questions are normalised as the reference's data is: stripped, "?" appended when missing.
 """
 
 from __future__ import annotations
@@ -28,8 +29,14 @@ def _as_list(v: Any) -> list:
     return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
+def normalize_question(q: Any) -> str:
+    """As the reference's test data (REFERENCE.md §2b): stripped, ending with "?"."""
+    q = str(q).strip()
+    return q if not q or q.endswith("?") else q + "?"
+
+
 def _qa_task(rec: dict[str, Any], i: int, bench: str) -> Task:
-    question = str(first_field(rec, "question")).strip()
+    question = normalize_question(first_field(rec, "question"))
     if not question:
         raise ValueError("empty question")
     if "reward_model" in rec:

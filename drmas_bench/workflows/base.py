@@ -84,7 +84,13 @@ class Episode:
         self._agents = agents
         self._seed = seed
         self._want_logprobs = want_logprobs
+        self._prompt_limit: tuple[int | None, str] = (None, "left")
         self._t0 = time.perf_counter()
+
+    def limit_prompts(self, max_prompt_tokens: int | None, truncate: str = "left") -> None:
+        """Every later request carries this prompt-length limit (None = none) and truncation side;
+        the engine applies the cut and reports it in `Completion.prompt_truncated`."""
+        self._prompt_limit = (max_prompt_tokens, truncate)
 
     # the trajectory's fields a workflow writes
     @property
@@ -105,7 +111,9 @@ class Episode:
         step = len(self.traj.turns)
         sampling = replace(self._backend.sampling(agent),
                            seed=derive_seed(self._seed, self.task.benchmark, self.task.id, self.traj.sample_idx, step))
-        req = Request(agent=agent, messages=messages, sampling=sampling, want_logprobs=self._want_logprobs)
+        limit, side = self._prompt_limit
+        req = Request(agent=agent, messages=messages, sampling=sampling, want_logprobs=self._want_logprobs,
+                      max_prompt_tokens=limit, truncate=side)
         completion = await self._backend.generate(agent, req)
         turn = Turn(agent=agent, wg=self._backend.worker_group(agent), step=step, request=req, completion=completion)
         self.traj.turns.append(turn)
@@ -126,15 +134,6 @@ class Episode:
 
 
 def chat(system: str, user: str) -> list[dict[str, str]]:
+    """A role-specific system message + the user message (the toy workflow's layout; the paper's
+    workflows use `protocol.chat`, REFERENCE §2b)."""
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
-
-
-def team_context(turns: list[Turn], label: dict[str, str] | None = None) -> str:
-    """The teammates' outputs so far, oldest first, as the next agent sees them."""
-    if not turns:
-        return ""
-    parts = []
-    for t in turns:
-        name = (label or {}).get(t.agent, t.agent.capitalize())
-        parts.append(f"[{name}, turn {t.step + 1}]\n{t.completion.text.strip()}")
-    return "\n\n".join(parts)

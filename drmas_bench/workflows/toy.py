@@ -10,13 +10,20 @@ from __future__ import annotations
 import re
 
 from drmas_bench.workflows.base import Episode, chat, workflow
-from drmas_bench.workflows.math import parse_verdict
 
 ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
+VERDICT = re.compile(r"<verdict>\s*(approve|reject)\s*</verdict>", re.IGNORECASE)
 
 SOLVER_SYSTEM = "You are the Solver. Answer the question with a number inside <answer></answer>."
 CHECKER_SYSTEM = ("You are the Checker. Reply <verdict>approve</verdict> if the proposed answer is right, "
                   "otherwise <verdict>reject</verdict>.")
+
+
+def parse_verdict(text: str) -> str | None:
+    """'approve' | 'reject' from the last <verdict> tag, None when there is none (the toy's own
+    format; the paper's workflows follow REFERENCE §2b in protocol.py)."""
+    found = VERDICT.findall(text)
+    return found[-1].lower() if found else None
 
 
 def solver_prompt(question: str, previous: str | None) -> list[dict[str, str]]:

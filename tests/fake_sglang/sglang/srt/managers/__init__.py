@@ -1,0 +1,1 @@
+"""FAKE ``sglang.srt.managers`` (tests only)."""

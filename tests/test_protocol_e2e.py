@@ -1,0 +1,148 @@
+"""`drmas-bench eval` of the search suite through the openai engine against a local scripted HTTP
+server (`FakeReferenceModel`: a fake model that writes the reference's format), with the real
+benchmark file and the real BM25 retriever; checks the recorded turns, the protocol in
+summary.json, and that prompts recorded in a trained team's team.yaml reach the model."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from fastapi import Request as FReq
+
+from drmas_bench.cli import main
+from drmas_bench.workflows import protocol as P
+
+pytestmark = pytest.mark.slow
+
+
+class FakeReferenceModel:
+    """An OpenAI-compatible chat server that answers like a reference-trained checkpoint: the
+    verifier says no until something was retrieved, the searcher searches the question, the
+    answerer answers the gold answer (given by the test)."""
+
+    def __init__(self, gold: dict[str, str]) -> None:
+        import uvicorn
+        from fastapi import FastAPI
+
+        self.bodies: list[dict] = []
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: FReq):
+            body = await request.json()
+            self.bodies.append(body)
+            user = body["messages"][-1]["content"]
+            question = re.search(r"Question: (.*)", user).group(1).strip()
+            if "You are the Verifier" in user:
+                text = "Not yet. <verify>no</verify>" if "<information>" not in user else "Enough. <verify>yes</verify>"
+            elif "You are the Searcher" in user:
+                text = f"<think>look it up</think>\n<search>{question}</search>"
+            else:
+                text = f"<think>the passages say so</think><answer>{gold.get(question, 'unknown')}</answer>"
+            return {"id": "c", "object": "chat.completion",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": len(user.split()), "completion_tokens": len(text.split())}}
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            assert time.time() < deadline, "fake server did not start"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def served(data_dir):
+    from drmas_bench.tasks import load_tasks, select_benchmarks
+
+    tasks = load_tasks(select_benchmarks("search", "hotpotqa")[0], data_dir, limit=3)
+    s = FakeReferenceModel({t.question: t.answers[0] for t in tasks})
+    yield s, tasks
+    s.stop()
+
+
+def _eval(served, data_dir, out, *extra):
+    s, _ = served
+    return main(["eval", "--model", "fake", "--engine", "openai", "--base-url", s.url, "--suite", "search",
+                 "--benchmarks", "hotpotqa", "--limit", "3", "--n", "1", "--no-progress", "--data-dir", str(data_dir),
+                 "--out", str(out), *extra])
+
+
+def test_search_eval_follows_the_reference_loop(served, data_dir, tmp_path):
+    s, tasks = served
+    assert _eval(served, data_dir, tmp_path / "run") == 0
+    recs = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert len(recs) == 3
+    for r in recs:
+        assert r["task"]["question"].endswith("?")
+        turns = r["turns"]
+        assert [t["agent"] for t in turns] == ["verifier", "searcher", "verifier", "answerer"]
+        assert all(t["valid"] for t in turns) and r["correct"] and r["reward"] == 1.0
+        ver, sea, ver2, ans = (t["request"]["messages"] for t in turns)
+        assert ver[0] == {"role": "system", "content": "You are a helpful assistant."} and len(ver) == 2
+        assert "Not yet. <verify>no</verify>" in sea[1]["content"]  # the searcher sees this step's verifier output
+        assert "<verify>" not in ans[1]["content"].split("# Your role")[0]  # the answerer does not
+        step1 = f"Step 1:\n<search>{r['task']['question']}</search>\n<information>{{\"result\": \"Doc 1: "
+        assert step1 in ver2[1]["content"] and step1 in ans[1]["content"]
+        assert all((t["request"]["max_prompt_tokens"], t["request"]["truncate"]) == (4096, "left") for t in turns)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    proto = summary["protocol"]
+    assert proto["prompts_sha256"] == P.default_templates("search_route").sha256
+    assert proto["calls"] == 12 and proto["prompt_truncated_calls"] == 0
+
+
+def test_checkpoint_prompts_are_used_and_a_flag_override_is_announced(served, data_dir, tmp_path, capsys):
+    s, _ = served
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    tpl = P.default_templates("search_route").to_dict()
+    tpl["system"] = "You are the trained team."
+    (ckpt / "team.yaml").write_text(yaml.safe_dump({
+        "workflow": "search_route", "worker_groups": {"g": {"model": "fake", "engine": "openai", "base_url": s.url}},
+        "agents": {"verifier": "g", "searcher": "g", "answerer": "g"}, "prompts": tpl,
+        "protocol": {"max_prompt_tokens": 2048, "truncate": "left"}}))
+    base = ["eval", "--model", str(ckpt), "--suite", "search", "--benchmarks", "hotpotqa", "--limit", "1", "--n", "1",
+            "--no-progress", "--data-dir", str(data_dir)]
+    n0 = len(s.bodies)
+    assert main(base + ["--out", str(tmp_path / "a")]) == 0
+    assert {b["messages"][0]["content"] for b in s.bodies[n0:]} == {"You are the trained team."}
+    rec = json.loads((tmp_path / "a" / "samples.jsonl").read_text().splitlines()[0])
+    assert rec["turns"][0]["request"]["max_prompt_tokens"] == 2048
+    # --prompts and --max-prompt-tokens override the checkpoint's record, and say so
+    override = tmp_path / "mine.yaml"
+    override.write_text(yaml.safe_dump({"system": "Override."}))
+    n1 = len(s.bodies)
+    capsys.readouterr()
+    assert main(base + ["--out", str(tmp_path / "b"), "--prompts", str(override), "--max-prompt-tokens", "0"]) == 0
+    err = capsys.readouterr().err
+    assert f"--prompts {override} overrides the prompts recorded in" in err and "--max-prompt-tokens 0 overrides" in err
+    assert {b["messages"][0]["content"] for b in s.bodies[n1:]} == {"Override."}
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["protocol"]["max_prompt_tokens"] is None
+
+
+def test_bad_prompts_file_fails_before_any_model_loads(data_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"roles": {"verifier": "{{question}} {{history}} {{docs}}"}}))
+    t0 = time.perf_counter()
+    rc = main(["eval", "--model", "smollm2-135m-instruct", "--suite", "search", "--benchmarks", "hotpotqa",
+               "--limit", "1", "--n", "1", "--data-dir", str(data_dir), "--prompts", str(bad), "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and time.perf_counter() - t0 < 5
+    assert f"{bad}: role verifier: unknown placeholder {{{{docs}}}}" in err
+    assert not (tmp_path / "r").exists()
