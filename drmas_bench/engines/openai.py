@@ -276,7 +276,8 @@ class OpenAIEngine(EngineBase):
                 raise EngineError(
                     f"openai engine: a prompt limit (max_prompt_tokens={request.max_prompt_tokens}) needs the model's "
                     f"tokenizer here, and {self._no_tokenizer_why}; pass the engine option tokenizer=PATH|ALIAS|HUB_ID "
-                    "(team file: worker_groups.<name>.options.tokenizer), or run without a prompt limit"
+                    "(eval --tokenizer, or a team file's worker_groups.<name>.options.tokenizer), or lift the limit "
+                    "(eval --max-prompt-tokens 0)"
                 )
             return None, False
         return encode_request(self.tokenizer, request, self.options.chat_template_kwargs or {}, model=self.model, kind=self.name)
