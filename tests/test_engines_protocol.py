@@ -133,3 +133,27 @@ def test_thinking_switch_reaches_the_sampling():
     team["sampling"] = {"enable_thinking": "yes"}
     with pytest.raises(UserError, match="enable_thinking must be true or false"):
         team_from_dict(team, ("solver", "checker"), "toy")
+
+
+@pytest.mark.slow
+def test_eval_cuts_and_counts_on_the_hf_engine(data_dir, tmp_path):
+    """End to end on real parts (math files, tiny-random on the hf engine): the limit reaches every
+    call, the engine cuts the templated prompt in the middle, and the summary counts the cuts."""
+    import json
+
+    from drmas_bench.cli import main
+
+    def run_eval(limit: str) -> tuple[dict, list[dict]]:
+        out = tmp_path / f"run{limit}"
+        assert main(["eval", "--model", "tiny-random", "--suite", "math", "--benchmarks", "aime24", "--n", "1",
+                     "--limit", "2", "--max-new-tokens", "4", "--max-prompt-tokens", limit, "--no-progress",
+                     "--data-dir", str(data_dir), "--out", str(out)]) == 0
+        turns = [t for line in (out / "samples.jsonl").read_text().splitlines() for t in json.loads(line)["turns"]]
+        return json.loads((out / "summary.json").read_text())["protocol"], turns
+
+    proto, turns = run_eval("64")
+    assert proto["prompt_truncated_calls"] == proto["calls"] == len(turns) > 0
+    assert all(t["completion"]["prompt_truncated"] and t["completion"]["prompt_tokens"] == 64 for t in turns)
+    assert all((t["request"]["max_prompt_tokens"], t["request"]["truncate"]) == (64, "middle") for t in turns)
+    proto, turns = run_eval("0")  # no limit: nothing cut, the prompts are longer than 64
+    assert proto["prompt_truncated_calls"] == 0 and all(t["completion"]["prompt_tokens"] > 64 for t in turns)
