@@ -301,3 +301,25 @@ def test_sampler_top_k_and_top_p_keep_the_tokens_in_both_sets():
     two = HFEngine._sample(logits.repeat(2, 1), torch.tensor([1.0, 1.0]), torch.tensor([1.0, 1.0]),
                            [torch.Generator().manual_seed(s) for s in (0, 1)], torch.tensor([1, -1]))
     assert int(two[0]) == 0
+
+
+@pytest.mark.gpu
+def test_prompt_protocol_and_top_k_on_cuda(tiny, tmp_path):
+    """The same prompt ids and sampling rules on CUDA: a cut prompt, top_k = 1 equal to greedy,
+    several k in one batch, the thinking switch."""
+    from drmas_bench.engines.base import truncate_ids
+    from test_engines_fixtures import EMPTY_THINK, thinking_model_path
+
+    eng = make_engine("hf", str(thinking_model_path(tiny, tmp_path / "thinking")), device="cuda", dtype="float32")
+    msgs = [{"role": "user", "content": "a long prompt " * 20}]
+    full = eng.encode_prompt(msgs)
+    rs = [Request("a", msgs, Sampling(temperature=0, max_new_tokens=8), max_prompt_tokens=25, truncate="middle"),
+          Request("a", msgs, Sampling(temperature=1.0, top_p=1.0, top_k=1, max_new_tokens=8, seed=3), max_prompt_tokens=25, truncate="middle"),
+          Request("a", msgs, Sampling(temperature=1.0, top_p=0.9, top_k=5, max_new_tokens=8, seed=4), max_prompt_tokens=25, truncate="left"),
+          Request("a", msgs, Sampling(temperature=0.6, max_new_tokens=8, seed=5, enable_thinking=True))]
+    greedy, k1, k5, thinking = run(eng.generate(rs))
+    run(eng.close())
+    assert greedy.prompt_ids == k1.prompt_ids == truncate_ids(full, 25, "middle") and greedy.prompt_truncated
+    assert k1.token_ids == greedy.token_ids
+    assert k5.prompt_ids == truncate_ids(full, 25, "left") and len(k5.token_ids) >= 1
+    assert eng.tokenizer.decode(full).endswith(EMPTY_THINK) and not eng.tokenizer.decode(thinking.prompt_ids).endswith(EMPTY_THINK)
