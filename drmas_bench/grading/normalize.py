@@ -10,7 +10,7 @@ spellings compare equal as strings:
 - degrees (`^\\circ`, `^{\\circ}`, `°`) and percent (`\\%`, `%`) marks are dropped;
 - a trailing unit in `\\text{...}` / `\\mbox{...}` (`5.4 \\text{ cents}`, `15\\mbox{ cm}^2`) is
   dropped; any other `\\text{X}` / `\\mathrm{X}` / `\\textbf{X}` ... becomes X;
-- thousands separators (`1,000`, `10,\\!080`) are removed when the whole answer is one number;
+- thousands separators (`1,000`, `10,\\!080`, `1{,}000`) are removed when the whole answer is one number;
 - a trailing `.` is removed, a leading `.5` becomes `0.5`, `np.` prefixes go;
 - a leading assignment to a single variable or function (`x=5`, `f(x)=2x`, `m_{\\max}=3`,
   `x \\in [-2,7]`) keeps only its right-hand side (per comma-separated item);
@@ -190,6 +190,7 @@ def normalize_answer(s: str | None) -> str:
 def _normalize(s: str) -> str:
     s = s.replace("\n", " ").strip()
     s = s.replace("\\$", "").replace("$", "")
+    s = s.replace("{,}", ",")  # `1{,}000`: a comma in braces (LaTeX's no-space comma) is a comma
     s = s.replace("\\!", "")
     s = _SPACING.sub(lambda m: m.group(0) if m.group(0) == "\\\\" else " ", s)  # keep row breaks
     s = _SIZING.sub("", s)
