@@ -465,3 +465,34 @@ def test_grade_toy():
     assert not grade_toy("no number", "7")
     assert grade_toy("it is -3", "-3")
     assert not grade_toy("", "1")
+
+
+# ------------------------------------------------------------------------- eval --grader
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_eval_grader_enters_identity_and_summary(tmp_path, data_dir, capsys):
+    """`--grader` is recorded (name + version) in config.yaml's identity and summary.json; a resume
+    with another grader is refused with a one-line reason; `--grader` on a non-math suite too."""
+    import json
+
+    import yaml
+
+    from drmas_bench.cli import main
+
+    out = tmp_path / "run"
+    base = ["eval", "--model", "tiny-random", "--suite", "math", "--benchmarks", "aime24", "--n", "1", "--limit", "2",
+            "--max-new-tokens", "8", "--data-dir", str(data_dir), "--out", str(out), "--no-progress"]
+    assert main(base + ["--grader", "reference_compat"]) == 0
+    ident = yaml.safe_load((out / "config.yaml").read_text())["identity"]
+    assert ident["grader"] == {"name": "reference_compat", "version": GRADERS["reference_compat"].version}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["grader"] == {"family": "math", **ident["grader"]}
+    assert "graded by reference_compat" in (out / "summary.md").read_text()
+    capsys.readouterr()
+    assert main(base) == 2  # the default grader is careful: a different identity
+    assert "differs in: grader" in capsys.readouterr().err
+    assert main(["eval", "--model", "tiny-random", "--suite", "toy", "--n", "1", "--grader", "careful",
+                 "--out", str(tmp_path / "toy")]) == 2
+    assert "--grader picks a math grader" in capsys.readouterr().err

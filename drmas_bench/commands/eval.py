@@ -7,6 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from drmas_bench.grading.registry import DEFAULT_GRADER, GRADERS
 from drmas_bench.types import UserError
 
 EPILOG = """examples:
@@ -41,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
     g.add_argument("--limit", type=int, help="first N questions per benchmark (quick sets: 30)")
     g.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
+    g.add_argument("--grader", choices=list(GRADERS),
+                   help=f"math grader (default {DEFAULT_GRADER}; reference_compat: the reference's rules, "
+                        "flaws included; see docs/grading.md). Its name and version enter the run identity")
     g = p.add_argument_group("sampling")
     g.add_argument("--temperature", type=float, default=0.6, help="default 0.6")
     g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
@@ -108,6 +112,16 @@ def resolve_config(args: argparse.Namespace):
     return suite, benches, wf, team, sampling
 
 
+def grader_record(family: str, math_grader: str | None) -> dict:
+    """What grades this run: {"family": "math" | "qa" | "toy", and for math "name", "version"}.
+    `--grader` on a workflow that is not graded as math is a UserError."""
+    if family != "math":
+        if math_grader is not None:
+            raise UserError(f"--grader picks a math grader; this workflow is graded by {family!r}")
+        return {"family": family}
+    return {"family": family, **GRADERS[math_grader or DEFAULT_GRADER].identity()}
+
+
 def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
@@ -134,6 +148,7 @@ async def _run(args, team, wf, tasks, store, sampling, retriever, cost_fn):
                 tasks, args.n, runtime, wf, store, seed=args.seed, retriever=retriever,
                 workflow_options=team.workflow_options, concurrency=args.concurrency,
                 cost_fn=cost_fn, progress=not args.no_progress, flush_every=args.flush_every,
+                math_grader=args.grader,
             )
         except UserError as e:
             raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
@@ -169,6 +184,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "retriever": retriever_spec,
     }
+    grader = grader_record(wf.grader, args.grader)
+    if wf.grader == "math":  # a resume with another math grader (or version) is refused
+        identity["grader"] = {k: grader[k] for k in ("name", "version")}
     model_label = team.worker_groups[next(iter(team.worker_groups))].model if len(team.worker_groups) == 1 else "team"
     out = Path(args.out or Path("runs") / f"{suite}-{Path(model_label.rstrip('/')).name}-{fingerprint(identity)[:8]}")
     config = {
@@ -214,6 +232,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2)}
     summary["pool"] = pool_stats
+    summary["grader"] = grader
     md = metrics.format_summary_markdown(summary)
     store.write_summary(summary, md)
     print(md)
