@@ -175,6 +175,7 @@ EQUIVALENT = [
     ("$(1,8,19), (2,7,13), (4,5,7)$", "(2,7,13),(1,8,19),(4,5,7)"),
     ("$\\lfloor\\frac{2 n-1}{5}\\rfloor$", "\\left\\lfloor \\frac{2n-1}{5} \\right\\rfloor"),
     ("62.5%", "62.5"),
+    ("221, 8", "8, 221"),  # a list gold: `8, 221` is a list too, not 8221
 ]
 
 DIFFERENT = [
@@ -197,6 +198,7 @@ DIFFERENT = [
     ("62.5%", "\\frac{5}{8}"),
     ("2", "9^{9^{9^{9^{9}}}}"),
     ("5", "10000!"),
+    ("8,221", "221, 8"),  # a number gold (8221) is not a reordered list
 ]
 
 

@@ -8,7 +8,8 @@ the reference's steps (REFERENCE.md §3) and tightens them:
 2. **Normalise** both answers (`normalize_answer`) and compare the strings. Equal means right.
 3. Otherwise compare **structurally, then symbolically**:
    - comma-separated lists and sets `\\{...\\}` compare as unordered collections (`1,-2` equals
-     `-2,1`; `1\\pm\\sqrt{19}` expands to the two-element list);
+     `-2,1`; `1\\pm\\sqrt{19}` expands to the two-element list); when the gold is a list, a
+     prediction such as `8, 221` (also readable as the number 8221) is compared as a list too;
    - tuples and intervals `(a,b)`, `[a,b)` compare element by element, brackets included;
      unions `A \\cup B` part by part; matrices (`pmatrix`, `bmatrix`, ...) entry by entry;
    - equations `lhs = rhs` are equal when `lhs - rhs` agree up to a non-zero constant factor;
@@ -356,7 +357,13 @@ def answers_equal(gold: str, pred: str) -> bool:
         return True
     if len(g) > MAX_ANSWER_CHARS or len(p) > MAX_ANSWER_CHARS:
         return False
-    return nodes_equal(parse_structure(g), parse_structure(p))
+    if nodes_equal(parse_structure(g), parse_structure(p)):
+        return True
+    # a list gold (`221, 8`) against `8, 221`, which reads as the number 8221: compare as a list too
+    p_list = normalize_answer(pred, join_thousands=False)
+    if p_list != p and len(split_top_level(g, ",")) > 1:
+        return nodes_equal(parse_structure(g), parse_structure(p_list))
+    return False
 
 
 # ----------------------------------------------------------------------------------- backends
