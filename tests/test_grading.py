@@ -498,3 +498,15 @@ def test_eval_grader_enters_identity_and_summary(tmp_path, data_dir, capsys):
     assert main(["eval", "--model", "tiny-random", "--suite", "toy", "--n", "1", "--grader", "careful",
                  "--out", str(tmp_path / "toy")]) == 2
     assert "--grader picks a math grader" in capsys.readouterr().err
+
+
+@pytest.mark.data
+def test_eval_refuses_the_old_grader_name_before_loading_models(tmp_path, data_dir, capsys):
+    from drmas_bench.cli import main
+
+    out = tmp_path / "run"
+    assert main(["eval", "--model", "tiny-random", "--suite", "math", "--benchmarks", "aime24", "--limit", "1",
+                 "--data-dir", str(data_dir), "--grader", "reference", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown math grader 'reference'" in err and "now called `careful`" in err and len(err.strip().splitlines()) == 1
+    assert not (out / "config.yaml").exists()

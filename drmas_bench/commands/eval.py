@@ -7,7 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from drmas_bench.grading.registry import DEFAULT_GRADER, GRADERS
+from drmas_bench.grading.registry import DEFAULT_GRADER, GRADERS, get_grader
 from drmas_bench.types import UserError
 
 EPILOG = """examples:
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
     g.add_argument("--limit", type=int, help="first N questions per benchmark (quick sets: 30)")
     g.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
-    g.add_argument("--grader", choices=list(GRADERS),
+    g.add_argument("--grader", metavar="{" + ",".join(GRADERS) + "}",
                    help=f"math grader (default {DEFAULT_GRADER}; reference_compat: the reference's rules, "
                         "flaws included; see docs/grading.md). Its name and version enter the run identity")
     g = p.add_argument_group("sampling")
@@ -119,7 +119,7 @@ def grader_record(family: str, math_grader: str | None) -> dict:
         if math_grader is not None:
             raise UserError(f"--grader picks a math grader; this workflow is graded by {family!r}")
         return {"family": family}
-    return {"family": family, **GRADERS[math_grader or DEFAULT_GRADER].identity()}
+    return {"family": family, **get_grader(math_grader or DEFAULT_GRADER).identity()}
 
 
 def _one_line(e: BaseException) -> str:
