@@ -349,7 +349,7 @@ def _equations_equal(gold: Node, pred: Node) -> bool:
 
 
 def answers_equal(gold: str, pred: str) -> bool:
-    """Two raw answer strings (already extracted): normalise, then compare (reference rules)."""
+    """Two raw answer strings (already extracted): normalise, then compare (the careful rules)."""
     g, p = normalize_answer(gold), normalize_answer(pred)
     if not p:
         return False
