@@ -7,6 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from drmas_bench.grading.registry import DEFAULT_GRADER, GRADERS, get_grader
 from drmas_bench.types import UserError
 
 EPILOG = """examples:
@@ -47,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
     g.add_argument("--limit", type=int, help="first N questions per benchmark (quick sets: 30)")
     g.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
+    g.add_argument("--grader", metavar="{" + ",".join(GRADERS) + "}",
+                   help=f"math grader (default {DEFAULT_GRADER}; reference_compat: the reference's rules, "
+                        "flaws included; see docs/grading.md). Its name and version enter the run identity")
     g = p.add_argument_group("sampling")
     g.add_argument("--temperature", type=float, default=0.6, help="default 0.6")
     g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
@@ -163,6 +167,14 @@ def _note_retriever(team, retriever_spec: str | None) -> None:
     if now != {k: team.retriever.get(k) for k in ("kind", "identity")}:
         print(f"[eval] note: the team was trained with retriever {team.retriever.get('kind')} "
               f"({team.retriever.get('identity')}); this run uses {now['kind']} ({now['identity']})", file=sys.stderr)
+def grader_record(family: str, math_grader: str | None) -> dict:
+    """What grades this run: {"family": "math" | "qa" | "toy", and for math "name", "version"}.
+    `--grader` on a workflow that is not graded as math is a UserError."""
+    if family != "math":
+        if math_grader is not None:
+            raise UserError(f"--grader picks a math grader; this workflow is graded by {family!r}")
+        return {"family": family}
+    return {"family": family, **get_grader(math_grader or DEFAULT_GRADER).identity()}
 
 
 def _one_line(e: BaseException) -> str:
@@ -191,6 +203,7 @@ async def _run(args, team, wf, tasks, store, sampling, retriever, cost_fn, proto
                 tasks, args.n, runtime, wf, store, seed=args.seed, retriever=retriever,
                 workflow_options={**team.workflow_options, **(protocol_opts or {})}, concurrency=args.concurrency,
                 cost_fn=cost_fn, progress=not args.no_progress, flush_every=args.flush_every,
+                math_grader=args.grader,
             )
         except UserError as e:
             raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
@@ -235,6 +248,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
                          "max_prompt_tokens": limit, "truncate": side}
         identity["protocol"] = {k: protocol_info[k] for k in ("prompts_sha256", "max_prompt_tokens", "truncate")}
         protocol_opts = {"prompts": templates, "protocol": proto}
+    grader = grader_record(wf.grader, args.grader)
+    if wf.grader == "math":  # a resume with another math grader (or version) is refused
+        identity["grader"] = {k: grader[k] for k in ("name", "version")}
     model_label = team.worker_groups[next(iter(team.worker_groups))].model if len(team.worker_groups) == 1 else "team"
     out = Path(args.out or Path("runs") / f"{suite}-{Path(model_label.rstrip('/')).name}-{fingerprint(identity)[:8]}")
     config = {
@@ -282,6 +298,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2)}
     summary["pool"] = pool_stats
     summary["protocol"] = protocol_summary(records, protocol_info)
+    summary["grader"] = grader
     md = metrics.format_summary_markdown(summary)
     if protocol_info:
         p = summary["protocol"]
