@@ -52,8 +52,8 @@ def safe_name(name: Any, what: str) -> str:
     """``name`` if it may become one file name (``[A-Za-z0-9_.-]+``, no ``..``), else one UserError."""
     s = str(name)
     if not _SAFE_NAME.fullmatch(s) or ".." in s:
-        raise UserError(f"{what} {s!r} is not a valid name: use letters, digits, '_', '-' and '.' only "
-                        f"(no '..', no '/'), since it becomes a file name")
+        raise UserError(f"{what} {s!r}: not a valid name (letters, digits, '_', '-', '.'; no '..' or '/') "
+                        f"since it becomes a file name")
     return s
 
 
@@ -250,6 +250,25 @@ def _data_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [f"data.{b}" for b in sorted(set(old) & set(new)) if old[b] != new[b]]
 
 
+def _describe_models(changed: list[str], old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Collapse ``models.<wg>.*`` differences into one readable entry per worker group."""
+    out, seen = [], set()
+    for key in changed:
+        parts = key.split(".")
+        if parts[0] != "models" or len(parts) < 2:
+            out.append(key)
+            continue
+        wg = parts[1]
+        if wg in seen:
+            continue
+        seen.add(wg)
+        o, n = old.get(wg) or {}, new.get(wg) or {}
+        what = "other weights" if o.get("path") == n.get("path") else f"{n.get('path') or n.get('name')}"
+        out.append(f"models.{wg} (was {o.get('path') or o.get('name')}, content {str(o.get('content'))[:8]}; "
+                   f"now {what}, content {str(n.get('content'))[:8]})")
+    return out
+
+
 class RunDir:
     """Open (or create) a run directory for a configuration, holding its lock.
 
@@ -287,6 +306,7 @@ class RunDir:
                                 f"use --fresh to start afresh") from None
             old_id, new_id = old.get("identity", {}), config.get("identity", {})
             changed = diff_keys(old_id, new_id) if fingerprint(old_id) != fingerprint(new_id) else []
+            changed = _describe_models(changed, old_id.get("models") or {}, new_id.get("models") or {})
             changed += _data_changes(old.get("data") or {}, config.get("data") or {})
             if changed:
                 shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")

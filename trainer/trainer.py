@@ -70,7 +70,11 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, use
             CUDA GPU is present and ray is installed, else in process.
         progress: show a progress bar.
     """
-    return asyncio.run(_train(cfg, Path(out), resume=resume, use_ray=use_ray, progress=progress))
+    from drmas_bench.store import RunLock, make_run_dir
+
+    plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)  # bad names/settings: refused before the dir exists
+    with RunLock(make_run_dir(out)):  # one trainer per run directory
+        return asyncio.run(_train(cfg, Path(out), resume=resume, use_ray=use_ray, progress=progress))
 
 
 async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | None, progress: bool) -> dict[str, Any]:
@@ -427,7 +431,7 @@ async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGro
     """Write ``run/ckpt/step_<step>`` atomically (temp dir, marker, rename, ``latest``), then prune."""
     root = run / "ckpt"
     tmp = ckpt_io.begin(root, step)
-    await asyncio.gather(*(w.save(str((tmp / "models" / n).resolve()), str((tmp / "optim" / f"{n}.pt").resolve()))
+    await asyncio.gather(*(w.save(str(ckpt_io.member(tmp, "models", n)), str(ckpt_io.member(tmp, "optim", f"{n}.pt")))
                            for n, w in workers.items()))
     team = checkpoint_team(cfg, plan, wf, step)
     team_from_dict(team, wf.agents, wf.name, where="checkpoint team.yaml", base_dir=tmp)  # it must load
