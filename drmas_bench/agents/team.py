@@ -174,12 +174,14 @@ def check_untrusted(team: "TeamSpec", where: str, trust_remote_code: bool = Fals
 
 
 def check_engine_options(team: "TeamSpec") -> None:
-    """Every worker group's engine options are known to its engine (before anything loads)."""
+    """Every worker group's engine options are known to its engine and its ``api_key_env`` is set
+    (before anything loads)."""
     from dataclasses import fields
 
     from drmas_bench.engines import engine_class
 
     for name, g in team.worker_groups.items():
+        g.engine_options()  # api_key_env must name a variable that is set
         opts = dict(g.options, **({"base_url": g.base_url} if g.base_url else {}))
         valid = {f.name for f in fields(engine_class(g.engine).Options)}
         unknown = sorted(k for k in opts if k.replace("-", "_") not in valid)
