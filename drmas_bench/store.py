@@ -77,7 +77,7 @@ class RunLock:
     def __init__(self, run: str | os.PathLike) -> None:
         import fcntl
 
-        self.path = Path(run) / LOCK
+        self.path = inside(run, Path(run) / LOCK)
         self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -292,6 +292,8 @@ class RunDir:
 
     def _open(self, config: dict[str, Any], fresh: bool) -> None:
         self.config = config
+        for name in (SAMPLES, ERROR_LOG):  # appended to in place: a planted symlink must not lead outside
+            inside(self.path, self.path / name)
         self.samples_path = self.path / SAMPLES
         cfg_path = self.path / CONFIG
         if fresh:
@@ -305,6 +307,8 @@ class RunDir:
                 raise UserError(f"{cfg_path}: unreadable run config ({str(e).splitlines()[0]}); "
                                 f"use --fresh to start afresh") from None
             old_id, new_id = old.get("identity", {}), config.get("identity", {})
+            if "models" not in old_id:  # a run from before model identities: nothing to compare them with
+                new_id = {k: v for k, v in new_id.items() if k != "models"}
             changed = diff_keys(old_id, new_id) if fingerprint(old_id) != fingerprint(new_id) else []
             changed = _describe_models(changed, old_id.get("models") or {}, new_id.get("models") or {})
             changed += _data_changes(old.get("data") or {}, config.get("data") or {})

@@ -149,7 +149,8 @@ def test_api_key_env_is_sent_only_to_its_base_url(tmp_path, server, capsys, monk
                     f"api_key_env: MY_KEY, options: {{max_retries: 0}}}}}}\nagents: {{solver: g, checker: g}}\n")
     assert main(TOY + ["--team", str(team), "--out", "run"]) == 0
     assert server.auth and set(server.auth) == {"Bearer sk-mine"}
-    assert "sk-mine" not in (tmp_path / "run" / "config.yaml").read_text()
+    for name in ("config.yaml", "samples.jsonl", "summary.json"):  # the key itself is never written down
+        assert "sk-mine" not in (tmp_path / "run" / name).read_text()
     monkeypatch.delenv("MY_KEY")
     assert main(TOY + ["--team", str(team), "--out", "run2"]) == 2
     assert "api_key_env MY_KEY is not set" in capsys.readouterr().err
@@ -192,6 +193,17 @@ def test_checkpoint_members_stay_inside(tmp_path):
         member(tmp_path / "ck", "models", "link")
     with pytest.raises(UserError):
         inside(tmp_path / "ck", tmp_path / "ck" / ".." / "x")
+
+
+def test_planted_symlink_in_a_run_dir_is_refused(tmp_path):
+    """A run folder from elsewhere whose samples.jsonl points outside: never appended to or truncated."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "samples.jsonl").symlink_to(victim)
+    with pytest.raises(UserError, match="outside the run directory"):
+        RunDir(tmp_path / "run", {"identity": {}})
+    assert victim.read_text() == "keep me"
 
 
 # ------------------------------------------------------------------------------- 3. one writer
