@@ -249,7 +249,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     }
     model_label = team.worker_groups[next(iter(team.worker_groups))].model if len(team.worker_groups) == 1 else "team"
     label = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model_label.rstrip("/")).name).strip(".") or "model"
-    out = Path(args.out or Path("runs") / f"{suite}-{label}-{fingerprint(identity)[:8]}")
+    named = {k: v for k, v in identity.items() if k != "models"}  # default names stay those of earlier versions
+    out = Path(args.out or Path("runs") / f"{suite}-{label}-{fingerprint(named)[:8]}")
     config = {
         "identity": identity,
         "data": data_identity(benches, data_dir),
