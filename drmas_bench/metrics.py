@@ -3,6 +3,9 @@ macro and micro pooling, per-agent tokens, latency and dollars.
 
 - `pass_at_k(n, c, k)`: the unbiased estimator of Chen et al. (2021),
   `1 - prod_{i=n-c+1..n} (1 - k/i)`; at k = n it is the any-success indicator.
+- `pass_at_n(n, c)`: pass@n at a question's own sample count, the any-success indicator (the
+  reference's pass@n); with uneven counts (a partial run) each question uses the samples it has,
+  and the summary flags it, rather than falling to pass@min(n).
 - `avg_at_k(n, c)`: the mean success rate c/n (unbiased for avg@k at every k <= n).
 - `bootstrap_ci(values)`: a seeded percentile bootstrap CI of the mean over questions.
 - `summarize(records, prices=None, ks=None, n_boot=1000, seed=0)`: the summary dict described in
@@ -36,6 +39,16 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def pass_at_n(n: int, c: int) -> float:
+    """pass@k at k = n for a question with n samples, c correct: 1.0 when any succeeded, else 0.0.
+
+    With uneven counts across questions this is the any-success rate over the samples present,
+    as the reference reports it (flagged `n_varies` in a summary)."""
+    if not (0 <= c <= n) or n < 1:
+        raise ValueError(f"pass_at_n needs 0 <= c <= n and n >= 1, got n={n}, c={c}")
+    return 1.0 if c > 0 else 0.0
 
 
 def avg_at_k(n: int, c: int, k: int | None = None) -> float:
@@ -182,7 +195,7 @@ def _block(qs: list[_Question], trajs: list[dict[str, Any]], ks: list[int] | Non
     use_ks = sorted({k for k in wanted if 1 <= k <= n_min})
     avg = np.array([q.c / q.n for q in qs])
     pass_cols = {k: np.array([pass_at_k(q.n, q.c, k) for q in qs]) for k in use_ks}
-    top = np.array([pass_at_k(q.n, q.c, n_min) for q in qs])
+    top = np.array([pass_at_n(q.n, q.c) for q in qs])  # each question's own n (flagged when uneven)
     (avg_lo, avg_hi), (pass_lo, pass_hi) = _bootstrap_means([avg, top], n_boot, seed)
     uneven = [q.id for q in qs if q.n != n_mode]
     out: dict[str, Any] = {
@@ -238,7 +251,7 @@ def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[_Quest
         strata.append(np.arange(start, start + len(qs_by_bench[b])))
         start += len(qs_by_bench[b])
     avg = np.array([q.c / q.n for q in flat])
-    top = np.array([pass_at_k(q.n, q.c, blocks[q.benchmark]["n"]) for q in flat])
+    top = np.array([pass_at_n(q.n, q.c) for q in flat])
     (a_lo, a_hi), (p_lo, p_hi) = _bootstrap_means([avg, top], n_boot, seed, strata=strata)
     out["ci95"] = {"avg@n": [a_lo, a_hi], "pass@n": [p_lo, p_hi]}
     for key in QA_KEYS:
@@ -258,7 +271,8 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     Returns {"benchmarks": {name: block}, "micro": block, "macro": {...}, "labels": {...},
     "unpriced_models": [...], "n_boot", "seed"}. A block holds: questions, samples, n (samples per
     question; the smallest when they differ), n_min, n_max, n_varies, questions_with_other_n (+ ids),
-    duplicate_samples, avg@n, pass@k {"1": ..}, pass@n (at k = n), ci95 {avg@n, pass@n},
+    duplicate_samples, avg@n, pass@k {"1": ..} (k <= n_min), pass@n (any success among each
+    question's samples: with uneven counts, over the samples present), ci95 {avg@n, pass@n},
     ks_skipped, latency_s {p50, p95} (trajectory wall_s), agents {name: models, calls,
     calls_per_traj, prompt_tokens_per_call, completion_tokens_per_call, usd_per_question},
     usd_total, usd_per_question, usd_per_sample, usd_source, and the mean em / f1 / cover_em of
@@ -305,6 +319,13 @@ def _usd(x: float | None) -> str:
     return "–" if x is None else f"{x:.4g}"
 
 
+def _n_cell(blk: dict[str, Any]) -> str:
+    """The n column: n, or `min..max *` when samples per question are uneven (see the notes)."""
+    if blk.get("n_varies"):
+        return f"{blk['n_min']}..{blk['n_max']} *"
+    return str(blk.get("n", "–"))
+
+
 def format_summary_markdown(summary: dict[str, Any]) -> str:
     """Markdown tables (accuracy in %, with 95% bootstrap CIs; cost and latency; agents)."""
     from tabulate import tabulate
@@ -316,7 +337,7 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
     acc_rows = []
     for name, blk in rows_src:
         acc_rows.append(
-            [name, blk["questions"], blk.get("n", "–"), _with_ci(blk["avg@n"], blk["ci95"]["avg@n"])]
+            [name, blk["questions"], _n_cell(blk), _with_ci(blk["avg@n"], blk["ci95"]["avg@n"])]
             + [_pct(blk["pass@k"].get(str(k))) for k in ks]
             + [_with_ci(blk["pass@n"], blk["ci95"]["pass@n"])]
         )
@@ -343,10 +364,14 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
     notes = []
     for name, blk in rows_src:
         if blk.get("n_varies"):
-            notes.append(f"{name}: samples per question vary ({blk['n_min']}..{blk['n_max']}); "
-                         f"{blk['questions_with_other_n']} questions differ from the usual n; pass@k uses k <= {blk['n_min']}")
+            notes.append(f"{name}: samples per question vary ({blk['n_min']}..{blk['n_max']}: uneven counts, a partial run?); "
+                         f"{blk['questions_with_other_n']} questions differ from the usual n; pass@k uses k <= {blk['n_min']}; "
+                         f"pass@n is the any-success rate over the samples present (as the reference)")
         if blk.get("duplicate_samples"):
             notes.append(f"{name}: {blk['duplicate_samples']} duplicate (task, sample_idx) records")
+    grader = summary.get("grader")
+    if isinstance(grader, dict) and grader.get("name"):
+        notes.append(f"graded by {grader['name']} (version {grader.get('version', '?')})")
     if summary.get("unpriced_models"):
         notes.append(f"unpriced models (costed at $0 by `default: zero`): {', '.join(summary['unpriced_models'])}")
     notes.append(f"{MACRO}: unweighted mean over {summary['macro']['benchmarks']} benchmarks; "

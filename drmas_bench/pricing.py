@@ -82,8 +82,9 @@ class PriceSheet:
                 self.unpriced.add(model)
                 return 0.0
             known = ", ".join(sorted(self.models)) or "none"
+            name = f"{self.aliases[model]!r} (worker group {model!r})" if model in self.aliases else repr(model)
             raise UserError(
-                f"model {model!r} has no price in {self.source} (priced: {known}); "
+                f"model {name} has no price in {self.source} (priced: {known}); "
                 f"add it under `models:` or set `default: zero` to cost unlisted models at $0"
             )
         return price.cost(prompt_tokens, completion_tokens, gpu_seconds)

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import yaml
 
-from drmas_bench.metrics import MACRO, MICRO, pass_at_k
+from drmas_bench.metrics import MACRO, MICRO, pass_at_k, pass_at_n
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
 
@@ -321,13 +321,18 @@ def per_question_values(qs: Sequence[Question], metric: Metric, run_n: int) -> t
             flag = f"{metric.name} asked but n={run_n}" + ("" if n_min == run_n else f" (some questions only {n_min})") + \
                    f": shows avg@n = {label}"
         return np.array([q.c / q.n for q in qs], dtype=float), label, flag
-    k = metric.k if metric.k is not None else min(run_n, n_min)
+    if metric.k is None:  # pass@n: any success among each question's own samples (metrics.pass_at_n)
+        n_max = max(q.n for q in qs)
+        flag = None
+        if n_min != n_max or n_min != run_n:
+            flag = (f"uneven samples per question ({n_min}..{n_max}, n={run_n}): pass@n = any-success rate "
+                    "over the samples present")
+        label = f"pass@{run_n}" if flag is None else f"pass@{n_min}..{n_max}"
+        return np.array([pass_at_n(q.n, q.c) for q in qs], dtype=float), label, flag
+    k = metric.k
     if k > n_min:
         return None, metric.name, f"{metric.name} needs at least {k} samples per question; run has n={n_min}"
-    flag = None
-    if metric.k is None and k != run_n:
-        flag = f"incomplete run: some questions have {n_min} < n={run_n} samples; pass@{k} shown"
-    return np.array([pass_at_k(q.n, q.c, k) for q in qs], dtype=float), f"pass@{k}", flag
+    return np.array([pass_at_k(q.n, q.c, k) for q in qs], dtype=float), f"pass@{k}", None
 
 
 def bootstrap_mean_ci(strata: Sequence[np.ndarray], n_boot: int = 1000, seed: int = 0,
@@ -870,7 +875,7 @@ class TeamCost:
     questions: int
     trajectories: int
     avg: float  # micro avg@n
-    pass_n: float  # micro pass@n (k = the run's smallest per-question n)
+    pass_n: float  # micro pass@n (any success among each question's samples, metrics.pass_at_n)
     latency_p50: float  # of trajectory wall_s
     latency_p95: float
     call_latency_mean: float  # mean over trajectories of the summed per-call latency_s
@@ -903,7 +908,6 @@ def turn_cost(run: Run, turn: dict[str, Any], prices: Any) -> float:
 def team_cost(run: Run, prices: Any, label: str | None = None) -> TeamCost:
     """The cost-study numbers of one run, recomputed from its recorded turns with `prices`."""
     qs = questions(run.records)
-    k = min(q.n for q in qs.values())
     agents: dict[str, AgentCost] = {a: AgentCost(a, []) for a in run.agents}
     total = Fraction(0)
     prompt = completion = 0
@@ -935,7 +939,7 @@ def team_cost(run: Run, prices: Any, label: str | None = None) -> TeamCost:
     return TeamCost(
         label=label or run.name, run=run, questions=len(qs), trajectories=len(run.records),
         avg=float(np.mean([q.c / q.n for q in qs.values()])),
-        pass_n=float(np.mean([pass_at_k(q.n, q.c, k) for q in qs.values()])),
+        pass_n=float(np.mean([pass_at_n(q.n, q.c) for q in qs.values()])),
         latency_p50=float(np.percentile(walls, 50)), latency_p95=float(np.percentile(walls, 95)),
         call_latency_mean=float(np.mean(call_lat)), agents=agents,
         prompt_tokens=prompt, completion_tokens=completion, usd=total,

@@ -52,13 +52,18 @@ class RunStats:
     errors: list[str] = field(default_factory=list)
 
 
-def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 5.0) -> None:
-    """Fill reward / correct / extra of finished trajectories (math in a process pool with timeouts)."""
+def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 5.0,
+                       math_grader: str | None = None) -> None:
+    """Fill reward / correct / extra of finished trajectories (math in a process pool with timeouts).
+
+    grader: the workflow's grading family ("math" | "qa" | "toy"); math_grader: the math grader's
+    name in `grading.GRADERS` (default `grading.DEFAULT_GRADER`)."""
     from drmas_bench import grading
 
     if grader == "math":
         pairs = [(t.final_answer or "", t.task.answers[0]) for t in trajs]
-        for t, r in zip(trajs, grading.grade_math_many(pairs, timeout_s=timeout_s)):
+        backend = math_grader or grading.DEFAULT_GRADER
+        for t, r in zip(trajs, grading.grade_math_many(pairs, timeout_s=timeout_s, backend=backend)):
             t.correct = bool(r.correct)
             t.extra["grade"] = r.status
             t.extra["extracted"] = r.extracted
@@ -93,9 +98,11 @@ async def run_episodes(
     progress: bool = True,
     want_logprobs: bool = False,
     on_finished: Callable[[list[Trajectory]], None] | None = None,
+    math_grader: str | None = None,
 ) -> RunStats:
     """Run every (task, sample) not yet in `store`; return counters. Raises the first episode error
-    after saving everything that finished before it."""
+    after saving everything that finished before it. `math_grader`: the math grader's name
+    (default `grading.DEFAULT_GRADER`; ignored by other workflows' graders)."""
     from tqdm import tqdm
 
     opts = {**wf.defaults, **(workflow_options or {})}
@@ -121,7 +128,7 @@ async def run_episodes(
             return
         batch = list(buffer)
         buffer.clear()
-        await asyncio.to_thread(grade_trajectories, batch, wf.grader)
+        await asyncio.to_thread(grade_trajectories, batch, wf.grader, 5.0, math_grader)
         for t in batch:
             if cost_fn is not None:
                 t.cost_usd = cost_fn(t)

@@ -1,10 +1,18 @@
 """``HTTPRetriever``: the ``Retriever`` interface over a ``/retrieve`` server (ours or the reference's).
 
-It sends ``{"queries": [...], "topk": k, "return_scores": true}`` in batches, with a connect and a
-read timeout on every request; connection failures, timeouts, HTTP 429 and 5xx are retried with
-exponential backoff; then it raises one ``RetrievalError`` naming the URL. It never waits longer
-than about ``(retries + 1) * timeout + sum of backoffs``, so a dead server cannot hang a run.
-Other 4xx answers are the caller's fault and are raised at once with the server's reason.
+Two request bodies exist (REFERENCE.md §4): the reference server accepts only the single-query
+``{"query": q, "topk": k, "return_scores": true}``; Search-R1's variant (and ours) takes
+``{"queries": [...], ...}``. With ``body="auto"`` (the default) the client works unchanged against
+both: its first request sends the batched body; when the server rejects it (HTTP 400, 404, 405,
+415 or 422, or a 200 answer without one result list per query) it asks again with the single-query
+body for the first query, and when that works it remembers "one request per query" for this
+server. Every later search uses the remembered body. ``body="queries"`` / ``"query"`` fix it.
+
+Every request has a connect and a read timeout; connection failures, timeouts, HTTP 429 and 5xx are
+retried with exponential backoff; then it raises one ``RetrievalError`` naming the URL. It never
+waits longer than about ``(retries + 1) * timeout + sum of backoffs`` per request, so a dead server
+cannot hang a run. Other 4xx answers are the caller's fault and are raised at once with the
+server's reason.
 """
 
 from __future__ import annotations
@@ -44,6 +52,20 @@ def hit_from_reference(item: Any, where: str) -> Hit:
     return Hit(str(doc.get("id", "")), title, text, float(score or 0.0))
 
 
+BODIES = ("auto", "queries", "query")
+# answers to the batched body that mean "this server does not take it" (pydantic's 422, a plain 400,
+# no such route or method, wrong media type)
+_REJECTED = (400, 404, 405, 415, 422)
+
+
+class _Rejected(RetrievalError):
+    """The server refused the request body (an HTTP status in _REJECTED)."""
+
+
+class _BadShape(RetrievalError):
+    """A 200 answer that is not ``{"result": [[...]] x n}``."""
+
+
 class HTTPRetriever(Retriever):
     """Search through a /retrieve server.
 
@@ -54,24 +76,28 @@ class HTTPRetriever(Retriever):
       ``retries``          extra attempts after a failure (default 3).
       ``backoff``          first wait between attempts in seconds, doubled each time (default 0.5).
       ``max_backoff``      cap of one wait (default 8).
-      ``batch_size``       queries per request (default 64).
-      ``body``             "queries" (default: one request per batch, Search-R1's body) or "query"
-                           (one request per query: the reference server's single-query body).
+      ``batch_size``       queries per request with the batched body (default 64).
+      ``body``             "auto" (default: batched, falling back to one request per query when
+                           the server rejects the batched body; see the module docstring),
+                           "queries" (always batched, Search-R1's body) or "query" (always one
+                           request per query: the reference server's single-query body).
+    The body chosen by "auto" is in ``info()["body"]`` once the first search has run.
     """
 
     kind = "http"
 
     def __init__(self, url: str, timeout: float = 30.0, connect_timeout: float = 5.0, retries: int = 3,
-                 backoff: float = 0.5, max_backoff: float = 8.0, batch_size: int = 64, body: str = "queries"):
+                 backoff: float = 0.5, max_backoff: float = 8.0, batch_size: int = 64, body: str = "auto"):
         import httpx
 
-        if body not in ("queries", "query"):
-            raise RetrievalError(f"body must be 'queries' or 'query', got {body!r}")
+        if body not in BODIES:
+            raise RetrievalError(f"body must be one of {', '.join(BODIES)}, got {body!r}")
         if retries < 0 or batch_size < 1:
             raise RetrievalError("retries must be >= 0 and batch_size >= 1")
         self.url, self.health_url = endpoint_urls(url)
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.batch_size, self.body = batch_size, body
+        self._chosen: str | None = None if body == "auto" else body  # "auto": decided by the first search
         self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=connect_timeout))
 
     def _post(self, payload: dict[str, Any]) -> Any:
@@ -94,7 +120,8 @@ class HTTPRetriever(Retriever):
                 reason = f"HTTP {r.status_code} {r.text[:200]}"
                 continue
             if r.status_code >= 400:
-                raise RetrievalError(f"retrieval server {self.url} rejected the request: HTTP {r.status_code} {r.text[:300]}")
+                kind = _Rejected if r.status_code in _REJECTED else RetrievalError
+                raise kind(f"retrieval server {self.url} rejected the request: HTTP {r.status_code} {r.text[:300]}")
             try:
                 return r.json()
             except ValueError:
@@ -104,20 +131,47 @@ class HTTPRetriever(Retriever):
     def _results(self, data: Any, n: int) -> list[list[Hit]]:
         res = data.get("result") if isinstance(data, dict) else None
         if not isinstance(res, list) or len(res) != n or not all(isinstance(x, list) for x in res):
-            raise RetrievalError(f"retrieval server {self.url}: expected {{'result': [[...]] x {n}}}, got {str(data)[:200]!r}")
+            raise _BadShape(f"retrieval server {self.url}: expected {{'result': [[...]] x {n}}}, got {str(data)[:200]!r}")
         return [[hit_from_reference(item, self.url) for item in inner] for inner in res]
 
-    def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:
-        check_search_args(queries, k)
+    def _search_single(self, queries: list[str], k: int) -> list[list[Hit]]:
         out: list[list[Hit]] = []
-        if self.body == "query":
-            for q in queries:
-                out.extend(self._results(self._post({"query": q, "topk": k, "return_scores": True}), 1))
-            return out
+        for q in queries:
+            out.extend(self._results(self._post({"query": q, "topk": k, "return_scores": True}), 1))
+        return out
+
+    def _search_batched(self, queries: list[str], k: int) -> list[list[Hit]]:
+        out: list[list[Hit]] = []
         for a in range(0, len(queries), self.batch_size):
             batch = list(queries[a:a + self.batch_size])
             out.extend(self._results(self._post({"queries": batch, "topk": k, "return_scores": True}), len(batch)))
         return out
+
+    def _detect(self, queries: list[str], k: int) -> list[list[Hit]]:
+        """First search with body "auto": batched; on a rejection, single-query; remember which."""
+        try:
+            first = self._search_batched(queries[:1], k)
+            self._chosen = "queries"
+            return first + self._search_batched(queries[1:], k) if len(queries) > 1 else first
+        except (_Rejected, _BadShape) as batched_error:
+            try:
+                first = self._search_single(queries[:1], k)
+            except RetrievalError as single_error:
+                raise RetrievalError(f"retrieval server {self.url} refused both request bodies: batched {{'queries'}}: "
+                                     f"{first_line(batched_error)}; single {{'query'}}: {first_line(single_error)}") from None
+            self._chosen = "query"
+            return first + self._search_single(queries[1:], k)
+
+    def search(self, queries: list[str], k: int = 3) -> list[list[Hit]]:
+        check_search_args(queries, k)
+        queries = list(queries)
+        if not queries:
+            return []
+        if self._chosen is None:
+            return self._detect(queries, k)
+        if self._chosen == "query":
+            return self._search_single(queries, k)
+        return self._search_batched(queries, k)
 
     def health(self) -> dict[str, Any]:
         """``GET /health`` once (no retries); RetrievalError naming the URL when unreachable."""
@@ -131,7 +185,7 @@ class HTTPRetriever(Retriever):
             raise RetrievalError(f"retrieval server {self.health_url} is not healthy: {type(e).__name__}: {first_line(e)}") from None
 
     def info(self) -> dict[str, Any]:
-        return {"kind": self.kind, "url": self.url}
+        return {"kind": self.kind, "url": self.url, "body": self._chosen or self.body}
 
     def close(self) -> None:
         self._client.close()

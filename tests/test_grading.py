@@ -1,4 +1,5 @@
-"""Graders: boxed extraction, normalisation, math equivalence (reference and math-verify backends),
+"""Graders: boxed extraction, normalisation, math equivalence (careful, reference_compat and
+math-verify graders, the grader registry),
 the process pool with hard timeouts, QA scores and the toy grader."""
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from drmas_bench.grading import (
     normalize_answer,
     normalize_qa,
 )
+from drmas_bench.grading import GRADERS, get_grader, has_boxed_answer
+from drmas_bench.grading.compat import compat_normalize
 from drmas_bench.grading.latex import LatexGuardError, latex_to_sympy
 from drmas_bench.types import UserError
 
@@ -71,7 +74,9 @@ def raising_backend(extracted: str, gold: str) -> bool:
         ("\\fbox{7}", "7"),
         ("\\boxed{a} <think>\\boxed{b}</think> final \\boxed{c}", "c"),
         ("<think>\\boxed{3}</think> no box after thinking", None),
-        ("\\boxed{\\boxed{4}}", "\\boxed{4}"),
+        ("\\boxed{\\boxed{4}}", "4"),  # innermost (issue 12: `\\boxed{\\boxed{7}}` vs 7 was wrong)
+        ("\\boxed{x = \\boxed{4}} then", "4"),
+        ("\\boxed{1} \\boxed{\\fbox{\\boxed{2}}}", "2"),
         ("\\boxed{}", ""),
         ("\\boxed{unclosed", None),
         ("\\boxed{1} and \\boxed{2", "1"),
@@ -109,6 +114,9 @@ def test_extract_answer_tag():
         ("10,\\!080", "10080"),
         ("11,\\! 111,\\! 111,\\! 100", "11111111100"),
         ("\\$32,\\!348", "32348"),
+        ("1{,}000", "1000"),  # issue 12
+        ("2{,}016{,}000.5", "2016000.5"),
+        ("(1{,}2)", "(1,2)"),
         ("5.4 \\text{ cents}", "5.4"),
         ("864 \\mbox{ inches}^2", "864"),
         ("\\frac{270}7\\text{ degrees}", "\\frac{270}{7}"),
@@ -167,6 +175,7 @@ EQUIVALENT = [
     ("$(1,8,19), (2,7,13), (4,5,7)$", "(2,7,13),(1,8,19),(4,5,7)"),
     ("$\\lfloor\\frac{2 n-1}{5}\\rfloor$", "\\left\\lfloor \\frac{2n-1}{5} \\right\\rfloor"),
     ("62.5%", "62.5"),
+    ("221, 8", "8, 221"),  # a list gold: `8, 221` is a list too, not 8221
 ]
 
 DIFFERENT = [
@@ -189,16 +198,17 @@ DIFFERENT = [
     ("62.5%", "\\frac{5}{8}"),
     ("2", "9^{9^{9^{9^{9}}}}"),
     ("5", "10000!"),
+    ("8,221", "221, 8"),  # a number gold (8221) is not a reordered list
 ]
 
 
 @pytest.mark.parametrize("gold, pred", EQUIVALENT)
-def test_reference_equivalent(gold, pred):
+def test_careful_equivalent(gold, pred):
     assert grade_math(f"Thus \\boxed{{{pred}}}.", gold) is True
 
 
 @pytest.mark.parametrize("gold, pred", DIFFERENT)
-def test_reference_different(gold, pred):
+def test_careful_different(gold, pred):
     assert grade_math(f"Thus \\boxed{{{pred}}}.", gold) is False
 
 
@@ -217,8 +227,10 @@ def test_guards_stop_huge_numbers_quickly():
 
 
 def test_unknown_backend():
-    with pytest.raises(UserError, match="unknown math grading backend"):
+    with pytest.raises(UserError, match="unknown math grader 'nope'; known: careful, reference_compat, math_verify"):
         grade_math("\\boxed{1}", "1", backend="nope")
+    with pytest.raises(UserError, match="now called `careful`"):  # the old default's name
+        grade_math("\\boxed{1}", "1", backend="reference")
 
 
 def test_math_verify_backend():
@@ -228,13 +240,96 @@ def test_math_verify_backend():
     assert grade_math("no box", "4", backend="math_verify") is False
 
 
+def test_nested_boxes_and_thousands_in_braces_grade_right():
+    """Issue 12: `\\boxed{\\boxed{7}}` against 7, and `1{,}000` against 1000, were graded wrong."""
+    for name in GRADERS:
+        if name == "math_verify" and not _has_math_verify():
+            continue
+        assert grade_math("so \\boxed{\\boxed{7}}", "7", backend=name) is True, name
+        assert grade_math("\\boxed{1{,}000}", "1000", backend=name) is True, name
+        assert grade_math("\\boxed{\\boxed{8}}", "7", backend=name) is False, name
+
+
+def _has_math_verify() -> bool:
+    try:
+        import math_verify  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_registry_names_versions_and_defaults():
+    assert list(GRADERS)[:2] == ["careful", "reference_compat"]
+    for name, g in GRADERS.items():
+        assert g.name == name and g.version and g.identity() == {"name": name, "version": g.version}
+    assert get_grader("careful").version == "2"
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("\\boxed{5}", True),
+        ("\\boxed{}", True),
+        ("\\boxed{\\frac{1}{2}}", True),
+        ("\\fbox{5}", False),
+        ("\\boxed 5", False),
+        ("\\boxed{5", False),
+        ("\\boxed {5}", False),
+        ("<think>\\boxed{5}</think> no box after", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_has_boxed_answer(text, want):
+    assert has_boxed_answer(text) is want
+
+
+# (response, gold, careful, reference_compat): where the reference's rules differ from ours
+COMPAT_CASES = [
+    ("\\boxed{\\boxed{7}}", "7", True, True),
+    ("\\fbox{7}", "7", True, False),  # the reference finds no answer in \\fbox or \\boxed 7
+    ("\\boxed 7", "7", True, False),
+    ("\\boxed{7}</think> wait \\boxed{8}", "8", True, True),
+    ("<think>\\boxed{8}</think>\\boxed{7}</think>\\boxed{9}", "7", False, False),  # last box after the first </think>: 9
+    ("<think>\\boxed{8}</think>\\boxed{7}</think>\\boxed{9}", "9", True, True),
+    ("\\boxed{0.00000001}", "0", False, True),  # the known flaw: below 1e-7 equals 0
+    ("\\boxed{3\\times 10^{-9}}", "0", False, True),
+    ("\\boxed{2.00000001}", "2", False, True),
+    ("\\boxed{10^{-8}}", "2\\times 10^{-8}", False, True),
+    ("\\boxed{5 \\text{ cm}}", "5", True, False),  # \\text keeps only its first group: "cm"
+    ("\\boxed{\\text{A} and \\text{B}}", "A", False, True),
+    ("\\boxed{\\text{Evelyn}}", "\\text{Evelyn}", True, True),
+    ("\\boxed{2,1}", "1,2", True, False),  # no unordered lists in the reference
+    ("\\boxed{\\dfrac{1}{2}}", "\\frac12", True, True),
+    ("\\boxed{0.5}", "\\frac{1}{2}", True, True),
+    ("\\boxed{x^2-1}", "(x-1)(x+1)", True, True),
+    ("\\boxed{\\sqrt{2}}", "1.41421356", False, False),
+    ("\\boxed{3}", "4", False, False),
+]
+
+
+@pytest.mark.parametrize("response, gold, careful, compat", COMPAT_CASES)
+def test_reference_compat_against_careful(response, gold, careful, compat):
+    assert grade_math(response, gold, backend="careful") is careful
+    assert grade_math(response, gold, backend="reference_compat") is compat
+
+
+def test_compat_normalize():
+    assert compat_normalize("\\left( 1, 2 \\right)") == "(1,2)"
+    assert compat_normalize("90^\\circ") == "90"
+    assert compat_normalize("0.000000001") == "0"
+    assert compat_normalize("-3.0000000001") == "-3"
+    assert compat_normalize("3.001") == "3.001"
+    assert compat_normalize("\\text{(C)} or \\text{D}") == "(C)"
+
+
 ANSWER_PIECES = list("0123456789+-*/^_{}()[],.=xyi! ") + ["\\frac", "\\sqrt", "\\pi", "\\pm", "\\cup", "\\infty", "\\left(", "\\text{ m}"]
 ANSWERISH = st.lists(st.sampled_from(ANSWER_PIECES), max_size=14).map("".join)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gold=ANSWERISH, pred=ANSWERISH)
-def test_reference_never_raises_and_is_reflexive(gold, pred):
+def test_careful_never_raises_and_is_reflexive(gold, pred):
     """Any answer-like junk grades without an exception; an answer always equals itself."""
     assert isinstance(grade_math(f"\\boxed{{{pred}}}", gold), bool)
     if normalize_answer(pred):
@@ -257,7 +352,7 @@ def _next_different(golds: list[str], i: int) -> str | None:
 @pytest.mark.data
 def test_every_gold_matches_itself_and_not_another(data_dir):
     """Every math gold is right against itself boxed and wrong against a different gold of the
-    same benchmark, with no timeout and no error (reference backend)."""
+    same benchmark, with no timeout and no error (careful grader)."""
     from drmas_bench.tasks import load_tasks
 
     pairs, want, where = [], [], []
@@ -372,3 +467,46 @@ def test_grade_toy():
     assert not grade_toy("no number", "7")
     assert grade_toy("it is -3", "-3")
     assert not grade_toy("", "1")
+
+
+# ------------------------------------------------------------------------- eval --grader
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_eval_grader_enters_identity_and_summary(tmp_path, data_dir, capsys):
+    """`--grader` is recorded (name + version) in config.yaml's identity and summary.json; a resume
+    with another grader is refused with a one-line reason; `--grader` on a non-math suite too."""
+    import json
+
+    import yaml
+
+    from drmas_bench.cli import main
+
+    out = tmp_path / "run"
+    base = ["eval", "--model", "tiny-random", "--suite", "math", "--benchmarks", "aime24", "--n", "1", "--limit", "2",
+            "--max-new-tokens", "8", "--data-dir", str(data_dir), "--out", str(out), "--no-progress"]
+    assert main(base + ["--grader", "reference_compat"]) == 0
+    ident = yaml.safe_load((out / "config.yaml").read_text())["identity"]
+    assert ident["grader"] == {"name": "reference_compat", "version": GRADERS["reference_compat"].version}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["grader"] == {"family": "math", **ident["grader"]}
+    assert "graded by reference_compat" in (out / "summary.md").read_text()
+    capsys.readouterr()
+    assert main(base) == 2  # the default grader is careful: a different identity
+    assert "differs in: grader" in capsys.readouterr().err
+    assert main(["eval", "--model", "tiny-random", "--suite", "toy", "--n", "1", "--grader", "careful",
+                 "--out", str(tmp_path / "toy")]) == 2
+    assert "--grader picks a math grader" in capsys.readouterr().err
+
+
+@pytest.mark.data
+def test_eval_refuses_the_old_grader_name_before_loading_models(tmp_path, data_dir, capsys):
+    from drmas_bench.cli import main
+
+    out = tmp_path / "run"
+    assert main(["eval", "--model", "tiny-random", "--suite", "math", "--benchmarks", "aime24", "--limit", "1",
+                 "--data-dir", str(data_dir), "--grader", "reference", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown math grader 'reference'" in err and "now called `careful`" in err and len(err.strip().splitlines()) == 1
+    assert not (out / "config.yaml").exists()

@@ -20,6 +20,7 @@ from drmas_bench.metrics import (
     default_ks,
     format_summary_markdown,
     pass_at_k,
+    pass_at_n,
     summarize,
 )
 from drmas_bench.pricing import ModelPrice, PriceSheet, load_prices
@@ -215,6 +216,29 @@ def test_summary_flags_uneven_n_and_skips_large_k():
     assert "samples per question vary" in format_summary_markdown(summarize(recs, n_boot=20))
 
 
+def test_pass_at_n_with_uneven_counts_is_any_success_over_samples_present():
+    """Issue 12 item 7: a partial run (q0 has 4 samples, q1 only 2) must not report pass@2 as pass@n.
+    q0's only success is its 4th sample: pass@2 of q0 is 1/2, but pass@n (any success) is 1."""
+    recs = [record("A", "q0", s, s == 3) for s in range(4)] + [record("A", "q1", s, False) for s in range(2)]
+    recs += [record("B", "q2", s, s == 1) for s in range(4)]
+    s = summarize(recs, n_boot=50)
+    blk = s["benchmarks"]["A"]
+    assert blk["n_varies"] and (blk["n_min"], blk["n_max"]) == (2, 4)
+    assert blk["pass@n"] == 0.5  # any success: q0 yes, q1 no (pass@min(n) would give 0.25)
+    assert blk["pass@k"]["2"] == pytest.approx(0.25)  # pass@2 stays the unbiased estimator
+    assert s["micro"]["pass@n"] == pytest.approx(2 / 3)
+    assert s["macro"]["pass@n"] == pytest.approx((0.5 + 1.0) / 2)
+    assert s["benchmarks"]["B"]["pass@n"] == 1.0 and not s["benchmarks"]["B"]["n_varies"]
+    assert pass_at_n(4, 1) == pass_at_k(4, 1, 4) == 1.0 and pass_at_n(3, 0) == 0.0
+    with pytest.raises(ValueError):
+        pass_at_n(0, 0)
+    md = format_summary_markdown(s)
+    row_a = next(line for line in md.splitlines() if line.startswith("| A "))
+    assert "2..4 *" in row_a  # the n column flags the uneven counts
+    assert "A: samples per question vary (2..4: uneven counts" in md and "any-success rate over the samples present" in md
+    assert "| B " in md and "B: samples per question vary" not in md
+
+
 def test_summary_accepts_trajectories_and_is_seeded():
     task = Task("t1", "toy", "What is 1 + 1?", ["2"])
     trajs = [Trajectory(task, i, turns=[Turn("solver", "tiny-random", 0, Request("solver", []), Completion("2", prompt_tokens=5, completion_tokens=1))],
@@ -292,3 +316,17 @@ def test_load_prices_files(tmp_path):
         load_prices(bad)
     with pytest.raises(UserError, match="not found"):
         load_prices(tmp_path / "missing.yaml")
+
+
+def test_report_pass_at_n_uses_the_same_any_success_rule():
+    """Leaderboards compute pass@n with metrics.pass_at_n too (no silent fall to pass@min(n))."""
+    from drmas_bench.report import Metric, Question, per_question_values
+
+    qs = [Question("A", "q0", 4, 1), Question("A", "q1", 2, 0), Question("A", "q2", 4, 0)]
+    vals, label, flag = per_question_values(qs, Metric("pass"), run_n=4)
+    assert list(vals) == [1.0, 0.0, 0.0] and label == "pass@2..4"
+    assert flag and "uneven samples per question (2..4" in flag
+    vals, label, flag = per_question_values(qs[:1] + qs[2:], Metric("pass"), run_n=4)
+    assert label == "pass@4" and flag is None
+    vals, label, _ = per_question_values(qs, Metric("pass", 2), run_n=4)
+    assert label == "pass@2" and vals[0] == pytest.approx(0.5)

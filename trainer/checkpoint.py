@@ -90,6 +90,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def member(folder: Path, *parts: str) -> Path:
+    """``folder/parts...`` resolved, refused (UserError) if a part is not a safe name or the path
+    leaves ``folder``: worker-group names become ``models/<wg>`` and ``optim/<wg>.pt``."""
+    from drmas_bench.store import inside, safe_name
+
+    for p in parts:
+        safe_name(p.removesuffix(".pt"), "checkpoint entry")
+    return inside(folder, Path(folder).joinpath(*parts))
+
+
 def begin(ckpt_root: Path, step: int) -> Path:
     """A fresh temporary folder to write checkpoint ``step`` into."""
     root = Path(ckpt_root)

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from drmas_bench.store import safe_name
 from drmas_bench.types import UserError
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
@@ -406,7 +407,7 @@ def plan_worker_groups(cfg: TrainConfig, workflow_agents: tuple[str, ...]) -> di
     for agent in workflow_agents:
         s = settings[agent]
         if s.wg:
-            name = s.wg
+            name = safe_name(s.wg, f"agents.{agent}.wg: worker group")  # it names models/<wg>, optim/<wg>.pt
         elif cfg.shared:
             name = "shared" if len(models) == 1 else _slug(s.model)
         else:

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -58,7 +59,7 @@ CONFIG = "config.yaml"
 # ================================================================================= the training loop
 
 
-def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, use_ray: bool | None = None,
+def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fresh: bool = False, use_ray: bool | None = None,
           progress: bool = True) -> dict[str, Any]:
     """Run (or resume) training into run directory ``out``; returns a summary dict.
 
@@ -66,11 +67,39 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, use
         cfg: the configuration (``load_config``).
         out: the run directory (``metrics.jsonl``, ``config.yaml``, ``ckpt/``).
         resume: continue from the newest complete checkpoint in ``out/ckpt`` (none: start afresh).
+        fresh: first delete what a previous run left in ``out`` (under the run dir's lock).
         use_ray: worker groups as Ray actors (True), in this process (False), or None: Ray when a
             CUDA GPU is present and ray is installed, else in process.
         progress: show a progress bar.
     """
-    return asyncio.run(_train(cfg, Path(out), resume=resume, use_ray=use_ray, progress=progress))
+    from drmas_bench.store import RunLock, inside, make_run_dir, write_error_log
+
+    plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)  # bad names/settings: refused before the dir exists
+    with RunLock(make_run_dir(out)):  # one trainer per run directory, from before anything is deleted
+        for name in RUN_FILES:  # a planted symlink must not redirect a write outside the run dir
+            inside(out, Path(out) / name)
+        if fresh:
+            clear_run(Path(out))
+        try:
+            return asyncio.run(_train(cfg, Path(out), resume=resume, use_ray=use_ray, progress=progress))
+        except (UserError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # a bug: its traceback goes to RUN/error.log (the CLI prints one line)
+            write_error_log(out, e)
+            raise
+
+
+RUN_FILES = ("metrics.jsonl", "config.yaml", "sft.json", "workers.json", "error.log", "curves.png")
+
+
+def clear_run(run: Path) -> None:
+    """``--fresh``: remove what a previous run left in ``run`` (checkpoints, logs, TensorBoard)."""
+    for p in ("ckpt", "tb") + RUN_FILES:
+        q = run / p
+        if q.is_dir() and not q.is_symlink():
+            shutil.rmtree(q)
+        elif q.exists() or q.is_symlink():
+            q.unlink()
 
 
 async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | None, progress: bool) -> dict[str, Any]:
@@ -449,7 +478,7 @@ async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGro
     """Write ``run/ckpt/step_<step>`` atomically (temp dir, marker, rename, ``latest``), then prune."""
     root = run / "ckpt"
     tmp = ckpt_io.begin(root, step)
-    await asyncio.gather(*(w.save(str((tmp / "models" / n).resolve()), str((tmp / "optim" / f"{n}.pt").resolve()))
+    await asyncio.gather(*(w.save(str(ckpt_io.member(tmp, "models", n)), str(ckpt_io.member(tmp, "optim", f"{n}.pt")))
                            for n, w in workers.items()))
     team = checkpoint_team(cfg, plan, wf, step)
     team_from_dict(team, wf.agents, wf.name, where="checkpoint team.yaml", base_dir=tmp)  # it must load

@@ -21,10 +21,19 @@ where DIR holds a ``team.yaml`` (what the trainer writes) rebuilds the trained t
 relative to DIR; such a file also records the prompts (inline), protocol options and retriever
 (kind and index identity) the team was trained with (a prompts path there must stay inside DIR).
 Unknown keys and unknown agents are errors that name them.
+
+Trust (docs/security.md): a team file the user passes with ``--team`` is trusted like a flag. A
+``team.yaml`` found inside a ``--model`` folder is data: it may not set anything that runs code or
+sends a key somewhere (``TRUSTED_ONLY``: ``base_url``, ``api_key_env``, and the engine options
+``trust_remote_code``, ``engine_args``, ``attn_implementation``, ``api_key``, ``base_url``); such a
+file is refused with one line naming the flag that allows it. ``api_key_env: NAME`` sends the key in
+``$NAME`` (instead of ``$OPENAI_API_KEY``) to that group's ``base_url``.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,10 +41,24 @@ from typing import Any
 
 from drmas_bench.yamlfile import read_yaml
 
+from drmas_bench.store import safe_name
 from drmas_bench.types import Sampling, UserError
 from drmas_bench.workflows.protocol import ProtocolOptions
 
 ENGINE_KINDS = ("hf", "openai", "sglang")
+# what only the user's own flags or an explicit --team file may set -> the flag that allows it
+TRUSTED_ONLY = {
+    "base_url": "--team (or --base-url)",
+    "api_key_env": "--team",
+}
+TRUSTED_ONLY_OPTIONS = {
+    "trust_remote_code": "--trust-remote-code",
+    "engine_args": "--team",
+    "attn_implementation": "--team",
+    "api_key": "--team",
+    "base_url": "--team (or --base-url)",
+}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WG_KEYS = {"model", "engine", "price", "base_url", "api_key_env", "options"}
 _TEAM_KEYS = {"workflow", "sampling", "worker_groups", "agents", "workflow_options", "trained",
               "prompts", "protocol", "retriever"}
@@ -55,6 +78,19 @@ class WorkerGroupSpec:
     @property
     def price_key(self) -> str:
         return self.price or Path(self.model.rstrip("/")).name
+
+    def engine_options(self) -> dict[str, Any]:
+        """The keyword options this group's engine is made with: ``options`` plus ``base_url`` and,
+        with ``api_key_env``, the key read from that variable (sent only to this ``base_url``)."""
+        opts = dict(self.options)
+        if self.base_url:
+            opts["base_url"] = self.base_url
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise UserError(f"worker group {self.name!r}: api_key_env {self.api_key_env} is not set in the environment")
+            opts["api_key"] = key
+        return opts
 
 
 @dataclass
@@ -81,12 +117,89 @@ class TeamSpec:
             "workflow": self.workflow,
             "agents": {a: ({"wg": wg, "sampling": self.agent_sampling[a]} if a in self.agent_sampling else wg)
                        for a, wg in self.agents.items()},
-            "worker_groups": {n: {k: v for k, v in asdict(g).items() if k != "name" and v not in (None, {})}
+            "worker_groups": {n: _redacted({k: v for k, v in asdict(g).items() if k != "name" and v not in (None, {})})
                               for n, g in self.worker_groups.items()},
             "sampling": self.sampling,
             "workflow_options": self.workflow_options,
             **({"protocol": self.protocol} if self.protocol else {}),
         }
+
+
+def _redacted(g: dict[str, Any]) -> dict[str, Any]:
+    """A worker group for config.yaml: a literal ``options.api_key`` is never written to disk."""
+    if "api_key" in (g.get("options") or {}):
+        g = {**g, "options": {**g["options"], "api_key": "<redacted>"}}
+    return g
+
+
+def _mapping(d: Any, where: str, what: str) -> dict:
+    if d is None:
+        return {}
+    if not isinstance(d, dict):
+        raise UserError(f"{where}: {what} must be a mapping, got {type(d).__name__} {d!r}"[:300])
+    return d
+
+
+def _string(v: Any, where: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise UserError(f"{where}: expected a non-empty string, got {v!r}")
+    return v
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def validate_sampling(d: dict[str, Any], where: str) -> dict[str, Any]:
+    """Check sampling values (team files and flags alike): temperature a finite number >= 0,
+    top_p in (0, 1], max_new_tokens an integer >= 1, top_k an integer (-1 = off), booleans boolean.
+    Returns ``d``; a bad value is one UserError naming ``where`` and the key."""
+    defaults = asdict(Sampling())
+    for key, v in d.items():
+        if key == "temperature" and not (_is_number(v) and v >= 0):
+            raise UserError(f"{where}: temperature must be a finite number >= 0, got {v!r}")
+        if key == "top_p" and not (_is_number(v) and 0 < v <= 1):
+            raise UserError(f"{where}: top_p must be a number in (0, 1], got {v!r}")
+        if key == "max_new_tokens" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            raise UserError(f"{where}: max_new_tokens must be an integer >= 1, got {v!r}")
+        if key == "top_k" and not (isinstance(v, int) and not isinstance(v, bool) and (v == -1 or v >= 1)):
+            raise UserError(f"{where}: top_k must be an integer >= 1 (or -1: off), got {v!r}")
+        if isinstance(defaults.get(key), bool) and not isinstance(v, bool):
+            raise UserError(f"{where}: {key} must be true or false, got {v!r}")
+    return d
+
+
+def check_untrusted(team: "TeamSpec", where: str, trust_remote_code: bool = False) -> None:
+    """Refuse a team read from inside a model/checkpoint folder that asks for a trusted-only key
+    (see ``TRUSTED_ONLY`` / ``TRUSTED_ONLY_OPTIONS``); one line naming the flag that allows it."""
+    for name, g in team.worker_groups.items():
+        for key, flag in TRUSTED_ONLY.items():
+            if getattr(g, key):
+                raise UserError(f"{where}: worker group {name!r} sets {key}, which a team.yaml inside a model folder "
+                                f"may not set; pass that team file explicitly with {flag} if you trust it")
+        for key, flag in TRUSTED_ONLY_OPTIONS.items():
+            if key in g.options and g.options[key] not in (None, False):
+                if key == "trust_remote_code" and trust_remote_code:
+                    continue
+                raise UserError(f"{where}: worker group {name!r} sets options.{key}, which a team.yaml inside a "
+                                f"model folder may not set; pass {flag} if you trust it")
+
+
+def check_engine_options(team: "TeamSpec") -> None:
+    """Every worker group's engine options are known to its engine and its ``api_key_env`` is set
+    (before anything loads)."""
+    from dataclasses import fields
+
+    from drmas_bench.engines import engine_class
+
+    for name, g in team.worker_groups.items():
+        g.engine_options()  # api_key_env must name a variable that is set
+        opts = dict(g.options, **({"base_url": g.base_url} if g.base_url else {}))
+        valid = {f.name for f in fields(engine_class(g.engine).Options)}
+        unknown = sorted(k for k in opts if k.replace("-", "_") not in valid)
+        if unknown:
+            raise UserError(f"worker group {name!r}: option(s) {', '.join(unknown)} not known to the {g.engine} engine; "
+                            f"its options: {', '.join(sorted(valid))}")
 
 
 def _check_keys(d: dict, allowed: set[str], where: str) -> None:
@@ -96,14 +209,9 @@ def _check_keys(d: dict, allowed: set[str], where: str) -> None:
 
 
 def _sampling(d: Any, where: str) -> dict[str, Any]:
-    if d is None:
-        return {}
-    if not isinstance(d, dict):
-        raise UserError(f"{where}: sampling must be a mapping")
+    d = _mapping(d, where, "sampling")
     _check_keys(d, _SAMPLING_KEYS, where)
-    if not isinstance(d.get("enable_thinking", False), bool):
-        raise UserError(f"{where}: sampling enable_thinking must be true or false, got {d['enable_thinking']!r}")
-    return dict(d)
+    return validate_sampling(dict(d), f"{where}: sampling")
 
 
 def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], default_workflow: str,
@@ -113,20 +221,32 @@ def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], defau
         raise UserError(f"{where}: a team file must be a mapping")
     _check_keys(d, _TEAM_KEYS, where)
     groups = {}
-    for name, g in (d.get("worker_groups") or {}).items():
+    for name, g in _mapping(d.get("worker_groups"), where, "worker_groups").items():
+        safe_name(name, f"{where}: worker group")
+        gw = f"{where}: worker group {name!r}"
         if isinstance(g, str):
             g = {"model": g}
         if not isinstance(g, dict) or "model" not in g:
-            raise UserError(f"{where}: worker group {name!r} needs a `model`")
-        _check_keys(g, _WG_KEYS, f"{where}: worker group {name!r}")
+            raise UserError(f"{gw} needs a `model`")
+        _check_keys(g, _WG_KEYS, gw)
         if g.get("engine", "hf") not in ENGINE_KINDS:
-            raise UserError(f"{where}: worker group {name!r}: unknown engine {g['engine']!r}; known: {', '.join(ENGINE_KINDS)}")
+            raise UserError(f"{gw}: unknown engine {g['engine']!r}; known: {', '.join(ENGINE_KINDS)}")
+        for key in ("model", "price", "base_url", "api_key_env"):
+            if key in g and (key == "model" or g[key] is not None):
+                _string(g[key], f"{gw}: {key}")
+        if g.get("base_url") and not str(g["base_url"]).startswith(("http://", "https://")):
+            raise UserError(f"{gw}: base_url must start with http:// or https://, got {g['base_url']!r}")
+        if g.get("api_key_env") and not _ENV_NAME.fullmatch(g["api_key_env"]):
+            raise UserError(f"{gw}: api_key_env must name an environment variable, got {g['api_key_env']!r}")
+        if (g.get("base_url") or g.get("api_key_env")) and g.get("engine", "hf") != "openai":
+            raise UserError(f"{gw}: base_url and api_key_env are for engine: openai, not {g.get('engine', 'hf')}")
+        g = {**g, "options": dict(_mapping(g.get("options"), gw, "options"))}
         model = str(g["model"])
         if base_dir is not None and not Path(model).is_absolute() and (base_dir / model).exists():
             model = str(base_dir / model)
         groups[name] = WorkerGroupSpec(name=name, **{**g, "model": model})
     agents, agent_sampling = {}, {}
-    for agent, v in (d.get("agents") or {}).items():
+    for agent, v in _mapping(d.get("agents"), where, "agents").items():
         if agent not in agents_of_workflow:
             raise UserError(f"{where}: unknown agent {agent!r} for this workflow; its agents: {', '.join(agents_of_workflow)}")
         if isinstance(v, dict):
@@ -146,13 +266,16 @@ def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], defau
     retriever = d.get("retriever")
     if retriever is not None and not isinstance(retriever, dict):
         raise UserError(f"{where}: retriever: must be a mapping (kind, identity)")
+    if d.get("workflow") is not None:
+        _string(d["workflow"], f"{where}: workflow")
+    _mapping(d.get("trained"), where, "trained")
     return TeamSpec(
         workflow=d.get("workflow") or default_workflow,
         agents=agents,
         worker_groups=groups,
         sampling=_sampling(d.get("sampling"), where),
         agent_sampling=agent_sampling,
-        workflow_options=dict(d.get("workflow_options") or {}),
+        workflow_options=dict(_mapping(d.get("workflow_options"), where, "workflow_options")),
         prompts=prompts,
         prompts_source=prompts_source,
         protocol=protocol,
@@ -184,17 +307,34 @@ def _wg_name(model: str) -> str:
 
 def build_team(workflow: str, agents: tuple[str, ...], *, model: str | None = None, team_file: str | None = None,
                model_for: list[str] | None = None, engine: str = "hf", base_url: str | None = None,
-               engine_options: dict[str, Any] | None = None) -> TeamSpec:
-    """Resolve the CLI's team flags into a TeamSpec (see the module docstring)."""
-    engine_options = engine_options or {}
-    from_checkpoint = False
+               engine_options: dict[str, Any] | None = None, trust_remote_code: bool = False) -> TeamSpec:
+    """Resolve the CLI's team flags into a TeamSpec (see the module docstring); engine options are
+    checked against each engine's options before anything loads.
+
+    ``trust_remote_code``: the user's ``--trust-remote-code``: set on every hf/sglang group, and
+    allowed in a ``team.yaml`` found inside ``model`` (which is otherwise untrusted data)."""
+    team = _build_team(workflow, agents, model=model, team_file=team_file, model_for=model_for, engine=engine,
+                       base_url=base_url, engine_options=engine_options or {}, trust_remote_code=trust_remote_code)
+    if trust_remote_code:
+        for g in team.worker_groups.values():
+            if g.engine in ("hf", "sglang"):
+                g.options["trust_remote_code"] = True
+    check_engine_options(team)
+    return team
+
+
+def _build_team(workflow: str, agents: tuple[str, ...], *, model: str | None, team_file: str | None,
+                model_for: list[str] | None, engine: str, base_url: str | None, engine_options: dict[str, Any],
+                trust_remote_code: bool) -> TeamSpec:
     if not team_file and model and Path(model, "team.yaml").is_file():
-        team_file = str(Path(model, "team.yaml"))  # a trained team's checkpoint folder
-        from_checkpoint = True
+        p = Path(model, "team.yaml")  # a trained team's checkpoint folder: its team.yaml is data
+        team = team_from_dict(read_yaml(p, "team file"), agents, workflow, where=str(p), base_dir=p.parent,
+                             inside=True)
+        check_untrusted(team, str(p), trust_remote_code=trust_remote_code)
+        return team
     if team_file:
         p = Path(team_file)
-        return team_from_dict(read_yaml(p, "team file"), agents, workflow, where=str(p), base_dir=p.parent,
-                              inside=from_checkpoint)
+        return team_from_dict(read_yaml(p, "team file"), agents, workflow, where=str(p), base_dir=p.parent)
     per_agent: dict[str, str] = {}
     for item in model_for or []:
         if "=" not in item:

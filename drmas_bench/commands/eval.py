@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
+import math
+import re
 import sys
 from pathlib import Path
 
+from drmas_bench.grading.registry import DEFAULT_GRADER, GRADERS, get_grader
 from drmas_bench.types import UserError
 
 EPILOG = """examples:
@@ -43,12 +47,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--max-prompt-tokens", type=int, metavar="N",
                    help="prompt-length limit in tokens, 0 = none (default: math 8192 cut in the middle, "
                         "search 4096 cut from the left, as the reference)")
+    g.add_argument("--trust-remote-code", action="store_true",
+                   help="let transformers run Python files shipped inside the model folders (hf, sglang); "
+                        "off by default, and a checkpoint's team.yaml cannot turn it on (docs/security.md)")
     g = p.add_argument_group("benchmarks")
     g.add_argument("--suite", choices=["math", "search", "toy"], help="benchmark suite")
     g.add_argument("--benchmarks", help="comma-separated benchmark names (default: the whole suite)")
     g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
     g.add_argument("--limit", type=int, help="first N questions per benchmark (quick sets: 30)")
     g.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
+    g.add_argument("--grader", metavar="{" + ",".join(GRADERS) + "}",
+                   help=f"math grader (default {DEFAULT_GRADER}; reference_compat: the reference's rules, "
+                        "flaws included; see docs/grading.md). Its name and version enter the run identity")
     g = p.add_argument_group("sampling")
     g.add_argument("--temperature", type=float, default=0.6, help="default 0.6")
     g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
@@ -112,11 +122,11 @@ def resolve_config(args: argparse.Namespace):
     team = build_team(wf_name, wf.agents, model=args.model, team_file=args.team, model_for=args.model_for,
                       engine=args.engine, base_url=args.base_url,
                       engine_options=fit_options(args.engine, {"max_batch": args.max_batch},
-                                                 {"tokenizer": args.tokenizer} if args.tokenizer else None))
+                                                 {"tokenizer": args.tokenizer} if args.tokenizer else None),
+                      trust_remote_code=getattr(args, "trust_remote_code", False))
     if team.workflow != wf_name:
         wf = get_workflow(team.workflow)
-    if args.n < 1:
-        raise UserError("--n must be at least 1")
+    check_workflow_options(team.workflow_options, wf)
     sampling = Sampling(temperature=args.temperature, top_p=args.top_p,
                         max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW[suite],
                         enable_thinking=args.enable_thinking)
@@ -173,6 +183,84 @@ def _note_retriever(team, retriever_spec: str | None) -> None:
               f"({team.retriever.get('identity')}); this run uses {now['kind']} ({now['identity']})", file=sys.stderr)
 
 
+def grader_record(family: str, math_grader: str | None) -> dict:
+    """What grades this run: {"family": "math" | "qa" | "toy", and for math "name", "version"}.
+    `--grader` on a workflow that is not graded as math is a UserError."""
+    if family != "math":
+        if math_grader is not None:
+            raise UserError(f"--grader picks a math grader; this workflow is graded by {family!r}")
+        return {"family": family}
+    return {"family": family, **get_grader(math_grader or DEFAULT_GRADER).identity()}
+
+
+# flag -> (check, what it must be); None values (unset optional flags) are not checked
+FLAG_RULES = {
+    "n": (lambda v: v >= 1, "an integer >= 1"),
+    "limit": (lambda v: v >= 1, "an integer >= 1"),
+    "max_new_tokens": (lambda v: v >= 1, "an integer >= 1"),
+    "temperature": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    "top_p": (lambda v: math.isfinite(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "concurrency": (lambda v: v >= 1, "an integer >= 1"),
+    "max_batch": (lambda v: v >= 1, "an integer >= 1"),
+    "flush_every": (lambda v: v >= 1, "an integer >= 1"),
+    "pool_budget": (lambda v: math.isfinite(v) and v > 0, "a number > 0"),
+}
+
+
+def validate_flags(args: argparse.Namespace) -> None:
+    """Check numeric flags before anything is read or loaded (``FLAG_RULES``); one line per mistake."""
+    for name, (ok, what) in FLAG_RULES.items():
+        v = getattr(args, name, None)
+        if v is not None and not ok(v):
+            raise UserError(f"--{name.replace('_', '-')} must be {what}, got {v}")
+
+
+def check_workflow_options(options: dict, wf) -> None:
+    """Team ``workflow_options`` must be keyword parameters of the workflow function."""
+    params = list(inspect.signature(wf.fn).parameters.values())[1:]  # the first is the Episode
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    known = sorted(p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    unknown = sorted(str(k) for k in options if k not in known)
+    if unknown:
+        raise UserError(f"workflow_options: unknown option(s) {', '.join(unknown)} for workflow {wf.name!r}; "
+                        f"its options: {', '.join(known) or 'none'}")
+    for k, v in options.items():
+        default = wf.defaults.get(k)
+        if default is not None and not isinstance(v, type(default)) and not (
+                isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool)):
+            raise UserError(f"workflow_options.{k}: expected {type(default).__name__} (like the default {default!r}), got {v!r}")
+
+
+def models_identity(team) -> dict[str, dict[str, str]]:
+    """What each local worker group's ``model`` resolves to: real path + content hash (store.model_identity).
+    Hub ids not downloaded and remote (openai) models are identified by name only."""
+    from drmas_bench.models import resolve_model
+    from drmas_bench.store import model_identity
+
+    out = {}
+    for name, g in team.worker_groups.items():
+        if g.engine == "openai":
+            continue
+        resolved = resolve_model(g.model)
+        out[name] = model_identity(resolved) if Path(resolved).is_dir() else {"name": str(resolved)}
+    return out
+
+
+def data_identity(benches, data_dir) -> dict[str, str]:
+    """sha256 of every benchmark file read (generated / hub benchmarks: where they come from)."""
+    from drmas_bench.store import load_hash_cache, save_hash_cache, file_sha256
+    from drmas_bench.tasks.registry import local_file, source_of
+
+    cache = load_hash_cache()
+    out = {}
+    for b in benches:
+        path = local_file(b, Path(data_dir)) if data_dir and b.generate is None else None
+        out[b.name] = f"sha256:{file_sha256(path, cache)}" if path else source_of(b, Path(data_dir) if data_dir else None)[0]
+    save_hash_cache(cache)
+    return out
+
+
 def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
@@ -190,7 +278,8 @@ async def _run(args, team, wf, tasks, store, sampling, retriever, cost_fn, proto
         raise
     except Exception as e:
         models = ", ".join(f"{n}={g.model}" for n, g in team.worker_groups.items())
-        raise UserError(f"cannot load the team's models ({models}): {_one_line(e)}") from None
+        log = store.log_error(e)
+        raise UserError(f"cannot load the team's models ({models}): {_one_line(e)} (traceback in {log})") from None
     try:
         runtime = TeamRuntime(team, pool.views(), sampling)
         print(f"[eval] {len(tasks)} questions x {args.n} samples, workflow {wf.name}, run dir {store.path}", file=sys.stderr)
@@ -199,22 +288,25 @@ async def _run(args, team, wf, tasks, store, sampling, retriever, cost_fn, proto
                 tasks, args.n, runtime, wf, store, seed=args.seed, retriever=retriever,
                 workflow_options={**team.workflow_options, **(protocol_opts or {})}, concurrency=args.concurrency,
                 cost_fn=cost_fn, progress=not args.no_progress, flush_every=args.flush_every,
+                math_grader=args.grader,
             )
         except UserError as e:
             raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
         except Exception as e:
-            raise UserError(f"run stopped ({_one_line(e)}); finished samples are saved in {store.samples_path}; "
-                            f"re-run to resume") from None
+            log = store.log_error(e)
+            raise UserError(f"run stopped ({_one_line(e)}); traceback in {log}; finished samples are saved in "
+                            f"{store.samples_path}; re-run to resume") from None
         return stats, pool.stats()
     finally:
         await pool.__aexit__(None, None, None)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from drmas_bench import metrics
     from drmas_bench.store import RunDir, fingerprint
     from drmas_bench.tasks import load_tasks, resolve_data_dir
 
+    # everything is checked before the run directory is touched: a mistake leaves no config behind
+    validate_flags(args)
     suite, benches, wf, team, sampling = resolve_config(args)
     templates, proto = resolve_protocol(args, team, wf)
     data_dir = resolve_data_dir(args.data_dir)
@@ -232,6 +324,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     runtime_sampling = {a: team.sampling_for(a, sampling).__dict__ for a in team.agents}
     identity = {
         "team": team.to_dict(),
+        "models": models_identity(team),
         "sampling": runtime_sampling,
         "seed": args.seed,
         "retriever": retriever_spec,
@@ -243,10 +336,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
                          "max_prompt_tokens": limit, "truncate": side}
         identity["protocol"] = {k: protocol_info[k] for k in ("prompts_sha256", "max_prompt_tokens", "truncate")}
         protocol_opts = {"prompts": templates, "protocol": proto}
+    grader = grader_record(wf.grader, args.grader)
+    if wf.grader == "math":  # a resume with another math grader (or version) is refused
+        identity["grader"] = {k: grader[k] for k in ("name", "version")}
     model_label = team.worker_groups[next(iter(team.worker_groups))].model if len(team.worker_groups) == 1 else "team"
-    out = Path(args.out or Path("runs") / f"{suite}-{Path(model_label.rstrip('/')).name}-{fingerprint(identity)[:8]}")
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model_label.rstrip("/")).name).strip(".") or "model"
+    named = {k: v for k, v in identity.items() if k != "models"}  # default names stay those of earlier versions
+    out = Path(args.out or Path("runs") / f"{suite}-{label}-{fingerprint(named)[:8]}")
     config = {
         "identity": identity,
+        "data": data_identity(benches, data_dir),
         "suite": suite,
         "workflow": wf.name,
         "benchmarks": [b.name for b in benches],
@@ -255,16 +354,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "data_dir": str(data_dir) if data_dir else None,
         "argv": sys.argv[1:],
     }
-    store = RunDir(out, config, fresh=args.fresh)
-
-    prices = None
-    if args.prices:
-        from drmas_bench.pricing import load_prices
-
-        # turns record their worker group; price each as its model
-        prices = load_prices(args.prices).with_aliases({n: g.price_key for n, g in team.worker_groups.items()})
-        for name in team.worker_groups:
-            prices.cost(name, 0, 0)  # fail now, not after the run, on a model the sheet lacks
+    prices = _load_prices(args.prices, team) if args.prices else None
 
     def cost_fn(traj) -> float:
         return sum(prices.cost(t.wg, t.completion.prompt_tokens, t.completion.completion_tokens, t.completion.latency_s)
@@ -280,8 +370,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
         except Exception as e:  # a down server, a missing index dir
             raise UserError(f"retriever {retriever_spec}: {e}") from None
 
-    stats, pool_stats = asyncio.run(_run(args, team, wf, tasks, store, sampling, retriever, cost_fn if prices else None,
-                                         protocol_opts))
+    store = RunDir(out, config, fresh=args.fresh)  # takes RUN/.lock, then writes the identity
+    try:
+        return _run_and_summarize(args, team, wf, tasks, store, sampling, retriever, cost_fn if prices else None, prices,
+                                  protocol_opts, protocol_info, grader)
+    except (UserError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # a bug, not a user mistake: keep the traceback, say so in one line
+        log = store.log_error(e)
+        raise UserError(f"unexpected error ({_one_line(e)}); traceback in {log}; finished samples are kept "
+                        f"in {store.samples_path}") from None
+    finally:
+        store.close()
+
+
+def _load_prices(path: str, team):
+    """The price sheet, checked against the team's worker groups before the run starts."""
+    from drmas_bench.pricing import load_prices
+
+    # turns record their worker group; price each as its model
+    prices = load_prices(path).with_aliases({n: g.price_key for n, g in team.worker_groups.items()})
+    for name in team.worker_groups:
+        prices.cost(name, 0, 0)  # fail now, not after the run, on a model the sheet lacks
+    return prices
+
+
+def _run_and_summarize(args, team, wf, tasks, store, sampling, retriever, cost_fn, prices, protocol_opts,
+                       protocol_info, grader) -> int:
+    from drmas_bench import metrics
+
+    out = store.path
+    stats, pool_stats = asyncio.run(_run(args, team, wf, tasks, store, sampling, retriever, cost_fn, protocol_opts))
 
     keys = {(t.benchmark, t.id) for t in tasks}
     records = [r for r in store.records() if (r["task"]["benchmark"], r["task"]["id"]) in keys and r["sample_idx"] < args.n]
@@ -290,6 +409,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2)}
     summary["pool"] = pool_stats
     summary["protocol"] = protocol_summary(records, protocol_info)
+    summary["grader"] = grader
     md = metrics.format_summary_markdown(summary)
     if protocol_info:
         p = summary["protocol"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -99,17 +98,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / name)
     if args.fresh and args.resume:
         raise UserError("--fresh and --resume exclude each other")
-    if args.fresh:
-        for p in ("ckpt", "metrics.jsonl", "config.yaml", "sft.json", "workers.json", "tb", "curves.png"):
-            q = out / p
-            if q.is_dir():
-                shutil.rmtree(q)
-            elif q.exists():
-                q.unlink()
     use_ray = True if args.ray else False if args.local else None
     print(f"[train] recipe {cfg.recipe}, estimator {cfg.algo.estimator}, loss {cfg.algo.loss}, "
           f"{'shared' if cfg.shared else 'non-shared'}, run dir {out}", file=sys.stderr)
-    summary = train(cfg, out, resume=args.resume, use_ray=use_ray, progress=not args.no_progress)
+    try:  # --fresh deletes the old run inside train(), under the run dir's lock
+        summary = train(cfg, out, resume=args.resume, fresh=args.fresh, use_ray=use_ray, progress=not args.no_progress)
+    except (UserError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        raise UserError(f"training stopped ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                        f"traceback in {out / 'error.log'}; --resume continues from the last complete checkpoint") from None
     print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
     spread = summary.get("grad_norm_spread", {})
     if spread:

@@ -1,20 +1,37 @@
 """Grading: pure functions that score answers (DESIGN.md, "grading/").
 
-- math: `extract_boxed`, `grade_math` (reference rules or math-verify), `grade_math_many` (a process
-  pool with a hard per-item timeout) -> `GradeResult`;
+- math: `GRADERS` (the registry of math graders: careful [default], reference_compat,
+  math_verify; name + version), `extract_boxed`, `has_boxed_answer` (REFERENCE 2b solver
+  validity), `grade_math`, `grade_math_many` (a process pool with a hard per-item timeout) ->
+  `GradeResult`;
 - QA: `grade_qa` -> `QAScore(em, f1, cover_em)`, `extract_answer_tag`, `normalize_qa`;
 - toy: `grade_toy`.
+
+Names are imported on first use (PEP 562), so `drmas_bench.grading.registry` (the CLI's `--grader`
+choices) loads without sympy.
 """
 
-from drmas_bench.grading.extract import extract_answer_tag, extract_boxed  # noqa: F401
-from drmas_bench.grading.math import BACKENDS, answers_equal, grade_math  # noqa: F401
-from drmas_bench.grading.normalize import normalize_answer  # noqa: F401
-from drmas_bench.grading.pool import (  # noqa: F401
-    GradeResult,
-    GradingPool,
-    grade_math_many,
-    grade_one,
-    shutdown_shared_pools,
-)
-from drmas_bench.grading.qa import QAScore, grade_qa, normalize_qa  # noqa: F401
-from drmas_bench.grading.toy import grade_toy  # noqa: F401
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "extract": ("extract_answer_tag", "extract_boxed", "extract_boxed_strict", "has_boxed_answer"),
+    "math": ("answers_equal", "grade_math"),
+    "normalize": ("normalize_answer",),
+    "pool": ("GradeResult", "GradingPool", "grade_math_many", "grade_one", "shutdown_shared_pools"),
+    "qa": ("QAScore", "grade_qa", "normalize_qa"),
+    "registry": ("DEFAULT_GRADER", "GRADERS", "MathGrader", "get_grader"),
+    "toy": ("grade_toy",),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value

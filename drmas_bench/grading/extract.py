@@ -1,10 +1,16 @@
 """Pulling the final answer out of a model response.
 
 - `extract_boxed(text)`: the content of the last `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`),
-  searched after the last closing think tag when there is one (REFERENCE.md §3).
+  innermost when boxes are nested, searched after the last closing think tag when there is one
+  (the careful grader's extraction, lenient on purpose);
+- `extract_boxed_strict(text)`: the reference's extraction (REFERENCE.md 2b, last paragraph): the
+  last `\\boxed{...}` with a balanced closing brace, innermost when nested, in the text after the
+  FIRST `</think>`; `\\fbox` and an unbraced `\\boxed 5` give no answer;
+- `has_boxed_answer(text)`: the solver's validity test of REFERENCE.md 2b (a `\\boxed{` with a
+  balanced closing brace exists, i.e. `extract_boxed_strict` finds an answer);
 - `extract_answer_tag(text, tag="answer")`: the content of the last `<answer>...</answer>`.
 
-Both return None when there is no answer, never raise.
+The extractors return None when there is no answer; nothing here raises.
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ THINK_CLOSE = "</think>"
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 
 
-def after_think(text: str) -> str:
-    """The part of `text` after the last `</think>`, or all of it when there is no such tag."""
-    cut = text.rfind(THINK_CLOSE)
+def after_think(text: str, first: bool = False) -> str:
+    """The part of `text` after the last `</think>` (`first=True`: after the first one), or all of
+    it when there is no such tag."""
+    cut = text.find(THINK_CLOSE) if first else text.rfind(THINK_CLOSE)
     return text if cut < 0 else text[cut + len(THINK_CLOSE):]
 
 
@@ -56,26 +63,54 @@ def _box_at(text: str, cmd_end: int) -> tuple[str, int] | None:
     return None
 
 
-def extract_boxed(text: str | None) -> str | None:
-    """Content of the last top-level `\\boxed{...}` / `\\fbox{...}` / `\\boxed x` in `text`.
-
-    Searches after the last `</think>` when one is present. Nested braces are balanced
-    (`\\boxed{\\frac{1}{2}}` -> `\\frac{1}{2}`). A box nested inside another box counts as part of
-    the outer one. Returns None when there is no complete box (an empty box returns "")."""
-    if not text:
-        return None
-    text = after_think(text)
+def _last_box(text: str, pattern: re.Pattern, braced_only: bool) -> str | None:
+    """Content of the last complete top-level box in `text`, then of the innermost box inside it
+    (`\\boxed{\\boxed{7}}` -> `7`; `\\boxed{x=\\boxed{7}}` -> `7`)."""
     last: str | None = None
     pos = 0
     while True:
-        m = _BOX_RE.search(text, pos)
+        m = pattern.search(text, pos)
         if m is None:
-            return last
-        box = _box_at(text, m.end())
+            break
+        box = _braced(text, m.end()) if braced_only else _box_at(text, m.end())
         if box is None:
             pos = m.end()
             continue
         last, pos = box[0].strip(), box[1]
+    if last is not None and pattern.search(last):
+        inner = _last_box(last, pattern, braced_only)
+        if inner is not None:
+            return inner
+    return last
+
+
+def extract_boxed(text: str | None) -> str | None:
+    """Content of the last `\\boxed{...}` / `\\fbox{...}` / `\\boxed x` in `text` (careful grader).
+
+    Searches after the last `</think>` when one is present. Nested braces are balanced
+    (`\\boxed{\\frac{1}{2}}` -> `\\frac{1}{2}`). When the last box holds other boxes, the innermost
+    last one is the answer (`\\boxed{\\boxed{7}}` -> `7`). Returns None when there is no complete
+    box (an empty box returns "")."""
+    if not text:
+        return None
+    return _last_box(after_think(text), _BOX_RE, braced_only=False)
+
+
+_STRICT_BOX_RE = re.compile(r"\\boxed(?=\{)")
+
+
+def extract_boxed_strict(text: str | None) -> str | None:
+    """The reference's extraction: content of the last `\\boxed{...}` (balanced braces), innermost
+    when nested, in the text after the first `</think>`. `\\fbox{...}` and `\\boxed 5` give None."""
+    if not text:
+        return None
+    return _last_box(after_think(text, first=True), _STRICT_BOX_RE, braced_only=True)
+
+
+def has_boxed_answer(text: str | None) -> bool:
+    """REFERENCE.md 2b solver validity: a `\\boxed{` with a balanced closing brace exists in the
+    text after the first `</think>` (`\\fbox{5}` and `\\boxed 5` do not count; `\\boxed{}` does)."""
+    return extract_boxed_strict(text) is not None
 
 
 def extract_answer_tag(text: str | None, tag: str = "answer") -> str | None:

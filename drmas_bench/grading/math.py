@@ -1,13 +1,15 @@
-"""Math answer grading: `grade_math(response, gold, backend="reference")`.
+"""Math answer grading: `grade_math(response, gold, backend="careful")`.
 
-The reference backend (REFERENCE.md §3) works in three steps:
+The `careful` grader (our own, the default; called `reference` before its version 2) builds on
+the reference's steps (REFERENCE.md §3) and tightens them:
 
-1. **Extract** the last `\\boxed{}` of the response, after any `</think>` (`extract_boxed`).
-   No box means wrong.
+1. **Extract** the last `\\boxed{}` of the response (innermost when nested), after any
+   `</think>` (`extract_boxed`). No box means wrong.
 2. **Normalise** both answers (`normalize_answer`) and compare the strings. Equal means right.
 3. Otherwise compare **structurally, then symbolically**:
    - comma-separated lists and sets `\\{...\\}` compare as unordered collections (`1,-2` equals
-     `-2,1`; `1\\pm\\sqrt{19}` expands to the two-element list);
+     `-2,1`; `1\\pm\\sqrt{19}` expands to the two-element list); when the gold is a list, a
+     prediction such as `8, 221` (also readable as the number 8221) is compared as a list too;
    - tuples and intervals `(a,b)`, `[a,b)` compare element by element, brackets included;
      unions `A \\cup B` part by part; matrices (`pmatrix`, `bmatrix`, ...) entry by entry;
    - equations `lhs = rhs` are equal when `lhs - rhs` agree up to a non-zero constant factor;
@@ -24,9 +26,10 @@ The reference backend (REFERENCE.md §3) works in three steps:
 Expressions too large to evaluate safely (power towers, huge factorials) count as not equal;
 `grade_math_many` adds a hard per-item timeout on top for anything that still runs too long.
 
-Backends (`backend=`):
-- `"reference"`: the rules above (default).
-- `"math_verify"`: the `math-verify` package (extra `mathverify`), on the same extracted answer;
+Graders (`backend=`, a name from `drmas_bench.grading.registry.GRADERS`, the one list of names):
+- `"careful"`: the rules above (default).
+- `"reference_compat"`: the reference grader's facts, flaws included (`grading/compat.py`).
+- `"math_verify"`: the `math-verify` package (extra `mathverify`), on the careful extraction;
   its own signal-based timeouts are switched off (they fail outside the main thread).
 """
 
@@ -346,7 +349,7 @@ def _equations_equal(gold: Node, pred: Node) -> bool:
 
 
 def answers_equal(gold: str, pred: str) -> bool:
-    """Two raw answer strings (already extracted): normalise, then compare (reference rules)."""
+    """Two raw answer strings (already extracted): normalise, then compare (the careful rules)."""
     g, p = normalize_answer(gold), normalize_answer(pred)
     if not p:
         return False
@@ -354,23 +357,26 @@ def answers_equal(gold: str, pred: str) -> bool:
         return True
     if len(g) > MAX_ANSWER_CHARS or len(p) > MAX_ANSWER_CHARS:
         return False
-    return nodes_equal(parse_structure(g), parse_structure(p))
+    if nodes_equal(parse_structure(g), parse_structure(p)):
+        return True
+    # a list gold (`221, 8`) against `8, 221`, which reads as the number 8221: compare as a list too
+    p_list = normalize_answer(pred, join_thousands=False)
+    if p_list != p and len(split_top_level(g, ",")) > 1:
+        return nodes_equal(parse_structure(g), parse_structure(p_list))
+    return False
 
 
 # ----------------------------------------------------------------------------------- backends
 
 
-def _reference_backend(extracted: str, gold: str) -> bool:
-    return answers_equal(gold, extracted)
-
-
-def _math_verify_backend(extracted: str, gold: str) -> bool:
+def math_verify_equal(extracted: str, gold: str) -> bool:
+    """The `math_verify` grader's comparison: math-verify's parse + verify on both boxed answers."""
     try:
         from math_verify import parse, verify
     except ImportError:
         from drmas_bench.types import UserError
 
-        raise UserError("backend 'math_verify' needs the math-verify package: pip install 'drmas-bench[mathverify]'") from None
+        raise UserError("grader 'math_verify' needs the math-verify package: pip install 'drmas-bench[mathverify]'") from None
     # it warns once per process that its own timeouts are off: they are, on purpose (see above)
     for name in ("math_verify.parser", "math_verify.grader"):
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -380,32 +386,32 @@ def _math_verify_backend(extracted: str, gold: str) -> bool:
     return bool(g) and bool(p) and verify(g, p, timeout_seconds=None)
 
 
-BACKENDS: dict[str, Callable[[str, str], bool]] = {
-    "reference": _reference_backend,
-    "math_verify": _math_verify_backend,
-}
+def resolve_backend(backend: str | Callable[[str, str], bool]):
+    """A grader name -> (extract, equal) of the registered grader; a callable (extracted, gold) ->
+    bool -> (the careful extraction, that callable). Unknown names are UserErrors."""
+    if callable(backend):
+        return extract_boxed, backend
+    from drmas_bench.grading.registry import get_grader
+
+    g = get_grader(backend)
+    return g.extract, g.equal
 
 
 def get_backend(backend: str | Callable[[str, str], bool]) -> Callable[[str, str], bool]:
-    """A backend name (see BACKENDS) -> its function `(extracted answer, gold) -> bool`.
+    """A grader name (see `registry.GRADERS`) -> its comparison `(extracted answer, gold) -> bool`.
 
     A callable is returned as is: it is given the extracted answer and the gold answer."""
-    if callable(backend):
-        return backend
-    if backend not in BACKENDS:
-        from drmas_bench.types import UserError
-
-        raise UserError(f"unknown math grading backend {backend!r}; known: {', '.join(BACKENDS)}")
-    return BACKENDS[backend]
+    return resolve_backend(backend)[1]
 
 
-def grade_math(response: str, gold: str, backend: str | Callable[[str, str], bool] = "reference") -> bool:
-    """True when the last boxed answer of `response` equals `gold` (see the module docstring).
+def grade_math(response: str, gold: str, backend: str | Callable[[str, str], bool] = "careful") -> bool:
+    """True when the answer extracted from `response` equals `gold` (see the module docstring).
 
-    `backend`: "reference" (default) | "math_verify" | a function (extracted answer, gold) -> bool.
-    No boxed answer means False. Runs in this process with no timeout: batch grading of untrusted
-    output belongs in `grade_math_many`."""
-    extracted = extract_boxed(response)
+    `backend`: "careful" (default) | "reference_compat" | "math_verify" | a function
+    (extracted answer, gold) -> bool (given the careful extraction). No answer means False. Runs in
+    this process with no timeout: batch grading of untrusted output belongs in `grade_math_many`."""
+    extract, equal = resolve_backend(backend)
+    extracted = extract(response)
     if extracted is None or not extracted.strip():
         return False
-    return bool(get_backend(backend)(extracted, gold))
+    return bool(equal(extracted, gold))

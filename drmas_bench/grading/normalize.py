@@ -10,7 +10,7 @@ spellings compare equal as strings:
 - degrees (`^\\circ`, `^{\\circ}`, `°`) and percent (`\\%`, `%`) marks are dropped;
 - a trailing unit in `\\text{...}` / `\\mbox{...}` (`5.4 \\text{ cents}`, `15\\mbox{ cm}^2`) is
   dropped; any other `\\text{X}` / `\\mathrm{X}` / `\\textbf{X}` ... becomes X;
-- thousands separators (`1,000`, `10,\\!080`) are removed when the whole answer is one number;
+- thousands separators (`1,000`, `10,\\!080`, `1{,}000`) are removed when the whole answer is one number;
 - a trailing `.` is removed, a leading `.5` becomes `0.5`, `np.` prefixes go;
 - a leading assignment to a single variable or function (`x=5`, `f(x)=2x`, `m_{\\max}=3`,
   `x \\in [-2,7]`) keeps only its right-hand side (per comma-separated item);
@@ -179,17 +179,20 @@ def _mixed_number(s: str) -> str:
     return f"{'-' if sign == '-' else ''}\\frac{{{whole * den + num}}}{{{den}}}"
 
 
-def normalize_answer(s: str | None) -> str:
-    """The canonical string form of a math answer (see the module docstring for every rule)."""
+def normalize_answer(s: str | None, join_thousands: bool = True) -> str:
+    """The canonical string form of a math answer (see the module docstring for every rule).
+
+    join_thousands=False keeps `8,221` as the two-item list it may also be."""
     if s is None:
         return ""
-    return _normalize(str(s))
+    return _normalize(str(s), join_thousands)
 
 
 @lru_cache(maxsize=16384)
-def _normalize(s: str) -> str:
+def _normalize(s: str, join_thousands: bool = True) -> str:
     s = s.replace("\n", " ").strip()
     s = s.replace("\\$", "").replace("$", "")
+    s = s.replace("{,}", ",")  # `1{,}000`: a comma in braces (LaTeX's no-space comma) is a comma
     s = s.replace("\\!", "")
     s = _SPACING.sub(lambda m: m.group(0) if m.group(0) == "\\\\" else " ", s)  # keep row breaks
     s = _SIZING.sub("", s)
@@ -213,7 +216,7 @@ def _normalize(s: str) -> str:
     s = brace_macro_arguments(s, "\\binom", 2)
     s = brace_macro_arguments(s, "\\sqrt", 1)
     s = squeeze_spaces(s)
-    if _THOUSANDS.match(s):
+    if join_thousands and _THOUSANDS.match(s):
         s = s.replace(",", "")
     s = ",".join(strip_leading_assignment(item) for item in split_top_level(s, ","))
     s = re.sub(r"([_^])\{([a-zA-Z0-9])\}", r"\1\2", s)

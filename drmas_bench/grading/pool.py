@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterable, Sequence
 
-from drmas_bench.grading.extract import extract_boxed
 
 # "forkserver" where the platform has it: one clean server process imports sympy once and forks
 # each worker from it (fast start and restart, no inherited threads); "spawn" elsewhere.
@@ -66,7 +65,7 @@ class GradeResult:
 
     correct: the answer is right (always False unless status is "ok").
     status: "ok" | "timeout" (killed after timeout_s) | "error" (the grader raised, or its worker died).
-    extracted: the last boxed answer of the response (None when there is none).
+    extracted: the answer the grader extracted from the response (None when there is none).
     seconds: grading time of this item (for a timeout: the time until the kill).
     detail: the error message for status "error", else "".
     """
@@ -78,16 +77,17 @@ class GradeResult:
     detail: str = ""
 
 
-def grade_one(response: str, gold: str, backend: str | Callable[[str, str], bool] = "reference") -> GradeResult:
+def grade_one(response: str, gold: str, backend: str | Callable[[str, str], bool] = "careful") -> GradeResult:
     """Grade one pair in this process (no timeout), catching grader errors as status "error"."""
-    from drmas_bench.grading.math import get_backend
+    from drmas_bench.grading.math import resolve_backend
 
     t0 = time.perf_counter()
-    extracted = extract_boxed(response)
+    extract, equal = resolve_backend(backend)
+    extracted = extract(response)
     if extracted is None or not extracted.strip():
         return GradeResult(False, "ok", extracted, time.perf_counter() - t0)
     try:
-        correct = bool(get_backend(backend)(extracted, gold))
+        correct = bool(equal(extracted, gold))
     except Exception as e:  # any grader failure is recorded, never raised into the batch
         return GradeResult(False, "error", extracted, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[:300])
     return GradeResult(correct, "ok", extracted, time.perf_counter() - t0)
@@ -221,13 +221,14 @@ class GradingPool:
         self,
         pairs: Iterable[tuple[str, str]],
         timeout_s: float | None = 5.0,
-        backend: str | Callable[[str, str], bool] = "reference",
+        backend: str | Callable[[str, str], bool] = "careful",
         chunk_size: int | None = None,
     ) -> list[GradeResult]:
         """Grade every (response, gold) pair; results in input order, one per pair.
 
         timeout_s: hard limit per item in seconds (None: no limit).
-        backend: "reference" | "math_verify" | a picklable function (extracted, gold) -> bool.
+        backend: a grader name from `registry.GRADERS` ("careful", "reference_compat", "math_verify")
+          or a picklable function (extracted, gold) -> bool (given the careful extraction).
         chunk_size: items per message to a worker (default: adapted to the batch size)."""
         if self._closed:
             raise RuntimeError("this GradingPool is closed")
@@ -352,7 +353,9 @@ class GradingPool:
         pos, t0 = item
         idx = chunk[pos]
         response, _ = batch.pairs[idx]
-        batch.results[idx] = GradeResult(False, status, extract_boxed(response), time.monotonic() - t0, detail)
+        from drmas_bench.grading.math import resolve_backend
+
+        batch.results[idx] = GradeResult(False, status, resolve_backend(batch.backend)[0](response), time.monotonic() - t0, detail)
         batch.left -= 1
         rest = chunk[w.received:pos] + chunk[pos + 1:]
         if rest:
@@ -459,7 +462,7 @@ def grade_math_many(
     pairs: Iterable[tuple[str, str]],
     timeout_s: float | None = 5.0,
     workers: int | None = None,
-    backend: str | Callable[[str, str], bool] = "reference",
+    backend: str | Callable[[str, str], bool] = "careful",
 ) -> list[GradeResult]:
     """Grade (response, gold) pairs in worker processes with a hard per-item timeout.
 
@@ -467,8 +470,8 @@ def grade_math_many(
     timeout_s: seconds per item before its worker is killed and the item recorded as "timeout"
       (None: no limit).
     workers: worker processes (default: usable CPUs, at most 8).
-    backend: "reference" (default) | "math_verify" | a picklable module-level function
-      (extracted answer, gold) -> bool.
+    backend: a grader name from `registry.GRADERS`: "careful" (default) | "reference_compat" |
+      "math_verify"; or a picklable module-level function (extracted answer, gold) -> bool.
     Returns one GradeResult per pair, in input order. Safe to call from any thread."""
     size = max(1, workers or default_workers())
     with _shared_guard:

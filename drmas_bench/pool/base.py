@@ -42,9 +42,12 @@ def specs_from_team(team: Any) -> dict[str, EngineSpec]:
     ``base_url`` when the group sets one (only then: the hf engine rejects the key)."""
     out: dict[str, EngineSpec] = {}
     for name, g in team.worker_groups.items():
-        opts = dict(g.options)
-        if getattr(g, "base_url", None):
-            opts["base_url"] = g.base_url
+        if hasattr(g, "engine_options"):  # agents.team.WorkerGroupSpec: base_url, api_key_env's key
+            opts = g.engine_options()
+        else:
+            opts = dict(g.options)
+            if getattr(g, "base_url", None):
+                opts["base_url"] = g.base_url
         out[name] = EngineSpec(g.engine, g.model, opts)
     return out
 

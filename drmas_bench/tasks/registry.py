@@ -143,8 +143,12 @@ def local_file(b: Benchmark, data_dir: Path | None) -> Path | None:
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, record) for each non-empty line; a malformed line names file and line."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x}); save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:

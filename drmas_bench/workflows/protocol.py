@@ -107,18 +107,11 @@ def env_action(text: str) -> Action:
 
 def solver_valid(text: str) -> bool:
     """A ``\\boxed{`` with a balanced closing brace exists (the reference's extraction succeeds on
-    the last one, after the first </think>); ``\\fbox`` and ``\\boxed 5`` do not count; no CJK."""
-    cut = text.find(THINK_CLOSE)
-    body = text if cut < 0 else text[cut + len(THINK_CLOSE):]
-    i = body.rfind("\\boxed{")
-    if i < 0 or has_cjk(text):
-        return False
-    depth = 0
-    for ch in body[i + len("\\boxed"):]:
-        depth += (ch == "{") - (ch == "}")
-        if depth == 0:
-            return True
-    return False
+    the last one, after the first </think>); ``\\fbox`` and ``\\boxed 5`` do not count; no CJK.
+    The extraction is the grading package's strict one, so validity and `reference_compat` agree."""
+    from drmas_bench.grading.extract import has_boxed_answer
+
+    return not has_cjk(text) and has_boxed_answer(text)
 
 
 def verify_valid(text: str) -> bool:

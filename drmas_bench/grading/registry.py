@@ -1,0 +1,99 @@
+"""The math grader registry: the one place that names math graders (`--grader` choices come from it).
+
+A `MathGrader` is a name, a version, an extraction function (response -> answer or None) and a
+comparison (extracted answer, gold) -> bool. The name and version go into a run's identity and its
+summary, so a resumed run never mixes grades of two graders.
+
+Graders:
+
+- `careful` (default): our own grader (`drmas_bench.grading.math`): lenient extraction (last box,
+  innermost when nested, `\\fbox` and `\\boxed 5` accepted, after the last `</think>`), careful
+  normalisation, structural comparison of lists, tuples, intervals, matrices and equations, exact
+  numbers, sympy with sample points and guards. Called `reference` before version 2; that name is
+  refused with a pointer, since it was never the reference's grader.
+- `reference_compat`: the reference grader's facts (`drmas_bench.grading.compat`), flaws included
+  (numbers below 1e-7 equal 0; `\\text{...}` keeps only its first group).
+- `math_verify`: the math-verify package (extra `mathverify`) on the careful extraction.
+
+Adding a grader = one `register(MathGrader(...))` call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from drmas_bench.grading.extract import extract_boxed, extract_boxed_strict
+from drmas_bench.types import UserError
+
+DEFAULT_GRADER = "careful"
+# names that once meant something else: refused with this hint rather than silently remapped
+RENAMED = {"reference": "the old default `reference` is now called `careful`; "
+                        "the reference grader's own rules are `reference_compat`"}
+
+
+@dataclass(frozen=True)
+class MathGrader:
+    """name: registry key; version: bumped whenever a grade may change; equal(extracted, gold);
+    extract(response) -> answer or None; about: one line for --help and docs."""
+
+    name: str
+    version: str
+    equal: Callable[[str, str], bool]
+    extract: Callable[[str | None], str | None] = extract_boxed
+    about: str = ""
+
+    def identity(self) -> dict[str, str]:
+        """What a run records: {"name", "version"}."""
+        return {"name": self.name, "version": self.version}
+
+
+GRADERS: dict[str, MathGrader] = {}
+
+
+def register(grader: MathGrader) -> MathGrader:
+    GRADERS[grader.name] = grader
+    return grader
+
+
+def get_grader(name: str) -> MathGrader:
+    """The registered grader called `name`; a UserError naming the known ones otherwise."""
+    if name in GRADERS:
+        return GRADERS[name]
+    hint = f" ({RENAMED[name]})" if name in RENAMED else ""
+    raise UserError(f"unknown math grader {name!r}{hint}; known: {', '.join(GRADERS)}")
+
+
+def _careful(extracted: str, gold: str) -> bool:
+    from drmas_bench.grading.math import answers_equal
+
+    return answers_equal(gold, extracted)
+
+
+def _compat(extracted: str, gold: str) -> bool:
+    from drmas_bench.grading.compat import compat_equal
+
+    return compat_equal(extracted, gold)
+
+
+def _math_verify(extracted: str, gold: str) -> bool:
+    from drmas_bench.grading.math import math_verify_equal
+
+    return math_verify_equal(extracted, gold)
+
+
+def _dist_version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "missing"
+
+
+register(MathGrader("careful", "2", _careful, extract_boxed,
+                    "our careful grader (default): structure-aware, exact numbers, guarded sympy"))
+register(MathGrader("reference_compat", "1", _compat, extract_boxed_strict,
+                    "the reference grader's rules, flaws included (REFERENCE.md 2b)"))
+register(MathGrader("math_verify", f"1+math-verify-{_dist_version('math-verify')}", _math_verify, extract_boxed,
+                    "the math-verify package on the careful extraction (extra: mathverify)"))
