@@ -203,8 +203,10 @@ async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | N
 
 def load_train_tasks(cfg: TrainConfig) -> list[Task]:
     """The training prompts named by ``data.source``: ``toy`` (generated from ``data.seed``),
-    ``benchmark:NAME[,NAME]`` (the registry), or a ``.jsonl`` file of Task records
-    (``id``, ``question``, ``answers``; ``benchmark`` defaults to ``train``)."""
+    ``benchmark:NAME[,NAME]`` (registry entries: the training sets ``dapo_math_17k`` and
+    ``nq_hotpotqa_train``, or any benchmark; from ``data.data_dir`` / ``$DRMAS_DATA_DIR``, else the
+    hub), or a ``.jsonl`` file of Task records (``id``, ``question``, ``answers``; ``benchmark``
+    defaults to ``train``)."""
     d = cfg.data
     if d.source == "toy":
         from drmas_bench.tasks.toy import make_toy_tasks
@@ -213,27 +215,38 @@ def load_train_tasks(cfg: TrainConfig) -> list[Task]:
     elif d.source.startswith("benchmark:"):
         from drmas_bench.tasks import load_tasks
 
+        names = [n.strip() for n in d.source.split(":", 1)[1].split(",") if n.strip()]
+        if not names:
+            raise UserError(f"data.source {d.source!r} names no registry entry (e.g. benchmark:dapo_math_17k)")
         tasks = []
-        for name in [n.strip() for n in d.source.split(":", 1)[1].split(",") if n.strip()]:
+        for name in names:
             tasks.extend(load_tasks(name, d.data_dir, limit=d.limit))
     else:
-        from drmas_bench.tasks.registry import iter_jsonl
-
-        p = Path(d.source)
-        if not p.is_file():
-            raise UserError(f"data.source {d.source!r}: not toy, benchmark:NAME, or an existing .jsonl file")
-        tasks = []
-        for lineno, rec in iter_jsonl(p):
-            try:
-                answers = rec["answers"] if isinstance(rec["answers"], list) else [rec["answers"]]
-                tasks.append(Task(str(rec.get("id", lineno)), str(rec.get("benchmark", "train")), rec["question"],
-                                  [str(a) for a in answers], rec.get("meta", {})))
-            except KeyError as e:
-                raise UserError(f"{p}:{lineno}: a training task needs {e.args[0]!r}") from None
+        tasks = _task_file(Path(d.source), d.source)
     if d.limit is not None:
         tasks = tasks[: d.limit]
     if not tasks:
         raise UserError(f"data.source {d.source!r} has no tasks")
+    return tasks
+
+
+def _task_file(p: Path, source: str) -> list[Task]:
+    """Task records from a JSON-lines file; rows in another layout get a hint to the registry."""
+    from drmas_bench.tasks.registry import iter_jsonl
+
+    if not p.is_file():
+        raise UserError(f"data.source {source!r}: not toy, benchmark:NAME, or an existing .jsonl file")
+    tasks = []
+    for lineno, rec in iter_jsonl(p):
+        try:
+            answers = rec["answers"] if isinstance(rec["answers"], list) else [rec["answers"]]
+            tasks.append(Task(str(rec.get("id", lineno)), str(rec.get("benchmark", "train")), rec["question"],
+                              [str(a) for a in answers], rec.get("meta", {})))
+        except KeyError as e:
+            hint = (" (rows in the verl/Search-R1 layout, with prompt and reward_model, load through the registry: "
+                    "data.source: benchmark:dapo_math_17k or benchmark:nq_hotpotqa_train, with data.data_dir)"
+                    if "reward_model" in rec else "")
+            raise UserError(f"{p}:{lineno}: a training task needs {e.args[0]!r}{hint}") from None
     return tasks
 
 
