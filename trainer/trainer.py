@@ -361,6 +361,10 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
     Fills ``workers`` as it goes, so the caller can close what was started if a later one fails."""
     from drmas_bench.models import resolve_model
 
+    if use_ray:
+        from drmas_trainer.ray_workers import check_worker_demand
+
+        check_worker_demand(cfg.ray, plan)  # a demand the cluster cannot meet: one line, before any actor
     for name, g in plan.items():
         if ckpt is not None:
             path = str((ckpt / "models" / name).resolve())
@@ -376,6 +380,8 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
             from drmas_trainer.worker import WorkerGroup
 
             workers[name] = WorkerGroup(name, g.agents, g.settings, path, **kwargs)
+    if use_ray:  # placed within ray.timeout_s each (else a one-line error), then the groups are built
+        await asyncio.gather(*(w.ready(cfg.ray.timeout_s) for w in workers.values()))
     if ckpt is not None:
         await asyncio.gather(*(w.load_optimizer(str((ckpt / "optim" / f"{n}.pt").resolve())) for n, w in workers.items()))
     await asyncio.gather(*(w.start_engine() for w in workers.values()))
