@@ -125,3 +125,12 @@ def test_trainer_reads_training_sets_through_the_registry(data_dir, tmp_path):
     f.write_text((data_dir / "math" / "dapo_math_17k" / "train.jsonl").open().readline())
     with pytest.raises(UserError, match=r"needs 'answers'.*benchmark:dapo_math_17k"):
         load_train_tasks(load_config("math_qwen3_4b", {"data.source": str(f)}))
+
+
+def test_unknown_workflow_option_is_one_line_before_any_model_loads(tmp_path):
+    from drmas_trainer.config import load_config
+    from drmas_trainer.trainer import train
+
+    cfg = load_config("tiny", {"workflow_options": {"rounds": 2, "no_such": 1}, "steps": 1})
+    with pytest.raises(UserError, match=r"^workflow_options: unknown option\(s\) no_such for workflow toy; known: rounds$"):
+        train(cfg, tmp_path / "run", use_ray=False, progress=False)

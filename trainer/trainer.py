@@ -79,6 +79,7 @@ async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | N
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     wf = get_workflow(cfg.workflow)
+    check_workflow_options(wf, cfg.workflow_options)
     plan = plan_worker_groups(cfg, wf.agents)
     tasks = load_train_tasks(cfg)
     n_steps = total_steps(cfg, len(tasks))
@@ -248,6 +249,18 @@ def _task_file(p: Path, source: str) -> list[Task]:
                     if "reward_model" in rec else "")
             raise UserError(f"{p}:{lineno}: a training task needs {e.args[0]!r}{hint}") from None
     return tasks
+
+
+def check_workflow_options(wf: WorkflowSpec, options: dict[str, Any]) -> None:
+    """``workflow_options`` must be keyword options of the workflow (one line naming the bad key),
+    checked before any model loads rather than as a traceback in the first episode."""
+    import inspect
+
+    known = [n for n in list(inspect.signature(wf.fn).parameters)[1:]]
+    bad = sorted(set(options) - set(known))
+    if bad:
+        raise UserError(f"workflow_options: unknown option(s) {', '.join(bad)} for workflow {wf.name}; "
+                        f"known: {', '.join(known) or '(none)'}")
 
 
 def total_steps(cfg: TrainConfig, n_tasks: int) -> int:
