@@ -134,3 +134,16 @@ def test_unknown_workflow_option_is_one_line_before_any_model_loads(tmp_path):
     cfg = load_config("tiny", {"workflow_options": {"rounds": 2, "no_such": 1}, "steps": 1})
     with pytest.raises(UserError, match=r"^workflow_options: unknown option\(s\) no_such for workflow toy; known: rounds$"):
         train(cfg, tmp_path / "run", use_ray=False, progress=False)
+
+
+@pytest.mark.data
+def test_a_retriever_that_cannot_serve_is_one_line_before_any_model_loads(data_dir, tmp_path):
+    from drmas_trainer.config import load_config
+    from drmas_trainer.trainer import train
+
+    write_search_train(data_dir, tmp_path / "data", n=1)
+    cfg = load_config("search_qwen2.5_7b", {"data.data_dir": str(tmp_path / "data"), "retriever": f"bm25:{tmp_path}/none",
+                                            "rollout.prompts_per_step": 2, "steps": 1, "epochs": None})
+    with pytest.raises(UserError, match=r"^retriever bm25:.*/none: index directory not found: .*--set retriever="):
+        train(cfg, tmp_path / "run", use_ray=False, progress=False)
+    assert not (tmp_path / "run").exists()  # nothing written

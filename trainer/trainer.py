@@ -88,6 +88,8 @@ async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | N
     if (cfg.sft.steps or any(cfg.sft.agent_steps.values())) and cfg.workflow != "toy":
         raise UserError(f"the sft warm start generates toy examples only; set sft.steps: 0 for workflow {cfg.workflow!r}")
 
+    retriever = _load_retriever(cfg, wf)  # probed now: a server that is down fails before any model loads
+
     # --- the run directory: config, latest checkpoint, metrics --------------------------------
     ckpt_root = run / "ckpt"
     found = ckpt_io.latest_checkpoint(ckpt_root)
@@ -116,7 +118,6 @@ async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | N
         infos = await asyncio.gather(*(w.info() for w in workers.values()))
         (run / "workers.json").write_text(json.dumps({"ray": bool(use_ray), "worker_groups": infos}, indent=1))
         runtime = TeamRuntime(rollout_team(cfg, plan, wf), workers, rollout_sampling(cfg))
-        retriever = _load_retriever(cfg, wf)
 
         # --- step 0: the supervised warm start, saved as the untrained team ---------------------
         if not found:
@@ -346,7 +347,14 @@ def _load_retriever(cfg: TrainConfig, wf: WorkflowSpec) -> Any:
         raise UserError(f"workflow {wf.name} needs a retriever: set `retriever:` in the recipe (bm25:DIR | dense:DIR | URL)")
     from drmas_retrieval import load_retriever
 
-    return load_retriever(cfg.retriever)
+    try:
+        retriever = load_retriever(cfg.retriever)
+        retriever.search(["probe"], 1)  # a server that is down, an index that is missing: fail here
+    except Exception as e:  # noqa: BLE001 - any failure means "this retriever cannot serve the run"
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"retriever {cfg.retriever}: {first} (the recipe's `retriever:`; set it with "
+                        f"--set retriever=bm25:DIR|dense:DIR|http://HOST:PORT)") from None
+    return retriever
 
 
 def rollout_sampling(cfg: TrainConfig) -> Sampling:
