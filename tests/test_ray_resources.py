@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from drmas_bench.types import UserError
+from drmas_bench.types import Request, Sampling, UserError
 
 ray = pytest.importorskip("ray")
 
@@ -102,3 +102,33 @@ def test_actor_failures_are_one_line_and_reach_the_driver_log(one_gpu, capfd):
             break
         time.sleep(0.25)
     assert "Traceback" in err and "no_such_method" in err
+
+
+def test_ray_pool_actor_demands_are_checked_and_waits_bounded(one_gpu):
+    from drmas_bench.pool import EngineSpec
+    from drmas_bench.pool.ray_pool import RayPool
+
+    spec = {"a": EngineSpec("hf", "tiny-random", {"device": "cpu"})}
+
+    async def start(**kw):
+        pool = RayPool(spec, gpus_per_group=0, **kw)
+        try:
+            await pool.start()
+            await pool.generate("a", [Request("a", [{"role": "user", "content": "hi"}], Sampling(max_new_tokens=2))])
+        finally:
+            await pool.close()
+
+    # a custom resource the cluster does not have at all: one line before any actor
+    with pytest.raises(UserError, match=r"^a RayPool worker-group actor needs 1 nosuch but the Ray cluster has 0 nosuch"):
+        asyncio.run(start(actor_options={"resources": {"nosuch": 1}}))
+    # CPUs that exist but are held: the actor waits at most placement_timeout_s
+    held = ray.remote(num_cpus=2)(type("HoldCPUs", (), {"ping": lambda self: 1})).remote()
+    ray.get(held.ping.remote())
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(UserError, match=r"worker group 'a': Ray could not place its actor \(1 CPU\) within 2 s "
+                                            r"\(cluster: 2 CPU; free now: 0 CPU\)"):
+            asyncio.run(start(actor_options={"num_cpus": 1}, placement_timeout_s=2))
+        assert time.monotonic() - t0 < 15
+    finally:
+        ray.kill(held)

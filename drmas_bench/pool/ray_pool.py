@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import traceback
 from typing import Any, Mapping
 
 from drmas_bench.pool.base import EngineSpec, MemoryMeter, PoolBase, _Group, cuda_peak_bytes
@@ -81,7 +82,13 @@ class EngineActor:
 
         self.meter = MemoryMeter(meter_interval_s)
         self.meter.start()
-        self.engine = make_engine(kind, model, **options)
+        try:
+            self.engine = make_engine(kind, model, **options)
+        except UserError:  # one line, travels as is
+            raise
+        except Exception:  # the traceback reaches the driver's log (log_to_driver); the caller gets one line
+            traceback.print_exc()
+            raise
         return self.ready()
 
     def ready(self) -> dict[str, Any]:
@@ -221,6 +228,9 @@ class RayPool(PoolBase):
         if not ray.is_initialized():
             ray.init(**(self.ray_init or {}))
             self._we_started_ray = True
+        # what one actor asks for beyond its GPU share (actor_options): one line now if the cluster lacks it
+        check_demand(self._actor_demand(with_gpus=False), "a RayPool worker-group actor",
+                     "check actor_options (num_cpus / resources)")
         if self.gpus_per_group == 0:
             return
         total = ray.cluster_resources().get("GPU", 0)
@@ -249,6 +259,13 @@ class RayPool(PoolBase):
             free = ray.available_resources().get("GPU", 0)
             raise UserError(f"RayPool: could not reserve {bundles} x {per_bundle} GPU within {self.placement_timeout_s:g} s "
                             f"(cluster: {total:g} GPUs, {free:g} free)") from None
+
+    def _actor_demand(self, with_gpus: bool = True) -> dict[str, float]:
+        """The resources one worker-group actor reserves (GPU share, CPUs, custom resources)."""
+        opts = {"num_cpus": 0, "num_gpus": self.gpus_per_group, **self._extra_actor_options}
+        demand = {"GPU": float(opts.get("num_gpus") or 0) if with_gpus else 0.0, "CPU": float(opts.get("num_cpus") or 0)}
+        demand.update({str(k): float(v) for k, v in (opts.get("resources") or {}).items()})
+        return demand
 
     def actor_options(self) -> dict[str, Any]:
         """``.options(...)`` of a worker-group actor: its GPU share inside the pool's placement group."""
@@ -285,11 +302,10 @@ class RayPool(PoolBase):
 
     async def _load(self, g: _Group) -> tuple[Any, int]:
         spec: EngineSpec = g.spec
-        opts = self.actor_options()
-        actor = remote_actor_class().options(**opts).remote()
-        demand = {"GPU": float(opts.get("num_gpus") or 0), "CPU": float(opts.get("num_cpus") or 0)}
+        actor = remote_actor_class().options(**self.actor_options()).remote()
         try:
-            await wait_placed(actor.ping.remote(), self.placement_timeout_s, f"worker group {g.name!r}", demand)
+            await wait_placed(actor.ping.remote(), self.placement_timeout_s, f"worker group {g.name!r}",
+                              self._actor_demand())
         except BaseException:
             self.ray.kill(actor)
             raise
