@@ -130,8 +130,9 @@ class RayConfig:
 
     num_cpus: int | None = None  # for a local ray.init (None = Ray's default)
     num_gpus: int | None = None  # for a local ray.init; logical GPUs on a CPU machine (tests)
-    gpus_per_worker: float = 1.0  # GPUs reserved by each worker-group actor
+    gpus_per_worker: float = 1.0  # GPUs reserved by each worker-group actor (0.5: two groups share a GPU)
     address: str | None = None  # join an existing cluster ("auto" or host:port); None = start one
+    timeout_s: float = 60.0  # wait at most this long for Ray to place each actor (model loading not counted)
 
 
 # ----------------------------------------------------------------------------------------- the root
@@ -334,6 +335,8 @@ def validate(cfg: TrainConfig, where: str = "config") -> None:
                     ("rollout.max_new_tokens", r.max_new_tokens), ("steps", cfg.steps)):
         if v < 1:
             raise UserError(f"{where}: {name} must be at least 1, got {v}")
+    if cfg.ray.gpus_per_worker < 0 or cfg.ray.timeout_s <= 0:
+        raise UserError(f"{where}: ray.gpus_per_worker must be >= 0 and ray.timeout_s > 0")
     if cfg.torch_threads < 1:
         raise UserError(f"{where}: torch_threads must be at least 1")
     if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):

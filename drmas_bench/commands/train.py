@@ -19,7 +19,10 @@ TRAIN_EPILOG = """examples:
   drmas-bench train --recipe tiny --estimator drmas --shared --loss gspo --steps 10
   drmas-bench train --recipe tiny --out runs/tiny-drmas --resume                # after a kill
   drmas-bench train --recipe tiny --ray --set ray.num_gpus=2 --steps 2          # worker groups as Ray actors
-  drmas-bench train --recipe math_qwen3_4b --estimator drmas                    # GPU (sglang)
+  drmas-bench train --recipe math_qwen3_4b --estimator drmas --data-dir ../shared/data   # GPU (sglang), DAPO-Math-17k
+  drmas-bench train --recipe math_qwen3_4b --set model=tiny-random --set device=cpu \
+      --set agent_defaults.engine=hf --set 'agent_defaults.engine_options={}' \
+      --set rollout.prompts_per_step=2 --set rollout.n=2 --set rollout.max_new_tokens=16 --steps 1   # shrunk, CPU
 
 Recipes: trainer/recipes/*.yaml (tiny, math_qwen3_4b, math_qwen3_4b_shared, search_qwen2.5_7b) or a YAML path.
 Any config key can be overridden with --set SECTION.KEY=VALUE (e.g. --set rollout.n=4).
@@ -54,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="run directory (default runs/<recipe>-<estimator>[-shared]-s<seed>)")
     p.add_argument("--steps", type=int, help="RL iterations (default: the recipe's)")
     p.add_argument("--seed", type=int, help="run seed (default: the recipe's)")
+    p.add_argument("--data-dir", help="benchmark / training-set files (layout of `drmas-bench data list`); "
+                                      "sets data.data_dir (default $DRMAS_DATA_DIR, else the hub)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key (repeatable)")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest complete checkpoint")
     p.add_argument("--fresh", action="store_true", help="delete the run directory's checkpoints and metrics first")
@@ -93,6 +98,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides["epochs"] = None
     if args.seed is not None:
         overrides["seed"] = args.seed
+    if getattr(args, "data_dir", None):
+        overrides["data.data_dir"] = args.data_dir
     cfg = load_config(args.recipe, overrides)
     name = f"{cfg.recipe}-{cfg.algo.estimator}{'-shared' if cfg.shared else ''}-s{cfg.seed}"
     out = Path(args.out or Path("runs") / name)
