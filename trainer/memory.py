@@ -14,7 +14,8 @@ Per worker group (P = parameters, from config.json or the built-in table :data:`
   for the forward/backward (2P, bf16 compute only), the gradient snapshot of a shared group (4P when
   it serves several agents), activations of one micro-batch of ``micro_batch_size`` x ``seq`` tokens
   (with gradient checkpointing: each layer's fp32 input plus one layer recomputed; without: every
-  layer's), and the output layer's work (``logprob_chunk`` x V float32 buffers and the lm_head
+  layer's), and the output layer's work on the micro-batch's ``micro_batch_size`` x
+  ``max_new_tokens`` response tokens (``logprob_chunk`` x V float32 buffers and the lm_head
   gradient accumulator, or the full [tokens, V] logits with ``logprob_chunk: 0``);
 - its rollout engine when awake: sglang ``mem_fraction_static`` x GPU memory (weights + KV cache;
   sglang's default 0.9 when the recipe does not say), hf bf16 weights (2P) + a KV cache for
@@ -179,7 +180,8 @@ class MemoryPlan:
         return self.peak.bytes <= self.gpu_bytes
 
 
-def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: int, gpu_bytes: int) -> GroupMemory:
+def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: int, response: int,
+                 gpu_bytes: int) -> GroupMemory:
     """The memory items of one worker group (see the module docstring)."""
     s: AgentConfig = plan.settings
     P = shape.params
@@ -204,12 +206,12 @@ def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: in
         g.update["activations (checkpointed, est.)"] = shape.layers * tokens * h * 4 + one_layer
     else:
         g.update["activations (all layers, est.)"] = shape.layers * one_layer
-    V = shape.vocab
+    V, resp = shape.vocab, s.micro_batch_size * response  # only response tokens reach the output layer
     if s.logprob_chunk > 0:
-        c = min(s.logprob_chunk, tokens)
+        c = min(s.logprob_chunk, resp)
         g.update[f"output layer (chunks of {s.logprob_chunk})"] = c * V * (4 + 4 + act_b) + V * h * (4 + act_b)
-    else:
-        g.update["output layer (full logits)"] = tokens * V * 4 * 4 + V * h * act_b
+    else:  # the model's logits (compute dtype), their float32 copy, and two float32 buffers of backward
+        g.update["output layer (full logits)"] = resp * V * (act_b + 4 + 4 + 4) + V * h * act_b
     if s.engine == "sglang":
         frac = float(s.engine_options.get("mem_fraction_static", SGLANG_DEFAULT_MEM_FRACTION))
         g.engine = int(frac * gpu_bytes)
@@ -232,7 +234,8 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
     updates one after the other); ``prompt_tokens`` (longest prompt of a training row)."""
     gpu_bytes = int(gpu_gib * GIB)
     seq = prompt_tokens + cfg.rollout.max_new_tokens
-    mems = [group_memory(n, p, shapes[n], seq=seq, gpu_bytes=gpu_bytes) for n, p in groups.items()]
+    mems = [group_memory(n, p, shapes[n], seq=seq, response=cfg.rollout.max_new_tokens, gpu_bytes=gpu_bytes)
+            for n, p in groups.items()]
     names = [m.name for m in mems]
     if use_ray:
         per = max(1, math.floor(1 / cfg.ray.gpus_per_worker)) if cfg.ray.gpus_per_worker < 1 else 1

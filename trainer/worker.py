@@ -35,9 +35,18 @@ and :meth:`save` refuses to write non-finite weights anyway.
 Log-probabilities are of the raw logits (temperature 1), the same quantity the ``hf`` engine
 returns as ``Completion.logprobs`` (the old log-probs of the PPO ratio).
 
+**Memory.** Log-probs and entropy come from the trunk's hidden states of the response tokens,
+projected to the vocabulary ``logprob_chunk`` tokens at a time by a custom autograd function whose
+backward recomputes each chunk (:func:`head_logprobs`): no [tokens x V] logits are kept for
+backward. The entropy carries gradients only when its loss coefficient is non-zero. After an
+update, ``sync_weights`` empties the CUDA cache before the engine wakes and hands the engine a lazy
+generator of bf16 tensors (``update_weights(..., bucket_bytes=sync_bucket_mb MiB)`` when the engine
+takes buckets). The plan of all of it per GPU: ``drmas_trainer.memory`` (``train --plan``).
+
 **Precision.** Weights and AdamW state are float32; ``dtype: bfloat16`` runs the forward/backward
 under bf16 autocast and hands the engine bf16 copies (an lr-1e-6 update would round away in bf16
-weights). Memory per parameter: 4 (weights) + 4 (grads) + 8 (AdamW) bytes, plus activations.
+weights). GPU memory per parameter: 4 (weights) + 4 (grads) + 8 (AdamW; 2 with ``optimizer:
+adamw_8bit``, 0 with ``optimizer_offload: cpu``) bytes, plus activations.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ TRAIN_EPILOG = """examples:
   drmas-bench train --recipe math_qwen3_4b_1gpu --plan                          # memory plan, exit 1 if it cannot fit
   drmas-bench train --recipe math_qwen3_4b --plan --ray --gpu-memory 80         # the same on 80 GB GPUs
 
-Recipes: trainer/recipes/*.yaml (tiny, math_qwen3_4b, math_qwen3_4b_shared, search_qwen2.5_7b) or a YAML path.
+Recipes: trainer/recipes/*.yaml (tiny, math_qwen3_4b, math_qwen3_4b_shared, math_qwen3_4b_1gpu,
+math_qwen3_1.7b_80gb, search_qwen2.5_7b) or a YAML path. GPU memory: --plan (docs/trainer.md).
 Any config key can be overridden with --set SECTION.KEY=VALUE (e.g. --set rollout.n=4).
 The run directory gets metrics.jsonl, config.yaml and ckpt/step_K/ (+ ckpt/latest);
 `drmas-bench eval --model RUN/ckpt/latest --suite toy` evaluates the trained team,
