@@ -164,8 +164,9 @@ def step_pool(args: argparse.Namespace) -> int:
 def step_train(args: argparse.Namespace) -> int:
     """Three worker-group steps on the wide model (bf16 autocast, gradient checkpointing, chunked
     log-probs, hf engine sleeping during the update): update on synthetic rows, then weight sync.
-    Figures: update tokens/s, step time, sync time, peak memory; checks: finite loss and gradient
-    norm, weights moved, the engine generates after every sync."""
+    Figures: update tokens/s, step time, sync time, peak memory of the update (engine asleep; next
+    to ``plan_update_gib``, the memory plan's estimate) and of the whole step; checks: finite loss
+    and gradient norm, weights moved, the engine generates after every sync."""
     import torch
 
     from drmas_trainer.config import AgentConfig
@@ -201,6 +202,7 @@ def step_train(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             out = await wg.update(rows, loss=LossSettings(), seed=k)
             t1 = time.perf_counter()
+            update_peak = peak_gib(dev)  # engine asleep: comparable with plan_update_gib
             sync_s = await wg.sync_weights()
             comps = await wg.generate(_requests(2, 8, seed0=10 * k))
             step_s = time.perf_counter() - t0
@@ -209,14 +211,28 @@ def step_train(args: argparse.Namespace) -> int:
             ok = ok and good
             steps.append({"step": k + 1, "ok": good, "loss": round(out["loss"], 5), "grad_norm": round(out["grad_norm"], 4),
                           "update_s": round(t1 - t0, 2), "sync_s": round(sync_s, 2), "step_s": round(step_s, 2),
-                          "update_tokens_per_s": round(rows_n * (plen + rlen) / (t1 - t0), 1), "peak_gib": peak_gib(dev)})
+                          "update_tokens_per_s": round(rows_n * (plen + rlen) / (t1 - t0), 1), "update_peak_gib": update_peak,
+                          "step_peak_gib": peak_gib(dev)})
         await wg.close()
         moved = not torch.equal(before, wg.params[1].detach().float())
         params = sum(p.numel() for p in wg.params)
         return {"ok": ok and moved, "weights_moved": moved, "params": params, "rows": rows_n,
-                "tokens_per_row": plen + rlen, "offload": settings.optimizer_offload, "steps": steps}
+                "tokens_per_row": plen + rlen, "offload": settings.optimizer_offload,
+                "plan_update_gib": plan_update_gib(settings, Path(args.dir) / "wide", plen, rlen), "steps": steps}
 
     return result(**asyncio.run(go()))
+
+
+def plan_update_gib(settings: Any, model_dir: Path, plen: int, rlen: int) -> float:
+    """What ``drmas_trainer.memory`` predicts for this group's update (engine asleep, no CUDA
+    context): to compare with the measured ``peak_gib`` of the steps."""
+    from drmas_trainer.config import WorkerGroupPlan
+    from drmas_trainer.memory import GIB, group_memory, shape_from_config
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    m = group_memory("solver", WorkerGroupPlan("solver", ["solver"], settings), shape_from_config(cfg, "wide"),
+                     seq=plen + rlen, response=rlen, gpu_bytes=140 * GIB)
+    return round((sum(m.resident.values()) + sum(m.update.values())) / GIB, 3)
 
 
 def step_faiss(args: argparse.Namespace) -> int:
