@@ -200,14 +200,15 @@ class _ChunkedHead(torch.autograd.Function):
                 g = _head_logits(h[s:e], w, bias, cdtype)
                 g.sub_(logz[s:e, None])  # log p
                 p = g.exp()
-                if g_ent is not None:  # g <- -g_ent * p * (log p + H)
+                gl = None if g_logp is None else g_logp[s:e, None].float()
+                if g_ent is None:  # g <- -g_logp * p   (+ onehot term below)
+                    g = p.mul_(-gl)
+                else:  # g <- -g_ent * p * (log p + H) - g_logp * p
                     g.add_(ent[s:e, None]).mul_(p).mul_(-g_ent[s:e, None].float())
-                else:
-                    g.zero_()
-                if g_logp is not None:  # g <- g + g_logp * (onehot - p)
-                    gl = g_logp[s:e].float()
-                    g.sub_(p.mul_(gl[:, None]))
-                    g.scatter_add_(-1, targets[s:e, None], gl[:, None])
+                    if gl is not None:
+                        g.sub_(p.mul_(gl))
+                if gl is not None:
+                    g.scatter_add_(-1, targets[s:e, None], gl)
                 del p
                 gc = g.to(cdtype)
                 hc = h[s:e].to(cdtype)
