@@ -11,6 +11,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from drmas_bench.types import UserError
 
@@ -130,7 +131,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plan(cfg: object, args: argparse.Namespace) -> int:
+def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
     """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory)."""
     from drmas_bench.workflows.base import get_workflow
     from drmas_trainer.config import plan_worker_groups
