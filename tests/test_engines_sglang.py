@@ -416,4 +416,5 @@ def test_eval_with_two_sglang_groups_under_local_pool(fake_sglang, tmp_path):
     assert len((run / "samples.jsonl").read_text().splitlines()) == 6
     import multiprocessing
 
-    assert not multiprocessing.active_children()
+    # no engine host left running (the grading pool keeps its warm workers between calls by design)
+    assert not [p for p in multiprocessing.active_children() if p.name != "drmas-grader"]

@@ -22,7 +22,9 @@ def test_registry_knows_all_thirteen_plus_toy():
     names = known_names()
     for suite, benches in PAPER_BENCHMARKS.items():
         assert [b.name for b in select_benchmarks(suite, None)] == benches
-    assert "toy" in names and len(names) == 14
+    assert "toy" in names and len([n for n in names if BENCHMARKS[n].split == "test"]) == 14
+    # training sets are registry entries too, never in a suite's default selection
+    assert {n for n in names if BENCHMARKS[n].split == "train"} == {"dapo_math_17k", "nq_hotpotqa_train"}
 
 
 @pytest.mark.data
@@ -95,7 +97,7 @@ def test_offline_without_local_copy_explains_both_fixes(tmp_path, monkeypatch):
 def test_data_check_cli(data_dir, tmp_path, capsys):
     assert main(["data", "check", "--data-dir", str(data_dir)]) == 0
     out = capsys.readouterr().out
-    assert "PARTIAL" in out and "all 14 present benchmarks are valid" in out
+    assert "PARTIAL" in out and "all 15 present benchmarks are valid" in out  # 14 + DAPO-Math-17k
     # a copy with a duplicated id is reported invalid and exits 1
     bad = tmp_path / "bad"
     shutil.copytree(data_dir / "math" / "aime24", bad / "math" / "aime24")

@@ -55,12 +55,22 @@ class AgentConfig:
     dtype: str = "float32"  # compute dtype: float32 | bfloat16 (autocast; weights and AdamW state stay fp32)
     gradient_checkpointing: bool = False  # trade compute for activation memory (large models)
     sleep_engine: bool = False  # engine releases its memory (weights + KV cache) during the update
+    logprob_chunk: int = 1024  # tokens per vocabulary projection in the update (0 = full logits; docs/trainer.md)
+    optimizer: str = "adamw"  # adamw (fp32 states, 8 B/param) | adamw_8bit (bitsandbytes, CUDA, 2 B/param)
+    optimizer_offload: str = "none"  # none | cpu (AdamW states + fp32 master copy in host memory, step on CPU)
+    sync_bucket_mb: int = 1024  # weight sync to the engine in buckets of about this many MiB
     sampling: dict[str, Any] = field(default_factory=dict)  # this agent's temperature/top_p/max_new_tokens
 
 
+#: optimizer choices -> optimiser-state bytes per parameter (besides weights and gradients), on the GPU
+OPTIMIZERS = {"adamw": 8, "adamw_8bit": 2}
+#: optimizer_offload choices
+OFFLOADS = ("none", "cpu")
+
 #: AgentConfig fields that belong to the worker group: agents sharing a group must agree on them.
 WG_SETTINGS = ("model", "lr", "lr_warmup_steps", "weight_decay", "betas", "grad_clip", "micro_batch_size", "engine",
-               "engine_options", "dtype", "gradient_checkpointing", "sleep_engine")
+               "engine_options", "dtype", "gradient_checkpointing", "sleep_engine", "logprob_chunk", "optimizer",
+               "optimizer_offload", "sync_bucket_mb")
 
 
 @dataclass
@@ -130,8 +140,9 @@ class RayConfig:
 
     num_cpus: int | None = None  # for a local ray.init (None = Ray's default)
     num_gpus: int | None = None  # for a local ray.init; logical GPUs on a CPU machine (tests)
-    gpus_per_worker: float = 1.0  # GPUs reserved by each worker-group actor
+    gpus_per_worker: float = 1.0  # GPUs reserved by each worker-group actor (0.5: two groups share a GPU)
     address: str | None = None  # join an existing cluster ("auto" or host:port); None = start one
+    timeout_s: float = 60.0  # wait at most this long for Ray to place each actor (model loading not counted)
 
 
 # ----------------------------------------------------------------------------------------- the root
@@ -334,6 +345,8 @@ def validate(cfg: TrainConfig, where: str = "config") -> None:
                     ("rollout.max_new_tokens", r.max_new_tokens), ("steps", cfg.steps)):
         if v < 1:
             raise UserError(f"{where}: {name} must be at least 1, got {v}")
+    if cfg.ray.gpus_per_worker < 0 or cfg.ray.timeout_s <= 0:
+        raise UserError(f"{where}: ray.gpus_per_worker must be >= 0 and ray.timeout_s > 0")
     if cfg.torch_threads < 1:
         raise UserError(f"{where}: torch_threads must be at least 1")
     if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
@@ -365,6 +378,14 @@ def _check_agent(ac: AgentConfig, where: str) -> None:
         raise UserError(f"{where}.dtype must be float32 or bfloat16, got {ac.dtype!r}")
     if ac.micro_batch_size < 1:
         raise UserError(f"{where}.micro_batch_size must be at least 1")
+    if ac.logprob_chunk < 0 or ac.sync_bucket_mb < 1:
+        raise UserError(f"{where}: logprob_chunk must be >= 0 (0 = full logits) and sync_bucket_mb >= 1")
+    if ac.optimizer not in OPTIMIZERS:
+        raise UserError(f"{where}.optimizer must be one of {', '.join(OPTIMIZERS)}, got {ac.optimizer!r}")
+    if ac.optimizer_offload not in OFFLOADS:
+        raise UserError(f"{where}.optimizer_offload must be one of {', '.join(OFFLOADS)}, got {ac.optimizer_offload!r}")
+    if ac.optimizer != "adamw" and ac.optimizer_offload != "none":
+        raise UserError(f"{where}: optimizer_offload {ac.optimizer_offload} works with optimizer adamw only")
     bad = sorted(set(ac.sampling) - {"temperature", "top_p", "max_new_tokens"})
     if bad:
         raise UserError(f"{where}.sampling: unknown key(s) {', '.join(bad)}; allowed: max_new_tokens, temperature, top_p")

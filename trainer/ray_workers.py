@@ -1,8 +1,10 @@
 """Worker groups as Ray actors (the single-controller layout of the reference).
 
-    init_ray(cfg.ray)                                       # or join a cluster with ray.address
+    init_ray(cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.address)   # or join a cluster
+    check_worker_demand(cfg.ray, plan)                       # one-line error if the cluster is too small
     handle = RayWorkerHandle.spawn(name, agents, settings, model_path, gpus=1.0, ...)
-    await handle.update(rows, ...)                          # same async API as WorkerGroup
+    await handle.ready(timeout_s=60)                         # placed in time, else a one-line error
+    await handle.update(rows, ...)                           # same async API as WorkerGroup
     await handle.close()
 
 Each worker group lives in one actor that reserves ``ray.gpus_per_worker`` GPUs (logical GPUs on a
@@ -12,13 +14,23 @@ and receives completions and metrics; weights never travel (the engine is synced
 checkpoints are written by the actor into the run directory, which must be on a filesystem the
 actors share with the controller, i.e. one node or a shared mount).
 
+Resources are checked up front: the demand of all worker groups (``len(plan) x gpus_per_worker``
+GPUs) is compared with ``ray.cluster_resources()`` before any actor exists, and a demand the cluster
+cannot meet is a one-line error that names both and how to make it fit (fractional
+``ray.gpus_per_worker``, ``--shared``). Waiting for an actor to be *placed* (resources held by
+someone else) is bounded by ``ray.timeout_s``; loading the model inside the actor is not. Actor
+output reaches the driver (``log_to_driver=True``); an exception in an actor is printed there with
+its traceback and reaches the controller as a one-line :class:`UserError`.
+
 The actor is an *async* actor: concurrent ``generate`` calls from the controller's episodes run
 together in its event loop, where the engine's micro-batcher gathers them into batches.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import traceback
 from typing import Any
 
 from drmas_bench.types import UserError
@@ -36,13 +48,14 @@ def require_ray() -> Any:
 
 
 def init_ray(num_cpus: int | None = None, num_gpus: int | None = None, address: str | None = None) -> bool:
-    """Start (or join) Ray unless it is already up; returns True when this call started it."""
+    """Start (or join) Ray unless it is already up; returns True when this call started it.
+    Actor stdout/stderr reach the driver (``log_to_driver``): a failing actor's traceback is seen."""
     ray = require_ray()
     if ray.is_initialized():
         return False
     env = {k: os.environ[k] for k in _ENV if k in os.environ}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False, "include_dashboard": False}
+    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": True, "include_dashboard": False}
     if address:
         kwargs["address"] = address
     else:
@@ -57,17 +70,65 @@ def shutdown_ray() -> None:
         ray.shutdown()
 
 
-class WorkerActor:
-    """The body of a worker-group actor: a :class:`~drmas_trainer.worker.WorkerGroup` and a
-    generic async ``call`` that runs one of its methods."""
+def worker_demand(n_groups: int, gpus_per_worker: float) -> dict[str, float]:
+    """What ``n_groups`` worker-group actors reserve together (they hold their GPUs all run long)."""
+    return {"GPU": n_groups * float(gpus_per_worker)}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+
+def check_worker_demand(ray_cfg: Any, plan: dict[str, Any]) -> None:
+    """One-line UserError, before any actor is made, when the Ray cluster has fewer GPUs in total
+    than the worker groups reserve; the message says how to make the recipe fit."""
+    from drmas_bench.pool.ray_pool import check_demand
+
+    n, g = len(plan), float(ray_cfg.gpus_per_worker)
+    ray = require_ray()
+    have = float(ray.cluster_resources().get("GPU", 0.0))
+    if have > 0:
+        fit = f"--set ray.gpus_per_worker={math.floor(have / n * 100) / 100:g} (the groups share the GPUs; lower " \
+              f"engine_options.mem_fraction_static to match)"
+    else:
+        fit = "--local (worker groups in this process) or ray.num_gpus=N logical GPUs on a CPU machine"
+    hint = f"{n} worker group(s) ({', '.join(plan)}) x ray.gpus_per_worker={g:g}; to fit: {fit}"
+    if n > 1:
+        hint += ", or --shared (one worker group per model)"
+    check_demand(worker_demand(n, g), "this training run", hint)
+
+
+class WorkerActor:
+    """The body of a worker-group actor: a :class:`~drmas_trainer.worker.WorkerGroup` (made by
+    ``setup``, so that ``ping`` answers as soon as the actor is placed) and a generic async ``call``
+    that runs one of its methods. An unexpected exception is printed with its traceback (it reaches
+    the driver's log) before it travels back."""
+
+    def __init__(self) -> None:
+        self.wg: Any = None
+
+    async def ping(self) -> int:
+        return os.getpid()
+
+    async def setup(self, *args: Any, **kwargs: Any) -> None:
         from drmas_trainer.worker import WorkerGroup
 
-        self.wg = WorkerGroup(*args, **kwargs)
+        try:
+            self.wg = WorkerGroup(*args, **kwargs)
+        except UserError:
+            raise
+        except Exception:
+            traceback.print_exc()
+            raise
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await getattr(self.wg, method)(*args, **kwargs)
+        if self.wg is None:
+            if method == "close":
+                return None
+            raise UserError(f"worker group actor: {method} called before setup")
+        try:
+            return await getattr(self.wg, method)(*args, **kwargs)
+        except UserError:
+            raise
+        except Exception:
+            traceback.print_exc()
+            raise
 
     async def ray_info(self) -> dict[str, Any]:
         import ray
@@ -81,21 +142,46 @@ class WorkerActor:
 class RayWorkerHandle:
     """Controller-side handle of a worker-group actor, with the same async methods as WorkerGroup
     (``generate``, ``update``, ``sft``, ``sync_weights``, ``save``, ``load_optimizer``, ``info``,
-    ``start_engine``, ``close``)."""
+    ``start_engine``, ``close``). ``spawn`` asks Ray for the actor; ``ready`` waits for it (with a
+    timeout) and builds the worker group inside it. A failed remote call is a one-line UserError."""
 
-    def __init__(self, actor: Any, name: str) -> None:
+    def __init__(self, actor: Any, name: str, setup: tuple[tuple, dict] | None = None, gpus: float = 0.0) -> None:
         self.actor = actor
         self.name = name
+        self.gpus = gpus
+        self._setup = setup
+        self._placed = setup is None
 
     @classmethod
     def spawn(cls, name: str, agents: list[str], settings: Any, model_path: str, *, gpus: float = 1.0,
               **kwargs: Any) -> "RayWorkerHandle":
         ray = require_ray()
         remote = ray.remote(WorkerActor).options(num_gpus=gpus, num_cpus=0, name=None, max_concurrency=1000)
-        return cls(remote.remote(name, agents, settings, model_path, **kwargs), name)
+        return cls(remote.remote(), name, ((name, agents, settings, model_path), kwargs), gpus)
+
+    async def ready(self, timeout_s: float | None = 60.0) -> None:
+        """Wait until Ray has placed the actor (at most ``timeout_s``), then build the worker group
+        in it (loading the model: no timeout)."""
+        from drmas_bench.pool.ray_pool import wait_placed
+
+        await wait_placed(self.actor.ping.remote(), timeout_s, f"worker group {self.name!r}", {"GPU": self.gpus})
+        self._placed = True
+        if self._setup is not None:
+            args, kwargs = self._setup
+            await self._remote(self.actor.setup, *args, **kwargs)
+            self._setup = None
+
+    async def _remote(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        ray = require_ray()
+        try:
+            return await fn.remote(*args, **kwargs)
+        except ray.exceptions.RayError as e:
+            from drmas_bench.pool.ray_pool import ray_error_line
+
+            raise UserError(f"worker group {self.name!r} (Ray actor): {ray_error_line(e)}") from None
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await self.actor.call.remote(method, *args, **kwargs)
+        return await self._remote(self.actor.call, method, *args, **kwargs)
 
     async def generate(self, requests: list) -> list:
         return await self._call("generate", requests)
@@ -119,11 +205,12 @@ class RayWorkerHandle:
         return await self._call("load_optimizer", path)
 
     async def info(self) -> dict[str, Any]:
-        return await self.actor.ray_info.remote()
+        return await self._remote(self.actor.ray_info)
 
     async def close(self) -> None:
         ray = require_ray()
         try:
-            await self._call("close")
+            if self._placed:  # an actor Ray never placed would never answer
+                await self._call("close")
         finally:
             ray.kill(self.actor)

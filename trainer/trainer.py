@@ -108,6 +108,7 @@ async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | N
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     wf = get_workflow(cfg.workflow)
+    check_workflow_options(wf, cfg.workflow_options)
     plan = plan_worker_groups(cfg, wf.agents)
     tasks = load_train_tasks(cfg)
     n_steps = total_steps(cfg, len(tasks))
@@ -115,6 +116,8 @@ async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | N
         raise UserError(f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the {len(tasks)} training tasks")
     if (cfg.sft.steps or any(cfg.sft.agent_steps.values())) and cfg.workflow != "toy":
         raise UserError(f"the sft warm start generates toy examples only; set sft.steps: 0 for workflow {cfg.workflow!r}")
+
+    retriever = _load_retriever(cfg, wf)  # probed now: a server that is down fails before any model loads
 
     # --- the run directory: config, latest checkpoint, metrics --------------------------------
     ckpt_root = run / "ckpt"
@@ -144,7 +147,6 @@ async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | N
         infos = await asyncio.gather(*(w.info() for w in workers.values()))
         (run / "workers.json").write_text(json.dumps({"ray": bool(use_ray), "worker_groups": infos}, indent=1))
         runtime = TeamRuntime(rollout_team(cfg, plan, wf), workers, rollout_sampling(cfg))
-        retriever = _load_retriever(cfg, wf)
 
         # --- step 0: the supervised warm start, saved as the untrained team ---------------------
         if not found:
@@ -242,8 +244,10 @@ async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | N
 
 def load_train_tasks(cfg: TrainConfig) -> list[Task]:
     """The training prompts named by ``data.source``: ``toy`` (generated from ``data.seed``),
-    ``benchmark:NAME[,NAME]`` (the registry), or a ``.jsonl`` file of Task records
-    (``id``, ``question``, ``answers``; ``benchmark`` defaults to ``train``)."""
+    ``benchmark:NAME[,NAME]`` (registry entries: the training sets ``dapo_math_17k`` and
+    ``nq_hotpotqa_train``, or any benchmark; from ``data.data_dir`` / ``$DRMAS_DATA_DIR``, else the
+    hub), or a ``.jsonl`` file of Task records (``id``, ``question``, ``answers``; ``benchmark``
+    defaults to ``train``)."""
     d = cfg.data
     if d.source == "toy":
         from drmas_bench.tasks.toy import make_toy_tasks
@@ -252,28 +256,51 @@ def load_train_tasks(cfg: TrainConfig) -> list[Task]:
     elif d.source.startswith("benchmark:"):
         from drmas_bench.tasks import load_tasks
 
+        names = [n.strip() for n in d.source.split(":", 1)[1].split(",") if n.strip()]
+        if not names:
+            raise UserError(f"data.source {d.source!r} names no registry entry (e.g. benchmark:dapo_math_17k)")
         tasks = []
-        for name in [n.strip() for n in d.source.split(":", 1)[1].split(",") if n.strip()]:
+        for name in names:
             tasks.extend(load_tasks(name, d.data_dir, limit=d.limit))
     else:
-        from drmas_bench.tasks.registry import iter_jsonl
-
-        p = Path(d.source)
-        if not p.is_file():
-            raise UserError(f"data.source {d.source!r}: not toy, benchmark:NAME, or an existing .jsonl file")
-        tasks = []
-        for lineno, rec in iter_jsonl(p):
-            try:
-                answers = rec["answers"] if isinstance(rec["answers"], list) else [rec["answers"]]
-                tasks.append(Task(str(rec.get("id", lineno)), str(rec.get("benchmark", "train")), rec["question"],
-                                  [str(a) for a in answers], rec.get("meta", {})))
-            except KeyError as e:
-                raise UserError(f"{p}:{lineno}: a training task needs {e.args[0]!r}") from None
+        tasks = _task_file(Path(d.source), d.source)
     if d.limit is not None:
         tasks = tasks[: d.limit]
     if not tasks:
         raise UserError(f"data.source {d.source!r} has no tasks")
     return tasks
+
+
+def _task_file(p: Path, source: str) -> list[Task]:
+    """Task records from a JSON-lines file; rows in another layout get a hint to the registry."""
+    from drmas_bench.tasks.registry import iter_jsonl
+
+    if not p.is_file():
+        raise UserError(f"data.source {source!r}: not toy, benchmark:NAME, or an existing .jsonl file")
+    tasks = []
+    for lineno, rec in iter_jsonl(p):
+        try:
+            answers = rec["answers"] if isinstance(rec["answers"], list) else [rec["answers"]]
+            tasks.append(Task(str(rec.get("id", lineno)), str(rec.get("benchmark", "train")), rec["question"],
+                              [str(a) for a in answers], rec.get("meta", {})))
+        except KeyError as e:
+            hint = (" (rows in the verl/Search-R1 layout, with prompt and reward_model, load through the registry: "
+                    "data.source: benchmark:dapo_math_17k or benchmark:nq_hotpotqa_train, with data.data_dir)"
+                    if "reward_model" in rec else "")
+            raise UserError(f"{p}:{lineno}: a training task needs {e.args[0]!r}{hint}") from None
+    return tasks
+
+
+def check_workflow_options(wf: WorkflowSpec, options: dict[str, Any]) -> None:
+    """``workflow_options`` must be keyword options of the workflow (one line naming the bad key),
+    checked before any model loads rather than as a traceback in the first episode."""
+    import inspect
+
+    known = [n for n in list(inspect.signature(wf.fn).parameters)[1:]]
+    bad = sorted(set(options) - set(known))
+    if bad:
+        raise UserError(f"workflow_options: unknown option(s) {', '.join(bad)} for workflow {wf.name}; "
+                        f"known: {', '.join(known) or '(none)'}")
 
 
 def total_steps(cfg: TrainConfig, n_tasks: int) -> int:
@@ -359,7 +386,14 @@ def _load_retriever(cfg: TrainConfig, wf: WorkflowSpec) -> Any:
         raise UserError(f"workflow {wf.name} needs a retriever: set `retriever:` in the recipe (bm25:DIR | dense:DIR | URL)")
     from drmas_retrieval import load_retriever
 
-    return load_retriever(cfg.retriever)
+    try:
+        retriever = load_retriever(cfg.retriever)
+        retriever.search(["probe"], 1)  # a server that is down, an index that is missing: fail here
+    except Exception as e:  # noqa: BLE001 - any failure means "this retriever cannot serve the run"
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"retriever {cfg.retriever}: {first} (the recipe's `retriever:`; set it with "
+                        f"--set retriever=bm25:DIR|dense:DIR|http://HOST:PORT)") from None
+    return retriever
 
 
 def rollout_sampling(cfg: TrainConfig) -> Sampling:
@@ -387,6 +421,10 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
     Fills ``workers`` as it goes, so the caller can close what was started if a later one fails."""
     from drmas_bench.models import resolve_model
 
+    if use_ray:
+        from drmas_trainer.ray_workers import check_worker_demand
+
+        check_worker_demand(cfg.ray, plan)  # a demand the cluster cannot meet: one line, before any actor
     for name, g in plan.items():
         if ckpt is not None:
             path = str((ckpt / "models" / name).resolve())
@@ -402,6 +440,8 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
             from drmas_trainer.worker import WorkerGroup
 
             workers[name] = WorkerGroup(name, g.agents, g.settings, path, **kwargs)
+    if use_ray:  # placed within ray.timeout_s each (else a one-line error), then the groups are built
+        await asyncio.gather(*(w.ready(cfg.ray.timeout_s) for w in workers.values()))
     if ckpt is not None:
         await asyncio.gather(*(w.load_optimizer(str((ckpt / "optim" / f"{n}.pt").resolve())) for n, w in workers.items()))
     await asyncio.gather(*(w.start_engine() for w in workers.values()))

@@ -331,6 +331,10 @@ def _build_team(workflow: str, agents: tuple[str, ...], *, model: str | None, te
         team = team_from_dict(read_yaml(p, "team file"), agents, workflow, where=str(p), base_dir=p.parent,
                              inside=True)
         check_untrusted(team, str(p), trust_remote_code=trust_remote_code)
+        if base_url:  # the user's own --base-url serves the checkpoint's openai groups
+            for g in team.worker_groups.values():
+                if g.engine == "openai" and not g.base_url:
+                    g.base_url = base_url
         return team
     if team_file:
         p = Path(team_file)

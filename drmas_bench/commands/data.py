@@ -64,7 +64,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if b.generate is not None:
             found = len(b.generate())
         elif registry.local_file(b, d) is not None:
-            found = sum(1 for _ in registry.iter_jsonl(registry.local_file(b, d)))
+            found = sum(1 for _ in registry.iter_records(registry.local_file(b, d)))
         table.append([b.suite, b.name, b.title, b.expected_rows, found, source + (f"  [{partial}]" if partial else "")])
     print(tabulate(table, headers=["suite", "benchmark", "title", "expected", "found", "source"]))
     return 0

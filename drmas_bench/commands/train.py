@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from drmas_bench.types import UserError
 
@@ -19,9 +20,15 @@ TRAIN_EPILOG = """examples:
   drmas-bench train --recipe tiny --estimator drmas --shared --loss gspo --steps 10
   drmas-bench train --recipe tiny --out runs/tiny-drmas --resume                # after a kill
   drmas-bench train --recipe tiny --ray --set ray.num_gpus=2 --steps 2          # worker groups as Ray actors
-  drmas-bench train --recipe math_qwen3_4b --estimator drmas                    # GPU (sglang)
+  drmas-bench train --recipe math_qwen3_4b --set model=tiny-random --set device=cpu \
+      --set agent_defaults.engine=hf --set 'agent_defaults.engine_options={}' \
+      --set rollout.prompts_per_step=2 --set rollout.n=2 --set rollout.max_new_tokens=16 --steps 1   # shrunk, CPU
+  drmas-bench train --recipe math_qwen3_4b --estimator drmas --data-dir ../shared/data   # GPU (sglang), DAPO-Math-17k
+  drmas-bench train --recipe math_qwen3_4b_1gpu --plan                          # memory plan, exit 1 if it cannot fit
+  drmas-bench train --recipe math_qwen3_4b --plan --ray --gpu-memory 80         # the same on 80 GB GPUs
 
-Recipes: trainer/recipes/*.yaml (tiny, math_qwen3_4b, math_qwen3_4b_shared, search_qwen2.5_7b) or a YAML path.
+Recipes: trainer/recipes/*.yaml (tiny, math_qwen3_4b, math_qwen3_4b_shared, math_qwen3_4b_1gpu,
+math_qwen3_1.7b_80gb, search_qwen2.5_7b) or a YAML path. GPU memory: --plan (docs/trainer.md).
 Any config key can be overridden with --set SECTION.KEY=VALUE (e.g. --set rollout.n=4).
 The run directory gets metrics.jsonl, config.yaml and ckpt/step_K/ (+ ckpt/latest);
 `drmas-bench eval --model RUN/ckpt/latest --suite toy` evaluates the trained team,
@@ -54,6 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="run directory (default runs/<recipe>-<estimator>[-shared]-s<seed>)")
     p.add_argument("--steps", type=int, help="RL iterations (default: the recipe's)")
     p.add_argument("--seed", type=int, help="run seed (default: the recipe's)")
+    p.add_argument("--data-dir", help="benchmark / training-set files (layout of `drmas-bench data list`); "
+                                      "sets data.data_dir (default $DRMAS_DATA_DIR, else the hub)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key (repeatable)")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest complete checkpoint")
     p.add_argument("--fresh", action="store_true", help="delete the run directory's checkpoints and metrics first")
@@ -61,6 +70,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--local", action="store_true", help="worker groups in this process (default without a GPU)")
     g.add_argument("--ray", action="store_true", help="worker groups as Ray actors (default with a GPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--plan", action="store_true", help="print the per-worker-group GPU memory plan and exit "
+                                                       "(exit 1 when it does not fit --gpu-memory); trains nothing")
+    p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+                   help="memory of one GPU for --plan, GiB (default 140: an H200)")
+    p.add_argument("--prompt-tokens", type=int, default=4096, help="longest prompt of a training row for --plan (default 4096)")
     p.set_defaults(func=cmd_train)
 
     r = sub.add_parser("regress", help="check a training run's metric curves against stored bands", epilog=REGRESS_EPILOG,
@@ -93,7 +107,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides["epochs"] = None
     if args.seed is not None:
         overrides["seed"] = args.seed
+    if getattr(args, "data_dir", None):
+        overrides["data.data_dir"] = args.data_dir
     cfg = load_config(args.recipe, overrides)
+    if args.plan:
+        return cmd_plan(cfg, args)
     name = f"{cfg.recipe}-{cfg.algo.estimator}{'-shared' if cfg.shared else ''}-s{cfg.seed}"
     out = Path(args.out or Path("runs") / name)
     if args.fresh and args.resume:
@@ -115,6 +133,31 @@ def cmd_train(args: argparse.Namespace) -> int:
               ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()), file=sys.stderr)
     print(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
           f"checkpoints in {out / 'ckpt'} (latest: {out / 'ckpt' / 'latest'})", file=sys.stderr)
+    return 0
+
+
+def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
+    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory)."""
+    from drmas_bench.workflows.base import get_workflow
+    from drmas_trainer.config import plan_worker_groups
+    from drmas_trainer.memory import DEFAULT_GPU_GIB, format_plan, memory_plan, model_shape
+
+    groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
+    shapes = {}
+    for name, g in groups.items():
+        try:
+            shapes[name] = model_shape(str(g.settings.model))
+        except ValueError as e:
+            raise UserError(f"--plan: worker group {name}: {e}") from None
+    # placement: --local = one GPU for all groups; otherwise Ray actors (the trainer's default with a GPU)
+    plan = memory_plan(cfg, groups, shapes, gpu_gib=args.gpu_memory or DEFAULT_GPU_GIB, use_ray=not args.local,
+                       prompt_tokens=args.prompt_tokens)
+    print(format_plan(plan, cfg.recipe))
+    if not plan.fits:
+        pk = plan.peak
+        print(f"plan: does not fit: {pk.phase} on GPU {pk.gpu} needs {pk.bytes / 2**30:.1f} GiB > "
+              f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -31,7 +31,9 @@ Options: those of :class:`~drmas_bench.pool.base.PoolBase` (``budget_bytes``, ``
   GPUs, False for fractions).
 - ``ray_init``: keyword arguments for ``ray.init`` when Ray is not initialised yet (the pool then
   shuts Ray down on close).
-- ``placement_timeout_s``: how long to wait for the placement group's GPUs before failing.
+- ``placement_timeout_s``: how long to wait for the placement group's GPUs, and for each actor to be
+  placed (its process started; the engine's model load is not counted), before a one-line error
+  that names the demand and what the cluster has free.
 - ``actor_options``: extra ``.options(...)`` for the actors (e.g. ``runtime_env``).
 
 ``stats()`` adds per worker group the actors' process ids and GPU ids over time, and reports
@@ -46,6 +48,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import traceback
 from typing import Any, Mapping
 
 from drmas_bench.pool.base import EngineSpec, MemoryMeter, PoolBase, _Group, cuda_peak_bytes
@@ -62,14 +66,30 @@ def import_ray() -> Any:
 
 
 class EngineActor:
-    """The body of a worker group's actor: one engine, created inside the actor process."""
+    """The body of a worker group's actor: one engine, created inside the actor process by
+    ``start`` (not the constructor, so that ``ping`` answers as soon as Ray has placed the actor:
+    the wait for resources has a timeout, the model load does not)."""
 
-    def __init__(self, kind: str, model: str, options: dict[str, Any], meter_interval_s: float = 0.05) -> None:
+    def __init__(self) -> None:
+        self.meter: MemoryMeter | None = None
+        self.engine: Any = None
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def start(self, kind: str, model: str, options: dict[str, Any], meter_interval_s: float = 0.05) -> dict[str, Any]:
         from drmas_bench.engines import make_engine
 
         self.meter = MemoryMeter(meter_interval_s)
         self.meter.start()
-        self.engine = make_engine(kind, model, **options)
+        try:
+            self.engine = make_engine(kind, model, **options)
+        except UserError:  # one line, travels as is
+            raise
+        except Exception:  # the traceback reaches the driver's log (log_to_driver); the caller gets one line
+            traceback.print_exc()
+            raise
+        return self.ready()
 
     def ready(self) -> dict[str, Any]:
         import ray
@@ -94,6 +114,8 @@ class EngineActor:
         return self.memory()
 
     async def close(self) -> dict[str, Any]:
+        if self.engine is None:  # start() failed or never ran
+            return {}
         mem = self.memory()
         await self.engine.close()
         self.meter.stop()
@@ -110,10 +132,54 @@ def remote_actor_class() -> Any:
     return _REMOTE["actor"]
 
 
+def _fmt_resources(res: Mapping[str, float], keys: Any) -> str:
+    return ", ".join(f"{float(res.get(k, 0.0)):g} {k}" for k in keys)
+
+
+def check_demand(demand: Mapping[str, float], what: str, hint: str = "") -> None:
+    """Before any placement group or actor is made: a one-line UserError when the Ray cluster's
+    *total* resources (``ray.cluster_resources()``) cannot meet ``demand`` (e.g. ``{"GPU": 2}``)
+    at all, naming the demand and what the cluster has (``hint``: how to make it fit)."""
+    ray = import_ray()
+    have = ray.cluster_resources()
+    keys = [k for k, v in demand.items() if v > 0]
+    if any(demand[k] > float(have.get(k, 0.0)) + 1e-9 for k in keys):
+        raise UserError(f"{what} needs {_fmt_resources(demand, keys)} but the Ray cluster has "
+                        f"{_fmt_resources(have, keys)}" + (f"; {hint}" if hint else ""))
+
+
+async def wait_placed(ref: Any, timeout_s: float | None, what: str, demand: Mapping[str, float]) -> Any:
+    """Await ``ref`` (an actor's first, trivial call: it returns once Ray has placed the actor and
+    started its process); after ``timeout_s`` a one-line UserError naming the demand, the cluster
+    and what is free now (resources held by other actors or jobs), never a silent hang."""
+    try:
+        return await asyncio.wait_for(ref, timeout=timeout_s)
+    except asyncio.TimeoutError:
+        ray = import_ray()
+        keys = [k for k, v in demand.items() if v > 0] or ["CPU"]
+        raise UserError(
+            f"{what}: Ray could not place its actor ({_fmt_resources(demand, keys) or 'no resources'}) within "
+            f"{timeout_s:g} s (cluster: {_fmt_resources(ray.cluster_resources(), keys)}; free now: "
+            f"{_fmt_resources(ray.available_resources(), keys)}); other actors or jobs hold them: free them, "
+            f"or raise the timeout") from None
+
+
+def ray_error_line(exc: BaseException) -> str:
+    """The one line that says why a Ray call failed: the actor's own UserError message as is, else
+    the last line of the remote traceback that names an error, or why the actor died."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, UserError):
+        return str(cause.args[0]) if cause.args else type(cause).__name__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if type(exc).__name__ in ("ActorDiedError", "RayActorError") and "creation task" not in text:
+        why = next((ln for ln in lines if "died" in ln.lower() or "exit" in ln.lower()), lines[0] if lines else "")
+        return f"its actor died ({why[:200]})"
+    return next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else type(exc).__name__)
+
+
 def _actor_error(name: str, exc: BaseException) -> UserError:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    cause = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else type(exc).__name__)
-    return UserError(f"worker group {name!r}: its Ray actor failed: {cause}")
+    return UserError(f"worker group {name!r}: its Ray actor failed: {ray_error_line(exc)}")
 
 
 class RayPool(PoolBase):
@@ -162,6 +228,9 @@ class RayPool(PoolBase):
         if not ray.is_initialized():
             ray.init(**(self.ray_init or {}))
             self._we_started_ray = True
+        # what one actor asks for beyond its GPU share (actor_options): one line now if the cluster lacks it
+        check_demand(self._actor_demand(with_gpus=False), "a RayPool worker-group actor",
+                     "check actor_options (num_cpus / resources)")
         if self.gpus_per_group == 0:
             return
         total = ray.cluster_resources().get("GPU", 0)
@@ -190,6 +259,13 @@ class RayPool(PoolBase):
             free = ray.available_resources().get("GPU", 0)
             raise UserError(f"RayPool: could not reserve {bundles} x {per_bundle} GPU within {self.placement_timeout_s:g} s "
                             f"(cluster: {total:g} GPUs, {free:g} free)") from None
+
+    def _actor_demand(self, with_gpus: bool = True) -> dict[str, float]:
+        """The resources one worker-group actor reserves (GPU share, CPUs, custom resources)."""
+        opts = {"num_cpus": 0, "num_gpus": self.gpus_per_group, **self._extra_actor_options}
+        demand = {"GPU": float(opts.get("num_gpus") or 0) if with_gpus else 0.0, "CPU": float(opts.get("num_cpus") or 0)}
+        demand.update({str(k): float(v) for k, v in (opts.get("resources") or {}).items()})
+        return demand
 
     def actor_options(self) -> dict[str, Any]:
         """``.options(...)`` of a worker-group actor: its GPU share inside the pool's placement group."""
@@ -226,10 +302,16 @@ class RayPool(PoolBase):
 
     async def _load(self, g: _Group) -> tuple[Any, int]:
         spec: EngineSpec = g.spec
-        actor = remote_actor_class().options(**self.actor_options()).remote(spec.kind, spec.model, dict(spec.options))
+        actor = remote_actor_class().options(**self.actor_options()).remote()
         try:
-            info = await actor.ready.remote()
-        except Exception as exc:
+            await wait_placed(actor.ping.remote(), self.placement_timeout_s, f"worker group {g.name!r}",
+                              self._actor_demand())
+        except BaseException:
+            self.ray.kill(actor)
+            raise
+        try:
+            info = await actor.start.remote(spec.kind, spec.model, dict(spec.options))
+        except Exception as exc:  # a RayTaskError (also when it wraps a UserError: its text is the traceback)
             self.ray.kill(actor)
             raise _actor_error(g.name, exc) from exc
         self._placements[g.name].append({"pid": info["pid"], "gpu_ids": info["gpu_ids"]})

@@ -1,4 +1,5 @@
-"""The math suite (REFERENCE.md §3): AIME24, AIME25, AMC23, MATH500, Minerva, OlympiadBench.
+"""The math suite (REFERENCE.md §3): AIME24, AIME25, AMC23, MATH500, Minerva, OlympiadBench, and
+the training set DAPO-Math-17k (split ``train``: the math recipes' ``data.source``).
 
 Hub ids are the ones the reference loads; local files are the layout of shared/data (MANIFEST.md).
 Each record becomes Task(question=problem, answers=[gold answer as text]).
@@ -7,6 +8,7 @@ Each record becomes Task(question=problem, answers=[gold answer as text]).
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from drmas_bench.tasks.registry import Benchmark, HubSource, answer_text, first_field, record_id, register
@@ -64,4 +66,43 @@ register(Benchmark(
 register(Benchmark(
     "olympiadbench", "math", "OlympiadBench", 675, _olympiad_task,
     files=("math/olympiadbench/test.jsonl",), hub=HubSource("realtreetune/olympiadbench", split="test"),
+))
+
+
+# DAPO-Math-17k rows are verl RL rows: {"prompt": [{"role": "user", "content": ...}], "reward_model":
+# {"ground_truth": ...}, "extra_info": {"index": ...}}. The hub original wraps each problem in DAPO's
+# "Answer: $Answer" instruction; our workflows bring their own (\boxed{}), so only the problem is kept.
+_DAPO_HEAD = re.compile(r"^Solve the following math problem step by step\..*?\n\n", re.S)
+_DAPO_TAIL = re.compile(r"\n\nRemember to put your answer on its own line after \"Answer:\"\.?\s*$")
+
+
+def dapo_problem(text: str) -> str:
+    """The bare problem of a DAPO prompt (DAPO's answer-format instruction removed, if present)."""
+    return _DAPO_TAIL.sub("", _DAPO_HEAD.sub("", text.strip(), count=1)).strip()
+
+
+def _dapo_task(rec: dict[str, Any], i: int, bench: str) -> Task:
+    prompt = rec.get("prompt")
+    if isinstance(prompt, list):  # chat messages: the (first) user turn holds the problem
+        prompt = next(m["content"] for m in prompt if m.get("role", "user") == "user")
+    question = dapo_problem(str(prompt if prompt is not None else first_field(rec, "problem", "question")))
+    rm = rec.get("reward_model") or {}
+    gold = answer_text(rm["ground_truth"] if rm.get("ground_truth") is not None else first_field(rec, "answer", "solution"))
+    if not question:
+        raise ValueError("empty problem")
+    if not gold:
+        raise ValueError("empty answer")
+    extra = rec.get("extra_info") or {}
+    rid = extra.get("index") if extra.get("index") not in (None, "") else record_id(rec, i, "id", "index")
+    return Task(str(rid), bench, question, [gold], {"data_source": rec["data_source"]} if "data_source" in rec else {})
+
+
+register(Benchmark(
+    "dapo_math_17k", "math", "DAPO-Math-17k (training set)", 17917, _dapo_task,
+    files=("math/dapo_math_17k/train.jsonl", "math/dapo_math_17k/train.parquet"),
+    # the hub original repeats every prompt ~100 times (1.79M rows); repeats are dropped on load
+    hub=HubSource("BytedTsinghua-SIA/DAPO-Math-17k", split="train", dedupe=True),
+    split="train",
+    note="local file: the deduplicated 17,917-prompt copy (MANIFEST.md); the reference itself trains on a "
+         "filtered DAPO variant that is not public",
 ))

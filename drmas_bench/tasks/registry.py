@@ -29,6 +29,9 @@ class HubSource:
     # rows of a mixed dataset that belong to this benchmark (e.g. Search-R1's `data_source`)
     filter_field: str | None = None
     filter_value: str | None = None
+    # drop rows whose (question, answers) repeat an earlier row (BytedTsinghua-SIA/DAPO-Math-17k
+    # stores each of its prompts about 100 times)
+    dedupe: bool = False
 
     def describe(self) -> str:
         s = self.path + (f" [{self.config}]" if self.config else "") + f" split={self.split}"
@@ -40,7 +43,7 @@ class HubSource:
 @dataclass(frozen=True)
 class Benchmark:
     name: str  # registry key, used on the command line
-    suite: str  # "math" | "search" | "toy"
+    suite: str  # "math" | "search" | "toy": the workflow family whose prompts it feeds
     title: str
     expected_rows: int  # the full benchmark's size (REFERENCE.md §3)
     to_task: Callable[[dict[str, Any], int, str], Task]  # (record, row index, benchmark name)
@@ -51,10 +54,19 @@ class Benchmark:
     partial_files: dict[str, str] = field(default_factory=dict)
     generate: Callable[[], list[Task]] | None = None  # for built-in suites that need no files
     note: str = ""
+    # "test": an evaluation benchmark (its test or dev split), part of its suite's default selection;
+    # "train": a training set (a recipe's `data.source: benchmark:NAME`), only ever chosen by name
+    split: str = "test"
+
+    @property
+    def kind(self) -> str:
+        """How messages name it: "benchmark" or "training set"."""
+        return "training set" if self.split == "train" else "benchmark"
 
 
 BENCHMARKS: dict[str, Benchmark] = {}
 SUITES = ("math", "search", "toy")
+SPLITS = ("test", "train")
 
 
 def register(b: Benchmark) -> Benchmark:
@@ -62,6 +74,8 @@ def register(b: Benchmark) -> Benchmark:
         raise ValueError(f"benchmark {b.name!r} registered twice")
     if b.suite not in SUITES:
         raise ValueError(f"benchmark {b.name!r}: unknown suite {b.suite!r}")
+    if b.split not in SPLITS:
+        raise ValueError(f"benchmark {b.name!r}: unknown split {b.split!r}")
     BENCHMARKS[b.name] = b
     return b
 
@@ -89,11 +103,12 @@ def get_benchmark(name: str) -> Benchmark:
     return BENCHMARKS[name]
 
 
-def benchmarks_of_suite(suite: str) -> list[Benchmark]:
+def benchmarks_of_suite(suite: str, split: str = "test") -> list[Benchmark]:
+    """The suite's evaluation benchmarks (``split="test"``) or its training sets (``"train"``)."""
     _ensure_loaded()
     if suite not in SUITES:
         raise UserError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
-    return [b for b in BENCHMARKS.values() if b.suite == suite]
+    return [b for b in BENCHMARKS.values() if b.suite == suite and b.split == split]
 
 
 def select_benchmarks(suite: str | None, names: str | list[str] | None) -> list[Benchmark]:
@@ -160,16 +175,58 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield lineno, rec
 
 
-def _tasks_from_file(b: Benchmark, path: Path, limit: int | None) -> list[Task]:
-    tasks = []
-    for i, (lineno, rec) in enumerate(iter_jsonl(path)):
-        if limit is not None and i >= limit:
+def iter_parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row number from 1, record) of a Parquet file (e.g. a hub dataset's ``train.parquet`` saved
+    under the data dir), read in batches; nested columns become dicts and lists."""
+    try:
+        import pyarrow.parquet as pq  # lazy: comes with `datasets`
+    except ImportError:
+        raise UserError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), or convert it to .jsonl") from None
+    try:
+        f = pq.ParquetFile(path)
+    except Exception as e:  # noqa: BLE001 - any pyarrow failure means "not a readable parquet file"
+        raise UserError(f"{path}: not a readable Parquet file ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+    row = 0
+    for batch in f.iter_batches(batch_size=4096):
+        for rec in batch.to_pylist():
+            row += 1
+            yield row, rec
+
+
+def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line or row number, record) of a local benchmark file: ``.jsonl`` or ``.parquet``."""
+    return iter_parquet(path) if path.suffix == ".parquet" else iter_jsonl(path)
+
+
+def _dedupe_key(t: Task) -> tuple[str, tuple[str, ...]]:
+    return t.question, tuple(t.answers)
+
+
+def _to_tasks(b: Benchmark, records: Iterator[tuple[Any, dict[str, Any]]], where: Callable[[Any], str],
+              limit: int | None, dedupe: bool = False) -> list[Task]:
+    """Records -> Tasks (up to ``limit``; ``dedupe`` drops repeats); a bad record is one UserError
+    naming ``where(position)``."""
+    tasks: list[Task] = []
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for i, (pos, rec) in enumerate(records):
+        if limit is not None and len(tasks) >= limit:
             break
         try:
-            tasks.append(b.to_task(rec, i, b.name))
-        except (KeyError, ValueError, TypeError) as e:
-            raise UserError(f"{path}:{lineno}: cannot read a {b.name} record: {e!r}") from None
+            t = b.to_task(rec, i, b.name)
+        except (KeyError, ValueError, TypeError, AttributeError, IndexError) as e:
+            raise UserError(f"{where(pos)}: cannot read a {b.name} record: {e!r}") from None
+        if dedupe:
+            key = _dedupe_key(t)
+            if key in seen:
+                continue
+            seen.add(key)
+        tasks.append(t)
     return tasks
+
+
+def _tasks_from_file(b: Benchmark, path: Path, limit: int | None) -> list[Task]:
+    sep = " row " if path.suffix == ".parquet" else ":"
+    return _to_tasks(b, iter_records(path), lambda pos: f"{path}{sep}{pos}", limit)
 
 
 def _hub_offline() -> bool:
@@ -180,7 +237,7 @@ def _missing_error(b: Benchmark, data_dir: Path | None, why: str) -> UserError:
     where = f"{data_dir}/{b.files[0]}" if data_dir else f"<data dir>/{b.files[0]}"
     hub = b.hub.describe() if b.hub else "(no hub source)"
     return UserError(
-        f"benchmark {b.name}: no local copy ({where} not found) and the hub is unavailable ({why}); "
+        f"{b.kind} {b.name}: no local copy ({where} not found) and the hub is unavailable ({why}); "
         f"fix: pass --data-dir / set {ENV_DATA_DIR} to a folder holding {b.files[0]}, "
         f"or allow network access to load {hub}"
     )
@@ -199,15 +256,9 @@ def _tasks_from_hub(b: Benchmark, data_dir: Path | None, limit: int | None) -> l
         ds = datasets.load_dataset(b.hub.path, b.hub.config, split=b.hub.split)
     except Exception as e:  # network, auth, missing split: all mean "not from the hub"
         raise _missing_error(b, data_dir, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}") from None
-    tasks = []
-    for i, rec in enumerate(r for r in ds if not b.hub.filter_field or r.get(b.hub.filter_field) == b.hub.filter_value):
-        if limit is not None and i >= limit:
-            break
-        try:
-            tasks.append(b.to_task(dict(rec), i, b.name))
-        except (KeyError, ValueError, TypeError) as e:
-            raise UserError(f"{b.hub.describe()} row {i}: cannot read a {b.name} record: {e!r}") from None
-    return tasks
+    h = b.hub
+    rows = ((i, dict(r)) for i, r in enumerate(ds) if not h.filter_field or r.get(h.filter_field) == h.filter_value)
+    return _to_tasks(b, rows, lambda pos: f"{h.describe()} row {pos}", limit, dedupe=h.dedupe)
 
 
 def load_tasks(name: str | Benchmark, data_dir: str | os.PathLike | None = None, limit: int | None = None) -> list[Task]:

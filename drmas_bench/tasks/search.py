@@ -1,4 +1,6 @@
-"""The search suite (REFERENCE.md §3): NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, Bamboogle.
+"""The search suite (REFERENCE.md §3): NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, Bamboogle,
+and the training set ``nq_hotpotqa_train`` (split ``train``: the reference's NQ + HotpotQA training
+mix, PeterJinGo/nq_hotpotqa_train train.parquet; the search recipe's ``data.source``).
 
 Gold answers come from FlashRAG's `golden_answers` list (what the reference's Search-R1 parquet
 carries), else `answer` / `possible_answers`. The hub source is FlashRAG's dataset, the origin of
@@ -37,6 +39,8 @@ def normalize_question(q: Any) -> str:
 
 def _qa_task(rec: dict[str, Any], i: int, bench: str) -> Task:
     question = normalize_question(first_field(rec, "question"))
+    if rec.get("data_source") is not None and rec.get("id") is not None:  # a mixed file (Search-R1): ids
+        rec = {**rec, "id": f"{rec['data_source']}_{rec['id']}"}  # repeat across sources, so prefix them
     if not question:
         raise ValueError("empty question")
     if "reward_model" in rec:
@@ -46,7 +50,7 @@ def _qa_task(rec: dict[str, Any], i: int, bench: str) -> Task:
     answers = [a for a in (answer_text(g) for g in golds) if a]
     if not answers:
         raise ValueError("no gold answer")
-    meta = {k: rec[k] for k in ("type", "dataset", "split") if k in rec}
+    meta = {k: rec[k] for k in ("type", "dataset", "split", "data_source") if k in rec and rec[k] is not None}
     return Task(record_id(rec, i, "id", "_id"), bench, question, answers, meta)
 
 
@@ -68,3 +72,12 @@ _qa("hotpotqa", "HotpotQA (dev, distractor)", 7405, "qa/hotpotqa/dev.jsonl", "de
 _qa("2wiki", "2WikiMultihopQA (dev)", 12576, "qa/2wikimultihopqa/dev.jsonl", "dev", config="2wikimultihopqa")
 _qa("musique", "MuSiQue (dev, answerable)", 2417, "qa/musique/dev.jsonl", "dev")
 _qa("bamboogle", "Bamboogle (test)", 125, "qa/bamboogle/test.jsonl", "test")
+
+# The reference's search training data (Search-R1): NQ train + HotpotQA train, one row per question
+# with `data_source`, `question`, `golden_answers` and reward_model.ground_truth.target. Hub only,
+# unless a copy is saved under the data dir (the hub's train.parquet as is, or as JSON lines).
+register(Benchmark(
+    "nq_hotpotqa_train", "search", "NQ + HotpotQA training mix (Search-R1)", 169615, _qa_task,
+    files=("qa/nq_hotpotqa_train/train.parquet", "qa/nq_hotpotqa_train/train.jsonl"),
+    hub=HubSource("PeterJinGo/nq_hotpotqa_train", split="train"), grader="qa", split="train",
+))

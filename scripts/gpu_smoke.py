@@ -1,0 +1,280 @@
+"""The steps of ``scripts/gpu_smoke.sh`` (one subcommand each; the shell script runs them with their
+own timeouts and prints PASS/FAIL). Every step prints one ``RESULT {json}`` line with its figures
+and exits 0 only when its checks hold.
+
+    python scripts/gpu_smoke.py build  --dir D [--cpu]   # tiny-random + a random Qwen2-0.5B-shaped model
+    python scripts/gpu_smoke.py engine --dir D [--cpu]   # hf engine, bf16 on CUDA: tokens/s, peak memory
+    python scripts/gpu_smoke.py pool   --dir D [--cpu]   # two models, budget of one: sleep/wake
+    python scripts/gpu_smoke.py train  --dir D [--cpu] [--offload]   # 3 worker-group steps (update + sync)
+    python scripts/gpu_smoke.py faiss  [--cpu]           # faiss on GPU vs CPU, when faiss is importable
+
+``--cpu`` runs the same code on CPU at tiny sizes (the dry run); without it CUDA is required.
+Nothing here needs the network, sglang, ray, fastapi or datasets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: The Qwen2-0.5B shape (public config): what the GPU steps train and serve, randomly initialised.
+WIDE = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+        "intermediate_size": 4864, "vocab_size": 151_936, "tie_word_embeddings": True}
+#: The dry-run shape: same vocabulary (the memory paths see V = 151,936), tiny trunk.
+WIDE_CPU = {**WIDE, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}
+
+
+def result(ok: bool, **figures: Any) -> int:
+    print("RESULT " + json.dumps({"ok": ok, **figures}, default=str), flush=True)
+    return 0 if ok else 1
+
+
+def device(args: argparse.Namespace) -> str:
+    import torch
+
+    if args.cpu:
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise SystemExit("CUDA is not available (use --cpu for the dry run)")
+    return "cuda"
+
+
+def peak_gib(dev: str) -> float | None:
+    import torch
+
+    return round(torch.cuda.max_memory_allocated() / 2**30, 3) if dev == "cuda" else None
+
+
+def reset_peak(dev: str) -> None:
+    import torch
+
+    if dev == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+# ----------------------------------------------------------------------------------------- steps
+
+
+def step_build(args: argparse.Namespace) -> int:
+    """tiny-random (its builder) and the wide model (random init from WIDE, tiny's tokenizer)."""
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    from drmas_bench.models import build_tiny_random
+
+    root = Path(args.dir)
+    t0 = time.perf_counter()
+    build_tiny_random(root / "tiny", log=lambda m: print(m, file=sys.stderr))
+    tok = AutoTokenizer.from_pretrained(root / "tiny")
+    shape = WIDE_CPU if args.cpu else WIDE
+    cfg = Qwen2Config(**shape, max_position_embeddings=8192, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+                      bos_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      use_sliding_window=False)
+    torch.manual_seed(0)
+    dev = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
+    with torch.device(dev):  # random init on the GPU: seconds instead of a minute on CPU
+        model = Qwen2ForCausalLM(cfg)
+    model.generation_config = GenerationConfig(eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
+                                               bos_token_id=tok.pad_token_id)
+    model.to(torch.bfloat16).save_pretrained(root / "wide")
+    tok.save_pretrained(root / "wide")
+    n = sum(p.numel() for p in model.parameters())
+    return result(True, params=n, shape=shape, seconds=round(time.perf_counter() - t0, 1))
+
+
+def _requests(n: int, max_new: int, seed0: int = 0) -> list[Any]:
+    from drmas_bench.types import Request, Sampling
+
+    return [Request("solver", [{"role": "user", "content": f"Question {i}: what is {i} + {i * 7 % 10}?"}],
+                    Sampling(temperature=1.0, top_p=1.0, max_new_tokens=max_new, seed=seed0 + i), want_logprobs=True)
+            for i in range(n)]
+
+
+def step_engine(args: argparse.Namespace) -> int:
+    """hf engine on the wide model, bf16 on CUDA: a batch of sampled requests; tokens/s, peak memory."""
+    from drmas_bench.engines import make_engine
+
+    dev = device(args)
+    n, max_new = (4, 8) if args.cpu else (32, 256)
+
+    async def go() -> dict[str, Any]:
+        eng = make_engine("hf", str(Path(args.dir) / "wide"), device=dev, dtype="bfloat16", max_batch=n)
+        try:
+            await eng.generate(_requests(2, 4, seed0=1000))  # warm-up (kernels, allocator)
+            reset_peak(dev)
+            t0 = time.perf_counter()
+            comps = await eng.generate(_requests(n, max_new))
+            secs = time.perf_counter() - t0
+        finally:
+            await eng.close()
+        toks = sum(len(c.token_ids) for c in comps)
+        finite = all(c.logprobs is not None and len(c.logprobs) == len(c.token_ids)
+                     and all(math.isfinite(x) for x in c.logprobs) for c in comps)
+        return {"ok": toks > 0 and finite, "requests": n, "new_tokens": toks, "seconds": round(secs, 2),
+                "tokens_per_s": round(toks / secs, 1), "peak_gib": peak_gib(dev), "logprobs_finite": finite}
+
+    r = asyncio.run(go())
+    return result(**r)
+
+
+def step_pool(args: argparse.Namespace) -> int:
+    """Two models (wide + tiny) in a LocalPool with a budget of one model: alternating requests make
+    it sleep one and wake the other; the same seeded requests must give the same tokens each time."""
+    import torch
+
+    from drmas_bench.pool import EngineSpec, make_pool
+
+    dev = device(args)
+    root = Path(args.dir)
+    opts = {"device": dev, "dtype": "bfloat16", "max_batch": 8}
+    specs = {"wide": EngineSpec("hf", str(root / "wide"), dict(opts)), "tiny": EngineSpec("hf", str(root / "tiny"), dict(opts))}
+    max_new = 8 if args.cpu else 32
+
+    async def go() -> dict[str, Any]:
+        seen: dict[str, list[list[int]]] = {"wide": [], "tiny": []}
+        alloc_after: list[float] = []
+        t0 = time.perf_counter()
+        async with make_pool("local", specs, budget_models=1) as pool:
+            for _ in range(2):
+                for wg in ("wide", "tiny"):
+                    comps = await pool.generate(wg, _requests(4, max_new))
+                    seen[wg].append([t for c in comps for t in c.token_ids])
+                    if dev == "cuda":
+                        alloc_after.append(round(torch.cuda.memory_allocated() / 2**30, 3))
+            stats = pool.stats()
+        same = all(v[0] == v[1] for v in seen.values())
+        ok = same and stats["wakes"] >= 2 and stats["sleeps"] >= 2 and not stats["errors"]
+        return {"ok": ok, "wakes": stats["wakes"], "sleeps": stats["sleeps"], "wake_s": stats["wake_s"],
+                "sleep_s": stats["sleep_s"], "same_tokens_after_wake": same, "peak_memory_gib":
+                round((stats["peak_memory_bytes"] or 0) / 2**30, 3), "peak_memory_kind": stats["peak_memory_kind"],
+                "cuda_allocated_after_each_round_gib": alloc_after, "seconds": round(time.perf_counter() - t0, 1),
+                "errors": stats["errors"]}
+
+    return result(**asyncio.run(go()))
+
+
+def step_train(args: argparse.Namespace) -> int:
+    """Three worker-group steps on the wide model (bf16 autocast, gradient checkpointing, chunked
+    log-probs, hf engine sleeping during the update): update on synthetic rows, then weight sync.
+    Figures: update tokens/s, step time, sync time, peak memory of the update (engine asleep; next
+    to ``plan_update_gib``, the memory plan's estimate) and of the whole step; checks: finite loss
+    and gradient norm, weights moved, the engine generates after every sync."""
+    import torch
+
+    from drmas_trainer.config import AgentConfig
+    from drmas_trainer.worker import LossSettings, Row, WorkerGroup, pack_rows, token_logprobs
+
+    dev = device(args)
+    rows_n, plen, rlen = (4, 16, 16) if args.cpu else (16, 512, 1536)
+    settings = AgentConfig(lr=1e-5, micro_batch_size=4, dtype="bfloat16", gradient_checkpointing=True, engine="hf",
+                           engine_options={"max_batch": 8}, sleep_engine=True,
+                           optimizer_offload="cpu" if args.offload else "none")
+    wg = WorkerGroup("solver", ["solver"], settings, str(Path(args.dir) / "wide"), device=dev, seed=0)
+    g = torch.Generator().manual_seed(0)
+    vocab = len(wg.tokenizer)
+    rows = []
+    for i in range(rows_n):
+        p = torch.randint(3, vocab, (plen,), generator=g).tolist()
+        r = torch.randint(3, vocab, (rlen,), generator=g).tolist()
+        rows.append(Row("solver", p, r, [0.0] * rlen, 1.0 if i % 2 == 0 else -1.0))
+    with torch.no_grad(), wg._autocast():  # old log-probs = the current policy's (ratio 1 at the first step)
+        for i in range(0, rows_n, 4):
+            b = pack_rows([r.prompt_ids for r in rows[i:i + 4]], [r.response_ids for r in rows[i:i + 4]], wg.pad_id, wg.device)
+            lp, _ = token_logprobs(wg.policy, b)
+            for k, r in enumerate(rows[i:i + 4]):
+                r.old_logprobs = lp[k, :rlen].float().tolist()
+    before = wg.params[1].detach().float().clone()
+
+    async def go() -> dict[str, Any]:
+        await wg.start_engine()
+        steps = []
+        ok = True
+        for k in range(3):
+            reset_peak(dev)
+            t0 = time.perf_counter()
+            out = await wg.update(rows, loss=LossSettings(), seed=k)
+            t1 = time.perf_counter()
+            update_peak = peak_gib(dev)  # engine asleep: comparable with plan_update_gib
+            sync_s = await wg.sync_weights()
+            comps = await wg.generate(_requests(2, 8, seed0=10 * k))
+            step_s = time.perf_counter() - t0
+            good = (out["optimizer_steps"] == 1 and math.isfinite(out["grad_norm"]) and math.isfinite(out["loss"])
+                    and all(c.token_ids for c in comps))
+            ok = ok and good
+            steps.append({"step": k + 1, "ok": good, "loss": round(out["loss"], 5), "grad_norm": round(out["grad_norm"], 4),
+                          "update_s": round(t1 - t0, 2), "sync_s": round(sync_s, 2), "step_s": round(step_s, 2),
+                          "update_tokens_per_s": round(rows_n * (plen + rlen) / (t1 - t0), 1), "update_peak_gib": update_peak,
+                          "step_peak_gib": peak_gib(dev)})
+        await wg.close()
+        moved = not torch.equal(before, wg.params[1].detach().float())
+        params = sum(p.numel() for p in wg.params)
+        return {"ok": ok and moved, "weights_moved": moved, "params": params, "rows": rows_n,
+                "tokens_per_row": plen + rlen, "offload": settings.optimizer_offload,
+                "plan_update_gib": plan_update_gib(settings, Path(args.dir) / "wide", plen, rlen), "steps": steps}
+
+    return result(**asyncio.run(go()))
+
+
+def plan_update_gib(settings: Any, model_dir: Path, plen: int, rlen: int) -> float:
+    """What ``drmas_trainer.memory`` predicts for this group's update (engine asleep, no CUDA
+    context): to compare with the measured ``peak_gib`` of the steps."""
+    from drmas_trainer.config import WorkerGroupPlan
+    from drmas_trainer.memory import GIB, group_memory, shape_from_config
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    m = group_memory("solver", WorkerGroupPlan("solver", ["solver"], settings), shape_from_config(cfg, "wide"),
+                     seq=plen + rlen, response=rlen, gpu_bytes=140 * GIB)
+    return round((sum(m.resident.values()) + sum(m.update.values())) / GIB, 3)
+
+
+def step_faiss(args: argparse.Namespace) -> int:
+    """faiss on the GPU: a flat inner-product index over random vectors, searched on GPU and CPU."""
+    try:
+        import faiss
+        import numpy as np
+    except ImportError:
+        print("SKIP faiss is not importable")
+        return 3
+    ngpu = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    if ngpu < 1 and not args.cpu:
+        print(f"SKIP faiss {faiss.__version__} sees no GPU (faiss-cpu build)")
+        return 3
+    n, d, q = (2000, 64, 16) if args.cpu else (200_000, 768, 256)
+    rng = np.random.default_rng(0)
+    xb = rng.standard_normal((n, d), dtype=np.float32)
+    xq = rng.standard_normal((q, d), dtype=np.float32)
+    cpu = faiss.IndexFlatIP(d)
+    cpu.add(xb)
+    _, ref = cpu.search(xq, 3)
+    if ngpu < 1:
+        return result(True, gpus=0, note="cpu dry run: CPU index only")
+    res = faiss.StandardGpuResources()
+    gpu = faiss.index_cpu_to_gpu(res, 0, cpu)
+    t0 = time.perf_counter()
+    _, got = gpu.search(xq, 3)
+    secs = time.perf_counter() - t0
+    agree = float((got == ref).mean())
+    return result(agree >= 0.99, gpus=ngpu, vectors=n, dim=d, queries=q, top3_agreement=agree, search_s=round(secs, 4))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("step", choices=["build", "engine", "pool", "train", "faiss"])
+    ap.add_argument("--dir", help="where the models are built / read")
+    ap.add_argument("--cpu", action="store_true", help="dry run on CPU at tiny sizes")
+    ap.add_argument("--offload", action="store_true", help="train: optimizer_offload cpu")
+    args = ap.parse_args(argv)
+    return {"build": step_build, "engine": step_engine, "pool": step_pool, "train": step_train,
+            "faiss": step_faiss}[args.step](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# GPU smoke test: one script, under 9 minutes, PASS/FAIL per step, on a machine with a CUDA GPU,
+# torch + transformers + tokenizers + safetensors + pyyaml + tqdm + numpy + psutil, NO project
+# install and NO network (sglang, ray, fastapi, datasets, faiss need not be there).
+#
+#   bash scripts/gpu_smoke.sh            # on the GPU machine, from a copy of the repository
+#   bash scripts/gpu_smoke.sh --cpu      # dry run of the same steps on CPU at tiny sizes
+#   OUT=/some/dir bash scripts/gpu_smoke.sh   # also writes $OUT/gpu_smoke.log (+ one .out per step)
+#
+# Steps (each with its own timeout, all under one 9-minute deadline; figures in the RESULT json):
+#   build        tiny-random (its builder) + a random Qwen2-0.5B-shaped model (hidden 896, 24 layers,
+#                14 heads, 2 KV heads, intermediate 4864, vocab 151,936, tied), built on the machine
+#   engine       hf engine on CUDA in bf16: 32 sampled requests x 256 new tokens: tokens/s, peak memory
+#   pool         LocalPool, the two models, budget of one model: sleep/wake, same tokens after a wake
+#   train        3 worker-group steps on the 0.5B-shaped model (16 rows x 2048 tokens, bf16 autocast,
+#                gradient checkpointing, chunked log-probs, engine asleep in the update, weight sync)
+#   logprob-fp32 scripts/bench_logprob_memory.py on CUDA: 16384 tokens, V 151,936, hidden 2560 (Qwen3-4B)
+#   logprob-bf16 the same with bf16 matmuls (autocast's dtype)
+#   faiss        faiss-gpu flat index vs CPU (SKIP when faiss is not importable or sees no GPU)
+#   train-offload the train step with optimizer_offload: cpu (AdamW state in host memory)
+#   cli          `drmas-bench train --recipe tiny` for 3 RL steps on CUDA (rollouts, update, sync, checkpoint)
+# Exit status: 0 when no step FAILed (SKIPs are fine), 1 otherwise.
+set -u -o pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+MODE=gpu
+[[ "${1:-}" == "--cpu" || "${GPU_SMOKE_CPU:-}" == "1" ]] && MODE=cpu
+DEADLINE_S=${GPU_SMOKE_DEADLINE_S:-530}   # the whole script stays under 9 minutes
+T0=$(date +%s)
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu-smoke.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+LOG=/dev/null
+if [[ -n "${OUT:-}" ]]; then mkdir -p "$OUT"; LOG="$OUT/gpu_smoke.log"; : > "$LOG"; fi
+say() { echo "$*" | tee -a "$LOG"; }
+
+# --- the packages, importable without an install: drmas_bench, drmas_trainer, drmas_retrieval
+mkdir -p "$WORK/path"
+ln -s "$REPO/drmas_bench" "$WORK/path/drmas_bench"
+ln -s "$REPO/trainer" "$WORK/path/drmas_trainer"
+ln -s "$REPO/retrieval" "$WORK/path/drmas_retrieval"
+if [[ "$MODE" == cpu ]]; then
+  # the dry run imitates the GPU machine: these packages are absent there, so make them absent here
+  cat > "$WORK/path/sitecustomize.py" <<'EOF'
+import importlib.abc, sys
+_ABSENT = {"fastapi", "uvicorn", "bm25s", "gguf", "datasets", "ray", "sglang"}
+class _Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in _ABSENT:
+            raise ModuleNotFoundError(f"No module named {name!r} (absent on the GPU machine)", name=name)
+        return None
+sys.meta_path.insert(0, _Absent())
+EOF
+fi
+export PYTHONPATH="$WORK/path${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export DRMAS_CACHE_DIR="$WORK/cache" PYTHONUNBUFFERED=1
+[[ "$MODE" == cpu ]] && export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} CUDA_VISIBLE_DEVICES=""
+
+PY=""
+for cand in ${PYTHON:-} python3 python; do
+  if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import torch, transformers" >/dev/null 2>&1; then PY="$cand"; break; fi
+done
+if [[ -z "$PY" ]]; then say "FAIL setup: no python with torch and transformers"; exit 1; fi
+CPUFLAG=(); [[ "$MODE" == cpu ]] && CPUFLAG=(--cpu)
+MODELS="$WORK/models"
+
+say "gpu_smoke ($MODE) $(date -u +%FT%TZ) repo $REPO"
+say "$($PY - <<'EOF' 2>&1
+import platform, torch, transformers
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+mem = f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.1f} GiB" if torch.cuda.is_available() else "-"
+print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
+      f"transformers {transformers.__version__}, GPU {gpu} {mem}")
+EOF
+)"
+
+FAILED=0
+# run_step NAME TIMEOUT_S CMD...: PASS (exit 0) / SKIP (exit 3) / FAIL, with the RESULT line or the error tail
+run_step() {
+  local name="$1" limit="$2"; shift 2
+  local now left out rc t1 res
+  now=$(date +%s); left=$(( DEADLINE_S - (now - T0) ))
+  if (( left < 15 )); then say "SKIP $name: no time left under the ${DEADLINE_S}s deadline"; return; fi
+  (( limit > left - 5 )) && limit=$(( left - 5 ))
+  out="$WORK/$name.out"
+  t1=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" > "$out" 2>&1
+  rc=$?
+  [[ -n "${OUT:-}" ]] && cp "$out" "$OUT/gpu_smoke_$name.out"
+  res="$(grep '^RESULT ' "$out" | tail -1 | cut -c8-)"
+  local secs=$(( $(date +%s) - t1 ))
+  if (( rc == 0 )); then
+    say "PASS $name (${secs}s) ${res:-$(tail -4 "$out" | tr '\n' ' ')}"
+  elif (( rc == 3 )); then
+    say "SKIP $name (${secs}s) $(grep '^SKIP' "$out" | tail -1)"
+  else
+    FAILED=1
+    [[ $rc -eq 124 || $rc -eq 137 ]] && res="timed out after ${limit}s; $res"
+    say "FAIL $name (${secs}s, exit $rc) ${res} $(grep -v '^RESULT ' "$out" | tail -3 | tr '\n' ' ' | cut -c1-600)"
+  fi
+}
+
+SMOKE=("$PY" scripts/gpu_smoke.py)
+run_step build 100 "${SMOKE[@]}" build --dir "$MODELS" "${CPUFLAG[@]}"
+run_step engine 70 "${SMOKE[@]}" engine --dir "$MODELS" "${CPUFLAG[@]}"
+run_step pool 70 "${SMOKE[@]}" pool --dir "$MODELS" "${CPUFLAG[@]}"
+run_step train 120 "${SMOKE[@]}" train --dir "$MODELS" "${CPUFLAG[@]}"
+if [[ "$MODE" == cpu ]]; then
+  BENCH=(--tokens 256 --vocab 151936 --hidden 64 --chunk 64 --device cpu --min-ratio 2)
+else
+  BENCH=(--tokens 16384 --vocab 151936 --hidden 2560 --chunk 1024 --device cuda)
+fi
+run_step logprob-fp32 60 "$PY" scripts/bench_logprob_memory.py "${BENCH[@]}" --dtype float32
+# bf16 matmuls are slow on CPU: the dry run checks this step at a smaller vocabulary
+[[ "$MODE" == cpu ]] && BENCH=(--tokens 128 --vocab 32000 --hidden 64 --chunk 32 --device cpu --min-ratio 0)
+run_step logprob-bf16 60 "$PY" scripts/bench_logprob_memory.py "${BENCH[@]}" --dtype bfloat16
+run_step faiss 45 "${SMOKE[@]}" faiss "${CPUFLAG[@]}"
+run_step train-offload 100 "${SMOKE[@]}" train --offload --dir "$MODELS" "${CPUFLAG[@]}"
+DEV=cuda; STEPS_SFT=20; [[ "$MODE" == cpu ]] && { DEV=cpu; STEPS_SFT=5; }
+run_step cli 120 "$PY" -m drmas_bench train --recipe tiny --estimator drmas --steps 3 --local --no-progress \
+  --out "$WORK/run-tiny" --set model="$MODELS/tiny" --set device=$DEV --set sft.steps=$STEPS_SFT \
+  --set sft.agent_steps={} --set save_every=0 --set tensorboard=false
+
+say "gpu_smoke: $([[ $FAILED == 0 ]] && echo PASSED || echo FAILED) in $(( $(date +%s) - T0 ))s"
+exit $FAILED

@@ -1,0 +1,77 @@
+"""Every shipped paper recipe (trainer/recipes/*.yaml but tiny) runs one step as shipped on its
+training data, shrunk only in size: ``tiny-random`` on CPU with hf engines, 2 prompts x 2 rollouts,
+8 new tokens; the search recipe with the in-process BM25 index of the mini corpus. Then
+``drmas-bench eval --model <checkpoint>`` evaluates the trained team. Precision stays as shipped
+(bfloat16: the engines run bf16 weights, the policies bf16 autocast over fp32 master weights, on CPU).
+
+The search recipe's training set (PeterJinGo/nq_hotpotqa_train) is hub-only; offline, the test saves
+a few real questions (NQ dev, HotpotQA train) in that dataset's Parquet layout as
+``<data dir>/qa/nq_hotpotqa_train/train.parquet``, the local copy the registry reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from drmas_bench.cli import main
+from drmas_trainer.config import RECIPES_DIR
+
+pytestmark = [pytest.mark.slow, pytest.mark.data]
+
+RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml") if p.stem != "tiny")
+
+# the shrink: sizes and the CPU engine only (engine_options are the sglang engine's, so they go too)
+SHRINK = ["model=tiny-random", "device=cpu", "agent_defaults.engine=hf", "agent_defaults.engine_options={}",
+          "rollout.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.limit=4"]
+EVAL_ON = {"math_refine": ("math", "aime24"), "search_route": ("search", "hotpotqa"), "toy": ("toy", "toy")}
+
+
+def test_every_shipped_recipe_is_covered():
+    assert {"math_qwen3_4b", "math_qwen3_4b_shared", "search_qwen2.5_7b"} <= set(RECIPES)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_one_step_then_eval_the_checkpoint(recipe, data_dir, tmp_path):
+    from drmas_bench.commands.eval import _default_retriever_spec
+
+    shipped = yaml.safe_load((RECIPES_DIR / f"{recipe}.yaml").read_text())
+    assert shipped["data"]["source"].startswith("benchmark:"), "recipes train on registry entries"
+    workflow = shipped["workflow"]
+    train_dir = data_dir
+    sets = list(SHRINK)
+    if workflow == "search_route":
+        from test_train_sets import write_search_train  # tests/ is on sys.path (rootdir conftest)
+
+        train_dir = tmp_path / "data"
+        write_search_train(data_dir, train_dir, n=2)
+        sets.append(f"retriever={_default_retriever_spec(data_dir)}")
+    run = tmp_path / "run"
+    argv = ["train", "--recipe", recipe, "--out", str(run), "--steps", "1", "--local", "--no-progress",
+            "--data-dir", str(train_dir)]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0
+
+    recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [1] and len(recs[0]["tasks"]) == 2
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["data"]["source"] == shipped["data"]["source"]
+    assert cfg["agent_defaults"]["dtype"] == shipped["agent_defaults"]["dtype"]  # bf16 as shipped, on CPU
+    ckpt = run / "ckpt" / "step_1"
+    team = yaml.safe_load((ckpt / "team.yaml").read_text())
+    assert team["workflow"] == workflow and team["trained"]["recipe"] == recipe
+    for wg in team["worker_groups"]:
+        assert (ckpt / "models" / wg / "model.safetensors").is_file()
+    assert len(team["worker_groups"]) == (1 if shipped.get("shared") else len(team["agents"]))
+
+    suite, bench = EVAL_ON[workflow]
+    out = tmp_path / "eval"
+    assert main(["eval", "--model", str(run / "ckpt" / "latest"), "--suite", suite, "--benchmarks", bench,
+                 "--limit", "2", "--n", "1", "--max-new-tokens", "8", "--data-dir", str(data_dir),
+                 "--out", str(out), "--no-progress"]) == 0
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 and all(s["turns"] for s in samples)
+    assert (out / "summary.md").is_file()

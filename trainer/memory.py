@@ -1,0 +1,304 @@
+"""The GPU memory plan of a training run: what each worker group keeps on its GPU in each phase of an
+iteration, from the model's architecture and the recipe, and whether it fits (``drmas-bench train
+--plan``).
+
+    shapes = {g: model_shape(p.settings.model) for g, p in groups.items()}
+    plan = memory_plan(cfg, groups, shapes, gpu_gib=140, use_ray=False)
+    print(format_plan(plan)); sys.exit(0 if plan.fits else 1)
+
+Per worker group (P = parameters, from config.json or the built-in table :data:`KNOWN_SHAPES`):
+
+- resident all the time: fp32 master weights (4P) + optimiser state on the GPU (``adamw`` 8P,
+  ``adamw_8bit`` 2P, ``optimizer_offload: cpu`` 0: host memory instead);
+- during its update only: fp32 gradients (4P), the bf16 copies of the weights that autocast caches
+  for the forward/backward (2P, bf16 compute only), the gradient snapshot of a shared group (4P when
+  it serves several agents), activations of one micro-batch of ``micro_batch_size`` x ``seq`` tokens
+  (with gradient checkpointing: each layer's fp32 input plus one layer recomputed; without: every
+  layer's), and the output layer's work on the micro-batch's ``micro_batch_size`` x
+  ``max_new_tokens`` response tokens (``logprob_chunk`` x V float32 buffers and the lm_head
+  gradient accumulator, or the full [tokens, V] logits with ``logprob_chunk: 0``);
+- its rollout engine when awake: sglang ``mem_fraction_static`` x GPU memory (weights + KV cache;
+  sglang's default 0.9 when the recipe does not say), hf bf16 weights (2P) + a KV cache for
+  ``max_batch`` sequences of ``seq`` tokens. ``sleep_engine: true`` releases it during updates;
+- per process: CUDA context and allocator slack, :data:`PROCESS_OVERHEAD_GIB`.
+
+Phases per GPU: **rollout** (every resident state + every engine awake: the trainer's rollouts keep
+all engines awake), **update** (resident states + the updating group's extras + engines that do not
+sleep; groups sharing a GPU as Ray actors update at the same time, in-process groups one after the
+other), **sync** (rollout's memory + one weight bucket). ``seq`` = ``--prompt-tokens`` (default
+4096) + ``rollout.max_new_tokens``. Activation sizes are estimates (the rest is exact arithmetic);
+the GPU smoke script prints measured peaks for comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drmas_trainer.config import OPTIMIZERS, AgentConfig, TrainConfig, WorkerGroupPlan
+
+GIB = 2**30
+#: CUDA context, cuBLAS workspaces and caching-allocator slack per process (an estimate).
+PROCESS_OVERHEAD_GIB = 2.0
+#: sglang's own default when the recipe sets no mem_fraction_static (weights + KV cache share).
+SGLANG_DEFAULT_MEM_FRACTION = 0.9
+#: H200: 143,771 MiB reported by the driver, 140 GiB usable as a round figure.
+DEFAULT_GPU_GIB = 140.0
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The architecture numbers the plan needs (a decoder-only transformer with gated MLP)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    head_dim: int = 0  # 0 = hidden // heads
+    tied: bool = False  # tie_word_embeddings
+    qkv_bias: bool = False  # Qwen2: biases on q/k/v
+    qk_norm: bool = False  # Qwen3: RMSNorm on q and k per head
+    source: str = ""  # where the numbers came from (printed by the plan)
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def params(self) -> int:
+        """Parameter count (embeddings, attention, gated MLP, norms, output layer unless tied)."""
+        h, hd = self.hidden, self.hd
+        attn = h * self.heads * hd + 2 * h * self.kv_heads * hd + self.heads * hd * h
+        if self.qkv_bias:
+            attn += (self.heads + 2 * self.kv_heads) * hd
+        if self.qk_norm:
+            attn += 2 * hd
+        layer = attn + 3 * h * self.intermediate + 2 * h
+        out = 0 if self.tied else self.vocab * h
+        return self.vocab * h + self.layers * layer + h + out
+
+
+#: Public configs (config.json on the Hugging Face hub) of the models the recipes name, used when the
+#: model's own config.json cannot be read (hub ids are not downloaded for a plan).
+KNOWN_SHAPES: dict[str, ModelShape] = {
+    "qwen/qwen3-4b": ModelShape(2560, 36, 32, 8, 9728, 151_936, head_dim=128, tied=True, qk_norm=True),
+    "qwen/qwen3-1.7b": ModelShape(2048, 28, 16, 8, 6144, 151_936, head_dim=128, tied=True, qk_norm=True),
+    "qwen/qwen2.5-7b-instruct": ModelShape(3584, 28, 28, 4, 18944, 152_064, qkv_bias=True),
+    "qwen/qwen2.5-7b": ModelShape(3584, 28, 28, 4, 18944, 152_064, qkv_bias=True),
+    "qwen/qwen2-0.5b": ModelShape(896, 24, 14, 2, 4864, 151_936, tied=True, qkv_bias=True),
+    "meta-llama/llama-3.2-3b-instruct": ModelShape(3072, 28, 24, 8, 8192, 128_256, head_dim=128, tied=True),
+}
+
+
+def shape_from_config(cfg: dict[str, Any], source: str) -> ModelShape:
+    """A :class:`ModelShape` from a transformers ``config.json`` mapping (text config of multimodal
+    models included)."""
+    c = cfg.get("text_config") or cfg
+    try:
+        heads = int(c["num_attention_heads"])
+        return ModelShape(
+            hidden=int(c["hidden_size"]), layers=int(c["num_hidden_layers"]), heads=heads,
+            kv_heads=int(c.get("num_key_value_heads") or heads), intermediate=int(c["intermediate_size"]),
+            vocab=int(c["vocab_size"]), head_dim=int(c.get("head_dim") or 0),
+            tied=bool(c.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))),
+            qkv_bias=c.get("model_type") == "qwen2" or bool(c.get("attention_bias", False)),
+            qk_norm=c.get("model_type") == "qwen3", source=source)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{source}: missing or bad architecture field {e}") from None
+
+
+def model_shape(model: str) -> ModelShape:
+    """The shape of ``model`` (alias, folder or hub id): its config.json when it can be read
+    locally, else :data:`KNOWN_SHAPES`; ``ValueError`` naming the model otherwise."""
+    from drmas_bench.types import UserError
+
+    folder: Path | None = None
+    try:
+        from drmas_bench.engines.base import resolve_model_path
+
+        p = Path(resolve_model_path(model))
+        folder = p if (p / "config.json").is_file() else None
+    except (UserError, OSError, ValueError):
+        folder = None
+    if folder is not None:
+        return shape_from_config(json.loads((folder / "config.json").read_text()), f"{folder}/config.json")
+    known = KNOWN_SHAPES.get(model.lower().rstrip("/"))
+    if known is not None:
+        return ModelShape(**{**known.__dict__, "source": f"built-in table (public config of {model}; not found locally)"})
+    raise ValueError(f"model {model!r}: no local config.json and not in the built-in table "
+                     f"({', '.join(sorted(KNOWN_SHAPES))}); download it or pass a folder")
+
+
+# ----------------------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class GroupMemory:
+    """One worker group's memory items (bytes) and the facts behind them."""
+
+    name: str
+    agents: list[str]
+    model: str
+    shape: ModelShape
+    resident: dict[str, int] = field(default_factory=dict)  # always on the GPU
+    update: dict[str, int] = field(default_factory=dict)  # during this group's update only
+    engine: int = 0  # the engine when awake
+    engine_sleeps: bool = False  # released during updates
+    host: dict[str, int] = field(default_factory=dict)  # host memory (offloaded optimiser)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GPUPhase:
+    gpu: int
+    phase: str
+    bytes: int
+    items: str
+
+
+@dataclass
+class MemoryPlan:
+    gpu_bytes: int
+    groups: list[GroupMemory]
+    gpus: list[list[str]]  # group names per GPU
+    placement: str
+    seq: int
+    phases: list[GPUPhase]
+    one_engine_rollout: list[int]  # per GPU: rollout with one engine awake at a time (a pool budget of one)
+
+    @property
+    def peak(self) -> GPUPhase:
+        return max(self.phases, key=lambda p: p.bytes)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak.bytes <= self.gpu_bytes
+
+
+def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: int, response: int,
+                 gpu_bytes: int) -> GroupMemory:
+    """The memory items of one worker group (see the module docstring)."""
+    s: AgentConfig = plan.settings
+    P = shape.params
+    bf16 = s.dtype == "bfloat16"
+    g = GroupMemory(name, list(plan.agents), str(s.model), shape)
+    g.resident["weights fp32"] = 4 * P
+    opt = OPTIMIZERS[s.optimizer] * P
+    if s.optimizer_offload == "cpu":
+        g.host["optimizer + fp32 master (host)"] = (OPTIMIZERS[s.optimizer] + 4 + 4) * P
+    else:
+        g.resident[f"optimizer {s.optimizer}"] = opt
+    g.update["gradients fp32"] = 4 * P
+    if bf16:
+        g.update["bf16 weight copies (autocast)"] = 2 * P
+    if len(plan.agents) > 1:
+        g.update["gradient snapshot (shared group)"] = 4 * P
+    tokens = s.micro_batch_size * seq
+    h, inter = shape.hidden, shape.intermediate
+    act_b = 2 if bf16 else 4
+    one_layer = tokens * (8 * h + 2 * shape.kv_heads * shape.hd + 3 * inter) * act_b + tokens * h * 8
+    if s.gradient_checkpointing:
+        g.update["activations (checkpointed, est.)"] = shape.layers * tokens * h * 4 + one_layer
+    else:
+        g.update["activations (all layers, est.)"] = shape.layers * one_layer
+    V, resp = shape.vocab, s.micro_batch_size * response  # only response tokens reach the output layer
+    if s.logprob_chunk > 0:
+        c = min(s.logprob_chunk, resp)
+        g.update[f"output layer (chunks of {s.logprob_chunk})"] = c * V * (4 + 4 + act_b) + V * h * (4 + act_b)
+    else:  # the model's logits (compute dtype), their float32 copy, and two float32 buffers of backward
+        g.update["output layer (full logits)"] = resp * V * (act_b + 4 + 4 + 4) + V * h * act_b
+    if s.engine == "sglang":
+        frac = float(s.engine_options.get("mem_fraction_static", SGLANG_DEFAULT_MEM_FRACTION))
+        g.engine = int(frac * gpu_bytes)
+        g.notes.append(f"sglang mem_fraction_static {frac}")
+    else:
+        kv = int(s.engine_options.get("max_batch", 32)) * seq * shape.layers * 2 * shape.kv_heads * shape.hd * 2
+        g.engine = 2 * P + kv
+        g.notes.append("hf engine: bf16 weights + KV cache")
+    g.engine_sleeps = bool(s.sleep_engine)
+    return g
+
+
+def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: dict[str, ModelShape], *,
+                gpu_gib: float = DEFAULT_GPU_GIB, use_ray: bool = False, prompt_tokens: int = 4096) -> MemoryPlan:
+    """The plan of ``groups`` (``plan_worker_groups``) with the model ``shapes`` per group.
+
+    Options: ``gpu_gib`` (memory of one GPU); ``use_ray`` (groups are Ray actors reserving
+    ``ray.gpus_per_worker`` GPUs each: below 1, ``floor(1 / gpus_per_worker)`` groups share a GPU
+    and update at the same time; otherwise one group per GPU) or in process (every group on one GPU,
+    updates one after the other); ``prompt_tokens`` (longest prompt of a training row)."""
+    gpu_bytes = int(gpu_gib * GIB)
+    seq = prompt_tokens + cfg.rollout.max_new_tokens
+    mems = [group_memory(n, p, shapes[n], seq=seq, response=cfg.rollout.max_new_tokens, gpu_bytes=gpu_bytes)
+            for n, p in groups.items()]
+    names = [m.name for m in mems]
+    if use_ray:
+        per = max(1, math.floor(1 / cfg.ray.gpus_per_worker)) if cfg.ray.gpus_per_worker < 1 else 1
+        gpus = [names[i: i + per] for i in range(0, len(names), per)]
+        placement = (f"Ray actors, gpus_per_worker {cfg.ray.gpus_per_worker:g}: {per} group(s) per GPU"
+                     + (", updating at the same time" if per > 1 else ""))
+    else:
+        gpus = [names]
+        placement = "in process: every group on one GPU, updates one after the other"
+    by = {m.name: m for m in mems}
+    phases: list[GPUPhase] = []
+    one_engine: list[int] = []
+    for i, gnames in enumerate(gpus):
+        gm = [by[n] for n in gnames]
+        base = int(PROCESS_OVERHEAD_GIB * GIB) * (len(gm) if use_ray else 1)
+        resident = sum(sum(m.resident.values()) for m in gm)
+        engines = sum(m.engine for m in gm)
+        phases.append(GPUPhase(i, "rollout", base + resident + engines, "resident states + all engines awake"))
+        one_engine.append(base + resident + max(m.engine for m in gm))
+        awake = sum(m.engine for m in gm if not m.engine_sleeps)
+        if use_ray and len(gm) > 1:
+            extra = sum(sum(m.update.values()) for m in gm)
+            phases.append(GPUPhase(i, "update (all groups at once)", base + resident + awake + extra,
+                                   "resident + every group's update extras + engines that do not sleep"))
+        else:
+            for m in gm:
+                phases.append(GPUPhase(i, f"update {m.name}", base + resident + awake + sum(m.update.values()),
+                                       f"resident + {m.name}'s update extras + engines that do not sleep"))
+        bucket = max(groups[m.name].settings.sync_bucket_mb for m in gm) << 20
+        phases.append(GPUPhase(i, "sync", base + resident + engines + bucket, "rollout memory + one weight bucket"))
+    return MemoryPlan(gpu_bytes, mems, gpus, placement, seq, phases, one_engine)
+
+
+def _g(b: float) -> str:
+    return f"{b / GIB:7.1f}"
+
+
+def format_plan(plan: MemoryPlan, recipe: str = "") -> str:
+    """The plan as text: per group its items (GiB), then per GPU each phase against the GPU."""
+    out = [f"memory plan{' for ' + recipe if recipe else ''}: GPU {plan.gpu_bytes / GIB:.0f} GiB (--gpu-memory), "
+           f"{plan.placement}; sequence {plan.seq} tokens (prompt + max_new_tokens)"]
+    for m in plan.groups:
+        out.append(f"\nworker group {m.name} (agents {', '.join(m.agents)}): {m.model}, "
+                   f"{m.shape.params / 1e9:.2f}B parameters [{m.shape.source}]")
+        out.append(f"  {'item':<50} {'GiB':>7}  when")
+        for k, v in m.resident.items():
+            out.append(f"  {k:<50} {_g(v)}  always")
+        for k, v in m.update.items():
+            out.append(f"  {k:<50} {_g(v)}  its update")
+        out.append(f"  {'rollout engine (' + '; '.join(m.notes) + ')':<50} {_g(m.engine)}  "
+                   + ("awake except during updates (sleep_engine)" if m.engine_sleeps else "always (sleep_engine false)"))
+        for k, v in m.host.items():
+            out.append(f"  {k:<50} {_g(v)}  host memory, not GPU")
+    out.append("")
+    out.append(f"  {'GPU':<4} {'phase':<30} {'GiB':>7}  {'of':>5}  verdict")
+    for p in plan.phases:
+        ok = "fits" if p.bytes <= plan.gpu_bytes else "DOES NOT FIT"
+        out.append(f"  {p.gpu:<4} {p.phase:<30} {_g(p.bytes)}  {plan.gpu_bytes / GIB:5.0f}  {ok}  ({p.items})")
+    for i, b in enumerate(plan.one_engine_rollout):
+        if len(plan.gpus[i]) > 1:
+            out.append(f"  GPU {i}: rollout with one engine awake at a time (a pool budget of one, which the "
+                       f"trainer's rollouts do not use yet) would need {b / GIB:.1f} GiB")
+    pk = plan.peak
+    out.append(f"peak: {pk.phase} on GPU {pk.gpu}, {pk.bytes / GIB:.1f} GiB of {plan.gpu_bytes / GIB:.0f} GiB: "
+               + ("fits" if plan.fits else "does not fit"))
+    return "\n".join(out)
