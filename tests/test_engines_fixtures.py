@@ -67,3 +67,28 @@ def tiny_model_path(tmp_root: Path) -> Path:
     got = resolve_model("tiny-random")
     path = getattr(got, "path", got)
     return Path(path)
+
+
+# A chat template that branches on enable_thinking the way Qwen3's does: with thinking off, the
+# generation prompt carries an empty think block (written here; only the branch matters).
+THINKING_CHATML = CHATML.replace(
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}",
+)
+EMPTY_THINK = "<think>\n\n</think>\n\n"
+
+
+def thinking_model_path(tiny: Path, out: Path) -> Path:
+    """A copy of the tiny checkpoint whose tokenizer has ``THINKING_CHATML`` as its chat template."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    if not (out / "config.json").is_file():
+        shutil.copytree(tiny, out, dirs_exist_ok=True)
+        (out / "chat_template.jinja").unlink(missing_ok=True)
+        tok = AutoTokenizer.from_pretrained(out)
+        tok.chat_template = THINKING_CHATML
+        tok.save_pretrained(out)
+    return out

@@ -184,14 +184,60 @@ def test_updated_weights_survive_sleep(tiny):
     run(eng.close())
 
 
-def test_prompt_limit_and_zero_budget(tiny):
-    eng = make_engine("hf", str(tiny), device="cpu", max_prompt_tokens=8)
-    long, zero, ok = run(eng.generate([req("a long prompt " * 5), req("hi", n=0), req("", n=3)]))
+def test_zero_budget(engine):
+    [zero] = run(engine.generate([req("hi", n=0)]))
+    assert zero.finish == "length" and zero.token_ids == [] and not zero.prompt_truncated
+
+
+def test_prompt_limit_cuts_the_templated_prompt_on_its_side(engine):
+    from drmas_bench.engines.base import truncate_ids
+
+    msgs = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "a long prompt " * 20}]
+    full = engine.encode_prompt(msgs)
+    limit = 25
+    assert len(full) > limit
+    for side in ("left", "middle", "right"):
+        r = Request("a", msgs, Sampling(temperature=0.7, max_new_tokens=6, seed=4), want_logprobs=True,
+                    max_prompt_tokens=limit, truncate=side)
+        [c] = run(engine.generate([r]))
+        assert c.prompt_truncated and c.prompt_tokens == len(c.prompt_ids) == limit
+        assert c.prompt_ids == truncate_ids(full, limit, side)
+        # the model ran on exactly these ids: its log-probs match a forward pass over cut prompt + response
+        with torch.no_grad():
+            logits = engine._hf_model(input_ids=torch.tensor([c.prompt_ids + c.token_ids])).logits[0].float()
+        ref = torch.log_softmax(logits[limit - 1 : -1], -1).gather(1, torch.tensor(c.token_ids)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4)
+    [fits] = run(engine.generate([Request("a", msgs, Sampling(max_new_tokens=2), max_prompt_tokens=len(full))]))
+    assert not fits.prompt_truncated and fits.prompt_ids == full
+    with pytest.raises(EngineError, match="hf engine: truncate side must be"):
+        run(engine.generate([Request("a", msgs, max_prompt_tokens=5, truncate="both")]))
+
+
+def test_top_k_one_is_greedy_and_minus_one_is_off(engine):
+    greedy = run(engine.generate([req("top k", t=0.0, n=10)]))[0]
+    k1 = run(engine.generate([Request("a", [{"role": "user", "content": "top k"}], Sampling(temperature=1.0, top_p=1.0, top_k=1, max_new_tokens=10, seed=5))]))[0]
+    assert k1.token_ids == greedy.token_ids
+    # -1 (the default) and a k as large as the vocabulary draw the same tokens from the same seed
+    off = [Request("a", [{"role": "user", "content": "top k"}], Sampling(temperature=1.0, top_p=1.0, top_k=k, max_new_tokens=10, seed=5)) for k in (-1, len(engine.tokenizer) + 10)]
+    a, b = run(engine.generate(off))
+    assert a.token_ids == b.token_ids
+    with pytest.raises(EngineError, match="top_k must be -1"):
+        run(engine.generate([Request("a", [{"role": "user", "content": "x"}], Sampling(top_k=0))]))
+
+
+def test_enable_thinking_reaches_the_chat_template(tiny, tmp_path):
+    from test_engines_fixtures import EMPTY_THINK, thinking_model_path
+
+    eng = make_engine("hf", str(thinking_model_path(tiny, tmp_path / "thinking")), device="cpu")
+    msgs = [{"role": "user", "content": "think?"}]
+    off, on = run(eng.generate([Request("a", msgs, Sampling(max_new_tokens=1)),
+                                Request("a", msgs, Sampling(max_new_tokens=1, enable_thinking=True))]))
     run(eng.close())
-    assert long.finish == "length" and long.token_ids == [] and long.prompt_tokens > 8
-    assert zero.finish == "length" and zero.token_ids == []
-    # the empty message still has a chat template around it; with max 8 tokens it may be cut too
-    assert ok.finish in ("stop", "length")
+    assert eng.tokenizer.decode(off.prompt_ids).endswith("<|im_start|>assistant\n" + EMPTY_THINK)  # the default: off
+    assert eng.tokenizer.decode(on.prompt_ids).endswith("<|im_start|>assistant\n")
+    assert len(off.prompt_ids) > len(on.prompt_ids)
+    with pytest.raises(EngineError, match="chat_template_kwargs may not set enable_thinking"):
+        make_engine("hf", str(tiny), device="cpu", chat_template_kwargs={"enable_thinking": True})
 
 
 def test_options_are_checked(tiny):
@@ -230,3 +276,50 @@ def test_sampler_frequencies_match_probabilities():
     assert torch.all(got[~keep] == 0)
     assert torch.allclose(got, want, atol=0.03)
     assert int(HFEngine._sample(logits, torch.tensor([0.0]), torch.tensor([1.0]), [g])[0]) == 0
+
+
+def test_sampler_top_k_and_top_p_keep_the_tokens_in_both_sets():
+    from drmas_bench.engines.hf import HFEngine
+
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]])  # order by probability: 0, 1, 2, 4, 3
+    n = 4000
+    gens = [torch.Generator().manual_seed(i) for i in range(n)]
+
+    def freqs(k: int, p: float) -> torch.Tensor:  # n rows at once, one generator each
+        picks = HFEngine._sample(logits.repeat(n, 1), torch.ones(n), torch.full((n,), p), gens, torch.full((n,), k))
+        return torch.bincount(picks, minlength=5).float() / n
+
+    p1 = torch.softmax(logits[0], -1)
+    top2 = torch.tensor([p1[0], p1[1], 0, 0, 0]) / (p1[0] + p1[1])
+    assert torch.allclose(freqs(2, 1.0), top2, atol=0.03)
+    assert torch.allclose(freqs(-1, 1.0), p1, atol=0.03)
+    # top_p = 0.8 alone keeps 0, 1, 2; with top_k = 2 only 0, 1 survive; with top_k = 4 the nucleus rules
+    assert torch.allclose(freqs(2, 0.8), top2, atol=0.03)
+    three = torch.tensor([p1[0], p1[1], p1[2], 0, 0]) / p1[:3].sum()
+    assert torch.allclose(freqs(4, 0.8), three, atol=0.03)
+    # rows with different k in one call
+    two = HFEngine._sample(logits.repeat(2, 1), torch.tensor([1.0, 1.0]), torch.tensor([1.0, 1.0]),
+                           [torch.Generator().manual_seed(s) for s in (0, 1)], torch.tensor([1, -1]))
+    assert int(two[0]) == 0
+
+
+@pytest.mark.gpu
+def test_prompt_protocol_and_top_k_on_cuda(tiny, tmp_path):
+    """The same prompt ids and sampling rules on CUDA: a cut prompt, top_k = 1 equal to greedy,
+    several k in one batch, the thinking switch."""
+    from drmas_bench.engines.base import truncate_ids
+    from test_engines_fixtures import EMPTY_THINK, thinking_model_path
+
+    eng = make_engine("hf", str(thinking_model_path(tiny, tmp_path / "thinking")), device="cuda", dtype="float32")
+    msgs = [{"role": "user", "content": "a long prompt " * 20}]
+    full = eng.encode_prompt(msgs)
+    rs = [Request("a", msgs, Sampling(temperature=0, max_new_tokens=8), max_prompt_tokens=25, truncate="middle"),
+          Request("a", msgs, Sampling(temperature=1.0, top_p=1.0, top_k=1, max_new_tokens=8, seed=3), max_prompt_tokens=25, truncate="middle"),
+          Request("a", msgs, Sampling(temperature=1.0, top_p=0.9, top_k=5, max_new_tokens=8, seed=4), max_prompt_tokens=25, truncate="left"),
+          Request("a", msgs, Sampling(temperature=0.6, max_new_tokens=8, seed=5, enable_thinking=True))]
+    greedy, k1, k5, thinking = run(eng.generate(rs))
+    run(eng.close())
+    assert greedy.prompt_ids == k1.prompt_ids == truncate_ids(full, 25, "middle") and greedy.prompt_truncated
+    assert k1.token_ids == greedy.token_ids
+    assert k5.prompt_ids == truncate_ids(full, 25, "left") and len(k5.token_ids) >= 1
+    assert eng.tokenizer.decode(full).endswith(EMPTY_THINK) and not eng.tokenizer.decode(thinking.prompt_ids).endswith(EMPTY_THINK)

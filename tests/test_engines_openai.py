@@ -80,6 +80,19 @@ class FakeServer:
                 "usage": {"prompt_tokens": 4, "completion_tokens": k, "total_tokens": 4 + k},
             }
 
+        @app.post("/{mode}/v1/completions")
+        async def completions(mode: str, request: FReq):
+            body = await request.json()
+            self.bodies.append(body)
+            self.hits[(mode, str(body["prompt"]))] += 1
+            k = min(3, body.get("max_tokens", 16))
+            choice = {"index": 0, "text": f"echo {len(body['prompt'])} ids",
+                      "finish_reason": "length" if k == body.get("max_tokens") else "stop"}
+            if body.get("logprobs") is not None:
+                choice["logprobs"] = {"tokens": ["x"] * k, "token_logprobs": [-0.25 * (i + 1) for i in range(k)]}
+            return {"id": "c2", "object": "text_completion", "choices": [choice],
+                    "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": k, "total_tokens": len(body["prompt"]) + k}}
+
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
@@ -123,6 +136,8 @@ def test_success_fields_and_body(server, monkeypatch):
     assert c1.latency_s >= 0.05
     body = next(b for b in server.bodies if b["messages"][0]["content"] == "one")
     assert body["model"] == "served-name" and body["temperature"] == 0.6 and body["top_p"] == 0.95
+    assert body["top_k"] == -1 and body["chat_template_kwargs"] == {"enable_thinking": False}  # REFERENCE.md §2b
+    assert eng.mode == "chat" and eng.url.endswith("/chat/completions")  # no local tokenizer for "served-name"
     assert body["max_tokens"] == 8 and body["seed"] == 1 and body["logprobs"] is True
     assert "seed" not in next(b for b in server.bodies if b["messages"][0]["content"] == "two")
     hdr = next(h for h, b in zip(server.headers, server.bodies) if b["messages"][0]["content"] == "one")
@@ -190,17 +205,31 @@ def test_bounded_concurrency(server):
 
 
 def test_pure_translation():
-    o = OpenAIOptions(extra_body={"chat_template_kwargs": {"enable_thinking": False}}, return_token_ids=True, max_tokens_field="max_completion_tokens")
+    o = OpenAIOptions(extra_body={"min_p": 0.05}, return_token_ids=True, max_tokens_field="max_completion_tokens",
+                      chat_template_kwargs={"custom": 1})
     b = build_body(req("x", n=5, seed=None, lp=False), "m", o)
     assert b == {
         "model": "m",
         "messages": [{"role": "user", "content": "x"}],
         "temperature": 0.6,
         "top_p": 0.95,
+        "top_k": -1,
         "max_completion_tokens": 5,
         "return_token_ids": True,
-        "chat_template_kwargs": {"enable_thinking": False},
+        "chat_template_kwargs": {"custom": 1, "enable_thinking": False},
+        "min_p": 0.05,
     }
+    think = Request("a", [], Sampling(enable_thinking=True, top_k=20, seed=3), want_logprobs=True)
+    b = build_body(think, "m", OpenAIOptions())
+    assert b["chat_template_kwargs"] == {"enable_thinking": True} and b["top_k"] == 20 and b["logprobs"] is True
+    b = build_body(think, "m", OpenAIOptions(), prompt_ids=[7, 8, 9])
+    assert b["prompt"] == [7, 8, 9] and "messages" not in b and "chat_template_kwargs" not in b
+    assert b["max_tokens"] == 512 and b["logprobs"] == 0 and b["top_k"] == 20 and b["seed"] == 3
+    plain = build_body(req("x"), "m", OpenAIOptions(server_extras=False))
+    assert "top_k" not in plain and "chat_template_kwargs" not in plain
+    c = parse_response({"choices": [{"text": "hi", "finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0, -2.0]},
+                                     "token_ids": [4, 5], "prompt_token_ids": [1, 2]}]}, True)
+    assert (c.text, c.logprobs, c.token_ids, c.prompt_ids, c.finish) == ("hi", [-1.0, -2.0], [4, 5], [1, 2], "stop")
     c = parse_response({"choices": [{"message": {"content": None}, "finish_reason": "length", "token_ids": [5, 6]}], "prompt_token_ids": [1]}, True)
     assert c.text == "" and c.finish == "length" and c.token_ids == [5, 6] and c.prompt_ids == [1]
     assert c.completion_tokens == 2 and c.prompt_tokens == 1 and c.logprobs is None
@@ -217,3 +246,65 @@ def test_options_and_lifecycle():
     run(eng.sleep())
     run(eng.wake())
     assert eng.is_awake
+
+
+@pytest.fixture(scope="module")
+def thinking_tok(tmp_path_factory):
+    from test_engines_fixtures import thinking_model_path, tiny_model_path
+
+    tmp = tmp_path_factory.mktemp("tok")
+    return thinking_model_path(tiny_model_path(tmp), tmp / "thinking")
+
+
+def test_token_mode_sends_the_cut_templated_prompt(server, thinking_tok):
+    from transformers import AutoTokenizer
+
+    from drmas_bench.engines.base import truncate_ids
+    from test_engines_fixtures import EMPTY_THINK
+
+    tok = AutoTokenizer.from_pretrained(thinking_tok)
+    eng = make_engine("openai", "served", base_url=server.url("ok"), tokenizer=str(thinking_tok), **fast())
+    assert eng.mode == "tokens" and eng.url == server.url("ok") + "/completions"
+    msgs = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "words " * 40}]
+    full = tok(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False, enable_thinking=False),
+               add_special_tokens=False)["input_ids"]
+    assert tok.decode(full).endswith(EMPTY_THINK)
+    rs = [Request("a", msgs, Sampling(max_new_tokens=8, seed=2), want_logprobs=True, max_prompt_tokens=30, truncate=side)
+          for side in ("left", "middle", "right")]
+    rs.append(Request("a", msgs, Sampling(max_new_tokens=2, enable_thinking=True)))
+    n0 = len(server.bodies)
+    outs = run(eng.generate(rs))
+    bodies = server.bodies[n0:]
+    for r, c in zip(rs[:3], outs):
+        body = next(b for b in bodies if b["prompt"] == c.prompt_ids)
+        assert c.prompt_truncated and len(body["prompt"]) == 30 == c.prompt_tokens
+        assert body["prompt"] == truncate_ids(full, 30, r.truncate)
+        assert body["top_k"] == -1 and body["model"] == "served" and body["logprobs"] == 0
+        assert "messages" not in body and "chat_template_kwargs" not in body  # templated here, not on the server
+        assert c.text == "echo 30 ids" and c.logprobs == [-0.25, -0.5, -0.75]
+    thinking = outs[3]
+    assert not thinking.prompt_truncated and tok.decode(thinking.prompt_ids).endswith("<|im_start|>assistant\n")
+    run(eng.close())
+
+
+def test_a_prompt_limit_without_a_tokenizer_is_one_clear_error(server):
+    eng = make_engine("openai", "gpt-4o-mini", base_url=server.url("ok"), **fast())
+    n0 = len(server.bodies)
+    limited = Request("a", [{"role": "user", "content": "q"}], max_prompt_tokens=4096, truncate="left")
+    with pytest.raises(EngineError) as err:
+        run(eng.generate([req("fine"), limited]))
+    msg = str(err.value)
+    assert "\n" not in msg and "max_prompt_tokens=4096" in msg and "tokenizer=PATH" in msg and "'gpt-4o-mini'" in msg
+    assert len(server.bodies) == n0  # nothing was sent
+    with pytest.raises(EngineError, match="no local tokenizer at '/no/such/tokenizer'"):
+        make_engine("openai", "m", tokenizer="/no/such/tokenizer")
+
+
+def test_option_checks():
+    with pytest.raises(EngineError, match="extra_body may not set chat_template_kwargs, top_k"):
+        make_engine("openai", "m", extra_body={"top_k": 5, "chat_template_kwargs": {"enable_thinking": True}})
+    with pytest.raises(EngineError, match="may not set enable_thinking"):
+        make_engine("openai", "m", chat_template_kwargs={"enable_thinking": True})
+    eng = make_engine("openai", "m", server_extras=False)
+    with pytest.raises(EngineError, match="server_extras=False.*top_k=5"):
+        run(eng.generate([Request("a", [{"role": "user", "content": "x"}], Sampling(top_k=5))]))

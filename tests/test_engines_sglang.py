@@ -22,12 +22,14 @@ def test_sampling_params():
     assert sampling_params(Sampling(temperature=0.6, top_p=0.95, max_new_tokens=800, seed=7)) == {
         "temperature": 0.6,
         "top_p": 0.95,
+        "top_k": -1,  # sent explicitly: the whole vocabulary (REFERENCE.md §2b)
         "max_new_tokens": 800,
         "skip_special_tokens": True,
         "sampling_seed": 7,
     }
     assert "sampling_seed" not in sampling_params(Sampling(seed=None))
     assert sampling_params(Sampling(temperature=0))["temperature"] == 0.0
+    assert sampling_params(Sampling(top_k=20))["top_k"] == 20
 
 
 def test_generate_kwargs():
@@ -37,6 +39,27 @@ def test_generate_kwargs():
     assert kw["input_ids"] == [[1, 2], [3]]
     assert [p["max_new_tokens"] for p in kw["sampling_params"]] == [3, 4]
     assert kw["return_logprob"] == [True, False]
+
+
+def test_input_ids_are_the_templated_prompt_cut_on_its_side(tmp_path):
+    from drmas_bench.engines.base import truncate_ids
+    from test_engines_fixtures import EMPTY_THINK, thinking_model_path
+
+    path = thinking_model_path(tiny_model_path(tmp_path), tmp_path / "thinking")
+    eng = make_engine("sglang", str(path))  # loads the tokenizer only; SGLang starts on first generate
+    msgs = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "long " * 40}]
+    full, cut = eng.encode_request(Request("a", msgs))
+    assert not cut and eng.tokenizer.decode(full).endswith("assistant\n" + EMPTY_THINK)  # thinking off by default
+    on, _ = eng.encode_request(Request("a", msgs, Sampling(enable_thinking=True)))
+    assert eng.tokenizer.decode(on).endswith("assistant\n")
+    rs = [Request("a", msgs, Sampling(max_new_tokens=4), max_prompt_tokens=16, truncate=side) for side in ("left", "middle", "right")]
+    encoded = [eng.encode_request(r) for r in rs]
+    kw = generate_kwargs([ids for ids, _ in encoded], rs)
+    for r, (ids, cut), sent, params in zip(rs, encoded, kw["input_ids"], kw["sampling_params"]):
+        assert cut and len(sent) == 16 and sent == truncate_ids(full, 16, r.truncate)
+        assert params["top_k"] == -1
+    with pytest.raises(EngineError, match="may not set enable_thinking"):
+        make_engine("sglang", str(path), chat_template_kwargs={"enable_thinking": False})
 
 
 def test_completion_from_output():
@@ -100,6 +123,24 @@ def test_sglang_engine_on_gpu(tmp_path):
         await eng.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.gpu
+def test_sglang_runs_the_cut_prompt_on_gpu(tmp_path):
+    pytest.importorskip("sglang")
+    path = tiny_model_path(tmp_path)
+
+    async def main():
+        eng = make_engine("sglang", str(path), mem_fraction_static=0.2)
+        msgs = [{"role": "user", "content": "long " * 60}]
+        rs = [Request("a", msgs, Sampling(temperature=0, max_new_tokens=4), max_prompt_tokens=24, truncate=side)
+              for side in ("left", "middle")]
+        outs = await eng.generate(rs)
+        await eng.close()
+        return outs
+
+    for c in asyncio.run(main()):
+        assert c.prompt_truncated and len(c.prompt_ids) == 24 == c.prompt_tokens  # SGLang counted 24 input ids
 
 
 # ---------------------------------------------------------------------- against the FAKE sglang

@@ -112,3 +112,26 @@ def test_chat_requests_through_vllm(vllm_server):
         if c.finish == "length":
             assert c.completion_tokens == 32
     assert [c.token_ids for c in again] == [c.token_ids for c in outs[:4]]  # seeded sampling
+
+
+def test_token_mode_through_vllm(vllm_server):
+    """The prompt templated and cut here, sent as token ids to vLLM's /v1/completions."""
+    url, model = vllm_server
+    from drmas_bench.engines.base import encode_request
+
+    msgs = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "a long question " * 20}]
+    rs = [Request("a", msgs, Sampling(temperature=0.6, top_p=0.95, max_new_tokens=16, seed=1), want_logprobs=True,
+                  max_prompt_tokens=32, truncate=side) for side in ("left", "middle")]
+
+    async def main():
+        eng = make_engine("openai", "tiny", base_url=url, tokenizer=str(model), return_token_ids=True, max_retries=1, timeout_s=120)
+        assert eng.mode == "tokens"
+        outs = await eng.generate(rs)
+        await eng.close()
+        return eng, outs
+
+    eng, outs = asyncio.run(main())
+    for r, c in zip(rs, outs):
+        assert c.prompt_truncated and c.prompt_ids == encode_request(eng.tokenizer, r, {}, model="tiny", kind="openai")[0]
+        assert c.prompt_tokens == 32  # vLLM's own count of the ids it got
+        assert len(c.token_ids) == c.completion_tokens == len(c.logprobs) >= 1

@@ -23,9 +23,11 @@ pytestmark = pytest.mark.slow
 
 
 class FakeReferenceModel:
-    """An OpenAI-compatible chat server that answers like a reference-trained checkpoint: the
-    verifier says no until something was retrieved, the searcher searches the question, the
-    answerer answers the gold answer (given by the test)."""
+    """An OpenAI-compatible server that answers like a reference-trained checkpoint: the verifier
+    says no until something was retrieved, the searcher searches the question, the answerer answers
+    the gold answer (given by the test). The engine templates and cuts prompts with the
+    ``tiny-random`` tokenizer and sends token ids to ``/v1/completions``; this server decodes them
+    with the same tokenizer and records the chat messages it finds (``bodies[i]["messages"]``)."""
 
     def __init__(self, gold: dict[str, str]) -> None:
         import uvicorn
@@ -34,21 +36,29 @@ class FakeReferenceModel:
         self.bodies: list[dict] = []
         app = FastAPI()
 
-        @app.post("/v1/chat/completions")
-        async def chat(request: FReq):
-            body = await request.json()
-            self.bodies.append(body)
-            user = body["messages"][-1]["content"]
+        from transformers import AutoTokenizer
+
+        from drmas_bench.models import resolve_model
+
+        tok = AutoTokenizer.from_pretrained(resolve_model("tiny-random"))
+
+        def answer(user: str) -> str:
             question = re.search(r"Question: (.*)", user).group(1).strip()
             if "You are the Verifier" in user:
-                text = "Not yet. <verify>no</verify>" if "<information>" not in user else "Enough. <verify>yes</verify>"
-            elif "You are the Searcher" in user:
-                text = f"<think>look it up</think>\n<search>{question}</search>"
-            else:
-                text = f"<think>the passages say so</think><answer>{gold.get(question, 'unknown')}</answer>"
-            return {"id": "c", "object": "chat.completion",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": len(user.split()), "completion_tokens": len(text.split())}}
+                return "Not yet. <verify>no</verify>" if "<information>" not in user else "Enough. <verify>yes</verify>"
+            if "You are the Searcher" in user:
+                return f"<think>look it up</think>\n<search>{question}</search>"
+            return f"<think>the passages say so</think><answer>{gold.get(question, 'unknown')}</answer>"
+
+        @app.post("/v1/completions")
+        async def completions(request: FReq):
+            body = await request.json()
+            text = tok.decode(body["prompt"], skip_special_tokens=False)
+            body["messages"] = [{"role": r, "content": c} for r, c in re.findall(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>", text, re.S)]
+            self.bodies.append(body)
+            out = answer(body["messages"][-1]["content"])
+            return {"id": "c", "object": "text_completion", "choices": [{"index": 0, "text": out, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(out.split())}}
 
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -79,7 +89,7 @@ def served(data_dir):
 
 def _eval(served, data_dir, out, *extra):
     s, _ = served
-    return main(["eval", "--model", "fake", "--engine", "openai", "--base-url", s.url, "--suite", "search",
+    return main(["eval", "--model", "fake", "--engine", "openai", "--base-url", s.url, "--tokenizer", "tiny-random", "--suite", "search",
                  "--benchmarks", "hotpotqa", "--limit", "3", "--n", "1", "--no-progress", "--data-dir", str(data_dir),
                  "--out", str(out), *extra])
 
@@ -105,6 +115,7 @@ def test_search_eval_follows_the_reference_loop(served, data_dir, tmp_path):
     proto = summary["protocol"]
     assert proto["prompts_sha256"] == P.default_templates("search_route").sha256
     assert proto["calls"] == 12 and proto["prompt_truncated_calls"] == 0
+    assert all(b["top_k"] == -1 and isinstance(b["prompt"], list) for b in s.bodies)  # REFERENCE 2b sampling
 
 
 def test_checkpoint_prompts_are_used_and_a_flag_override_is_announced(served, data_dir, tmp_path, capsys):
@@ -114,7 +125,8 @@ def test_checkpoint_prompts_are_used_and_a_flag_override_is_announced(served, da
     tpl = P.default_templates("search_route").to_dict()
     tpl["system"] = "You are the trained team."
     (ckpt / "team.yaml").write_text(yaml.safe_dump({
-        "workflow": "search_route", "worker_groups": {"g": {"model": "fake", "engine": "openai"}},
+        "workflow": "search_route", "worker_groups": {"g": {"model": "fake", "engine": "openai",
+                                                                  "options": {"tokenizer": "tiny-random"}}},
         "agents": {"verifier": "g", "searcher": "g", "answerer": "g"}, "prompts": tpl,
         "protocol": {"max_prompt_tokens": 2048, "truncate": "left"}}))
     base = ["eval", "--model", str(ckpt), "--suite", "search", "--benchmarks", "hotpotqa", "--limit", "1", "--n", "1",

@@ -62,7 +62,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WG_KEYS = {"model", "engine", "price", "base_url", "api_key_env", "options"}
 _TEAM_KEYS = {"workflow", "sampling", "worker_groups", "agents", "workflow_options", "trained",
               "prompts", "protocol", "retriever"}
-_SAMPLING_KEYS = {"temperature", "top_p", "max_new_tokens"}
+_SAMPLING_KEYS = {"temperature", "top_p", "max_new_tokens", "enable_thinking"}
 
 
 @dataclass

@@ -39,6 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--team", help="team YAML file (see docs/teams.md)")
     g.add_argument("--engine", default="hf", choices=["hf", "openai", "sglang"], help="engine for --model/--model-for (default hf)")
     g.add_argument("--base-url", help="OpenAI-compatible server URL for --engine openai")
+    g.add_argument("--tokenizer", help="--engine openai with --model/--model-for: a local tokenizer (folder, alias, cached hub id) to template "
+                                       "and cut prompts here (default: the model's own when it is on this machine)")
     g.add_argument("--workflow", help="workflow name (default: the suite's: math_refine, search_route, toy)")
     g.add_argument("--prompts", metavar="FILE", help="prompt templates YAML replacing the packaged ones (all or some "
                                                      "roles; see docs/protocol.md); overrides a team file's prompts")
@@ -62,6 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
     g.add_argument("--max-new-tokens", type=int, help="per call (default: math 4096, search 800, toy 32)")
     g.add_argument("--seed", type=int, default=0, help="run seed; each call's seed derives from it (default 0)")
+    g.add_argument("--enable-thinking", action="store_true",
+                   help="chat template with thinking on (Qwen3 enable_thinking=True); default off, as the reference")
     g = p.add_argument_group("search")
     g.add_argument("--retriever", help="bm25:DIR | dense:DIR | http://HOST:PORT (default: an in-process BM25 "
                                        "index of <data dir>/corpus/mini_corpus.jsonl, built once and cached)")
@@ -111,17 +115,21 @@ def resolve_config(args: argparse.Namespace):
     suite = suites.pop()
     wf_name = args.workflow or SUITE_WORKFLOW[suite]
     wf = get_workflow(wf_name)
+    if args.tokenizer and args.engine != "openai":
+        raise UserError("--tokenizer is for --engine openai (the other engines load the model's own tokenizer)")
     if not (args.model or args.model_for or args.team):
         raise UserError("choose a team: --model M, --model-for AGENT=M, or --team FILE")
     team = build_team(wf_name, wf.agents, model=args.model, team_file=args.team, model_for=args.model_for,
                       engine=args.engine, base_url=args.base_url,
-                      engine_options=fit_options(args.engine, {"max_batch": args.max_batch}),
+                      engine_options=fit_options(args.engine, {"max_batch": args.max_batch},
+                                                 {"tokenizer": args.tokenizer} if args.tokenizer else None),
                       trust_remote_code=getattr(args, "trust_remote_code", False))
     if team.workflow != wf_name:
         wf = get_workflow(team.workflow)
     check_workflow_options(team.workflow_options, wf)
     sampling = Sampling(temperature=args.temperature, top_p=args.top_p,
-                        max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW[suite])
+                        max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW[suite],
+                        enable_thinking=args.enable_thinking)
     return suite, benches, wf, team, sampling
 
 

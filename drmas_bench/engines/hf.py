@@ -11,10 +11,8 @@ Options (``HFOptions``):
 - ``max_batch``: most requests decoded together in one batch (micro-batcher, ``batcher.py``).
 - ``max_wait_ms``: how long a request may wait for others to join its batch.
 - ``attn_implementation``: passed to ``from_pretrained`` (``None`` = transformers' default, sdpa).
-- ``chat_template_kwargs``: extra variables for the chat template. Default: ``enable_thinking=False``
-  (Qwen3: thinking disabled, REFERENCE.md §3); templates that do not use a variable ignore it.
-- ``max_prompt_tokens``: prompts longer than this are not run; their completion is empty with
-  ``finish="length"`` (``None``: no limit beyond the model's).
+- ``chat_template_kwargs``: extra variables for the chat template (``enable_thinking`` is not one:
+  it comes from each request's ``Sampling.enable_thinking``, off by default).
 - ``eos_token_ids``: token ids that end a response; default: every eos id of the model's
   ``generation_config`` (plus the tokenizer's eos).
 - ``sleep_mode``: ``"auto"`` (CPU: ``"drop"``, CUDA: ``"offload"``) | ``"drop"`` (free the weights;
@@ -23,6 +21,13 @@ Options (``HFOptions``):
   moves them back).
 - ``auto_wake``: ``generate`` on a sleeping engine wakes it first (True) or raises (False).
 - ``trust_remote_code``: passed to ``from_pretrained``.
+
+Prompts follow the reference's protocol (REFERENCE.md §2b, ``base.encode_request``): the chat
+template with the generation prompt and ``enable_thinking=Sampling.enable_thinking`` (templates
+that do not use the variable ignore it), tokenized, then cut to ``Request.max_prompt_tokens`` on
+``Request.truncate``'s side (``Completion.prompt_truncated`` says so). Sampling honours
+``temperature``, ``top_p`` and ``top_k`` (-1 = none; with both, a token must be in the top k AND in
+the top-p nucleus of the untruncated distribution, as SGLang does).
 
 Decoding is our own loop over the KV cache (not ``model.generate``) so that **a request's result
 does not depend on the other requests in its batch**: prompts are left-padded with correct
@@ -56,8 +61,9 @@ from typing import Any, ClassVar
 from drmas_bench.engines.base import (
     EngineBase,
     EngineError,
-    default_template_kwargs,
     encode_chat,
+    encode_request,
+    extra_template_kwargs,
     one_line,
     parse_options,
     resolve_model_path,
@@ -79,7 +85,6 @@ class HFOptions:
     max_wait_ms: float = 5.0
     attn_implementation: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    max_prompt_tokens: int | None = None
     eos_token_ids: list[int] | None = None
     sleep_mode: str = "auto"
     auto_wake: bool = True
@@ -92,6 +97,7 @@ class _Item:
 
     request: Request
     prompt_ids: list[int]
+    truncated: bool = False  # the prompt was cut to request.max_prompt_tokens
 
 
 class HFEngine(EngineBase):
@@ -130,7 +136,7 @@ class HFEngine(EngineBase):
             raise EngineError(f"hf engine: cannot load the tokenizer of {model!r} ({self.path}): {one_line(exc)}") from exc
         if not getattr(self.tokenizer, "chat_template", None):
             raise EngineError(f"hf engine: the tokenizer of {model!r} has no chat template")
-        self.chat_template_kwargs = default_template_kwargs(o.chat_template_kwargs)
+        self.chat_template_kwargs = extra_template_kwargs(o.chat_template_kwargs, kind=self.name)
         self._lock = threading.RLock()  # one user of the weights at a time (batch, sleep, wake, update)
         self._load_path = self.path  # where wake() reloads from in "drop" mode
         self._tmpdir: str | None = None  # private copy of updated weights
@@ -203,14 +209,19 @@ class HFEngine(EngineBase):
         """Batches run so far (``batches``, ``items``, ``largest``, ``sizes``)."""
         return self.batcher.stats
 
-    def encode_prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        """Chat messages -> prompt token ids (chat template + generation prompt)."""
-        return encode_chat(self.tokenizer, messages, self.chat_template_kwargs, model=self.model)
+    def encode_prompt(self, messages: list[dict[str, str]], *, enable_thinking: bool = False) -> list[int]:
+        """Chat messages -> prompt token ids (chat template + generation prompt), uncut."""
+        return encode_chat(self.tokenizer, messages, {**self.chat_template_kwargs, "enable_thinking": enable_thinking}, model=self.model)
+
+    def encode_request(self, request: Request) -> tuple[list[int], bool]:
+        """The prompt ids this engine runs for ``request`` and whether they were cut
+        (``base.encode_request``: template, enable_thinking, prompt limit)."""
+        return encode_request(self.tokenizer, request, self.chat_template_kwargs, model=self.model, kind=self.name)
 
     async def generate(self, requests: list[Request]) -> list[Completion]:
         """One Completion per Request, in order; concurrent calls are batched together."""
         t0 = time.perf_counter()
-        items = [_Item(r, self.encode_prompt(r.messages)) for r in requests]
+        items = [_Item(r, *self.encode_request(r)) for r in requests]
         out = await self.batcher.submit(items)
         dt = time.perf_counter() - t0
         for c in out:
@@ -311,15 +322,13 @@ class HFEngine(EngineBase):
         import torch
 
         model, dev = self._hf_model, self.device
-        limit = self.options.max_prompt_tokens
         results: list[Completion | None] = [None] * len(items)
         rows: list[int] = []  # indices of items that actually run
         for i, it in enumerate(items):
-            n_max = it.request.sampling.max_new_tokens
-            if (limit is not None and len(it.prompt_ids) > limit) or n_max <= 0:
+            if it.request.sampling.max_new_tokens <= 0 or not it.prompt_ids:
                 results[i] = Completion(
                     text="", prompt_ids=list(it.prompt_ids), prompt_tokens=len(it.prompt_ids), finish="length",
-                    logprobs=[] if it.request.want_logprobs else None,
+                    logprobs=[] if it.request.want_logprobs else None, prompt_truncated=it.truncated,
                 )
             else:
                 rows.append(i)
@@ -360,10 +369,11 @@ class HFEngine(EngineBase):
         last_pos = position_ids[:, -1]
         temps = torch.tensor([s.temperature for s in samp], dtype=torch.float32, device=dev)
         top_ps = torch.tensor([s.top_p for s in samp], dtype=torch.float32, device=dev)
+        top_ks = torch.tensor([s.top_k for s in samp], dtype=torch.long, device=dev)
 
         while True:
             act = torch.tensor(active, dtype=torch.long, device=dev)
-            tokens = self._sample(logits, temps[act], top_ps[act], [gens[r] for r in active])
+            tokens = self._sample(logits, temps[act], top_ps[act], [gens[r] for r in active], top_ks[act])
             lps = None
             if any(want_lp[r] for r in active):
                 lps = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0].tolist()
@@ -408,13 +418,16 @@ class HFEngine(EngineBase):
                 prompt_tokens=len(it.prompt_ids),
                 completion_tokens=len(ids),
                 finish=finish[b],
+                prompt_truncated=it.truncated,
             )
         return [r for r in results if r is not None]
 
     @staticmethod
-    def _sample(logits: Any, temps: Any, top_ps: Any, gens: list[Any]) -> Any:
-        """Pick one token per row. Greedy where temperature <= 0; else temperature + top-p and
-        inverse-CDF sampling in vocabulary order with one uniform from the row's own generator."""
+    def _sample(logits: Any, temps: Any, top_ps: Any, gens: list[Any], top_ks: Any = None) -> Any:
+        """Pick one token per row. Greedy where temperature <= 0; else temperature, top-k (``top_ks``,
+        -1 = none; ``None`` = none for every row), top-p, and inverse-CDF sampling in vocabulary
+        order with one uniform from the row's own generator. Top-k and top-p both filter the same
+        (temperature-scaled) distribution: a token survives when it is in both sets."""
         import torch
 
         greedy = logits.argmax(dim=-1)
@@ -424,6 +437,18 @@ class HFEngine(EngineBase):
         idx = torch.tensor(sampled_rows, dtype=torch.long, device=logits.device)
         lg = logits[idx] / temps[idx, None]
         probs = torch.softmax(lg, dim=-1)
+        if top_ks is not None:
+            tk = top_ks[idx]
+            vocab = probs.shape[-1]
+            cut_k = (tk >= 1) & (tk < vocab)
+            if bool(cut_k.any()):
+                kmax = int(tk[cut_k].max())
+                _, ki = torch.topk(probs, kmax, dim=-1, sorted=True)
+                limit = torch.where(cut_k, tk, torch.full_like(tk, kmax))
+                in_top = torch.arange(kmax, device=probs.device)[None, :] < limit[:, None]
+                keep_k = torch.zeros_like(probs, dtype=torch.bool).scatter(1, ki, in_top)
+                keep_k |= ~cut_k[:, None]
+                probs = probs.masked_fill(~keep_k, 0.0)
         tp = top_ps[idx]
         if bool((tp < 1.0).any()):
             # nucleus: keep the most likely tokens until their mass reaches top_p. The top 1024

@@ -6,9 +6,12 @@
     await engine.update_weights(model.named_parameters())  # after a training step
 
 Needs ``pip install drmas-bench[sglang]`` (imported only when an engine is started). Prompts are
-rendered with the model's chat template here (same ids as the ``hf`` engine) and sent as
-``input_ids``; SGLang's scheduler batches concurrent calls itself (continuous batching), so no
-micro-batcher sits in front of it. The SGLang engine is started lazily, inside the event loop of
+rendered with the model's chat template here (``enable_thinking`` from the sampling), cut to
+``Request.max_prompt_tokens`` on ``Request.truncate``'s side (same ids as the ``hf`` engine,
+``base.encode_request``) and sent as ``input_ids``; the sampling params carry ``top_k`` explicitly
+(-1 = whole vocabulary), so no server-side default (``preferred_sampling_params``) applies.
+SGLang's scheduler batches concurrent calls itself (continuous batching), so no micro-batcher
+sits in front of it. The SGLang engine is started lazily, inside the event loop of
 the first ``generate`` / ``wake`` / ``start`` call, and must be used from that loop only (its
 tokenizer manager is bound to it). Starting blocks that loop for the start-up time.
 
@@ -25,7 +28,8 @@ Options (``SGLangOptions``):
 - ``original_logprobs``: return ``log_softmax`` of the raw logits (temperature 1), like the
   ``hf`` engine, by setting ``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` before SGLang starts; False keeps
   SGLang's default (log-probs after temperature).
-- ``chat_template_kwargs``: chat-template variables; default ``enable_thinking=False``.
+- ``chat_template_kwargs``: extra chat-template variables (``enable_thinking`` comes from
+  ``Sampling.enable_thinking``, off by default).
 - ``auto_wake``: ``generate`` on a sleeping engine wakes it first (True) or raises (False).
 - ``trust_remote_code``: for the tokenizer and the model.
 - ``engine_args``: any other ``sglang.Engine`` / ``ServerArgs`` keyword (e.g.
@@ -61,8 +65,8 @@ from typing import Any, ClassVar
 from drmas_bench.engines.base import (
     EngineBase,
     EngineError,
-    default_template_kwargs,
-    encode_chat,
+    encode_request,
+    extra_template_kwargs,
     one_line,
     parse_options,
     resolve_model_path,
@@ -95,10 +99,12 @@ class SGLangOptions:
 
 
 def sampling_params(s: Sampling) -> dict[str, Any]:
-    """``Sampling`` -> SGLang ``sampling_params`` (temperature 0 is greedy in SGLang too)."""
+    """``Sampling`` -> SGLang ``sampling_params`` (temperature 0 is greedy in SGLang too; ``top_k``
+    is always sent, -1 = whole vocabulary)."""
     p: dict[str, Any] = {
         "temperature": float(s.temperature),
         "top_p": float(s.top_p),
+        "top_k": int(s.top_k),
         "max_new_tokens": int(s.max_new_tokens),
         "skip_special_tokens": True,
     }
@@ -165,7 +171,7 @@ class SGLangEngine(EngineBase):
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=self.options.trust_remote_code)
         except (OSError, ValueError) as exc:
             raise EngineError(f"sglang engine: cannot load the tokenizer of {model!r} ({self.path}): {one_line(exc)}") from exc
-        self.chat_template_kwargs = default_template_kwargs(self.options.chat_template_kwargs)
+        self.chat_template_kwargs = extra_template_kwargs(self.options.chat_template_kwargs, kind=self.name)
         self._engine: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._awake = False
@@ -331,6 +337,10 @@ class SGLangEngine(EngineBase):
 
     # ------------------------------------------------------------------ generate
 
+    def encode_request(self, request: Request) -> tuple[list[int], bool]:
+        """The ``input_ids`` sent for ``request`` and whether they were cut (``base.encode_request``)."""
+        return encode_request(self.tokenizer, request, self.chat_template_kwargs, model=self.model, kind=self.name)
+
     async def generate(self, requests: list[Request]) -> list[Completion]:
         """One Completion per Request, in order (SGLang batches concurrent calls)."""
         if not requests:
@@ -340,7 +350,8 @@ class SGLangEngine(EngineBase):
             if not self.options.auto_wake:
                 raise EngineError(f"sglang engine {self.model!r} is asleep; call wake() first")
             await self.wake()
-        prompts = [encode_chat(self.tokenizer, r.messages, self.chat_template_kwargs, model=self.model) for r in requests]
+        encoded = [self.encode_request(r) for r in requests]
+        prompts = [ids for ids, _ in encoded]
         assert self._idle is not None and self._state_lock is not None
         async with self._state_lock:  # not while sleeping/waking
             self._inflight += 1
@@ -356,9 +367,10 @@ class SGLangEngine(EngineBase):
             outs = [outs]
         dt = time.perf_counter() - t0
         done = []
-        for out, p, r in zip(outs, prompts, requests):
+        for out, (p, cut), r in zip(outs, encoded, requests):
             c = completion_from_output(out, p, r.want_logprobs)
             c.latency_s = dt
+            c.prompt_truncated = cut
             done.append(c)
         return done
 
