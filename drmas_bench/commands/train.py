@@ -110,7 +110,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if getattr(args, "data_dir", None):
         overrides["data.data_dir"] = args.data_dir
     cfg = load_config(args.recipe, overrides)
-    if args.plan:
+    if getattr(args, "plan", False):
         return cmd_plan(cfg, args)
     name = f"{cfg.recipe}-{cfg.algo.estimator}{'-shared' if cfg.shared else ''}-s{cfg.seed}"
     out = Path(args.out or Path("runs") / name)
