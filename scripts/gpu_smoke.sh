@@ -19,6 +19,7 @@
 #   faiss        faiss-gpu flat index vs CPU (SKIP when faiss is not importable or sees no GPU)
 #   train-offload the train step with optimizer_offload: cpu (AdamW state in host memory)
 #   cli          `drmas-bench train --recipe tiny` for 3 RL steps on CUDA (rollouts, update, sync, checkpoint)
+#   pytest-gpu   the gpu-marked tests of tests/test_memory.py and tests/test_losses.py
 # Exit status: 0 when no step FAILed (SKIPs are fine), 1 otherwise.
 set -u -o pipefail
 
@@ -122,6 +123,7 @@ DEV=cuda; STEPS_SFT=20; [[ "$MODE" == cpu ]] && { DEV=cpu; STEPS_SFT=5; }
 run_step cli 120 "$PY" -m drmas_bench train --recipe tiny --estimator drmas --steps 3 --local --no-progress \
   --out "$WORK/run-tiny" --set model="$MODELS/tiny" --set device=$DEV --set sft.steps=$STEPS_SFT \
   --set sft.agent_steps={} --set save_every=0 --set tensorboard=false
+run_step pytest-gpu 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_memory.py tests/test_losses.py
 
 say "gpu_smoke: $([[ $FAILED == 0 ]] && echo PASSED || echo FAILED) in $(( $(date +%s) - T0 ))s"
 exit $FAILED

@@ -32,9 +32,9 @@ def _grads(fn, *leaves):
         t.grad = None
     lp, ent = fn()
     g = torch.Generator().manual_seed(1)
-    loss = (torch.randn(lp.shape, generator=g) * lp).sum()
+    loss = (torch.randn(lp.shape, generator=g).to(lp.device) * lp).sum()
     if ent.requires_grad:
-        loss = loss + (torch.randn(ent.shape, generator=g) * ent).sum()
+        loss = loss + (torch.randn(ent.shape, generator=g).to(ent.device) * ent).sum()
     loss.backward()
     return lp.detach(), ent.detach(), [t.grad.clone() for t in leaves]
 
@@ -217,3 +217,26 @@ def test_plan_reads_a_local_config(tiny_path):
     assert s.source.endswith("config.json")
     cfg = json.loads((__import__("pathlib").Path(tiny_path) / "config.json").read_text())
     assert s.vocab == cfg["vocab_size"] and s.hidden == cfg["hidden_size"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_head_on_cuda_matches_full_logits_and_saves_memory(dtype):
+    dev = "cuda"
+    g = torch.Generator().manual_seed(0)
+    n, H, V = 4096, 256, 151_936
+    h = torch.randn(n, H, generator=g).to(dev).requires_grad_()
+    w = (torch.randn(V, H, generator=g) * 0.02).to(dev).requires_grad_()
+    t = torch.randint(0, V, (n,), generator=g).to(dev)
+    peaks, outs = [], []
+    for fn in (lambda: head_logprobs(h, w, None, t, chunk=512, entropy_grad=False, cdtype=dtype),
+               lambda: full_head_logprobs(h, w, None, t, entropy_grad=True, cdtype=dtype)):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        outs.append(_grads(fn, h, w))
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(outs[0][0], outs[1][0], atol=tol, rtol=0)
+    assert peaks[1] > 4 * peaks[0], peaks

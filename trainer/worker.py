@@ -66,7 +66,7 @@ import torch
 from torch import Tensor
 
 from drmas_bench.types import Completion, Request, UserError
-from drmas_trainer.config import AgentConfig
+from drmas_trainer.config import OFFLOADS, OPTIMIZERS, AgentConfig
 from drmas_trainer.losses import policy_loss
 
 __all__ = ["LossSettings", "Row", "SFTExample", "WorkerGroup", "full_head_logprobs", "head_logprobs", "pack_rows",
@@ -439,12 +439,12 @@ def make_optimizer(params: list[Tensor], *, kind: str = "adamw", offload: str = 
         if not params or params[0].device.type != "cuda":
             raise UserError("optimizer adamw_8bit needs the policy on a CUDA device; use adamw on CPU")
         return bnb.optim.AdamW8bit(params, **kw)
-    if kind != "adamw":
-        raise UserError(f"unknown optimizer {kind!r}; choose adamw or adamw_8bit")
+    if kind not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer {kind!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if offload not in OFFLOADS:
+        raise UserError(f"unknown optimizer_offload {offload!r}; choose one of {', '.join(OFFLOADS)}")
     if offload == "cpu":
         return CPUOffloadAdamW(params, **kw)
-    if offload != "none":
-        raise UserError(f"unknown optimizer_offload {offload!r}; choose none or cpu")
     return torch.optim.AdamW(params, **kw)
 
 
