@@ -298,7 +298,9 @@ def load_model_and_tokenizer(name: str | os.PathLike[str], device: str = "cpu",
 
     ``dtype``: None (the checkpoint's own), "auto", "float32", "bfloat16", "float16" or a torch dtype.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from drmas_bench.engines.base import load_causal_lm
 
     src = resolve_model(name)
     if isinstance(src, Path) and (src / "team.yaml").is_file() and not (src / "config.json").is_file():
@@ -326,7 +328,7 @@ def load_model_and_tokenizer(name: str | os.PathLike[str], device: str = "cpu",
     if td is not None:
         kwargs["dtype"] = td
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(src), **kwargs)
+        model = load_causal_lm(str(src), **kwargs)
     except (OSError, ValueError) as e:
         raise load_error(e) from None
     model.to(device)

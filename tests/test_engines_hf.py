@@ -323,3 +323,20 @@ def test_prompt_protocol_and_top_k_on_cuda(tiny, tmp_path):
     assert k1.token_ids == greedy.token_ids
     assert k5.prompt_ids == truncate_ids(full, 25, "left") and len(k5.token_ids) >= 1
     assert eng.tokenizer.decode(full).endswith(EMPTY_THINK) and not eng.tokenizer.decode(thinking.prompt_ids).endswith(EMPTY_THINK)
+
+
+def test_concurrent_loads_leave_the_default_dtype_alone():
+    """transformers' from_pretrained sets and restores torch's process-wide default dtype; loads in
+    several threads (the pool wakes worker groups concurrently) used to leave bf16 as the default,
+    so fp32 matmuls later failed with "mat1 and mat2 must have the same dtype"."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from drmas_bench.engines.base import load_causal_lm, resolve_model_path
+
+    path = str(resolve_model_path("tiny-random"))
+    with ThreadPoolExecutor(4) as ex:
+        models = list(ex.map(lambda i: load_causal_lm(path, dtype=torch.bfloat16 if i % 2 else torch.float32), range(12)))
+    assert torch.get_default_dtype() == torch.float32
+    assert {m.dtype for m in models} == {torch.bfloat16, torch.float32}

@@ -10,6 +10,7 @@ import pytest
 
 from drmas_bench.tasks import BENCHMARKS, known_names, load_tasks, select_benchmarks
 from drmas_bench.tasks.math import _dapo_task, dapo_problem
+from drmas_bench.tasks.search import normalize_question
 from drmas_bench.types import UserError
 
 
@@ -80,7 +81,7 @@ def write_search_train(data_dir, out_dir, n: int = 3):
 def test_search_r1_mix_from_a_local_parquet_copy(data_dir, tmp_path):
     rows = write_search_train(data_dir, tmp_path)
     tasks = load_tasks("nq_hotpotqa_train", tmp_path)
-    assert [t.question for t in tasks] == [r["question"] for r in rows]
+    assert [t.question for t in tasks] == [normalize_question(r["question"]) for r in rows]  # as the test data
     assert [t.answers for t in tasks] == [r["reward_model"]["ground_truth"]["target"] for r in rows]
     # ids repeat across the two sources (train_0 twice): prefixed with data_source, unique
     assert tasks[0].id == "nq_train_0" and tasks[3].id == "hotpotqa_train_0" and len({t.id for t in tasks}) == 6

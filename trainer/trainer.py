@@ -74,14 +74,20 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
     """
     from drmas_bench.store import RunLock, inside, make_run_dir, write_error_log
 
-    plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)  # bad names/settings: refused before the dir exists
+    # everything that can be checked is checked before the run directory exists: names and settings,
+    # workflow options, the training tasks, the retriever (a server that is down fails here)
+    wf = get_workflow(cfg.workflow)
+    plan_worker_groups(cfg, wf.agents)
+    check_workflow_options(wf, cfg.workflow_options)
+    tasks = load_train_tasks(cfg)
+    retriever = _load_retriever(cfg, wf)
     with RunLock(make_run_dir(out)):  # one trainer per run directory, from before anything is deleted
         for name in RUN_FILES:  # a planted symlink must not redirect a write outside the run dir
             inside(out, Path(out) / name)
         if fresh:
             clear_run(Path(out))
         try:
-            return asyncio.run(_train(cfg, Path(out), resume=resume, use_ray=use_ray, progress=progress))
+            return asyncio.run(_train(cfg, Path(out), tasks, retriever, resume=resume, use_ray=use_ray, progress=progress))
         except (UserError, KeyboardInterrupt):
             raise
         except Exception as e:  # a bug: its traceback goes to RUN/error.log (the CLI prints one line)
@@ -102,22 +108,19 @@ def clear_run(run: Path) -> None:
             q.unlink()
 
 
-async def _train(cfg: TrainConfig, run: Path, *, resume: bool, use_ray: bool | None, progress: bool) -> dict[str, Any]:
+async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, resume: bool, use_ray: bool | None,
+                 progress: bool) -> dict[str, Any]:
     from tqdm import tqdm
 
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     wf = get_workflow(cfg.workflow)
-    check_workflow_options(wf, cfg.workflow_options)
     plan = plan_worker_groups(cfg, wf.agents)
-    tasks = load_train_tasks(cfg)
     n_steps = total_steps(cfg, len(tasks))
     if cfg.rollout.prompts_per_step > len(tasks):
         raise UserError(f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the {len(tasks)} training tasks")
     if (cfg.sft.steps or any(cfg.sft.agent_steps.values())) and cfg.workflow != "toy":
         raise UserError(f"the sft warm start generates toy examples only; set sft.steps: 0 for workflow {cfg.workflow!r}")
-
-    retriever = _load_retriever(cfg, wf)  # probed now: a server that is down fails before any model loads
 
     # --- the run directory: config, latest checkpoint, metrics --------------------------------
     ckpt_root = run / "ckpt"

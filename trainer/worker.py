@@ -469,7 +469,9 @@ class WorkerGroup:
 
     def __init__(self, name: str, agents: list[str], settings: AgentConfig, model_path: str, *,
                  device: str = "auto", seed: int = 0, torch_threads: int | None = None, max_batch: int = 64) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from drmas_bench.engines.base import load_causal_lm
         from transformers.utils import logging as hf_logging
 
         from drmas_bench.engines.base import resolve_model_path
@@ -491,7 +493,7 @@ class WorkerGroup:
         self.compute_dtype = getattr(torch, settings.dtype)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-            self.policy = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+            self.policy = load_causal_lm(self.model_path, dtype=torch.float32)  # one load at a time (base.py)
         except (OSError, ValueError) as e:
             raise UserError(f"worker group {name}: cannot load {model_path!r}: {' '.join(str(e).split())[:200]}") from None
         self.policy.to(self.device)

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from drmas_bench.engines.base import (
+    load_causal_lm,
     EngineBase,
     EngineError,
     encode_chat,
@@ -156,16 +157,11 @@ class HFEngine(EngineBase):
     # ------------------------------------------------------------------ loading
 
     def _load(self) -> None:
-        from transformers import AutoModelForCausalLM
-
         kwargs: dict[str, Any] = {"dtype": self.dtype, "trust_remote_code": self.options.trust_remote_code}
         if self.options.attn_implementation:
             kwargs["attn_implementation"] = self.options.attn_implementation
         try:
-            m = AutoModelForCausalLM.from_pretrained(self._load_path, **kwargs)
-        except TypeError:  # transformers < 4.56 spells it torch_dtype
-            kwargs["torch_dtype"] = kwargs.pop("dtype")
-            m = AutoModelForCausalLM.from_pretrained(self._load_path, **kwargs)
+            m = load_causal_lm(self._load_path, **kwargs)
         except (OSError, ValueError) as exc:
             raise EngineError(f"hf engine: cannot load model {self.model!r} ({self._load_path}): {one_line(exc)}") from exc
         m.to(self.device)
