@@ -16,7 +16,8 @@ import yaml
 from drmas_bench.types import UserError
 
 
-def _short(model: str) -> str:
+def short_model_name(model: str) -> str:
+    """A model's display name: the last part of a path or hub id (``Qwen/Qwen3-8B`` -> ``Qwen3-8B``)."""
     return Path(str(model).rstrip("/")).name or str(model)
 
 
@@ -34,7 +35,7 @@ def enumerate_assignments(agents: Sequence[str], models: Sequence[str]) -> list[
 
 
 def _slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", _short(s)).strip("-") or "model"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", short_model_name(s)).strip("-") or "model"
 
 
 def assignment_team(assignment: dict[str, str], workflow: str | None = None, engine: str = "hf",

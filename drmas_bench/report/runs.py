@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from drmas_bench.agents.assign import short_model_name
 from drmas_bench.store import SAMPLES, read_samples
 from drmas_bench.types import UserError
 
@@ -66,7 +67,7 @@ class Run:
         by_model: dict[str, list[str]] = {}
         for a in self.agents:
             wg = self.agent_wg(a)
-            by_model.setdefault(_short(self.wg_model(wg)) if wg else "?", []).append(a)
+            by_model.setdefault(short_model_name(self.wg_model(wg)) if wg else "?", []).append(a)
         if len(by_model) == 1:
             return next(iter(by_model))
         return "; ".join(f"{'/'.join(ags)}: {m}" for m, ags in by_model.items())
@@ -95,10 +96,6 @@ class Run:
         for t, p, m in self.sampling_signature:
             parts.append(f"T={fmt_num(t)} top_p={fmt_num(p)} max={m}")
         return " | ".join(parts) if parts else "–"
-
-
-def _short(model: str) -> str:
-    return Path(str(model).rstrip("/")).name or str(model)
 
 
 def fmt_num(x: Any) -> str:
