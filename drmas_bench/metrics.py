@@ -1,5 +1,7 @@
-"""Metrics over recorded trajectories (REFERENCE.md §3): avg@k, unbiased pass@k, bootstrap CIs,
-macro and micro pooling, per-agent tokens, latency and dollars.
+"""Metrics over recorded trajectories (REFERENCE.md §3), the one place they are computed: avg@k,
+unbiased pass@k, bootstrap CIs, macro and micro pooling, per-agent tokens, latency and dollars.
+`summarize` (run summaries) and `drmas_bench.report` (leaderboards, comparisons, cost studies) both
+call the functions below; nothing here formats text (Markdown lives in `drmas_bench.report.markdown`).
 
 - `pass_at_k(n, c, k)`: the unbiased estimator of Chen et al. (2021),
   `1 - prod_{i=n-c+1..n} (1 - k/i)`; at k = n it is the any-success indicator.
@@ -7,9 +9,17 @@ macro and micro pooling, per-agent tokens, latency and dollars.
   reference's pass@n); with uneven counts (a partial run) each question uses the samples it has,
   and the summary flags it, rather than falling to pass@min(n).
 - `avg_at_k(n, c)`: the mean success rate c/n (unbiased for avg@k at every k <= n).
-- `bootstrap_ci(values)`: a seeded percentile bootstrap CI of the mean over questions.
+- `questions(records)`: per-question success counts (`Question`: benchmark, id, n, c, text,
+  duplicates), sorted by (benchmark, task id) whatever the records' order.
+- `avg_values(qs)`, `pass_values(qs, k=None)`: the per-question values whose mean is avg@n /
+  pass@k (k None: pass@n at each question's own n).
+- `bootstrap_means(columns, n_boot, seed, level=0.95, strata=None)`: seeded percentile bootstrap
+  CIs of column means, resampled jointly (paired); with `strata`, the macro mean of stratum means.
+  `bootstrap_ci(values)` and `bootstrap_mean_ci(strata)` are its one-column forms.
+- `seed_for(name, seed)`: the bootstrap seed of one named population (benchmark, metric, ...).
+- `turn_cost(turn, prices, key=None)`: one recorded call's dollars from a price sheet.
 - `summarize(records, prices=None, ks=None, n_boot=1000, seed=0)`: the summary dict described in
-  `summarize`'s docstring; `format_summary_markdown(summary)` renders it as tables.
+  `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`).
 """
 
 from __future__ import annotations
@@ -71,13 +81,25 @@ def default_ks(n: int) -> list[int]:
 
 def bootstrap_ci(values: Sequence[float] | np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap CI of the mean of `values` (resampling the values with replacement)."""
-    lo, hi = _bootstrap_means([np.asarray(values, dtype=float)], n_boot, seed, level)[0]
-    return lo, hi
+    return bootstrap_means([np.asarray(values, dtype=float)], n_boot, seed, level)[0]
 
 
-def _bootstrap_means(columns: list[np.ndarray], n_boot: int, seed: int, level: float = 0.95,
-                     strata: list[np.ndarray] | None = None) -> list[tuple[float, float]]:
-    """CIs of the means of several same-length columns, resampled jointly (paired).
+def bootstrap_mean_ci(strata: Sequence[Sequence[float] | np.ndarray], n_boot: int = 1000, seed: int = 0,
+                      level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap CI of the unweighted mean of stratum means (one stratum: a plain mean),
+    resampling each stratum's values with replacement (`bootstrap_means` with strata)."""
+    arrays = [np.asarray(s, dtype=float) for s in strata if len(s)]
+    if not arrays:
+        return float("nan"), float("nan")
+    bounds = np.cumsum([0] + [len(a) for a in arrays])
+    index = [np.arange(bounds[i], bounds[i + 1]) for i in range(len(arrays))]
+    return bootstrap_means([np.concatenate(arrays)], n_boot, seed, level, strata=index)[0]
+
+
+def bootstrap_means(columns: list[np.ndarray], n_boot: int, seed: int, level: float = 0.95,
+                    strata: list[np.ndarray] | None = None) -> list[tuple[float, float]]:
+    """CIs of the means of several same-length columns, resampled jointly (paired); seeded, chunked
+    to bound memory.
 
     With `strata` (index arrays), rows are resampled within each stratum and the statistic is the
     unweighted mean of the stratum means (the macro average)."""
@@ -100,16 +122,23 @@ def _bootstrap_means(columns: list[np.ndarray], n_boot: int, seed: int, level: f
     return [(float(np.quantile(s, alpha)), float(np.quantile(s, 1 - alpha))) for s in stats]
 
 
+def seed_for(name: str, seed: int) -> int:
+    """The bootstrap seed of one named population (a benchmark, MICRO, a metric name, ...)."""
+    return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**32)
+
+
 # ---------------------------------------------------------------------------------- grouping
 
 
-@dataclass
-class _Question:
+@dataclass(frozen=True)
+class Question:
+    """Per-question success counts: c successes among n samples (duplicates: repeated sample_idx)."""
+
     benchmark: str
     id: str
-    n: int = 0
-    c: int = 0
-    samples: set | None = None
+    n: int
+    c: int
+    text: str = ""
     duplicates: int = 0
 
 
@@ -117,19 +146,33 @@ def _as_dict(r: Any) -> dict[str, Any]:
     return r if isinstance(r, dict) else r.to_dict()
 
 
-def _questions(records: list[dict[str, Any]]) -> dict[tuple[str, str], _Question]:
-    qs: dict[tuple[str, str], _Question] = {}
+def questions(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Question]:
+    """(benchmark, task id) -> Question, from trajectory records; sorted by (benchmark, task id), so
+    what is computed from them (bootstrap CIs included) does not depend on the order of the records."""
+    acc: dict[tuple[str, str], list] = {}
     for r in records:
         t = r["task"]
-        key = (t["benchmark"], str(t["id"]))
-        q = qs.setdefault(key, _Question(key[0], key[1], samples=set()))
-        q.n += 1
-        q.c += bool(r.get("correct", False))
+        key = (str(t["benchmark"]), str(t["id"]))
+        slot = acc.setdefault(key, [0, 0, str(t.get("question", "")), set(), 0])
+        slot[0] += 1
+        slot[1] += bool(r.get("correct", False))
         idx = r.get("sample_idx")
-        if idx in q.samples:
-            q.duplicates += 1
-        q.samples.add(idx)
-    return qs
+        if idx in slot[3]:
+            slot[4] += 1
+        slot[3].add(idx)
+    return {k: Question(k[0], k[1], v[0], v[1], v[2], v[4]) for k, v in sorted(acc.items())}
+
+
+def avg_values(qs: Sequence[Question]) -> np.ndarray:
+    """Each question's success rate c / n (their mean is avg@n)."""
+    return np.array([avg_at_k(q.n, q.c) for q in qs], dtype=float)
+
+
+def pass_values(qs: Sequence[Question], k: int | None = None) -> np.ndarray:
+    """Each question's pass@k (unbiased estimator); k None: pass@n at the question's own n."""
+    if k is None:
+        return np.array([pass_at_n(q.n, q.c) for q in qs], dtype=float)
+    return np.array([pass_at_k(q.n, q.c, k) for q in qs], dtype=float)
 
 
 def _record_key(r: dict[str, Any]) -> tuple:
@@ -142,10 +185,6 @@ def _record_key(r: dict[str, Any]) -> tuple:
             float(r.get("reward") or 0.0), float(r.get("wall_s") or 0.0), float(r.get("cost_usd") or 0.0))
 
 
-def _seed_for(name: str, seed: int) -> int:
-    return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**32)
-
-
 def _percentiles(xs: list[float]) -> dict[str, float | None]:
     if not xs:
         return {"p50": None, "p95": None}
@@ -153,10 +192,12 @@ def _percentiles(xs: list[float]) -> dict[str, float | None]:
     return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
 
 
-def _turn_cost(turn: dict[str, Any], prices: PriceSheet) -> float:
-    c = turn.get("completion", {})
-    return prices.cost(turn.get("wg", ""), int(c.get("prompt_tokens", 0)), int(c.get("completion_tokens", 0)),
-                       float(c.get("latency_s", 0.0)))
+def turn_cost(turn: dict[str, Any], prices: PriceSheet, key: str | None = None) -> float:
+    """One recorded call's dollars: `prices` entry `key` (default: the turn's worker group `wg`) on
+    the call's prompt / completion tokens and (for GPU-hour prices) its latency."""
+    c = turn.get("completion") or {}
+    return prices.cost(str(turn.get("wg", "")) if key is None else key, int(c.get("prompt_tokens", 0)),
+                       int(c.get("completion_tokens", 0)), float(c.get("latency_s", 0.0)))
 
 
 def _agents(trajs: list[dict[str, Any]], prices: PriceSheet | None, n_questions: int) -> dict[str, dict[str, Any]]:
@@ -170,7 +211,7 @@ def _agents(trajs: list[dict[str, Any]], prices: PriceSheet | None, n_questions:
             a["completion"] += int(c.get("completion_tokens", 0))
             a["models"].add(turn.get("wg", ""))
             if prices is not None:
-                a["usd"] += _turn_cost(turn, prices)
+                a["usd"] += turn_cost(turn, prices)
     out = {}
     for name, a in sorted(acc.items()):
         out[name] = {
@@ -185,7 +226,7 @@ def _agents(trajs: list[dict[str, Any]], prices: PriceSheet | None, n_questions:
     return out
 
 
-def _block(qs: list[_Question], trajs: list[dict[str, Any]], ks: list[int] | None, prices: PriceSheet | None,
+def _block(qs: list[Question], trajs: list[dict[str, Any]], ks: list[int] | None, prices: PriceSheet | None,
            n_boot: int, seed: int) -> dict[str, Any]:
     """Every per-population number (one benchmark, or all questions pooled)."""
     ns = Counter(q.n for q in qs)
@@ -193,10 +234,10 @@ def _block(qs: list[_Question], trajs: list[dict[str, Any]], ks: list[int] | Non
     n_min = min(ns)
     wanted = ks if ks is not None else default_ks(n_min)
     use_ks = sorted({k for k in wanted if 1 <= k <= n_min})
-    avg = np.array([q.c / q.n for q in qs])
-    pass_cols = {k: np.array([pass_at_k(q.n, q.c, k) for q in qs]) for k in use_ks}
-    top = np.array([pass_at_n(q.n, q.c) for q in qs])  # each question's own n (flagged when uneven)
-    (avg_lo, avg_hi), (pass_lo, pass_hi) = _bootstrap_means([avg, top], n_boot, seed)
+    avg = avg_values(qs)
+    pass_cols = {k: pass_values(qs, k) for k in use_ks}
+    top = pass_values(qs)  # each question's own n (flagged when uneven)
+    (avg_lo, avg_hi), (pass_lo, pass_hi) = bootstrap_means([avg, top], n_boot, seed)
     uneven = [q.id for q in qs if q.n != n_mode]
     out: dict[str, Any] = {
         "questions": len(qs),
@@ -217,7 +258,7 @@ def _block(qs: list[_Question], trajs: list[dict[str, Any]], ks: list[int] | Non
         "agents": _agents(trajs, prices, len(qs)),
     }
     if prices is not None:
-        total = sum(_turn_cost(t, prices) for r in trajs for t in r.get("turns", []))
+        total = sum(turn_cost(t, prices) for r in trajs for t in r.get("turns", []))
         source = "price sheet"
     else:
         total = sum(float(r.get("cost_usd", 0.0) or 0.0) for r in trajs)
@@ -233,7 +274,7 @@ def _block(qs: list[_Question], trajs: list[dict[str, Any]], ks: list[int] | Non
     return out
 
 
-def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[_Question]], n_boot: int, seed: int) -> dict[str, Any]:
+def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Question]], n_boot: int, seed: int) -> dict[str, Any]:
     """Unweighted means over benchmarks; CIs by resampling questions within each benchmark."""
     names = list(blocks)
     common_ks = set.intersection(*(set(blocks[b]["pass@k"]) for b in names))
@@ -250,9 +291,9 @@ def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[_Quest
     for b in names:
         strata.append(np.arange(start, start + len(qs_by_bench[b])))
         start += len(qs_by_bench[b])
-    avg = np.array([q.c / q.n for q in flat])
-    top = np.array([pass_at_n(q.n, q.c) for q in flat])
-    (a_lo, a_hi), (p_lo, p_hi) = _bootstrap_means([avg, top], n_boot, seed, strata=strata)
+    avg = avg_values(flat)
+    top = pass_values(flat)
+    (a_lo, a_hi), (p_lo, p_hi) = bootstrap_means([avg, top], n_boot, seed, strata=strata)
     out["ci95"] = {"avg@n": [a_lo, a_hi], "pass@n": [p_lo, p_hi]}
     for key in QA_KEYS:
         if all(key in blocks[b] for b in names):
@@ -281,20 +322,20 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     recs = sorted((_as_dict(r) for r in records), key=_record_key)  # the summary must not depend on line order
     if not recs:
         raise ValueError("summarize needs at least one record")
-    qs = _questions(recs)
-    by_bench: dict[str, list[_Question]] = defaultdict(list)
+    qs = questions(recs)
+    by_bench: dict[str, list[Question]] = defaultdict(list)
     for q in qs.values():
         by_bench[q.benchmark].append(q)
     trajs_by_bench: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in recs:
         trajs_by_bench[r["task"]["benchmark"]].append(r)
     ks_list = list(ks) if ks is not None else None
-    blocks = {b: _block(by_bench[b], trajs_by_bench[b], ks_list, prices, n_boot, _seed_for(b, seed)) for b in sorted(by_bench)}
-    micro = _block(list(qs.values()), recs, ks_list, prices, n_boot, _seed_for(MICRO, seed))
+    blocks = {b: _block(by_bench[b], trajs_by_bench[b], ks_list, prices, n_boot, seed_for(b, seed)) for b in sorted(by_bench)}
+    micro = _block(list(qs.values()), recs, ks_list, prices, n_boot, seed_for(MICRO, seed))
     return {
         "benchmarks": blocks,
         "micro": micro,
-        "macro": _macro(blocks, {b: by_bench[b] for b in blocks}, n_boot, _seed_for(MACRO, seed)),
+        "macro": _macro(blocks, {b: by_bench[b] for b in blocks}, n_boot, seed_for(MACRO, seed)),
         "labels": {"micro": MICRO, "macro": MACRO},
         "unpriced_models": sorted(prices.unpriced) if prices is not None else [],
         "n_boot": n_boot,
@@ -302,79 +343,11 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     }
 
 
-# ---------------------------------------------------------------------------------- markdown
+def __getattr__(name: str) -> Any:
+    """`format_summary_markdown` moved to `drmas_bench.report.markdown`; kept reachable here for
+    callers not yet updated (metrics itself formats nothing)."""
+    if name == "format_summary_markdown":
+        from drmas_bench.report.markdown import format_summary_markdown
 
-
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.1f}"
-
-
-def _with_ci(x: float, ci: Sequence[float] | None) -> str:
-    if ci is None or any(v != v for v in ci):  # NaN
-        return _pct(x)
-    return f"{_pct(x)} [{_pct(ci[0])}, {_pct(ci[1])}]"
-
-
-def _usd(x: float | None) -> str:
-    return "–" if x is None else f"{x:.4g}"
-
-
-def _n_cell(blk: dict[str, Any]) -> str:
-    """The n column: n, or `min..max *` when samples per question are uneven (see the notes)."""
-    if blk.get("n_varies"):
-        return f"{blk['n_min']}..{blk['n_max']} *"
-    return str(blk.get("n", "–"))
-
-
-def format_summary_markdown(summary: dict[str, Any]) -> str:
-    """Markdown tables (accuracy in %, with 95% bootstrap CIs; cost and latency; agents)."""
-    from tabulate import tabulate
-
-    blocks = summary["benchmarks"]
-    rows_src = [(b, blocks[b]) for b in blocks] + [(MICRO, summary["micro"]), (MACRO, summary["macro"])]
-    ks = sorted({int(k) for _, blk in rows_src for k in blk["pass@k"]})
-    head = ["benchmark", "questions", "n", "avg@n [95% CI]"] + [f"pass@{k}" for k in ks] + ["pass@n [95% CI]"]
-    acc_rows = []
-    for name, blk in rows_src:
-        acc_rows.append(
-            [name, blk["questions"], _n_cell(blk), _with_ci(blk["avg@n"], blk["ci95"]["avg@n"])]
-            + [_pct(blk["pass@k"].get(str(k))) for k in ks]
-            + [_with_ci(blk["pass@n"], blk["ci95"]["pass@n"])]
-        )
-    parts = ["### Accuracy (%)", "", tabulate(acc_rows, head, tablefmt="github", disable_numparse=True)]
-
-    qa = [k for k in QA_KEYS if any(k in blk for _, blk in rows_src)]
-    cost_head = ["benchmark", "latency p50 (s)", "latency p95 (s)", "$ / question"] + [k.upper() if k != "f1" else "F1" for k in qa]
-    cost_rows = []
-    for name, blk in rows_src:
-        lat = blk.get("latency_s", {})
-        fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
-        cost_rows.append([name, fmt(lat.get("p50")), fmt(lat.get("p95")), _usd(blk.get("usd_per_question"))]
-                         + [_pct(blk.get(k)) for k in qa])
-    source = summary["micro"].get("usd_source", "")
-    parts += ["", f"### Cost and latency ($ from {source})", "", tabulate(cost_rows, cost_head, tablefmt="github", disable_numparse=True)]
-
-    agents = summary["micro"].get("agents", {})
-    if agents:
-        ag_head = ["agent", "models", "calls / trajectory", "prompt tokens / call", "completion tokens / call", "$ / question"]
-        ag_rows = [[a, ", ".join(v["models"]), f"{v['calls_per_traj']:.2f}", f"{v['prompt_tokens_per_call']:.0f}",
-                    f"{v['completion_tokens_per_call']:.0f}", _usd(v.get("usd_per_question"))] for a, v in agents.items()]
-        parts += ["", "### Agents (all questions)", "", tabulate(ag_rows, ag_head, tablefmt="github", disable_numparse=True)]
-
-    notes = []
-    for name, blk in rows_src:
-        if blk.get("n_varies"):
-            notes.append(f"{name}: samples per question vary ({blk['n_min']}..{blk['n_max']}: uneven counts, a partial run?); "
-                         f"{blk['questions_with_other_n']} questions differ from the usual n; pass@k uses k <= {blk['n_min']}; "
-                         f"pass@n is the any-success rate over the samples present (as the reference)")
-        if blk.get("duplicate_samples"):
-            notes.append(f"{name}: {blk['duplicate_samples']} duplicate (task, sample_idx) records")
-    grader = summary.get("grader")
-    if isinstance(grader, dict) and grader.get("name"):
-        notes.append(f"graded by {grader['name']} (version {grader.get('version', '?')})")
-    if summary.get("unpriced_models"):
-        notes.append(f"unpriced models (costed at $0 by `default: zero`): {', '.join(summary['unpriced_models'])}")
-    notes.append(f"{MACRO}: unweighted mean over {summary['macro']['benchmarks']} benchmarks; "
-                 f"{MICRO}: every question weighted equally. CIs: {summary['n_boot']} bootstrap resamples of questions, seed {summary['seed']}.")
-    parts += ["", *[f"- {n}" for n in notes]]
-    return "\n".join(parts) + "\n"
+        return format_summary_markdown
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -68,6 +68,39 @@ def inside(root: str | os.PathLike, path: str | os.PathLike) -> Path:
 # ------------------------------------------------------------------------------- one writer
 
 
+
+def sample_key(rec: dict[str, Any]) -> tuple[str, str, int]:
+    """A record's (benchmark, task id, sample index): what a resumed run skips and a repeat replaces."""
+    return str(rec["task"]["benchmark"]), str(rec["task"]["id"]), int(rec["sample_idx"])
+
+
+def read_samples(path: str | os.PathLike, missing_ok: bool = False, hint: str = "") -> list[dict[str, Any]]:
+    """Every trajectory record of a samples.jsonl, the one reader (run store, reports, summaries).
+
+    The last copy of a repeated (benchmark, task id, sample index) wins, as appends replace. A cut-off
+    last line (a run killed while appending) is ignored; any other bad line is a UserError naming
+    file and line (+ `hint`). A missing file: [] with `missing_ok`, else a UserError."""
+    p = Path(path)
+    if not p.is_file():
+        if missing_ok:
+            return []
+        raise UserError(f"{p} not found: not a finished or started run directory")
+    by_key: dict[tuple, dict[str, Any]] = {}
+    lines = p.read_text(encoding="utf-8").split("\n")
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            key = sample_key(rec)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            if lineno == len(lines):  # no newline after it: cut off by a kill mid-append
+                continue
+            raise UserError(f"{p}:{lineno}: not a trajectory record (corrupt line){hint}") from None
+        by_key[key] = rec
+    return list(by_key.values())
+
+
 class RunLock:
     """An exclusive lock on ``RUN/.lock`` for the life of this object (or ``with`` block).
 
@@ -346,20 +379,8 @@ class RunDir:
             f.truncate(cut)
 
     def records(self) -> list[dict[str, Any]]:
-        """Every finished trajectory as a dict (the last copy wins if a key repeats)."""
-        if not self.samples_path.exists():
-            return []
-        by_key: dict[tuple, dict[str, Any]] = {}
-        with open(self.samples_path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    raise UserError(f"{self.samples_path}:{lineno}: corrupt sample line; use --fresh to start afresh") from None
-                by_key[(rec["task"]["benchmark"], rec["task"]["id"], rec["sample_idx"])] = rec
-        return list(by_key.values())
+        """Every finished trajectory as a dict (`read_samples`: the last copy wins if a key repeats)."""
+        return read_samples(self.samples_path, missing_ok=True, hint="; use --fresh to start afresh")
 
     def done_keys(self) -> set[tuple[str, str, int]]:
         return {(r["task"]["benchmark"], r["task"]["id"], r["sample_idx"]) for r in self.records()}

@@ -9,7 +9,8 @@ body for the first query, and when that works it remembers "one request per quer
 server. Every later search uses the remembered body. ``body="queries"`` / ``"query"`` fix it.
 
 Every request has a connect and a read timeout; connection failures, timeouts, HTTP 429 and 5xx are
-retried with exponential backoff; then it raises one ``RetrievalError`` naming the URL. It never
+retried with jittered exponential backoff, honouring ``Retry-After`` (``drmas_retrieval.retry``, the
+project's one retry policy, shared with the OpenAI engine); then it raises one ``RetrievalError`` naming the URL. It never
 waits longer than about ``(retries + 1) * timeout + sum of backoffs`` per request, so a dead server
 cannot hang a run. Other 4xx answers are the caller's fault and are raised at once with the
 server's reason.
@@ -17,11 +18,11 @@ server's reason.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from drmas_retrieval.base import Hit, RetrievalError, Retriever, first_line, check_search_args, parse_contents
+from drmas_retrieval.retry import RetriesExhausted, RetryPolicy, send_with_retries
 
 
 def endpoint_urls(url: str) -> tuple[str, str]:
@@ -96,37 +97,23 @@ class HTTPRetriever(Retriever):
             raise RetrievalError("retries must be >= 0 and batch_size >= 1")
         self.url, self.health_url = endpoint_urls(url)
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        self.retry_policy = RetryPolicy(retries=retries, backoff_s=backoff, backoff_max_s=max_backoff)
         self.batch_size, self.body = batch_size, body
         self._chosen: str | None = None if body == "auto" else body  # "auto": decided by the first search
         self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=connect_timeout))
 
     def _post(self, payload: dict[str, Any]) -> Any:
-        import httpx
-
-        attempts = self.retries + 1
-        reason = ""
-        for attempt in range(attempts):
-            if attempt:
-                time.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
-            try:
-                r = self._client.post(self.url, json=payload)
-            except httpx.TimeoutException as e:
-                reason = f"timed out ({type(e).__name__})"
-                continue
-            except httpx.TransportError as e:
-                reason = f"{type(e).__name__}: {first_line(e)}"
-                continue
-            if r.status_code == 429 or r.status_code >= 500:
-                reason = f"HTTP {r.status_code} {r.text[:200]}"
-                continue
-            if r.status_code >= 400:
-                kind = _Rejected if r.status_code in _REJECTED else RetrievalError
-                raise kind(f"retrieval server {self.url} rejected the request: HTTP {r.status_code} {r.text[:300]}")
-            try:
-                return r.json()
-            except ValueError:
-                raise RetrievalError(f"retrieval server {self.url} answered with non-JSON: {r.text[:200]!r}") from None
-        raise RetrievalError(f"retrieval server {self.url} failed after {attempts} attempt(s): {reason}")
+        try:
+            r = send_with_retries(lambda: self._client.post(self.url, json=payload), self.retry_policy)
+        except RetriesExhausted as e:
+            raise RetrievalError(f"retrieval server {self.url} failed after {e.attempts} attempt(s): {e.reason}") from None
+        if r.status_code >= 400:
+            kind = _Rejected if r.status_code in _REJECTED else RetrievalError
+            raise kind(f"retrieval server {self.url} rejected the request: HTTP {r.status_code} {r.text[:300]}")
+        try:
+            return r.json()
+        except ValueError:
+            raise RetrievalError(f"retrieval server {self.url} answered with non-JSON: {r.text[:200]!r}") from None
 
     def _results(self, data: Any, n: int) -> list[list[Hit]]:
         res = data.get("result") if isinstance(data, dict) else None

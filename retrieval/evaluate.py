@@ -9,7 +9,8 @@ Metrics, for each k (macro over questions, per dataset and overall):
 * ``all@k``  every supporting passage is in the top k (the multi-hop notion of recall);
 * ``any@k``  at least one supporting passage is in the top k;
 * ``ans@k``  a gold answer string appears in a top-k passage (title + text), after SQuAD
-  normalisation (lower case, no punctuation, no articles, single spaces) and on word boundaries;
+  normalisation (``text.normalize_squad``, the grading's: lower case, punctuation removed, no
+  articles, single spaces) and on word boundaries;
 * ``mrr``    mean reciprocal rank of the first supporting passage within the largest k (0 if absent).
 
 Passage metrics count only questions that list supporting passages; answer recall counts all.
@@ -19,22 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import string
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from drmas_retrieval.base import Hit, RetrievalError, Retriever
+from drmas_retrieval.text import normalize_squad
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans({c: " " for c in string.punctuation})
-
-
-def normalize_answer(s: str) -> str:
-    """SQuAD-style normalisation: lower case, punctuation -> space, drop articles, collapse spaces."""
-    return " ".join(_ARTICLES.sub(" ", s.lower().translate(_PUNCT)).split())
+normalize_answer = normalize_squad  # the one SQuAD normalisation (the QA grading's too)
 
 
 def contains_answer(normalized_text: str, answers: Iterable[str]) -> bool:

@@ -18,11 +18,11 @@ from drmas_bench.metrics import (
     avg_at_k,
     bootstrap_ci,
     default_ks,
-    format_summary_markdown,
     pass_at_k,
     pass_at_n,
     summarize,
 )
+from drmas_bench.report.markdown import format_summary_markdown
 from drmas_bench.pricing import ModelPrice, PriceSheet, load_prices
 from drmas_bench.types import Completion, Request, Task, Trajectory, Turn, UserError
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from drmas_bench.engines import ENGINES
 from drmas_bench.store import safe_name
 from drmas_bench.types import UserError
 
@@ -370,7 +371,7 @@ def check_lr(lr: float, key: str) -> None:
 
 def _check_agent(ac: AgentConfig, where: str) -> None:
     check_lr(ac.lr, f"{where}.lr")
-    if ac.engine not in ("hf", "sglang", "openai"):
+    if ac.engine not in ENGINES:  # the engine registry is the one list of backends
         raise UserError(f"{where}.engine must be hf or sglang, got {ac.engine!r}")
     if ac.engine == "openai":
         raise UserError(f"{where}.engine: openai serves remote models whose weights cannot be trained here; use hf or sglang")

@@ -41,11 +41,12 @@ from typing import Any
 
 from drmas_bench.yamlfile import read_yaml
 
+from drmas_bench.engines import ENGINES
 from drmas_bench.store import safe_name
 from drmas_bench.types import Sampling, UserError
 from drmas_bench.workflows.protocol import ProtocolOptions
 
-ENGINE_KINDS = ("hf", "openai", "sglang")
+ENGINE_KINDS = tuple(ENGINES)  # the engine registry is the one list of backends
 # what only the user's own flags or an explicit --team file may set -> the flag that allows it
 TRUSTED_ONLY = {
     "base_url": "--team (or --base-url)",

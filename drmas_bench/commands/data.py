@@ -6,6 +6,7 @@ import argparse
 import json
 import textwrap
 
+from drmas_bench.tasks.registry import SUITES
 from drmas_bench.types import UserError
 
 EPILOG = """examples:
@@ -26,13 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = dsub.add_parser("list", help="table of benchmarks: suite, expected rows, found rows, source", epilog=EPILOG,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     common(q)
-    q.add_argument("--suite", choices=["math", "search", "toy"], help="only this suite")
+    q.add_argument("--suite", choices=SUITES, help="only this suite")
     q.set_defaults(func=cmd_list)
 
     q = dsub.add_parser("check", help="validate every benchmark with a local copy (exit 0 only if all valid)",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(q)
-    q.add_argument("--suite", choices=["math", "search", "toy"], help="only this suite")
+    q.add_argument("--suite", choices=SUITES, help="only this suite")
     q.set_defaults(func=cmd_check)
 
     q = dsub.add_parser("show", help="print the first N tasks of a benchmark", epilog=EPILOG,

@@ -1,6 +1,6 @@
 """`drmas-bench leaderboard | compare | cost`: tables, paired comparisons and cost studies over run dirs.
 
-The numbers are recomputed from each run's samples.jsonl (see drmas_bench/report.py,
+The numbers are recomputed from each run's samples.jsonl (see drmas_bench/report/,
 docs/leaderboards.md and docs/cost.md).
 """
 
@@ -11,6 +11,8 @@ import contextlib
 import sys
 from pathlib import Path
 
+from drmas_bench.engines import ENGINES
+from drmas_bench.tasks.registry import SUITES
 from drmas_bench.types import UserError
 
 LEADERBOARD_EPILOG = """examples:
@@ -18,7 +20,9 @@ LEADERBOARD_EPILOG = """examples:
   drmas-bench leaderboard runs/ --metric avg@16,pass@16 --ci --out leaderboards/math-qwen3-8b
   drmas-bench leaderboard runs/math-* --metric pass@1,pass@8 --no-paper
 
-Writes (with --out DIR): DIR/leaderboard.md (every table) and DIR/<suite>.csv (values in %).
+Writes (with --out DIR): DIR/leaderboard.md (every table), DIR/<suite>.csv (one line per metric and run,
+values in %) and DIR/<suite>_long.csv (one line per run, benchmark and metric: run, benchmark, metric,
+value, ci_lo, ci_hi).
 Rows marked [paper] come from leaderboards/reference/paper.yaml: reported in the paper, not reproduced.
 """
 
@@ -54,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", default="avg@n,pass@n",
                    help="comma-separated avg@K / pass@K, K an integer or n (default avg@n,pass@n). avg@K needs n == K "
                         "(else avg@n is shown and flagged); pass@K needs K <= n (unbiased estimator)")
-    p.add_argument("--out", help="folder for leaderboard.md and <suite>.csv (default: print only)")
+    p.add_argument("--out", help="folder for leaderboard.md, <suite>.csv and <suite>_long.csv (default: print only)")
     p.add_argument("--ci", action="store_true", help="add 95%% bootstrap CIs over questions")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for --ci (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -84,7 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="output folder (required with --team / --assign; else print only)")
     p.add_argument("--labels", help="comma-separated team labels (default: team file stems / run dir names)")
     g = p.add_argument_group("evaluation (with --team, or --assign plus --suite; passed on to `drmas-bench eval`)")
-    g.add_argument("--suite", choices=["math", "search", "toy"], help="benchmark suite")
+    g.add_argument("--suite", choices=SUITES, help="benchmark suite")
     g.add_argument("--benchmarks", help="comma-separated benchmark names (default: the whole suite)")
     g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
     g.add_argument("--limit", type=int, help="first N questions per benchmark")
@@ -96,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--retriever", help="search suite retriever (see `drmas-bench eval --help`)")
     g.add_argument("--concurrency", type=int, default=256, help="episodes in flight (default 256)")
     g.add_argument("--workflow", help="--assign: the workflow of the agents (default: the one whose agents match)")
-    g.add_argument("--engine", default="hf", choices=["hf", "openai", "sglang"], help="--assign: engine of every worker group (default hf)")
+    g.add_argument("--engine", default="hf", choices=list(ENGINES), help="--assign: engine of every worker group (default hf)")
     g.add_argument("--base-url", help="--assign: OpenAI-compatible server URL for --engine openai")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_cost)
@@ -127,8 +131,10 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         atomic_write(out / "leaderboard.md", md)
         written = [out / "leaderboard.md"]
         for suite, path in csv_paths.items():
-            atomic_write(path, report.tables_csv([t for t in tables if t.suite == suite], ci=args.ci))
-            written.append(path)
+            suite_tables = [t for t in tables if t.suite == suite]
+            atomic_write(path, report.tables_csv(suite_tables, ci=args.ci))
+            atomic_write(report.long_csv_path(path), report.tables_long_csv(suite_tables))
+            written += [path, report.long_csv_path(path)]
         print(f"[leaderboard] wrote {', '.join(map(str, written))}", file=sys.stderr)
     return 0
 

@@ -23,8 +23,9 @@ fill in the model's ``generation_config`` default, e.g. Qwen3's top_k=20), the l
 ``seed`` when set, and log-probs when ``Request.want_logprobs`` (chat: ``logprobs: true``;
 completions: ``logprobs: 0``, the sampled token's only). Calls run concurrently, at most
 ``max_concurrency`` at a time. A 429, a 5xx, a timeout or a connection error is retried with
-exponential backoff (honouring ``Retry-After``); after ``max_retries`` retries, or at once on
-another 4xx, the call fails with a one-line ``EngineError`` naming the URL.
+exponential backoff (honouring ``Retry-After``), the project's one retry policy
+(``drmas_retrieval.retry``); after ``max_retries`` retries, or at once on another 4xx, the call
+fails with a one-line ``EngineError`` naming the URL.
 
 Options (``OpenAIOptions``):
 
@@ -67,7 +68,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -84,6 +84,7 @@ from drmas_bench.engines.base import (
     template_kwargs_for,
 )
 from drmas_bench.types import Completion, Request
+from drmas_retrieval.retry import RetriesExhausted, RetryPolicy, asend_with_retries
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 
@@ -302,52 +303,37 @@ class OpenAIEngine(EngineBase):
             self._sem = asyncio.Semaphore(self.options.max_concurrency)
             self._loop = loop
 
-    def _wait_s(self, retry: int, retry_after: str | None) -> float:
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The shared HTTP retry policy (drmas_retrieval.retry) with this engine's options."""
         o = self.options
-        wait = min(o.backoff_max_s, o.backoff_s * (2**retry))
-        wait *= 0.75 + 0.5 * random.random()  # jitter: concurrent callers do not retry in lockstep
-        if retry_after:
-            try:
-                wait = max(wait, float(retry_after))
-            except ValueError:
-                pass
-        return min(wait, o.backoff_max_s)
+        return RetryPolicy(retries=o.max_retries, backoff_s=o.backoff_s, backoff_max_s=o.backoff_max_s)
 
     async def _one(self, request: Request, prompt_ids: list[int] | None, truncated: bool) -> Completion:
-        import httpx
-
         assert self._sem is not None and self._client is not None
         body = build_body(request, self.served_model, self.options, prompt_ids)
         async with self._sem:
             t0 = time.perf_counter()
-            last = ""
-            for attempt in range(self.options.max_retries + 1):
-                retry_after = None
-                self.attempts += 1
-                try:
-                    resp = await self._client.post(self.url, json=body)
-                except httpx.TimeoutException as exc:
-                    last = f"timeout after {self.options.timeout_s:g}s ({type(exc).__name__})"
-                except httpx.TransportError as exc:
-                    last = f"{type(exc).__name__}: {exc}".strip()
-                else:
-                    if resp.status_code == 200:
-                        try:
-                            c = parse_response(resp.json(), request.want_logprobs)
-                        except ValueError as exc:
-                            raise EngineError(f"openai engine: {self.url} returned a bad response: {exc}") from exc
-                        c.latency_s = time.perf_counter() - t0
-                        if prompt_ids is not None:
-                            c.prompt_ids = list(prompt_ids)
-                            c.prompt_tokens = c.prompt_tokens or len(prompt_ids)
-                        c.prompt_truncated = truncated
-                        return c
-                    snippet = " ".join(resp.text.split())[:200]
-                    last = f"HTTP {resp.status_code}: {snippet}"
-                    if resp.status_code != 429 and resp.status_code < 500:
-                        raise EngineError(f"openai engine: {self.url} rejected the request ({last})")
-                    retry_after = resp.headers.get("retry-after")
-                if attempt < self.options.max_retries:
-                    await asyncio.sleep(self._wait_s(attempt, retry_after))
-            n = self.options.max_retries + 1
-            raise EngineError(f"openai engine: {self.url} failed after {n} attempt{'s' if n > 1 else ''}: {last}")
+            try:
+                resp = await asend_with_retries(lambda: self._client.post(self.url, json=body), self.retry_policy,
+                                                on_attempt=self._count_attempt)
+            except RetriesExhausted as e:
+                n = e.attempts
+                raise EngineError(f"openai engine: {self.url} failed after {n} attempt{'s' if n > 1 else ''}: "
+                                  f"{e.reason}") from None
+            if resp.status_code != 200:  # a final answer that is not a success: the request's fault
+                snippet = " ".join(resp.text.split())[:200]
+                raise EngineError(f"openai engine: {self.url} rejected the request (HTTP {resp.status_code}: {snippet})")
+            try:
+                c = parse_response(resp.json(), request.want_logprobs)
+            except ValueError as exc:
+                raise EngineError(f"openai engine: {self.url} returned a bad response: {exc}") from exc
+            c.latency_s = time.perf_counter() - t0
+            if prompt_ids is not None:
+                c.prompt_ids = list(prompt_ids)
+                c.prompt_tokens = c.prompt_tokens or len(prompt_ids)
+            c.prompt_truncated = truncated
+            return c
+
+    def _count_attempt(self) -> None:
+        self.attempts += 1

@@ -2,7 +2,8 @@
 F1 and cover-EM against a list of gold answers.
 
 - `normalize_qa(s)`: lower-case, drop punctuation, drop the articles a / an / the, collapse spaces
-  (the SQuAD evaluation script's normalisation, which the reference's reward uses).
+  (the SQuAD evaluation script's normalisation, which the reference's reward uses; it is
+  `drmas_retrieval.text.normalize_squad`, the one the retrieval answer recall uses too).
 - `grade_qa(answer, golds) -> QAScore(em, f1, cover_em)`, each the best over the golds:
   em: the normalised answer equals a normalised gold (the reference reward);
   f1: token-level F1 between normalised answer and gold (an extra column; not in the reference);
@@ -11,13 +12,10 @@ F1 and cover-EM against a list of gold answers.
 
 from __future__ import annotations
 
-import re
-import string
 from collections import Counter
 from dataclasses import dataclass
 
-_PUNCT = str.maketrans("", "", string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
+from drmas_retrieval.text import normalize_squad
 
 
 @dataclass(frozen=True)
@@ -29,11 +27,9 @@ class QAScore:
     cover_em: float
 
 
-def normalize_qa(s: str) -> str:
-    """SQuAD normalisation: lower-case, strip punctuation and articles, collapse whitespace."""
-    s = str(s).lower().translate(_PUNCT)
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
+# SQuAD normalisation: lower-case, strip punctuation and articles, collapse whitespace. One function,
+# shared with retrieval's answer recall (drmas_retrieval.text), so `Jay-Z` is `jayz` in both.
+normalize_qa = normalize_squad
 
 
 def token_f1(pred: str, gold: str) -> float:

@@ -1,0 +1,228 @@
+"""Cost studies (`cost_study`): accuracy, latency, tokens and dollars per team, recomputed from each
+turn's recorded tokens with a price sheet (`metrics.turn_cost`) and the turn's worker-group model;
+per-agent breakdowns that add up exactly (dollars are summed as exact fractions of the per-call
+floats); the CSV (`cost_csv`) and a Pareto plot (`plot_pareto`). Markdown: `report.markdown`.
+Team files for "which agent gets the big model?" are written by `drmas_bench.agents.assign`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from drmas_bench import metrics
+from drmas_bench.metrics import avg_values, pass_values, questions
+from drmas_bench.report.runs import Run
+from drmas_bench.types import UserError
+
+
+@dataclass
+class AgentCost:
+    """One agent's calls in a run: tokens (exact ints) and dollars (an exact sum of per-call floats)."""
+
+    agent: str
+    price_keys: list[str]
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usd: Fraction = Fraction(0)
+    latency_s: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class TeamCost:
+    """Accuracy, latency, tokens and dollars of one run ("per question" = per trajectory: one answer)."""
+
+    label: str
+    run: Run
+    questions: int
+    trajectories: int
+    avg: float  # micro avg@n
+    pass_n: float  # micro pass@n (any success among each question's samples, metrics.pass_at_n)
+    latency_p50: float  # of trajectory wall_s
+    latency_p95: float
+    call_latency_mean: float  # mean over trajectories of the summed per-call latency_s
+    agents: dict[str, AgentCost]
+    prompt_tokens: int
+    completion_tokens: int
+    usd: Fraction  # every call's cost, summed exactly
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def usd_per_1k(self) -> float:
+        """Dollars per 1,000 questions answered (one trajectory each)."""
+        return float(self.usd * 1000 / self.trajectories)
+
+    def agent_usd_per_1k(self, agent: str) -> float:
+        return float(self.agents[agent].usd * 1000 / self.trajectories)
+
+
+def turn_cost(run: Run, turn: dict[str, Any], prices: Any) -> float:
+    """One call's dollars (`metrics.turn_cost`), priced as the run's worker group's model
+    (`Run.price_key`)."""
+    return metrics.turn_cost(turn, prices, run.price_key(str(turn.get("wg", ""))))
+
+
+def team_cost(run: Run, prices: Any, label: str | None = None) -> TeamCost:
+    """The cost-study numbers of one run, recomputed from its recorded turns with `prices`."""
+    qs = questions(run.records)
+    agents: dict[str, AgentCost] = {a: AgentCost(a, []) for a in run.agents}
+    total = Fraction(0)
+    prompt = completion = 0
+    call_lat = []
+    for r in run.records:
+        lat = 0.0
+        for t in r.get("turns", []):
+            name = str(t.get("agent", "?"))
+            ac = agents.setdefault(name, AgentCost(name, []))
+            key = run.price_key(str(t.get("wg", "")))
+            if key not in ac.price_keys:
+                ac.price_keys.append(key)
+            c = t.get("completion") or {}
+            usd = Fraction(turn_cost(run, t, prices))
+            ac.calls += 1
+            ac.prompt_tokens += int(c.get("prompt_tokens", 0))
+            ac.completion_tokens += int(c.get("completion_tokens", 0))
+            ac.usd += usd
+            ac.latency_s += float(c.get("latency_s", 0.0))
+            prompt += int(c.get("prompt_tokens", 0))
+            completion += int(c.get("completion_tokens", 0))
+            total += usd
+            lat += float(c.get("latency_s", 0.0))
+        call_lat.append(lat)
+    for a, ac in agents.items():  # an agent that never acted still names its model
+        if not ac.price_keys and (wg := run.agent_wg(a)):
+            ac.price_keys.append(run.price_key(wg))
+    walls = np.array([float(r.get("wall_s", 0.0)) for r in run.records])
+    return TeamCost(
+        label=label or run.name, run=run, questions=len(qs), trajectories=len(run.records),
+        avg=float(avg_values(list(qs.values())).mean()),
+        pass_n=float(pass_values(list(qs.values())).mean()),
+        latency_p50=float(np.percentile(walls, 50)), latency_p95=float(np.percentile(walls, 95)),
+        call_latency_mean=float(np.mean(call_lat)), agents=agents,
+        prompt_tokens=prompt, completion_tokens=completion, usd=total,
+    )
+
+
+def cost_study(runs: Sequence[Run], prices: Any, labels: Sequence[str] | None = None) -> list[TeamCost]:
+    """`team_cost` for each run (labels default to the run names)."""
+    labels = list(labels) if labels else [r.name for r in runs]
+    if len(labels) != len(runs):
+        raise UserError(f"--labels: {len(labels)} labels for {len(runs)} runs")
+    return [team_cost(r, prices, lab) for r, lab in zip(runs, labels)]
+
+
+def cost_notes(costs: Sequence[TeamCost]) -> list[str]:
+    """Flags on what makes the teams' numbers not directly comparable."""
+    notes = []
+    base = costs[0].run
+    for c in costs[1:]:
+        r = c.run
+        if r.suite != base.suite or sorted(r.benchmarks) != sorted(base.benchmarks):
+            notes.append(f"{c.label}: other benchmarks ({r.suite}: {', '.join(r.benchmarks)}) than {costs[0].label}")
+        elif set(questions(r.records)) != set(questions(base.records)):
+            notes.append(f"{c.label}: a different question set than {costs[0].label}")
+        if r.n != base.n:
+            notes.append(f"{c.label}: n={r.n} vs n={base.n}")
+        if r.sampling_signature != base.sampling_signature:
+            notes.append(f"{c.label}: sampling {r.sampling_label} vs {base.sampling_label}")
+    return notes
+
+
+def cost_csv(costs: Sequence[TeamCost]) -> str:
+    """One line per (team, agent) plus a `total` line per team; raw numbers."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["team", "run", "agent", "priced_as", "questions", "n", "trajectories", "avg_at_n", "pass_at_n",
+                "latency_p50_s", "latency_p95_s", "call_latency_mean_s", "calls", "prompt_tokens",
+                "completion_tokens", "usd", "usd_per_1k_questions"])
+    for c in costs:
+        common = [c.label, str(c.run.path)]
+        for a, ac in c.agents.items():
+            w.writerow(common + [a, "|".join(ac.price_keys), c.questions, c.run.n, c.trajectories, "", "", "", "", "",
+                                 ac.calls, ac.prompt_tokens, ac.completion_tokens, repr(float(ac.usd)),
+                                 repr(c.agent_usd_per_1k(a))])
+        w.writerow(common + ["total", "", c.questions, c.run.n, c.trajectories, repr(c.avg), repr(c.pass_n),
+                             repr(c.latency_p50), repr(c.latency_p95), repr(c.call_latency_mean),
+                             sum(x.calls for x in c.agents.values()), c.prompt_tokens, c.completion_tokens,
+                             repr(float(c.usd)), repr(c.usd_per_1k)])
+    return buf.getvalue()
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points (cost, accuracy) that no other point dominates (cost <= and accuracy >=,
+    one strictly), sorted by cost. Lower cost and higher accuracy are better."""
+    front = []
+    for i, (ci, ai) in enumerate(points):
+        dominated = any((cj <= ci and aj >= ai) and (cj < ci or aj > ai) for j, (cj, aj) in enumerate(points) if j != i)
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: (points[i][0], -points[i][1]))
+
+
+def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", prices_source: str = "price sheet") -> Path:
+    """Accuracy vs $ per 1k questions and vs p50 latency, one marker per team, the Pareto front marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5 + 0.25 * len(costs)))
+    markers = "osD^vP*Xh<>p"
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    panels = [
+        ([c.usd_per_1k for c in costs], f"cost: $ per 1,000 questions (USD, {prices_source})"),
+        ([c.latency_p50 for c in costs], "latency per question: p50 trajectory wall time (s)"),
+    ]
+    acc = [100 * c.avg for c in costs]
+    for ax, (xs, xlabel) in zip(axes, panels):
+        for i, c in enumerate(costs):
+            ax.scatter(xs[i], acc[i], marker=markers[i % len(markers)], color=colors[i % len(colors)], s=90,
+                       zorder=3, label=f"{i + 1}: {c.label}")
+        spots: dict[tuple[float, float], list[int]] = {}
+        for i in range(len(costs)):  # one label per spot: coinciding teams read "2,3"
+            spots.setdefault((round(xs[i], 9), round(acc[i], 9)), []).append(i + 1)
+        for (x, y), ids in spots.items():
+            ax.annotate(",".join(map(str, ids)), (x, y), textcoords="offset points", xytext=(7, 7), fontsize=10,
+                        fontweight="bold")
+        front = pareto_front(list(zip(xs, acc)))
+        fx, fy = [xs[i] for i in front], [acc[i] for i in front]
+        ax.step(fx, fy, where="post", color="black", linestyle="--", linewidth=1.2, zorder=2,
+                label="Pareto front (cheaper/faster and more accurate)")
+        ax.scatter(fx, fy, s=260, facecolors="none", edgecolors="black", linewidths=1.3, zorder=4)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("accuracy: avg@n over all questions (%)")
+        ax.grid(True, alpha=0.3)
+        ax.margins(x=0.15, y=0.15)
+        lo, hi = min(acc), max(acc)
+        if hi - lo < 1:
+            ax.set_ylim(lo - 5, hi + 5)
+        y0, y1 = ax.get_ylim()
+        ax.set_ylim(max(y0, -3.0), min(y1, 103.0))  # accuracy lives in [0, 100]
+        if max(xs) == min(xs):
+            ax.set_xlim(min(xs) - 1, max(xs) + 1)
+    handles, labels = axes[0].get_legend_handles_labels()
+    ncol = 1 if max(len(x) for x in labels) > 45 else 2
+    rows = math.ceil(len(labels) / ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=True)
+    fig.suptitle(title or "Cost study: accuracy vs cost and latency (up and left is better)")
+    fig.tight_layout(rect=(0, min(0.45, 0.04 + 0.04 * rows), 1, 0.95))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

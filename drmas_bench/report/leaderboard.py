@@ -1,0 +1,401 @@
+"""Leaderboards (`build_leaderboard`): one table per (suite, metric); rows are runs (plus the
+paper's *reported* rows from ``leaderboards/reference/paper.yaml``), columns are benchmarks, the
+micro average (every question weighted equally) and the macro average (mean of benchmarks).
+
+``avg@K`` needs a run with exactly K samples per question, else avg@n is shown and flagged;
+``pass@K`` uses the unbiased estimator for K <= n and is left empty (and flagged) for K > n. Runs
+whose n or sampling settings differ from the table's usual ones are flagged in a notes column.
+Every number comes from `drmas_bench.metrics` (the functions `summarize` uses). Output: Markdown
+(`drmas_bench.report.markdown`), the wide CSV (`tables_csv`: one line per (metric, run)) and the
+long CSV (`tables_long_csv`: one line per (run, benchmark, metric)).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from drmas_bench.metrics import MACRO, MICRO, Question, avg_values, bootstrap_mean_ci, pass_values, questions, seed_for
+from drmas_bench.report.runs import SAMPLING_KEYS, Run, fmt_num
+from drmas_bench.types import UserError
+from drmas_bench.yamlfile import read_yaml
+
+# the evaluation protocol of the paper (REFERENCE.md §3), quoted in table captions
+PAPER_PROTOCOL = {"n": 16, "temperature": 0.6, "top_p": 0.95}
+PAPER_FILE = Path("leaderboards") / "reference" / "paper.yaml"
+PAPER_STATUS = "reported in paper, not reproduced"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """`avg@K` / `pass@K`; K = None means the run's own n (`avg@n`, `pass@n`)."""
+
+    kind: str  # "avg" | "pass"
+    k: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}@{'n' if self.k is None else self.k}"
+
+
+def parse_metrics(text: str) -> list[Metric]:
+    """`avg@16,pass@16` -> metrics; K is a positive integer or `n`. Bad names are UserErrors."""
+    out: list[Metric] = []
+    for part in [p.strip() for p in str(text).split(",") if p.strip()]:
+        m = re.fullmatch(r"(avg|pass)@(n|\d+)", part.lower())
+        if not m or (m.group(2) != "n" and int(m.group(2)) == 0):
+            raise UserError(f"--metric: {part!r} is not a metric; use avg@K or pass@K with K a positive integer or n "
+                            "(e.g. avg@16,pass@16)")
+        metric = Metric(m.group(1), None if m.group(2) == "n" else int(m.group(2)))
+        if metric not in out:
+            out.append(metric)
+    if not out:
+        raise UserError("--metric: name at least one metric, e.g. avg@n,pass@n")
+    return out
+
+
+def per_question_values(qs: Sequence[Question], metric: Metric, run_n: int) -> tuple[np.ndarray | None, str, str | None]:
+    """The metric's per-question values for one run's questions, the label actually computed, and a
+    flag when it differs from what was asked (or None when it cannot be computed: values None)."""
+    n_min = min(q.n for q in qs)
+    if metric.kind == "avg":
+        label = f"avg@{run_n}" if n_min == run_n else f"avg@{n_min}..{run_n}"
+        flag = None
+        if metric.k is not None and not (metric.k == run_n and n_min == run_n):
+            flag = f"{metric.name} asked but n={run_n}" + ("" if n_min == run_n else f" (some questions only {n_min})") + \
+                   f": shows avg@n = {label}"
+        return avg_values(qs), label, flag
+    if metric.k is None:  # pass@n: any success among each question's own samples (metrics.pass_at_n)
+        n_max = max(q.n for q in qs)
+        flag = None
+        if n_min != n_max or n_min != run_n:
+            flag = (f"uneven samples per question ({n_min}..{n_max}, n={run_n}): pass@n = any-success rate "
+                    "over the samples present")
+        label = f"pass@{run_n}" if flag is None else f"pass@{n_min}..{n_max}"
+        return pass_values(qs), label, flag
+    k = metric.k
+    if k > n_min:
+        return None, metric.name, f"{metric.name} needs at least {k} samples per question; run has n={n_min}"
+    return pass_values(qs, k), f"pass@{k}", None
+
+
+@dataclass
+class Cell:
+    value: float | None  # a fraction in [0, 1] (rendered in %)
+    ci: tuple[float, float] | None = None
+
+
+@dataclass
+class Row:
+    label: str
+    source: str  # "reproduced" | "reported"
+    model: str = "–"
+    team: str = "–"
+    estimator: str = "–"
+    step: str = "–"
+    n: str = "–"
+    sampling: str = "–"
+    cells: dict[str, Cell] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    path: str = ""
+
+
+@dataclass
+class Table:
+    suite: str
+    metric: str
+    columns: list[str]  # benchmarks, then MICRO, MACRO
+    rows: list[Row]
+    caption: str = ""
+
+
+def suite_order(suite: str) -> list[str]:
+    """The suite's benchmarks in registry order ([] for a suite the registry does not know)."""
+    try:
+        from drmas_bench.tasks import select_benchmarks
+
+        return [b.name for b in select_benchmarks(suite, None)]
+    except Exception:  # an unknown suite: keep the runs' own order
+        return []
+
+
+def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
+    """One leaderboard row for a run: per-benchmark, micro and macro values of `metric`."""
+    qs = questions(run.records)
+    by_bench: dict[str, list[Question]] = defaultdict(list)
+    for q in qs.values():
+        by_bench[q.benchmark].append(q)
+    row = Row(label=run.name, source="reproduced", model=run.model_label, team=run.team_label,
+              estimator=run.estimator or "–", step="–" if run.step is None else str(run.step), n=str(run.n),
+              sampling=run.sampling_label, path=str(run.path))
+    flags: list[str] = []
+    values: dict[str, np.ndarray] = {}
+    for b in sorted(by_bench, key=lambda b: (run.benchmarks.index(b) if b in run.benchmarks else 99, b)):
+        vals, _label, flag = per_question_values(by_bench[b], metric, run.n)
+        if flag and flag not in flags:
+            flags.append(flag)
+        if vals is None:
+            row.cells[b] = Cell(None)
+            continue
+        values[b] = vals
+        cell = Cell(float(vals.mean()))
+        if ci:
+            cell.ci = bootstrap_mean_ci([vals], n_boot, seed_for(metric.name, seed))
+        row.cells[b] = cell
+    if values and len(values) == len(by_bench):
+        pooled = np.concatenate(list(values.values()))
+        micro = Cell(float(pooled.mean()))
+        macro = Cell(float(np.mean([v.mean() for v in values.values()])))
+        if ci:
+            micro.ci = bootstrap_mean_ci([pooled], n_boot, seed_for(metric.name, seed))
+            macro.ci = bootstrap_mean_ci(list(values.values()), n_boot, seed_for(metric.name, seed))
+        row.cells[MICRO], row.cells[MACRO] = micro, macro
+    else:
+        row.cells[MICRO] = row.cells[MACRO] = Cell(None)
+    missing = [b for b in run.benchmarks if b not in by_bench]
+    if missing:
+        flags.append(f"no samples for {', '.join(missing)}")
+    incomplete = sum(1 for q in qs.values() if q.n < run.n)
+    if incomplete:
+        flags.append(f"{incomplete} questions have fewer than n={run.n} samples (run unfinished?)")
+    row.notes = flags
+    return row
+
+
+def load_paper(path: str | Path | None = None, required: bool = False) -> dict[str, Any] | None:
+    """The reported rows (leaderboards/reference/paper.yaml). Without a path: the repository's copy
+    (beside the installed package in a checkout), else ./leaderboards/reference/paper.yaml; None
+    when neither exists and `required` is False."""
+    if path is None:
+        cands = [Path(__file__).resolve().parents[2] / PAPER_FILE, Path.cwd() / PAPER_FILE]
+        found = next((c for c in cands if c.is_file()), None)
+        if found is None:
+            if required:
+                raise UserError(f"{PAPER_FILE} not found; pass --paper FILE")
+            return None
+        path = found
+    return validate_paper(read_yaml(path, "paper reference file"), str(path))
+
+
+_PAPER_TOP = {"source", "status", "protocol", "rows", "cost_studies", "claims", "note"}
+_PAPER_ROW = {"suite", "label", "model", "team", "estimator", "n", "where", "values", "note"}
+
+
+def validate_paper(data: Any, where: str = "paper.yaml") -> dict[str, Any]:
+    """Check the reference file's shape; every problem is a one-line UserError naming the key."""
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise UserError(f"{where}: expected a mapping with a `rows:` list")
+    for k in data:
+        if k not in _PAPER_TOP:
+            raise UserError(f"{where}: unknown key {k!r} (known: {', '.join(sorted(_PAPER_TOP))})")
+    for i, row in enumerate(data["rows"]):
+        w = f"{where}: rows[{i}]"
+        if not isinstance(row, dict):
+            raise UserError(f"{w}: expected a mapping")
+        for k in row:
+            if k not in _PAPER_ROW:
+                raise UserError(f"{w}: unknown key {k!r} (known: {', '.join(sorted(_PAPER_ROW))})")
+        for k in ("suite", "label", "where", "values"):
+            if k not in row:
+                raise UserError(f"{w}: missing `{k}`")
+        if not isinstance(row["values"], dict):
+            raise UserError(f"{w}.values: expected metric -> {{benchmark: number}}")
+        for metric, cols in row["values"].items():
+            parse_metrics(metric)
+            if not isinstance(cols, dict):
+                raise UserError(f"{w}.values.{metric}: expected benchmark -> number (percent)")
+            for col, v in cols.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
+                    raise UserError(f"{w}.values.{metric}.{col}: expected a percentage in [0, 100], got {v!r}")
+    return data
+
+
+def paper_rows(paper: dict[str, Any], suite: str, metric: Metric) -> list[Row]:
+    """The reported rows of one suite that state a number for `metric`.
+
+    A table of `avg@n` / `pass@n` takes the paper's avg@N / pass@N at the row's stated n. The paper's
+    `average` (over its benchmarks) goes into the macro column."""
+    out = []
+    for r in paper.get("rows", []):
+        if r["suite"] != suite:
+            continue
+        n = r.get("n")
+        vals = None
+        for name, cols in r["values"].items():
+            m = parse_metrics(name)[0]
+            if m == metric or (metric.k is None and m.kind == metric.kind and m.k == n):
+                vals = cols
+                break
+        if not vals:
+            continue
+        row = Row(label=f"[paper] {r['label']}", source="reported", model=str(r.get("model", "–")),
+                  team=str(r.get("team", "–")), estimator=str(r.get("estimator", "–")), step="–",
+                  n="–" if n is None else str(n),
+                  sampling=f"T={fmt_num(paper.get('protocol', {}).get('temperature', '?'))} "
+                           f"top_p={fmt_num(paper.get('protocol', {}).get('top_p', '?'))}" if paper.get("protocol") else "–")
+        for col, v in vals.items():
+            key = MACRO if col == "average" else col
+            row.cells[key] = Cell(float(v) / 100.0)
+        row.notes.append(f"{paper.get('status', PAPER_STATUS)} ({r['where']})")
+        if "average" in vals:
+            row.notes.append("the paper's average over its benchmarks, shown as macro")
+        if r.get("note"):
+            row.notes.append(str(r["note"]))
+        out.append(row)
+    return out
+
+
+def _flag_settings(rows_runs: list[tuple[Row, Run]]) -> None:
+    """Add notes to rows whose n or sampling differ from the table's setting: the most common one
+    among its runs (a tie goes to the earliest run)."""
+    if len(rows_runs) < 2:
+        return
+    ns = Counter(run.n for _, run in rows_runs)
+    sig = Counter(run.sampling_signature for _, run in rows_runs)
+    usual_n = max(ns, key=lambda v: (ns[v], -[r.n for _, r in rows_runs].index(v)))
+    sigs = [r.sampling_signature for _, r in rows_runs]
+    usual_sig = max(sig, key=lambda v: (sig[v], -sigs.index(v)))
+    for row, run in rows_runs:
+        if run.n != usual_n:
+            row.notes.insert(0, f"n={run.n} differs (table: n={usual_n})")
+        if run.sampling_signature != usual_sig:
+            diffs = []
+            for i, key in enumerate(SAMPLING_KEYS):
+                mine = sorted({s[i] for s in run.sampling_signature}, key=str)
+                usual = sorted({s[i] for s in usual_sig}, key=str)
+                if mine != usual:
+                    diffs.append(f"{key} {'/'.join(map(fmt_num, mine))} (table: {'/'.join(map(fmt_num, usual))})")
+            row.notes.insert(0, "sampling differs: " + ", ".join(diffs))
+
+
+def build_leaderboard(runs: Sequence[Run], metrics: Sequence[Metric], ci: bool = False,
+                      paper: dict[str, Any] | None = None, n_boot: int = 1000, seed: int = 0) -> list[Table]:
+    """One Table per (suite, metric), suites in order of first appearance, runs in the given order,
+    the paper's reported rows (when `paper` is given) last."""
+    suites: dict[str, list[Run]] = {}
+    for r in runs:
+        suites.setdefault(r.suite, []).append(r)
+    tables = []
+    for suite, srs in suites.items():
+        order = suite_order(suite)
+        seen = {b for r in srs for b in r.benchmarks} | {q["task"]["benchmark"] for r in srs for q in r.records}
+        cols = [b for b in order if b in seen] + sorted(seen - set(order))
+        for metric in metrics:
+            rows_runs = [(run_row(r, metric, ci, n_boot, seed), r) for r in srs]
+            _flag_settings(rows_runs)
+            for row, r in rows_runs:
+                if len(srs) > 1 and [b for b in cols if b in r.benchmarks] != cols:
+                    row.notes.append(f"covers {len(r.benchmarks)} of {len(cols)} benchmarks: micro/macro over its own")
+            rows = [row for row, _ in rows_runs]
+            reported = [r for r in (paper_rows(paper, suite, metric) if paper else [])
+                        if any(c in cols or c == MACRO for c in r.cells)]  # a number to show here
+            p = {**PAPER_PROTOCOL, **((paper or {}).get("protocol") or {})}
+            if reported:
+                for row, r in rows_runs:
+                    diff = [f"n={r.n}"] if r.n != p["n"] else []
+                    for key in ("temperature", "top_p"):
+                        mine = sorted({s.get(key) for s in r.sampling.values()}, key=str)
+                        if mine != [p[key]]:
+                            diff.append(f"{key} {'/'.join(map(fmt_num, mine))}")
+                    if diff:
+                        row.notes.append(f"not the paper's protocol ({', '.join(diff)})")
+            rows += reported
+            caption = (f"{suite} suite, {metric.name}; values in %, {MICRO} = every question weighted equally, "
+                       f"{MACRO} = unweighted mean over the row's benchmarks"
+                       + ("; notes flag runs whose n or sampling differ from the table's setting (the most common "
+                          "among its runs, ties: the first run)" if len(srs) > 1 else "")
+                       + (f"; [lo, hi] = 95% bootstrap CI over questions ({n_boot} resamples, seed {seed})" if ci else "")
+                       + (f". Rows marked [paper] are {PAPER_STATUS}; the paper's protocol: n={p['n']}, "
+                          f"temperature {p['temperature']}, top_p {p['top_p']}" if reported else ""))
+            tables.append(Table(suite=suite, metric=metric.name, columns=cols + [MICRO, MACRO], rows=rows, caption=caption))
+    return tables
+
+
+def tables_csv(tables: Sequence[Table], ci: bool = False) -> str:
+    """Tables of one suite as CSV: one line per (metric, row); values in % (6 decimals), empty = none."""
+    cols: list[str] = []
+    for t in tables:
+        cols += [c for c in t.columns if c not in cols]
+    head = ["suite", "metric", "source", "run", "path", "model", "team", "estimator", "step", "n", "sampling"]
+    for c in cols:
+        head += [c] + ([f"{c} ci_lo", f"{c} ci_hi"] if ci else [])
+    head.append("notes")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(head)
+    for t in tables:
+        for r in t.rows:
+            line = [t.suite, t.metric, r.source, r.label, r.path, r.model, r.team, r.estimator, r.step, r.n, r.sampling]
+            for c in cols:
+                cell = r.cells.get(c)
+                line.append(_pct6(cell.value) if cell else "")
+                if ci:
+                    line += [_pct6(cell.ci[0]), _pct6(cell.ci[1])] if cell and cell.ci else ["", ""]
+            line.append("; ".join(r.notes))
+            w.writerow(line)
+    return buf.getvalue()
+
+
+LONG_COLUMNS = ("run", "benchmark", "metric", "value", "ci_lo", "ci_hi")
+
+
+def _pct6(v: float | None) -> str:
+    """A fraction as a percentage with 6 decimals (the CSVs' number format); "" for none / NaN."""
+    return "" if v is None or v != v else f"{100 * v:.6f}"
+
+
+def tables_long_csv(tables: Sequence[Table]) -> str:
+    """Tables as a long (tidy) CSV: one line per (run, benchmark, metric) that has a value, with the
+    columns of `LONG_COLUMNS`; benchmark is a benchmark, MICRO or MACRO; values in % as in the wide
+    CSV (`tables_csv`, the same cells); ci_lo / ci_hi empty without --ci. Paper rows keep their
+    `[paper] ` label."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(LONG_COLUMNS)
+    for t in tables:
+        for r in t.rows:
+            for c in t.columns:
+                cell = r.cells.get(c)
+                if cell is None or cell.value is None or cell.value != cell.value:
+                    continue
+                lo, hi = cell.ci if cell.ci else (None, None)
+                w.writerow([r.label, c, t.metric, _pct6(cell.value), _pct6(lo), _pct6(hi)])
+    return buf.getvalue()
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def data_file_name(out: str | Path, name: str, suffix: str, where: str) -> Path:
+    """``out/<name><suffix>`` for a ``name`` read from a run's files (data, not a flag): it must be
+    ``[A-Za-z0-9_.-]+`` without ``..``, and the path must stay directly inside ``out``; otherwise a
+    UserError naming ``where`` (e.g. "suite of run X") and the value."""
+    ok = bool(_SAFE_NAME.fullmatch(name)) and ".." not in name
+    path = Path(out) / f"{name}{suffix}"
+    if not ok or path.resolve().parent != Path(out).resolve():
+        raise UserError(f"{where} is {name!r}, which cannot name an output file (allowed: letters, digits, "
+                        f"'_', '.', '-', no '..'); fix the run's config.yaml")
+    return path
+
+
+def suite_csv_paths(out: str | Path, tables: Sequence[Table], runs: Sequence[Run] = ()) -> dict[str, Path]:
+    """``{suite: out/<suite>.csv}`` for every suite of ``tables``, all checked before anything is
+    written (a suite comes from a run's config.yaml; see `data_file_name`)."""
+    paths: dict[str, Path] = {}
+    for suite in dict.fromkeys(t.suite for t in tables):
+        owners = [r.name for r in runs if r.suite == suite]
+        where = f"the suite of run {owners[0]}" if owners else "a suite"
+        paths[suite] = data_file_name(out, suite, ".csv", where)
+    return paths
+
+
+def long_csv_path(wide: Path) -> Path:
+    """The long CSV beside a suite's wide one: ``out/<suite>_long.csv``."""
+    return wide.with_name(f"{wide.stem}_long.csv")

@@ -1,0 +1,233 @@
+"""Markdown rendering of run summaries, leaderboards, paired comparisons and cost studies. Numbers
+come in computed (drmas_bench.metrics, report.leaderboard / compare / cost); this module only formats.
+
+- `format_summary_markdown(summary)`: a run's summary.json as tables (accuracy with CIs, cost and
+  latency, agents, notes).
+- `table_markdown(table, ci)`, `leaderboard_markdown(tables, ci)`: leaderboard sections.
+- `compare_markdown(comparison, max_flips)`: a paired comparison and its flipped questions.
+- `cost_markdown(costs, prices_source, unpriced)`: a cost study's team and per-agent tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from drmas_bench.metrics import MACRO, MICRO, QA_KEYS
+from drmas_bench.report.compare import Comparison
+from drmas_bench.report.cost import TeamCost, cost_notes
+from drmas_bench.report.leaderboard import Cell, Table
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None or x != x else f"{100 * x:.{digits}f}"
+
+
+def _cell_text(c: Cell | None, ci: bool) -> str:
+    if c is None or c.value is None:
+        return "–"
+    if ci and c.ci is not None and all(v == v for v in c.ci):
+        return f"{_pct(c.value)} [{_pct(c.ci[0])}, {_pct(c.ci[1])}]"
+    return _pct(c.value)
+
+
+def table_markdown(t: Table, ci: bool = False) -> str:
+    """A Table as a Markdown section (heading, caption, tabulate github table)."""
+    from tabulate import tabulate
+
+    head = ["run", "model", "team", "estimator", "step", "n", "sampling"] + t.columns + ["notes"]
+    body = [[r.label, r.model, r.team, r.estimator, r.step, r.n, r.sampling]
+            + [_cell_text(r.cells.get(c), ci) for c in t.columns] + ["; ".join(r.notes) or "–"] for r in t.rows]
+    return "\n".join([f"## {t.suite}: {t.metric}", "", f"{t.caption}.", "",
+                      tabulate(body, head, tablefmt="github", disable_numparse=True)]) + "\n"
+
+
+def leaderboard_markdown(tables: Sequence[Table], ci: bool = False) -> str:
+    return "# Leaderboard\n\n" + "\n".join(table_markdown(t, ci) for t in tables)
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def _p(p: float) -> str:
+    return f"{p:.3g}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def compare_markdown(cmp: Comparison, max_flips: int = 50) -> str:
+    """The comparison as Markdown: a table per benchmark + pooled, then the flipped questions."""
+    from tabulate import tabulate
+
+    a, b = cmp.a, cmp.b
+    head = ["benchmark", "shared questions", "A avg@n", "B avg@n", "Δ avg (pts) [95% CI]", "A pass@k", "B pass@k",
+            "Δ pass (pts) [95% CI]", "k", "B better / A better / tied", "sign test p", "flips (B only / A only)"]
+    body = []
+    for r in cmp.benchmarks + [cmp.pooled]:
+        fb = sum(1 for f in r.flips if f.direction == "B only")
+        body.append([r.name, r.shared, _pct(r.avg_a), _pct(r.avg_b),
+                     f"{_pts(r.avg_diff)} [{_pts(r.avg_ci[0])}, {_pts(r.avg_ci[1])}]",
+                     _pct(r.pass_a), _pct(r.pass_b), f"{_pts(r.pass_diff)} [{_pts(r.pass_ci[0])}, {_pts(r.pass_ci[1])}]",
+                     r.k_pass, f"{r.b_better} / {r.a_better} / {r.ties}", _p(r.sign_p), f"{fb} / {len(r.flips) - fb}"])
+    lines = [
+        "# Paired comparison: B vs A", "",
+        f"- A: `{a.name}` ({a.model_label}; {a.team_label}; n={a.n}; {a.sampling_label}; seed {a.seed})",
+        f"- B: `{b.name}` ({b.model_label}; {b.team_label}; n={b.n}; {b.sampling_label}; seed {b.seed})", "",
+        "Differences are B - A in percentage points over the questions both runs answered (same benchmark "
+        f"and task id). CIs: paired bootstrap over questions, {cmp.n_boot} resamples, seed {cmp.seed}. Sign test: "
+        "exact two-sided binomial over questions whose per-question success rate differs. pass@k uses the "
+        "unbiased estimator at k = the smaller n. A flip is a question solved at least once in one run and "
+        "never in the other.", "",
+        tabulate(body, head, tablefmt="github", disable_numparse=True), "",
+    ]
+    if cmp.notes:
+        lines += [*[f"- {n}" for n in cmp.notes], ""]
+    flips = [f for r in cmp.benchmarks for f in r.flips]
+    lines += [f"## Flipped questions ({len(flips)})", ""]
+    if flips:
+        fl = [[f.benchmark, f.id, f.direction, f"{f.a[0]}/{f.a[1]}", f"{f.b[0]}/{f.b[1]}", _clip(f.question, 70)]
+              for f in flips[:max_flips]]
+        lines.append(tabulate(fl, ["benchmark", "task id", "solved by", "A correct/n", "B correct/n", "question"],
+                              tablefmt="github", disable_numparse=True))
+        if len(flips) > max_flips:
+            lines.append(f"\n... and {len(flips) - max_flips} more (raise --max-flips to list them)")
+    else:
+        lines.append("none")
+    return "\n".join(lines) + "\n"
+
+
+def _clip(s: str, width: int) -> str:
+    s = " ".join(str(s).split()).replace("|", "\\|")
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _rel(x: float, base: float) -> str:
+    if base == 0:
+        return "–" if x == 0 else "n/a (base 0)"
+    return f"{100 * (x - base) / base:+.1f}%"
+
+
+def _usd(x: float) -> str:
+    if x == 0:
+        return "0"
+    return f"{x:.4f}" if abs(x) >= 0.01 else f"{x:.3g}"
+
+
+def cost_markdown(costs: Sequence[TeamCost], prices_source: str = "the price sheet", unpriced: Iterable[str] = ()) -> str:
+    """The study as Markdown: the team table (relative to the first team) and per-agent breakdowns."""
+    from tabulate import tabulate
+
+    base = costs[0]
+    head = ["team", "model", "questions x n", "avg@n (%)", "Δ avg (pts)", "pass@n (%)", "latency p50 (s)",
+            "latency p95 (s)", "Δ p50", "summed call latency (s)", "Δ call latency", "tokens / question",
+            "$ / 1k questions", "Δ $"]
+    body = []
+    for c in costs:
+        body.append([c.label, c.run.model_label, f"{c.questions} x {c.run.n}", _pct(c.avg),
+                     "–" if c is base else _pts(c.avg - base.avg), _pct(c.pass_n),
+                     f"{c.latency_p50:.2f}", f"{c.latency_p95:.2f}", "–" if c is base else _rel(c.latency_p50, base.latency_p50),
+                     f"{c.call_latency_mean:.2f}", "–" if c is base else _rel(c.call_latency_mean, base.call_latency_mean),
+                     f"{c.tokens / c.trajectories:.1f}", _usd(c.usd_per_1k),
+                     "–" if c is base else _rel(c.usd_per_1k, base.usd_per_1k)])
+    lines = [
+        "# Cost study", "",
+        f"Relative columns (Δ) compare with the first team, `{base.label}`. A question = one trajectory (one "
+        "answered question); latency = the trajectory's wall time (p50/p95) and the mean of its calls' summed "
+        f"latencies; dollars recomputed from every call's recorded tokens with {prices_source} and the model of "
+        "the call's worker group.", "",
+        tabulate(body, head, tablefmt="github", disable_numparse=True), "",
+        "## Per-agent breakdown", "",
+        "Tokens and dollars per agent over the whole run; each team's `total` line is the sum of its agents "
+        "(dollars rounded for display only).", "",
+    ]
+    ag_head = ["team", "agent", "priced as", "calls", "prompt tokens", "completion tokens", "tokens / question",
+               "$ (run)", "$ / 1k questions", "share of $"]
+    rows = []
+    for c in costs:
+        for a, ac in c.agents.items():
+            share = "–" if c.usd == 0 else f"{100 * float(ac.usd / c.usd):.1f}%"
+            rows.append([c.label, a, ", ".join(ac.price_keys) or "–", ac.calls, ac.prompt_tokens, ac.completion_tokens,
+                         f"{ac.tokens / c.trajectories:.1f}", _usd(float(ac.usd)), _usd(c.agent_usd_per_1k(a)), share])
+        rows.append([c.label, "**total**", "", sum(x.calls for x in c.agents.values()), c.prompt_tokens,
+                     c.completion_tokens, f"{c.tokens / c.trajectories:.1f}", _usd(float(c.usd)), _usd(c.usd_per_1k),
+                     "100%" if c.usd else "–"])
+    lines.append(tabulate(rows, ag_head, tablefmt="github", disable_numparse=True))
+    notes = cost_notes(costs)
+    unpriced = sorted(set(unpriced))
+    if unpriced:
+        notes.append(f"unpriced models (costed at $0 by the sheet's `default: zero`): {', '.join(unpriced)}")
+    if notes:
+        lines += ["", "Notes:", "", *[f"- {n}" for n in notes]]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ run summaries
+
+
+def _with_ci(x: float, ci: Sequence[float] | None) -> str:
+    if ci is None or any(v != v for v in ci):  # NaN
+        return _pct(x)
+    return f"{_pct(x)} [{_pct(ci[0])}, {_pct(ci[1])}]"
+
+
+def _usd_sig(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4g}"
+
+
+def _n_cell(blk: dict[str, Any]) -> str:
+    """The n column: n, or `min..max *` when samples per question are uneven (see the notes)."""
+    if blk.get("n_varies"):
+        return f"{blk['n_min']}..{blk['n_max']} *"
+    return str(blk.get("n", "–"))
+
+
+def format_summary_markdown(summary: dict[str, Any]) -> str:
+    """Markdown tables (accuracy in %, with 95% bootstrap CIs; cost and latency; agents)."""
+    from tabulate import tabulate
+
+    blocks = summary["benchmarks"]
+    rows_src = [(b, blocks[b]) for b in blocks] + [(MICRO, summary["micro"]), (MACRO, summary["macro"])]
+    ks = sorted({int(k) for _, blk in rows_src for k in blk["pass@k"]})
+    head = ["benchmark", "questions", "n", "avg@n [95% CI]"] + [f"pass@{k}" for k in ks] + ["pass@n [95% CI]"]
+    acc_rows = []
+    for name, blk in rows_src:
+        acc_rows.append(
+            [name, blk["questions"], _n_cell(blk), _with_ci(blk["avg@n"], blk["ci95"]["avg@n"])]
+            + [_pct(blk["pass@k"].get(str(k))) for k in ks]
+            + [_with_ci(blk["pass@n"], blk["ci95"]["pass@n"])]
+        )
+    parts = ["### Accuracy (%)", "", tabulate(acc_rows, head, tablefmt="github", disable_numparse=True)]
+
+    qa = [k for k in QA_KEYS if any(k in blk for _, blk in rows_src)]
+    cost_head = ["benchmark", "latency p50 (s)", "latency p95 (s)", "$ / question"] + [k.upper() if k != "f1" else "F1" for k in qa]
+    cost_rows = []
+    for name, blk in rows_src:
+        lat = blk.get("latency_s", {})
+        fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
+        cost_rows.append([name, fmt(lat.get("p50")), fmt(lat.get("p95")), _usd_sig(blk.get("usd_per_question"))]
+                         + [_pct(blk.get(k)) for k in qa])
+    source = summary["micro"].get("usd_source", "")
+    parts += ["", f"### Cost and latency ($ from {source})", "", tabulate(cost_rows, cost_head, tablefmt="github", disable_numparse=True)]
+
+    agents = summary["micro"].get("agents", {})
+    if agents:
+        ag_head = ["agent", "models", "calls / trajectory", "prompt tokens / call", "completion tokens / call", "$ / question"]
+        ag_rows = [[a, ", ".join(v["models"]), f"{v['calls_per_traj']:.2f}", f"{v['prompt_tokens_per_call']:.0f}",
+                    f"{v['completion_tokens_per_call']:.0f}", _usd_sig(v.get("usd_per_question"))] for a, v in agents.items()]
+        parts += ["", "### Agents (all questions)", "", tabulate(ag_rows, ag_head, tablefmt="github", disable_numparse=True)]
+
+    notes = []
+    for name, blk in rows_src:
+        if blk.get("n_varies"):
+            notes.append(f"{name}: samples per question vary ({blk['n_min']}..{blk['n_max']}: uneven counts, a partial run?); "
+                         f"{blk['questions_with_other_n']} questions differ from the usual n; pass@k uses k <= {blk['n_min']}; "
+                         f"pass@n is the any-success rate over the samples present (as the reference)")
+        if blk.get("duplicate_samples"):
+            notes.append(f"{name}: {blk['duplicate_samples']} duplicate (task, sample_idx) records")
+    grader = summary.get("grader")
+    if isinstance(grader, dict) and grader.get("name"):
+        notes.append(f"graded by {grader['name']} (version {grader.get('version', '?')})")
+    if summary.get("unpriced_models"):
+        notes.append(f"unpriced models (costed at $0 by `default: zero`): {', '.join(summary['unpriced_models'])}")
+    notes.append(f"{MACRO}: unweighted mean over {summary['macro']['benchmarks']} benchmarks; "
+                 f"{MICRO}: every question weighted equally. CIs: {summary['n_boot']} bootstrap resamples of questions, seed {summary['seed']}.")
+    parts += ["", *[f"- {n}" for n in notes]]
+    return "\n".join(parts) + "\n"

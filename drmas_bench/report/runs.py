@@ -1,0 +1,193 @@
+"""Run directories read back: `Run` (config, records, labels), `load_run`, `load_runs`,
+`expand_run_dirs`. Records come from `drmas_bench.store.read_samples` (the one samples.jsonl
+reader); only the configured benchmarks and sample indices below the configured n count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from drmas_bench.agents.assign import short_model_name
+from drmas_bench.store import SAMPLES, read_samples
+from drmas_bench.types import UserError
+
+SAMPLING_KEYS = ("temperature", "top_p", "max_new_tokens")
+
+
+@dataclass
+class Run:
+    """One run directory, read back: its configuration, its records and labels derived from them."""
+
+    path: Path
+    name: str
+    config: dict[str, Any]
+    records: list[dict[str, Any]]
+    suite: str
+    workflow: str
+    n: int  # samples per question the run was configured with
+    benchmarks: list[str]
+    team: dict[str, Any]  # config identity.team (TeamSpec.to_dict)
+    sampling: dict[str, dict[str, Any]]  # agent -> {temperature, top_p, max_new_tokens}
+    seed: Any = None
+    estimator: str | None = None  # from a trained team's team.yaml (`trained:`), when known
+    step: Any = None
+
+    @property
+    def agents(self) -> list[str]:
+        return list((self.team.get("agents") or {}).keys())
+
+    def wg_model(self, wg: str) -> str:
+        g = (self.team.get("worker_groups") or {}).get(wg)
+        if isinstance(g, str):
+            return g
+        return str(g.get("model", wg)) if isinstance(g, dict) else wg
+
+    def price_key(self, wg: str) -> str:
+        """The price-sheet key of a worker group: its `price`, else its model's base name
+        (the same rule as `WorkerGroupSpec.price_key`); an unknown group is priced by its name."""
+        g = (self.team.get("worker_groups") or {}).get(wg)
+        if isinstance(g, dict) and g.get("price"):
+            return str(g["price"])
+        if g is None:
+            return wg
+        return Path(self.wg_model(wg).rstrip("/")).name
+
+    def agent_wg(self, agent: str) -> str | None:
+        v = (self.team.get("agents") or {}).get(agent)
+        return v.get("wg") if isinstance(v, dict) else v
+
+    @property
+    def model_label(self) -> str:
+        """One model name, or `agent:model` groups when the agents' models differ."""
+        by_model: dict[str, list[str]] = {}
+        for a in self.agents:
+            wg = self.agent_wg(a)
+            by_model.setdefault(short_model_name(self.wg_model(wg)) if wg else "?", []).append(a)
+        if len(by_model) == 1:
+            return next(iter(by_model))
+        return "; ".join(f"{'/'.join(ags)}: {m}" for m, ags in by_model.items())
+
+    @property
+    def team_label(self) -> str:
+        """shared (one worker group), non-shared (one per agent) or `K groups`; + heterogeneous."""
+        wgs = {self.agent_wg(a) for a in self.agents}
+        models = {self.wg_model(w) for w in wgs if w}
+        if len(wgs) <= 1:
+            kind = "shared"
+        elif len(wgs) == len(self.agents):
+            kind = "non-shared"
+        else:
+            kind = f"{len(wgs)} groups"
+        return kind + (", heterogeneous" if len(models) > 1 else "")
+
+    @property
+    def sampling_signature(self) -> tuple:
+        """The distinct (temperature, top_p, max_new_tokens) settings of the run's agents."""
+        return tuple(sorted({tuple(s.get(k) for k in SAMPLING_KEYS) for s in self.sampling.values()}, key=str))
+
+    @property
+    def sampling_label(self) -> str:
+        parts = []
+        for t, p, m in self.sampling_signature:
+            parts.append(f"T={fmt_num(t)} top_p={fmt_num(p)} max={m}")
+        return " | ".join(parts) if parts else "–"
+
+
+def fmt_num(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+
+
+def _trained_info(config: dict[str, Any], run_path: Path) -> tuple[str | None, Any]:
+    """(estimator, step) from a trained team's `trained:` block, when the run names one.
+
+    Looked up in the config's identity.team, then in `team.yaml` beside a `--model DIR` or a
+    `--team FILE` of the run's argv, then in the folders above the worker groups' models."""
+    team = (config.get("identity") or {}).get("team") or {}
+    cands: list[dict[str, Any]] = []
+    if isinstance(team.get("trained"), dict):
+        cands.append(team["trained"])
+    argv = [str(a) for a in config.get("argv") or []]
+    files: list[Path] = []
+    for flag, is_dir in (("--model", True), ("--team", False)):
+        for i, a in enumerate(argv):
+            val = argv[i + 1] if a == flag and i + 1 < len(argv) else (a.split("=", 1)[1] if a.startswith(flag + "=") else None)
+            if val:
+                files.append(Path(val) / "team.yaml" if is_dir else Path(val))
+    for g in (team.get("worker_groups") or {}).values():
+        model = g.get("model") if isinstance(g, dict) else g
+        if model and Path(str(model)).is_dir():  # a checkpoint folder (not an alias or a hub id)
+            files += [Path(str(model)) / "team.yaml", Path(str(model)).parent / "team.yaml"]
+    for f in files:
+        try:
+            if f.is_file():
+                d = yaml.safe_load(f.read_text(encoding="utf-8"))
+                if isinstance(d, dict) and isinstance(d.get("trained"), dict):
+                    cands.append(d["trained"])
+        except (OSError, yaml.YAMLError):
+            continue
+    for t in cands:
+        est = t.get("estimator") or t.get("advantage")
+        step = t.get("step", t.get("global_step"))
+        if est is not None or step is not None:
+            return (str(est) if est is not None else None), step
+    return None, None
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run directory written by `drmas-bench eval`.
+
+    Only records of the configured benchmarks with sample_idx < the configured n count (a run
+    dir that was first evaluated with a larger n keeps the extra samples on disk)."""
+    p = Path(path)
+    cfg_path = p / "config.yaml"
+    if not cfg_path.is_file():
+        raise UserError(f"{p}: not a run directory (no config.yaml); make one with `drmas-bench eval --out {p}`")
+    try:
+        config = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{cfg_path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(config, dict) or "identity" not in config:
+        raise UserError(f"{cfg_path}: not a run config (no `identity`)")
+    n = int(config.get("n") or 0)
+    benches = [str(b) for b in config.get("benchmarks") or []]
+    records = [r for r in read_samples(p / SAMPLES)
+               if (not benches or r["task"]["benchmark"] in benches) and (n <= 0 or int(r["sample_idx"]) < n)]
+    if not records:
+        raise UserError(f"{p}: the run has no finished samples yet")
+    ident = config["identity"]
+    sampling = {a: {k: s.get(k) for k in SAMPLING_KEYS} for a, s in (ident.get("sampling") or {}).items()}
+    estimator, step = _trained_info(config, p)
+    return Run(path=p, name=p.name or str(p), config=config, records=records, suite=str(config.get("suite", "?")),
+               workflow=str(config.get("workflow", "?")), n=n or max(int(r["sample_idx"]) for r in records) + 1,
+               benchmarks=benches or sorted({r["task"]["benchmark"] for r in records}),
+               team=ident.get("team") or {}, sampling=sampling, seed=ident.get("seed"),
+               estimator=estimator, step=step)
+
+
+def expand_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Run directories from the arguments: a run dir itself, or a folder whose sub-folders are run dirs."""
+    out: list[Path] = []
+    for a in paths:
+        p = Path(a)
+        if (p / "config.yaml").is_file():
+            out.append(p)
+        elif p.is_dir() and (subs := sorted(d for d in p.iterdir() if (d / "config.yaml").is_file())):
+            out.extend(subs)
+        else:
+            raise UserError(f"{p}: not a run directory (no config.yaml), nor a folder of run directories")
+    return out
+
+
+def load_runs(paths: Iterable[str | Path]) -> list[Run]:
+    """`load_run` over `expand_run_dirs`, giving runs with the same folder name distinct names."""
+    runs = [load_run(p) for p in expand_run_dirs(paths)]
+    counts = Counter(r.name for r in runs)
+    for r in runs:
+        if counts[r.name] > 1:
+            r.name = str(r.path)
+    return runs

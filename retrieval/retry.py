@@ -1,0 +1,132 @@
+"""The one HTTP retry policy of the project, shared by the retrieval client (sync) and the harness's
+OpenAI-compatible engine (async). It lives here, the lowest layer, so both can import it
+(drmas_retrieval imports nothing of drmas_bench).
+
+What is retried: connection failures and timeouts (``httpx.TransportError``, which includes
+``httpx.TimeoutException``), HTTP 429 and 5xx. Any other answer (2xx, other 4xx) is returned to the
+caller at once: a 4xx is the caller's fault and retrying it cannot help.
+
+Waits: ``backoff_s``, ``2 backoff_s``, ``4 backoff_s``, ... capped at ``backoff_max_s``, each
+multiplied by a jitter factor in ``[1 - jitter/2, 1 + jitter/2]`` (concurrent callers do not retry
+in lockstep); a server's ``Retry-After`` (seconds) lengthens a wait, never beyond ``backoff_max_s``.
+A dead server therefore costs at most ``(retries + 1) x timeout + the waits`` per request.
+
+- `RetryPolicy(retries=3, backoff_s=0.5, backoff_max_s=8.0, jitter=0.5)`; ``retries`` = attempts
+  after the first (0 = no retry).
+- `send_with_retries(send, policy, on_attempt=None)` / `asend_with_retries(...)`: call ``send()``
+  (returns an ``httpx.Response``) until it gives a non-retryable answer; raise `RetriesExhausted`
+  (``attempts``, ``reason``: the last failure in one line) when every attempt failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+
+class RetriesExhausted(Exception):
+    """Every attempt failed with a retryable error; ``reason`` is the last one, in one line."""
+
+    def __init__(self, attempts: int, reason: str):
+        super().__init__(f"failed after {attempts} attempt(s): {reason}")
+        self.attempts, self.reason = attempts, reason
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long to retry (see the module docstring)."""
+
+    retries: int = 3
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.retries < 0 or self.backoff_s < 0 or self.backoff_max_s < 0 or not 0 <= self.jitter <= 1:
+            raise ValueError(f"retry policy needs retries >= 0, backoffs >= 0 and 0 <= jitter <= 1, got {self}")
+
+    @property
+    def attempts(self) -> int:
+        return self.retries + 1
+
+    def wait_s(self, retry: int, retry_after: str | None = None) -> float:
+        """The wait before retry number ``retry`` (0 = the first retry)."""
+        wait = min(self.backoff_max_s, self.backoff_s * (2**retry))
+        wait *= 1 - self.jitter / 2 + self.jitter * random.random()
+        if retry_after:
+            try:
+                wait = max(wait, float(retry_after))
+            except ValueError:  # an HTTP date: keep our own wait
+                pass
+        return min(wait, self.backoff_max_s)
+
+
+def retryable_status(code: int) -> bool:
+    """HTTP 429 (too many requests) and 5xx are worth another attempt; other answers are final."""
+    return code == 429 or code >= 500
+
+
+def _failure(outcome: Any) -> tuple[str, str | None] | None:
+    """(reason, Retry-After) when ``outcome`` (a response or an exception) is retryable, else None."""
+    import httpx
+
+    if isinstance(outcome, httpx.TimeoutException):
+        return f"timeout ({type(outcome).__name__})", None
+    if isinstance(outcome, httpx.TransportError):
+        text = next((ln.strip() for ln in str(outcome).splitlines() if ln.strip()), "")
+        return f"{type(outcome).__name__}: {text}".rstrip(": "), None
+    if isinstance(outcome, httpx.Response) and retryable_status(outcome.status_code):
+        snippet = " ".join(outcome.text.split())[:200]
+        return f"HTTP {outcome.status_code}: {snippet}".rstrip(": "), outcome.headers.get("retry-after")
+    return None
+
+
+def _call(send: Callable[[], Any]) -> Any:
+    import httpx
+
+    try:
+        return send()
+    except httpx.TransportError as e:
+        return e
+
+
+def send_with_retries(send: Callable[[], Any], policy: RetryPolicy,
+                      on_attempt: Callable[[], None] | None = None) -> Any:
+    """``send()`` under ``policy`` (blocking waits); the first non-retryable response."""
+    reason = ""
+    for attempt in range(policy.attempts):
+        if on_attempt:
+            on_attempt()
+        outcome = _call(send)
+        fail = _failure(outcome)
+        if fail is None:
+            return outcome
+        reason, retry_after = fail
+        if attempt < policy.retries:
+            time.sleep(policy.wait_s(attempt, retry_after))
+    raise RetriesExhausted(policy.attempts, reason)
+
+
+async def asend_with_retries(send: Callable[[], Awaitable[Any]], policy: RetryPolicy,
+                             on_attempt: Callable[[], None] | None = None) -> Any:
+    """``await send()`` under ``policy`` (asyncio waits); the first non-retryable response."""
+    import httpx
+
+    reason = ""
+    for attempt in range(policy.attempts):
+        if on_attempt:
+            on_attempt()
+        try:
+            outcome = await send()
+        except httpx.TransportError as e:
+            outcome = e
+        fail = _failure(outcome)
+        if fail is None:
+            return outcome
+        reason, retry_after = fail
+        if attempt < policy.retries:
+            await asyncio.sleep(policy.wait_s(attempt, retry_after))
+    raise RetriesExhausted(policy.attempts, reason)
