@@ -32,6 +32,7 @@ and in ``summary.json`` with start / end time and duration.
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import inspect
 import math
@@ -95,8 +96,9 @@ class EvalConfig:
     argv: list[str] | None = None  # the command line that asked for this run (provenance; the CLI sets it)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain mapping, with secrets in ``engine_args`` redacted (for provenance)."""
+        """The fields but ``argv`` as a plain mapping, secrets in ``engine_args`` redacted (for provenance)."""
         d = asdict(self)
+        d.pop("argv")
         if d.get("engine_args") and "api_key" in d["engine_args"]:
             d["engine_args"] = {**d["engine_args"], "api_key": "<redacted>"}
         return d
@@ -540,7 +542,7 @@ def evaluate(config: EvalConfig) -> Summary:
     named = {k: v for k, v in identity.items() if k != "models"}  # default names stay those of earlier versions
     out = Path(cfg.out or Path("runs") / f"{r.suite}-{label}-{fingerprint(named)[:8]}")
     data = data_identity(r.benches, data_dir)
-    provenance = {
+    provenance = copy.deepcopy({  # copies: config.yaml writes no YAML aliases to the identity's values
         **collect(cfg.argv),
         "started_at": started,
         "data": data,
@@ -549,7 +551,7 @@ def evaluate(config: EvalConfig) -> Summary:
         "prompts": ({k: protocol_info[k] for k in ("prompts_sha256", "prompts_source")} if protocol_info else None),
         "workflow": workflow_record(wf),
         "eval_config": cfg.to_dict(),
-    }
+    })
     config_doc = {
         "identity": identity,
         "data": data,

@@ -104,7 +104,7 @@ def config_from_args(args: argparse.Namespace):
 
     given = {f.name: getattr(args, f.name) for f in fields(EvalConfig) if hasattr(args, f.name)}
     given["progress"] = not getattr(args, "no_progress", False)
-    given["argv"] = list(sys.argv)
+    given["argv"] = list(getattr(args, "argv", None) or sys.argv)  # cli.main sets args.argv
     return EvalConfig(**given)
 
 

@@ -171,7 +171,8 @@ def eval_config(team_file: Path, out: Path, args: argparse.Namespace):
     return EvalConfig(team=str(team_file), suite=args.suite, benchmarks=args.benchmarks, data_dir=args.data_dir,
                       limit=args.limit, n=args.n, temperature=args.temperature, top_p=args.top_p,
                       max_new_tokens=args.max_new_tokens, seed=args.seed, retriever=args.retriever,
-                      concurrency=args.concurrency, out=str(out), progress=not args.no_progress, argv=list(sys.argv))
+                      concurrency=args.concurrency, out=str(out), progress=not args.no_progress,
+                      argv=list(getattr(args, "argv", None) or sys.argv))
 
 
 def _check_team_prices(team_file: Path, prices) -> None:
