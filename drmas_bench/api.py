@@ -494,7 +494,7 @@ def evaluate(config: EvalConfig) -> Summary:
 
     Raises UserError (one line) on bad input, before anything loads; after the run directory is
     opened, an unexpected error keeps its traceback in RUN/error.log and finished samples stay."""
-    from drmas_bench.provenance import collect, utc_now
+    from drmas_bench.provenance import collect, redact_argv, utc_now
     from drmas_bench.store import RunDir, fingerprint
     from drmas_bench.tasks import load_tasks, resolve_data_dir
 
@@ -561,7 +561,7 @@ def evaluate(config: EvalConfig) -> Summary:
         "n": cfg.n,
         "limit": cfg.limit,
         "data_dir": str(data_dir) if data_dir else None,
-        "argv": cfg.argv[1:] if cfg.argv else None,
+        "argv": redact_argv(cfg.argv[1:]) if cfg.argv else None,
         "provenance": provenance,  # not part of the identity: never blocks a resume
     }
     prices = _load_prices(cfg.prices, team) if cfg.prices else None

@@ -12,13 +12,14 @@
   that are installed, absent ones left out (sglang / vllm are not imported to ask);
 - ``hardware``: CPU model and count; GPUs (names, count) from torch when torch is already
   imported, else from ``nvidia-smi`` when it is on PATH, else an empty list;
-- ``argv``: the command line when given.
+- ``argv``: the command line when given (an ``api_key=`` value in it redacted).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -29,6 +30,14 @@ from typing import Any
 # the libraries whose versions change results or speed; only those installed are recorded
 LIBRARIES = ("torch", "transformers", "tokenizers", "accelerate", "sglang", "vllm", "openai", "httpx",
              "numpy", "sympy", "math-verify", "bm25s", "faiss-cpu", "faiss-gpu", "sentence-transformers", "ray")
+
+
+_SECRET = re.compile(r"(api_key\s*=\s*)[^,]*")
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the value of any ``api_key=...`` (e.g. inside ``--engine-args``) replaced by ``<redacted>``."""
+    return [_SECRET.sub(r"\1<redacted>", str(a)) for a in argv]
 
 
 def utc_now() -> str:
@@ -121,5 +130,5 @@ def collect(argv: list[str] | None = None) -> dict[str, Any]:
         "platform": platform.platform(),
         "libraries": library_versions(),
         "hardware": hardware(),
-        "argv": list(argv) if argv is not None else None,
+        "argv": redact_argv(argv) if argv is not None else None,
     }

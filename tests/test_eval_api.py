@@ -85,6 +85,7 @@ def test_engine_args_set_any_engine_option(tmp_path):
     team = str(_team_file(tmp_path / "team.yaml"))
     r = resolve(EvalConfig(team=team, suite="toy", engine_args={"max_batch": 16}))
     assert r.team.worker_groups["g"].options["max_batch"] == 16
+    assert EvalConfig(engine_args={"api_key": "sk-1"}).to_dict()["engine_args"] == {"api_key": "<redacted>"}
     with pytest.raises(UserError, match="mem_fraction_static: not an option of the hf engine"):
         resolve(EvalConfig(model="tiny-random", suite="toy", engine_args={"mem_fraction_static": 0.7}))
 
@@ -103,8 +104,9 @@ def test_bad_config_values_are_one_line_errors():
 def test_provenance_collects_versions_commit_and_hardware():
     from drmas_bench.provenance import collect
 
-    p = collect(argv=["drmas-bench", "eval"])
-    assert p["package"]["version"] and p["python"] and p["argv"] == ["drmas-bench", "eval"]
+    p = collect(argv=["drmas-bench", "eval", "--engine-args", "api_key=sk-123,timeout_s=5"])
+    assert p["package"]["version"] and p["python"]
+    assert p["argv"] == ["drmas-bench", "eval", "--engine-args", "api_key=<redacted>,timeout_s=5"]
     assert "transformers" in p["libraries"] and "torch" in p["libraries"]
     assert p["hardware"]["cpu_count"] >= 1 and p["hardware"]["gpu_count"] == len(p["hardware"]["gpus"])
     repo = Path(__file__).resolve().parent.parent
