@@ -17,6 +17,8 @@ precedence rule tells an explicit value from a default:
   chosen first and the team is validated against *its* agents;
 - prompts / prompt limit: packaged < team file's ``prompts:`` / ``protocol:`` < ``prompts`` /
   ``max_prompt_tokens``;
+- engines: the team file's ``engine:`` per worker group < ``engine`` (every group; options the new
+  engine lacks are dropped with a note);
 - engine options: each engine's defaults < the team file's ``options:`` < ``max_batch`` /
   ``engine_args`` (set on every worker group whose engine has that option; an option no group's
   engine has is an error).
@@ -60,7 +62,7 @@ class EvalConfig:
     model: str | None = None  # every agent: alias, local dir, hub id, or a checkpoint dir holding team.yaml
     model_for: list[str] | dict[str, str] | None = None  # per-agent models: ["agent=M", ...] or {agent: M}
     team: str | None = None  # team YAML file (docs/teams.md); trusted like a flag
-    engine: str | None = None  # engine of model / model_for groups: hf (default) | openai | sglang
+    engine: str | None = None  # hf | openai | sglang for every worker group; None: hf, or the team file's
     base_url: str | None = None  # OpenAI-compatible server for engine openai
     tokenizer: str | None = None  # engine openai: local tokenizer to template and cut prompts here
     engine_args: dict[str, Any] | None = None  # any engine option (dtype, device, mem_fraction_static, ...)
@@ -270,6 +272,33 @@ def apply_engine_args(team, engine_args: dict[str, Any]) -> None:
                             f"options: {', '.join(known)}")
 
 
+def switch_engine(team, engine: str, base_url: str | None, tokenizer: str | None, trust_remote_code: bool) -> None:
+    """An explicit ``engine`` over a team file's engines: every worker group runs on it. Options that
+    engine lacks are dropped (said on stderr); a group served over HTTP (``base_url`` / ``api_key_env``)
+    cannot move to an in-process engine; groups moved to openai get ``base_url`` / ``tokenizer``."""
+    from drmas_bench.pool.hosting import option_names
+
+    names = option_names(engine)
+    for g in team.worker_groups.values():
+        if g.engine == engine:
+            continue
+        if engine != "openai" and (g.base_url or g.api_key_env):
+            raise UserError(f"--engine {engine}: worker group {g.name!r} is an openai group with base_url / api_key_env; "
+                            f"it cannot run in-process (leave out --engine, or edit the team file)")
+        dropped = sorted(k for k in g.options if k.replace("-", "_") not in names)
+        if dropped:
+            print(f"[eval] --engine {engine}: worker group {g.name!r} leaves its {g.engine} option(s) "
+                  f"{', '.join(dropped)} behind", file=sys.stderr)
+        g.options = {k: v for k, v in g.options.items() if k.replace("-", "_") in names}
+        g.engine = engine
+        if engine == "openai":
+            g.base_url = g.base_url or base_url
+            if tokenizer:
+                g.options["tokenizer"] = tokenizer
+        elif trust_remote_code:
+            g.options["trust_remote_code"] = True
+
+
 def resolve(cfg: EvalConfig) -> Resolved:
     """Benchmarks, workflow (chosen before the team is validated), team and sampling for ``cfg``."""
     from drmas_bench.agents.team import build_team, check_engine_options, validate_sampling
@@ -299,6 +328,9 @@ def resolve(cfg: EvalConfig) -> Resolved:
                       engine_options=fit_options(engine, generic, {"tokenizer": cfg.tokenizer} if cfg.tokenizer else None),
                       trust_remote_code=cfg.trust_remote_code)
     team.workflow = wf_name
+    if cfg.engine is not None:
+        switch_engine(team, cfg.engine, cfg.base_url, cfg.tokenizer, cfg.trust_remote_code)
+        check_engine_options(team)
     if cfg.max_batch is not None:  # a generic option: set where the engine has it (hf), like fit_options
         for g in team.worker_groups.values():
             if "max_batch" in option_names(g.engine):

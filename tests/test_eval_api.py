@@ -165,3 +165,22 @@ def test_cli_and_library_give_the_same_summary_with_provenance(tmp_path, capsys)
         assert prov["grader"] == {"family": "toy"}
     assert cli["provenance"]["argv"] == ["drmas-bench", *argv]
     assert s["provenance"]["argv"] is None and s["provenance"]["eval_config"]["n"] == 2
+
+
+def test_explicit_engine_moves_every_worker_group(tmp_path, capsys):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "team.yaml").write_text(yaml.safe_dump({
+        "worker_groups": {"g": {"model": "tiny-random", "engine": "sglang", "options": {"mem_fraction_static": 0.5}}},
+        "agents": {"solver": "g", "checker": "g"}}))
+    assert resolve(EvalConfig(model=str(ckpt), suite="toy")).team.worker_groups["g"].engine == "sglang"
+    g = resolve(EvalConfig(model=str(ckpt), suite="toy", engine="hf")).team.worker_groups["g"]
+    assert (g.engine, g.options) == ("hf", {})
+    assert "leaves its sglang option(s) mem_fraction_static behind" in capsys.readouterr().err
+    g = resolve(EvalConfig(model=str(ckpt), suite="toy", engine="openai", base_url="http://127.0.0.1:9/v1")).team.worker_groups["g"]
+    assert (g.engine, g.base_url) == ("openai", "http://127.0.0.1:9/v1")
+    team = tmp_path / "remote.yaml"
+    team.write_text(yaml.safe_dump({"worker_groups": {"r": {"model": "m", "engine": "openai", "base_url": "http://127.0.0.1:9/v1"}},
+                                    "agents": {"solver": "r", "checker": "r"}}))
+    with pytest.raises(UserError, match="cannot run in-process"):
+        resolve(EvalConfig(team=str(team), suite="toy", engine="hf"))

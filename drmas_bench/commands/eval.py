@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "hub id, or a checkpoint dir holding team.yaml")
     g.add_argument("--model-for", action="append", metavar="AGENT=MODEL", help="give one agent its own model (repeatable)")
     g.add_argument("--team", help="team YAML file (see docs/teams.md)")
-    g.add_argument("--engine", choices=["hf", "openai", "sglang"], help="engine for --model/--model-for (default hf)")
+    g.add_argument("--engine", choices=["hf", "openai", "sglang"], help="engine of every worker group (default hf; with a team file: its own)")
     g.add_argument("--base-url", help="OpenAI-compatible server URL for --engine openai")
     g.add_argument("--tokenizer", help="--engine openai with --model/--model-for: a local tokenizer (folder, alias, cached hub id) to template "
                                        "and cut prompts here (default: the model's own when it is on this machine)")
