@@ -163,7 +163,7 @@ def validate_config(cfg: EvalConfig) -> None:
             continue
         typed = isinstance(v, (int, float)) and not isinstance(v, bool) and (kind is float or isinstance(v, int))
         if not typed or not ok(v):
-            raise UserError(f"{flag(name)} must be {what}, got {v}")
+            raise UserError(f"{flag(name)} must be {what}, got {v!r}")
     for name, allowed in choices().items():
         v = getattr(cfg, name)
         if v is not None and v not in allowed:
@@ -249,6 +249,8 @@ def team_file_workflow(cfg: EvalConfig) -> str | None:
 def _model_for_list(v: list[str] | dict[str, str] | None) -> list[str] | None:
     if isinstance(v, dict):
         return [f"{a}={m}" for a, m in v.items()]
+    if isinstance(v, str):
+        return [v]
     return list(v) if v else None
 
 

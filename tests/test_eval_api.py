@@ -92,7 +92,7 @@ def test_engine_args_set_any_engine_option(tmp_path):
 
 def test_bad_config_values_are_one_line_errors():
     for cfg, msg in ((EvalConfig(model="tiny-random", suite="toy", n=0), "--n must be an integer >= 1"),
-                     (EvalConfig(model="tiny-random", suite="toy", n="2"), "--n must be an integer >= 1, got 2"),
+                     (EvalConfig(model="tiny-random", suite="toy", n="2"), "--n must be an integer >= 1, got '2'"),
                      (EvalConfig(model="tiny-random", suite="toy", engine="vllm"), "--engine must be one of hf"),
                      (EvalConfig(model="tiny-random", suite="toy", enable_thinking="yes"), "enable_thinking must be true")):
         from drmas_bench.api import evaluate
