@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     _cpu_threads_default()
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = [parser.prog, *(sys.argv[1:] if argv is None else argv)]  # the command line, for provenance
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

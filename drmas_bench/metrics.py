@@ -341,13 +341,3 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
         "n_boot": n_boot,
         "seed": seed,
     }
-
-
-def __getattr__(name: str) -> Any:
-    """`format_summary_markdown` moved to `drmas_bench.report.markdown`; kept reachable here for
-    callers not yet updated (metrics itself formats nothing)."""
-    if name == "format_summary_markdown":
-        from drmas_bench.report.markdown import format_summary_markdown
-
-        return format_summary_markdown
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

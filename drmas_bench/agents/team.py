@@ -106,11 +106,15 @@ class TeamSpec:
     prompts_source: str | None = None  # where `prompts` came from (file or team file), for messages
     protocol: dict[str, Any] = field(default_factory=dict)  # protocol options (max_prompt_tokens, truncate)
     retriever: dict[str, Any] | None = None  # a trained team's retriever record: {kind, identity}
+    # the user's explicit sampling flags / EvalConfig values: win over the team file's (not in to_dict)
+    flag_sampling: dict[str, Any] = field(default_factory=dict)
 
     def sampling_for(self, agent: str, defaults: Sampling) -> Sampling:
+        """An agent's sampling: ``defaults`` < team ``sampling:`` < the agent's ``sampling:`` < ``flag_sampling``."""
         d = asdict(defaults)
         d.update(self.sampling)
         d.update(self.agent_sampling.get(agent, {}))
+        d.update(self.flag_sampling)
         return Sampling(**d)
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,7 +7,6 @@ docs/leaderboards.md and docs/cost.md).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 
@@ -87,15 +86,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prices", help="price sheet YAML (docs/pricing.md); required to report costs")
     p.add_argument("--out", help="output folder (required with --team / --assign; else print only)")
     p.add_argument("--labels", help="comma-separated team labels (default: team file stems / run dir names)")
-    g = p.add_argument_group("evaluation (with --team, or --assign plus --suite; passed on to `drmas-bench eval`)")
+    g = p.add_argument_group("evaluation (with --team, or --assign plus --suite; as `drmas-bench eval`'s flags, "
+                             "through drmas_bench.evaluate)")
     g.add_argument("--suite", choices=SUITES, help="benchmark suite")
     g.add_argument("--benchmarks", help="comma-separated benchmark names (default: the whole suite)")
     g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
     g.add_argument("--limit", type=int, help="first N questions per benchmark")
     g.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
-    g.add_argument("--temperature", type=float, default=0.6, help="default 0.6")
-    g.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
-    g.add_argument("--max-new-tokens", type=int, help="per call (default: the suite's)")
+    g.add_argument("--temperature", type=float, help="default: the team file's, else 0.6")
+    g.add_argument("--top-p", type=float, help="default: the team file's, else 0.95")
+    g.add_argument("--max-new-tokens", type=int, help="per call (default: the team file's, else the suite's)")
     g.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
     g.add_argument("--retriever", help="search suite retriever (see `drmas-bench eval --help`)")
     g.add_argument("--concurrency", type=int, default=256, help="episodes in flight (default 256)")
@@ -170,22 +170,15 @@ def _split(text: str | None, what: str) -> list[str]:
     return items
 
 
-def eval_args(team_file: Path, out: Path, args: argparse.Namespace) -> argparse.Namespace:
-    """The `drmas-bench eval` arguments for one team of a study (parsed by eval's own parser)."""
-    from drmas_bench.commands import eval as eval_cmd
+def eval_config(team_file: Path, out: Path, args: argparse.Namespace):
+    """The EvalConfig of one team of a study: the study's evaluation flags, the team file, its run dir."""
+    from drmas_bench.api import EvalConfig
 
-    argv = ["eval", "--team", str(team_file), "--suite", args.suite, "--n", str(args.n), "--out", str(out),
-            "--temperature", str(args.temperature), "--top-p", str(args.top_p), "--seed", str(args.seed),
-            "--concurrency", str(args.concurrency)]
-    for flag, value in (("--benchmarks", args.benchmarks), ("--data-dir", args.data_dir), ("--limit", args.limit),
-                        ("--max-new-tokens", args.max_new_tokens), ("--retriever", args.retriever)):
-        if value is not None:
-            argv += [flag, str(value)]
-    if args.no_progress:
-        argv.append("--no-progress")
-    parser = argparse.ArgumentParser(prog="drmas-bench")
-    eval_cmd.register(parser.add_subparsers(dest="command"))
-    return parser.parse_args(argv)
+    return EvalConfig(team=str(team_file), suite=args.suite, benchmarks=args.benchmarks, data_dir=args.data_dir,
+                      limit=args.limit, n=args.n, temperature=args.temperature, top_p=args.top_p,
+                      max_new_tokens=args.max_new_tokens, seed=args.seed, retriever=args.retriever,
+                      concurrency=args.concurrency, out=str(out), progress=not args.no_progress,
+                      argv=list(getattr(args, "argv", None) or sys.argv))
 
 
 def _check_team_prices(team_file: Path, prices) -> None:
@@ -206,8 +199,8 @@ def _check_team_prices(team_file: Path, prices) -> None:
 
 
 def run_teams(team_files: list[Path], args: argparse.Namespace, out: Path) -> list[Path]:
-    """Evaluate each team into out/runs/<stem> (resumable) with eval's own code; returns the run dirs."""
-    from drmas_bench.commands import eval as eval_cmd
+    """Evaluate each team into out/runs/<stem> (resumable) with ``evaluate()``; returns the run dirs."""
+    from drmas_bench.api import evaluate
 
     run_dirs, used = [], set()
     for f in team_files:
@@ -217,8 +210,8 @@ def run_teams(team_files: list[Path], args: argparse.Namespace, out: Path) -> li
         used.add(name)
         run_dir = out / "runs" / name
         print(f"[cost] evaluating team {f} -> {run_dir}", file=sys.stderr)
-        with contextlib.redirect_stdout(sys.stderr):  # eval's summary goes to stderr; stdout is the study
-            eval_cmd.cmd_eval(eval_args(f, run_dir, args))
+        summary = evaluate(eval_config(f, run_dir, args))
+        print(summary.markdown, file=sys.stderr)  # stdout is the study
         run_dirs.append(run_dir)
     return run_dirs
 

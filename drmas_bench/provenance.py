@@ -1,0 +1,134 @@
+"""Where a run came from: package version and commit, library versions, hardware, time.
+
+    from drmas_bench.provenance import collect, utc_now
+    prov = collect(argv=sys.argv)   # -> a plain dict (YAML / JSON ready)
+
+``collect()`` is the one place this is gathered (eval writes it under ``provenance:`` in
+``config.yaml`` and in ``summary.json``). It never imports a heavy library to learn something:
+
+- ``package``: ``drmas-bench`` version; ``git``: ``commit`` and ``dirty`` of the checkout the
+  package is imported from, when that is a git checkout (``None`` for an installed wheel);
+- ``python``, ``platform``; ``libraries``: versions (``importlib.metadata``) of ``LIBRARIES``
+  that are installed, absent ones left out (sglang / vllm are not imported to ask);
+- ``hardware``: CPU model and count; GPUs (names, count) from torch when torch is already
+  imported, else from ``nvidia-smi`` when it is on PATH, else an empty list;
+- ``argv``: the command line when given (an ``api_key=`` value in it redacted).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# the libraries whose versions change results or speed; only those installed are recorded
+LIBRARIES = ("torch", "transformers", "tokenizers", "accelerate", "sglang", "vllm", "openai", "httpx",
+             "numpy", "sympy", "math-verify", "bm25s", "faiss-cpu", "faiss-gpu", "sentence-transformers", "ray")
+
+
+_SECRET = re.compile(r"(api_key\s*=\s*)[^,]*")
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the value of any ``api_key=...`` (e.g. inside ``--engine-args``) replaced by ``<redacted>``."""
+    return [_SECRET.sub(r"\1<redacted>", str(a)) for a in argv]
+
+
+def utc_now() -> str:
+    """Now as an ISO-8601 UTC timestamp with seconds (``2026-11-30T21:16:34Z``)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def package_version() -> str:
+    """The installed distribution's version, else the package's ``__version__``."""
+    try:
+        return metadata.version("drmas-bench")
+    except metadata.PackageNotFoundError:
+        from drmas_bench import __version__
+
+        return __version__
+
+
+def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
+    """``{distribution: version}`` for the ``names`` that are installed (nothing is imported)."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def git_state(path: str | os.PathLike | None = None) -> dict[str, Any] | None:
+    """``{"commit": sha, "dirty": bool}`` of the git checkout holding ``path`` (default: this
+    package's folder), or None outside a checkout / without git. Untracked files do not count as dirty."""
+    where = Path(path) if path else Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpus() -> list[str]:
+    """Names of the visible GPUs: from torch if it is already imported, else ``nvidia-smi``."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            return []
+        except Exception:  # a broken driver must not stop a run from being recorded
+            return []
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in r.stdout.splitlines() if line.strip()] if r.returncode == 0 else []
+
+
+def hardware() -> dict[str, Any]:
+    """CPU model and logical count, GPU names and count."""
+    names = gpus()
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": names, "gpu_count": len(names)}
+
+
+def collect(argv: list[str] | None = None) -> dict[str, Any]:
+    """Everything above in one mapping (see the module docstring)."""
+    return {
+        "package": {"name": "drmas-bench", "version": package_version()},
+        "git": git_state(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "libraries": library_versions(),
+        "hardware": hardware(),
+        "argv": redact_argv(argv) if argv is not None else None,
+    }
