@@ -40,8 +40,8 @@ RUN/ckpt/step_0 is the team before RL (after the warm start).
 REGRESS_EPILOG = """examples:
   drmas-bench regress runs/ci-tiny --against trainer/recipes/tiny_bands.json
 
-Bands file (JSON): {"bands": [{"name": ..., "metric": "reward_mean", "stat": "last_k_mean", "k": 5, "min": 0.5},
-                              {"metric": "grad_norm/*", "stat": "max", "max": 50}, ...]}
+Bands file (JSON): {"bands": [{"name": ..., "metric": "critic/score/mean", "stat": "last_k_mean", "k": 5, "min": 0.5},
+                              {"metric": "agent/*/actor/grad_norm", "stat": "max", "max": 50}, ...]}
 stats: last_k_mean, first_k_mean, mean, max, min, last, sum, count (records), nonfinite (NaN/inf values).
 Exit 0 when every band holds, 1 with one line per failed band otherwise.
 """
@@ -185,6 +185,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     path, spread = plot_runs(args.runs, out, title=args.title)
     for run, per_agent in spread.items():
         for agent, s in per_agent.items():
-            print(f"{run}\tgrad_norm/{agent}\tmax {s['max']:.4g}\tmedian {s['median']:.4g}\tspread {s['spread']:.2f}")
+            print(f"{run}\tagent/{agent}/actor/grad_norm\tmax {s['max']:.4g}\tmedian {s['median']:.4g}\tspread {s['spread']:.2f}")
     logger.info(f"[plot] wrote {path}")
     return 0
