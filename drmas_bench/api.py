@@ -29,6 +29,11 @@ refuse), the episodes run and the summary is written. Every run records its prov
 (``drmas_bench.provenance``, plus data hashes, model identity, grader, prompts hash and workflow
 code hash) under ``provenance:`` in ``config.yaml`` (outside the identity: it never blocks a resume)
 and in ``summary.json`` with start / end time and duration.
+
+Progress lines (``[eval] ...``) go to the ``drmas_bench`` logger at INFO; a library caller sees them
+after ``logging.basicConfig(level=logging.INFO)`` or ``drmas_bench.log.setup()`` (the CLI's handler).
+An unexpected error is raised as ``drmas_bench.log.UnexpectedError`` (a UserError whose
+``.original`` is the exception itself).
 """
 
 from __future__ import annotations
