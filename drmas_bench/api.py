@@ -298,7 +298,7 @@ def switch_engine(team, engine: str, base_url: str | None, tokenizer: str | None
         dropped = sorted(k for k in g.options if k.replace("-", "_") not in names)
         if dropped:
             logger.info(f"[eval] --engine {engine}: worker group {g.name!r} leaves its {g.engine} option(s) "
-                  f"{', '.join(dropped)} behind")
+                        f"{', '.join(dropped)} behind")
         g.options = {k: v for k, v in g.options.items() if k.replace("-", "_") in names}
         g.engine = engine
         if engine == "openai":
@@ -425,7 +425,7 @@ def _note_retriever(team, retriever_spec: str | None) -> None:
         return
     if now != {k: team.retriever.get(k) for k in ("kind", "identity")}:
         logger.warning(f"[eval] note: the team was trained with retriever {team.retriever.get('kind')} "
-              f"({team.retriever.get('identity')}); this run uses {now['kind']} ({now['identity']})")
+                       f"({team.retriever.get('identity')}); this run uses {now['kind']} ({now['identity']})")
 
 
 # ------------------------------------------------------------------------------------ identity
@@ -662,7 +662,7 @@ def _run_and_summarize(cfg, team, wf, tasks, store, sampling, retriever, cost_fn
                f"{p['prompt_truncated_calls']} of {p['calls']} calls\n")
     store.write_summary(summary, md)
     logger.info(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "
-          f"summary in {out}/summary.md")
+                f"summary in {out}/summary.md")
     return Summary(summary, md, out)
 
 

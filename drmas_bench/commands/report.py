@@ -236,7 +236,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
             print(f)
         if not args.suite:
             logger.info(f"[cost] run the study with: drmas-bench cost --team {out / 'teams'}/*.yaml --suite SUITE "
-                  f"--prices PRICES --out {out}  (or add --suite to this command)")
+                        f"--prices PRICES --out {out}  (or add --suite to this command)")
             return 0
         team_files = files
     elif args.team:

@@ -120,7 +120,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UserError("--fresh and --resume exclude each other")
     use_ray = True if args.ray else False if args.local else None
     logger.info(f"[train] recipe {cfg.recipe}, estimator {cfg.algo.estimator}, loss {cfg.algo.loss}, "
-          f"{'shared' if cfg.shared else 'non-shared'}, run dir {out}")
+                f"{'shared' if cfg.shared else 'non-shared'}, run dir {out}")
     try:  # --fresh deletes the old run inside train(), under the run dir's lock
         summary = train(cfg, out, resume=args.resume, fresh=args.fresh, use_ray=use_ray, progress=not args.no_progress)
     except (UserError, KeyboardInterrupt):
@@ -134,9 +134,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     spread = summary.get("grad_norm_spread", {})
     if spread:
         logger.info("[train] grad-norm spread (max/median over steps): " +
-              ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()))
+                    ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()))
     logger.info(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
-          f"checkpoints in {out / 'ckpt'} (latest: {out / 'ckpt' / 'latest'})")
+                f"checkpoints in {out / 'ckpt'} (latest: {out / 'ckpt' / 'latest'})")
     return 0
 
 
@@ -160,7 +160,7 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
     if not plan.fits:
         pk = plan.peak
         logger.warning(f"plan: does not fit: {pk.phase} on GPU {pk.gpu} needs {pk.bytes / 2**30:.1f} GiB > "
-              f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)")
+                       f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)")
         return 1
     return 0
 
