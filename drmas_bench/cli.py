@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("drmas-bench: interrupted (finished work is kept on disk)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `drmas-bench ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141
     except Exception as e:  # a bug outside a run directory: the same one line, traceback in a temp file
         if args.debug:
             raise
