@@ -29,6 +29,11 @@ refuse), the episodes run and the summary is written. Every run records its prov
 (``drmas_bench.provenance``, plus data hashes, model identity, grader, prompts hash and workflow
 code hash) under ``provenance:`` in ``config.yaml`` (outside the identity: it never blocks a resume)
 and in ``summary.json`` with start / end time and duration.
+
+Progress lines (``[eval] ...``) go to the ``drmas_bench`` logger at INFO; a library caller sees them
+after ``logging.basicConfig(level=logging.INFO)`` or ``drmas_bench.log.setup()`` (the CLI's handler).
+An unexpected error is raised as ``drmas_bench.log.UnexpectedError`` (a UserError whose
+``.original`` is the exception itself).
 """
 
 from __future__ import annotations
@@ -37,15 +42,18 @@ import asyncio
 import copy
 import hashlib
 import inspect
+import logging
 import math
 import re
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.log import UnexpectedError, one_line, unexpected
 from drmas_bench.types import UserError
+
+logger = logging.getLogger(__name__)
 
 # REFERENCE.md §3: eval sampling; max new tokens per call per suite
 SAMPLING_DEFAULTS = {"temperature": 0.6, "top_p": 0.95, "enable_thinking": False}
@@ -289,8 +297,8 @@ def switch_engine(team, engine: str, base_url: str | None, tokenizer: str | None
                             f"it cannot run in-process (leave out --engine, or edit the team file)")
         dropped = sorted(k for k in g.options if k.replace("-", "_") not in names)
         if dropped:
-            print(f"[eval] --engine {engine}: worker group {g.name!r} leaves its {g.engine} option(s) "
-                  f"{', '.join(dropped)} behind", file=sys.stderr)
+            logger.info(f"[eval] --engine {engine}: worker group {g.name!r} leaves its {g.engine} option(s) "
+                        f"{', '.join(dropped)} behind")
         g.options = {k: v for k, v in g.options.items() if k.replace("-", "_") in names}
         g.engine = engine
         if engine == "openai":
@@ -323,7 +331,7 @@ def resolve(cfg: EvalConfig) -> Resolved:
     wf_name = cfg.workflow or from_file or SUITE_WORKFLOW[suite]
     wf = get_workflow(wf_name)
     if cfg.workflow and from_file and from_file != cfg.workflow:
-        print(f"[eval] --workflow {cfg.workflow} overrides the team file's workflow {from_file}", file=sys.stderr)
+        logger.info(f"[eval] --workflow {cfg.workflow} overrides the team file's workflow {from_file}")
     generic = {"max_batch": cfg.max_batch or DEFAULT_MAX_BATCH}
     team = build_team(wf_name, wf.agents, model=cfg.model, team_file=cfg.team, model_for=_model_for_list(cfg.model_for),
                       engine=engine, base_url=cfg.base_url,
@@ -347,7 +355,7 @@ def resolve(cfg: EvalConfig) -> Resolved:
     for key, v in explicit.items():
         recorded = {team.sampling.get(key)} | {s.get(key) for s in team.agent_sampling.values()}
         if recorded - {None, v}:
-            print(f"[eval] {flag(key)} {v} overrides the team file's {key}", file=sys.stderr)
+            logger.info(f"[eval] {flag(key)} {v} overrides the team file's {key}")
     team.flag_sampling = explicit
     sampling = Sampling(**{**SAMPLING_DEFAULTS, "max_new_tokens": DEFAULT_MAX_NEW[suite], **explicit})
     return Resolved(suite, benches, wf, team, sampling)
@@ -366,13 +374,13 @@ def resolve_protocol(cfg: EvalConfig, team, wf):
             raise UserError(f"workflow {wf.name} has no prompt templates to replace (--prompts / prompts:)")
         return None, P.ProtocolOptions()
     if prompts_flag and team.prompts:
-        print(f"[eval] --prompts {prompts_flag} overrides the prompts recorded in {team.prompts_source}", file=sys.stderr)
+        logger.info(f"[eval] --prompts {prompts_flag} overrides the prompts recorded in {team.prompts_source}")
     tpl = P.load_templates(wf.name, (None if prompts_flag else team.prompts, team.prompts_source or "team file"),
                            (prompts_flag, prompts_flag or ""))
     opts = P.ProtocolOptions.from_dict(team.protocol, "team file")
     if limit_flag is not None:
         if opts.max_prompt_tokens is not None and opts.max_prompt_tokens != limit_flag:
-            print(f"[eval] --max-prompt-tokens {limit_flag} overrides the team file's {opts.max_prompt_tokens}", file=sys.stderr)
+            logger.info(f"[eval] --max-prompt-tokens {limit_flag} overrides the team file's {opts.max_prompt_tokens}")
         opts = P.ProtocolOptions(limit_flag, opts.truncate)
     return tpl, opts
 
@@ -400,7 +408,7 @@ def default_retriever_spec(data_dir) -> str:
     if not (out / "drmas_index.json").is_file():
         from drmas_retrieval import build_index
 
-        print(f"[eval] building the default BM25 index of the mini corpus in {out}", file=sys.stderr)
+        logger.info(f"[eval] building the default BM25 index of the mini corpus in {out}")
         build_index("bm25", Path(data_dir) / "corpus" / "mini_corpus.jsonl", out)
     return f"bm25:{out}"
 
@@ -416,8 +424,8 @@ def _note_retriever(team, retriever_spec: str | None) -> None:
     except Exception:  # an unreadable index fails later with its own message
         return
     if now != {k: team.retriever.get(k) for k in ("kind", "identity")}:
-        print(f"[eval] note: the team was trained with retriever {team.retriever.get('kind')} "
-              f"({team.retriever.get('identity')}); this run uses {now['kind']} ({now['identity']})", file=sys.stderr)
+        logger.warning(f"[eval] note: the team was trained with retriever {team.retriever.get('kind')} "
+                       f"({team.retriever.get('identity')}); this run uses {now['kind']} ({now['identity']})")
 
 
 # ------------------------------------------------------------------------------------ identity
@@ -472,8 +480,7 @@ def protocol_summary(records: list[dict], info: dict | None) -> dict:
 # ------------------------------------------------------------------------------------ running
 
 
-def _one_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+_one_line = one_line
 
 
 def _load_prices(path: str, team):
@@ -501,10 +508,11 @@ async def _run(cfg: EvalConfig, team, wf, tasks, store, sampling, retriever, cos
     except Exception as e:
         models = ", ".join(f"{n}={g.model}" for n, g in team.worker_groups.items())
         log = store.log_error(e)
-        raise UserError(f"cannot load the team's models ({models}): {_one_line(e)} (traceback in {log})") from None
+        raise UnexpectedError(f"cannot load the team's models ({models}): {_one_line(e)} (traceback in {log})",
+                              e, log) from None
     try:
         runtime = TeamRuntime(team, pool.views(), sampling)
-        print(f"[eval] {len(tasks)} questions x {cfg.n} samples, workflow {wf.name}, run dir {store.path}", file=sys.stderr)
+        logger.info(f"[eval] {len(tasks)} questions x {cfg.n} samples, workflow {wf.name}, run dir {store.path}")
         try:
             stats = await run_episodes(
                 tasks, cfg.n, runtime, wf, store, seed=cfg.seed, retriever=retriever,
@@ -515,9 +523,8 @@ async def _run(cfg: EvalConfig, team, wf, tasks, store, sampling, retriever, cos
         except UserError as e:
             raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
         except Exception as e:
-            log = store.log_error(e)
-            raise UserError(f"run stopped ({_one_line(e)}); traceback in {log}; finished samples are saved in "
-                            f"{store.samples_path}; re-run to resume") from None
+            raise unexpected(e, "run stopped", log=store.log_error(e),
+                             hint=f"finished samples are saved in {store.samples_path}; re-run to resume") from None
         return stats, pool.stats()
     finally:
         await pool.__aexit__(None, None, None)
@@ -621,9 +628,7 @@ def evaluate(config: EvalConfig) -> Summary:
     except (UserError, KeyboardInterrupt):
         raise
     except Exception as e:  # a bug, not a user mistake: keep the traceback, say so in one line
-        log = store.log_error(e)
-        raise UserError(f"unexpected error ({_one_line(e)}); traceback in {log}; finished samples are kept "
-                        f"in {store.samples_path}") from None
+        raise unexpected(e, log=store.log_error(e), hint=f"finished samples are kept in {store.samples_path}") from None
     finally:
         store.close()
 
@@ -656,8 +661,8 @@ def _run_and_summarize(cfg, team, wf, tasks, store, sampling, retriever, cost_fn
                f"{p['max_prompt_tokens'] or 'none'} tokens ({p['truncate']}); truncated prompts: "
                f"{p['prompt_truncated_calls']} of {p['calls']} calls\n")
     store.write_summary(summary, md)
-    print(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "
-          f"summary in {out}/summary.md", file=sys.stderr)
+    logger.info(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "
+                f"summary in {out}/summary.md")
     return Summary(summary, md, out)
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 
 from drmas_bench import __version__
+from drmas_bench import log
 from drmas_bench.types import UserError
 
 COMMANDS = [
@@ -32,10 +34,36 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run `drmas-bench COMMAND --help` for each command's options and an example.",
     )
     parser.add_argument("--version", action="version", version=f"drmas-bench {__version__}")
+    _add_global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
+    for p in _leaf_parsers(sub):  # `drmas-bench eval ... -v` works as well as `drmas-bench -v eval ...`
+        _add_global_flags(p, top=False)
     return parser
+
+
+def _add_global_flags(p: argparse.ArgumentParser, top: bool) -> None:
+    """-v / -q (logging level, see drmas_bench.log) and --debug (re-raise unexpected errors with
+    their traceback instead of the one-line message). On sub-commands their default is SUPPRESS so
+    a flag given before the command is not reset by the sub-command's default."""
+    d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    g = p.add_argument_group("output and errors")
+    g.add_argument("-v", "--verbose", action="count", default=d(0), help="more messages (DEBUG level)")
+    g.add_argument("-q", "--quiet", action="count", default=d(0), help="only warnings and errors on stderr")
+    g.add_argument("--debug", action="store_true", default=d(False),
+                   help="on an unexpected error, re-raise it with its full traceback instead of one line")
+
+
+def _leaf_parsers(sub: argparse._SubParsersAction) -> list[argparse.ArgumentParser]:
+    """Every parser below ``sub`` (commands and their actions), each once."""
+    out: list[argparse.ArgumentParser] = []
+    for p in dict.fromkeys(sub.choices.values()):
+        out.append(p)
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                out.extend(_leaf_parsers(a))
+    return out
 
 
 def _cpu_threads_default() -> None:
@@ -55,17 +83,35 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = [parser.prog, *(sys.argv[1:] if argv is None else argv)]  # the command line, for provenance
+    log.setup(log.level_for(args.verbose, args.quiet))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    original: BaseException | None = None
     try:
         rc = args.func(args)
+    except log.UnexpectedError as e:  # a bug inside a run: its traceback is already in RUN/error.log
+        if not args.debug:
+            print(f"drmas-bench: error: {e}", file=sys.stderr)
+            return 2
+        original = e.original
     except UserError as e:
         print(f"drmas-bench: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("drmas-bench: interrupted (finished work is kept on disk)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `drmas-bench ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141
+    except Exception as e:  # a bug outside a run directory: the same one line, traceback in a temp file
+        if args.debug:
+            raise
+        logging.getLogger(__name__).debug("unexpected error", exc_info=True)
+        print(f"drmas-bench: error: {log.unexpected(e)}", file=sys.stderr)
+        return 2
+    if original is not None:  # --debug: raised outside the handler, so its traceback is its own
+        raise original
     return int(rc or 0)
 
 

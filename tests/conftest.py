@@ -39,3 +39,12 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cli_logging():
+    """Messages reach stderr as under the CLI (INFO, bare text), also for tests that call a command
+    function directly; the handler writes to the sys.stderr of the moment, so capsys sees them."""
+    from drmas_bench import log
+
+    log.setup()

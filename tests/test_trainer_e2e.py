@@ -48,9 +48,9 @@ def test_tiny_run_end_to_end_and_eval_of_the_trained_team(tmp_path, capsys):
     assert [r["step"] for r in recs] == [1, 2, 3]
     assert [r["data_cursor"] for r in recs] == [0, 2, 4]
     for r in recs:
-        assert 0.0 <= r["reward_mean"] <= 1.0 and r["calls/solver"] >= 1.0 and r["calls/checker"] <= 1.0
-        assert {"grad_norm/solver", "grad_norm/checker", "adv_mean/solver", "adv_std/checker", "clip_frac",
-                "kl", "entropy", "time/step_s", "skipped_steps"} <= set(r)
+        assert 0.0 <= r["critic/score/mean"] <= 1.0 and r["agent/solver/num_calls/mean"] >= 1.0 and r["agent/checker/num_calls/mean"] <= 1.0
+        assert {"agent/solver/actor/grad_norm", "agent/checker/actor/grad_norm", "agent/solver/critic/advantages/mean", "agent/checker/critic/advantages/std", "actor/pg_clipfrac",
+                "actor/ppo_kl", "actor/entropy", "timing_s/step", "actor/skipped_steps"} <= set(r)
     ck = run / "ckpt"
     assert sorted(p.name for p in ck.iterdir()) == ["latest", "step_0", "step_2", "step_3"]
     assert (ck / "latest").resolve().name == "step_3"
@@ -70,8 +70,8 @@ def test_tiny_run_end_to_end_and_eval_of_the_trained_team(tmp_path, capsys):
         cmd_train(train_args(run, "save_every=2"))
     # the regression check runs on it (loose bands)
     bands = tmp_path / "bands.json"
-    bands.write_text(json.dumps({"bands": [{"metric": "reward_mean", "stat": "count", "min": 3},
-                                           {"metric": ["reward_mean", "loss"], "stat": "nonfinite", "max": 0}]}))
+    bands.write_text(json.dumps({"bands": [{"metric": "critic/score/mean", "stat": "count", "min": 3},
+                                           {"metric": ["critic/score/mean", "actor/loss"], "stat": "nonfinite", "max": 0}]}))
     assert cmd_regress(argparse.Namespace(run=str(run), against=str(bands))) == 0
 
 
@@ -115,7 +115,7 @@ def test_sigkill_then_resume_continues_like_an_uninterrupted_run(tmp_path):
     assert [r["step"] for r in b] == list(range(1, steps + 1))  # every step exactly once
     for ra, rb in zip(a, b):
         assert ra["data_cursor"] == rb["data_cursor"] and ra["tasks"] == rb["tasks"]
-        assert ra["reward_mean"] == rb["reward_mean"]  # same prompts, seeds and weights: same rollouts
+        assert ra["critic/score/mean"] == rb["critic/score/mean"]  # same prompts, seeds and weights: same rollouts
     state = json.loads((killed / "ckpt" / "latest" / "trainer_state.json").read_text())
     assert state["step"] == steps and state["cursor"] == steps * 2
 
@@ -135,7 +135,7 @@ def test_ray_run_with_logical_gpus(tmp_path):
         shutdown_ray()
     assert summary["steps"] == 2
     recs = records(tmp_path / "ray")
-    assert all(math.isfinite(r["grad_norm/solver"]) and math.isfinite(r["grad_norm/checker"]) for r in recs)
+    assert all(math.isfinite(r["agent/solver/actor/grad_norm"]) and math.isfinite(r["agent/checker/actor/grad_norm"]) for r in recs)
     assert (tmp_path / "ray" / "ckpt" / "step_2" / "models" / "checker" / "model.safetensors").is_file()
     # each worker group ran in its own actor process on its own logical GPU
     infos = json.loads((tmp_path / "ray" / "workers.json").read_text())

@@ -92,32 +92,32 @@ def test_metrics_are_strict_json_with_null_and_readers_accept_it(tmp_path):
     from drmas_trainer.plot import plot_runs
     from drmas_trainer.regress import check_band
 
-    log = MetricsLog(tmp_path, tensorboard=False)
-    log.write({"step": 1, "reward_mean": 0.5, "loss": float("nan"), "grad_norm/solver": float("inf"),
-               "wg/solver/optimizer_steps": 0, "wg/solver/skipped_steps": 2, "nested": [1.0, float("-inf")]})
-    log.write({"step": 2, "reward_mean": float("nan"), "loss": 0.25, "grad_norm/solver": 1.5,
-               "wg/solver/optimizer_steps": 2, "wg/solver/skipped_steps": 0})
+    log = MetricsLog(tmp_path, tracker="none")
+    log.write({"step": 1, "critic/score/mean": 0.5, "actor/loss": float("nan"), "agent/solver/actor/grad_norm": float("inf"),
+               "wg/solver/actor/optimizer_steps": 0, "wg/solver/actor/skipped_steps": 2, "nested": [1.0, float("-inf")]})
+    log.write({"step": 2, "critic/score/mean": float("nan"), "actor/loss": 0.25, "agent/solver/actor/grad_norm": 1.5,
+               "wg/solver/actor/optimizer_steps": 2, "wg/solver/actor/skipped_steps": 0})
     log.close()
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     recs = [_strict(x) for x in lines]
-    assert recs[0]["loss"] is None and recs[0]["grad_norm/solver"] is None and recs[0]["nested"] == [1.0, None]
+    assert recs[0]["actor/loss"] is None and recs[0]["agent/solver/actor/grad_norm"] is None and recs[0]["nested"] == [1.0, None]
     assert read_metrics(tmp_path) == recs
     # regress still counts a null as non-finite, and skips it in max
-    (ok, line), = check_band(recs, {"metric": ["loss", "grad_norm/*"], "stat": "nonfinite", "max": 0})
+    (ok, line), = check_band(recs, {"metric": ["actor/loss", "agent/*/actor/grad_norm"], "stat": "nonfinite", "max": 0})
     assert not ok and "= 2" in line
-    (ok, _), = check_band(recs, {"metric": "loss", "stat": "last", "max": 1})
+    (ok, _), = check_band(recs, {"metric": "actor/loss", "stat": "last", "max": 1})
     assert ok
     path, spread = plot_runs([tmp_path], tmp_path / "c.png")
     assert path.stat().st_size > 0 and spread[tmp_path.name]["solver"]["max"] == 1.5
     # MetricsLog keeps strict JSON when it rewrites the file on resume
-    MetricsLog(tmp_path, keep_until=1, tensorboard=False).close()
+    MetricsLog(tmp_path, keep_until=1, tracker="none").close()
     assert [_strict(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
 
 
 def test_never_updated_names_groups_that_only_skipped():
-    recs = [{"wg/a/optimizer_steps": 0, "wg/a/skipped_steps": 2, "wg/b/optimizer_steps": 1, "wg/b/skipped_steps": 1,
-             "wg/c/optimizer_steps": 0, "wg/c/skipped_steps": 0},
-            {"wg/a/optimizer_steps": None, "wg/a/skipped_steps": 2, "wg/b/optimizer_steps": 0, "wg/b/skipped_steps": 2}]
+    recs = [{"wg/a/actor/optimizer_steps": 0, "wg/a/actor/skipped_steps": 2, "wg/b/actor/optimizer_steps": 1, "wg/b/actor/skipped_steps": 1,
+             "wg/c/actor/optimizer_steps": 0, "wg/c/actor/skipped_steps": 0},
+            {"wg/a/actor/optimizer_steps": None, "wg/a/actor/skipped_steps": 2, "wg/b/actor/optimizer_steps": 0, "wg/b/actor/skipped_steps": 2}]
     assert never_updated(recs, ["a", "b", "c"]) == ["a"]  # c had no rows at all: not a failure
 
 
@@ -134,4 +134,4 @@ def test_a_run_whose_every_update_was_skipped_exits_non_zero(tmp_path, capsys):
     line = [x for x in err.splitlines() if "no optimizer step was applied" in x]
     assert line and "solver" in line[0] and "checker" in line[0]
     recs = [_strict(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(recs) == 1 and recs[0]["loss"] is None and recs[0]["skipped_steps"] > 0
+    assert len(recs) == 1 and recs[0]["actor/loss"] is None and recs[0]["actor/skipped_steps"] > 0

@@ -22,16 +22,16 @@ def write_run(path: Path, n: int = 40, reward=lambda s: 0.40 + 0.005 * s, grad=l
     path.mkdir(parents=True, exist_ok=True)
     lines = []
     for s in range(1, n + 1):
-        r = {"step": s, "data_cursor": 8 * (s - 1), "reward_mean": reward(s), "score_mean": reward(s) - 0.01,
-             "loss": -0.01, "kl": 0.0, "entropy": 0.2, "valid/solver": 0.98, "valid/checker": 0.85,
-             "skipped_steps": skipped(s)}
+        r = {"step": s, "data_cursor": 8 * (s - 1), "critic/score/mean": reward(s), "critic/rewards/mean": reward(s) - 0.01,
+             "actor/loss": -0.01, "actor/ppo_kl": 0.0, "actor/entropy": 0.2, "agent/solver/valid/mean": 0.98, "agent/checker/valid/mean": 0.85,
+             "actor/skipped_steps": skipped(s)}
         for a in ("solver", "checker"):
-            r[f"grad_norm/{a}"] = grad(s, a)
-            r[f"adv_mean/{a}"] = 0.0
-            r[f"adv_std/{a}"] = 0.9
+            r[f"agent/{a}/actor/grad_norm"] = grad(s, a)
+            r[f"agent/{a}/critic/advantages/mean"] = 0.0
+            r[f"agent/{a}/critic/advantages/std"] = 0.9
         if nan_at == s:
-            r["loss"] = float("nan")
-            r["grad_norm/solver"] = float("nan")
+            r["actor/loss"] = float("nan")
+            r["agent/solver/actor/grad_norm"] = float("nan")
         lines.append(json.dumps(r))
     (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return path
@@ -50,7 +50,7 @@ def test_good_run_passes(tmp_path):
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(nan_at=17), "no NaN"),
     (dict(reward=lambda s: 0.40), "final reward"),
-    (dict(grad=lambda s, a: 80.0 if (s == 30 and a == "checker") else 0.5), "grad_norm/checker max = 80"),
+    (dict(grad=lambda s, a: 80.0 if (s == 30 and a == "checker") else 0.5), "agent/checker/actor/grad_norm max = 80"),
     (dict(skipped=lambda s: 1 if s == 5 else 0), "skipped"),
     (dict(n=12), "ran every step"),
 ])
@@ -69,10 +69,10 @@ def test_regress_command_exit_codes(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("regression:") == 2 and "NaN" in err  # the NaN band and the grad-norm band (max = nan)
     bad = tmp_path / "bands.json"
-    bad.write_text(json.dumps({"bands": [{"metric": "reward_mean", "stat": "median", "min": 0}]}))
+    bad.write_text(json.dumps({"bands": [{"metric": "critic/score/mean", "stat": "median", "min": 0}]}))
     with pytest.raises(UserError, match="stat"):
         cmd_regress(argparse.Namespace(run=str(tmp_path / "ok"), against=str(bad)))
-    bad.write_text(json.dumps({"bands": [{"metric": "reward_mean", "stat": "max", "mn": 0}]}))
+    bad.write_text(json.dumps({"bands": [{"metric": "critic/score/mean", "stat": "max", "mn": 0}]}))
     with pytest.raises(UserError, match="mn"):
         load_bands(bad)
 

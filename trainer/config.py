@@ -168,7 +168,7 @@ class TrainConfig:
     keep_last: int = 2  # RL checkpoints kept (the warm-start step_0 is always kept); 0 = all
     torch_threads: int = 1  # torch intra-op threads per process (1 is fastest on a busy small CPU)
     device: str = "auto"  # policy device: auto (cuda when available) | cpu | cuda
-    tensorboard: bool = True  # also write TensorBoard events when tensorboard is installed
+    tracker: str = "none"  # also send step metrics to: none | tensorboard | wandb (drmas_trainer.trackers)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)

@@ -2,8 +2,8 @@
 
     path, spread = plot_runs(["runs/tiny-grpo", "runs/tiny-drmas"], "grad_norms.png")
 
-Left panel: ``reward_mean`` per step (thin) and its 5-step moving average (thick), one colour per
-run. Right panel: ``grad_norm/<agent>`` (the pre-clip norm of the gradient of the agent's own loss,
+Left panel: ``critic/score/mean`` (mean trajectory reward) per step (thin) and its 5-step moving average (thick), one colour per
+run. Right panel: ``agent/<agent>/actor/grad_norm`` (the pre-clip norm of the gradient of the agent's own loss,
 see worker.py) on a log scale, one colour per run and one line style per agent. ``spread`` is
 ``{run: {agent: {"max", "median", "spread" = max / median}}}`` over the steps.
 """
@@ -35,27 +35,28 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from drmas_trainer import metric_names as N
     from drmas_trainer.trainer import grad_norm_spread, read_metrics
 
     fig, (ax_r, ax_g) = plt.subplots(1, 2, figsize=(13, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     spread: dict[str, Any] = {}
     for i, run in enumerate(runs):
-        recs = [r for r in read_metrics(run) if "reward_mean" in r]
+        recs = [r for r in read_metrics(run) if N.SCORE in r]
         if not recs:
             raise UserError(f"{run}: no step records to plot")
         label = Path(run).name if Path(run).is_dir() else Path(run).parent.name
         color = colors[i % len(colors)]
         steps = [r["step"] for r in recs]
-        reward = [float(r["reward_mean"]) if isinstance(r["reward_mean"], (int, float)) else float("nan")
+        reward = [float(r[N.SCORE]) if isinstance(r[N.SCORE], (int, float)) else float("nan")
                   for r in recs]  # null (a non-finite value) in metrics.jsonl: a gap
         ax_r.plot(steps, reward, color=color, alpha=0.3, linewidth=1)
         ax_r.plot(steps, _moving_average(reward), color=color, linewidth=2, label=f"{label} (5-step mean)")
-        agents = sorted({k.split("/", 1)[1] for r in recs for k in r if k.startswith("grad_norm/")})
+        agents = N.agents_with({k for r in recs for k in r}, N.GRAD_NORM)
         for j, agent in enumerate(agents):
-            pts = [(r["step"], r[f"grad_norm/{agent}"]) for r in recs
-                   if isinstance(r.get(f"grad_norm/{agent}"), (int, float)) and math.isfinite(r[f"grad_norm/{agent}"])
-                   and r[f"grad_norm/{agent}"] > 0]
+            key = N.agent(agent, N.GRAD_NORM)
+            pts = [(r["step"], r[key]) for r in recs
+                   if isinstance(r.get(key), (int, float)) and math.isfinite(r[key]) and r[key] > 0]
             if pts:
                 ax_g.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle=_STYLES[j % len(_STYLES)],
                           linewidth=1.5, label=f"{label}: {agent}")

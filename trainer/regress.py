@@ -6,13 +6,14 @@ A bands file is JSON::
 
     {"recipe": "tiny",
      "bands": [
-       {"name": "final reward", "metric": "reward_mean", "stat": "last_k_mean", "k": 5, "min": 0.45},
-       {"name": "grad norm",    "metric": "grad_norm/*", "stat": "max", "max": 20},
-       {"name": "no NaN",       "metric": ["reward_mean", "loss", "grad_norm/*"], "stat": "nonfinite", "max": 0},
-       {"name": "skipped",      "metric": "skipped_steps", "stat": "sum", "max": 0},
-       {"name": "ran",          "metric": "reward_mean", "stat": "count", "min": 30}]}
+       {"name": "final reward", "metric": "critic/score/mean", "stat": "last_k_mean", "k": 5, "min": 0.45},
+       {"name": "grad norm",    "metric": "agent/*/actor/grad_norm", "stat": "max", "max": 20},
+       {"name": "no NaN",       "metric": ["critic/score/mean", "actor/loss", "agent/*/actor/grad_norm"],
+        "stat": "nonfinite", "max": 0},
+       {"name": "skipped",      "metric": "actor/skipped_steps", "stat": "sum", "max": 0},
+       {"name": "ran",          "metric": "critic/score/mean", "stat": "count", "min": 30}]}
 
-``metric`` is a key of the step records in ``metrics.jsonl`` or a glob (``grad_norm/*``) or a list
+``metric`` is a key of the step records in ``metrics.jsonl`` or a glob (``agent/*/actor/grad_norm``) or a list
 of them. A glob band must hold for every key it matches (and fails when it matches nothing).
 Statistics over the steps (in order): ``last_k_mean`` / ``first_k_mean`` (k = ``k``, default 5),
 ``mean``, ``max``, ``min``, ``last``, ``sum``, ``count`` (records carrying the key), ``nonfinite``

@@ -48,8 +48,10 @@ from drmas_bench.runner import TeamRuntime, run_episodes
 from drmas_bench.types import Sampling, Task, Trajectory, UserError
 from drmas_bench.workflows.base import WorkflowSpec, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
+from drmas_trainer import metric_names as N
 from drmas_trainer.advantages import advantage_stats, compute_advantages, row_scores
 from drmas_trainer.config import TrainConfig, WorkerGroupPlan, plan_worker_groups
+from drmas_trainer.trackers import check_tracker
 from drmas_trainer.worker import LossSettings, Row
 
 METRICS = "metrics.jsonl"
@@ -79,6 +81,7 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
     wf = get_workflow(cfg.workflow)
     plan_worker_groups(cfg, wf.agents)
     check_workflow_options(wf, cfg.workflow_options)
+    check_tracker(cfg.tracker)
     tasks = load_train_tasks(cfg)
     retriever = _load_retriever(cfg, wf)
     with RunLock(make_run_dir(out)):  # one trainer per run directory, from before anything is deleted
@@ -134,7 +137,7 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
     if found:
         ckpt_io.load_rng(found[1] / "rng.pt")
         random.setstate(_tuplify(state["python_rng"]))
-    metrics = MetricsLog(run, keep_until=state["step"], tensorboard=cfg.tensorboard)
+    metrics = MetricsLog(run, keep_until=state["step"], tracker=cfg.tracker, config=cfg.to_dict())
 
     # --- worker groups (in process or Ray actors), their engines --------------------------------
     ray_started = False
@@ -211,11 +214,11 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
             skipped = sum(u["skipped_steps"] for u in updates.values())
             skipped_total += skipped
             record = step_metrics(step, cursor_before, batch, trajs, rb, scores, adv, updates, wf.agents, plan)
-            record.update({"skipped_steps": skipped, "skipped_steps_total": skipped_total,
-                           "time/rollout_s": rollout_s, "time/update_s": update_s, "time/sync_s": sync_s,
-                           "time/step_s": time.perf_counter() - t_step})
+            record.update({N.SKIPPED_STEPS: skipped, N.SKIPPED_STEPS_TOTAL: skipped_total,
+                           N.TIME_GEN: rollout_s, N.TIME_UPDATE: update_s, N.TIME_SYNC: sync_s,
+                           N.TIME_STEP: time.perf_counter() - t_step})
             metrics.write(record)
-            bar.set_postfix(reward=f"{record['reward_mean']:.3f}", refresh=False)
+            bar.set_postfix(reward=f"{record[N.SCORE]:.3f}", refresh=False)
             bar.update(1)
 
             # 7. checkpoint
@@ -556,41 +559,33 @@ def check_run_config(run: Path, cfg: TrainConfig, resuming: bool) -> None:
 
 
 class MetricsLog:
-    """``RUN/metrics.jsonl``: one JSON object per step, flushed and fsynced; optional TensorBoard.
+    """``RUN/metrics.jsonl``: one JSON object per step, flushed and fsynced; plus the run's tracker
+    (drmas_trainer.trackers: none | tensorboard | wandb).
 
     ``keep_until``: on (re)start, records of later steps (written after the checkpoint being
     resumed) are cut off, so the file always describes one consistent run."""
 
-    def __init__(self, run: Path, keep_until: int = 0, tensorboard: bool = True) -> None:
+    def __init__(self, run: Path, keep_until: int = 0, tracker: str = "none",
+                 config: dict[str, Any] | None = None) -> None:
         from drmas_bench.store import atomic_write
+        from drmas_trainer.trackers import make_tracker
 
         run.mkdir(parents=True, exist_ok=True)
         self.path = run / METRICS
         kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= keep_until] if self.path.exists() else []
         atomic_write(self.path, "".join(json_line(r) + "\n" for r in kept))
+        self.tracker = make_tracker(tracker, run, keep_until=keep_until, config=config)
         self.f = open(self.path, "a", encoding="utf-8")
-        self.tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(run / "tb"), purge_step=keep_until + 1)
-            except Exception:  # noqa: BLE001 - tensorboard is optional
-                self.tb = None
 
     def write(self, record: dict[str, Any]) -> None:
         self.f.write(json_line(record) + "\n")
         self.f.flush()
         os.fsync(self.f.fileno())
-        if self.tb is not None:
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step" and math.isfinite(v):
-                    self.tb.add_scalar(k, v, record["step"])
+        self.tracker.log(record)
 
     def close(self) -> None:
         self.f.close()
-        if self.tb is not None:
-            self.tb.close()
+        self.tracker.close()
 
 
 def finite_or_none(x: Any) -> Any:
@@ -618,8 +613,8 @@ def never_updated(records: list[dict[str, Any]], groups: list[str]) -> list[str]
     """The worker groups that skipped at least one update but applied none over ``records``."""
     out = []
     for g in groups:
-        applied = sum(r.get(f"wg/{g}/optimizer_steps") or 0 for r in records)
-        skipped = sum(r.get(f"wg/{g}/skipped_steps") or 0 for r in records)
+        applied = sum(r.get(N.wg(g, N.OPTIMIZER_STEPS)) or 0 for r in records)
+        skipped = sum(r.get(N.wg(g, N.SKIPPED_STEPS)) or 0 for r in records)
         if applied == 0 and skipped > 0:
             out.append(g)
     return out
@@ -649,62 +644,62 @@ def _mean(xs: list[float]) -> float:
 def step_metrics(step: int, cursor: int, batch: list[Task], trajs: list[Trajectory], rb: dict[str, Any],
                  scores: torch.Tensor, adv: torch.Tensor, updates: dict[str, dict[str, Any]],
                  agents: tuple[str, ...], plan: dict[str, WorkerGroupPlan]) -> dict[str, Any]:
-    """The step's JSON record (flat keys; per-agent ones are ``<metric>/<agent>``)."""
+    """The step's JSON record: verl-style names, per agent under ``agent/<a>/``, per worker group
+    under ``wg/<g>/`` (drmas_trainer.metric_names)."""
     rec: dict[str, Any] = {
         "step": step,
         "data_cursor": cursor,
         "tasks": [t.meta.get("source_id", t.id) for t in batch],
-        "reward_mean": _mean([float(t.reward) for t in trajs]),
-        "accuracy": _mean([1.0 if t.correct else 0.0 for t in trajs]),
-        "score_mean": float(scores.mean()),
-        "turns_mean": _mean([len(t.turns) for t in trajs]),
-        "response_len": _mean([len(r.response_ids) for r in rb["rows"]]),
+        N.SCORE: _mean([float(t.reward) for t in trajs]),
+        N.ACC: _mean([1.0 if t.correct else 0.0 for t in trajs]),
+        N.REWARDS: float(scores.mean()),
+        N.NUM_TURNS: _mean([len(t.turns) for t in trajs]),
+        N.RESPONSE_LENGTH: _mean([len(r.response_ids) for r in rb["rows"]]),
     }
     stats = advantage_stats(adv, rb["agent"])
     for k, a in enumerate(agents):
         mine = [i for i, r in enumerate(rb["rows"]) if r.agent == a]
-        rec[f"calls/{a}"] = len(mine) / max(1, len(trajs))
-        rec[f"valid/{a}"] = _mean([1.0 if rb["valid"][i] else 0.0 for i in mine])
-        rec[f"response_len/{a}"] = _mean([len(rb["rows"][i].response_ids) for i in mine])
-        rec[f"score_mean/{a}"] = _mean([float(scores[i]) for i in mine])
+        rec[N.agent(a, N.CALLS)] = len(mine) / max(1, len(trajs))
+        rec[N.agent(a, N.VALID)] = _mean([1.0 if rb["valid"][i] else 0.0 for i in mine])
+        rec[N.agent(a, N.RESPONSE_LENGTH)] = _mean([len(rb["rows"][i].response_ids) for i in mine])
+        rec[N.agent(a, N.REWARDS)] = _mean([float(scores[i]) for i in mine])
         s = stats.get(k)
-        rec[f"adv_mean/{a}"] = s["mean"] if s else float("nan")
-        rec[f"adv_std/{a}"] = s["std"] if s else float("nan")
-        rec[f"adv_absmax/{a}"] = s["abs_max"] if s else float("nan")
+        rec[N.agent(a, N.ADV_MEAN)] = s["mean"] if s else float("nan")
+        rec[N.agent(a, N.ADV_STD)] = s["std"] if s else float("nan")
+        rec[N.agent(a, N.ADV_ABSMAX)] = s["abs_max"] if s else float("nan")
     for name, u in updates.items():
         for a, v in u["agent_grad_norm"].items():
-            rec[f"grad_norm/{a}"] = v
-            rec[f"grad_norm_max/{a}"] = u["agent_grad_norm_max"][a]
-        for key in ("grad_norm", "loss", "pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy",
-                    "ratio_mean", "ratio_max", "optimizer_steps", "skipped_steps", "update_s"):
+            rec[N.agent(a, N.GRAD_NORM)] = v
+            rec[N.agent(a, N.GRAD_NORM_MAX)] = u["agent_grad_norm_max"][a]
+        for key, out in N.UPDATE_KEYS.items():
             if key in u:
-                rec[f"wg/{name}/{key}"] = u[key]
-    for key, out in (("pg_clipfrac", "clip_frac"), ("ppo_kl", "kl"), ("entropy", "entropy"), ("loss", "loss")):
+                rec[N.wg(name, out)] = u[key]
+    for key in N.AVERAGED:
         vals = [u[key] for u in updates.values() if key in u and isinstance(u[key], float) and math.isfinite(u[key])]
-        rec[out] = _mean(vals)
+        rec[N.UPDATE_KEYS[key]] = _mean(vals)
     return rec
 
 
 def summarize(run: Path, n_steps: int) -> dict[str, Any]:
     """First/last-5 reward means, skipped steps and per-agent grad-norm spread of a finished run."""
-    recs = [r for r in read_metrics(run) if "reward_mean" in r]
-    rewards = [r["reward_mean"] if isinstance(r["reward_mean"], (int, float)) else float("nan") for r in recs]
+    recs = [r for r in read_metrics(run) if N.SCORE in r]
+    rewards = [r[N.SCORE] if isinstance(r[N.SCORE], (int, float)) else float("nan") for r in recs]
     k = min(5, len(rewards))
     out: dict[str, Any] = {"run": str(run), "steps": len(recs),
                            "reward_first5": _mean(rewards[:k]), "reward_last5": _mean(rewards[-k:]),
-                           "skipped_steps": sum(r.get("skipped_steps") or 0 for r in recs),
-                           "time_s": sum(r.get("time/step_s") or 0.0 for r in recs)}
+                           "skipped_steps": sum(r.get(N.SKIPPED_STEPS) or 0 for r in recs),
+                           "time_s": sum(r.get(N.TIME_STEP) or 0.0 for r in recs)}
     out["grad_norm_spread"] = grad_norm_spread(recs)
     return out
 
 
 def grad_norm_spread(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per agent: max, median and max/median of ``grad_norm/<agent>`` over the steps."""
+    """Per agent: max, median and max/median of ``agent/<a>/actor/grad_norm`` over the steps."""
     out: dict[str, dict[str, float]] = {}
-    keys = sorted({k for r in records for k in r if k.startswith("grad_norm/")})
-    for k in keys:
+    for a in N.agents_with({k for r in records for k in r}, N.GRAD_NORM):
+        k = N.agent(a, N.GRAD_NORM)
         vals = [r[k] for r in records if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
         if vals:
             med = statistics.median(vals)
-            out[k.split("/", 1)[1]] = {"max": max(vals), "median": med, "spread": max(vals) / med if med > 0 else float("inf")}
+            out[a] = {"max": max(vals), "median": med, "spread": max(vals) / med if med > 0 else float("inf")}
     return out

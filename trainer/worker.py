@@ -661,7 +661,7 @@ class WorkerGroup:
             ``{"optimizer_steps", "skipped_steps" (this call), "grad_norm" (mean pre-clip norm over
             the steps), "grad_norm_max", "agent_grad_norm": {agent: mean}, "agent_grad_norm_max",
             loss metrics averaged over the steps (loss, pg_loss, pg_clipfrac, pg_clipfrac_lower,
-            ppo_kl, ratio_mean, entropy; ratio_max is the max), "update_s"}``.
+            ppo_kl, ratio_mean, entropy; ratio_max is the max), "lr" (after the last step), "update_s"}``.
         """
         loss = loss or LossSettings()
         t0 = time.perf_counter()
@@ -694,6 +694,7 @@ class WorkerGroup:
             out[k] = v / n_ok if n_ok else float("nan")
         for k, v in acc.maxes.items():
             out[k] = v
+        out["lr"] = float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else float("nan")
         out["update_s"] = time.perf_counter() - t0
         return out
 

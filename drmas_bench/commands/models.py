@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 import time
+
+logger = logging.getLogger(__name__)
 
 
 def _fmt_bytes(n: int) -> str:
@@ -45,11 +47,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             raise UserError(f"unknown model alias {name!r}; known aliases: {', '.join(ALIASES)}")
     for name in names:
         if is_prepared(name) and not args.force:
-            print(f"{name}: already prepared", file=sys.stderr)
+            logger.info(f"{name}: already prepared")
             continue
         t0 = time.perf_counter()
         prepare_model(name, force=args.force)
-        print(f"{name}: prepared in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        logger.info(f"{name}: prepared in {time.perf_counter() - t0:.1f}s")
     return 0
 
 

@@ -7,12 +7,15 @@ docs/leaderboards.md and docs/cost.md).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
 from drmas_bench.engines import ENGINES
 from drmas_bench.tasks.registry import SUITES
 from drmas_bench.types import UserError
+
+logger = logging.getLogger(__name__)
 
 LEADERBOARD_EPILOG = """examples:
   drmas-bench leaderboard runs/toy-a runs/toy-b runs/toy-c
@@ -135,7 +138,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
             atomic_write(path, report.tables_csv(suite_tables, ci=args.ci))
             atomic_write(report.long_csv_path(path), report.tables_long_csv(suite_tables))
             written += [path, report.long_csv_path(path)]
-        print(f"[leaderboard] wrote {', '.join(map(str, written))}", file=sys.stderr)
+        logger.info(f"[leaderboard] wrote {', '.join(map(str, written))}")
     return 0
 
 
@@ -156,7 +159,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from drmas_bench.store import atomic_write
 
         atomic_write(Path(args.out), md)
-        print(f"[compare] wrote {args.out}", file=sys.stderr)
+        logger.info(f"[compare] wrote {args.out}")
     return 0
 
 
@@ -209,9 +212,9 @@ def run_teams(team_files: list[Path], args: argparse.Namespace, out: Path) -> li
             name += "_"
         used.add(name)
         run_dir = out / "runs" / name
-        print(f"[cost] evaluating team {f} -> {run_dir}", file=sys.stderr)
+        logger.info(f"[cost] evaluating team {f} -> {run_dir}")
         summary = evaluate(eval_config(f, run_dir, args))
-        print(summary.markdown, file=sys.stderr)  # stdout is the study
+        logger.info(summary.markdown)  # stdout is the study
         run_dirs.append(run_dir)
     return run_dirs
 
@@ -228,13 +231,12 @@ def cmd_cost(args: argparse.Namespace) -> int:
         agents, models = _split(args.assign, "--assign"), _split(args.models, "--models")
         files = report.write_assignment_teams(agents, models, out / "teams", workflow=args.workflow,
                                               engine=args.engine, base_url=args.base_url)
-        print(f"[cost] wrote {len(files)} team files ({len(models)} models ^ {len(agents)} agents) to {out / 'teams'}",
-              file=sys.stderr)
+        logger.info(f"[cost] wrote {len(files)} team files ({len(models)} models ^ {len(agents)} agents) to {out / 'teams'}")
         for f in files:
             print(f)
         if not args.suite:
-            print(f"[cost] run the study with: drmas-bench cost --team {out / 'teams'}/*.yaml --suite SUITE "
-                  f"--prices PRICES --out {out}  (or add --suite to this command)", file=sys.stderr)
+            logger.info(f"[cost] run the study with: drmas-bench cost --team {out / 'teams'}/*.yaml --suite SUITE "
+                        f"--prices PRICES --out {out}  (or add --suite to this command)")
             return 0
         team_files = files
     elif args.team:
@@ -280,7 +282,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         suite = ", ".join(dict.fromkeys(c.run.suite for c in costs))
         png = report.plot_pareto(costs, out / "pareto.png", prices_source=Path(args.prices).name,
                                  title=f"Cost study ({suite} suite): accuracy vs cost and latency; up and left is better")
-        print(f"[cost] wrote {out / 'cost.md'}, cost.csv, cost.json and {png}", file=sys.stderr)
+        logger.info(f"[cost] wrote {out / 'cost.md'}, cost.csv, cost.json and {png}")
     return 0
 
 

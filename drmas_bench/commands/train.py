@@ -7,12 +7,14 @@ The trainer (``drmas_trainer``) is imported inside the command functions only, s
 from __future__ import annotations
 
 import argparse
+import logging
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from drmas_bench.types import UserError
+
+logger = logging.getLogger(__name__)
 
 TRAIN_EPILOG = """examples:
   drmas-bench train --recipe tiny --estimator drmas --out runs/tiny-drmas       # CPU, a few minutes
@@ -38,8 +40,8 @@ RUN/ckpt/step_0 is the team before RL (after the warm start).
 REGRESS_EPILOG = """examples:
   drmas-bench regress runs/ci-tiny --against trainer/recipes/tiny_bands.json
 
-Bands file (JSON): {"bands": [{"name": ..., "metric": "reward_mean", "stat": "last_k_mean", "k": 5, "min": 0.5},
-                              {"metric": "grad_norm/*", "stat": "max", "max": 50}, ...]}
+Bands file (JSON): {"bands": [{"name": ..., "metric": "critic/score/mean", "stat": "last_k_mean", "k": 5, "min": 0.5},
+                              {"metric": "agent/*/actor/grad_norm", "stat": "max", "max": 50}, ...]}
 stats: last_k_mean, first_k_mean, mean, max, min, last, sum, count (records), nonfinite (NaN/inf values).
 Exit 0 when every band holds, 1 with one line per failed band otherwise.
 """
@@ -117,22 +119,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.fresh and args.resume:
         raise UserError("--fresh and --resume exclude each other")
     use_ray = True if args.ray else False if args.local else None
-    print(f"[train] recipe {cfg.recipe}, estimator {cfg.algo.estimator}, loss {cfg.algo.loss}, "
-          f"{'shared' if cfg.shared else 'non-shared'}, run dir {out}", file=sys.stderr)
+    logger.info(f"[train] recipe {cfg.recipe}, estimator {cfg.algo.estimator}, loss {cfg.algo.loss}, "
+                f"{'shared' if cfg.shared else 'non-shared'}, run dir {out}")
     try:  # --fresh deletes the old run inside train(), under the run dir's lock
         summary = train(cfg, out, resume=args.resume, fresh=args.fresh, use_ray=use_ray, progress=not args.no_progress)
     except (UserError, KeyboardInterrupt):
         raise
-    except Exception as e:
-        raise UserError(f"training stopped ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                        f"traceback in {out / 'error.log'}; --resume continues from the last complete checkpoint") from None
+    except Exception as e:  # train() has written the traceback to RUN/error.log
+        from drmas_bench.log import unexpected
+
+        raise unexpected(e, "training stopped", log=out / "error.log",
+                         hint="--resume continues from the last complete checkpoint") from None
     print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
     spread = summary.get("grad_norm_spread", {})
     if spread:
-        print("[train] grad-norm spread (max/median over steps): " +
-              ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()), file=sys.stderr)
-    print(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
-          f"checkpoints in {out / 'ckpt'} (latest: {out / 'ckpt' / 'latest'})", file=sys.stderr)
+        logger.info("[train] grad-norm spread (max/median over steps): " +
+                    ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()))
+    logger.info(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
+                f"checkpoints in {out / 'ckpt'} (latest: {out / 'ckpt' / 'latest'})")
     return 0
 
 
@@ -155,8 +159,8 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
     print(format_plan(plan, cfg.recipe))
     if not plan.fits:
         pk = plan.peak
-        print(f"plan: does not fit: {pk.phase} on GPU {pk.gpu} needs {pk.bytes / 2**30:.1f} GiB > "
-              f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)", file=sys.stderr)
+        logger.warning(f"plan: does not fit: {pk.phase} on GPU {pk.gpu} needs {pk.bytes / 2**30:.1f} GiB > "
+                       f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)")
         return 1
     return 0
 
@@ -169,7 +173,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         print(line)
     if failures:
         for f in failures:
-            print(f"regression: {f}", file=sys.stderr)
+            logger.warning(f"regression: {f}")
         return 1
     return 0
 
@@ -181,6 +185,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     path, spread = plot_runs(args.runs, out, title=args.title)
     for run, per_agent in spread.items():
         for agent, s in per_agent.items():
-            print(f"{run}\tgrad_norm/{agent}\tmax {s['max']:.4g}\tmedian {s['median']:.4g}\tspread {s['spread']:.2f}")
-    print(f"[plot] wrote {path}", file=sys.stderr)
+            print(f"{run}\tagent/{agent}/actor/grad_norm\tmax {s['max']:.4g}\tmedian {s['median']:.4g}\tspread {s['spread']:.2f}")
+    logger.info(f"[plot] wrote {path}")
     return 0

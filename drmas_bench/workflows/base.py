@@ -16,6 +16,7 @@ Adding a workflow = one module with a function decorated by `@workflow(...)`, im
 from __future__ import annotations
 
 import hashlib
+import inspect
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Protocol
@@ -46,16 +47,35 @@ class WorkflowSpec:
 WORKFLOWS: dict[str, WorkflowSpec] = {}
 
 
-def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False, **defaults: Any):
-    """Register an episode function under `name`."""
+def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False):
+    """Register an episode function ``fn(ep, **options)`` under ``name``.
+
+    Options:
+        agents: the logical agents, in the order they first speak.
+        grader: "math" | "qa" | "toy".
+        needs_retriever: the workflow searches (the runner loads a retriever).
+
+    The workflow's options and their defaults are read from ``fn``'s keyword parameters (those
+    after the episode, each with a default), so they are written once, in the signature."""
 
     def deco(fn):
         if name in WORKFLOWS:
             raise ValueError(f"workflow {name!r} registered twice")
-        WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, defaults)
+        WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, signature_defaults(fn))
         return fn
 
     return deco
+
+
+def signature_defaults(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``{option: default}`` of ``fn``'s parameters after the first (the episode); every one must have
+    a default (a workflow is called with only the options a user set)."""
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    missing = [p.name for p in params if p.default is inspect.Parameter.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if missing:
+        raise ValueError(f"workflow {fn.__name__}: option(s) {', '.join(missing)} need a default")
+    return {p.name: p.default for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
 def get_workflow(name: str) -> WorkflowSpec:

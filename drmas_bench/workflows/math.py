@@ -14,7 +14,7 @@ from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.base import Episode, workflow
 
 
-@workflow("math_refine", agents=("solver", "verifier"), grader="math", rounds=2, prompts=None, protocol=None)
+@workflow("math_refine", agents=("solver", "verifier"), grader="math")
 async def math_refine(ep: Episode, rounds: int = 2, prompts: P.Templates | None = None,
                       protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("math_refine")

@@ -25,8 +25,7 @@ from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.base import Episode, workflow
 
 
-@workflow("search_route", agents=("verifier", "searcher", "answerer"), grader="qa", needs_retriever=True,
-          max_steps=4, topk=3, prompts=None, protocol=None, last_step="end")
+@workflow("search_route", agents=("verifier", "searcher", "answerer"), grader="qa", needs_retriever=True)
 async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
                        protocol: P.ProtocolOptions | None = None, last_step: str = "end") -> None:
     if last_step not in ("end", "answer"):

@@ -35,7 +35,7 @@ def checker_prompt(question: str, proposed: str) -> list[dict[str, str]]:
     return chat(CHECKER_SYSTEM, f"{question}\nProposed answer: {proposed}")
 
 
-@workflow("toy", agents=("solver", "checker"), grader="toy", rounds=2)
+@workflow("toy", agents=("solver", "checker"), grader="toy")
 async def toy(ep: Episode, rounds: int = 2) -> None:
     previous = None
     for r in range(rounds):

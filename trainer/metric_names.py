@@ -1,0 +1,74 @@
+"""The keys of ``RUN/metrics.jsonl`` (and of the tracker's scalars), in one place.
+
+Names follow verl's (``verl/trainer/ppo/metric_utils.py`` and its actor) so dashboards built for
+verl runs work: ``critic/score/mean``, ``response_length/mean``, ``actor/pg_loss``,
+``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/entropy``, ``actor/grad_norm``, ``actor/lr``,
+``timing_s/step``, ... A plain name is the step's value over the whole team (for ``actor/*``: the
+mean over worker groups). Scoped values put the scope in front of the same name:
+
+    agent/<agent>/<name>   e.g. agent/solver/actor/grad_norm, agent/verifier/critic/advantages/mean
+    wg/<group>/<name>      e.g. wg/solver/actor/pg_loss, wg/solver/actor/optimizer_steps
+
+so ``agent/*/actor/grad_norm`` selects every agent's gradient norm (a regress band's glob).
+"""
+
+from __future__ import annotations
+
+# --- team-level, per step -------------------------------------------------------------------------
+SCORE = "critic/score/mean"  # mean trajectory reward R (the grader's score; verl's sequence score)
+ACC = "critic/acc/mean"  # share of trajectories whose final answer is correct
+REWARDS = "critic/rewards/mean"  # mean row score used for advantages: R - c_inv * (1 - valid)
+NUM_TURNS = "num_turns/mean"  # agent calls per trajectory
+RESPONSE_LENGTH = "response_length/mean"  # response tokens per row
+PG_LOSS = "actor/pg_loss"
+LOSS = "actor/loss"  # the optimised loss (policy loss + entropy term)
+PG_CLIPFRAC = "actor/pg_clipfrac"
+PG_CLIPFRAC_LOWER = "actor/pg_clipfrac_lower"
+PPO_KL = "actor/ppo_kl"  # mean(old_logp - logp): rollout policy vs the updated one (no reference model)
+ENTROPY = "actor/entropy"
+GRAD_NORM = "actor/grad_norm"  # pre-clip gradient norm
+GRAD_NORM_MAX = "actor/grad_norm_max"
+LR = "actor/lr"
+RATIO_MEAN = "actor/ratio_mean"
+RATIO_MAX = "actor/ratio_max"
+OPTIMIZER_STEPS = "actor/optimizer_steps"
+SKIPPED_STEPS = "actor/skipped_steps"  # updates skipped as non-finite this step
+SKIPPED_STEPS_TOTAL = "actor/skipped_steps_total"
+TIME_GEN = "timing_s/gen"  # rollout
+TIME_UPDATE = "timing_s/update_actor"
+TIME_SYNC = "timing_s/sync_weights"
+TIME_STEP = "timing_s/step"
+
+# --- per agent (under agent/<a>/) -----------------------------------------------------------------
+CALLS = "num_calls/mean"  # the agent's calls per trajectory
+VALID = "valid/mean"  # share of the agent's calls with a well-formed answer
+ADV_MEAN = "critic/advantages/mean"
+ADV_STD = "critic/advantages/std"
+ADV_ABSMAX = "critic/advantages/absmax"
+
+# the worker's update() result key -> the record's name (per worker group, and averaged over groups)
+UPDATE_KEYS = {
+    "grad_norm": GRAD_NORM, "grad_norm_max": GRAD_NORM_MAX, "loss": LOSS, "pg_loss": PG_LOSS,
+    "pg_clipfrac": PG_CLIPFRAC, "pg_clipfrac_lower": PG_CLIPFRAC_LOWER, "ppo_kl": PPO_KL, "entropy": ENTROPY,
+    "lr": LR, "ratio_mean": RATIO_MEAN, "ratio_max": RATIO_MAX, "optimizer_steps": OPTIMIZER_STEPS,
+    "skipped_steps": SKIPPED_STEPS, "update_s": TIME_UPDATE,
+}
+# averaged over worker groups into the team-level name
+AVERAGED = ("grad_norm", "loss", "pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "entropy", "lr")
+
+
+def agent(a: str, name: str) -> str:
+    """``agent/<a>/<name>``."""
+    return f"agent/{a}/{name}"
+
+
+def wg(g: str, name: str) -> str:
+    """``wg/<g>/<name>``."""
+    return f"wg/{g}/{name}"
+
+
+def agents_with(record_keys, name: str) -> list[str]:
+    """The agents that have ``agent/<a>/<name>`` among ``record_keys``, sorted."""
+    suffix = "/" + name
+    return sorted({k[len("agent/"):-len(suffix)] for k in record_keys
+                   if k.startswith("agent/") and k.endswith(suffix) and len(k) > len("agent/") + len(suffix)})
