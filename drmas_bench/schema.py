@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import MISSING, fields as dc_fields, is_dataclass
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from drmas_bench.types import UserError
 
@@ -28,6 +28,26 @@ class Schema(BaseModel):
     """Base of every user-file schema: unknown keys are errors; values are taken as YAML gives them."""
 
     model_config = ConfigDict(extra="forbid", strict=True, validate_default=False)
+
+
+def _no_bool(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError(f"expected a number, got {v!r}")
+    return v
+
+
+#: numbers that may arrive as strings (YAML 1.1 reads ``1e-6`` as one; ``--set`` values) but never as booleans
+Float = Annotated[float, BeforeValidator(_no_bool)]
+Int = Annotated[int, BeforeValidator(_no_bool)]
+#: config of schemas whose values are coerced (the trainer config: recipes and ``--set`` overrides)
+COERCING = ConfigDict(extra="forbid", strict=False, coerce_numbers_to_str=True)
+
+
+class CoercingSchema(Schema):
+    """Base of the trainer config sections: like :class:`Schema`, but ``"1e-6"`` is a float, ``"true"``
+    a boolean and ``7`` a string where the field wants one (use :data:`Float` / :data:`Int` for numbers)."""
+
+    model_config = COERCING
 
 
 # ------------------------------------------------------------------------------ errors
@@ -138,16 +158,16 @@ class SamplingSchema(TrainSamplingSchema):
     enable_thinking: Optional[bool] = Field(None, description="Qwen3 chat-template thinking switch (true | false)")
 
 
-def sampling_overrides(data: Any, where: str, schema: type[Schema] = SamplingSchema) -> dict[str, Any]:
-    """The keys a sampling mapping sets, validated (None or {} -> {})."""
-    return parse(schema, data or {}, where).model_dump(exclude_unset=True)
+def sampling_overrides(data: Any, where: str, schema: type[Schema] = SamplingSchema, prefix: str = "") -> dict[str, Any]:
+    """The keys a sampling mapping sets, validated (None or {} -> {}); errors name ``prefix.key``."""
+    return parse(schema, data or {}, where, prefix=prefix).model_dump(exclude_unset=True)
 
 
 class ModelOnEngine(Schema):
     """The worker-group core shared by eval and training: one model served by one engine."""
 
     model: str = Field(min_length=1, description="model alias, local folder or hub id")
-    engine: str = Field("hf", description="inference engine (the engine registry: hf, sglang, vllm, openai)")
+    engine: str = Field("hf", description="inference engine, a name in the engine registry (drmas_bench.engines.ENGINES)")
 
     @field_validator("engine")
     @classmethod
