@@ -16,7 +16,7 @@ trainer config are pydantic (v2) models; this module holds the shared pieces.
 from __future__ import annotations
 
 import re
-from dataclasses import MISSING, fields as dc_fields, is_dataclass
+from dataclasses import fields as dc_fields, is_dataclass
 from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -181,65 +181,89 @@ class ModelOnEngine(Schema):
 
 # ------------------------------------------------------------------------------ describing schemas
 
+#: the user-written configs: name -> sections (title, "module:Schema"); imported lazily (the modules
+#: import this one). ``drmas-bench config-schema NAME`` prints them; docs/ embeds them.
+CONFIG_SCHEMAS: dict[str, tuple[tuple[str, str], ...]] = {
+    "team": (("team file (--team FILE, a checkpoint's team.yaml)", "drmas_bench.agents.team:TeamFileSchema"),),
+    "prices": (("price sheet (--prices FILE)", "drmas_bench.pricing:PriceSheetSchema"),),
+    "prompts": (("prompts file (--prompts FILE, a team file's prompts:)", "drmas_bench.workflows.protocol:PromptsFileSchema"),),
+    "train": (("trainer config (--recipe NAME|FILE, --set KEY=VALUE)", "drmas_trainer.config:TrainConfig"),
+              ("agent settings (agent_defaults: and agents.NAME:)", "drmas_trainer.config:AgentConfig")),
+}
+
+
+def config_schema(name: str) -> list[tuple[str, Any]]:
+    """The (title, schema class) sections of config ``name`` (a key of :data:`CONFIG_SCHEMAS`)."""
+    import importlib
+
+    if name not in CONFIG_SCHEMAS:
+        raise UserError(f"unknown config {name!r}; known: {', '.join(CONFIG_SCHEMAS)}")
+    out = []
+    for title, ref in CONFIG_SCHEMAS[name]:
+        module, attr = ref.split(":")
+        out.append((title, getattr(importlib.import_module(module), attr)))
+    return out
+
 
 def _type_name(tp: Any) -> str:
+    import types
     import typing
 
     if tp is type(None):
         return "null"
+    if tp is Any:
+        return "any"
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
         return _type_name(typing.get_args(tp)[0])
     if origin is not None:
         args = typing.get_args(tp)
-        if origin in (typing.Union, getattr(__import__("types"), "UnionType", typing.Union)):
+        if origin in (typing.Union, types.UnionType):
             return " | ".join(_type_name(a) for a in args)
         if origin is typing.Literal:
             return " | ".join(str(a) for a in args)
-        name = getattr(origin, "__name__", str(origin))
+        name = {dict: "mapping", list: "list", tuple: "list"}.get(origin, getattr(origin, "__name__", str(origin)))
+        if origin is dict:
+            return f"mapping of {_type_name(args[1])}" if args else name
         return f"{name}[{', '.join(_type_name(a) for a in args)}]" if args else name
-    return getattr(tp, "__name__", str(tp))
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return "mapping"
+    return {dict: "mapping", str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
 
 
-def fields_table(schema: Any, prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """(key path, type, default, description) for every field, nested models expanded in place."""
+def _shown(default: Any) -> str:
+    """A default as YAML writes it (null, true, hf, [0.9, 0.999])."""
+    import yaml
+
+    if isinstance(default, tuple):
+        default = list(default)
+    return yaml.safe_dump(default, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+
+
+def fields_table(schema: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(key path, type, default, description) of every field; nested schemas are expanded in place
+    (a ``mapping of Schema`` as ``key.NAME.field``)."""
+    import typing
+
     rows: list[tuple[str, str, str, str]] = []
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        items = [(n, f.annotation, f.get_default(call_default_factory=True) if not f.is_required() else MISSING,
-                  f.description or "") for n, f in schema.model_fields.items()]
-    else:
-        items = []
-        hints = __import__("typing").get_type_hints(schema, include_extras=True)
-        for f in dc_fields(schema):
-            default = f.default if f.default is not MISSING else (
-                f.default_factory() if f.default_factory is not MISSING else MISSING)
-            items.append((f.name, hints[f.name], default, _description(hints[f.name])))
-    for name, tp, default, desc in items:
-        inner = _inner_model(tp)
+    for name, f in schema.model_fields.items():
         key = f"{prefix}{name}"
-        if inner is not None and not isinstance(inner, _DictOf) and (default is MISSING or _is_model_value(default)):
-            rows.append((key, "section", "", desc))
-            rows.extend(fields_table(inner, key + "."))
+        default = f.get_default(call_default_factory=True)
+        shown = "required" if f.is_required() else ("" if isinstance(default, BaseModel) else _shown(default))
+        inner = _inner_model(f.annotation)
+        if inner is None:
+            rows.append((key, _type_name(f.annotation), shown, f.description or ""))
             continue
-        shown = "required" if default is MISSING else ("" if _is_model_value(default) else repr(default))
-        rows.append((key, _type_name(tp), shown, desc))
+        nullable = " | null" if type(None) in typing.get_args(f.annotation) else ""
+        rows.append((key, "mapping" + nullable, shown, f.description or ""))
+        if isinstance(inner, _DictOf):
+            rows.extend(fields_table(inner.model, f"{key}.NAME."))
+        else:
+            rows.extend(fields_table(inner, f"{key}."))
     return rows
 
 
-def _is_model_value(v: Any) -> bool:
-    return isinstance(v, BaseModel) or (is_dataclass(v) and not isinstance(v, type))
-
-
-def _description(tp: Any) -> str:
-    import typing
-
-    for meta in getattr(tp, "__metadata__", ()):
-        if getattr(meta, "description", None):
-            return meta.description
-    return ""
-
-
-def markdown_table(schema: Any) -> str:
+def markdown_table(schema: type[BaseModel]) -> str:
     """The fields of ``schema`` as a markdown table (what docs/ embeds between generated markers)."""
     out = ["| key | type | default | description |", "|---|---|---|---|"]
     for key, tp, default, desc in fields_table(schema):
@@ -248,12 +272,26 @@ def markdown_table(schema: Any) -> str:
     return "\n".join(out) + "\n"
 
 
-def text_table(schema: Any) -> str:
+def text_table(schema: type[BaseModel]) -> str:
     """The fields of ``schema`` as plain text for the terminal."""
     rows = fields_table(schema)
     w = max(len(r[0]) for r in rows)
     lines = []
     for key, tp, default, desc in rows:
-        head = f"{key:<{w}}  {tp}" + (f" = {default}" if default else "")
+        head = f"{key:<{w}}  {tp}" + (" (required)" if default == "required" else f" = {default}" if default else "")
         lines.append(head + (f"\n{'':<{w}}    {desc}" if desc else ""))
     return "\n".join(lines) + "\n"
+
+
+def config_markdown(name: str) -> str:
+    """Every section of config ``name`` as markdown: a bold title, then its table."""
+    return "\n".join(f"**{title}**\n\n{markdown_table(schema)}" for title, schema in config_schema(name))
+
+
+_DOC_BLOCK = re.compile(r"(<!-- config-schema:(\w+) -->\n)(.*?)(<!-- /config-schema -->)", re.S)
+
+
+def update_docs(text: str) -> str:
+    """``text`` (a docs page) with every ``<!-- config-schema:NAME -->`` ... ``<!-- /config-schema -->``
+    block regenerated from the schemas (``scripts/gen_config_docs.py`` writes it; a test compares)."""
+    return _DOC_BLOCK.sub(lambda m: m.group(1) + config_markdown(m.group(2)) + m.group(4), text)
