@@ -15,7 +15,8 @@ models:
 `PriceSheet.cost(model, prompt_tokens, completion_tokens, gpu_seconds=0.0)` adds the token prices
 and `gpu_hour * gpus * gpu_seconds / 3600`. A model missing from the sheet is an error that names
 the model and the sheet, unless the sheet says `default: zero`; then it costs 0 and is listed in
-`PriceSheet.unpriced` so reports can say so. Lookup tries the exact name, then the name without
+`PriceSheet.unpriced` so reports can say so. The file is parsed by :class:`PriceSheetSchema`
+(``drmas-bench config-schema prices``). Lookup tries the exact name, then the name without
 case, then the part after the last "/" (`Qwen/Qwen2.5-7B-Instruct` finds `qwen2.5-7b-instruct`).
 """
 

@@ -16,10 +16,9 @@ trainer config are pydantic (v2) models; this module holds the shared pieces.
 from __future__ import annotations
 
 import re
-from dataclasses import fields as dc_fields, is_dataclass
 from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from drmas_bench.types import UserError
 
@@ -27,7 +26,7 @@ from drmas_bench.types import UserError
 class Schema(BaseModel):
     """Base of every user-file schema: unknown keys are errors; values are taken as YAML gives them."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, validate_default=False)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def _no_bool(v: Any) -> Any:
@@ -53,36 +52,23 @@ class CoercingSchema(Schema):
 # ------------------------------------------------------------------------------ errors
 
 
-def _allowed_at(schema: Any, loc: tuple) -> list[str] | None:
-    """The field names of the (nested) model at ``loc`` (a pydantic error location), if known."""
-    cur: Any = schema
-    for part in loc:
-        if isinstance(part, int) or cur is None:
-            return None
-        info = _model_fields(cur).get(part)
-        if info is None:
-            cur = _value_type(cur)  # a dict[str, Model] level: the key is the mapping key
-            continue
-        cur = _inner_model(info)
-    return sorted(_model_fields(cur)) if cur is not None else None
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
-def _model_fields(tp: Any) -> dict[str, Any]:
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return dict(tp.model_fields)
-    if is_dataclass(tp):
-        return {f.name: f.type for f in dc_fields(tp)}
-    return {}
+class _DictOf:
+    """A ``dict[str, Model]`` level (its keys are names the user chose, its values ``model``)."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.model = model
 
 
-def _inner_model(info: Any) -> Any:
-    """The model or dataclass inside a field's annotation (``Model``, ``Model | None``, ``dict[str, Model]``)."""
+def _inner_model(tp: Any) -> Any:
+    """The model inside a field's annotation: ``Model``, ``Model | None`` -> Model; ``dict[str, Model]``
+    -> _DictOf(Model); anything else -> None."""
     import typing
 
-    tp = getattr(info, "annotation", info)
-    if isinstance(tp, str):
-        return None
-    if isinstance(tp, type) and (issubclass(tp, BaseModel) or is_dataclass(tp)):
+    if _is_model(tp):
         return tp
     for arg in typing.get_args(tp):
         found = _inner_model(arg)
@@ -91,15 +77,17 @@ def _inner_model(info: Any) -> Any:
     return None
 
 
-class _DictOf:
-    """Marks a ``dict[str, Model]`` level while walking an error location."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-
-
-def _value_type(cur: Any) -> Any:
-    return cur.model if isinstance(cur, _DictOf) else None
+def _allowed_at(schema: Any, loc: tuple) -> list[str] | None:
+    """The field names of the (nested) model at ``loc`` (a pydantic error location), if known."""
+    cur: Any = schema
+    for part in loc:
+        if isinstance(cur, _DictOf):  # the part is a mapping key: its value is the model
+            cur = cur.model
+        elif _is_model(cur) and part in cur.model_fields:
+            cur = _inner_model(cur.model_fields[part].annotation)
+        else:
+            return None
+    return sorted(cur.model_fields) if _is_model(cur) else None
 
 
 def _loc(loc: tuple) -> str:
@@ -129,13 +117,11 @@ def error_line(e: ValidationError, schema: Any = None, prefix: str = "") -> str:
     return " ".join(line.split())[:400]
 
 
-def parse(schema: Any, data: Any, where: str, prefix: str = "") -> Any:
-    """``data`` validated as ``schema`` (a model or a dataclass); else one UserError naming ``where``
-    and the key path (``prefix`` + the error's location)."""
+def parse(schema: type[BaseModel], data: Any, where: str, prefix: str = "") -> Any:
+    """``data`` validated as ``schema``; else one UserError naming ``where`` and the key path
+    (``prefix`` + the error's location)."""
     try:
-        if isinstance(schema, type) and issubclass(schema, BaseModel):
-            return schema.model_validate(data)
-        return TypeAdapter(schema).validate_python(data)
+        return schema.model_validate(data)
     except ValidationError as e:
         raise UserError(f"{where}: {error_line(e, schema, prefix)}") from None
 

@@ -20,7 +20,10 @@ gives an agent its own model (agents naming the same model share one worker grou
 where DIR holds a ``team.yaml`` (what the trainer writes) rebuilds the trained team, with model paths
 relative to DIR; such a file also records the prompts (inline), protocol options and retriever
 (kind and index identity) the team was trained with (a prompts path there must stay inside DIR).
-Unknown keys and unknown agents are errors that name them.
+The file is parsed by :class:`TeamFileSchema` (pydantic, drmas_bench/schema.py; ``drmas-bench
+config-schema team`` lists every key): unknown keys, wrong types and values out of range are one line
+naming the file and the key path; unknown agents and worker groups are checked against the workflow
+after that.
 
 Trust (docs/security.md): a team file the user passes with ``--team`` is trusted like a flag. A
 ``team.yaml`` found inside a ``--model`` folder is data: it may not set anything that runs code or
