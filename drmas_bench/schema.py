@@ -15,10 +15,11 @@ trainer config are pydantic (v2) models; this module holds the shared pieces.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from drmas_bench.types import UserError
 
@@ -38,6 +39,16 @@ def _no_bool(v: Any) -> Any:
 #: numbers that may arrive as strings (YAML 1.1 reads ``1e-6`` as one; ``--set`` values) but never as booleans
 Float = Annotated[float, BeforeValidator(_no_bool)]
 Int = Annotated[int, BeforeValidator(_no_bool)]
+
+
+def _finite_nonneg(v: float) -> float:
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"must be a finite number >= 0, got {v!r}")
+    return v
+
+
+#: a rate (learning rate, ...): finite and >= 0; NaN, infinite or negative values are one line naming the key
+Rate = Annotated[float, BeforeValidator(_no_bool), AfterValidator(_finite_nonneg)]
 #: config of schemas whose values are coerced (the trainer config: recipes and ``--set`` overrides)
 COERCING = ConfigDict(extra="forbid", strict=False, coerce_numbers_to_str=True)
 

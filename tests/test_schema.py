@@ -111,7 +111,7 @@ def test_set_overrides_are_coerced_by_the_schema(overrides, check):
 
 @pytest.mark.parametrize("overrides,line", [
     ({"rollout.n": True}, "rollout.n: expected a number, got True"),
-    ({"agent_defaults.lr": -1}, "agent_defaults.lr: must be greater than or equal to 0, got -1"),
+    ({"agent_defaults.lr": -1}, "agent_defaults.lr: must be a finite number >= 0, got -1.0"),
     ({"agents.solver.sampling": {"enable_thinking": True}}, "agents.solver.sampling.enable_thinking: unknown key"),
     ({"ray.timeout_s": 0}, "ray.timeout_s: must be greater than 0, got 0"),
 ])

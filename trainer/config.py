@@ -27,16 +27,23 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from drmas_bench.schema import COERCING, CoercingSchema, Float, Int, ModelOnEngine, TrainSamplingSchema, parse, sampling_overrides
+from drmas_bench.schema import COERCING, CoercingSchema, Float, Int, ModelOnEngine, Rate, TrainSamplingSchema, parse
 from drmas_bench.store import safe_name
 from drmas_bench.types import UserError
+from drmas_bench.yamlfile import read_yaml
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 
 
 # ----------------------------------------------------------------------------------------- sections
+
+
+#: optimizer choices -> optimiser-state bytes per parameter (besides weights and gradients), on the GPU
+OPTIMIZERS = {"adamw": 8, "adamw_8bit": 2}
+#: optimizer_offload choices
+OFFLOADS = ("none", "cpu")
 
 
 class AgentConfig(ModelOnEngine):
@@ -49,7 +56,7 @@ class AgentConfig(ModelOnEngine):
     model: Optional[str] = Field(None, description="alias, folder or hub id; null = the config's `model`")
     engine: str = Field("hf", description="rollout engine: hf (CPU/GPU, in process) | sglang (GPU)")
     wg: Optional[str] = Field(None, description="worker group name; null = the agent's name (or the model's, with shared: true)")
-    lr: Float = Field(1e-6, ge=0, allow_inf_nan=False,
+    lr: Rate = Field(1e-6,
                       description="AdamW learning rate (REFERENCE §1: 1e-6 per agent), finite and >= 0 (0: weights never move)")
     lr_warmup_steps: Int = Field(0, ge=0, description="linear warm-up of the lr over the group's first N optimiser steps")
     weight_decay: Float = Field(0.01, description="AdamW weight decay")
@@ -68,11 +75,39 @@ class AgentConfig(ModelOnEngine):
     sampling: dict[str, Any] = Field(default_factory=dict,
                                      description="this agent's sampling overrides: temperature, top_p, max_new_tokens")
 
+    @field_validator("engine")
+    @classmethod
+    def _trainable_engine(cls, v: str) -> str:
+        if v == "openai":
+            raise ValueError("openai serves remote models whose weights cannot be trained here; use hf or sglang")
+        return v
 
-#: optimizer choices -> optimiser-state bytes per parameter (besides weights and gradients), on the GPU
-OPTIMIZERS = {"adamw": 8, "adamw_8bit": 2}
-#: optimizer_offload choices
-OFFLOADS = ("none", "cpu")
+    @field_validator("optimizer")
+    @classmethod
+    def _optimizer(cls, v: str) -> str:
+        if v not in OPTIMIZERS:
+            raise ValueError(f"must be one of {', '.join(OPTIMIZERS)}, got {v!r}")
+        return v
+
+    @field_validator("optimizer_offload")
+    @classmethod
+    def _offload(cls, v: str) -> str:
+        if v not in OFFLOADS:
+            raise ValueError(f"must be one of {', '.join(OFFLOADS)}, got {v!r}")
+        return v
+
+    @field_validator("sampling")
+    @classmethod
+    def _sampling(cls, v: dict[str, Any]) -> dict[str, Any]:
+        TrainSamplingSchema.model_validate(v)  # the sampling schema team files share (errors: its key path)
+        return v
+
+    @model_validator(mode="after")
+    def _offload_needs_adamw(self) -> "AgentConfig":
+        if self.optimizer != "adamw" and self.optimizer_offload != "none":
+            raise ValueError(f"optimizer_offload {self.optimizer_offload} works with optimizer adamw only")
+        return self
+
 
 #: AgentConfig fields that belong to the worker group: agents sharing a group must agree on them.
 WG_SETTINGS = ("model", "lr", "lr_warmup_steps", "weight_decay", "betas", "grad_clip", "micro_batch_size", "engine",
@@ -122,6 +157,24 @@ class AlgoConfig(CoercingSchema):
     ppo_epochs: Int = Field(1, ge=1, description="passes over an iteration's rows")
     mini_batches: Int = Field(1, ge=1, description="optimiser steps per epoch per worker group (math 1, search 5)")
 
+    @field_validator("estimator")
+    @classmethod
+    def _estimator(cls, v: str) -> str:
+        from drmas_trainer.advantages import ESTIMATORS  # the registry (imports torch: only when validating)
+
+        if v not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {v!r}; known: {', '.join(sorted(ESTIMATORS))}")
+        return v
+
+    @field_validator("agg")
+    @classmethod
+    def _agg(cls, v: str | None) -> str | None:
+        from drmas_trainer.losses import AGG_MODES
+
+        if v is not None and v not in AGG_MODES:
+            raise ValueError(f"must be one of {', '.join(AGG_MODES)}, got {v!r}")
+        return v
+
 
 class SFTConfig(CoercingSchema):
     """Supervised warm start on generated toy examples (steps: 0 = none). Deliberately partial: the
@@ -129,7 +182,7 @@ class SFTConfig(CoercingSchema):
 
     steps: Int = Field(0, description="optimiser steps per agent (0 = no warm start); a shared group does the sum of its agents'")
     agent_steps: dict[str, Int] = Field(default_factory=dict, description="per-agent overrides of steps, e.g. {checker: 40}")
-    lr: Float = Field(3e-3, ge=0, allow_inf_nan=False, description="learning rate of the warm start, finite and >= 0")
+    lr: Rate = Field(3e-3, description="learning rate of the warm start, finite and >= 0")
     batch_size: Int = Field(32, description="examples per step")
     seed: Int = Field(0, description="example generation")
     solver_accuracy: Float = Field(0.5, ge=0, le=1, description="share of solver targets with the right sum (the rest: near misses)")
@@ -176,6 +229,13 @@ class TrainConfig(CoercingSchema):
     algo: AlgoConfig = Field(default_factory=AlgoConfig, description="advantages and the policy loss")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="supervised warm start (toy)")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray placement")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v not in ("auto", "cpu", "cuda") and not v.startswith("cuda:"):
+            raise ValueError(f"must be auto, cpu or cuda[:N], got {v!r}")
+        return v
 
     @field_validator("agents", mode="before")
     @classmethod
@@ -247,10 +307,7 @@ def load_config(recipe: str | dict[str, Any], overrides: dict[str, Any] | None =
         raw, where = dict(recipe), "config"
     else:
         p = recipe_path(recipe)
-        try:
-            raw = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise UserError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raw = read_yaml(p, "recipe") or {}  # the reader of every user YAML file (size, UTF-8, alias bombs)
         if not isinstance(raw, dict):
             raise UserError(f"{p}: a recipe must be a mapping")
         raw.setdefault("recipe", p.stem)
@@ -267,35 +324,10 @@ def load_config(recipe: str | dict[str, Any], overrides: dict[str, Any] | None =
 
 
 def validate(cfg: TrainConfig, where: str = "config") -> None:
-    """Value checks against the registries (estimators, aggregations, engines, optimizers) and across
-    keys, after the schema has checked keys, types and ranges; each error is one line naming the key."""
-    from drmas_trainer.advantages import ESTIMATORS
-    from drmas_trainer.losses import AGG_MODES
-
-    a = cfg.algo
-    if a.estimator not in ESTIMATORS:
-        raise UserError(f"{where}: algo.estimator {a.estimator!r} unknown; known: {', '.join(sorted(ESTIMATORS))}")
-    if a.agg is not None and a.agg not in AGG_MODES:
-        raise UserError(f"{where}: algo.agg must be one of {', '.join(AGG_MODES)}, got {a.agg!r}")
-    if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
-        raise UserError(f"{where}: device must be auto, cpu or cuda[:N], got {cfg.device!r}")
+    """What the schema cannot see alone: each agent's settings merged over ``agent_defaults``
+    (e.g. an optimizer from the defaults with an agent's offload); one line naming the agent."""
     for agent in cfg.agents:
-        key = f"agents.{agent}"
-        _check_agent(_agent({**cfg.agent_defaults, **cfg.agents[agent]}, where, key), where, key)
-
-
-def _check_agent(ac: AgentConfig, file: str, key: str) -> None:
-    """Checks of an agent's merged settings (``file``: where they come from, ``key``: agents.NAME)."""
-    where = f"{file}: {key}" if file else key
-    if ac.engine == "openai":  # (an engine outside the registry fails in the schema)
-        raise UserError(f"{where}.engine: openai serves remote models whose weights cannot be trained here; use hf or sglang")
-    if ac.optimizer not in OPTIMIZERS:
-        raise UserError(f"{where}.optimizer must be one of {', '.join(OPTIMIZERS)}, got {ac.optimizer!r}")
-    if ac.optimizer_offload not in OFFLOADS:
-        raise UserError(f"{where}.optimizer_offload must be one of {', '.join(OFFLOADS)}, got {ac.optimizer_offload!r}")
-    if ac.optimizer != "adamw" and ac.optimizer_offload != "none":
-        raise UserError(f"{where}: optimizer_offload {ac.optimizer_offload} works with optimizer adamw only")
-    sampling_overrides(ac.sampling, file or "config", TrainSamplingSchema, prefix=f"{key}.sampling")  # shared with team files
+        _agent({**cfg.agent_defaults, **cfg.agents[agent]}, where, f"agents.{agent}")
 
 
 # ----------------------------------------------------------------------------------------- worker groups
@@ -312,10 +344,9 @@ class WorkerGroupPlan:
 
 def agent_config(cfg: TrainConfig, agent: str) -> AgentConfig:
     """The effective settings of ``agent``: AgentConfig defaults < agent_defaults < agents[agent]."""
-    base = _agent({**cfg.agent_defaults, **cfg.agents.get(agent, {})}, "config", f"agents.{agent}")
+    base = _agent({**cfg.agent_defaults, **cfg.agents.get(agent, {})}, "config", f"agents.{agent}")  # checked
     if base.model is None:
         base = base.model_copy(update={"model": cfg.model})
-    _check_agent(base, "", f"agents.{agent}")
     return base
 
 
