@@ -128,3 +128,13 @@ def test_parse_prefix_and_unknown_config_name():
         parse(ProtocolSchema, {"max_prompt_tokens": -1}, "f", prefix="protocol")
     with pytest.raises(UserError, match="unknown config 'x'; known: team, prices, prompts, train"):
         config_schema("x")
+
+
+def test_empty_recipe_section_means_its_defaults(tmp_path):
+    f = tmp_path / "r.yaml"
+    f.write_text("steps: 2\nray:\n  # nothing set\nagents:\n  solver:\n")
+    cfg = load_config(str(f))
+    assert cfg.ray.timeout_s == 60.0 and cfg.agents == {"solver": {}} and cfg.recipe == "r"
+    f.write_text("steps: 2\nray: 3\n")
+    with pytest.raises(UserError, match=r"r\.yaml: ray: must be a mapping, got 3$"):
+        load_config(str(f))

@@ -230,6 +230,16 @@ class TrainConfig(CoercingSchema):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="supervised warm start (toy)")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray placement")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, d: Any) -> Any:
+        """A section left empty in YAML (``ray:`` with only comments under it) means its defaults."""
+        if isinstance(d, dict):
+            sections = {n for n, f in cls.model_fields.items() if isinstance(f.annotation, type)
+                        and issubclass(f.annotation, CoercingSchema)}
+            return {k: v for k, v in d.items() if not (v is None and k in sections)}
+        return d
+
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
