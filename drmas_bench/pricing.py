@@ -15,22 +15,50 @@ models:
 `PriceSheet.cost(model, prompt_tokens, completion_tokens, gpu_seconds=0.0)` adds the token prices
 and `gpu_hour * gpus * gpu_seconds / 3600`. A model missing from the sheet is an error that names
 the model and the sheet, unless the sheet says `default: zero`; then it costs 0 and is listed in
-`PriceSheet.unpriced` so reports can say so. Lookup tries the exact name, then the name without
+`PriceSheet.unpriced` so reports can say so. The file is parsed by :class:`PriceSheetSchema`
+(``drmas-bench config-schema prices``). Lookup tries the exact name, then the name without
 case, then the part after the last "/" (`Qwen/Qwen2.5-7B-Instruct` finds `qwen2.5-7b-instruct`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
+from pydantic import Field, model_validator
+
+from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
 
-MODEL_KEYS = ("input_per_1m", "output_per_1m", "gpu_hour", "gpus")
-TOP_KEYS = ("currency", "default", "models", "note")
 DEFAULTS = ("error", "zero")
+
+
+class ModelPriceSchema(Schema):
+    """One model's entry under ``models:`` (all prices in USD; at least one key)."""
+
+    input_per_1m: float = Field(0.0, ge=0, allow_inf_nan=False, description="$ per 1M prompt tokens")
+    output_per_1m: float = Field(0.0, ge=0, allow_inf_nan=False, description="$ per 1M completion tokens")
+    gpu_hour: float = Field(0.0, ge=0, allow_inf_nan=False,
+                            description="$ per GPU-hour (self-hosted models), charged on each call's latency")
+    gpus: float = Field(1.0, gt=0, allow_inf_nan=False, description="GPUs one replica of the model occupies")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _some_price(cls, d: Any) -> Any:
+        if isinstance(d, dict) and not d:
+            raise ValueError(f"expected a mapping with some of {', '.join(cls.model_fields)}")
+        return d
+
+
+class PriceSheetSchema(Schema):
+    """A price sheet file (docs/pricing.md)."""
+
+    currency: Literal["USD"] = Field("USD", description="only USD is supported")
+    default: Literal[DEFAULTS] = Field(
+        "error", description="what a model missing from the sheet costs: error (stop and name it) | zero ($0, listed as unpriced)")
+    models: dict[str, ModelPriceSchema] = Field(description="model name (as recorded in each turn's `wg`) -> its prices")
+    note: Optional[str] = Field(None, description="free text (e.g. where the prices come from); ignored")
 
 
 @dataclass(frozen=True)
@@ -91,38 +119,13 @@ class PriceSheet:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<price sheet>") -> "PriceSheet":
-        """Validate a parsed sheet; every problem is a one-line UserError naming the key."""
+        """Validate a parsed sheet (:class:`PriceSheetSchema`); every problem is a one-line UserError
+        naming the key."""
         if not isinstance(data, dict):
             raise UserError(f"{source}: expected a mapping with a `models:` key, got {type(data).__name__}")
-        for key in data:
-            if key not in TOP_KEYS:
-                raise UserError(f"{source}: unknown key {key!r} (known: {', '.join(TOP_KEYS)})")
-        currency = data.get("currency", "USD")
-        if currency != "USD":
-            raise UserError(f"{source}: currency: only USD is supported, got {currency!r}")
-        default = data.get("default", "error")
-        if default not in DEFAULTS:
-            raise UserError(f"{source}: default: expected one of {', '.join(DEFAULTS)}, got {default!r}")
-        models = data.get("models")
-        if not isinstance(models, dict):
-            raise UserError(f"{source}: models: expected a mapping of model name -> prices, got {type(models).__name__}")
-        parsed = {str(name): _model_price(entry, f"{source}: models.{name}") for name, entry in models.items()}
-        return cls(parsed, default=default, source=source)
-
-
-def _model_price(entry: Any, where: str) -> ModelPrice:
-    if not isinstance(entry, dict) or not entry:
-        raise UserError(f"{where}: expected a mapping with some of {', '.join(MODEL_KEYS)}")
-    values: dict[str, float] = {}
-    for key, value in entry.items():
-        if key not in MODEL_KEYS:
-            raise UserError(f"{where}.{key}: unknown key (known: {', '.join(MODEL_KEYS)})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise UserError(f"{where}.{key}: expected a non-negative number, got {value!r}")
-        values[key] = float(value)
-    if values.get("gpus", 1.0) <= 0:
-        raise UserError(f"{where}.gpus: expected a positive number, got {values['gpus']!r}")
-    return ModelPrice(**values)
+        sheet = parse(PriceSheetSchema, {str(k): v for k, v in data.items()}, source)
+        parsed = {name: ModelPrice(**p.model_dump()) for name, p in sheet.models.items()}
+        return cls(parsed, default=sheet.default, source=source)
 
 
 def load_prices(path: str | Path) -> PriceSheet:

@@ -131,7 +131,7 @@ def test_thinking_switch_reaches_the_sampling():
     assert spec.sampling_for("solver", Sampling()).enable_thinking is True
     assert spec.sampling_for("checker", Sampling()).enable_thinking is False
     team["sampling"] = {"enable_thinking": "yes"}
-    with pytest.raises(UserError, match="enable_thinking must be true or false"):
+    with pytest.raises(UserError, match="sampling.enable_thinking: must be true or false"):
         team_from_dict(team, ("solver", "checker"), "toy")
 
 

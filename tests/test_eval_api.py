@@ -94,7 +94,7 @@ def test_bad_config_values_are_one_line_errors():
     for cfg, msg in ((EvalConfig(model="tiny-random", suite="toy", n=0), "--n must be an integer >= 1"),
                      (EvalConfig(model="tiny-random", suite="toy", n="2"), "--n must be an integer >= 1, got '2'"),
                      (EvalConfig(model="tiny-random", suite="toy", engine="vllm"), "--engine must be one of hf"),
-                     (EvalConfig(model="tiny-random", suite="toy", enable_thinking="yes"), "enable_thinking must be true")):
+                     (EvalConfig(model="tiny-random", suite="toy", enable_thinking="yes"), "enable_thinking: must be true or false")):
         from drmas_bench.api import evaluate
 
         with pytest.raises(UserError, match=re.escape(msg)):

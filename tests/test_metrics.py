@@ -292,7 +292,7 @@ def test_unknown_model_is_an_error_unless_default_zero():
         ({"models": {"a": {}}}, "models.a"),
         ({"models": {"a": {"gpu_hour": 1, "gpus": 0}}}, "models.a.gpus"),
         ({"models": ["a"]}, "models"),
-        ({"model": {}}, "'model'"),
+        ({"model": {}}, "model: unknown key; allowed: currency, default, models, note"),
         ({"default": "free", "models": {}}, "default"),
         ({"currency": "EUR", "models": {}}, "currency"),
         ([1, 2], "expected a mapping"),

@@ -35,7 +35,7 @@ def test_bad_learning_rates_are_one_line_errors_naming_the_key(key, value):
     with pytest.raises(UserError) as e:
         load_config("tiny", {key: value})
     msg = str(e.value)
-    assert f"{key} must be a finite number >= 0" in msg and "\n" not in msg
+    assert f"{key}: must be a finite number >= 0" in msg and "\n" not in msg
 
 
 def test_zero_and_small_learning_rates_load():

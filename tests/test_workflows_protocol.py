@@ -264,8 +264,8 @@ def test_packaged_templates_and_partial_override(tmp_path):
 
 
 @pytest.mark.parametrize("roles,msg", [
-    ({"answerer": "{{question}} {{history}} {{answer}}"}, "role answerer: unknown placeholder {{answer}}"),
-    ({"searcher": "{{question}} {{history}}"}, "role searcher: missing placeholder {{verifier_output}}"),
+    ({"answerer": "{{question}} {{history}} {{answer}}"}, "roles.answerer: unknown placeholder {{answer}}"),
+    ({"searcher": "{{question}} {{history}}"}, "roles.searcher: missing placeholder {{verifier_output}}"),
     ({"solver": "{{question}}"}, "unknown role 'solver'"),
 ])
 def test_bad_templates_name_file_role_and_placeholder(tmp_path, roles, msg):
@@ -293,7 +293,7 @@ def test_team_file_prompts_and_protocol(tmp_path):
     (ck / "team.yaml").write_text(team.read_text().replace("p.yaml", "../p.yaml"))
     with pytest.raises(UserError, match="outside the checkpoint folder"):
         build_team("math_refine", ("solver", "verifier"), model=str(ck))
-    with pytest.raises(UserError, match="protocol: truncate must be one of"):
+    with pytest.raises(UserError, match=r"t: protocol\.truncate: must be 'left', 'middle' or 'right', got 'top'"):
         P.ProtocolOptions.from_dict({"truncate": "top"}, "t")
 
 

@@ -1,4 +1,5 @@
-"""Training configuration: one dataclass tree, loaded from a recipe YAML and command-line overrides.
+"""Training configuration: one tree of pydantic schemas (drmas_bench.schema), loaded from a recipe YAML
+and command-line overrides.
 
     cfg = load_config("tiny", overrides={"algo.estimator": "grpo", "steps": 10})
     plan = plan_worker_groups(cfg, ("solver", "checker"))   # agent -> worker group, validated
@@ -6,8 +7,10 @@
 A recipe is a YAML mapping whose keys mirror :class:`TrainConfig` (sections ``data``, ``rollout``,
 ``algo``, ``sft``, ``ray``, ``agent_defaults``, ``agents``). ``--recipe`` takes a name (a file in
 ``trainer/recipes/``) or a path. An unknown key anywhere is a :class:`UserError` naming the key and
-listing the allowed ones; values are coerced to the field's type (so ``lr: 1e-6``, which YAML 1.1
-reads as a string, is a float).
+listing the allowed ones; values are coerced to the field's type by the schema, for recipes and
+``--set SECTION.KEY=VALUE`` alike (so ``lr: 1e-6``, which YAML 1.1 reads as a string, is a float).
+``drmas-bench config-schema train`` (and docs/trainer.md) lists every key with its type, default
+and description.
 
 Worker groups (REFERENCE.md §5): each logical agent maps to a worker group (one model, its
 optimiser and its rollout engine). By default each agent gets its own group (non-shared);
@@ -18,20 +21,18 @@ agents sharing a group must agree on them, or loading fails with a line that nam
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import re
-import types
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
 import yaml
+from pydantic import Field, field_validator, model_validator
 
-from drmas_bench.engines import ENGINES
+from drmas_bench.schema import COERCING, CoercingSchema, Float, Int, ModelOnEngine, Rate, TrainSamplingSchema, parse
 from drmas_bench.store import safe_name
 from drmas_bench.types import UserError
+from drmas_bench.yamlfile import read_yaml
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 
@@ -39,34 +40,74 @@ RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 # ----------------------------------------------------------------------------------------- sections
 
 
-@dataclass
-class AgentConfig:
-    """Per-agent settings. Everything but ``wg`` and ``sampling`` belongs to the agent's worker group."""
-
-    model: str | None = None  # alias, folder or hub id; None = TrainConfig.model
-    wg: str | None = None  # worker group name; None = the agent's name (or the model's, with shared: true)
-    lr: float = 1e-6  # AdamW learning rate (REFERENCE §1: 1e-6 per agent)
-    lr_warmup_steps: int = 0  # linear warm-up of the lr over the group's first N optimiser steps
-    weight_decay: float = 0.01  # AdamW weight decay
-    betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas
-    grad_clip: float = 1.0  # clip the global gradient norm of the group's step to this
-    micro_batch_size: int = 8  # rows per forward/backward (gradient accumulation inside a mini-batch)
-    engine: str = "hf"  # rollout engine: hf (CPU/GPU, in process) | sglang (GPU)
-    engine_options: dict[str, Any] = field(default_factory=dict)  # passed to make_engine (e.g. max_batch)
-    dtype: str = "float32"  # compute dtype: float32 | bfloat16 (autocast; weights and AdamW state stay fp32)
-    gradient_checkpointing: bool = False  # trade compute for activation memory (large models)
-    sleep_engine: bool = False  # engine releases its memory (weights + KV cache) during the update
-    logprob_chunk: int = 1024  # tokens per vocabulary projection in the update (0 = full logits; docs/trainer.md)
-    optimizer: str = "adamw"  # adamw (fp32 states, 8 B/param) | adamw_8bit (bitsandbytes, CUDA, 2 B/param)
-    optimizer_offload: str = "none"  # none | cpu (AdamW states + fp32 master copy in host memory, step on CPU)
-    sync_bucket_mb: int = 1024  # weight sync to the engine in buckets of about this many MiB
-    sampling: dict[str, Any] = field(default_factory=dict)  # this agent's temperature/top_p/max_new_tokens
-
-
 #: optimizer choices -> optimiser-state bytes per parameter (besides weights and gradients), on the GPU
 OPTIMIZERS = {"adamw": 8, "adamw_8bit": 2}
 #: optimizer_offload choices
 OFFLOADS = ("none", "cpu")
+
+
+class AgentConfig(ModelOnEngine):
+    """Per-agent settings (``agent_defaults:`` and ``agents.NAME:``). Everything but ``wg`` and
+    ``sampling`` belongs to the agent's worker group; ``model`` and ``engine`` are the worker-group
+    core that team files share (:class:`drmas_bench.schema.ModelOnEngine`)."""
+
+    model_config = COERCING
+
+    model: Optional[str] = Field(None, description="alias, folder or hub id; null = the config's `model`")
+    engine: str = Field("hf", description="rollout engine: hf (CPU/GPU, in process) | sglang (GPU)")
+    wg: Optional[str] = Field(None, description="worker group name; null = the agent's name (or the model's, with shared: true)")
+    lr: Rate = Field(1e-6,
+                      description="AdamW learning rate (REFERENCE §1: 1e-6 per agent), finite and >= 0 (0: weights never move)")
+    lr_warmup_steps: Int = Field(0, ge=0, description="linear warm-up of the lr over the group's first N optimiser steps")
+    weight_decay: Float = Field(0.01, description="AdamW weight decay")
+    betas: tuple[Float, Float] = Field((0.9, 0.999), description="AdamW betas")
+    grad_clip: Float = Field(1.0, description="clip the global gradient norm of the group's step to this (<= 0: off)")
+    micro_batch_size: Int = Field(8, ge=1, description="rows per forward/backward (gradient accumulation inside a mini-batch)")
+    engine_options: dict[str, Any] = Field(default_factory=dict, description="engine options passed to make_engine (e.g. max_batch)")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="compute dtype (autocast; weights and AdamW state stay fp32)")
+    gradient_checkpointing: bool = Field(False, description="trade compute for activation memory (large models)")
+    sleep_engine: bool = Field(False, description="the engine releases its memory (weights + KV cache) during the update")
+    logprob_chunk: Int = Field(1024, ge=0, description="tokens per vocabulary projection in the update (0 = full logits; docs/trainer.md)")
+    optimizer: str = Field("adamw", description="adamw (fp32 states, 8 B/param) | adamw_8bit (bitsandbytes, CUDA, 2 B/param)")
+    optimizer_offload: str = Field("none", description="none | cpu (AdamW states + fp32 master copy in host memory, step on CPU)")
+    sync_bucket_mb: Int = Field(1024, ge=1, description="weight sync to the engine in buckets of about this many MiB")
+    sampling: dict[str, Any] = Field(default_factory=dict,
+                                     description="this agent's sampling overrides: temperature, top_p, max_new_tokens")
+
+    @field_validator("engine")
+    @classmethod
+    def _trainable_engine(cls, v: str) -> str:
+        if v == "openai":
+            raise ValueError("openai serves remote models whose weights cannot be trained here; use hf or sglang")
+        return v
+
+    @field_validator("optimizer")
+    @classmethod
+    def _optimizer(cls, v: str) -> str:
+        if v not in OPTIMIZERS:
+            raise ValueError(f"must be one of {', '.join(OPTIMIZERS)}, got {v!r}")
+        return v
+
+    @field_validator("optimizer_offload")
+    @classmethod
+    def _offload(cls, v: str) -> str:
+        if v not in OFFLOADS:
+            raise ValueError(f"must be one of {', '.join(OFFLOADS)}, got {v!r}")
+        return v
+
+    @field_validator("sampling")
+    @classmethod
+    def _sampling(cls, v: dict[str, Any]) -> dict[str, Any]:
+        TrainSamplingSchema.model_validate(v)  # the sampling schema team files share (errors: its key path)
+        return v
+
+    @model_validator(mode="after")
+    def _offload_needs_adamw(self) -> "AgentConfig":
+        if self.optimizer != "adamw" and self.optimizer_offload != "none":
+            raise ValueError(f"optimizer_offload {self.optimizer_offload} works with optimizer adamw only")
+        return self
+
 
 #: AgentConfig fields that belong to the worker group: agents sharing a group must agree on them.
 WG_SETTINGS = ("model", "lr", "lr_warmup_steps", "weight_decay", "betas", "grad_clip", "micro_batch_size", "engine",
@@ -74,109 +115,145 @@ WG_SETTINGS = ("model", "lr", "lr_warmup_steps", "weight_decay", "betas", "grad_
                "optimizer_offload", "sync_bucket_mb")
 
 
-@dataclass
-class DataConfig:
+class DataConfig(CoercingSchema):
     """Where the training prompts come from and in which order."""
 
-    source: str = "toy"  # "toy" (generated) | "benchmark:NAME[,NAME]" (registry) | path to a Task .jsonl
-    size: int = 1000  # toy: how many questions to generate
-    max_operand: int = 9  # toy: operands are 0..max_operand
-    seed: int = 0  # toy generation seed and the shuffle seed (epoch e uses seed + e)
-    shuffle: bool = True  # reshuffle the prompts every epoch
-    limit: int | None = None  # use only the first N tasks of the source
-    data_dir: str | None = None  # benchmark files (default $DRMAS_DATA_DIR, else the hub)
+    source: str = Field("toy", description='"toy" (generated) | "benchmark:NAME[,NAME]" (registry) | path to a Task .jsonl')
+    size: Int = Field(1000, description="toy: how many questions to generate")
+    max_operand: Int = Field(9, description="toy: operands are 0..max_operand")
+    seed: Int = Field(0, description="toy generation seed and the shuffle seed (epoch e uses seed + e)")
+    shuffle: bool = Field(True, description="reshuffle the prompts every epoch")
+    limit: Optional[Int] = Field(None, description="use only the first N tasks of the source")
+    data_dir: Optional[str] = Field(None, description="benchmark files (default $DRMAS_DATA_DIR, else the hub)")
 
 
-@dataclass
-class RolloutConfig:
+class RolloutConfig(CoercingSchema):
     """How rollouts are sampled (one iteration = prompts_per_step x n trajectories)."""
 
-    prompts_per_step: int = 32  # distinct prompts per iteration (REFERENCE §6: math 32, search 128)
-    n: int = 8  # rollouts per prompt, the group of the advantage statistics (math 8, search 5)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512  # per agent call
-    concurrency: int = 1024  # episodes in flight
+    prompts_per_step: Int = Field(32, ge=1, description="distinct prompts per iteration (REFERENCE §6: math 32, search 128)")
+    n: Int = Field(8, ge=1, description="rollouts per prompt, the group of the advantage statistics (math 8, search 5)")
+    temperature: Float = Field(1.0, description="sampling temperature of every agent (agents.NAME.sampling overrides)")
+    top_p: Float = Field(1.0, description="nucleus sampling mass")
+    max_new_tokens: Int = Field(512, ge=1, description="completion tokens per agent call")
+    concurrency: Int = Field(1024, description="episodes in flight")
 
 
-@dataclass
-class AlgoConfig:
+class AlgoConfig(CoercingSchema):
     """Advantages and the policy loss (see docs/advantages.md)."""
 
-    estimator: str = "drmas"  # drmas | grpo | grpo_first_row | drmas_mean_only | drmas_std_only | traj_traj | global_step
-    norm_by_std: bool = True  # False: mean-centred scores only
-    single_row: str = "reference"  # reference (mean 0 / std 1) | zero
-    std_floor: float = 0.0  # clamp the std from below (0 = off, the reference)
-    eps: float = 1e-6
-    c_inv: float = 0.1  # invalid-action penalty: row score = R - c_inv * (1 - valid)
-    loss: str = "ppo"  # ppo (token-level, dual clip) | gspo (sequence-level ratio)
-    clip_low: float | None = None  # None = the loss's default (ppo 0.2, gspo 3e-4)
-    clip_high: float | None = None  # None = the loss's default (ppo 0.2, gspo 4e-4)
-    dual_clip: float | None = 3.0  # PPO dual clip c (None = off)
-    agg: str | None = None  # token-mean | seq-mean-token-sum | seq-mean-token-mean; None = the loss's default
-    entropy_coef: float = 0.0  # entropy bonus (search recipe: 0.001)
-    ppo_epochs: int = 1  # passes over an iteration's rows
-    mini_batches: int = 1  # optimiser steps per epoch per worker group (math 1, search 5)
+    estimator: str = Field("drmas", description="drmas | grpo | grpo_first_row | drmas_mean_only | drmas_std_only | "
+                                                "traj_traj | global_step")
+    norm_by_std: bool = Field(True, description="false: mean-centred scores only")
+    single_row: Literal["reference", "zero"] = Field("reference", description="a group of one row: reference (mean 0 / std 1) | zero")
+    std_floor: Float = Field(0.0, description="clamp the std from below (0 = off, the reference)")
+    eps: Float = Field(1e-6, description="added to the std")
+    c_inv: Float = Field(0.1, description="invalid-action penalty: row score = R - c_inv * (1 - valid)")
+    loss: Literal["ppo", "gspo"] = Field("ppo", description="ppo (token-level, dual clip) | gspo (sequence-level ratio)")
+    clip_low: Optional[Float] = Field(None, description="null = the loss's default (ppo 0.2, gspo 3e-4)")
+    clip_high: Optional[Float] = Field(None, description="null = the loss's default (ppo 0.2, gspo 4e-4)")
+    dual_clip: Optional[Float] = Field(3.0, gt=1.0, description="PPO dual clip c, > 1 (null = off)")
+    agg: Optional[str] = Field(None, description="token-mean | seq-mean-token-sum | seq-mean-token-mean; null = the loss's default")
+    entropy_coef: Float = Field(0.0, description="entropy bonus (search recipe: 0.001)")
+    ppo_epochs: Int = Field(1, ge=1, description="passes over an iteration's rows")
+    mini_batches: Int = Field(1, ge=1, description="optimiser steps per epoch per worker group (math 1, search 5)")
+
+    @field_validator("estimator")
+    @classmethod
+    def _estimator(cls, v: str) -> str:
+        from drmas_trainer.advantages import ESTIMATORS  # the registry (imports torch: only when validating)
+
+        if v not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {v!r}; known: {', '.join(sorted(ESTIMATORS))}")
+        return v
+
+    @field_validator("agg")
+    @classmethod
+    def _agg(cls, v: str | None) -> str | None:
+        from drmas_trainer.losses import AGG_MODES
+
+        if v is not None and v not in AGG_MODES:
+            raise ValueError(f"must be one of {', '.join(AGG_MODES)}, got {v!r}")
+        return v
 
 
-@dataclass
-class SFTConfig:
+class SFTConfig(CoercingSchema):
     """Supervised warm start on generated toy examples (steps: 0 = none). Deliberately partial: the
     solver's targets are right only ``solver_accuracy`` of the time, so RL has something to fix."""
 
-    steps: int = 0  # optimiser steps per agent (0 = no warm start); a shared group does the sum of its agents'
-    agent_steps: dict[str, int] = field(default_factory=dict)  # per-agent overrides of steps, e.g. {checker: 40}
-    lr: float = 3e-3
-    batch_size: int = 32  # examples per step
-    seed: int = 0  # example generation
-    solver_accuracy: float = 0.5  # share of solver targets with the right sum (the rest: near misses)
-    checker_accuracy: float = 0.8  # share of checker targets with the right verdict
-    retry_share: float = 0.2  # share of solver examples on the "previous answer was rejected" prompt
-    max_operand: int = 9
+    steps: Int = Field(0, description="optimiser steps per agent (0 = no warm start); a shared group does the sum of its agents'")
+    agent_steps: dict[str, Int] = Field(default_factory=dict, description="per-agent overrides of steps, e.g. {checker: 40}")
+    lr: Rate = Field(3e-3, description="learning rate of the warm start, finite and >= 0")
+    batch_size: Int = Field(32, description="examples per step")
+    seed: Int = Field(0, description="example generation")
+    solver_accuracy: Float = Field(0.5, ge=0, le=1, description="share of solver targets with the right sum (the rest: near misses)")
+    checker_accuracy: Float = Field(0.8, ge=0, le=1, description="share of checker targets with the right verdict")
+    retry_share: Float = Field(0.2, description='share of solver examples on the "previous answer was rejected" prompt')
+    max_operand: Int = Field(9, description="toy operands are 0..max_operand")
 
 
-@dataclass
-class RayConfig:
+class RayConfig(CoercingSchema):
     """Ray placement: one actor per worker group."""
 
-    num_cpus: int | None = None  # for a local ray.init (None = Ray's default)
-    num_gpus: int | None = None  # for a local ray.init; logical GPUs on a CPU machine (tests)
-    gpus_per_worker: float = 1.0  # GPUs reserved by each worker-group actor (0.5: two groups share a GPU)
-    address: str | None = None  # join an existing cluster ("auto" or host:port); None = start one
-    timeout_s: float = 60.0  # wait at most this long for Ray to place each actor (model loading not counted)
+    num_cpus: Optional[Int] = Field(None, description="for a local ray.init (null = Ray's default)")
+    num_gpus: Optional[Int] = Field(None, description="for a local ray.init; logical GPUs on a CPU machine (tests)")
+    gpus_per_worker: Float = Field(1.0, ge=0, description="GPUs reserved by each worker-group actor (0.5: two groups share a GPU)")
+    address: Optional[str] = Field(None, description='join an existing cluster ("auto" or host:port); null = start one')
+    timeout_s: Float = Field(60.0, gt=0, description="wait at most this long for Ray to place each actor (model loading not counted)")
 
 
 # ----------------------------------------------------------------------------------------- the root
 
 
-@dataclass
-class TrainConfig:
+class TrainConfig(CoercingSchema):
     """The whole training run. Sections: data, rollout, algo, sft, ray; agents by name."""
 
-    recipe: str = ""  # the recipe's name (informational)
-    workflow: str = "toy"  # harness workflow: toy | math_refine | search_route
-    workflow_options: dict[str, Any] = field(default_factory=dict)  # e.g. {rounds: 2}
-    retriever: str | None = None  # search workflows: bm25:DIR | dense:DIR | http://HOST:PORT
-    model: str = "tiny-random"  # the default model of every agent
-    shared: bool = False  # agents with the same model share one worker group
-    agent_defaults: dict[str, Any] = field(default_factory=dict)  # AgentConfig keys applied to every agent
-    agents: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-agent AgentConfig keys (over agent_defaults)
-    steps: int = 100  # RL iterations (one rollout batch + updates each)
-    epochs: float | None = None  # alternative to steps: passes over the data (steps = ceil(epochs*D/P))
-    seed: int = 0  # run seed: rollouts, shuffles, torch
-    save_every: int = 10  # checkpoint every N steps (and at the last step); 0 = only the last
-    keep_last: int = 2  # RL checkpoints kept (the warm-start step_0 is always kept); 0 = all
-    torch_threads: int = 1  # torch intra-op threads per process (1 is fastest on a busy small CPU)
-    device: str = "auto"  # policy device: auto (cuda when available) | cpu | cuda
-    tracker: str = "none"  # also send step metrics to: none | tensorboard | wandb (drmas_trainer.trackers)
-    data: DataConfig = field(default_factory=DataConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    ray: RayConfig = field(default_factory=RayConfig)
+    recipe: str = Field("", description="the recipe's name (informational; default: the recipe file's stem)")
+    workflow: str = Field("toy", description="harness workflow: toy | math_refine | search_route")
+    workflow_options: dict[str, Any] = Field(default_factory=dict, description="the workflow's options, e.g. {rounds: 2}")
+    retriever: Optional[str] = Field(None, description="search workflows: bm25:DIR | dense:DIR | http://HOST:PORT")
+    model: str = Field("tiny-random", description="the default model of every agent")
+    shared: bool = Field(False, description="agents with the same model share one worker group")
+    agent_defaults: dict[str, Any] = Field(default_factory=dict, description="agent settings (the agent table) applied to every agent")
+    agents: dict[str, dict[str, Any]] = Field(default_factory=dict,
+                                              description="agent name -> agent settings (the agent table), over agent_defaults")
+    steps: Int = Field(100, ge=1, description="RL iterations (one rollout batch + updates each)")
+    epochs: Optional[Float] = Field(None, description="alternative to steps: passes over the data (steps = ceil(epochs*D/P))")
+    seed: Int = Field(0, description="run seed: rollouts, shuffles, torch")
+    save_every: Int = Field(10, description="checkpoint every N steps (and at the last step); 0 = only the last")
+    keep_last: Int = Field(2, description="RL checkpoints kept (the warm-start step_0 is always kept); 0 = all")
+    torch_threads: Int = Field(1, ge=1, description="torch intra-op threads per process (1 is fastest on a busy small CPU)")
+    device: str = Field("auto", description="policy device: auto (cuda when available) | cpu | cuda[:N]")
+    tracker: str = Field("none", description="also send step metrics to: none | tensorboard | wandb (drmas_trainer.trackers)")
+    data: DataConfig = Field(default_factory=DataConfig, description="where the training prompts come from")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="how rollouts are sampled")
+    algo: AlgoConfig = Field(default_factory=AlgoConfig, description="advantages and the policy loss")
+    sft: SFTConfig = Field(default_factory=SFTConfig, description="supervised warm start (toy)")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray placement")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, d: Any) -> Any:
+        """A section left empty in YAML (``ray:`` with only comments under it) means its defaults."""
+        if isinstance(d, dict):
+            sections = {n for n, f in cls.model_fields.items() if isinstance(f.annotation, type)
+                        and issubclass(f.annotation, CoercingSchema)}
+            return {k: v for k, v in d.items() if not (v is None and k in sections)}
+        return d
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v not in ("auto", "cpu", "cuda") and not v.startswith("cuda:"):
+            raise ValueError(f"must be auto, cpu or cuda[:N], got {v!r}")
+        return v
+
+    @field_validator("agents", mode="before")
+    @classmethod
+    def _empty_agents(cls, v: Any) -> Any:
+        return {a: ({} if s is None else s) for a, s in v.items()} if isinstance(v, dict) else v
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        return _plain(self.model_dump())
 
 
 # ----------------------------------------------------------------------------------------- loading
@@ -191,76 +268,9 @@ def _plain(x: Any) -> Any:
     return x
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Coerce a YAML value to the annotated type ``tp`` (float/int/bool/str, Optional, tuple, dict)."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        return _coerce(value, args[0], where)
-    if tp is float:
-        if isinstance(value, bool):
-            raise UserError(f"{where}: expected a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise UserError(f"{where}: expected a number, got {value!r}") from None
-    if tp is int:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise UserError(f"{where}: expected an integer, got {value!r}")
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise UserError(f"{where}: expected an integer, got {value!r}") from None
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-            return value.lower() in ("true", "yes", "1")
-        raise UserError(f"{where}: expected true or false, got {value!r}")
-    if tp is str:
-        if isinstance(value, (dict, list)):
-            raise UserError(f"{where}: expected a string, got {value!r}")
-        return str(value)
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise UserError(f"{where}: expected a list of {len(args)} values, got {value!r}")
-        return tuple(_coerce(v, a, where) for v, a in zip(value, args))
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise UserError(f"{where}: expected a mapping, got {value!r}")
-        return dict(value)
-    return value
-
-
-def _build(cls: type, d: Any, where: str) -> Any:
-    """A dataclass from a mapping: unknown keys are errors that name them; values are coerced."""
-    if d is None:
-        d = {}
-    if not isinstance(d, dict):
-        raise UserError(f"{where}: expected a mapping, got {d!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(d) - set(names))
-    if unknown:
-        raise UserError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(names)}")
-    kwargs = {}
-    for k, v in d.items():
-        tp = hints[k]
-        sub = f"{where}.{k}" if where else k
-        if dataclasses.is_dataclass(tp):
-            kwargs[k] = _build(tp, v, sub)
-        elif k == "agents" and cls is TrainConfig:
-            if not isinstance(v, dict):
-                raise UserError(f"{sub}: expected a mapping of agent name -> settings")
-            for a, s in v.items():
-                _build(AgentConfig, s, f"{sub}.{a}")  # validate keys and types now
-            kwargs[k] = {str(a): dict(s or {}) for a, s in v.items()}
-        else:
-            kwargs[k] = _coerce(v, tp, sub)
-    return cls(**kwargs)
+def _agent(d: Any, where: str, prefix: str) -> AgentConfig:
+    """Agent settings from a mapping (unknown keys / bad types: one line naming ``prefix.key``)."""
+    return parse(AgentConfig, d if d is not None else {}, where, prefix=prefix)
 
 
 def recipe_path(recipe: str) -> Path:
@@ -307,89 +317,27 @@ def load_config(recipe: str | dict[str, Any], overrides: dict[str, Any] | None =
         raw, where = dict(recipe), "config"
     else:
         p = recipe_path(recipe)
-        try:
-            raw = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise UserError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raw = read_yaml(p, "recipe") or {}  # the reader of every user YAML file (size, UTF-8, alias bombs)
         if not isinstance(raw, dict):
             raise UserError(f"{p}: a recipe must be a mapping")
         raw.setdefault("recipe", p.stem)
         where = str(p)
     for k, v in (overrides or {}).items():
         _set_path(raw, k, v)
-    try:
-        cfg = _build(TrainConfig, raw, "")
-    except UserError as e:
-        raise UserError(f"{where}{' (with --set overrides)' if overrides else ''}: {e}") from None
+    where_set = f"{where}{' (with --set overrides)' if overrides else ''}"
+    cfg = parse(TrainConfig, raw, where_set)
+    _agent(cfg.agent_defaults, where_set, "agent_defaults")  # unknown keys / bad types, named where they are set
+    for agent, settings in cfg.agents.items():
+        _agent(settings, where_set, f"agents.{agent}")
     validate(cfg, where)
     return cfg
 
 
 def validate(cfg: TrainConfig, where: str = "config") -> None:
-    """Value checks that the types cannot express; each error is one line naming the key."""
-    from drmas_trainer.advantages import ESTIMATORS
-    from drmas_trainer.losses import AGG_MODES
-
-    a, r = cfg.algo, cfg.rollout
-    if a.estimator not in ESTIMATORS:
-        raise UserError(f"{where}: algo.estimator {a.estimator!r} unknown; known: {', '.join(sorted(ESTIMATORS))}")
-    if a.loss not in ("ppo", "gspo"):
-        raise UserError(f"{where}: algo.loss must be ppo or gspo, got {a.loss!r}")
-    if a.agg is not None and a.agg not in AGG_MODES:
-        raise UserError(f"{where}: algo.agg must be one of {', '.join(AGG_MODES)}, got {a.agg!r}")
-    if a.single_row not in ("reference", "zero"):
-        raise UserError(f"{where}: algo.single_row must be reference or zero, got {a.single_row!r}")
-    if a.dual_clip is not None and a.dual_clip <= 1.0:
-        raise UserError(f"{where}: algo.dual_clip must be > 1 (or null), got {a.dual_clip}")
-    for name, v in (("algo.ppo_epochs", a.ppo_epochs), ("algo.mini_batches", a.mini_batches),
-                    ("rollout.prompts_per_step", r.prompts_per_step), ("rollout.n", r.n),
-                    ("rollout.max_new_tokens", r.max_new_tokens), ("steps", cfg.steps)):
-        if v < 1:
-            raise UserError(f"{where}: {name} must be at least 1, got {v}")
-    if cfg.ray.gpus_per_worker < 0 or cfg.ray.timeout_s <= 0:
-        raise UserError(f"{where}: ray.gpus_per_worker must be >= 0 and ray.timeout_s > 0")
-    if cfg.torch_threads < 1:
-        raise UserError(f"{where}: torch_threads must be at least 1")
-    if cfg.device not in ("auto", "cpu", "cuda") and not cfg.device.startswith("cuda:"):
-        raise UserError(f"{where}: device must be auto, cpu or cuda[:N], got {cfg.device!r}")
-    defaults = _build(AgentConfig, dict(cfg.agent_defaults), "agent_defaults")  # unknown keys / bad types
-    check_lr(defaults.lr, f"{where}: agent_defaults.lr")  # named where it is set, before the agents inherit it
-    check_lr(cfg.sft.lr, f"{where}: sft.lr")
+    """What the schema cannot see alone: each agent's settings merged over ``agent_defaults``
+    (e.g. an optimizer from the defaults with an agent's offload); one line naming the agent."""
     for agent in cfg.agents:
-        _check_agent(_build(AgentConfig, {**cfg.agent_defaults, **cfg.agents[agent]}, f"agents.{agent}"),
-                     f"{where}: agents.{agent}")
-    if not 0.0 <= cfg.sft.solver_accuracy <= 1.0 or not 0.0 <= cfg.sft.checker_accuracy <= 1.0:
-        raise UserError(f"{where}: sft.solver_accuracy and sft.checker_accuracy must be within [0, 1]")
-
-
-def check_lr(lr: float, key: str) -> None:
-    """A learning rate must be a finite number >= 0 (0 = the weights never move); NaN, infinite or
-    negative ones fail here, as one line naming ``key``, instead of inside the optimiser."""
-    if not (math.isfinite(lr) and lr >= 0.0):
-        raise UserError(f"{key} must be a finite number >= 0, got {lr}")
-
-
-def _check_agent(ac: AgentConfig, where: str) -> None:
-    check_lr(ac.lr, f"{where}.lr")
-    if ac.engine not in ENGINES:  # the engine registry is the one list of backends
-        raise UserError(f"{where}.engine must be hf or sglang, got {ac.engine!r}")
-    if ac.engine == "openai":
-        raise UserError(f"{where}.engine: openai serves remote models whose weights cannot be trained here; use hf or sglang")
-    if ac.dtype not in ("float32", "bfloat16"):
-        raise UserError(f"{where}.dtype must be float32 or bfloat16, got {ac.dtype!r}")
-    if ac.micro_batch_size < 1:
-        raise UserError(f"{where}.micro_batch_size must be at least 1")
-    if ac.logprob_chunk < 0 or ac.sync_bucket_mb < 1:
-        raise UserError(f"{where}: logprob_chunk must be >= 0 (0 = full logits) and sync_bucket_mb >= 1")
-    if ac.optimizer not in OPTIMIZERS:
-        raise UserError(f"{where}.optimizer must be one of {', '.join(OPTIMIZERS)}, got {ac.optimizer!r}")
-    if ac.optimizer_offload not in OFFLOADS:
-        raise UserError(f"{where}.optimizer_offload must be one of {', '.join(OFFLOADS)}, got {ac.optimizer_offload!r}")
-    if ac.optimizer != "adamw" and ac.optimizer_offload != "none":
-        raise UserError(f"{where}: optimizer_offload {ac.optimizer_offload} works with optimizer adamw only")
-    bad = sorted(set(ac.sampling) - {"temperature", "top_p", "max_new_tokens"})
-    if bad:
-        raise UserError(f"{where}.sampling: unknown key(s) {', '.join(bad)}; allowed: max_new_tokens, temperature, top_p")
+        _agent({**cfg.agent_defaults, **cfg.agents[agent]}, where, f"agents.{agent}")
 
 
 # ----------------------------------------------------------------------------------------- worker groups
@@ -406,10 +354,9 @@ class WorkerGroupPlan:
 
 def agent_config(cfg: TrainConfig, agent: str) -> AgentConfig:
     """The effective settings of ``agent``: AgentConfig defaults < agent_defaults < agents[agent]."""
-    base = _build(AgentConfig, {**cfg.agent_defaults, **cfg.agents.get(agent, {})}, f"agents.{agent}")
+    base = _agent({**cfg.agent_defaults, **cfg.agents.get(agent, {})}, "config", f"agents.{agent}")  # checked
     if base.model is None:
-        base = dataclasses.replace(base, model=cfg.model)
-    _check_agent(base, f"agents.{agent}")
+        base = base.model_copy(update={"model": cfg.model})
     return base
 
 

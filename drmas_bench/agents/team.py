@@ -20,7 +20,10 @@ gives an agent its own model (agents naming the same model share one worker grou
 where DIR holds a ``team.yaml`` (what the trainer writes) rebuilds the trained team, with model paths
 relative to DIR; such a file also records the prompts (inline), protocol options and retriever
 (kind and index identity) the team was trained with (a prompts path there must stay inside DIR).
-Unknown keys and unknown agents are errors that name them.
+The file is parsed by :class:`TeamFileSchema` (pydantic, drmas_bench/schema.py; ``drmas-bench
+config-schema team`` lists every key): unknown keys, wrong types and values out of range are one line
+naming the file and the key path; unknown agents and worker groups are checked against the workflow
+after that.
 
 Trust (docs/security.md): a team file the user passes with ``--team`` is trusted like a flag. A
 ``team.yaml`` found inside a ``--model`` folder is data: it may not set anything that runs code or
@@ -32,19 +35,20 @@ file is refused with one line naming the flag that allows it. ``api_key_env: NAM
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from drmas_bench.yamlfile import read_yaml
+from pydantic import Field, field_validator, model_validator
 
 from drmas_bench.engines import ENGINES
+from drmas_bench.schema import ModelOnEngine, SamplingSchema, Schema, parse, sampling_overrides
 from drmas_bench.store import safe_name
 from drmas_bench.types import Sampling, UserError
-from drmas_bench.workflows.protocol import ProtocolOptions
+from drmas_bench.workflows.protocol import ProtocolSchema
+from drmas_bench.yamlfile import read_yaml
 
 ENGINE_KINDS = tuple(ENGINES)  # the engine registry is the one list of backends
 # what only the user's own flags or an explicit --team file may set -> the flag that allows it
@@ -60,10 +64,77 @@ TRUSTED_ONLY_OPTIONS = {
     "base_url": "--team (or --base-url)",
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_WG_KEYS = {"model", "engine", "price", "base_url", "api_key_env", "options"}
-_TEAM_KEYS = {"workflow", "sampling", "worker_groups", "agents", "workflow_options", "trained",
-              "prompts", "protocol", "retriever"}
-_SAMPLING_KEYS = {"temperature", "top_p", "max_new_tokens", "enable_thinking"}
+
+
+class WorkerGroupSchema(ModelOnEngine):
+    """One entry under a team file's ``worker_groups:`` (a bare string is the model)."""
+
+    price: Optional[str] = Field(None, min_length=1, description="key in the price sheet (default: the model's name)")
+    base_url: Optional[str] = Field(None, min_length=1, description="engine openai: the server's URL (http:// or https://)")
+    api_key_env: Optional[str] = Field(
+        None, min_length=1, description="engine openai: environment variable whose key is sent to this base_url")
+    options: Optional[dict[str, Any]] = Field(
+        None, description="engine options (max_batch, dtype, device, ...; each engine's own list: docs/engines.md)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"model": v} if isinstance(v, str) else v
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v and not v.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https://, got {v!r}")
+        return v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v and not _ENV_NAME.fullmatch(v):
+            raise ValueError(f"must name an environment variable, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _openai_only(self) -> "WorkerGroupSchema":
+        if (self.base_url or self.api_key_env) and self.engine != "openai":
+            raise ValueError(f"base_url and api_key_env are for engine: openai, not {self.engine}")
+        return self
+
+
+class AgentSchema(Schema):
+    """One entry under a team file's ``agents:`` (a bare string is the worker group)."""
+
+    wg: str = Field(min_length=1, description="the worker group serving this agent")
+    sampling: Optional[SamplingSchema] = Field(None, description="this agent's sampling overrides")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"wg": v} if isinstance(v, str) else v
+
+
+class TeamFileSchema(Schema):
+    """A team file (``--team FILE``, or the team.yaml the trainer writes into a checkpoint)."""
+
+    workflow: Optional[str] = Field(None, min_length=1, description="workflow (default: the suite's)")
+    sampling: Optional[SamplingSchema] = Field(None, description="sampling overrides for every agent")
+    worker_groups: Optional[dict[str, WorkerGroupSchema]] = Field(
+        None, description="name -> worker group: one model on one engine (a string: just the model)")
+    agents: Optional[dict[str, AgentSchema]] = Field(
+        None, description="each workflow agent -> its worker group name, or {wg, sampling}")
+    workflow_options: Optional[dict[str, Any]] = Field(None, description="the workflow's options, e.g. {rounds: 2}")
+    prompts: Any = Field(None, description="role prompts: a prompts file relative to this one, or inline (docs/protocol.md)")
+    protocol: Optional[ProtocolSchema] = Field(None, description="prompt-length limit and truncation side")
+    retriever: Optional[dict[str, Any]] = Field(None, description="written by the trainer: the retriever trained with {kind, identity}")
+    trained: Optional[dict[str, Any]] = Field(None, description="written by the trainer: provenance of the checkpoint")
+
+    @field_validator("prompts")
+    @classmethod
+    def _prompts_kind(cls, v: Any) -> Any:
+        if v is not None and not isinstance(v, (str, dict)):
+            raise ValueError("must be a file name or a mapping")
+        return v
 
 
 @dataclass
@@ -137,40 +208,10 @@ def _redacted(g: dict[str, Any]) -> dict[str, Any]:
     return g
 
 
-def _mapping(d: Any, where: str, what: str) -> dict:
-    if d is None:
-        return {}
-    if not isinstance(d, dict):
-        raise UserError(f"{where}: {what} must be a mapping, got {type(d).__name__} {d!r}"[:300])
-    return d
-
-
-def _string(v: Any, where: str) -> str:
-    if not isinstance(v, str) or not v:
-        raise UserError(f"{where}: expected a non-empty string, got {v!r}")
-    return v
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def validate_sampling(d: dict[str, Any], where: str) -> dict[str, Any]:
-    """Check sampling values (team files and flags alike): temperature a finite number >= 0,
-    top_p in (0, 1], max_new_tokens an integer >= 1, top_k an integer (-1 = off), booleans boolean.
+    """Check sampling values (flags and EvalConfig) with the team files' :class:`SamplingSchema`.
     Returns ``d``; a bad value is one UserError naming ``where`` and the key."""
-    defaults = asdict(Sampling())
-    for key, v in d.items():
-        if key == "temperature" and not (_is_number(v) and v >= 0):
-            raise UserError(f"{where}: temperature must be a finite number >= 0, got {v!r}")
-        if key == "top_p" and not (_is_number(v) and 0 < v <= 1):
-            raise UserError(f"{where}: top_p must be a number in (0, 1], got {v!r}")
-        if key == "max_new_tokens" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-            raise UserError(f"{where}: max_new_tokens must be an integer >= 1, got {v!r}")
-        if key == "top_k" and not (isinstance(v, int) and not isinstance(v, bool) and (v == -1 or v >= 1)):
-            raise UserError(f"{where}: top_k must be an integer >= 1 (or -1: off), got {v!r}")
-        if isinstance(defaults.get(key), bool) and not isinstance(v, bool):
-            raise UserError(f"{where}: {key} must be true or false, got {v!r}")
+    sampling_overrides(d, where)
     return d
 
 
@@ -207,84 +248,46 @@ def check_engine_options(team: "TeamSpec") -> None:
                             f"its options: {', '.join(sorted(valid))}")
 
 
-def _check_keys(d: dict, allowed: set[str], where: str) -> None:
-    unknown = sorted(set(d) - allowed)
-    if unknown:
-        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-
-
-def _sampling(d: Any, where: str) -> dict[str, Any]:
-    d = _mapping(d, where, "sampling")
-    _check_keys(d, _SAMPLING_KEYS, where)
-    return validate_sampling(dict(d), f"{where}: sampling")
-
-
 def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], default_workflow: str,
                    where: str = "team", base_dir: Path | None = None, inside: bool = False) -> TeamSpec:
-    """Validate a team mapping against the workflow's agents."""
+    """Validate a team mapping (:class:`TeamFileSchema`) against the workflow's agents."""
     if not isinstance(d, dict):
         raise UserError(f"{where}: a team file must be a mapping")
-    _check_keys(d, _TEAM_KEYS, where)
+    f = parse(TeamFileSchema, d, where)
     groups = {}
-    for name, g in _mapping(d.get("worker_groups"), where, "worker_groups").items():
+    for name, g in (f.worker_groups or {}).items():
         safe_name(name, f"{where}: worker group")
-        gw = f"{where}: worker group {name!r}"
-        if isinstance(g, str):
-            g = {"model": g}
-        if not isinstance(g, dict) or "model" not in g:
-            raise UserError(f"{gw} needs a `model`")
-        _check_keys(g, _WG_KEYS, gw)
-        if g.get("engine", "hf") not in ENGINE_KINDS:
-            raise UserError(f"{gw}: unknown engine {g['engine']!r}; known: {', '.join(ENGINE_KINDS)}")
-        for key in ("model", "price", "base_url", "api_key_env"):
-            if key in g and (key == "model" or g[key] is not None):
-                _string(g[key], f"{gw}: {key}")
-        if g.get("base_url") and not str(g["base_url"]).startswith(("http://", "https://")):
-            raise UserError(f"{gw}: base_url must start with http:// or https://, got {g['base_url']!r}")
-        if g.get("api_key_env") and not _ENV_NAME.fullmatch(g["api_key_env"]):
-            raise UserError(f"{gw}: api_key_env must name an environment variable, got {g['api_key_env']!r}")
-        if (g.get("base_url") or g.get("api_key_env")) and g.get("engine", "hf") != "openai":
-            raise UserError(f"{gw}: base_url and api_key_env are for engine: openai, not {g.get('engine', 'hf')}")
-        g = {**g, "options": dict(_mapping(g.get("options"), gw, "options"))}
-        model = str(g["model"])
+        model = g.model
         if base_dir is not None and not Path(model).is_absolute() and (base_dir / model).exists():
             model = str(base_dir / model)
-        groups[name] = WorkerGroupSpec(name=name, **{**g, "model": model})
+        groups[name] = WorkerGroupSpec(name=name, model=model, engine=g.engine, price=g.price, base_url=g.base_url,
+                                       api_key_env=g.api_key_env, options=dict(g.options or {}))
     agents, agent_sampling = {}, {}
-    for agent, v in _mapping(d.get("agents"), where, "agents").items():
+    for agent, v in (f.agents or {}).items():
         if agent not in agents_of_workflow:
-            raise UserError(f"{where}: unknown agent {agent!r} for this workflow; its agents: {', '.join(agents_of_workflow)}")
-        if isinstance(v, dict):
-            _check_keys(v, {"wg", "sampling"}, f"{where}: agent {agent!r}")
-            wg = v.get("wg")
-            agent_sampling[agent] = _sampling(v.get("sampling"), f"{where}: agent {agent!r}")
-        else:
-            wg = v
-        if wg not in groups:
-            raise UserError(f"{where}: agent {agent!r} uses unknown worker group {wg!r}; defined: {', '.join(groups) or 'none'}")
-        agents[agent] = wg
+            raise UserError(f"{where}: agents.{agent}: unknown agent {agent!r} for this workflow; "
+                            f"its agents: {', '.join(agents_of_workflow)}")
+        if v.sampling is not None:
+            agent_sampling[agent] = v.sampling.model_dump(exclude_unset=True)
+        if v.wg not in groups:
+            raise UserError(f"{where}: agents.{agent}: agent {agent!r} uses unknown worker group {v.wg!r}; "
+                            f"defined: {', '.join(groups) or 'none'}")
+        agents[agent] = v.wg
     missing = [a for a in agents_of_workflow if a not in agents]
     if missing:
-        raise UserError(f"{where}: no worker group for agent(s) {', '.join(missing)}")
-    prompts, prompts_source = _prompts(d.get("prompts"), where, base_dir, inside)
-    protocol = ProtocolOptions.from_dict(d.get("protocol"), where).to_dict()  # checked here, named by file
-    retriever = d.get("retriever")
-    if retriever is not None and not isinstance(retriever, dict):
-        raise UserError(f"{where}: retriever: must be a mapping (kind, identity)")
-    if d.get("workflow") is not None:
-        _string(d["workflow"], f"{where}: workflow")
-    _mapping(d.get("trained"), where, "trained")
+        raise UserError(f"{where}: agents: no worker group for agent(s) {', '.join(missing)}")
+    prompts, prompts_source = _prompts(f.prompts, where, base_dir, inside)
     return TeamSpec(
-        workflow=d.get("workflow") or default_workflow,
+        workflow=f.workflow or default_workflow,
         agents=agents,
         worker_groups=groups,
-        sampling=_sampling(d.get("sampling"), where),
+        sampling=f.sampling.model_dump(exclude_unset=True) if f.sampling else {},
         agent_sampling=agent_sampling,
-        workflow_options=dict(_mapping(d.get("workflow_options"), where, "workflow_options")),
+        workflow_options=dict(f.workflow_options or {}),
         prompts=prompts,
         prompts_source=prompts_source,
-        protocol=protocol,
-        retriever=dict(retriever) if retriever else None,
+        protocol=f.protocol.model_dump(exclude_none=True) if f.protocol else {},
+        retriever=dict(f.retriever) if f.retriever else None,
     )
 
 
@@ -295,8 +298,6 @@ def _prompts(v: Any, where: str, base_dir: Path | None, inside: bool) -> tuple[d
         return None, None
     if isinstance(v, dict):
         return v, where
-    if not isinstance(v, str):
-        raise UserError(f"{where}: prompts: must be a file name or a mapping")
     p = Path(v) if base_dir is None or Path(v).is_absolute() else base_dir / v
     if inside and base_dir is not None and not p.resolve().is_relative_to(base_dir.resolve()):
         raise UserError(f"{where}: prompts: {v!r} is outside the checkpoint folder")

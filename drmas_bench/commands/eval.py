@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--model", help="model for every agent: alias (smollm2-135m-instruct, tiny-random), local dir, "
                                    "hub id, or a checkpoint dir holding team.yaml")
     g.add_argument("--model-for", action="append", metavar="AGENT=MODEL", help="give one agent its own model (repeatable)")
-    g.add_argument("--team", help="team YAML file (see docs/teams.md)")
+    g.add_argument("--team", help="team YAML file (keys: `drmas-bench config-schema team`, docs/teams.md)")
     g.add_argument("--engine", choices=list(ENGINES), help="engine of every worker group (default hf; with a team file: its own)")
     g.add_argument("--base-url", help="OpenAI-compatible server URL for --engine openai")
     g.add_argument("--tokenizer", help="--engine openai with --model/--model-for: a local tokenizer (folder, alias, cached hub id) to template "
@@ -45,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--workflow", help="workflow name (default: the team file's, else the suite's: math_refine, "
                                       "search_route, toy)")
     g.add_argument("--prompts", metavar="FILE", help="prompt templates YAML replacing the packaged ones (all or some "
-                                                     "roles; see docs/protocol.md); overrides a team file's prompts")
+                                                     "roles; keys: `drmas-bench config-schema prompts`, docs/protocol.md); "
+                                                     "overrides a team file's prompts")
     g.add_argument("--max-prompt-tokens", type=int, metavar="N",
                    help="prompt-length limit in tokens, 0 = none (default: math 8192 cut in the middle, "
                         "search 4096 cut from the left, as the reference)")
@@ -74,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("run")
     g.add_argument("--out", "--output-dir", dest="out", help="run directory (default: runs/<suite>-<model>-<config hash>)")
     g.add_argument("--fresh", action="store_true", help="discard an existing run in --out instead of resuming")
-    g.add_argument("--prices", help="price sheet YAML for $ columns (see docs/pricing.md)")
+    g.add_argument("--prices", help="price sheet YAML for $ columns (keys: `drmas-bench config-schema prices`, docs/pricing.md)")
     g.add_argument("--concurrency", type=int, default=256, help="episodes in flight (default 256)")
     g.add_argument("--max-batch", type=int, help="engine micro-batch size (default 32; a team file's own)")
     g.add_argument("--pool", default="local", choices=["local", "ray"],

@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="run seed (default: the recipe's)")
     p.add_argument("--data-dir", help="benchmark / training-set files (layout of `drmas-bench data list`); "
                                       "sets data.data_dir (default $DRMAS_DATA_DIR, else the hub)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key (repeatable)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key, e.g. rollout.n=4 (repeatable; every key: `drmas-bench config-schema train`)")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest complete checkpoint")
     p.add_argument("--fresh", action="store_true", help="delete the run directory's checkpoints and metrics first")
     g = p.add_mutually_exclusive_group()

@@ -36,8 +36,11 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal, Optional
 
+from pydantic import Field
+
+from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
 
 # ------------------------------------------------------------------------------ tags and parsing
@@ -237,9 +240,7 @@ def default_templates(workflow: str) -> Templates:
     return _packaged(workflow)
 
 
-def _check(template: Any, allowed: set[str], required: set[str], where: str, what: str) -> str:
-    if not isinstance(template, str):
-        raise UserError(f"{where}: {what}: must be a string")
+def _check(template: str, allowed: set[str], required: set[str], where: str, what: str) -> str:
     used = set(_PH.findall(template))
     unknown = sorted(used - allowed)
     if unknown:
@@ -251,29 +252,36 @@ def _check(template: Any, allowed: set[str], required: set[str], where: str, wha
     return template
 
 
+class PromptsFileSchema(Schema):
+    """A prompts file (``--prompts FILE``, a team file's ``prompts:``); every key optional."""
+
+    workflow: Optional[str] = Field(None, description="the workflow the prompts are for (checked against the run's)")
+    system: Optional[str] = Field(None, description="the fixed system line of every call")
+    roles: Optional[dict[str, str]] = Field(
+        None, description="agent -> its prompt; placeholders {{name}} (per workflow: docs/protocol.md)")
+    parts: Optional[dict[str, str]] = Field(
+        None, description="how context pieces are rendered inside the role prompts (history_entry, ...)")
+
+
 def _merge(base: Templates, d: Any, *, where: str, source: str, complete: bool = False) -> Templates:
     """`base` with the system line / roles / parts that mapping `d` replaces, validated."""
     wf = base.workflow
     if not isinstance(d, dict):
         raise UserError(f"{where}: a prompts file must be a mapping with `roles:` (and optionally `system:`, `parts:`)")
-    unknown = sorted(set(d) - {"workflow", "system", "roles", "parts"})
-    if unknown:
-        raise UserError(f"{where}: unknown key {unknown[0]!r}; allowed: workflow, system, roles, parts")
-    if d.get("workflow") not in (None, wf):
-        raise UserError(f"{where}: prompts are for workflow {d['workflow']!r}, this run uses {wf!r}")
+    f = parse(PromptsFileSchema, d, where)
+    if f.workflow not in (None, wf):
+        raise UserError(f"{where}: workflow: prompts are for workflow {f.workflow!r}, this run uses {wf!r}")
     roles, parts = dict(base.roles), dict(base.parts)
     spec = PLACEHOLDERS[wf]
-    for role, text in (d.get("roles") or {}).items():
+    for role, text in (f.roles or {}).items():
         if role not in spec:
-            raise UserError(f"{where}: unknown role {role!r} for workflow {wf}; roles: {', '.join(spec)}")
-        roles[role] = _check(text, *spec[role], where, f"role {role}")
-    for part, text in (d.get("parts") or {}).items():
+            raise UserError(f"{where}: roles.{role}: unknown role {role!r} for workflow {wf}; roles: {', '.join(spec)}")
+        roles[role] = _check(text, *spec[role], where, f"roles.{role}")
+    for part, text in (f.parts or {}).items():
         if part not in PARTS:
-            raise UserError(f"{where}: unknown part {part!r}; parts: {', '.join(PARTS)}")
-        parts[part] = _check(text, PARTS[part], set(), where, f"part {part}")
-    system = d.get("system", base.system)
-    if not isinstance(system, str):
-        raise UserError(f"{where}: system: must be a string")
+            raise UserError(f"{where}: parts.{part}: unknown part {part!r}; parts: {', '.join(PARTS)}")
+        parts[part] = _check(text, PARTS[part], set(), where, f"parts.{part}")
+    system = base.system if f.system is None else f.system
     if complete:
         lacking = [r for r in spec if r not in roles] + [p for p in PARTS if p not in parts]
         if lacking:
@@ -313,6 +321,15 @@ def chat(tpl: Templates, role: str, **values: Any) -> list[dict[str, str]]:
     return [{"role": "system", "content": tpl.system}, {"role": "user", "content": render(tpl.roles[role], **values)}]
 
 
+class ProtocolSchema(Schema):
+    """A team file's ``protocol:`` entry (also recorded in a trained checkpoint's team.yaml)."""
+
+    max_prompt_tokens: Optional[int] = Field(
+        None, ge=0, description="limit on the chat-templated prompt tokens (null = the workflow's reference limit; 0 = none)")
+    truncate: Optional[Literal[TRUNCATE_SIDES]] = Field(
+        None, description="which tokens go when a prompt is longer: left | middle | right (null = the workflow's side)")
+
+
 @dataclass
 class ProtocolOptions:
     """Per-run protocol options (team file ``protocol:`` entry, ``--max-prompt-tokens``).
@@ -328,19 +345,9 @@ class ProtocolOptions:
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> "ProtocolOptions":
-        if d is None:
-            return cls()
-        if not isinstance(d, dict):
-            raise UserError(f"{where}: protocol: must be a mapping (max_prompt_tokens, truncate)")
-        unknown = sorted(set(d) - {"max_prompt_tokens", "truncate"})
-        if unknown:
-            raise UserError(f"{where}: protocol: unknown key {unknown[0]!r}; allowed: max_prompt_tokens, truncate")
-        m, t = d.get("max_prompt_tokens"), d.get("truncate")
-        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 0):
-            raise UserError(f"{where}: protocol: max_prompt_tokens must be a whole number >= 0 (0 = no limit)")
-        if t is not None and t not in TRUNCATE_SIDES:
-            raise UserError(f"{where}: protocol: truncate must be one of {', '.join(TRUNCATE_SIDES)}")
-        return cls(m, t)
+        """Options from a team file's ``protocol:`` mapping (:class:`ProtocolSchema`); None = defaults."""
+        p = parse(ProtocolSchema, d or {}, where, prefix="protocol")
+        return cls(p.max_prompt_tokens, p.truncate)
 
     def resolve(self, workflow: str) -> tuple[int | None, str]:
         """(max_prompt_tokens or None for no limit, truncation side) for `workflow`."""

@@ -1,0 +1,294 @@
+"""One schema library for every file a user writes: team files, price sheets, prompts files and the
+trainer config are pydantic (v2) models; this module holds the shared pieces.
+
+- :class:`Schema`: the base model (unknown keys are errors, no silent coercion of strings to numbers).
+- :func:`parse`: validate a mapping against a schema; the first problem becomes one
+  :class:`~drmas_bench.types.UserError` line ``WHERE: key.path: what is wrong, got VALUE`` (never a
+  multi-line pydantic dump). An unknown key names itself and lists the allowed ones.
+- :class:`SamplingSchema` / :class:`TrainSamplingSchema`: the per-agent sampling overrides that team
+  files (eval) and the trainer config share; :class:`ModelOnEngine`: the worker-group core (one
+  model on one engine) that a team file's worker group and a trainer agent both extend.
+- :func:`fields_table` / :func:`markdown_table`: every field with its type, default and
+  description, for ``drmas-bench config-schema`` and the tables in docs/ (tests/test_schema.py
+  checks that the docs match).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Optional
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from drmas_bench.types import UserError
+
+
+class Schema(BaseModel):
+    """Base of every user-file schema: unknown keys are errors; values are taken as YAML gives them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _no_bool(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError(f"expected a number, got {v!r}")
+    return v
+
+
+#: numbers that may arrive as strings (YAML 1.1 reads ``1e-6`` as one; ``--set`` values) but never as booleans
+Float = Annotated[float, BeforeValidator(_no_bool)]
+Int = Annotated[int, BeforeValidator(_no_bool)]
+
+
+def _finite_nonneg(v: float) -> float:
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"must be a finite number >= 0, got {v!r}")
+    return v
+
+
+#: a rate (learning rate, ...): finite and >= 0; NaN, infinite or negative values are one line naming the key
+Rate = Annotated[float, BeforeValidator(_no_bool), AfterValidator(_finite_nonneg)]
+#: config of schemas whose values are coerced (the trainer config: recipes and ``--set`` overrides)
+COERCING = ConfigDict(extra="forbid", strict=False, coerce_numbers_to_str=True)
+
+
+class CoercingSchema(Schema):
+    """Base of the trainer config sections: like :class:`Schema`, but ``"1e-6"`` is a float, ``"true"``
+    a boolean and ``7`` a string where the field wants one (use :data:`Float` / :data:`Int` for numbers)."""
+
+    model_config = COERCING
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+class _DictOf:
+    """A ``dict[str, Model]`` level (its keys are names the user chose, its values ``model``)."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.model = model
+
+
+def _inner_model(tp: Any) -> Any:
+    """The model inside a field's annotation: ``Model``, ``Model | None`` -> Model; ``dict[str, Model]``
+    -> _DictOf(Model); anything else -> None."""
+    import typing
+
+    if _is_model(tp):
+        return tp
+    for arg in typing.get_args(tp):
+        found = _inner_model(arg)
+        if found is not None:
+            return _DictOf(found) if typing.get_origin(tp) is dict else found
+    return None
+
+
+def _allowed_at(schema: Any, loc: tuple) -> list[str] | None:
+    """The field names of the (nested) model at ``loc`` (a pydantic error location), if known."""
+    cur: Any = schema
+    for part in loc:
+        if isinstance(cur, _DictOf):  # the part is a mapping key: its value is the model
+            cur = cur.model
+        elif _is_model(cur) and part in cur.model_fields:
+            cur = _inner_model(cur.model_fields[part].annotation)
+        else:
+            return None
+    return sorted(cur.model_fields) if _is_model(cur) else None
+
+
+def _loc(loc: tuple) -> str:
+    """A pydantic location as a key path; the synthetic parts pydantic adds for unions/functions go."""
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+
+
+def error_line(e: ValidationError, schema: Any = None, prefix: str = "") -> str:
+    """The first error of ``e`` as ``key.path: problem, got VALUE`` (one line)."""
+    errors = e.errors(include_url=False)
+    err = next((x for x in errors if x.get("type") == "extra_forbidden"), errors[0])  # unknown keys first
+    loc, kind, msg = tuple(err.get("loc", ())), err.get("type", ""), str(err.get("msg", ""))
+    path = ".".join(p for p in (prefix, _loc(loc)) if p)
+    if kind == "extra_forbidden":
+        allowed = _allowed_at(schema, loc[:-1]) if schema is not None else None
+        text = "unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+    elif kind == "missing":
+        text = "required but missing"
+    elif kind in ("value_error", "assertion_error"):
+        text = msg.split(", ", 1)[1] if msg.startswith(("Value error, ", "Assertion failed, ")) else msg
+    else:
+        msg = re.sub(r" or instance of \w+", "", msg.replace("Input should be", "must be"))
+        msg = msg.replace("a valid dictionary", "a mapping").replace("a valid list", "a list")
+        msg = msg.replace("a valid boolean", "true or false")
+        text = f"{msg}, got {err.get('input')!r}"
+    line = f"{path}: {text}" if path else text
+    return " ".join(line.split())[:400]
+
+
+def parse(schema: type[BaseModel], data: Any, where: str, prefix: str = "") -> Any:
+    """``data`` validated as ``schema``; else one UserError naming ``where`` and the key path
+    (``prefix`` + the error's location)."""
+    try:
+        return schema.model_validate(data)
+    except ValidationError as e:
+        raise UserError(f"{where}: {error_line(e, schema, prefix)}") from None
+
+
+# ------------------------------------------------------------------------------ shared schemas
+
+
+class TrainSamplingSchema(Schema):
+    """Sampling overrides the trainer accepts per agent (the eval ones add ``enable_thinking``)."""
+
+    temperature: Optional[float] = Field(None, ge=0, allow_inf_nan=False,
+                                         description="sampling temperature (0 = greedy), a finite number >= 0")
+    top_p: Optional[float] = Field(None, gt=0, le=1, description="nucleus sampling mass, in (0, 1]")
+    max_new_tokens: Optional[int] = Field(None, ge=1, description="completion tokens per call, >= 1")
+
+
+class SamplingSchema(TrainSamplingSchema):
+    """A team file's ``sampling:`` (team-wide or per agent): only the keys given override."""
+
+    enable_thinking: Optional[bool] = Field(None, description="Qwen3 chat-template thinking switch (true | false)")
+
+
+def sampling_overrides(data: Any, where: str, schema: type[Schema] = SamplingSchema, prefix: str = "") -> dict[str, Any]:
+    """The keys a sampling mapping sets, validated (None or {} -> {}); errors name ``prefix.key``."""
+    return parse(schema, data or {}, where, prefix=prefix).model_dump(exclude_unset=True)
+
+
+class ModelOnEngine(Schema):
+    """The worker-group core shared by eval and training: one model served by one engine."""
+
+    model: str = Field(min_length=1, description="model alias, local folder or hub id")
+    engine: str = Field("hf", description="inference engine, a name in the engine registry (drmas_bench.engines.ENGINES)")
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str) -> str:
+        from drmas_bench.engines import ENGINES
+
+        if v not in ENGINES:
+            raise ValueError(f"unknown engine {v!r}; known: {', '.join(ENGINES)}")
+        return v
+
+
+# ------------------------------------------------------------------------------ describing schemas
+
+#: the user-written configs: name -> sections (title, "module:Schema"); imported lazily (the modules
+#: import this one). ``drmas-bench config-schema NAME`` prints them; docs/ embeds them.
+CONFIG_SCHEMAS: dict[str, tuple[tuple[str, str], ...]] = {
+    "team": (("team file (--team FILE, a checkpoint's team.yaml)", "drmas_bench.agents.team:TeamFileSchema"),),
+    "prices": (("price sheet (--prices FILE)", "drmas_bench.pricing:PriceSheetSchema"),),
+    "prompts": (("prompts file (--prompts FILE, a team file's prompts:)", "drmas_bench.workflows.protocol:PromptsFileSchema"),),
+    "train": (("trainer config (--recipe NAME|FILE, --set KEY=VALUE)", "drmas_trainer.config:TrainConfig"),
+              ("agent settings (agent_defaults: and agents.NAME:)", "drmas_trainer.config:AgentConfig")),
+}
+
+
+def config_schema(name: str) -> list[tuple[str, Any]]:
+    """The (title, schema class) sections of config ``name`` (a key of :data:`CONFIG_SCHEMAS`)."""
+    import importlib
+
+    if name not in CONFIG_SCHEMAS:
+        raise UserError(f"unknown config {name!r}; known: {', '.join(CONFIG_SCHEMAS)}")
+    out = []
+    for title, ref in CONFIG_SCHEMAS[name]:
+        module, attr = ref.split(":")
+        out.append((title, getattr(importlib.import_module(module), attr)))
+    return out
+
+
+def _type_name(tp: Any) -> str:
+    import types
+    import typing
+
+    if tp is type(None):
+        return "null"
+    if tp is Any:
+        return "any"
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _type_name(typing.get_args(tp)[0])
+    if origin is not None:
+        args = typing.get_args(tp)
+        if origin in (typing.Union, types.UnionType):
+            return " | ".join(_type_name(a) for a in args)
+        if origin is typing.Literal:
+            return " | ".join(str(a) for a in args)
+        name = {dict: "mapping", list: "list", tuple: "list"}.get(origin, getattr(origin, "__name__", str(origin)))
+        if origin is dict:
+            return f"mapping of {_type_name(args[1])}" if args else name
+        return f"{name}[{', '.join(_type_name(a) for a in args)}]" if args else name
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return "mapping"
+    return {dict: "mapping", str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _shown(default: Any) -> str:
+    """A default as YAML writes it (null, true, hf, [0.9, 0.999])."""
+    import yaml
+
+    if isinstance(default, tuple):
+        default = list(default)
+    return yaml.safe_dump(default, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+
+
+def fields_table(schema: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(key path, type, default, description) of every field; nested schemas are expanded in place
+    (a ``mapping of Schema`` as ``key.NAME.field``)."""
+    import typing
+
+    rows: list[tuple[str, str, str, str]] = []
+    for name, f in schema.model_fields.items():
+        key = f"{prefix}{name}"
+        default = f.get_default(call_default_factory=True)
+        shown = "required" if f.is_required() else ("" if isinstance(default, BaseModel) else _shown(default))
+        inner = _inner_model(f.annotation)
+        if inner is None:
+            rows.append((key, _type_name(f.annotation), shown, f.description or ""))
+            continue
+        nullable = " | null" if type(None) in typing.get_args(f.annotation) else ""
+        rows.append((key, "mapping" + nullable, shown, f.description or ""))
+        if isinstance(inner, _DictOf):
+            rows.extend(fields_table(inner.model, f"{key}.NAME."))
+        else:
+            rows.extend(fields_table(inner, f"{key}."))
+    return rows
+
+
+def markdown_table(schema: type[BaseModel]) -> str:
+    """The fields of ``schema`` as a markdown table (what docs/ embeds between generated markers)."""
+    out = ["| key | type | default | description |", "|---|---|---|---|"]
+    for key, tp, default, desc in fields_table(schema):
+        cells = [f"`{key}`", tp, f"`{default}`" if default else "", desc]
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def text_table(schema: type[BaseModel]) -> str:
+    """The fields of ``schema`` as plain text for the terminal."""
+    rows = fields_table(schema)
+    w = max(len(r[0]) for r in rows)
+    lines = []
+    for key, tp, default, desc in rows:
+        head = f"{key:<{w}}  {tp}" + (" (required)" if default == "required" else f" = {default}" if default else "")
+        lines.append(head + (f"\n{'':<{w}}    {desc}" if desc else ""))
+    return "\n".join(lines) + "\n"
+
+
+def config_markdown(name: str) -> str:
+    """Every section of config ``name`` as markdown: a bold title, then its table."""
+    return "\n".join(f"**{title}**\n\n{markdown_table(schema)}" for title, schema in config_schema(name))
+
+
+_DOC_BLOCK = re.compile(r"(<!-- config-schema:(\w+) -->\n)(.*?)(<!-- /config-schema -->)", re.S)
+
+
+def update_docs(text: str) -> str:
+    """``text`` (a docs page) with every ``<!-- config-schema:NAME -->`` ... ``<!-- /config-schema -->``
+    block regenerated from the schemas (``scripts/gen_config_docs.py`` writes it; a test compares)."""
+    return _DOC_BLOCK.sub(lambda m: m.group(1) + config_markdown(m.group(2)) + m.group(4), text)
