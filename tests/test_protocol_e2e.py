@@ -156,5 +156,5 @@ def test_bad_prompts_file_fails_before_any_model_loads(data_dir, tmp_path, capsy
                "--limit", "1", "--n", "1", "--data-dir", str(data_dir), "--prompts", str(bad), "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and time.perf_counter() - t0 < 5
-    assert f"{bad}: role verifier: unknown placeholder {{{{docs}}}}" in err
+    assert f"{bad}: roles.verifier: unknown placeholder {{{{docs}}}}" in err
     assert not (tmp_path / "r").exists()
