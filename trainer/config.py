@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from drmas_bench.schema import COERCING, CoercingSchema, Float, Int, ModelOnEngine, Rate, TrainSamplingSchema, parse
 from drmas_bench.store import safe_name
@@ -82,18 +82,12 @@ class AgentConfig(ModelOnEngine):
             raise ValueError("openai serves remote models whose weights cannot be trained here; use hf or sglang")
         return v
 
-    @field_validator("optimizer")
+    @field_validator("optimizer", "optimizer_offload")
     @classmethod
-    def _optimizer(cls, v: str) -> str:
-        if v not in OPTIMIZERS:
-            raise ValueError(f"must be one of {', '.join(OPTIMIZERS)}, got {v!r}")
-        return v
-
-    @field_validator("optimizer_offload")
-    @classmethod
-    def _offload(cls, v: str) -> str:
-        if v not in OFFLOADS:
-            raise ValueError(f"must be one of {', '.join(OFFLOADS)}, got {v!r}")
+    def _registered(cls, v: str, info: ValidationInfo) -> str:
+        known = {"optimizer": OPTIMIZERS, "optimizer_offload": OFFLOADS}[info.field_name]
+        if v not in known:
+            raise ValueError(f"must be one of {', '.join(known)}, got {v!r}")
         return v
 
     @field_validator("sampling")
