@@ -101,6 +101,7 @@ class EvalConfig:
     max_batch: int | None = None  # engine micro-batch; None: 32 for model / model_for groups, a team file's own
     pool: str = "local"  # local (in-process) | ray
     pool_budget: float | None = None  # memory budget in models; None: unlimited
+    ray_address: str | None = None  # pool "ray": attach to this cluster; None: $RAY_ADDRESS, else start one (docs/scaling.md)
     flush_every: int = 16  # append finished trajectories in batches of N
     progress: bool = True  # progress bar on stderr
     argv: list[str] | None = None  # the command line that asked for this run (provenance; the CLI sets it)
@@ -176,6 +177,8 @@ def validate_config(cfg: EvalConfig) -> None:
         v = getattr(cfg, name)
         if v is not None and v not in allowed:
             raise UserError(f"{flag(name)} must be one of {', '.join(allowed)}, got {v!r}")
+    if cfg.ray_address and cfg.pool != "ray":
+        raise UserError(f"--ray-address is for --pool ray (got --pool {cfg.pool})")
     if cfg.engine_args is not None and not isinstance(cfg.engine_args, dict):
         raise UserError(f"--engine-args must be a mapping of engine options, got {type(cfg.engine_args).__name__}")
 
@@ -500,7 +503,8 @@ async def _run(cfg: EvalConfig, team, wf, tasks, store, sampling, retriever, cos
     from drmas_bench.pool import make_pool, specs_from_team
     from drmas_bench.runner import TeamRuntime, run_episodes
 
-    pool = make_pool(cfg.pool, specs_from_team(team), budget_models=cfg.pool_budget)
+    ray_opts = {"address": cfg.ray_address} if cfg.pool == "ray" else {}
+    pool = make_pool(cfg.pool, specs_from_team(team), budget_models=cfg.pool_budget, **ray_opts)
     try:
         await pool.__aenter__()  # loads the engines that fit the budget
     except UserError:

@@ -82,6 +82,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where worker groups live: in-process (default) or Ray actors on a GPU pool")
     g.add_argument("--pool-budget", type=float, metavar="N_MODELS",
                    help="memory budget in models (e.g. 1: only one worker group awake at a time); default unlimited")
+    g.add_argument("--ray-address", metavar="ADDR",
+                   help="--pool ray: attach to this Ray cluster (auto, host:port, ray://host:port); default "
+                        "$RAY_ADDRESS, else a local Ray is started. The code is shipped (docs/scaling.md)")
     g.add_argument("--flush-every", type=int, default=16, help="append finished trajectories to disk in batches of N (default 16)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)

@@ -71,6 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--local", action="store_true", help="worker groups in this process (default without a GPU)")
     g.add_argument("--ray", action="store_true", help="worker groups as Ray actors (default with a GPU)")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="--ray: attach to this Ray cluster (auto, host:port, ray://host:port); sets ray.address "
+                        "(default $RAY_ADDRESS, else a local Ray is started; docs/scaling.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--plan", action="store_true", help="print the per-worker-group GPU memory plan and exit "
                                                        "(exit 1 when it does not fit --gpu-memory); trains nothing")
@@ -111,6 +114,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides["seed"] = args.seed
     if getattr(args, "data_dir", None):
         overrides["data.data_dir"] = args.data_dir
+    if getattr(args, "ray_address", None):
+        if args.local:
+            raise UserError("--ray-address is for --ray (got --local)")
+        overrides["ray.address"] = args.ray_address
     cfg = load_config(args.recipe, overrides)
     if getattr(args, "plan", False):
         return cmd_plan(cfg, args)
@@ -118,7 +125,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / name)
     if args.fresh and args.resume:
         raise UserError("--fresh and --resume exclude each other")
-    use_ray = True if args.ray else False if args.local else None
+    use_ray = True if args.ray or getattr(args, "ray_address", None) else False if args.local else None
     logger.info(f"[train] recipe {cfg.recipe}, estimator {cfg.algo.estimator}, loss {cfg.algo.loss}, "
                 f"{'shared' if cfg.shared else 'non-shared'}, run dir {out}")
     try:  # --fresh deletes the old run inside train(), under the run dir's lock
