@@ -434,9 +434,11 @@ def _note_retriever(team, retriever_spec: str | None) -> None:
 # ------------------------------------------------------------------------------------ identity
 
 
-def models_identity(team) -> dict[str, dict[str, str]]:
+def models_identity(team, on_nodes: bool = False) -> dict[str, dict[str, str]]:
     """What each local worker group's ``model`` resolves to: real path + content hash (store.model_identity).
-    Hub ids not downloaded and remote (openai) models are identified by name only."""
+    Hub ids not downloaded and remote (openai) models are identified by name only. ``on_nodes`` (a Ray
+    pool, where models are resolved on the nodes that load them): an alias is not prepared on the
+    driver for this, and a model the driver cannot see is identified by name."""
     from drmas_bench.models import resolve_model
     from drmas_bench.store import model_identity
 
@@ -444,7 +446,13 @@ def models_identity(team) -> dict[str, dict[str, str]]:
     for name, g in team.worker_groups.items():
         if g.engine == "openai":
             continue
-        resolved = resolve_model(g.model)
+        try:
+            resolved = resolve_model(g.model, prepare=not on_nodes)
+        except UserError:
+            if not on_nodes:
+                raise
+            out[name] = {"name": str(g.model), "resolved_on": "the Ray nodes"}
+            continue
         out[name] = model_identity(resolved) if Path(resolved).is_dir() else {"name": str(resolved)}
     return out
 
@@ -567,7 +575,7 @@ def evaluate(config: EvalConfig) -> Summary:
     runtime_sampling = {a: team.sampling_for(a, sampling).__dict__ for a in team.agents}
     identity = {
         "team": team.to_dict(),
-        "models": models_identity(team),
+        "models": models_identity(team, on_nodes=cfg.pool == "ray"),
         "sampling": runtime_sampling,
         "seed": cfg.seed,
         "retriever": retriever_spec,

@@ -103,6 +103,22 @@ def init_kwargs(address: str | None, staged: Path | None = None, **local: Any) -
     return kw
 
 
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """For a ``HOST:PORT`` address: a one-line UserError when nothing accepts a TCP connection
+    there within ``timeout_s`` (``ray.init`` would otherwise retry for minutes). ``auto`` and
+    ``ray://`` addresses are left to Ray."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise UserError(f"cannot reach the Ray cluster at {address} ({e.strerror or type(e).__name__}); "
+                        f"is `ray start --head` running there, and is the port open?") from None
+
+
 def init_ray(address: str | None, ship_code: bool | None = None, **local: Any) -> bool:
     """Start or attach Ray unless it is up; True when this call did (the caller shuts it down).
     The staged packages are uploaded by ``ray.init`` and removed here afterwards. A cluster that
@@ -111,6 +127,8 @@ def init_ray(address: str | None, ship_code: bool | None = None, **local: Any) -
 
     if ray.is_initialized():
         return False
+    if address:
+        check_reachable(address)
     staged = stage_packages() if should_ship(address, ship_code) else None
     try:
         ray.init(**init_kwargs(address, staged, **local))
