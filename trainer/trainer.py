@@ -130,7 +130,8 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
     ckpt_root = ckpt_io.resolve_root(run, cfg.ckpt_root)
     found = ckpt_io.latest_checkpoint(ckpt_root)
     if found and not resume:
-        raise UserError(f"{run} already holds checkpoints (latest step {found[0]}); pass --resume to continue "
+        raise UserError(f"{run if cfg.ckpt_root is None else ckpt_root} already holds checkpoints (latest step {found[0]}); "
+                        f"pass --resume to continue "
                         f"it, --fresh to discard it, or choose another --out")
     check_run_config(run, cfg, resuming=found is not None)
     ckpt_io.clean_partial(ckpt_root)
