@@ -37,6 +37,7 @@ from typing import Any
 
 from drmas_bench.types import UserError
 
+
 def require_ray() -> Any:
     try:
         import ray
