@@ -19,6 +19,7 @@ EPILOG = """examples:
       --model-for answerer=meta-llama/Llama-3.2-3B-Instruct --suite search --engine openai --base-url http://127.0.0.1:30000/v1
   drmas-bench eval --model runs/tiny/ckpt/latest --suite toy      # a trained team (its team.yaml)
   drmas-bench eval --model M --suite search --prompts my_prompts.yaml --max-prompt-tokens 8192
+  drmas-bench eval --model /shared/ckpt/run1/latest --suite math --pool ray --ray-address HEAD:6379   # a Ray cluster (docs/scaling.md)
 
 Re-running the same command resumes: finished (benchmark, task, sample) keys are skipped.
 
