@@ -101,6 +101,7 @@ class EvalConfig:
     max_batch: int | None = None  # engine micro-batch; None: 32 for model / model_for groups, a team file's own
     pool: str = "local"  # local (in-process) | ray
     pool_budget: float | None = None  # memory budget in models; None: unlimited
+    ray_address: str | None = None  # pool "ray": attach to this cluster; None: $RAY_ADDRESS, else start one (docs/scaling.md)
     flush_every: int = 16  # append finished trajectories in batches of N
     progress: bool = True  # progress bar on stderr
     argv: list[str] | None = None  # the command line that asked for this run (provenance; the CLI sets it)
@@ -176,6 +177,8 @@ def validate_config(cfg: EvalConfig) -> None:
         v = getattr(cfg, name)
         if v is not None and v not in allowed:
             raise UserError(f"{flag(name)} must be one of {', '.join(allowed)}, got {v!r}")
+    if cfg.ray_address and cfg.pool != "ray":
+        raise UserError(f"--ray-address is for --pool ray (got --pool {cfg.pool})")
     if cfg.engine_args is not None and not isinstance(cfg.engine_args, dict):
         raise UserError(f"--engine-args must be a mapping of engine options, got {type(cfg.engine_args).__name__}")
 
@@ -431,9 +434,11 @@ def _note_retriever(team, retriever_spec: str | None) -> None:
 # ------------------------------------------------------------------------------------ identity
 
 
-def models_identity(team) -> dict[str, dict[str, str]]:
+def models_identity(team, on_nodes: bool = False) -> dict[str, dict[str, str]]:
     """What each local worker group's ``model`` resolves to: real path + content hash (store.model_identity).
-    Hub ids not downloaded and remote (openai) models are identified by name only."""
+    Hub ids not downloaded and remote (openai) models are identified by name only. ``on_nodes`` (a Ray
+    pool, where models are resolved on the nodes that load them): an alias is not prepared on the
+    driver for this, and a model the driver cannot see is identified by name."""
     from drmas_bench.models import resolve_model
     from drmas_bench.store import model_identity
 
@@ -441,7 +446,13 @@ def models_identity(team) -> dict[str, dict[str, str]]:
     for name, g in team.worker_groups.items():
         if g.engine == "openai":
             continue
-        resolved = resolve_model(g.model)
+        try:
+            resolved = resolve_model(g.model, prepare=not on_nodes)
+        except UserError:
+            if not on_nodes:
+                raise
+            out[name] = {"name": str(g.model), "resolved_on": "the Ray nodes"}
+            continue
         out[name] = model_identity(resolved) if Path(resolved).is_dir() else {"name": str(resolved)}
     return out
 
@@ -500,7 +511,8 @@ async def _run(cfg: EvalConfig, team, wf, tasks, store, sampling, retriever, cos
     from drmas_bench.pool import make_pool, specs_from_team
     from drmas_bench.runner import TeamRuntime, run_episodes
 
-    pool = make_pool(cfg.pool, specs_from_team(team), budget_models=cfg.pool_budget)
+    ray_opts = {"address": cfg.ray_address} if cfg.pool == "ray" else {}
+    pool = make_pool(cfg.pool, specs_from_team(team), budget_models=cfg.pool_budget, **ray_opts)
     try:
         await pool.__aenter__()  # loads the engines that fit the budget
     except UserError:
@@ -563,7 +575,7 @@ def evaluate(config: EvalConfig) -> Summary:
     runtime_sampling = {a: team.sampling_for(a, sampling).__dict__ for a in team.agents}
     identity = {
         "team": team.to_dict(),
-        "models": models_identity(team),
+        "models": models_identity(team, on_nodes=cfg.pool == "ray"),
         "sampling": runtime_sampling,
         "seed": cfg.seed,
         "retriever": retriever_spec,

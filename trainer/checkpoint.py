@@ -13,6 +13,12 @@
         COMPLETE               written last: a folder without it is never used
     RUN/ckpt/latest -> step_K  relative symlink, replaced atomically after step_K is complete
 
+The checkpoint root is ``RUN/ckpt`` unless the config names another (``ckpt_root``: a folder the
+driver and every Ray node share, e.g. an NFS mount; docs/scaling.md). Worker groups write their
+``models/<wg>`` and ``optim/<wg>.pt`` there from their own nodes; before the marker is written the
+driver checks every group's files are present *as the driver sees them* (:func:`missing_groups`),
+so a checkpoint written to a node-local disk is never marked complete.
+
 Writing: everything goes into ``ckpt/.tmp-step_K-<pid>/``, the marker is written and fsynced last,
 the folder is renamed to ``step_K`` (one ``rename``), then ``latest`` is re-pointed (a new symlink
 renamed over the old one). A kill at any moment leaves either the previous checkpoint or the new
@@ -75,6 +81,46 @@ def clean_partial(ckpt_root: Path) -> list[Path]:
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
+
+
+def resolve_root(run: Path, ckpt_root: str | os.PathLike | None) -> Path:
+    """The checkpoint root: ``ckpt_root`` (absolute; a relative one is taken from the driver's
+    working directory, where the user typed it) or ``RUN/ckpt``."""
+    from drmas_bench.types import UserError
+
+    if ckpt_root is None or str(ckpt_root) == "":
+        return Path(run) / "ckpt"
+    text = os.fspath(ckpt_root)
+    if "://" in text:
+        raise UserError(f"ckpt_root {text!r}: URLs are not supported yet; name a folder every node mounts (docs/scaling.md)")
+    return Path(text).expanduser().absolute()
+
+
+def clear(ckpt_root: Path) -> None:
+    """``--fresh`` for a named root: remove the checkpoints (``step_K``, ``latest``, temp folders),
+    nothing else that may live there."""
+    root = Path(ckpt_root)
+    if not root.is_dir():
+        return
+    for p in root.iterdir():
+        if p.name.startswith(".tmp-") or p.name == LATEST or _STEP.match(p.name):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+
+
+def group_files_present(folder: Path, name: str) -> bool:
+    """Worker group ``name``'s part of checkpoint ``folder``: its model folder (config.json and a
+    safetensors file) and its optimiser state."""
+    model = Path(folder) / "models" / name
+    return ((model / "config.json").is_file() and any(model.glob("*.safetensors"))
+            and (Path(folder) / "optim" / f"{name}.pt").is_file())
+
+
+def missing_groups(folder: Path, names: Any) -> list[str]:
+    """The worker groups whose files are not (yet) in ``folder`` as this process sees it."""
+    return [n for n in names if not group_files_present(folder, n)]
 
 
 def _fsync_dir(path: Path) -> None:

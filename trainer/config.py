@@ -191,7 +191,10 @@ class RayConfig(CoercingSchema):
     num_cpus: Optional[Int] = Field(None, description="for a local ray.init (null = Ray's default)")
     num_gpus: Optional[Int] = Field(None, description="for a local ray.init; logical GPUs on a CPU machine (tests)")
     gpus_per_worker: Float = Field(1.0, ge=0, description="GPUs reserved by each worker-group actor (0.5: two groups share a GPU)")
-    address: Optional[str] = Field(None, description='join an existing cluster ("auto" or host:port); null = start one')
+    address: Optional[str] = Field(None, description='attach to an existing cluster ("auto", host:port or ray://host:port; '
+                                   'also --ray-address); null = $RAY_ADDRESS, else start a local one')
+    ship_code: Optional[bool] = Field(None, description="send this checkout's packages to the workers in the runtime_env "
+                                      "(null = only when attaching to a cluster; docs/scaling.md)")
     timeout_s: Float = Field(60.0, gt=0, description="wait at most this long for Ray to place each actor (model loading not counted)")
 
 
@@ -214,6 +217,8 @@ class TrainConfig(CoercingSchema):
     epochs: Optional[Float] = Field(None, description="alternative to steps: passes over the data (steps = ceil(epochs*D/P))")
     seed: Int = Field(0, description="run seed: rollouts, shuffles, torch")
     save_every: Int = Field(10, description="checkpoint every N steps (and at the last step); 0 = only the last")
+    ckpt_root: Optional[str] = Field(None, description="checkpoint folder (null = RUN/ckpt); on a multi-node Ray cluster a "
+                                     "folder the driver and every node share (docs/scaling.md)")
     keep_last: Int = Field(2, description="RL checkpoints kept (the warm-start step_0 is always kept); 0 = all")
     torch_threads: Int = Field(1, ge=1, description="torch intra-op threads per process (1 is fastest on a busy small CPU)")
     device: str = Field("auto", description="policy device: auto (cuda when available) | cpu | cuda[:N]")

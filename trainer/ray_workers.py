@@ -1,6 +1,6 @@
 """Worker groups as Ray actors (the single-controller layout of the reference).
 
-    init_ray(cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.address)   # or join a cluster
+    init_ray(cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.address, cfg.ray.ship_code)   # or attach
     check_worker_demand(cfg.ray, plan)                       # one-line error if the cluster is too small
     handle = RayWorkerHandle.spawn(name, agents, settings, model_path, gpus=1.0, ...)
     await handle.ready(timeout_s=60)                         # placed in time, else a one-line error
@@ -11,8 +11,10 @@ Each worker group lives in one actor that reserves ``ray.gpus_per_worker`` GPUs 
 CPU machine: ``ray.init(num_cpus=2, num_gpus=N)``, as the tests do). The actor holds the policy,
 the optimiser and the rollout engine; the controller (``trainer.py``) only sends requests and rows
 and receives completions and metrics; weights never travel (the engine is synced inside the actor,
-checkpoints are written by the actor into the run directory, which must be on a filesystem the
-actors share with the controller, i.e. one node or a shared mount).
+checkpoints are written by the actor into the checkpoint root, which must be storage the actors
+share with the controller: one node or a shared mount; the controller checks every group's files
+are there before it marks a checkpoint complete). Model names are resolved inside the actor, on its
+node (``drmas_bench.pool.cluster``); attaching to a cluster ships the code (docs/scaling.md).
 
 Resources are checked up front: the demand of all worker groups (``len(plan) x gpus_per_worker``
 GPUs) is compared with ``ray.cluster_resources()`` before any actor exists, and a demand the cluster
@@ -35,9 +37,6 @@ from typing import Any
 
 from drmas_bench.types import UserError
 
-_ENV = ("DRMAS_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
-        "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "DRMAS_DATA_DIR")
-
 
 def require_ray() -> Any:
     try:
@@ -47,21 +46,16 @@ def require_ray() -> Any:
     return ray
 
 
-def init_ray(num_cpus: int | None = None, num_gpus: int | None = None, address: str | None = None) -> bool:
-    """Start (or join) Ray unless it is already up; returns True when this call started it.
-    Actor stdout/stderr reach the driver (``log_to_driver``): a failing actor's traceback is seen."""
-    ray = require_ray()
-    if ray.is_initialized():
-        return False
-    env = {k: os.environ[k] for k in _ENV if k in os.environ}
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": True, "include_dashboard": False}
-    if address:
-        kwargs["address"] = address
-    else:
-        kwargs.update(num_cpus=num_cpus, num_gpus=num_gpus)
-    ray.init(**kwargs)
-    return True
+def init_ray(num_cpus: int | None = None, num_gpus: int | None = None, address: str | None = None,
+             ship_code: bool | None = None) -> bool:
+    """Start Ray (``num_cpus`` / ``num_gpus``) or attach to ``address`` (else ``$RAY_ADDRESS``) unless
+    it is already up; returns True when this call did. ``ship_code``: send this checkout's packages
+    in the runtime_env (None: when attaching). Actor stdout/stderr reach the driver
+    (``log_to_driver``): a failing actor's traceback is seen."""
+    require_ray()
+    from drmas_bench.pool.cluster import init_ray as cluster_init, ray_address
+
+    return cluster_init(ray_address(address), ship_code, num_cpus=num_cpus, num_gpus=num_gpus)
 
 
 def shutdown_ray() -> None:
@@ -111,8 +105,10 @@ class WorkerActor:
 
         try:
             self.wg = WorkerGroup(*args, **kwargs)
-        except UserError:
-            raise
+        except UserError as e:  # e.g. a model folder missing on this node: say which node
+            from drmas_bench.pool.cluster import on_node
+
+            raise on_node(e) from None
         except Exception:
             traceback.print_exc()
             raise
@@ -136,6 +132,9 @@ class WorkerActor:
         info = await self.wg.info()
         info["ray_gpu_ids"] = [str(g) for g in ray.get_gpu_ids()]
         info["pid"] = os.getpid()
+        from drmas_bench.pool.cluster import node_label
+
+        info["node"] = node_label()
         return info
 
 

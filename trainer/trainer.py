@@ -89,6 +89,7 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
             inside(out, Path(out) / name)
         if fresh:
             clear_run(Path(out))
+            ckpt_io.clear(ckpt_io.resolve_root(Path(out), cfg.ckpt_root))
         try:
             return asyncio.run(_train(cfg, Path(out), tasks, retriever, resume=resume, use_ray=use_ray, progress=progress))
         except (UserError, KeyboardInterrupt):
@@ -126,10 +127,11 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
         raise UserError(f"the sft warm start generates toy examples only; set sft.steps: 0 for workflow {cfg.workflow!r}")
 
     # --- the run directory: config, latest checkpoint, metrics --------------------------------
-    ckpt_root = run / "ckpt"
+    ckpt_root = ckpt_io.resolve_root(run, cfg.ckpt_root)
     found = ckpt_io.latest_checkpoint(ckpt_root)
     if found and not resume:
-        raise UserError(f"{run} already holds checkpoints (latest step {found[0]}); pass --resume to continue "
+        raise UserError(f"{run if cfg.ckpt_root is None else ckpt_root} already holds checkpoints (latest step {found[0]}); "
+                        f"pass --resume to continue "
                         f"it, --fresh to discard it, or choose another --out")
     check_run_config(run, cfg, resuming=found is not None)
     ckpt_io.clean_partial(ckpt_root)
@@ -146,7 +148,7 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
     if use_ray:
         from drmas_trainer.ray_workers import init_ray
 
-        ray_started = init_ray(cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.address)
+        ray_started = init_ray(cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.address, cfg.ray.ship_code)
     workers: dict[str, Any] = {}
     try:
         await start_workers(cfg, plan, found[1] if found else None, use_ray, workers)
@@ -434,6 +436,10 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
     for name, g in plan.items():
         if ckpt is not None:
             path = str((ckpt / "models" / name).resolve())
+        elif use_ray:  # resolved inside the actor, on the node that loads it (aliases prepared there)
+            from drmas_bench.pool.cluster import driver_model_name
+
+            path = driver_model_name(g.settings.model)
         else:
             got = resolve_model(g.settings.model)
             path = str(getattr(got, "path", got))
@@ -521,11 +527,18 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
 
 async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers: dict[str, Any],
                           wf: WorkflowSpec, *, step: int, cursor: int, skipped_total: int) -> Path:
-    """Write ``run/ckpt/step_<step>`` atomically (temp dir, marker, rename, ``latest``), then prune."""
-    root = run / "ckpt"
+    """Write ``<ckpt root>/step_<step>`` atomically (temp dir, marker, rename, ``latest``), then prune.
+    The marker is written only when every worker group's files are in the root as the driver sees
+    them (groups on other nodes write from there): else a one-line error, the previous checkpoint kept."""
+    root = ckpt_io.resolve_root(run, cfg.ckpt_root)
     tmp = ckpt_io.begin(root, step)
     await asyncio.gather(*(w.save(str(ckpt_io.member(tmp, "models", n)), str(ckpt_io.member(tmp, "optim", f"{n}.pt")))
                            for n, w in workers.items()))
+    missing = ckpt_io.missing_groups(tmp, workers)
+    if missing:
+        raise UserError(f"checkpoint step {step}: the files of worker group(s) {', '.join(missing)} are not in {root} "
+                        f"as this driver sees it (written on another node's local disk?); set ckpt_root to a folder "
+                        f"every Ray node and the driver share (docs/scaling.md); the previous checkpoint is kept")
     team = checkpoint_team(cfg, plan, wf, step)
     team_from_dict(team, wf.agents, wf.name, where="checkpoint team.yaml", base_dir=tmp)  # it must load
     (tmp / "team.yaml").write_text(yaml.safe_dump(team, sort_keys=False))
@@ -545,7 +558,8 @@ def check_run_config(run: Path, cfg: TrainConfig, resuming: bool) -> None:
     new = cfg.to_dict()
     if resuming and path.is_file():
         old = yaml.safe_load(path.read_text()) or {}
-        diff = sorted(k for k in set(old) | set(new) if k not in ("steps", "epochs") and old.get(k) != new.get(k))
+        # steps may grow; Ray placement (address, GPUs per worker) may change between attempts
+        diff = sorted(k for k in set(old) | set(new) if k not in ("steps", "epochs", "ray") and old.get(k) != new.get(k))
         if diff:
             raise UserError(f"{run} was trained with another configuration (differs in: {', '.join(diff)}); "
                             f"resume with the same recipe and flags, or use another --out")

@@ -19,6 +19,7 @@ EPILOG = """examples:
       --model-for answerer=meta-llama/Llama-3.2-3B-Instruct --suite search --engine openai --base-url http://127.0.0.1:30000/v1
   drmas-bench eval --model runs/tiny/ckpt/latest --suite toy      # a trained team (its team.yaml)
   drmas-bench eval --model M --suite search --prompts my_prompts.yaml --max-prompt-tokens 8192
+  drmas-bench eval --model /shared/ckpt/run1/latest --suite math --pool ray --ray-address HEAD:6379   # a Ray cluster (docs/scaling.md)
 
 Re-running the same command resumes: finished (benchmark, task, sample) keys are skipped.
 
@@ -82,6 +83,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where worker groups live: in-process (default) or Ray actors on a GPU pool")
     g.add_argument("--pool-budget", type=float, metavar="N_MODELS",
                    help="memory budget in models (e.g. 1: only one worker group awake at a time); default unlimited")
+    g.add_argument("--ray-address", metavar="ADDR",
+                   help="--pool ray: attach to this Ray cluster (auto, host:port, ray://host:port); default "
+                        "$RAY_ADDRESS, else a local Ray is started. The code is shipped (docs/scaling.md)")
     g.add_argument("--flush-every", type=int, default=16, help="append finished trajectories to disk in batches of N (default 16)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_eval)

@@ -22,6 +22,7 @@ TRAIN_EPILOG = """examples:
   drmas-bench train --recipe tiny --estimator drmas --shared --loss gspo --steps 10
   drmas-bench train --recipe tiny --out runs/tiny-drmas --resume                # after a kill
   drmas-bench train --recipe tiny --ray --set ray.num_gpus=2 --steps 2          # worker groups as Ray actors
+  drmas-bench train --recipe math_qwen3_4b --ray-address HEAD:6379 --set ckpt_root=/shared/ckpt/run1   # a cluster (docs/scaling.md)
   drmas-bench train --recipe math_qwen3_4b --set model=tiny-random --set device=cpu \
       --set agent_defaults.engine=hf --set 'agent_defaults.engine_options={}' \
       --set rollout.prompts_per_step=2 --set rollout.n=2 --set rollout.max_new_tokens=16 --steps 1   # shrunk, CPU
@@ -71,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--local", action="store_true", help="worker groups in this process (default without a GPU)")
     g.add_argument("--ray", action="store_true", help="worker groups as Ray actors (default with a GPU)")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="--ray: attach to this Ray cluster (auto, host:port, ray://host:port); sets ray.address "
+                        "(default $RAY_ADDRESS, else a local Ray is started; docs/scaling.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--plan", action="store_true", help="print the per-worker-group GPU memory plan and exit "
                                                        "(exit 1 when it does not fit --gpu-memory); trains nothing")
@@ -111,6 +115,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides["seed"] = args.seed
     if getattr(args, "data_dir", None):
         overrides["data.data_dir"] = args.data_dir
+    if getattr(args, "ray_address", None):
+        if args.local:
+            raise UserError("--ray-address is for --ray (got --local)")
+        overrides["ray.address"] = args.ray_address
     cfg = load_config(args.recipe, overrides)
     if getattr(args, "plan", False):
         return cmd_plan(cfg, args)
@@ -118,7 +126,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / name)
     if args.fresh and args.resume:
         raise UserError("--fresh and --resume exclude each other")
-    use_ray = True if args.ray else False if args.local else None
+    use_ray = True if args.ray or getattr(args, "ray_address", None) else False if args.local else None
     logger.info(f"[train] recipe {cfg.recipe}, estimator {cfg.algo.estimator}, loss {cfg.algo.loss}, "
                 f"{'shared' if cfg.shared else 'non-shared'}, run dir {out}")
     try:  # --fresh deletes the old run inside train(), under the run dir's lock
@@ -131,12 +139,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise unexpected(e, "training stopped", log=out / "error.log",
                          hint="--resume continues from the last complete checkpoint") from None
     print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
+    from drmas_trainer.checkpoint import resolve_root
+
+    root = resolve_root(out, cfg.ckpt_root)
     spread = summary.get("grad_norm_spread", {})
     if spread:
         logger.info("[train] grad-norm spread (max/median over steps): " +
                     ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()))
     logger.info(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
-                f"checkpoints in {out / 'ckpt'} (latest: {out / 'ckpt' / 'latest'})")
+                f"checkpoints in {root} (latest: {root / 'latest'})")
     return 0
 
 

@@ -29,14 +29,18 @@ Options: those of :class:`~drmas_bench.pool.base.PoolBase` (``budget_bytes``, ``
   (bundles of that many GPUs). ``0``: no GPUs, no placement group (actors anywhere, CPU engines).
 - ``release_on_sleep``: sleeping ends the actor and frees its GPU share (``None``: True for whole
   GPUs, False for fractions).
-- ``ray_init``: keyword arguments for ``ray.init`` when Ray is not initialised yet (the pool then
-  shuts Ray down on close).
+- ``address``: attach to this Ray cluster (``"auto"``, ``host:port``, ``ray://...``) when Ray is not
+  initialised yet; ``None``: ``$RAY_ADDRESS``, else start a local Ray (see ``cluster.py``).
+- ``ship_code``: send this checkout's packages to the workers in the job's ``runtime_env``
+  (``None``: when attaching to an address).
+- ``ray_init``: keyword arguments for a *local* ``ray.init`` (``num_cpus``, ``num_gpus``...) when Ray is
+  not initialised yet (the pool then shuts Ray down on close).
 - ``placement_timeout_s``: how long to wait for the placement group's GPUs, and for each actor to be
   placed (its process started; the engine's model load is not counted), before a one-line error
   that names the demand and what the cluster has free.
 - ``actor_options``: extra ``.options(...)`` for the actors (e.g. ``runtime_env``).
 
-``stats()`` adds per worker group the actors' process ids and GPU ids over time, and reports
+``stats()`` adds per worker group the actors' process ids, GPU ids and Ray nodes over time, and reports
 ``peak_rss_bytes`` / ``peak_cuda_bytes`` as the largest peak of any one actor process (each
 process measures itself: psutil RSS, ``torch.cuda.max_memory_allocated``).
 
@@ -84,8 +88,10 @@ class EngineActor:
         self.meter.start()
         try:
             self.engine = make_engine(kind, model, **options)
-        except UserError:  # one line, travels as is
-            raise
+        except UserError as e:  # one line, naming the node (a model missing *there*)
+            from drmas_bench.pool.cluster import on_node
+
+            raise on_node(e) from None
         except Exception:  # the traceback reaches the driver's log (log_to_driver); the caller gets one line
             traceback.print_exc()
             raise
@@ -94,7 +100,9 @@ class EngineActor:
     def ready(self) -> dict[str, Any]:
         import ray
 
-        return {"footprint": int(self.engine.footprint_bytes()), "pid": os.getpid(),
+        from drmas_bench.pool.cluster import node_label
+
+        return {"footprint": int(self.engine.footprint_bytes()), "pid": os.getpid(), "node": node_label(),
                 "gpu_ids": [str(x) for x in ray.get_gpu_ids()], **self.memory()}
 
     def memory(self) -> dict[str, Any]:
@@ -195,6 +203,8 @@ class RayPool(PoolBase):
         gpus_per_group: float = 1.0,
         release_on_sleep: bool | None = None,
         ray_init: dict[str, Any] | None = None,
+        address: str | None = None,
+        ship_code: bool | None = None,
         placement_timeout_s: float = 60.0,
         actor_options: dict[str, Any] | None = None,
         preload: bool = False,
@@ -212,6 +222,8 @@ class RayPool(PoolBase):
         self.gpus_per_group = float(gpus_per_group)
         self.release_on_sleep = (gpus_per_group >= 1) if release_on_sleep is None else bool(release_on_sleep)
         self.ray_init = ray_init
+        self.address = address
+        self.ship_code = ship_code
         self.placement_timeout_s = placement_timeout_s
         self._extra_actor_options = dict(actor_options or {})
         self._user_max_awake = self.max_awake
@@ -226,8 +238,9 @@ class RayPool(PoolBase):
     async def _backend_start(self) -> None:
         ray = self.ray
         if not ray.is_initialized():
-            ray.init(**(self.ray_init or {}))
-            self._we_started_ray = True
+            from drmas_bench.pool.cluster import init_ray, ray_address
+
+            self._we_started_ray = init_ray(ray_address(self.address), self.ship_code, **(self.ray_init or {}))
         # what one actor asks for beyond its GPU share (actor_options): one line now if the cluster lacks it
         check_demand(self._actor_demand(with_gpus=False), "a RayPool worker-group actor",
                      "check actor_options (num_cpus / resources)")
@@ -301,6 +314,8 @@ class RayPool(PoolBase):
                 seen[k] = v if seen[k] is None else max(seen[k], v)
 
     async def _load(self, g: _Group) -> tuple[Any, int]:
+        from drmas_bench.pool.cluster import driver_model_name
+
         spec: EngineSpec = g.spec
         actor = remote_actor_class().options(**self.actor_options()).remote()
         try:
@@ -310,11 +325,12 @@ class RayPool(PoolBase):
             self.ray.kill(actor)
             raise
         try:
-            info = await actor.start.remote(spec.kind, spec.model, dict(spec.options))
+            model = spec.model if spec.kind == "openai" else driver_model_name(spec.model)
+            info = await actor.start.remote(spec.kind, model, dict(spec.options))
         except Exception as exc:  # a RayTaskError (also when it wraps a UserError: its text is the traceback)
             self.ray.kill(actor)
             raise _actor_error(g.name, exc) from exc
-        self._placements[g.name].append({"pid": info["pid"], "gpu_ids": info["gpu_ids"]})
+        self._placements[g.name].append({"pid": info["pid"], "gpu_ids": info["gpu_ids"], "node": info["node"]})
         self._note_mem(g, info)
         return actor, int(info["footprint"])
 
