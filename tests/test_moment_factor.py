@@ -1,0 +1,113 @@
+"""The per-agent second-moment factor (trainer/moment_factor.py) against a plain loop reference."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from drmas_trainer import metric_names as N
+from drmas_trainer.advantages import compute_advantages
+from drmas_trainer.moment_factor import second_moment_factors
+
+
+def _loop_factors(scores: list[float], uid: list[int], agent: list[int], n_agents: int) -> dict[int, tuple[float, int]]:
+    """Dicts of lists and plain sums, written independently of the module."""
+    groups: dict[int, list[int]] = {}
+    for i, u in enumerate(uid):
+        groups.setdefault(u, []).append(i)
+    per_agent: dict[int, list[float]] = {k: [] for k in range(n_agents)}
+    for rows in groups.values():
+        xs = [scores[i] for i in rows]
+        mu = sum(xs) / len(xs)
+        var = sum((x - mu) ** 2 for x in xs) / len(xs)
+        if var <= 1e-12:
+            continue
+        for k in range(n_agents):
+            ys = [scores[i] for i in rows if agent[i] == k]
+            if not ys:
+                continue
+            mk = sum(ys) / len(ys)
+            vk = sum((y - mk) ** 2 for y in ys) / len(ys)
+            per_agent[k].append((vk + (mk - mu) ** 2) / var)
+    return {k: (sum(v) / len(v) if v else float("nan"), len(v)) for k, v in per_agent.items()}
+
+
+def _random_batch(rng: random.Random, n_agents: int):
+    scores, uid, agent = [], [], []
+    for u in rng.sample(range(1000), rng.randint(1, 6)):  # sparse, unsorted uids
+        kind = rng.random()
+        for _ in range(rng.randint(1, 12)):
+            k = rng.randrange(n_agents)
+            if kind < 0.2:
+                x = 1.0  # an all-equal group: left out
+            elif kind < 0.6:
+                x = float(rng.random() < 0.3 + 0.2 * k) - 0.1 * (rng.random() < 0.2)  # 0/1 reward with penalty
+            else:
+                x = rng.gauss(0.5 * k, 1.0)
+            scores.append(x)
+            uid.append(u)
+            agent.append(k)
+    order = list(range(len(scores)))
+    rng.shuffle(order)  # rows in any order
+    return [scores[i] for i in order], [uid[i] for i in order], [agent[i] for i in order]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_matches_loop_reference_on_random_batches(seed: int) -> None:
+    rng = random.Random(seed)
+    n_agents = rng.randint(1, 4)
+    scores, uid, agent = _random_batch(rng, n_agents)
+    got = second_moment_factors(torch.tensor(scores, dtype=torch.float64), torch.tensor(uid), torch.tensor(agent), n_agents)
+    want = _loop_factors(scores, uid, agent, n_agents)
+    assert set(got) == set(want)
+    for k in want:
+        assert got[k][1] == want[k][1]
+        if math.isnan(want[k][0]):
+            assert math.isnan(got[k][0])
+        else:
+            assert got[k][0] == pytest.approx(want[k][0], rel=1e-9, abs=1e-12)
+
+
+def test_share_weighted_factors_sum_to_one_in_a_group() -> None:
+    """sum_k w_k F_k = 1 for population moments: the factor redistributes, it does not add."""
+    rng = random.Random(7)
+    scores = [float(rng.random() < 0.6) - 0.1 * (i % 3 == 0) for i in range(30)]
+    agent = [i % 3 for i in range(30)]
+    got = second_moment_factors(torch.tensor(scores, dtype=torch.float64), torch.zeros(30, dtype=torch.long), torch.tensor(agent), 3)
+    assert sum(got[k][0] * 10 / 30 for k in range(3)) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_factor_is_the_global_step_advantage_second_moment() -> None:
+    """F_k equals the mean squared advantage of agent k under global (step-level) population
+    statistics, and agent-wise statistics give exactly 1 (the lemma's two sides)."""
+    g = torch.Generator().manual_seed(0)
+    n = 400
+    agent = torch.arange(n) % 2
+    scores = torch.where(agent == 0, torch.randn(n, generator=g, dtype=torch.float64) * 2.0 + 1.0,
+                         torch.randn(n, generator=g, dtype=torch.float64) * 0.3)
+    uid = torch.zeros(n, dtype=torch.long)
+    f = second_moment_factors(scores, uid, agent, 2)
+    mu, sd = scores.mean(), scores.std(unbiased=False)
+    for k in range(2):
+        a = (scores[agent == k] - mu) / sd
+        assert f[k][0] == pytest.approx(float((a * a).mean()), rel=1e-9)
+    assert f[0][0] > 1.5 and f[1][0] < 0.5  # a wide, off-centre agent vs a narrow one
+    # Dr. MAS: agent-wise advantages have second moment (N-1)/N * 1 (unbiased std) -> 1
+    adv = compute_advantages(scores, uid, torch.arange(n), agent, estimator="drmas")
+    for k in range(2):
+        m2 = float((adv[agent == k].double() ** 2).mean())
+        assert m2 == pytest.approx((n / 2 - 1) / (n / 2), rel=1e-5)
+
+
+def test_all_equal_and_missing_agent_give_nan() -> None:
+    f = second_moment_factors(torch.ones(6), torch.tensor([0, 0, 0, 1, 1, 1]), torch.tensor([0, 1, 0, 1, 0, 1]), 3)
+    assert all(math.isnan(v) and c == 0 for v, c in f.values())
+
+
+def test_metric_names_scope_per_agent() -> None:
+    assert N.agent("checker", N.MOMENT_FACTOR) == "agent/checker/critic/moment_factor/mean"
+    assert N.agents_with({N.agent("solver", N.MOMENT_FACTOR), N.agent("checker", N.MOMENT_FACTOR)},
+                         N.MOMENT_FACTOR) == ["checker", "solver"]
