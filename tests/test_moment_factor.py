@@ -111,3 +111,29 @@ def test_metric_names_scope_per_agent() -> None:
     assert N.agent("checker", N.MOMENT_FACTOR) == "agent/checker/critic/moment_factor/mean"
     assert N.agents_with({N.agent("solver", N.MOMENT_FACTOR), N.agent("checker", N.MOMENT_FACTOR)},
                          N.MOMENT_FACTOR) == ["checker", "solver"]
+
+
+def test_plot_shows_the_factor_per_agent(tmp_path, capsys) -> None:
+    """``drmas-bench plot`` draws the logged factor and prints its mean per agent; a run without it still plots."""
+    import json
+
+    from drmas_bench.cli import main
+
+    run, old = tmp_path / "grpo", tmp_path / "old"
+    for d, with_factor in ((run, True), (old, False)):
+        d.mkdir()
+        lines = []
+        for s in range(1, 11):
+            r = {"step": s, N.SCORE: 0.4, N.agent("solver", N.GRAD_NORM): 0.5, N.agent("checker", N.GRAD_NORM): 0.5 + s % 2}
+            if with_factor:
+                r[N.agent("solver", N.MOMENT_FACTOR)] = 0.8
+                r[N.agent("checker", N.MOMENT_FACTOR)] = 1.0 + 0.1 * s if s != 3 else None  # a null step is left out
+            lines.append(json.dumps(r))
+        (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["plot", str(run), str(old), "--out", str(tmp_path / "c.png")]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    want = sum(1.0 + 0.1 * s for s in range(1, 11) if s != 3) / 9
+    assert f"grpo\tagent/checker/critic/moment_factor/mean\tmean {want:.4g}" in out
+    assert "grpo\tagent/solver/critic/moment_factor/mean\tmean 0.8" in out
+    assert "old\tagent/checker/actor/grad_norm" in out and "old\tagent/checker/critic/moment_factor" not in out
