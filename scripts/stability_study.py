@@ -228,9 +228,13 @@ def run_metrics(d: Path, spike_k: float) -> dict[str, Any]:
         g = [r.get(N.agent(a, N.GRAD_NORM)) for r in recs]
         f = [r.get(N.agent(a, N.MOMENT_FACTOR)) for r in recs]
         finite_f = [x for x in f if isinstance(x, (int, float)) and math.isfinite(x)]
+        m2 = [r[N.agent(a, N.ADV_MEAN)] ** 2 + r[N.agent(a, N.ADV_STD)] ** 2 for r in recs
+              if all(isinstance(r.get(N.agent(a, q)), (int, float)) and math.isfinite(r[N.agent(a, q)])
+                     for q in (N.ADV_MEAN, N.ADV_STD))]
         out["agents"][a] = {"spread": s["spread"], "max": s["max"], "median": s["median"],
                             "spikes": sum(1 for x in g if isinstance(x, (int, float)) and x > spike_k * s["median"]),
                             "factor": statistics.fmean(finite_f) if finite_f else float("nan"),
+                            "adv_m2": statistics.fmean(m2) if m2 else float("nan"),
                             "steps": list(zip(g, f))}
     return out
 
@@ -295,7 +299,7 @@ def report(out: Path, settings: list[str], estimators: list[str], baseline: str,
         agents = sorted({a for e in arms.values() for r in e.values() for a in r["agents"]})
         # per-arm summary table
         lines += ["| estimator | seeds | reward last 10 | eval avg@16 (%) | " + " | ".join(
-            f"{a}: spread / spikes / factor" for a in agents) + " |",
+            f"{a}: spread / spikes / factor / E[A^2]" for a in agents) + " |",
             "| --- | --- | --- | --- | " + " | ".join("---" for _ in agents) + " |"]
         for e in estimators:
             rs = list(arms.get(e, {}).values())
@@ -307,9 +311,11 @@ def report(out: Path, settings: list[str], estimators: list[str], baseline: str,
                 xs = [r["agents"][a] for r in rs if a in r["agents"]]
                 cells.append(f"{_fmt(statistics.median(x['spread'] for x in xs), 2)} / "
                              f"{_fmt(statistics.fmean(x['spikes'] for x in xs), 1)} / "
-                             f"{_fmt(statistics.fmean(x['factor'] for x in xs), 3)}")
+                             f"{_fmt(statistics.fmean(x['factor'] for x in xs), 3)} / "
+                             f"{_fmt(statistics.fmean(x['adv_m2'] for x in xs), 3)}")
             lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", "(spread: median over seeds; spikes and factor: mean over seeds)", ""]
+        lines += ["", "(spread: median over seeds; spikes, factor and E[A^2] (the realised second moment of the agent's "
+                  "advantages, `adv mean^2 + adv std^2` per step, averaged over steps): mean over seeds)", ""]
         for e in estimators:
             if e == baseline or not arms.get(e) or not arms.get(baseline):
                 continue
@@ -390,6 +396,12 @@ def _closing() -> list[str]:
         "lemma's prediction for global statistics, used as a proxy.",
         "- A 1.6M-parameter model on one-digit sums with 64 trajectories per step: per-step rewards are noisy "
         "(+-0.1) and the eval CIs of one run are +-7 points; conclusions are about this setting only.",
+        "- E[A^2] under Dr. MAS is below 1 by construction: (n-1)/n from the unbiased std, times the share of "
+        "(prompt, agent) groups whose scores are not all equal (those get A = 0). The checker acts once per "
+        "trajectory, so its E[A^2] is the same under both estimators; the solver's differs under GRPO because "
+        "its rows over-weight the rejected (retried) trajectories.",
+        "- Many metrics are tested at once with no multiple-comparison correction: a single p just under 0.05 "
+        "is weak evidence; look at the direction across agents and settings.",
     ]
 
 
