@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import random
 
 import pytest
@@ -137,3 +138,43 @@ def test_plot_shows_the_factor_per_agent(tmp_path, capsys) -> None:
     assert f"grpo\tagent/checker/critic/moment_factor/mean\tmean {want:.4g}" in out
     assert "grpo\tagent/solver/critic/moment_factor/mean\tmean 0.8" in out
     assert "old\tagent/checker/actor/grad_norm" in out and "old\tagent/checker/critic/moment_factor" not in out
+
+
+# ------------------------------------------------------------------------------ the study's statistics
+
+def _study():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "stability_study.py"
+    spec = importlib.util.spec_from_file_location("stability_study", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("stability_study", mod)  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_study_sign_test_is_the_exact_binomial_test() -> None:
+    from scipy.stats import binomtest
+
+    s = _study()
+    rng = random.Random(3)
+    for _ in range(30):
+        d = [rng.choice([-1.0, 0.0, 1.0, 2.5]) for _ in range(rng.randint(1, 14))]
+        pos, neg = sum(x > 0 for x in d), sum(x < 0 for x in d)
+        want = binomtest(pos, pos + neg, 0.5).pvalue if pos + neg else 1.0
+        assert s.sign_test(d) == pytest.approx(want, rel=1e-12)
+    assert s.sign_test([1.0] * 10) == pytest.approx(2 / 1024)
+
+
+def test_study_paired_summary() -> None:
+    s = _study()
+    a = [1.0, 2.0, 3.0, 4.0, float("nan")]
+    b = [2.0, 2.5, 4.0, 4.5, 9.0]  # the NaN pair is dropped
+    p = s.paired(a, b)
+    d = [1.0, 0.5, 1.0, 0.5]
+    assert p["n"] == 4 and p["diff"] == pytest.approx(0.75) and p["b_greater"] == 4
+    assert p["dz"] == pytest.approx(0.75 / statistics.stdev(d))
+    assert p["ci"][0] <= 0.75 <= p["ci"][1] and 0.5 <= p["ci"][0] and p["ci"][1] <= 1.0
+    assert s.parse_seeds("0-3,7") == [0, 1, 2, 3, 7]
