@@ -284,7 +284,8 @@ def report(out: Path, settings: list[str], estimators: list[str], baseline: str,
         "",
         "Tests per metric, over seeds: difference = other - baseline, mean with a bootstrap 95 % CI, Cohen's d_z "
         "(mean / sd of the differences), exact two-sided sign test, two-sided Wilcoxon signed-rank test. "
-        "A claim *holds here* when both tests give p < 0.05 in the predicted direction.",
+        "A claim *holds here* when both tests give p < 0.05 in the predicted direction, is *contradicted* when "
+        "both give p < 0.05 in the other direction, and is *not shown* otherwise.",
         "",
     ]
     claims: list[str] = []
@@ -340,10 +341,13 @@ def report(out: Path, settings: list[str], estimators: list[str], baseline: str,
                              f"[{_fmt(p['ci'][0])}, {_fmt(p['ci'][1])}] | {_fmt(p['dz'], 2)} | {p['b_greater']}/{p['n']} "
                              f"| {_fmt(p['sign_p'])} | {_fmt(p['wilcoxon_p'])} |")
                 if e == "grpo" and baseline == "drmas":
-                    holds = (p["sign_p"] < 0.05 and p["wilcoxon_p"] < 0.05 and p["diff"] * sign > 0)
+                    sig = p["sign_p"] < 0.05 and p["wilcoxon_p"] < 0.05
+                    verdict = ("holds" if sig and p["diff"] * sign > 0 else
+                               "contradicted (significant in the opposite direction)" if sig and p["diff"] * sign < 0
+                               else "not shown")
                     want = "higher under GRPO" if sign > 0 else "lower under GRPO"
                     claims.append(f"- `{s}`, {label}: {want} (the paper's direction): "
-                                  f"**{'holds' if holds else 'not shown'}** (diff {_fmt(p['diff'])}, "
+                                  f"**{verdict}** (diff {_fmt(p['diff'])}, "
                                   f"sign p {_fmt(p['sign_p'])}, Wilcoxon p {_fmt(p['wilcoxon_p'])}, n {p['n']})")
             lines.append("")
         lines += _factor_lines(arms, agents, baseline, estimators)
