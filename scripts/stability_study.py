@@ -418,7 +418,8 @@ def plot(data: dict[str, Any], settings: list[str], estimators: list[str], png: 
 
     rows = [s for s in settings if s in data] or settings[:1]
     fig, axes = plt.subplots(len(rows), 4, figsize=(20, 4.2 * len(rows)), squeeze=False)
-    colors = {e: c for e, c in zip(estimators, plt.rcParams["axes.prop_cycle"].by_key()["color"])}
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {e: c for e, c in zip(estimators, palette)}
     markers = ("o", "s", "^", "D")
     for i, s in enumerate(rows):
         arms = data.get(s, {})
@@ -443,7 +444,8 @@ def plot(data: dict[str, Any], settings: list[str], estimators: list[str], png: 
                 common = sorted(set(arms.get(e, {})) & set(arms.get(base, {})))
                 xs = [arms[base][k]["agents"][a]["spread"] for k in common]
                 ys = [arms[e][k]["agents"][a]["spread"] for k in common]
-                ax_s.scatter(xs, ys, marker=markers[j % 4], color=colors[e], label=f"{a}: {e} vs {base}")
+                ax_s.scatter(xs, ys, marker=markers[j % 4], label=f"{a}: {e} vs {base}",
+                             color=palette[(len(estimators) + j) % len(palette)])
         lim = ax_s.get_xlim()[1] if agents else 1
         top = max(lim, ax_s.get_ylim()[1])
         ax_s.plot([1, top], [1, top], color="grey", linewidth=1)
