@@ -69,8 +69,9 @@ class Setting:
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("nonshared", {}, "the tiny recipe: one model per agent"),
     Setting("penalty", {"algo.c_inv": 0.5},
-            "non-shared, format penalty c_inv 0.5 (recipe 0.1): the checker's unparsable verdicts (10-25 % of its "
-            "calls) move its reward mean away from the pooled mean, so the theory predicts a factor != 1"),
+            "non-shared, format penalty c_inv 0.5 (recipe 0.1): meant to move the checker's reward mean away from "
+            "the pooled mean through its unparsable verdicts (10-25 % of its calls) and so push its factor away "
+            "from 1; the factor column shows how far it got"),
     Setting("shared", {"shared": True}, "one model (one worker group) for both agents"),
 )}
 
