@@ -45,6 +45,10 @@ VALID = "valid/mean"  # share of the agent's calls with a well-formed answer
 ADV_MEAN = "critic/advantages/mean"
 ADV_STD = "critic/advantages/std"
 ADV_ABSMAX = "critic/advantages/absmax"
+# Lemma 4.2's (sigma_k^2 + (mu_k - mu)^2) / sigma^2 from the step's rollouts (trainer/moment_factor.py):
+# the scale global statistics put on the agent's gradient second moment, 1 under Dr. MAS
+MOMENT_FACTOR = "critic/moment_factor/mean"
+MOMENT_FACTOR_GROUPS = "critic/moment_factor/groups"  # prompt groups it averages (those with sigma > 0)
 
 # the worker's update() result key -> the record's name (per worker group, and averaged over groups)
 UPDATE_KEYS = {

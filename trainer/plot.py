@@ -1,11 +1,15 @@
-"""Training curves to PNG: reward and per-agent gradient norm over steps, one or several runs.
+"""Training curves to PNG: reward, per-agent gradient norm and per-agent second-moment factor over steps.
 
     path, spread = plot_runs(["runs/tiny-grpo", "runs/tiny-drmas"], "grad_norms.png")
 
 Left panel: ``critic/score/mean`` (mean trajectory reward) per step (thin) and its 5-step moving average (thick), one colour per
-run. Right panel: ``agent/<agent>/actor/grad_norm`` (the pre-clip norm of the gradient of the agent's own loss,
-see worker.py) on a log scale, one colour per run and one line style per agent. ``spread`` is
-``{run: {agent: {"max", "median", "spread" = max / median}}}`` over the steps.
+run. Middle panel: ``agent/<agent>/actor/grad_norm`` (the pre-clip norm of the gradient of the agent's own loss,
+see worker.py) on a log scale, one colour per run and one line style per agent. Right panel (when the
+runs logged it): ``agent/<agent>/critic/moment_factor/mean``, the factor
+``(sigma_k^2 + (mu_k - mu)^2) / sigma^2`` by which global statistics would scale the agent's gradient
+second moment (trainer/moment_factor.py; 1 = no difference from Dr. MAS). ``spread`` is
+``{run: {agent: {"max", "median", "spread" = max / median, "factor" = mean factor over the steps}}}``
+(``factor`` only when logged).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
     from drmas_trainer import metric_names as N
     from drmas_trainer.trainer import grad_norm_spread, read_metrics
 
-    fig, (ax_r, ax_g) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (ax_r, ax_g, ax_f) = plt.subplots(1, 3, figsize=(19, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     spread: dict[str, Any] = {}
     for i, run in enumerate(runs):
@@ -61,6 +65,13 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
                 ax_g.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle=_STYLES[j % len(_STYLES)],
                           linewidth=1.5, label=f"{label}: {agent}")
         spread[label] = grad_norm_spread(recs)
+        for j, agent in enumerate(N.agents_with({k for r in recs for k in r}, N.MOMENT_FACTOR)):
+            key = N.agent(agent, N.MOMENT_FACTOR)
+            pts = [(r["step"], r[key]) for r in recs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+            if pts:
+                ax_f.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle=_STYLES[j % len(_STYLES)],
+                          linewidth=1.5, label=f"{label}: {agent}")
+                spread[label].setdefault(agent, {})["factor"] = sum(p[1] for p in pts) / len(pts)
     ax_r.set_xlabel("training step")
     ax_r.set_ylabel("mean trajectory reward")
     ax_r.set_title("reward")
@@ -73,6 +84,15 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
     ax_g.grid(True, which="both", alpha=0.3)
     if ax_g.get_legend_handles_labels()[0]:
         ax_g.legend(fontsize=8)
+    ax_f.axhline(1.0, color="grey", linewidth=1)
+    ax_f.set_xlabel("training step")
+    ax_f.set_ylabel("(sigma_k^2 + (mu_k - mu)^2) / sigma^2")
+    ax_f.set_title("per-agent second-moment factor (1 = Dr. MAS)")
+    ax_f.grid(True, alpha=0.3)
+    if ax_f.get_legend_handles_labels()[0]:
+        ax_f.legend(fontsize=8)
+    else:
+        ax_f.text(0.5, 0.5, "not logged by these runs", transform=ax_f.transAxes, ha="center", va="center")
     if title:
         fig.suptitle(title)
     fig.tight_layout()

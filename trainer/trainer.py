@@ -51,6 +51,7 @@ from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer import metric_names as N
 from drmas_trainer.advantages import advantage_stats, compute_advantages, row_scores
 from drmas_trainer.config import TrainConfig, WorkerGroupPlan, plan_worker_groups
+from drmas_trainer.moment_factor import second_moment_factors
 from drmas_trainer.trackers import check_tracker
 from drmas_trainer.worker import LossSettings, Row
 
@@ -671,6 +672,7 @@ def step_metrics(step: int, cursor: int, batch: list[Task], trajs: list[Trajecto
         N.RESPONSE_LENGTH: _mean([len(r.response_ids) for r in rb["rows"]]),
     }
     stats = advantage_stats(adv, rb["agent"])
+    factors = second_moment_factors(scores, rb["uid"], rb["agent"], len(agents))
     for k, a in enumerate(agents):
         mine = [i for i, r in enumerate(rb["rows"]) if r.agent == a]
         rec[N.agent(a, N.CALLS)] = len(mine) / max(1, len(trajs))
@@ -681,6 +683,7 @@ def step_metrics(step: int, cursor: int, batch: list[Task], trajs: list[Trajecto
         rec[N.agent(a, N.ADV_MEAN)] = s["mean"] if s else float("nan")
         rec[N.agent(a, N.ADV_STD)] = s["std"] if s else float("nan")
         rec[N.agent(a, N.ADV_ABSMAX)] = s["abs_max"] if s else float("nan")
+        rec[N.agent(a, N.MOMENT_FACTOR)], rec[N.agent(a, N.MOMENT_FACTOR_GROUPS)] = factors[k]
     for name, u in updates.items():
         for a, v in u["agent_grad_norm"].items():
             rec[N.agent(a, N.GRAD_NORM)] = v

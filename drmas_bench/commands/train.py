@@ -196,6 +196,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     path, spread = plot_runs(args.runs, out, title=args.title)
     for run, per_agent in spread.items():
         for agent, s in per_agent.items():
-            print(f"{run}\tagent/{agent}/actor/grad_norm\tmax {s['max']:.4g}\tmedian {s['median']:.4g}\tspread {s['spread']:.2f}")
+            if "spread" in s:
+                print(f"{run}\tagent/{agent}/actor/grad_norm\tmax {s['max']:.4g}\tmedian {s['median']:.4g}\tspread {s['spread']:.2f}")
+            if "factor" in s:
+                print(f"{run}\tagent/{agent}/critic/moment_factor/mean\tmean {s['factor']:.4g}")
     logger.info(f"[plot] wrote {path}")
     return 0
