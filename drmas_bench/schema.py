@@ -160,6 +160,15 @@ def sampling_overrides(data: Any, where: str, schema: type[Schema] = SamplingSch
     return parse(schema, data or {}, where, prefix=prefix).model_dump(exclude_unset=True)
 
 
+def registered(value: Any, known: Any, what: str | None = None) -> Any:
+    """A validator body: ``value`` must be a name in the registry ``known`` (a mapping or sequence).
+    The error reads "unknown WHAT 'x'; known: ..." when ``what`` is given, else "must be one of ..."."""
+    if value not in known:
+        names = ", ".join(known)
+        raise ValueError(f"unknown {what} {value!r}; known: {names}" if what else f"must be one of {names}, got {value!r}")
+    return value
+
+
 class ModelOnEngine(Schema):
     """The worker-group core shared by eval and training: one model served by one engine."""
 
@@ -171,9 +180,7 @@ class ModelOnEngine(Schema):
     def _known_engine(cls, v: str) -> str:
         from drmas_bench.engines import ENGINES
 
-        if v not in ENGINES:
-            raise ValueError(f"unknown engine {v!r}; known: {', '.join(ENGINES)}")
-        return v
+        return registered(v, ENGINES, "engine")
 
 
 # ------------------------------------------------------------------------------ describing schemas

@@ -29,7 +29,8 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from drmas_bench.schema import COERCING, CoercingSchema, Float, Int, ModelOnEngine, Rate, TrainSamplingSchema, parse
+from drmas_bench.schema import (COERCING, CoercingSchema, Float, Int, ModelOnEngine, Rate, TrainSamplingSchema, parse,
+                                 registered)
 from drmas_bench.store import safe_name
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
@@ -85,10 +86,7 @@ class AgentConfig(ModelOnEngine):
     @field_validator("optimizer", "optimizer_offload")
     @classmethod
     def _registered(cls, v: str, info: ValidationInfo) -> str:
-        known = {"optimizer": OPTIMIZERS, "optimizer_offload": OFFLOADS}[info.field_name]
-        if v not in known:
-            raise ValueError(f"must be one of {', '.join(known)}, got {v!r}")
-        return v
+        return registered(v, {"optimizer": OPTIMIZERS, "optimizer_offload": OFFLOADS}[info.field_name])
 
     @field_validator("sampling")
     @classmethod
@@ -156,18 +154,14 @@ class AlgoConfig(CoercingSchema):
     def _estimator(cls, v: str) -> str:
         from drmas_trainer.advantages import ESTIMATORS  # the registry (imports torch: only when validating)
 
-        if v not in ESTIMATORS:
-            raise ValueError(f"unknown estimator {v!r}; known: {', '.join(sorted(ESTIMATORS))}")
-        return v
+        return registered(v, sorted(ESTIMATORS), "estimator")
 
     @field_validator("agg")
     @classmethod
     def _agg(cls, v: str | None) -> str | None:
         from drmas_trainer.losses import AGG_MODES
 
-        if v is not None and v not in AGG_MODES:
-            raise ValueError(f"must be one of {', '.join(AGG_MODES)}, got {v!r}")
-        return v
+        return v if v is None else registered(v, AGG_MODES)
 
 
 class SFTConfig(CoercingSchema):
