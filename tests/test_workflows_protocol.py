@@ -325,7 +325,7 @@ def test_checkpoint_team_yaml_records_prompts_protocol_and_retriever(tmp_path):
 
 
 def test_truncated_calls_are_counted_for_the_summary():
-    from drmas_bench.commands.eval import protocol_summary
+    from drmas_bench.api import protocol_summary
 
     b = FakeScriptedAgents(verifier=[V.format("no"), V.format("yes")], searcher=[SEARCH.format("TRUNCATE-ME")],
                            answerer=[ANSWER.format("x")])

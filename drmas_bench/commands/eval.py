@@ -128,7 +128,3 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     print(evaluate(config_from_args(args)).markdown)
     return 0
-
-
-# used by tests and other modules under their earlier names
-from drmas_bench.api import default_retriever_spec as _default_retriever_spec, protocol_summary  # noqa: E402,F401
