@@ -4,7 +4,7 @@
 #
 #   bash scripts/setup.sh            # CPU machine: torch==2.13.0 (the CPU wheel)
 #   DRMAS_TORCH="torch==2.6.0" bash scripts/setup.sh   # a GPU user picks their own torch build
-#   DRMAS_TORCH="torch==2.14.1" DRMAS_EXTRAS="dense,ray,mathverify,test,sglang" bash scripts/setup.sh
+#   DRMAS_TORCH="torch==2.14.1" DRMAS_EXTRAS="dense,ray,mathverify,lucene,test,sglang" bash scripts/setup.sh
 #                                    # SGLang (GPU): needs torch 2.14.1, Python >= 3.11, driver >= 580
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${DRMAS_VENV:-.venv}
 TORCH_SPEC=${DRMAS_TORCH:-torch==2.13.0}
-EXTRAS=${DRMAS_EXTRAS:-dense,ray,mathverify,test}
+EXTRAS=${DRMAS_EXTRAS:-dense,ray,mathverify,lucene,test}
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating virtualenv $VENV"

@@ -33,3 +33,30 @@ def test_lucene_index_and_search(tmp_path):
     assert hits[2] == [] and hits[3] == []
     assert r.search(["Who designed the Amber Lighthouse?"], 3) == hits[:1]  # batch and single agree
     r.close()
+
+
+@pytest.mark.data
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_PYSERINI, reason="needs the lucene extra: pip install drmas-bench[lucene]")
+def test_lucene_on_the_mini_corpus_matches_bm25s(data_dir, tmp_path):
+    """The two sparse backends score alike (same k1/b; Lucene adds Porter stemming): on the mini
+    corpus, recall of a supporting passage (any@k) stays within 1 point of bm25s at every k."""
+    from drmas_retrieval.bm25 import build_bm25
+    from drmas_retrieval.evaluate import evaluate, read_questions
+
+    corpus = data_dir / "corpus" / "mini_corpus.jsonl"
+    questions = data_dir / "corpus" / "covered_questions.jsonl"
+    if not corpus.is_file() or not questions.is_file():
+        pytest.skip("mini corpus not in the data dir")
+    m = build_lucene(corpus, tmp_path / "lucene", progress=False)
+    assert m["n_passages"] == 25_200
+    build_bm25(corpus, tmp_path / "bm25", progress=False)
+    qs = read_questions(questions)
+    ks = (1, 3, 5, 10)
+    with load_retriever(tmp_path / "lucene") as lucene, load_retriever(tmp_path / "bm25") as bm25:
+        ours = evaluate(lucene, qs, ks=ks, progress=False)["overall"]
+        base = evaluate(bm25, qs, ks=ks, progress=False)["overall"]
+    assert ours["n_with_support"] == base["n_with_support"] > 3000
+    for k in ks:
+        assert abs(ours[f"any@{k}"] - base[f"any@{k}"]) <= 0.01, (k, ours, base)
+    assert ours["any@10"] > 0.97
