@@ -12,12 +12,18 @@ exists is complete). A killed build rerun with the same settings skips the finis
 continues from the first missing one; different settings are refused unless ``overwrite``.
 Then the shards go into a FAISS index (``faiss.index``):
 
-* ``flat``  exact inner product (``IndexFlatIP``, the reference's choice), the default;
-* ``hnsw``  graph search (``IndexHNSWFlat``, inner product), approximate, fast on CPU;
-* ``ivf``   inverted lists (``IndexIVFFlat``, inner product), approximate, trained on a sample.
+* ``flat``   exact inner product (``IndexFlatIP``, the reference's choice), the default;
+* ``hnsw``   graph search (``IndexHNSWFlat``, inner product), approximate, fast on CPU;
+* ``ivf``    inverted lists (``IndexIVFFlat``, inner product), approximate, trained on a sample;
+* ``ivfpq``  inverted lists of product-quantised codes (``IndexIVFPQ``): ``pq_m`` bytes per vector
+             instead of 4 x dim (32x smaller for 384-d or 768-d vectors), for CPU users of a
+             corpus whose flat index does not fit in RAM; approximate, trained on a sample.
 
-The same code runs with ``faiss-gpu``: flat and ivf indexes move to the GPU(s) on load when
-``gpu`` is on (default: when faiss sees a GPU); HNSW stays on CPU.
+The same code runs with ``faiss-gpu`` (extra ``dense-gpu``): flat, ivf and ivfpq indexes move to the
+GPU(s) on load when ``gpu`` is on (default: when faiss sees a GPU); HNSW stays on CPU. With several
+GPUs the index is *sharded* (each GPU holds 1/n of the vectors, per-query results are merged), not
+copied whole onto every GPU; ``gpu_shard=False`` replicates instead. :func:`gpu_placement` is that
+decision, :func:`index_bytes` the memory it needs.
 """
 
 from __future__ import annotations
@@ -35,22 +41,45 @@ import numpy as np
 
 from drmas_retrieval.base import Hit, RetrievalError, Retriever, first_line, check_search_args
 from drmas_retrieval.corpus import read_corpus, require_corpus
-from drmas_retrieval.store import (PassageStore, atomic_write_text, corpus_fingerprint, has_passages,
+from drmas_retrieval.store import (OFFSETS, PASSAGES, PassageStore, atomic_write_text, corpus_fingerprint, has_passages,
                                    prepare_out_dir, read_manifest, write_manifest, write_passages)
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
-FAISS_KINDS = ("flat", "hnsw", "ivf")
+FAISS_KINDS = ("flat", "hnsw", "ivf", "ivfpq")
+IVF_KINDS = ("ivf", "ivfpq")
 EMB_DIR = "emb"
 STATE = "build_state.json"
 INDEX_FILE = "faiss.index"
 
 
+# the PyPI distributions that all install the same top-level ``faiss`` module
+FAISS_DISTRIBUTIONS = ("faiss-cpu", "faiss-gpu", "faiss-gpu-cu11", "faiss-gpu-cu12", "faiss-gpu-cu13", "faiss")
+
+
+def installed_faiss() -> list[str]:
+    """The FAISS distributions installed in this environment, as ``name==version``."""
+    from importlib import metadata
+
+    found = []
+    for name in FAISS_DISTRIBUTIONS:
+        try:
+            found.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
 def _faiss() -> Any:
+    found = installed_faiss()
+    if len(found) > 1:
+        # they overwrite each other's files in site-packages/faiss: what imports is a mix of both
+        raise RetrievalError(f"several FAISS builds are installed side by side ({', '.join(found)}); keep one: "
+                             "pip uninstall the others, then reinstall drmas-bench[dense] (CPU) or drmas-bench[dense-gpu] (GPU)")
     try:
         import faiss
     except ImportError:
         raise RetrievalError("dense retrieval needs FAISS: pip install drmas-bench[dense] "
-                             "(faiss-cpu), or drmas-bench[gpu] (faiss-gpu)") from None
+                             "(faiss-cpu), or drmas-bench[dense-gpu] (faiss-gpu)") from None
     return faiss
 
 
@@ -179,13 +208,17 @@ class SentenceEncoder:
 class FaissParams:
     """FAISS options.
 
-    ``kind``             flat (exact, default) | hnsw | ivf.
+    ``kind``             flat (exact, default) | hnsw | ivf | ivfpq.
     ``hnsw_m``           HNSW neighbours per node (default 32).
     ``ef_construction``  HNSW build breadth (default 200).
     ``ef_search``        HNSW search breadth (default 128; raise for recall, lower for speed).
-    ``nlist``            IVF lists (None = about 4 * sqrt(n), at most n / 39).
+    ``nlist``            IVF lists, ivf and ivfpq (None = about 4 * sqrt(n), at most n / 39).
     ``nprobe``           IVF lists visited per query (default 16).
-    ``train_size``       IVF training sample (default 256 per list, at most n).
+    ``train_size``       IVF training sample (default 256 per list, for ivfpq at least 64 per PQ
+                         centroid; at most n).
+    ``pq_m``             ivfpq: bytes per vector = sub-quantisers (None = dim / 8: 48 for 384-d,
+                         96 for 768-d vectors); must divide dim.
+    ``pq_nbits``         ivfpq: bits per sub-quantiser code (default 8).
     """
 
     kind: str = "flat"
@@ -195,10 +228,68 @@ class FaissParams:
     nlist: int | None = None
     nprobe: int = 16
     train_size: int | None = None
+    pq_m: int | None = None
+    pq_nbits: int = 8
 
     def __post_init__(self) -> None:
         if self.kind not in FAISS_KINDS:
             raise RetrievalError(f"unknown FAISS index kind {self.kind!r} (known: {', '.join(FAISS_KINDS)})")
+        if self.pq_m is not None and self.pq_m < 1:
+            raise RetrievalError(f"pq_m must be a positive integer, got {self.pq_m}")
+        if not 1 <= self.pq_nbits <= 16:
+            raise RetrievalError(f"pq_nbits must be in 1..16, got {self.pq_nbits}")
+
+    def resolve(self, dim: int, n: int) -> FaissParams:
+        """Fill the size-dependent defaults (nlist, pq_m) for ``n`` vectors of ``dim``; checks pq_m."""
+        if self.kind in IVF_KINDS and self.nlist is None:
+            self.nlist = max(1, min(int(4 * math.sqrt(n)), n // 39))
+        if self.kind == "ivfpq":
+            if self.pq_m is None:
+                self.pq_m = max(1, dim // 8)
+            if dim % self.pq_m:
+                raise RetrievalError(f"pq_m={self.pq_m} does not divide the vector size {dim}")
+        return self
+
+    def training_rows(self, n: int) -> int:
+        """How many vectors ivf / ivfpq train on."""
+        if self.train_size:
+            return min(n, self.train_size)
+        want = 256 * int(self.nlist or 1)
+        if self.kind == "ivfpq":
+            want = max(want, 64 * 2 ** self.pq_nbits)
+        return min(n, want)
+
+
+def index_bytes(n: int, dim: int, params: FaissParams, fp16: bool = False) -> int:
+    """About how many bytes a FAISS index of ``n`` ``dim``-d vectors takes in memory (and on disk):
+    the stored vectors or codes, ids, and the coarse quantiser / codebooks. ``fp16``: vectors kept
+    as float16 (a GPU option). Checked against real indexes in tests/test_retrieval_dense.py."""
+    p = FaissParams(**asdict(params)).resolve(dim, n)
+    vec = n * dim * (2 if fp16 else 4)
+    if p.kind == "flat":
+        return vec
+    if p.kind == "hnsw":
+        return vec + n * (2 * p.hnsw_m * 4 + 12)  # level-0 links (2M int32) plus upper levels and levels table
+    coarse = int(p.nlist or 1) * dim * 4
+    if p.kind == "ivf":
+        return vec + n * 8 + coarse  # vectors + 64-bit ids in the lists
+    codes = n * ((int(p.pq_m or 1) * p.pq_nbits + 7) // 8)
+    return codes + n * 8 + coarse + 2 ** p.pq_nbits * dim * 4  # codes + ids + quantiser + PQ codebooks
+
+
+def gpu_placement(kind: str, n_gpu: int, gpu: bool | None, shard: bool = True) -> tuple[str, int]:
+    """Where a FAISS index of ``kind`` goes when ``n_gpu`` GPUs are visible: ``("cpu", 0)``,
+    ``("gpu", 1)``, ``("shard", n)`` (1/n of the vectors on each GPU, results merged) or
+    ``("replicate", n)`` (the whole index on each GPU, queries split). ``gpu``: None = use GPUs
+    when there are any, True = must (RetrievalError without one), False = never. HNSW has no GPU
+    version and stays on the CPU."""
+    if gpu is False or kind == "hnsw" or (gpu is None and n_gpu == 0):
+        return ("cpu", 0)
+    if n_gpu == 0:
+        raise RetrievalError("gpu=True but FAISS sees no GPU (install faiss-gpu: pip install drmas-bench[dense-gpu])")
+    if n_gpu == 1:
+        return ("gpu", 1)
+    return ("shard", n_gpu) if shard else ("replicate", n_gpu)
 
 
 def _make_index(fp: FaissParams, dim: int, n: int) -> Any:
@@ -209,10 +300,11 @@ def _make_index(fp: FaissParams, dim: int, n: int) -> Any:
         index = faiss.IndexHNSWFlat(dim, fp.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = fp.ef_construction
         return index
-    nlist = fp.nlist or max(1, min(int(4 * math.sqrt(n)), n // 39))
-    fp.nlist = nlist
-    quantizer = faiss.IndexFlatIP(dim)
-    return faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)  # faiss keeps the quantizer alive
+    fp.resolve(dim, n)
+    quantizer = faiss.IndexFlatIP(dim)  # faiss keeps the quantizer alive
+    if fp.kind == "ivf":
+        return faiss.IndexIVFFlat(quantizer, dim, fp.nlist, faiss.METRIC_INNER_PRODUCT)
+    return faiss.IndexIVFPQ(quantizer, dim, fp.nlist, fp.pq_m, fp.pq_nbits, faiss.METRIC_INNER_PRODUCT)
 
 
 # ----------------------------------------------------------------------------------------- build
@@ -322,16 +414,18 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
     return m
 
 
-def _write_faiss(out_dir: Path, fp: FaissParams, n: int, shard_size: int, progress: bool) -> int:
-    """Build the FAISS index from the embedding shards and write it atomically; return the dim."""
+def _write_faiss(out_dir: Path, fp: FaissParams, n: int, shard_size: int, progress: bool,
+                 emb_from: Path | None = None) -> int:
+    """Build the FAISS index from the embedding shards (of ``emb_from``, default ``out_dir``) and
+    write it atomically into ``out_dir``; return the dim."""
     from tqdm import tqdm
 
     n_shards = (n + shard_size - 1) // shard_size
-    shards = [np.load(_shard_path(out_dir, i), mmap_mode="r") for i in range(n_shards)]
+    shards = [np.load(_shard_path(emb_from or out_dir, i), mmap_mode="r") for i in range(n_shards)]
     dim = int(shards[0].shape[1])
     index = _make_index(fp, dim, n)
-    if fp.kind == "ivf":
-        size = min(n, fp.train_size or 256 * int(fp.nlist or 1))
+    if fp.kind in IVF_KINDS:
+        size = fp.training_rows(n)
         rows = np.sort(np.random.default_rng(0).choice(n, size=size, replace=False))
         sample = np.concatenate([shards[r // shard_size][r % shard_size][None] for r in rows]).astype(np.float32)
         index.train(sample)
@@ -344,9 +438,13 @@ def _write_faiss(out_dir: Path, fp: FaissParams, n: int, shard_size: int, progre
     return dim
 
 
-def rebuild_faiss(index_dir: str | os.PathLike[str], faiss_params: FaissParams, progress: bool = True) -> dict[str, Any]:
+def rebuild_faiss(index_dir: str | os.PathLike[str], faiss_params: FaissParams, progress: bool = True,
+                  out: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Replace the FAISS index of a dense index directory (e.g. flat -> hnsw) from its kept
     embedding shards, without encoding anything; return the updated manifest.
+    ``out``: write a new index directory instead (its passage store hard-linked, or copied across
+    file systems; the shards are read from ``index_dir``), leaving ``index_dir`` as it was, e.g. an
+    ivfpq index beside the flat one to compare them.
     RetrievalError when the shards were not kept (``keep_shards=False``) or are incomplete."""
     t0 = time.perf_counter()
     d = Path(index_dir)
@@ -356,13 +454,37 @@ def rebuild_faiss(index_dir: str | os.PathLike[str], faiss_params: FaissParams, 
         if not _shard_ok(_shard_path(d, i), min(shard_size, n - i * shard_size), dim):
             raise RetrievalError(f"{d}: embedding shard {_shard_path(d, i).name} missing or incomplete; "
                                  "rebuild the index with --overwrite")
-    _write_faiss(d, faiss_params, n, shard_size, progress)
+    faiss_params.resolve(dim, n)  # a bad pq_m is refused before anything is written
+    dest = d
+    if out is not None and Path(out).resolve() != d.resolve():
+        dest = prepare_out_dir(out, overwrite=True)
+        for name in (PASSAGES, OFFSETS):
+            (dest / name).unlink(missing_ok=True)
+            try:
+                os.link(d / name, dest / name)
+            except OSError:
+                shutil.copyfile(d / name, dest / name)
+    _write_faiss(dest, faiss_params, n, shard_size, progress, emb_from=d)
     params = dict(m["params"], faiss=asdict(faiss_params))
     build_s = (m.get("build_s") or 0.0) + time.perf_counter() - t0
-    return write_manifest(d, "dense", n, params, m.get("corpus"), build_s)
+    return write_manifest(dest, "dense", n, params, m.get("corpus"), build_s)
 
 
 # -------------------------------------------------------------------------------------- retrieve
+
+
+def _to_gpus(faiss: Any, index: Any, placement: tuple[str, int], fp16: bool, fp: FaissParams) -> Any:
+    """Move a CPU index onto GPUs as :func:`gpu_placement` decided (faiss's multi-GPU cloner)."""
+    mode, n = placement
+    co = faiss.GpuMultipleClonerOptions()
+    co.shard = mode == "shard"  # each GPU gets 1/n of the vectors; otherwise each gets all of them
+    co.useFloat16 = fp16
+    if fp.kind == "ivfpq" and int(fp.pq_m or 0) > 48:
+        co.useFloat16LookupTables = True  # GPU IVFPQ needs half-precision tables above 48 bytes per code
+    try:
+        return faiss.index_cpu_to_all_gpus(index, co=co, ngpu=n)
+    except RuntimeError as e:  # out of GPU memory, an unsupported pq_m on GPU, ...
+        raise RetrievalError(f"cannot put the FAISS index on {n} GPU(s) ({mode}): {first_line(e)}") from None
 
 
 class DenseRetriever(Retriever):
@@ -372,7 +494,10 @@ class DenseRetriever(Retriever):
       ``encoder``    a ready encoder (default: the manifest's model, loaded with ``device``).
       ``device``     encoder device (None = cuda when available).
       ``batch_size`` query encoding batch (default 64).
-      ``gpu``        put a flat / ivf FAISS index on the GPU(s) (None = when faiss sees one).
+      ``gpu``        put a flat / ivf / ivfpq FAISS index on the GPU(s) (None = when faiss sees one).
+      ``gpu_shard``  with several GPUs, split the vectors over them (default True); False copies
+                     the whole index onto each GPU (faster for an index that fits on one GPU).
+      ``gpu_fp16``   keep vectors as float16 on the GPU(s): half the memory, scores to ~3 digits.
       ``mmap``       memory-map the FAISS file where the index type allows it (default False).
       ``ef_search`` / ``nprobe``  override the manifest's HNSW / IVF search breadth.
       ``threads``    torch CPU threads for query encoding (None = torch's setting; process-wide).
@@ -383,7 +508,7 @@ class DenseRetriever(Retriever):
     def __init__(self, index_dir: str | os.PathLike[str], encoder: Encoder | None = None,
                  device: str | None = None, batch_size: int = 64, gpu: bool | None = None,
                  mmap: bool = False, ef_search: int | None = None, nprobe: int | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, gpu_shard: bool = True, gpu_fp16: bool = False):
         faiss = _faiss()
         self.dir = Path(index_dir)
         self.manifest = read_manifest(self.dir, "dense")
@@ -401,16 +526,13 @@ class DenseRetriever(Retriever):
             raise RetrievalError(f"{self.dir}: FAISS holds {self.index.ntotal} vectors for {len(self.passages)} passages; rebuild")
         if self.faiss_params.kind == "hnsw":
             self.index.hnsw.efSearch = ef_search or self.faiss_params.ef_search
-        elif self.faiss_params.kind == "ivf":
-            self.index.nprobe = nprobe or self.faiss_params.nprobe
+        elif self.faiss_params.kind in IVF_KINDS:
+            self.index.nprobe = nprobe or self.faiss_params.nprobe  # copied to the GPU index below
         n_gpu = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
-        self.on_gpu = bool(n_gpu) if gpu is None else gpu
-        if self.on_gpu and self.faiss_params.kind != "hnsw":
-            if not n_gpu:
-                raise RetrievalError("gpu=True but FAISS sees no GPU (install faiss-gpu: pip install drmas-bench[gpu])")
-            self.index = faiss.index_cpu_to_all_gpus(self.index)
-        else:
-            self.on_gpu = False
+        self.placement = gpu_placement(self.faiss_params.kind, n_gpu, gpu, gpu_shard)
+        self.on_gpu = self.placement[0] != "cpu"
+        if self.on_gpu:
+            self.index = _to_gpus(faiss, self.index, self.placement, gpu_fp16, self.faiss_params)
         if encoder is None:
             ident = p["encoder"]
             cfg = EncoderConfig(model=ident["model"], query_prefix=ident["query_prefix"],
@@ -440,7 +562,8 @@ class DenseRetriever(Retriever):
     def info(self) -> dict[str, Any]:
         p = self.manifest["params"]
         return {"kind": self.kind, "index": self.dir.name, "n_passages": len(self.passages),
-                "encoder": p["encoder"]["model"], "faiss": self.faiss_params.kind, "gpu": self.on_gpu}
+                "encoder": p["encoder"]["model"], "faiss": self.faiss_params.kind, "gpu": self.on_gpu,
+                "placement": f"{self.placement[0]}:{self.placement[1]}"}
 
     def close(self) -> None:
         self.passages.close()

@@ -32,8 +32,8 @@ def parse_spec(spec: str | os.PathLike[str]) -> tuple[str, str]:
 
 def load_retriever(spec: str | os.PathLike[str], **options: Any) -> Retriever:
     """Open the retriever a spec names. ``options`` go to its constructor:
-    bm25 (``mmap``, ``threads``), dense (``encoder``, ``device``, ``batch_size``, ``gpu``, ``mmap``,
-    ``ef_search``, ``nprobe``), lucene (``k1``, ``b``, ``threads``), http (``timeout``,
+    bm25 (``mmap``, ``threads``), dense (``encoder``, ``device``, ``batch_size``, ``gpu``, ``gpu_shard``,
+    ``gpu_fp16``, ``mmap``, ``ef_search``, ``nprobe``, ``threads``), lucene (``k1``, ``b``, ``threads``), http (``timeout``,
     ``connect_timeout``, ``retries``, ``backoff``, ``max_backoff``, ``batch_size``, ``body``).
     An unknown option is a RetrievalError naming it."""
     kind, where = parse_spec(spec)

@@ -16,11 +16,16 @@ Options:
   --dense-index DIR    reuse this dense index (its manifest's build time is reported) instead of
                        building one; built there when it does not exist yet (resumable)
   --encoder NAME       dense encoder (default all-MiniLM-L6-v2, offline)
+  --faiss LIST         FAISS kinds of the dense backend, one row each, all from the same embeddings
+                       (default flat; e.g. flat,ivfpq). Rows after flat also report overlap@k: the
+                       share of the exact (flat) top-k they return.
+  --nprobe N           ivf / ivfpq lists searched per query (default 16)
   --threads N          threads of every backend: bm25s / Lucene search, torch query encoding (default 1)
   --json FILE          also write the rows as JSON
 
 Example:
   python scripts/bench_retrieval.py --dense-index /tmp/idx/minilm --n-queries 1000 --k 10
+  python scripts/bench_retrieval.py --kinds dense --faiss flat,ivfpq --dense-index /tmp/idx/minilm
 """
 
 from __future__ import annotations
@@ -48,10 +53,11 @@ def timed_search(r: Any, queries: list[str], k: int, batch: int) -> tuple[float,
     return time.perf_counter() - t0, hits
 
 
-def bench_one(kind: str, args: argparse.Namespace, work: Path, queries: list[str], sup: list[set[str]]) -> dict[str, Any]:
+def bench_one(kind: str, args: argparse.Namespace, work: Path, queries: list[str], sup: list[set[str]],
+              faiss_kind: str = "flat", exact: list | None = None) -> dict[str, Any]:
     from drmas_retrieval import RetrievalError, load_retriever
 
-    row: dict[str, Any] = {"backend": kind}
+    row: dict[str, Any] = {"backend": kind if kind != "dense" else f"dense/{faiss_kind}"}
     try:
         if kind == "bm25":
             from drmas_retrieval.bm25 import build_bm25
@@ -78,6 +84,18 @@ def bench_one(kind: str, args: argparse.Namespace, work: Path, queries: list[str
                                 encoder=EncoderConfig(model=args.encoder or DEFAULT_ENCODER, threads=args.threads))
             row["build_s"] = m["build_s"]
             row["model"] = m["params"]["encoder"]["model"].rsplit("/", 1)[-1]
+            if faiss_kind != m["params"]["faiss"]["kind"]:  # another FAISS kind from the same embeddings
+                from drmas_retrieval.dense import FaissParams, rebuild_faiss
+
+                t0 = time.perf_counter()
+                rebuild_faiss(where, FaissParams(kind=faiss_kind, nprobe=args.nprobe), progress=False,
+                              out=work / f"dense-{faiss_kind}")
+                row["build_s"] = round(time.perf_counter() - t0, 1)
+                row["note"] = "FAISS build only (same embeddings)"
+                where = work / f"dense-{faiss_kind}"
+            from drmas_retrieval.dense import INDEX_FILE
+
+            row["index_mb"] = round((where / INDEX_FILE).stat().st_size / 2**20, 1)
             opts = {"threads": args.threads}
         t0 = time.perf_counter()
         r = load_retriever(where, **opts)
@@ -89,6 +107,10 @@ def bench_one(kind: str, args: argparse.Namespace, work: Path, queries: list[str
         if args.single:
             s1, _ = timed_search(r, queries[:args.single], args.k, 1)
             row["qps_single"] = round(min(args.single, len(queries)) / s1, 1)
+        if exact is not None:
+            row[f"overlap@{args.k}"] = round(100 * sum(len({x.id for x in a} & {x.id for x in e}) / max(1, len(e))
+                                                       for a, e in zip(hits, exact)) / len(hits), 1)
+        row["_hits"] = hits
         with_sup = [(h, s) for h, s in zip(hits, sup) if s]
         if with_sup:
             row[f"any@{args.k}"] = round(100 * sum(bool(s & {x.id for x in h}) for h, s in with_sup) / len(with_sup), 1)
@@ -114,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dense-index", help="reuse this dense index (its manifest's build time is reported); "
                                           "built there when absent (resumable)")
     ap.add_argument("--encoder", help="dense encoder (default all-MiniLM-L6-v2, offline)")
+    ap.add_argument("--faiss", default="flat", help="FAISS kinds of the dense backend, comma-separated, one row each (default flat)")
+    ap.add_argument("--nprobe", type=int, default=16, help="ivf / ivfpq lists searched per query (default 16)")
     ap.add_argument("--threads", type=int, default=1, help="threads of every backend: bm25s and Lucene search, torch query encoding (default 1)")
     ap.add_argument("--json", dest="json_out", help="also write the rows as JSON")
     args = ap.parse_args(argv)
@@ -133,11 +157,19 @@ def main(argv: list[str] | None = None) -> int:
     for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
         if kind not in ("bm25", "lucene", "dense"):
             ap.error(f"unknown backend {kind!r} (known: bm25, lucene, dense)")
-        print(f"[bench] {kind} ...", file=sys.stderr, flush=True)
-        rows.append(bench_one(kind, args, work, queries, sup))
+        faiss_kinds = [f.strip() for f in args.faiss.split(",") if f.strip()] if kind == "dense" else ["flat"]
+        exact = None
+        for fk in faiss_kinds:
+            print(f"[bench] {kind}{'/' + fk if kind == 'dense' else ''} ...", file=sys.stderr, flush=True)
+            row = bench_one(kind, args, work, queries, sup, fk, exact)
+            hits = row.pop("_hits", None)
+            if kind == "dense" and fk == "flat":
+                exact = hits  # the exact neighbours the approximate kinds are compared with
+            rows.append(row)
     if tmp is not None:
         tmp.cleanup()
-    cols = ["backend", "model", "passages", "build_s", "load_s", "qps_batched", "qps_single", f"any@{args.k}", "note"]
+    cols = ["backend", "model", "passages", "build_s", "load_s", "index_mb", "qps_batched", "qps_single",
+            f"any@{args.k}", f"overlap@{args.k}", "note"]
     print(f"\n{len(queries)} queries, k={args.k}, batch {args.batch_size}; corpus {Path(args.corpus).name}; "
           f"{os.cpu_count()} CPUs visible\n")
     print(tabulate([[r.get(c, "") for c in cols] for r in rows], headers=cols, tablefmt="github"))

@@ -136,3 +136,151 @@ def test_dense_with_the_real_minilm_encoder(tmp_path):
     v = r.encoder.encode_queries(["unit length?"])
     assert v.dtype == np.float32 and abs(float(np.linalg.norm(v)) - 1.0) < 1e-5
     assert r.info()["encoder"].endswith("all-MiniLM-L6-v2")
+
+
+# ------------------------------------------------------------------ ivfpq, memory, GPU placement
+
+
+def _synthetic_corpus(path: Path, n: int = 3000, seed: int = 0) -> list[str]:
+    """``n`` passages of 30 random words from a 500-word vocabulary; returns their texts."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i:03d}" for i in range(500)]
+    texts = [" ".join(rng.choice(vocab, size=30)) for _ in range(n)]
+    with open(path, "w", encoding="utf-8") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"id": f"s{i}", "title": f"T{i}", "text": t}) + "\n")
+    return texts
+
+
+def test_ivfpq_is_small_and_close_to_flat(tmp_path):
+    texts = _synthetic_corpus(tmp_path / "c.jsonl")
+    flat = tmp_path / "flat"
+    build_dense(tmp_path / "c.jsonl", flat, encoder=HashEncoder(), shard_size=1000, progress=False)
+    before = sorted(p.name for p in flat.iterdir())
+    # an ivfpq index beside the flat one, from its shards: the flat directory stays as it was
+    # 6-bit codes: 64 centroids per sub-quantiser, which 3,000 vectors can train (FAISS asks 39 each)
+    m = rebuild_faiss(flat, FaissParams(kind="ivfpq", pq_m=16, pq_nbits=6, nprobe=76), progress=False, out=tmp_path / "pq")
+    assert m["params"]["faiss"]["kind"] == "ivfpq" and m["params"]["faiss"]["pq_m"] == 16
+    assert m["params"]["faiss"]["nlist"] == 76  # min(4 sqrt(3000), 3000 / 39)
+    assert sorted(p.name for p in flat.iterdir()) == before
+    assert read_manifest_kind(flat) == "flat"
+    pq_bytes, flat_bytes = (tmp_path / "pq" / INDEX_FILE).stat().st_size, (flat / INDEX_FILE).stat().st_size
+    assert pq_bytes < flat_bytes / 5  # 12 code bytes + 8 id bytes per vector against 256
+
+    queries = [" ".join(t.split()[:10]) for t in texts[:60]]
+    exact = DenseRetriever(flat, encoder=HashEncoder()).search(queries, 10)
+    approx = DenseRetriever(tmp_path / "pq", encoder=HashEncoder()).search(queries, 10)
+    overlap = np.mean([len({h.id for h in a} & {h.id for h in e}) / 10 for a, e in zip(approx, exact)])
+    top1_exact = np.mean([e[0].id == f"s{i}" for i, e in enumerate(exact)])
+    top1 = np.mean([a[0].id == f"s{i}" for i, a in enumerate(approx)])
+    print(f"ivfpq: top-10 overlap with flat {overlap:.2f}; source passage first {top1:.2f} (flat {top1_exact:.2f})")
+    assert overlap > 0.5 and top1 > 0.75 * top1_exact, (overlap, top1, top1_exact)
+
+    with pytest.raises(RetrievalError, match="does not divide"):
+        rebuild_faiss(flat, FaissParams(kind="ivfpq", pq_m=7), progress=False, out=tmp_path / "bad")
+
+
+def read_manifest_kind(d: Path) -> str:
+    return json.loads((d / MANIFEST).read_text())["params"]["faiss"]["kind"]
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf", "ivfpq"])
+def test_index_bytes_matches_the_real_index(tmp_path, kind):
+    from drmas_retrieval.dense import index_bytes
+
+    _synthetic_corpus(tmp_path / "c.jsonl", n=2600)
+    d = tmp_path / kind
+    m = build_dense(tmp_path / "c.jsonl", d, encoder=HashEncoder(), faiss_params=FaissParams(kind=kind, pq_m=16, pq_nbits=6),
+                    progress=False)
+    real = (d / INDEX_FILE).stat().st_size
+    est = index_bytes(m["n_passages"], HashEncoder.dim, FaissParams(kind=kind, pq_m=16, pq_nbits=6))
+    assert abs(est - real) / real < 0.15, (kind, est, real)
+
+
+def test_index_bytes_of_wiki18():
+    """The figures docs/retrieval.md quotes for the reference index (21,015,324 passages, 768-d)."""
+    from drmas_retrieval.dense import index_bytes
+
+    n = 21_015_324
+    assert index_bytes(n, 768, FaissParams()) == n * 768 * 4  # 64.6 GB
+    assert index_bytes(n, 768, FaissParams(), fp16=True) == n * 768 * 2
+    pq = index_bytes(n, 768, FaissParams(kind="ivfpq"))  # 96 bytes a vector + ids + 18k lists
+    assert 2.2e9 < pq < 2.3e9  # 2.24 GB
+
+
+def test_gpu_placement():
+    from drmas_retrieval.dense import gpu_placement
+
+    assert gpu_placement("flat", 0, None) == ("cpu", 0)
+    assert gpu_placement("flat", 1, None) == ("gpu", 1)
+    assert gpu_placement("flat", 4, None) == ("shard", 4)  # not four copies of the whole index
+    assert gpu_placement("ivfpq", 4, None, shard=False) == ("replicate", 4)
+    assert gpu_placement("flat", 4, False) == ("cpu", 0)
+    assert gpu_placement("hnsw", 4, None) == ("cpu", 0)  # no GPU HNSW in FAISS
+    with pytest.raises(RetrievalError, match="sees no GPU"):
+        gpu_placement("flat", 0, True)
+
+
+class FakeGpuFaiss:
+    """A fake of faiss's multi-GPU cloner (this machine has no GPU): records what it is asked."""
+
+    class GpuMultipleClonerOptions:
+        shard = False
+        useFloat16 = False
+        useFloat16LookupTables = False
+
+    def __init__(self):
+        self.calls = []
+
+    def index_cpu_to_all_gpus(self, index, co=None, ngpu=-1):
+        self.calls.append({"shard": co.shard, "fp16": co.useFloat16, "lut16": co.useFloat16LookupTables, "ngpu": ngpu})
+        return ("on-gpu", index)
+
+
+def test_several_gpus_get_shards_of_the_index():
+    from drmas_retrieval.dense import _to_gpus, gpu_placement
+
+    fake = FakeGpuFaiss()
+    out = _to_gpus(fake, "cpu-index", gpu_placement("flat", 8, None), True, FaissParams())
+    assert out == ("on-gpu", "cpu-index")
+    assert fake.calls == [{"shard": True, "fp16": True, "lut16": False, "ngpu": 8}]
+    _to_gpus(fake, "cpu-index", gpu_placement("ivfpq", 2, None, shard=False), False, FaissParams(kind="ivfpq", pq_m=96))
+    assert fake.calls[-1] == {"shard": False, "fp16": False, "lut16": True, "ngpu": 2}
+
+
+def test_two_faiss_builds_side_by_side_are_refused(monkeypatch):
+    from importlib import metadata
+
+    from drmas_retrieval import dense
+
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: "1.8.0" if name == "faiss-gpu-cu12" else real(name))
+    with pytest.raises(RetrievalError, match=r"several FAISS builds .*faiss-cpu==.*faiss-gpu-cu12==1\.8\.0"):
+        dense._faiss()
+
+
+def test_each_extra_brings_at_most_one_faiss():
+    """pyproject's extras, expanded through self-references: no extra installs two FAISS builds."""
+    import tomllib
+
+    from drmas_retrieval.dense import FAISS_DISTRIBUTIONS
+
+    extras = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def closure(name: str, seen: set[str]) -> list[str]:
+        out = []
+        for req in extras[name]:
+            m = re.match(r"drmas-bench\[([\w,-]+)\]", req)
+            if m:
+                for sub in m.group(1).split(","):
+                    if sub not in seen:
+                        seen.add(sub)
+                        out += closure(sub, seen)
+            else:
+                out.append(re.split(r"[<>=!;\[ ]", req, maxsplit=1)[0].lower())
+        return out
+
+    faiss_of = {name: [r for r in closure(name, {name}) if r in FAISS_DISTRIBUTIONS] for name in extras}
+    assert all(len(v) <= 1 for v in faiss_of.values()), faiss_of
+    assert faiss_of["dense"] == ["faiss-cpu"] and faiss_of["dense-gpu"][0].startswith("faiss-gpu")
+    assert faiss_of["gpu"] == faiss_of["dense-gpu"]

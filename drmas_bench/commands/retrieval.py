@@ -65,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Corpora, BM25 / dense / Lucene indexes, retriever evaluation and the /retrieve server.",
                        epilog=EPILOG, formatter_class=RAW)
     rsub = p.add_subparsers(dest="retrieval_command", metavar="ACTION", required=True)
+    from drmas_retrieval.dense import FAISS_KINDS
 
     q = rsub.add_parser("corpus", help="build a corpus jsonl from QA datasets' paragraph files",
                         epilog=CORPUS_EPILOG, formatter_class=RAW)
@@ -84,11 +85,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--b", type=float, default=0.4, help="BM25 b (bm25, lucene; default 0.4)")
     q.add_argument("--stemmer", help="bm25: PyStemmer language, e.g. english (default none)")
     q.add_argument("--encoder", default=None, help="dense: sentence-transformers model (default all-MiniLM-L6-v2, offline)")
-    q.add_argument("--faiss", choices=["flat", "hnsw", "ivf"], default="flat", help="dense: FAISS index (default flat)")
+    q.add_argument("--faiss", choices=FAISS_KINDS, default="flat",
+                   help="dense: FAISS index: flat (exact) | hnsw | ivf | ivfpq (compressed, docs/retrieval.md) (default flat)")
+    q.add_argument("--nlist", type=int, help="dense ivf / ivfpq: inverted lists (default about 4 sqrt(n))")
+    q.add_argument("--nprobe", type=int, default=16, help="dense ivf / ivfpq: lists searched per query, stored as the default (default 16)")
+    q.add_argument("--pq-m", type=int, help="dense ivfpq: bytes per vector, must divide the vector size (default dim / 8)")
     q.add_argument("--batch-size", type=int, default=64, help="dense: passages per forward pass (default 64)")
     q.add_argument("--shard-size", type=int, default=50_000, help="dense: passages per resumable shard (default 50000)")
     q.add_argument("--reuse-embeddings", action="store_true",
                    help="dense: only rebuild the FAISS index (--faiss) of the dense index in --out from its kept shards")
+    q.add_argument("--embeddings-from", metavar="DIR",
+                   help="dense: write a new index in --out with the FAISS kind --faiss, from the kept shards of the "
+                        "dense index DIR (DIR is left as it is; no encoding)")
     q.add_argument("--max-length", type=int, help="dense: tokens per passage (default: the model's)")
     q.add_argument("--device", help="dense: cpu | cuda (default: cuda when available)")
     q.add_argument("--threads", type=int, help="lucene: indexing threads (default 1); dense: torch CPU threads (default: torch's)")
@@ -104,6 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--device", help="dense: encoder device (default: cuda when available)")
     q.add_argument("--threads", type=int, help="dense: torch CPU threads for query encoding (default: torch's)")
     q.add_argument("--json", dest="json_out", help="also write the metrics as JSON to this file")
+    _add_dense_search_arguments(q)
     q.set_defaults(func=cmd_eval)
 
     q = rsub.add_parser("serve", help="serve an index on POST /retrieve (FastAPI + uvicorn)", epilog=SERVE_EPILOG,
@@ -115,6 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--device", help="dense: encoder device (default: cuda when available)")
     q.add_argument("--threads", type=int, help="dense: torch CPU threads for query encoding (default: torch's)")
     q.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    _add_dense_search_arguments(q)
     from drmas_retrieval.server import add_limit_arguments
 
     add_limit_arguments(q)  # --max-body-bytes, --max-query-chars, --max-batch (HTTP 413 beyond them)
@@ -151,16 +161,19 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     for name in ("limit", "batch_size", "shard_size", "max_length", "threads"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
-    if args.reuse_embeddings:
+    for name in ("nlist", "nprobe", "pq_m"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.reuse_embeddings or args.embeddings_from:
         if args.kind != "dense":
-            raise UserError("--reuse-embeddings needs --kind dense")
-        from drmas_retrieval.dense import FaissParams, rebuild_faiss
+            raise UserError("--reuse-embeddings / --embeddings-from need --kind dense")
+        from drmas_retrieval.dense import rebuild_faiss
 
+        src = args.embeddings_from or args.out
         try:
-            m = rebuild_faiss(args.out, FaissParams(kind=args.faiss))
+            m = rebuild_faiss(src, _faiss_params(args), out=args.out)
         except RetrievalError as e:
             raise UserError(str(e)) from None
-        print(f"{args.faiss} FAISS index of {m['n_passages']} passages rebuilt in {args.out}")
+        print(f"{args.faiss} FAISS index of {m['n_passages']} passages written to {args.out} from the embeddings of {src}")
         return 0
     if not args.corpus:
         raise UserError("--corpus is required (unless --reuse-embeddings)")
@@ -171,11 +184,11 @@ def cmd_index(args: argparse.Namespace) -> int:
 
             opts["params"] = BM25Params(k1=args.k1, b=args.b, stemmer=args.stemmer)
         elif args.kind == "dense":
-            from drmas_retrieval.dense import DEFAULT_ENCODER, EncoderConfig, FaissParams
+            from drmas_retrieval.dense import DEFAULT_ENCODER, EncoderConfig
 
             opts["encoder"] = EncoderConfig(model=args.encoder or DEFAULT_ENCODER, batch_size=args.batch_size,
                                             max_length=args.max_length, device=args.device, threads=args.threads)
-            opts["faiss_params"] = FaissParams(kind=args.faiss)
+            opts["faiss_params"] = _faiss_params(args)
             opts["shard_size"] = args.shard_size
         else:
             from drmas_retrieval.lucene import LuceneParams
@@ -188,13 +201,29 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open(spec: str, device: str | None, threads: int | None = None) -> Any:
+def _faiss_params(args: argparse.Namespace) -> Any:
+    from drmas_retrieval.dense import FaissParams
+
+    return FaissParams(kind=args.faiss, nlist=args.nlist, nprobe=args.nprobe, pq_m=args.pq_m)
+
+
+def _add_dense_search_arguments(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--nprobe", type=int, help="dense ivf / ivfpq: lists searched per query (default: the index's)")
+    q.add_argument("--no-gpu-shard", dest="gpu_shard", action="store_false",
+                   help="dense on several GPUs: copy the whole index onto each GPU instead of splitting it")
+    q.add_argument("--gpu-fp16", action="store_true", help="dense on GPU: keep vectors as float16 (half the memory)")
+
+
+def _open(spec: str, device: str | None, threads: int | None = None, args: argparse.Namespace | None = None) -> Any:
     from drmas_retrieval import RetrievalError, load_retriever, parse_spec
 
     _positive("--threads", threads)
+    _positive("--nprobe", getattr(args, "nprobe", None))
     try:
         kind, _ = parse_spec(spec)
         opts = {"device": device, "threads": threads} if kind == "dense" else {}
+        if kind == "dense" and args is not None:
+            opts.update(nprobe=args.nprobe, gpu_shard=None if args.gpu_shard else False, gpu_fp16=args.gpu_fp16 or None)
         return load_retriever(spec, **{k: v for k, v in opts.items() if v is not None})
     except RetrievalError as e:
         raise UserError(str(e)) from None
@@ -214,7 +243,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _positive("--batch-size", args.batch_size)
     try:
         questions = read_questions(_data_path(args.questions), limit=args.limit)
-        with _open(args.index, args.device, args.threads) as r:
+        with _open(args.index, args.device, args.threads, args) as r:
             result = evaluate(r, questions, ks, batch_size=args.batch_size)
             result["retriever"] = r.info()
     except RetrievalError as e:
@@ -239,7 +268,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UserError(f"--port must be 1..65535, got {args.port}")
     if args.index.startswith(("http://", "https://")):
         raise UserError("--index must be an index directory (serving a server URL would only proxy it)")
-    r = _open(args.index, args.device, args.threads)
+    r = _open(args.index, args.device, args.threads, args)
     kind, _ = parse_spec(args.index)
     print(f"serving {kind} index {args.index} ({r.info().get('n_passages')} passages) on http://{args.host}:{args.port}/retrieve")
     serve(r, host=args.host, port=args.port, default_topk=args.topk, log_level=args.log_level, limits=limits)
