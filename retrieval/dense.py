@@ -248,6 +248,9 @@ class FaissParams:
                 self.pq_m = max(1, dim // 8)
             if dim % self.pq_m:
                 raise RetrievalError(f"pq_m={self.pq_m} does not divide the vector size {dim}")
+            if self.training_rows(n) < 2 ** self.pq_nbits:  # FAISS would stop with a C++ exception
+                raise RetrievalError(f"ivfpq with pq_nbits={self.pq_nbits} trains {2 ** self.pq_nbits} centroids and needs at "
+                                     f"least as many vectors, got {self.training_rows(n)}; use flat, or lower pq_nbits")
         return self
 
     def training_rows(self, n: int) -> int:

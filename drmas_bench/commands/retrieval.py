@@ -89,7 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="dense: FAISS index: flat (exact) | hnsw | ivf | ivfpq (compressed, docs/retrieval.md) (default flat)")
     q.add_argument("--nlist", type=int, help="dense ivf / ivfpq: inverted lists (default about 4 sqrt(n))")
     q.add_argument("--nprobe", type=int, default=16, help="dense ivf / ivfpq: lists searched per query, stored as the default (default 16)")
-    q.add_argument("--pq-m", type=int, help="dense ivfpq: bytes per vector, must divide the vector size (default dim / 8)")
+    q.add_argument("--pq-m", type=int, help="dense ivfpq: sub-quantisers per vector, must divide the vector size (default dim / 8)")
+    q.add_argument("--pq-nbits", type=int, default=8, help="dense ivfpq: bits per sub-quantiser code (default 8: pq_m bytes per vector)")
     q.add_argument("--batch-size", type=int, default=64, help="dense: passages per forward pass (default 64)")
     q.add_argument("--shard-size", type=int, default=50_000, help="dense: passages per resumable shard (default 50000)")
     q.add_argument("--reuse-embeddings", action="store_true",
@@ -161,7 +162,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     for name in ("limit", "batch_size", "shard_size", "max_length", "threads"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
-    for name in ("nlist", "nprobe", "pq_m"):
+    for name in ("nlist", "nprobe", "pq_m", "pq_nbits"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.reuse_embeddings or args.embeddings_from:
         if args.kind != "dense":
@@ -204,7 +205,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 def _faiss_params(args: argparse.Namespace) -> Any:
     from drmas_retrieval.dense import FaissParams
 
-    return FaissParams(kind=args.faiss, nlist=args.nlist, nprobe=args.nprobe, pq_m=args.pq_m)
+    return FaissParams(kind=args.faiss, nlist=args.nlist, nprobe=args.nprobe, pq_m=args.pq_m, pq_nbits=args.pq_nbits)
 
 
 def _add_dense_search_arguments(q: argparse.ArgumentParser) -> None:
