@@ -453,6 +453,8 @@ def rebuild_faiss(index_dir: str | os.PathLike[str], faiss_params: FaissParams, 
     d = Path(index_dir)
     m = read_manifest(d, "dense")
     n, shard_size, dim = m["n_passages"], m["params"]["shard_size"], m["params"]["dim"]
+    if not shard_size:
+        raise RetrievalError(f"{d}: an imported FAISS index has no embedding shards to rebuild from")
     for i in range((n + shard_size - 1) // shard_size):
         if not _shard_ok(_shard_path(d, i), min(shard_size, n - i * shard_size), dim):
             raise RetrievalError(f"{d}: embedding shard {_shard_path(d, i).name} missing or incomplete; "
@@ -471,6 +473,93 @@ def rebuild_faiss(index_dir: str | os.PathLike[str], faiss_params: FaissParams, 
     params = dict(m["params"], faiss=asdict(faiss_params))
     build_s = (m.get("build_s") or 0.0) + time.perf_counter() - t0
     return write_manifest(dest, "dense", n, params, m.get("corpus"), build_s)
+
+
+# ------------------------------------------------------------------------------- import a FAISS file
+
+# the first four bytes of a serialised FAISS index, for the kinds this module searches
+_FOURCC = {b"IxFI": "flat", b"IHNf": "hnsw", b"IwFl": "ivf", b"IwPQ": "ivfpq"}
+
+
+def read_faiss_header(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Kind, dim, vector count and metric of a FAISS index file, read from its first bytes (a 64 GB
+    flat index is not loaded for that). RetrievalError for a file that is not one of the kinds here
+    (flat / hnsw / ivf / ivfpq) with inner-product metric."""
+    import struct
+
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            head = f.read(37)
+            fourcc = head[:4]
+            kind = _FOURCC.get(fourcc)
+            if len(head) < 37 or kind is None:
+                known = ", ".join(f"{k.decode()} ({v})" for k, v in _FOURCC.items())
+                raise RetrievalError(f"{p}: not a FAISS index of a kind searched here (file starts {fourcc!r}; known: {known})")
+            dim, ntotal = struct.unpack("<iq", head[4:16])
+            metric = struct.unpack("<i", head[33:37])[0]
+            out: dict[str, Any] = {"kind": kind, "dim": dim, "ntotal": ntotal, "metric": metric}
+            if kind == "hnsw":  # HNSW's own record follows: assign_probas (doubles), cum_nneighbor_per_level (int32)
+                (n1,) = struct.unpack("<Q", f.read(8))
+                f.seek(8 * n1, os.SEEK_CUR)
+                (n2,) = struct.unpack("<Q", f.read(8))
+                cum = struct.unpack(f"<{min(n2, 2)}i", f.read(4 * min(n2, 2)))
+                out["hnsw_m"] = (cum[1] - cum[0]) // 2 if len(cum) == 2 else None
+    except OSError as e:
+        raise RetrievalError(f"{p}: cannot read the FAISS index ({e.strerror or e})") from None
+    except struct.error:
+        raise RetrievalError(f"{p}: truncated FAISS index file") from None
+    if metric != 0:  # faiss.METRIC_INNER_PRODUCT
+        raise RetrievalError(f"{p}: the index uses FAISS metric {metric}, not inner product (0); the encoders here give "
+                             "L2-normalised vectors scored by inner product")
+    return out
+
+
+def import_faiss(corpus: str | os.PathLike[str], faiss_file: str | os.PathLike[str], out: str | os.PathLike[str],
+                 encoder: EncoderConfig | None = None, overwrite: bool = False, copy: bool = False,
+                 progress: bool = True) -> dict[str, Any]:
+    """Make an index directory from a FAISS index built elsewhere over ``corpus`` (row r = corpus
+    line r), e.g. the reference's ``e5_Flat.index`` over wiki-18; return the manifest. No encoding.
+
+    Options:
+      ``encoder``    the encoder the vectors came from (its model, prefixes and max length are
+                     recorded and used for queries; default all-MiniLM-L6-v2); its dimension is
+                     checked against the index when the index is loaded.
+      ``overwrite``  replace an existing index in ``out``.
+      ``copy``       copy the FAISS file into ``out`` (default: a hard link, or a symbolic link to
+                     the absolute path when ``out`` is on another file system).
+    The corpus must hold exactly as many passages as the index holds vectors."""
+    require_corpus(corpus)
+    t0 = time.perf_counter()
+    head = read_faiss_header(faiss_file)
+    enc = encoder or EncoderConfig()
+    out_dir = prepare_out_dir(out, overwrite)
+    from tqdm import tqdm
+
+    rows = tqdm(read_corpus(corpus), total=head["ntotal"], desc="dense: passages", unit="psg", disable=not progress)
+    n = write_passages(rows, out_dir)
+    if n != head["ntotal"]:
+        raise RetrievalError(f"{faiss_file} holds {head['ntotal']} vectors but {corpus} has {n} passages; "
+                             "the index must be built over this corpus, row for row")
+    dest = out_dir / INDEX_FILE
+    dest.unlink(missing_ok=True)
+    src = Path(faiss_file).resolve()
+    if copy:
+        shutil.copyfile(src, dest)
+        how = "copied"
+    else:
+        try:
+            os.link(src, dest)
+            how = "hard link"
+        except OSError:
+            os.symlink(src, dest)
+            how = "symbolic link"
+    fp = FaissParams(kind=head["kind"])
+    if head.get("hnsw_m"):
+        fp.hnsw_m = head["hnsw_m"]
+    params = {"encoder": enc.identity(), "dim": head["dim"], "faiss": asdict(fp), "shard_size": None,
+              "imported": {"file": Path(faiss_file).name, "bytes": src.stat().st_size, "how": how}}
+    return write_manifest(out_dir, "dense", n, params, corpus_fingerprint(corpus), time.perf_counter() - t0)
 
 
 # -------------------------------------------------------------------------------------- retrieve

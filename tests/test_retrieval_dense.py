@@ -309,3 +309,83 @@ def test_cli_ivfpq_from_kept_embeddings(tmp_path, capsys):
     assert main(["retrieval", "eval", "--index", str(pq), "--questions", str(DATA / "retrieval_questions.jsonl"),
                  "--k", "3", "--nprobe", "1", "--device", "cpu", "--json", str(js)]) == 0
     assert json.loads(js.read_text())["n"] > 0
+
+
+# ------------------------------------------------------------------------------ importing a FAISS file
+
+
+def test_import_a_faiss_index_built_elsewhere(tmp_path):
+    """A FAISS file written by faiss itself (as the reference's e5_Flat.index is) over the same
+    corpus: imported without encoding, it answers exactly as our own build does."""
+    import faiss
+
+    from drmas_retrieval.dense import import_faiss, read_faiss_header
+
+    ours = tmp_path / "ours"
+    build_dense(CORPUS, ours, encoder=HashEncoder(), progress=False)
+    enc = HashEncoder()
+    vecs = enc.encode_passages([p.contents for p in __import__("drmas_retrieval.corpus", fromlist=["read_corpus"]).read_corpus(CORPUS)])
+    files = {}
+    for name, index in [("flat", faiss.index_factory(64, "Flat", faiss.METRIC_INNER_PRODUCT)),
+                        ("hnsw", faiss.index_factory(64, "HNSW16", faiss.METRIC_INNER_PRODUCT))]:
+        index.add(vecs)
+        files[name] = tmp_path / f"e5_{name}.index"
+        faiss.write_index(index, str(files[name]))
+    assert read_faiss_header(files["flat"]) == {"kind": "flat", "dim": 64, "ntotal": 24, "metric": 0}
+    assert read_faiss_header(files["hnsw"])["hnsw_m"] == 16
+
+    q = ["Who designed the Amber Lighthouse?", "saffron buns and rye loaves", "carnivorous plants"]
+    want = DenseRetriever(ours, encoder=HashEncoder()).search(q, 3)
+    for name, f in files.items():
+        m = import_faiss(CORPUS, f, tmp_path / f"imp_{name}", encoder=EncoderConfig(model="hash-bow-64"), progress=False)
+        assert m["params"]["faiss"]["kind"] == name and m["params"]["imported"]["how"] == "hard link"
+        got = DenseRetriever(tmp_path / f"imp_{name}", encoder=HashEncoder()).search(q, 3)
+        assert [[h.id for h in r] for r in got] == [[h.id for h in r] for r in want]
+    assert json.loads((tmp_path / "imp_hnsw" / MANIFEST).read_text())["params"]["faiss"]["hnsw_m"] == 16
+    with pytest.raises(RetrievalError, match="no embedding shards"):
+        rebuild_faiss(tmp_path / "imp_flat", FaissParams(kind="ivf"), progress=False)
+
+
+def test_import_refuses_what_does_not_fit(tmp_path):
+    import faiss
+
+    from drmas_retrieval.dense import import_faiss
+
+    l2 = faiss.IndexFlatL2(64)
+    l2.add(np.zeros((24, 64), dtype=np.float32))
+    faiss.write_index(l2, str(tmp_path / "l2.index"))
+    with pytest.raises(RetrievalError, match="file starts b'IxF2'"):
+        import_faiss(CORPUS, tmp_path / "l2.index", tmp_path / "a", progress=False)
+    hnsw_l2 = faiss.IndexHNSWFlat(64, 16)
+    hnsw_l2.add(np.random.default_rng(0).random((24, 64), dtype=np.float32))
+    faiss.write_index(hnsw_l2, str(tmp_path / "hl2.index"))
+    with pytest.raises(RetrievalError, match="metric 1, not inner product"):
+        import_faiss(CORPUS, tmp_path / "hl2.index", tmp_path / "a", progress=False)
+    short = faiss.IndexFlatIP(64)
+    short.add(np.zeros((10, 64), dtype=np.float32))
+    faiss.write_index(short, str(tmp_path / "short.index"))
+    with pytest.raises(RetrievalError, match="holds 10 vectors but .* has 24 passages"):
+        import_faiss(CORPUS, tmp_path / "short.index", tmp_path / "b", progress=False)
+    assert not (tmp_path / "b" / MANIFEST).exists()
+    (tmp_path / "junk.index").write_bytes(b"not a faiss index at all, just text" * 3)
+    with pytest.raises(RetrievalError, match="not a FAISS index"):
+        import_faiss(CORPUS, tmp_path / "junk.index", tmp_path / "c", progress=False)
+
+
+def test_cli_import_faiss(tmp_path, capsys):
+    import faiss
+
+    from drmas_bench.cli import main
+
+    enc = HashEncoder()
+    from drmas_retrieval.corpus import read_corpus
+
+    index = faiss.IndexFlatIP(64)
+    index.add(enc.encode_passages([p.contents for p in read_corpus(CORPUS)]))
+    faiss.write_index(index, str(tmp_path / "x.index"))
+    assert main(["retrieval", "index", "--kind", "dense", "--corpus", str(CORPUS), "--encoder", "hash-bow-64",
+                 "--import-faiss", str(tmp_path / "x.index"), "--out", str(tmp_path / "imp")]) == 0
+    assert "flat FAISS index of 24 passages imported" in capsys.readouterr().out
+    assert main(["retrieval", "index", "--kind", "bm25", "--corpus", str(CORPUS),
+                 "--import-faiss", str(tmp_path / "x.index"), "--out", str(tmp_path / "b")]) == 2
+    assert "--import-faiss needs --kind dense" in capsys.readouterr().err

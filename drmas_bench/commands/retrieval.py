@@ -33,6 +33,8 @@ INDEX_EPILOG = """examples:
   drmas-bench retrieval index --corpus corpus.jsonl --kind dense --encoder intfloat/e5-base-v2 --faiss hnsw --out idx/e5
   drmas-bench retrieval index --corpus corpus.jsonl --kind lucene --out idx/lucene        # needs drmas-bench[lucene]
   drmas-bench retrieval index --kind dense --out idx/minilm --faiss hnsw --reuse-embeddings  # no re-encoding
+  drmas-bench retrieval index --kind dense --faiss ivfpq --embeddings-from idx/minilm --out idx/minilm-pq
+  drmas-bench retrieval index --kind dense --corpus wiki-18.jsonl --encoder intfloat/e5-base-v2 --import-faiss e5_Flat.index --out idx/e5  # no encoding
 
 A corpus is jsonl with `id` and `contents` ("Title"\\ntext) or `title` + `text`. A killed dense
 build resumes from its last complete embedding shard when rerun with the same flags.
@@ -98,6 +100,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--embeddings-from", metavar="DIR",
                    help="dense: write a new index in --out with the FAISS kind --faiss, from the kept shards of the "
                         "dense index DIR (DIR is left as it is; no encoding)")
+    q.add_argument("--import-faiss", metavar="FILE",
+                   help="dense: use this FAISS index, built elsewhere over --corpus with --encoder (e.g. the reference's "
+                        "e5_Flat.index over wiki-18), instead of encoding; linked into --out, not copied")
     q.add_argument("--max-length", type=int, help="dense: tokens per passage (default: the model's)")
     q.add_argument("--device", help="dense: cpu | cuda (default: cuda when available)")
     q.add_argument("--threads", type=int, help="lucene: indexing threads (default 1); dense: torch CPU threads (default: torch's)")
@@ -178,6 +183,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         return 0
     if not args.corpus:
         raise UserError("--corpus is required (unless --reuse-embeddings)")
+    if args.import_faiss and args.kind != "dense":
+        raise UserError("--import-faiss needs --kind dense")
     opts: dict[str, Any] = {"overwrite": args.overwrite, "limit": args.limit}
     try:
         if args.kind == "bm25":
@@ -185,10 +192,16 @@ def cmd_index(args: argparse.Namespace) -> int:
 
             opts["params"] = BM25Params(k1=args.k1, b=args.b, stemmer=args.stemmer)
         elif args.kind == "dense":
-            from drmas_retrieval.dense import DEFAULT_ENCODER, EncoderConfig
+            from drmas_retrieval.dense import DEFAULT_ENCODER, EncoderConfig, import_faiss
 
             opts["encoder"] = EncoderConfig(model=args.encoder or DEFAULT_ENCODER, batch_size=args.batch_size,
                                             max_length=args.max_length, device=args.device, threads=args.threads)
+            if args.import_faiss:
+                m = import_faiss(_data_path(args.corpus), args.import_faiss, args.out, encoder=opts["encoder"],
+                                 overwrite=args.overwrite)
+                print(f"{m['params']['faiss']['kind']} FAISS index of {m['n_passages']} passages imported into {args.out} "
+                      f"({m['params']['imported']['how']} to {args.import_faiss})")
+                return 0
             opts["faiss_params"] = _faiss_params(args)
             opts["shard_size"] = args.shard_size
         else:
