@@ -139,7 +139,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise unexpected(e, "training stopped", log=out / "error.log",
                          hint="--resume continues from the last complete checkpoint") from None
     print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
-    from drmas_trainer.checkpoint import resolve_root
+    from drmas_trainer.checkpoint import latest_pointer, resolve_root
 
     root = resolve_root(out, cfg.ckpt_root)
     spread = summary.get("grad_norm_spread", {})
@@ -147,7 +147,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         logger.info("[train] grad-norm spread (max/median over steps): " +
                     ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()))
     logger.info(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
-                f"checkpoints in {root} (latest: {root / 'latest'})")
+                f"checkpoints in {root} (latest: {latest_pointer(root)})")
     return 0
 
 
