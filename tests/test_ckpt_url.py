@@ -6,7 +6,8 @@ processes see) for a real training run, its resume and the eval of ``ROOT/latest
   and cleaned; prune; ``--fresh`` clears only checkpoint entries;
 - downloads: complete checkpoints only, the eval cache reused until the remote marker changes;
 - the driver refuses a checkpoint whose group's upload is missing (previous one kept);
-- a scheme fsspec does not know / a backend package that is missing: one line;
+- a scheme fsspec does not know / a backend package that is missing: one line, before
+  ``train --fresh`` deletes anything;
 - slow: 2 steps of a micro tiny recipe into ``file://ROOT``, ``--resume`` to step 3 from it, and
   ``eval --model ROOT/latest``.
 """
@@ -167,6 +168,15 @@ def test_unknown_scheme_or_missing_backend_is_one_line(tmp_path):
     with pytest.raises(UserError, match="no such file; the root holds no finished checkpoint"):
         store.cached_checkpoint(f"memory://nothing-{uuid.uuid4().hex[:6]}/latest")
     assert ck.resolve_root(tmp_path / "run", None) == tmp_path / "run" / "ckpt"  # local roots unchanged
+    # train --fresh with such a root: refused before the old run is touched
+    from drmas_trainer.config import load_config
+    from drmas_trainer.trainer import train
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(UserError, match="fsspec knows no zzq://"):
+        train(load_config("tiny", {"ckpt_root": "zzq://b/ck"}), tmp_path / "run", fresh=True, use_ray=False, progress=False)
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == '{"step": 1}\n'
 
 
 MICRO = ["sft.steps=0", "rollout.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=4", "data.size=40",
