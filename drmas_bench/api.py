@@ -67,7 +67,8 @@ class EvalConfig:
     ``None`` = not set: the team file's value or the default applies (see the module docstring)."""
 
     # --- team: one of model / model_for / team
-    model: str | None = None  # every agent: alias, local dir, hub id, or a checkpoint dir holding team.yaml
+    model: str | None = None  # every agent: alias, local dir, hub id, a checkpoint dir holding team.yaml, or a
+    # checkpoint URL (ROOT/step_K, ROOT/latest under an fsspec ckpt_root; downloaded first, see local_model)
     model_for: list[str] | dict[str, str] | None = None  # per-agent models: ["agent=M", ...] or {agent: M}
     team: str | None = None  # team YAML file (docs/teams.md); trusted like a flag
     engine: str | None = None  # hf | openai | sglang for every worker group; None: hf, or the team file's

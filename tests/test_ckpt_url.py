@@ -120,6 +120,13 @@ def test_fetch_complete_only_and_eval_cache_follows_the_remote_marker(mem_root, 
     with pytest.raises(UserError, match="step_2: not a complete checkpoint"):
         store.cached_checkpoint(f"{mem_root}/step_2")
     assert sorted(p.name for p in (tmp_path / "cache" / "checkpoints").iterdir()) == [got.name]
+    # an object key that would climb out of the download folder (untrusted data): refused, nothing kept
+    _put(f"{mem_root}/step_1/models/a/../../../../evil")
+    with pytest.raises(UserError, match=r"refusing to download 'models/a/\.\./\.\./\.\./\.\./evil'"):
+        store.fetch(f"{mem_root}/step_1", tmp_path / "dl")
+    assert not list(tmp_path.glob("**/evil")) and not list(tmp_path.glob(".tmp-*"))
+    fs, path = fsspec.core.url_to_fs(mem_root)
+    fs.rm(f"{path}/step_1/models/a/../../../../evil")
     # a worker group's part, downloaded on "its node"
     part = store.node_copy(f"{mem_root}/step_1/models/a")
     assert part.name == "a" and (part / "model.safetensors").read_bytes() == b"x"

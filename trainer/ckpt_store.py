@@ -192,7 +192,10 @@ def _download(url: str, dest: Path) -> None:
     base = path.rstrip("/") + "/"
     for f in files:
         rel = str(f)[len(base):] if str(f).startswith(base) else posixpath.basename(str(f))
-        target = dest.joinpath(*rel.split("/"))
+        parts = rel.split("/")
+        if any(p in ("", ".", "..") for p in parts):  # an object key may say anything: stay inside dest
+            raise UserError(f"{url}: refusing to download {rel!r}: not a plain relative name")
+        target = dest.joinpath(*parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         fs.get_file(f, str(target))
 
@@ -254,11 +257,14 @@ def fetch(ckpt: str, dest: str | os.PathLike, parts: Iterable[str] | None = None
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    for part in (parts if parts is not None else [""]):
-        _download(join(ckpt, part) if part else ckpt, tmp / part if part else tmp)
-    if _marker(ckpt) != before:
+    try:
+        for part in (parts if parts is not None else [""]):
+            _download(join(ckpt, part) if part else ckpt, tmp / part if part else tmp)
+        if _marker(ckpt) != before:
+            raise UserError(f"{ckpt} changed while it was downloaded (pruned or rewritten); try again")
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"{ckpt} changed while it was downloaded (pruned or rewritten); try again")
+        raise
     (tmp / MARKER).write_bytes(before)
     if dest.exists():
         shutil.rmtree(dest)
@@ -295,7 +301,11 @@ def node_copy(url: str) -> Path:
     dest = base / posixpath.basename(url.rstrip("/"))
     tmp = base.parent / f".tmp-{base.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    _download(url, tmp / dest.name)
+    try:
+        _download(url, tmp / dest.name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(base, ignore_errors=True)
     os.rename(tmp, base)
     return dest

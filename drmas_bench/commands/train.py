@@ -23,6 +23,7 @@ TRAIN_EPILOG = """examples:
   drmas-bench train --recipe tiny --out runs/tiny-drmas --resume                # after a kill
   drmas-bench train --recipe tiny --ray --set ray.num_gpus=2 --steps 2          # worker groups as Ray actors
   drmas-bench train --recipe math_qwen3_4b --ray-address HEAD:6379 --set ckpt_root=/shared/ckpt/run1   # a cluster (docs/scaling.md)
+  drmas-bench train --recipe math_qwen3_4b --ray-address HEAD:6379 --set ckpt_root=s3://bucket/run1    # an fsspec URL (needs s3fs)
   drmas-bench train --recipe math_qwen3_4b --set model=tiny-random --set device=cpu \
       --set agent_defaults.engine=hf --set 'agent_defaults.engine_options={}' \
       --set rollout.prompts_per_step=2 --set rollout.n=2 --set rollout.max_new_tokens=16 --steps 1   # shrunk, CPU
