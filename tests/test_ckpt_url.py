@@ -231,3 +231,16 @@ def test_train_into_file_url_resume_from_it_and_eval_latest(tmp_path, monkeypatc
     assert "solver" in s.markdown and json.loads((tmp_path / "eval" / "summary.json").read_text())
     cfg_yaml = (tmp_path / "eval" / "config.yaml").read_text()
     assert str(copy / "models" / "solver") in cfg_yaml and str(copy / "models" / "checker") in cfg_yaml
+
+
+def test_a_planted_ckpt_cache_symlink_is_refused(tmp_path):
+    """RUN/.ckpt-cache (where a resume from a URL downloads) must not lead outside the run dir."""
+    from drmas_trainer.config import load_config
+    from drmas_trainer.trainer import train
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "run" / ".ckpt-cache").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UserError, match="outside the run directory"):
+        train(load_config("tiny", {"ckpt_root": f"memory://x-{uuid.uuid4().hex[:6]}"}), tmp_path / "run",
+              resume=True, use_ray=False, progress=False)

@@ -87,7 +87,7 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
     retriever = _load_retriever(cfg, wf)
     ckpt_io.resolve_root(Path(out), cfg.ckpt_root)  # a URL whose fsspec backend is missing fails here
     with RunLock(make_run_dir(out)):  # one trainer per run directory, from before anything is deleted
-        for name in RUN_FILES:  # a planted symlink must not redirect a write outside the run dir
+        for name in RUN_FILES + (CKPT_CACHE,):  # a planted symlink must not redirect a write outside the run dir
             inside(out, Path(out) / name)
         if fresh:
             clear_run(Path(out))
