@@ -67,7 +67,8 @@ class EvalConfig:
     ``None`` = not set: the team file's value or the default applies (see the module docstring)."""
 
     # --- team: one of model / model_for / team
-    model: str | None = None  # every agent: alias, local dir, hub id, or a checkpoint dir holding team.yaml
+    model: str | None = None  # every agent: alias, local dir, hub id, a checkpoint dir holding team.yaml, or a
+    # checkpoint URL (ROOT/step_K, ROOT/latest under an fsspec ckpt_root; downloaded first, see local_model)
     model_for: list[str] | dict[str, str] | None = None  # per-agent models: ["agent=M", ...] or {agent: M}
     team: str | None = None  # team YAML file (docs/teams.md); trusted like a flag
     engine: str | None = None  # hf | openai | sglang for every worker group; None: hf, or the team file's
@@ -312,6 +313,20 @@ def switch_engine(team, engine: str, base_url: str | None, tokenizer: str | None
             g.options["trust_remote_code"] = True
 
 
+def local_model(cfg: EvalConfig) -> EvalConfig:
+    """``model`` given as a checkpoint URL (``ROOT/step_K`` or ``ROOT/latest`` under an fsspec
+    ckpt_root, e.g. ``s3://bucket/run1/latest``): the same config with ``model`` pointing at a local
+    copy (``<cache dir>/checkpoints/<hash of ROOT/step_K>``, drmas_trainer.ckpt_store), which is then
+    evaluated as a checkpoint folder (its team.yaml is untrusted data, as for any folder)."""
+    from dataclasses import replace
+
+    from drmas_trainer.ckpt_store import cached_checkpoint, is_url
+
+    if not (cfg.model and is_url(cfg.model)):
+        return cfg
+    return replace(cfg, model=str(cached_checkpoint(cfg.model)))
+
+
 def resolve(cfg: EvalConfig) -> Resolved:
     """Benchmarks, workflow (chosen before the team is validated), team and sampling for ``cfg``."""
     from drmas_bench.agents.team import build_team, check_engine_options, validate_sampling
@@ -320,6 +335,7 @@ def resolve(cfg: EvalConfig) -> Resolved:
     from drmas_bench.types import Sampling
     from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
 
+    cfg = local_model(cfg)
     benches = select_benchmarks(cfg.suite, cfg.benchmarks)
     suites = {b.suite for b in benches}
     if len(suites) > 1:

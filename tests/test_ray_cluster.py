@@ -66,8 +66,9 @@ def test_ckpt_root_resolution_and_group_check(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert ck.resolve_root(tmp_path / "run", None) == tmp_path / "run" / "ckpt"
     assert ck.resolve_root(tmp_path / "run", "shared/ck") == tmp_path / "shared" / "ck"
-    with pytest.raises(UserError, match="URLs are not supported"):
-        ck.resolve_root(tmp_path, "s3://bucket/ck")
+    assert ck.resolve_root(tmp_path / "run", "file:///shared/ck/") == "file:///shared/ck"  # a URL: ckpt_store
+    with pytest.raises(UserError, match="fsspec knows no zzq:// filesystem"):
+        ck.resolve_root(tmp_path, "zzq://bucket/ck")
     tmp = ck.begin(tmp_path / "ck", 1)
     (tmp / "models" / "a").mkdir()
     (tmp / "models" / "a" / "config.json").write_text("{}")
@@ -176,7 +177,11 @@ def test_missing_model_folder_names_the_node(cluster, tmp_path):
 
 
 @pytest.mark.slow
-def test_train_two_steps_one_group_per_node_checkpoint_in_root(cluster, tmp_path):
+@pytest.mark.parametrize("kind", ["folder", "file-url"])
+def test_train_two_steps_one_group_per_node_checkpoint_in_root(cluster, tmp_path, kind, monkeypatch):
+    """``folder``: a shared folder; ``file-url``: the same folder named as an fsspec URL, so each
+    actor saves into a staging folder on its node and uploads through fsspec (ckpt_store), and a
+    ``--resume`` from it has each actor download its own part."""
     from drmas_trainer import checkpoint as ck
     from drmas_trainer.config import load_config, parse_override
     from drmas_trainer.trainer import train
@@ -188,8 +193,9 @@ def test_train_two_steps_one_group_per_node_checkpoint_in_root(cluster, tmp_path
         return [p for p in sys.path if "runtime_resources" in p and os.path.isdir(os.path.join(p, "drmas_bench"))]
 
     root = tmp_path / "shared-ckpt"
+    named = root.as_uri() if kind == "file-url" else str(root)
     sets = ["sft.steps=1", "sft.batch_size=4", "rollout.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=4",
-            "steps=2", "save_every=1", f"ckpt_root={root}", f"ray.address={cluster.address}", "ray.timeout_s=30"]
+            "steps=2", "save_every=1", f"ckpt_root={named}", f"ray.address={cluster.address}", "ray.timeout_s=30"]
     cfg = load_config("tiny", dict(parse_override(x) for x in sets))
     ray.init(**init_kwargs(cluster.address, stage_packages(tmp_path / "ship")))  # as train attaches, done first
     try:
@@ -205,3 +211,20 @@ def test_train_two_steps_one_group_per_node_checkpoint_in_root(cluster, tmp_path
     step, folder = ck.latest_checkpoint(root)
     assert step == 2 and ck.missing_groups(folder, ["solver", "checker"]) == []
     assert (folder / "team.yaml").is_file()  # eval --model ROOT/step_2 reads the trained team from the root
+    if kind == "folder":
+        assert (root / "latest").is_symlink() and (root / "latest").resolve().name == "step_2"
+        return
+    assert (root / "latest").read_text() == "step_2\n"  # a URL root: a text file naming the step
+    # --resume from the URL: the driver downloads its own files, each actor its group's part on its node
+    monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "node-cache"))  # shipped to the actors' env
+    cfg3 = load_config("tiny", dict(parse_override(x) for x in sets + ["steps=3"]))
+    ray.init(**init_kwargs(cluster.address, stage_packages(tmp_path / "ship")))
+    try:
+        assert train(cfg3, tmp_path / "run", resume=True, use_ray=True, progress=False)["steps"] == 3
+    finally:
+        ray.shutdown()
+    assert sorted(p.name for p in (tmp_path / "run" / ".ckpt-cache" / "step_2").iterdir()) == \
+        ["COMPLETE", "rng.pt", "team.yaml", "trainer_state.json"]
+    parts = sorted(p.name for d in (tmp_path / "node-cache" / "checkpoints" / "parts").iterdir() for p in d.iterdir())
+    assert parts == ["checker", "checker.pt", "solver", "solver.pt"]
+    assert ck.latest_checkpoint(root)[0] == 3 and (root / "latest").read_text() == "step_3\n"

@@ -14,7 +14,10 @@
     RUN/ckpt/latest -> step_K  relative symlink, replaced atomically after step_K is complete
 
 The checkpoint root is ``RUN/ckpt`` unless the config names another (``ckpt_root``: a folder the
-driver and every Ray node share, e.g. an NFS mount; docs/scaling.md). Worker groups write their
+driver and every Ray node share, e.g. an NFS mount, or an fsspec URL such as ``s3://bucket/run1``,
+handled by :mod:`drmas_trainer.ckpt_store`: same layout, a ``latest`` text file instead of the
+symlink, the marker written after a copy instead of a rename; docs/scaling.md). The functions below
+take a root or folder as a ``Path`` (local) or a URL ``str`` and dispatch on it. Worker groups write their
 ``models/<wg>`` and ``optim/<wg>.pt`` there from their own nodes; before the marker is written the
 driver checks every group's files are present *as the driver sees them* (:func:`missing_groups`),
 so a checkpoint written to a node-local disk is never marked complete.
@@ -32,26 +35,44 @@ import json
 import os
 import re
 import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
+
+from drmas_trainer import ckpt_store as store
+from drmas_trainer.ckpt_store import is_url
+
+Location = Path | str  # a local folder, or an fsspec URL (scheme://...)
 
 MARKER = "COMPLETE"
 LATEST = "latest"
 _STEP = re.compile(r"^step_(\d+)$")
 
 
-def step_dir(ckpt_root: Path, step: int) -> Path:
+def step_dir(ckpt_root: Location, step: int) -> Location:
+    if is_url(ckpt_root):
+        return store.join(ckpt_root, f"step_{step}")
     return Path(ckpt_root) / f"step_{step}"
 
 
-def is_complete(path: Path) -> bool:
+def latest_pointer(ckpt_root: Location) -> Location:
+    """``ROOT/latest``: a symlink in a local root, a text file ``step_K`` under a URL."""
+    return store.join(ckpt_root, LATEST) if is_url(ckpt_root) else Path(ckpt_root) / LATEST
+
+
+def is_complete(path: Location) -> bool:
+    if is_url(path):
+        return store.is_complete(path)
     return (Path(path) / MARKER).is_file()
 
 
-def complete_checkpoints(ckpt_root: Path) -> list[tuple[int, Path]]:
+def complete_checkpoints(ckpt_root: Location) -> list[tuple[int, Location]]:
     """``(step, folder)`` of every complete checkpoint, oldest first."""
+    if is_url(ckpt_root):
+        return store.complete_checkpoints(ckpt_root)
     root = Path(ckpt_root)
     if not root.is_dir():
         return []
@@ -63,15 +84,17 @@ def complete_checkpoints(ckpt_root: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def latest_checkpoint(ckpt_root: Path) -> tuple[int, Path] | None:
+def latest_checkpoint(ckpt_root: Location) -> tuple[int, Location] | None:
     """The newest complete checkpoint, or None. The ``latest`` pointer is a convenience for
     humans and ``eval``; resuming trusts only the ``COMPLETE`` markers."""
     found = complete_checkpoints(ckpt_root)
     return found[-1] if found else None
 
 
-def clean_partial(ckpt_root: Path) -> list[Path]:
+def clean_partial(ckpt_root: Location) -> list[Location]:
     """Remove temporary folders and step folders without a marker; returns what was removed."""
+    if is_url(ckpt_root):
+        return store.clean_partial(ckpt_root)
     root = Path(ckpt_root)
     removed = []
     if not root.is_dir():
@@ -83,22 +106,24 @@ def clean_partial(ckpt_root: Path) -> list[Path]:
     return removed
 
 
-def resolve_root(run: Path, ckpt_root: str | os.PathLike | None) -> Path:
-    """The checkpoint root: ``ckpt_root`` (absolute; a relative one is taken from the driver's
-    working directory, where the user typed it) or ``RUN/ckpt``."""
-    from drmas_bench.types import UserError
-
+def resolve_root(run: Path, ckpt_root: str | os.PathLike | None) -> Location:
+    """The checkpoint root: ``ckpt_root`` (a folder: absolute; a relative one is taken from the
+    driver's working directory, where the user typed it; an fsspec URL: as given, its filesystem
+    checked now, so a missing backend package is a one-line error before training) or ``RUN/ckpt``."""
     if ckpt_root is None or str(ckpt_root) == "":
         return Path(run) / "ckpt"
     text = os.fspath(ckpt_root)
-    if "://" in text:
-        raise UserError(f"ckpt_root {text!r}: URLs are not supported yet; name a folder every node mounts (docs/scaling.md)")
+    if is_url(text):
+        store.filesystem(text)
+        return text.rstrip("/")
     return Path(text).expanduser().absolute()
 
 
-def clear(ckpt_root: Path) -> None:
+def clear(ckpt_root: Location) -> None:
     """``--fresh`` for a named root: remove the checkpoints (``step_K``, ``latest``, temp folders),
     nothing else that may live there."""
+    if is_url(ckpt_root):
+        return store.clear(ckpt_root)
     root = Path(ckpt_root)
     if not root.is_dir():
         return
@@ -110,15 +135,17 @@ def clear(ckpt_root: Path) -> None:
                 p.unlink(missing_ok=True)
 
 
-def group_files_present(folder: Path, name: str) -> bool:
+def group_files_present(folder: Location, name: str) -> bool:
     """Worker group ``name``'s part of checkpoint ``folder``: its model folder (config.json and a
-    safetensors file) and its optimiser state."""
+    safetensors file) and its optimiser state (for a URL: as fsspec lists them)."""
+    if is_url(folder):
+        return store.group_files_present(folder, name)
     model = Path(folder) / "models" / name
     return ((model / "config.json").is_file() and any(model.glob("*.safetensors"))
             and (Path(folder) / "optim" / f"{name}.pt").is_file())
 
 
-def missing_groups(folder: Path, names: Any) -> list[str]:
+def missing_groups(folder: Location, names: Any) -> list[str]:
     """The worker groups whose files are not (yet) in ``folder`` as this process sees it."""
     return [n for n in names if not group_files_present(folder, n)]
 
@@ -136,18 +163,22 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def member(folder: Path, *parts: str) -> Path:
+def member(folder: Location, *parts: str) -> Location:
     """``folder/parts...`` resolved, refused (UserError) if a part is not a safe name or the path
     leaves ``folder``: worker-group names become ``models/<wg>`` and ``optim/<wg>.pt``."""
     from drmas_bench.store import inside, safe_name
 
     for p in parts:
         safe_name(p.removesuffix(".pt"), "checkpoint entry")
+    if is_url(folder):  # safe names cannot leave the folder
+        return store.join(folder, *parts)
     return inside(folder, Path(folder).joinpath(*parts))
 
 
-def begin(ckpt_root: Path, step: int) -> Path:
+def begin(ckpt_root: Location, step: int) -> Location:
     """A fresh temporary folder to write checkpoint ``step`` into."""
+    if is_url(ckpt_root):
+        return store.begin(ckpt_root, step)
     root = Path(ckpt_root)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-step_{step}-{os.getpid()}"
@@ -165,8 +196,24 @@ def write_json(path: Path, obj: Any) -> None:
         os.fsync(f.fileno())
 
 
-def commit(tmp: Path, ckpt_root: Path, step: int) -> Path:
-    """Mark ``tmp`` complete, rename it to ``step_K`` and point ``latest`` at it (in that order)."""
+@contextmanager
+def driver_files(tmp: Location) -> Iterator[Path]:
+    """The local folder the driver writes its files of checkpoint ``tmp`` into: ``tmp`` itself, or
+    for a URL a local staging folder whose files are uploaded into ``tmp`` at the end."""
+    if not is_url(tmp):
+        yield Path(tmp)
+        return
+    with tempfile.TemporaryDirectory(prefix="drmas-ckpt-") as d:
+        yield Path(d)
+        for f in sorted(Path(d).iterdir()):
+            store.upload(f, store.join(tmp, f.name))
+
+
+def commit(tmp: Location, ckpt_root: Location, step: int) -> Location:
+    """Mark ``tmp`` complete, rename it to ``step_K`` and point ``latest`` at it (in that order).
+    A URL root: ckpt_store.commit (move, then marker, then the ``latest`` file)."""
+    if is_url(ckpt_root):
+        return store.commit(tmp, ckpt_root, step)
     root = Path(ckpt_root)
     with open(tmp / MARKER, "w") as f:
         f.write(f"step {step}\n")
@@ -189,8 +236,10 @@ def commit(tmp: Path, ckpt_root: Path, step: int) -> Path:
     return final
 
 
-def prune(ckpt_root: Path, keep_last: int, keep: tuple[int, ...] = (0,)) -> list[Path]:
+def prune(ckpt_root: Location, keep_last: int, keep: tuple[int, ...] = (0,)) -> list[Location]:
     """Delete all but the newest ``keep_last`` complete checkpoints (never those in ``keep``)."""
+    if is_url(ckpt_root):
+        return store.prune(ckpt_root, keep_last, keep)
     if keep_last <= 0:
         return []
     found = [(s, p) for s, p in complete_checkpoints(ckpt_root) if s not in keep]

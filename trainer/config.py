@@ -212,7 +212,9 @@ class TrainConfig(CoercingSchema):
     seed: Int = Field(0, description="run seed: rollouts, shuffles, torch")
     save_every: Int = Field(10, description="checkpoint every N steps (and at the last step); 0 = only the last")
     ckpt_root: Optional[str] = Field(None, description="checkpoint folder (null = RUN/ckpt); on a multi-node Ray cluster a "
-                                     "folder the driver and every node share (docs/scaling.md)")
+                                     "folder the driver and every node share, or an fsspec URL (s3://bucket/run1, "
+                                     "file:///shared/ck; its backend package and credentials are the user's; "
+                                     "docs/scaling.md)")
     keep_last: Int = Field(2, description="RL checkpoints kept (the warm-start step_0 is always kept); 0 = all")
     torch_threads: Int = Field(1, ge=1, description="torch intra-op threads per process (1 is fastest on a busy small CPU)")
     device: str = Field("auto", description="policy device: auto (cuda when available) | cpu | cuda[:N]")

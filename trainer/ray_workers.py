@@ -12,8 +12,8 @@ CPU machine: ``ray.init(num_cpus=2, num_gpus=N)``, as the tests do). The actor h
 the optimiser and the rollout engine; the controller (``trainer.py``) only sends requests and rows
 and receives completions and metrics; weights never travel (the engine is synced inside the actor,
 checkpoints are written by the actor into the checkpoint root, which must be storage the actors
-share with the controller: one node or a shared mount; the controller checks every group's files
-are there before it marks a checkpoint complete). Model names are resolved inside the actor, on its
+share with the controller: one node, a shared mount, or an fsspec URL the actor uploads to; the
+controller checks every group's files are there before it marks a checkpoint complete). Model names are resolved inside the actor, on its
 node (``drmas_bench.pool.cluster``); attaching to a cluster ships the code (docs/scaling.md).
 
 Resources are checked up front: the demand of all worker groups (``len(plan) x gpus_per_worker``

@@ -85,8 +85,9 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
     check_tracker(cfg.tracker)
     tasks = load_train_tasks(cfg)
     retriever = _load_retriever(cfg, wf)
+    ckpt_io.resolve_root(Path(out), cfg.ckpt_root)  # a URL whose fsspec backend is missing fails here
     with RunLock(make_run_dir(out)):  # one trainer per run directory, from before anything is deleted
-        for name in RUN_FILES:  # a planted symlink must not redirect a write outside the run dir
+        for name in RUN_FILES + (CKPT_CACHE,):  # a planted symlink must not redirect a write outside the run dir
             inside(out, Path(out) / name)
         if fresh:
             clear_run(Path(out))
@@ -101,11 +102,13 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
 
 
 RUN_FILES = ("metrics.jsonl", "config.yaml", "sft.json", "workers.json", "error.log", "curves.png")
+CKPT_CACHE = ".ckpt-cache"  # RUN/.ckpt-cache/step_K: the checkpoint a resume from a URL root downloaded
+DRIVER_FILES = ("team.yaml", "trainer_state.json", "rng.pt")  # what the driver itself reads of a checkpoint
 
 
 def clear_run(run: Path) -> None:
     """``--fresh``: remove what a previous run left in ``run`` (checkpoints, logs, TensorBoard)."""
-    for p in ("ckpt", "tb") + RUN_FILES:
+    for p in ("ckpt", "tb", CKPT_CACHE) + RUN_FILES:
         q = run / p
         if q.is_dir() and not q.is_symlink():
             shutil.rmtree(q)
@@ -136,23 +139,24 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                         f"it, --fresh to discard it, or choose another --out")
     check_run_config(run, cfg, resuming=found is not None)
     ckpt_io.clean_partial(ckpt_root)
-    state = ckpt_io.read_state(found[1]) if found else {"step": 0, "cursor": 0, "skipped_total": 0}
-    if found:
-        ckpt_io.load_rng(found[1] / "rng.pt")
+    if use_ray is None:
+        use_ray = torch.cuda.is_available() and _has_ray()
+    local, resume_from = local_checkpoint(run, found[1], use_ray) if found else (None, None)
+    state = ckpt_io.read_state(local) if local else {"step": 0, "cursor": 0, "skipped_total": 0}
+    if local:
+        ckpt_io.load_rng(local / "rng.pt")
         random.setstate(_tuplify(state["python_rng"]))
     metrics = MetricsLog(run, keep_until=state["step"], tracker=cfg.tracker, config=cfg.to_dict())
 
     # --- worker groups (in process or Ray actors), their engines --------------------------------
     ray_started = False
-    if use_ray is None:
-        use_ray = torch.cuda.is_available() and _has_ray()
     if use_ray:
         from drmas_trainer.ray_workers import init_ray
 
         ray_started = init_ray(cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.address, cfg.ray.ship_code)
     workers: dict[str, Any] = {}
     try:
-        await start_workers(cfg, plan, found[1] if found else None, use_ray, workers)
+        await start_workers(cfg, plan, resume_from, use_ray, workers)
         infos = await asyncio.gather(*(w.info() for w in workers.values()))
         (run / "workers.json").write_text(json.dumps({"ray": bool(use_ray), "worker_groups": infos}, indent=1))
         runtime = TeamRuntime(rollout_team(cfg, plan, wf), workers, rollout_sampling(cfg))
@@ -424,10 +428,24 @@ def rollout_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Workflo
     )
 
 
-async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt: Path | None,
+def local_checkpoint(run: Path, ckpt: Path | str, use_ray: bool) -> tuple[Path, Path | str]:
+    """Checkpoint ``ckpt`` to resume: (the local folder the driver reads its files from, what the
+    worker groups load from). A local folder is both. A URL (ckpt_store) is downloaded into
+    ``RUN/.ckpt-cache/step_K``, whole for in-process groups; with Ray actors only the driver's files,
+    and each actor downloads its own part on its node (the URL is what they get)."""
+    if not ckpt_io.is_url(ckpt):
+        return Path(ckpt), Path(ckpt)
+    cache = run / CKPT_CACHE
+    shutil.rmtree(cache, ignore_errors=True)  # one downloaded checkpoint at a time
+    local = ckpt_io.store.fetch(ckpt, cache / ckpt.rstrip("/").rsplit("/", 1)[-1], DRIVER_FILES if use_ray else None)
+    return local, ckpt if use_ray else local
+
+
+async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt: Path | str | None,
                         use_ray: bool, workers: dict[str, Any]) -> dict[str, Any]:
-    """One worker group per plan entry, from the checkpoint's folders when resuming; engines started.
-    Fills ``workers`` as it goes, so the caller can close what was started if a later one fails."""
+    """One worker group per plan entry, from the checkpoint's folders when resuming (a local folder,
+    or a checkpoint URL each group downloads its part of); engines started. Fills ``workers`` as it
+    goes, so the caller can close what was started if a later one fails."""
     from drmas_bench.models import resolve_model
 
     if use_ray:
@@ -436,7 +454,7 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
         check_worker_demand(cfg.ray, plan)  # a demand the cluster cannot meet: one line, before any actor
     for name, g in plan.items():
         if ckpt is not None:
-            path = str((ckpt / "models" / name).resolve())
+            path = _part(ckpt, "models", name)
         elif use_ray:  # resolved inside the actor, on the node that loads it (aliases prepared there)
             from drmas_bench.pool.cluster import driver_model_name
 
@@ -456,9 +474,15 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
     if use_ray:  # placed within ray.timeout_s each (else a one-line error), then the groups are built
         await asyncio.gather(*(w.ready(cfg.ray.timeout_s) for w in workers.values()))
     if ckpt is not None:
-        await asyncio.gather(*(w.load_optimizer(str((ckpt / "optim" / f"{n}.pt").resolve())) for n, w in workers.items()))
+        await asyncio.gather(*(w.load_optimizer(_part(ckpt, "optim", f"{n}.pt")) for n, w in workers.items()))
     await asyncio.gather(*(w.start_engine() for w in workers.values()))
     return workers
+
+
+def _part(ckpt: Path | str, *parts: str) -> str:
+    """A checkpoint entry as a worker group is given it: an absolute local path, or a URL."""
+    got = ckpt_io.member(ckpt, *parts)
+    return got if isinstance(got, str) else str(got)
 
 
 async def warm_start(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers: dict[str, Any]) -> dict[str, Any]:
@@ -530,24 +554,29 @@ async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGro
                           wf: WorkflowSpec, *, step: int, cursor: int, skipped_total: int) -> Path:
     """Write ``<ckpt root>/step_<step>`` atomically (temp dir, marker, rename, ``latest``), then prune.
     The marker is written only when every worker group's files are in the root as the driver sees
-    them (groups on other nodes write from there): else a one-line error, the previous checkpoint kept."""
+    them (groups on other nodes write from there): else a one-line error, the previous checkpoint kept.
+    A URL root (ckpt_store): the groups upload their parts, the driver uploads its files, then commits."""
     root = ckpt_io.resolve_root(run, cfg.ckpt_root)
     tmp = ckpt_io.begin(root, step)
     await asyncio.gather(*(w.save(str(ckpt_io.member(tmp, "models", n)), str(ckpt_io.member(tmp, "optim", f"{n}.pt")))
                            for n, w in workers.items()))
     missing = ckpt_io.missing_groups(tmp, workers)
+    if missing and ckpt_io.is_url(root):
+        raise UserError(f"checkpoint step {step}: the files of worker group(s) {', '.join(missing)} are not in {root} "
+                        f"as fsspec lists it (an upload failed or went elsewhere?); the previous checkpoint is kept")
     if missing:
         raise UserError(f"checkpoint step {step}: the files of worker group(s) {', '.join(missing)} are not in {root} "
                         f"as this driver sees it (written on another node's local disk?); set ckpt_root to a folder "
                         f"every Ray node and the driver share (docs/scaling.md); the previous checkpoint is kept")
     team = checkpoint_team(cfg, plan, wf, step)
-    team_from_dict(team, wf.agents, wf.name, where="checkpoint team.yaml", base_dir=tmp)  # it must load
-    (tmp / "team.yaml").write_text(yaml.safe_dump(team, sort_keys=False))
-    ckpt_io.write_json(tmp / "trainer_state.json", {
-        "step": step, "cursor": cursor, "skipped_total": skipped_total, "python_rng": random.getstate(),
-        "estimator": cfg.algo.estimator, "recipe": cfg.recipe, "time": time.time(),
-    })
-    ckpt_io.save_rng(tmp / "rng.pt")
+    with ckpt_io.driver_files(tmp) as here:  # tmp itself, or a local folder uploaded into the URL
+        team_from_dict(team, wf.agents, wf.name, where="checkpoint team.yaml", base_dir=here)  # it must load
+        (here / "team.yaml").write_text(yaml.safe_dump(team, sort_keys=False))
+        ckpt_io.write_json(here / "trainer_state.json", {
+            "step": step, "cursor": cursor, "skipped_total": skipped_total, "python_rng": random.getstate(),
+            "estimator": cfg.algo.estimator, "recipe": cfg.recipe, "time": time.time(),
+        })
+        ckpt_io.save_rng(here / "rng.pt")
     final = ckpt_io.commit(tmp, root, step)
     ckpt_io.prune(root, cfg.keep_last)
     return final

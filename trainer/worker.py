@@ -55,7 +55,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import os
 import random
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -66,6 +68,7 @@ import torch
 from torch import Tensor
 
 from drmas_bench.types import Completion, Request, UserError
+from drmas_trainer.ckpt_store import is_url, node_copy, upload
 from drmas_trainer.config import OFFLOADS, OPTIMIZERS, AgentConfig
 from drmas_trainer.losses import policy_loss
 
@@ -459,7 +462,8 @@ class WorkerGroup:
         agents: logical agents this group serves.
         settings: the group's settings (lr, weight decay, betas, grad clip, micro-batch size, engine,
             engine options, dtype, gradient checkpointing, sleep_engine).
-        model_path: local folder (or hub id) to load the policy and tokenizer from.
+        model_path: local folder (or hub id) to load the policy and tokenizer from; a checkpoint URL
+            (``ROOT/step_K/models/<wg>``, drmas_trainer.ckpt_store) is first downloaded on this node.
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda[:N]"``.
         seed: seeds torch in this process (parameters are loaded, not drawn, so it matters little).
         torch_threads: torch intra-op threads for this process.
@@ -484,6 +488,8 @@ class WorkerGroup:
         self.name = name
         self.agents = list(agents)
         self.settings = settings
+        if is_url(model_path):  # resuming from a URL checkpoint root: this node's own copy
+            model_path = str(node_copy(model_path))
         self.model_path = resolve_model_path(model_path)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -789,7 +795,16 @@ class WorkerGroup:
 
     async def save(self, folder: str, optimizer_path: str | None = None) -> None:
         """Write the policy as an HF folder (safetensors + config + tokenizer) and, when asked, the
-        optimiser state (``torch.save``; load with ``weights_only=True``). Refuses non-finite weights."""
+        optimiser state (``torch.save``; load with ``weights_only=True``). Refuses non-finite weights.
+        URLs (a checkpoint root under fsspec): written to a staging folder on this node, then uploaded."""
+        if is_url(folder):
+            with tempfile.TemporaryDirectory(prefix=f"drmas-save-{self.name}-") as stage:
+                local_opt = os.path.join(stage, "optim.pt") if optimizer_path is not None else None
+                await self.save(os.path.join(stage, "model"), local_opt)
+                upload(os.path.join(stage, "model"), folder)
+                if optimizer_path is not None:
+                    upload(local_opt, optimizer_path)
+            return
         if not self.weights_finite():
             raise RuntimeError(f"worker group {self.name}: refusing to checkpoint non-finite weights")
         self.policy.save_pretrained(folder, safe_serialization=True)
@@ -799,7 +814,10 @@ class WorkerGroup:
                         "skipped_steps": self.skipped_steps}, optimizer_path)
 
     async def load_optimizer(self, path: str) -> None:
-        """Restore the optimiser state written by :meth:`save` (``weights_only=True``)."""
+        """Restore the optimiser state written by :meth:`save` (``weights_only=True``); a URL is
+        downloaded on this node first."""
+        if is_url(path):
+            path = str(node_copy(path))
         where = "cpu" if self.settings.optimizer_offload == "cpu" else self.device
         state = torch.load(path, map_location=where, weights_only=True)
         self.optimizer.load_state_dict(state["optimizer"])

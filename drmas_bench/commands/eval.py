@@ -20,6 +20,7 @@ EPILOG = """examples:
   drmas-bench eval --model runs/tiny/ckpt/latest --suite toy      # a trained team (its team.yaml)
   drmas-bench eval --model M --suite search --prompts my_prompts.yaml --max-prompt-tokens 8192
   drmas-bench eval --model /shared/ckpt/run1/latest --suite math --pool ray --ray-address HEAD:6379   # a Ray cluster (docs/scaling.md)
+  drmas-bench eval --model s3://bucket/run1/latest --suite math   # a checkpoint under an fsspec URL root (downloaded first)
 
 Re-running the same command resumes: finished (benchmark, task, sample) keys are skipped.
 
@@ -33,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("team")
     g.add_argument("--model", help="model for every agent: alias (smollm2-135m-instruct, tiny-random), local dir, "
-                                   "hub id, or a checkpoint dir holding team.yaml")
+                                   "hub id, a checkpoint dir holding team.yaml, or a checkpoint URL (s3://bucket/run1/latest: "
+                                   "downloaded to the cache first; docs/scaling.md)")
     g.add_argument("--model-for", action="append", metavar="AGENT=MODEL", help="give one agent its own model (repeatable)")
     g.add_argument("--team", help="team YAML file (keys: `drmas-bench config-schema team`, docs/teams.md)")
     g.add_argument("--engine", choices=list(ENGINES), help="engine of every worker group (default hf; with a team file: its own)")

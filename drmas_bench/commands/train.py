@@ -23,6 +23,7 @@ TRAIN_EPILOG = """examples:
   drmas-bench train --recipe tiny --out runs/tiny-drmas --resume                # after a kill
   drmas-bench train --recipe tiny --ray --set ray.num_gpus=2 --steps 2          # worker groups as Ray actors
   drmas-bench train --recipe math_qwen3_4b --ray-address HEAD:6379 --set ckpt_root=/shared/ckpt/run1   # a cluster (docs/scaling.md)
+  drmas-bench train --recipe math_qwen3_4b --ray-address HEAD:6379 --set ckpt_root=s3://bucket/run1    # an fsspec URL (needs s3fs)
   drmas-bench train --recipe math_qwen3_4b --set model=tiny-random --set device=cpu \
       --set agent_defaults.engine=hf --set 'agent_defaults.engine_options={}' \
       --set rollout.prompts_per_step=2 --set rollout.n=2 --set rollout.max_new_tokens=16 --steps 1   # shrunk, CPU
@@ -139,7 +140,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise unexpected(e, "training stopped", log=out / "error.log",
                          hint="--resume continues from the last complete checkpoint") from None
     print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
-    from drmas_trainer.checkpoint import resolve_root
+    from drmas_trainer.checkpoint import latest_pointer, resolve_root
 
     root = resolve_root(out, cfg.ckpt_root)
     spread = summary.get("grad_norm_spread", {})
@@ -147,7 +148,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         logger.info("[train] grad-norm spread (max/median over steps): " +
                     ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()))
     logger.info(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
-                f"checkpoints in {root} (latest: {root / 'latest'})")
+                f"checkpoints in {root} (latest: {latest_pointer(root)})")
     return 0
 
 

@@ -1,0 +1,311 @@
+"""Checkpoints under an fsspec URL: ``ckpt_root: s3://bucket/run1`` (or ``gs://``, ``file:///shared/ck``,
+``memory://ck``, any scheme fsspec knows). checkpoint.py dispatches here when the root is a URL; the
+layout inside the root is the same, only the way a checkpoint becomes complete differs, since
+object stores have neither an atomic rename nor symlinks::
+
+    ROOT/.tmp-step_K-<id>/models/<wg>/  each worker group saves into a staging folder on its own
+    ROOT/.tmp-step_K-<id>/optim/<wg>.pt node (the system temp dir) and uploads it (upload)
+    ROOT/.tmp-step_K-<id>/team.yaml ... the driver checks every group's files through fsspec
+                                        (missing_groups), then uploads its own files (team.yaml,
+                                        trainer_state.json, rng.pt) from a local staging folder
+    ROOT/step_K/                        commit: an old ROOT/step_K of the same step is removed (its
+                                        marker first), the temp folder is moved there (a rename on
+                                        file://, copy + delete on object stores), and then
+    ROOT/step_K/COMPLETE                the marker is written last ("step K" and a random id)
+    ROOT/latest                         a small text file holding "step_K", written after the marker
+
+A ``step_K`` without ``COMPLETE`` is never used and is removed by :func:`clean_partial`, as locally;
+``latest`` is a convenience for ``eval`` (resuming trusts only the markers).
+
+Reading a checkpoint means downloading it (:func:`fetch`, marker checked before and after, into a
+temp folder renamed into place, so only complete downloads are ever used):
+
+- ``--resume``: the driver downloads the checkpoint into ``RUN/.ckpt-cache/step_K`` (in-process
+  worker groups load from there); with Ray actors the driver downloads only its own files and each
+  actor downloads its group's model and optimiser state on its own node (:func:`node_copy`);
+- ``eval --model ROOT/step_K`` (or ``ROOT/latest``): :func:`cached_checkpoint` downloads into
+  ``<drmas cache dir>/checkpoints/<hash of the step's URL>/``, reused while the remote marker (its
+  random id) is unchanged, so a root reused after ``--fresh`` is downloaded again.
+
+Credentials and options come from fsspec's own configuration (environment variables,
+``~/.config/fsspec``, the backend's own files: AWS_* for s3fs, ...); nothing here handles keys.
+A scheme fsspec does not know, or whose package is not installed (s3 without s3fs), is a one-line
+UserError naming the package. Tested with ``file://`` and ``memory://`` only (tests/test_ckpt_url.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Iterable
+
+from drmas_bench.types import UserError
+
+MARKER = "COMPLETE"
+LATEST = "latest"
+_STEP = re.compile(r"^step_(\d+)$")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(x: Any) -> bool:
+    """``scheme://...`` (a str); a Path or a plain folder name is not."""
+    return isinstance(x, str) and bool(_URL.match(x))
+
+
+def join(url: str, *parts: str) -> str:
+    return "/".join([url.rstrip("/"), *parts])
+
+
+def filesystem(url: str, what: str = "ckpt_root") -> tuple[Any, str]:
+    """``(fs, path)`` for ``url``; an unknown scheme or a backend whose package is missing is one
+    UserError that names the package to install."""
+    try:
+        import fsspec
+    except ImportError:
+        raise UserError(f"{what} {url!r}: URLs need fsspec: pip install fsspec") from None
+    from fsspec.registry import known_implementations
+
+    scheme = url.split("://", 1)[0].lower()
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError:
+        package = known_implementations.get(scheme, {}).get("class", scheme).split(".")[0]
+        raise UserError(f"{what} {url!r}: the {scheme}:// filesystem needs the {package} package "
+                        f"(pip install {package}); credentials come from its usual environment/config") from None
+    except ValueError as e:
+        if "Protocol not known" not in str(e):
+            raise UserError(f"{what} {url!r}: {' '.join(str(e).split())}") from None
+        raise UserError(f"{what} {url!r}: fsspec knows no {scheme}:// filesystem (e.g. s3://, gs://, file://, "
+                        f"memory://), or its package is not installed") from None
+
+
+def _entries(url: str) -> list[tuple[str, bool]]:
+    """``(name, is_dir)`` of the entries directly under ``url`` (none if it does not exist)."""
+    fs, path = filesystem(url)
+    try:
+        listing = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return []
+    out = []
+    for e in listing:
+        name = posixpath.basename(str(e["name"]).rstrip("/"))
+        if name and str(e["name"]).rstrip("/") != path.rstrip("/"):
+            out.append((name, e.get("type") == "directory"))
+    return out
+
+
+def _exists(url: str) -> bool:
+    fs, path = filesystem(url)
+    return fs.exists(path)
+
+
+def _rm(url: str) -> None:
+    fs, path = filesystem(url)
+    try:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass
+
+
+def is_complete(url: str) -> bool:
+    fs, path = filesystem(url)
+    return fs.isfile(join(path, MARKER))
+
+
+def complete_checkpoints(root: str) -> list[tuple[int, str]]:
+    """``(step, url)`` of every complete checkpoint under ``root``, oldest first."""
+    out = []
+    for name, is_dir in _entries(root):
+        m = _STEP.match(name)
+        if m and is_dir and is_complete(join(root, name)):
+            out.append((int(m.group(1)), join(root, name)))
+    return sorted(out)
+
+
+def clean_partial(root: str) -> list[str]:
+    """Remove temp folders and step folders without a marker; returns what was removed."""
+    removed = []
+    for name, is_dir in _entries(root):
+        url = join(root, name)
+        if name.startswith(".tmp-") or (_STEP.match(name) and is_dir and not is_complete(url)):
+            _rm(url)
+            removed.append(url)
+    return removed
+
+
+def clear(root: str) -> None:
+    """``--fresh``: remove ``step_*``, ``latest`` and temp entries under ``root``, nothing else."""
+    for name, _ in _entries(root):
+        if name.startswith(".tmp-") or name == LATEST or _STEP.match(name):
+            _rm(join(root, name))
+
+
+def group_files_present(folder: str, name: str) -> bool:
+    """checkpoint.group_files_present through fsspec: config.json and a *.safetensors under
+    ``models/<name>/`` and ``optim/<name>.pt``."""
+    fs, path = filesystem(folder)
+    model = join(path, "models", name)
+    return (fs.isfile(join(model, "config.json")) and bool(fs.glob(join(model, "*.safetensors")))
+            and fs.isfile(join(path, "optim", f"{name}.pt")))
+
+
+def begin(root: str, step: int) -> str:
+    """A fresh temp folder URL for checkpoint ``step`` (an id unique across nodes and attempts)."""
+    fs, path = filesystem(root)
+    fs.makedirs(path, exist_ok=True)
+    tmp = join(root, f".tmp-step_{step}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    _rm(tmp)
+    return tmp
+
+
+def upload(local: str | os.PathLike, url: str) -> None:
+    """Copy a local file, or a folder's files (recursively), to ``url`` (replacing what is there)."""
+    fs, path = filesystem(url)
+    local = Path(local)
+    _rm(url)
+    if local.is_file():
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        fs.put_file(str(local), path)
+        return
+    for f in sorted(p for p in local.rglob("*") if p.is_file()):
+        dest = join(path, *f.relative_to(local).parts)
+        fs.makedirs(posixpath.dirname(dest), exist_ok=True)
+        fs.put_file(str(f), dest)
+
+
+def _download(url: str, dest: Path) -> None:
+    """Copy the file or the folder (its files, recursively) at ``url`` to ``dest``."""
+    fs, path = filesystem(url)
+    if fs.isfile(path):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fs.get_file(path, str(dest))
+        return
+    files = fs.find(path)
+    if not files:
+        raise UserError(f"{url}: nothing there to download")
+    base = path.rstrip("/") + "/"
+    for f in files:
+        rel = str(f)[len(base):] if str(f).startswith(base) else posixpath.basename(str(f))
+        parts = rel.split("/")
+        if any(p in ("", ".", "..") for p in parts):  # an object key may say anything: stay inside dest
+            raise UserError(f"{url}: refusing to download {rel!r}: not a plain relative name")
+        target = dest.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fs.get_file(f, str(target))
+
+
+def _marker(url: str) -> bytes | None:
+    fs, path = filesystem(url)
+    try:
+        return fs.cat_file(join(path, MARKER))
+    except FileNotFoundError:
+        return None
+
+
+def commit(tmp: str, root: str, step: int) -> str:
+    """Move ``tmp`` to ``ROOT/step_K``, write the marker last, then ``ROOT/latest`` (module docstring)."""
+    fs, _ = filesystem(root)
+    final = join(root, f"step_{step}")
+    _rm(join(final, MARKER))  # an earlier attempt of the same step: never complete while it is replaced
+    _rm(final)
+    fs.mv(filesystem(tmp)[1], filesystem(final)[1], recursive=True)
+    _rm(tmp)  # what a copy + delete left behind, if anything
+    fs.pipe_file(filesystem(join(final, MARKER))[1], f"step {step}\nid {uuid.uuid4().hex}\n".encode())
+    fs.pipe_file(filesystem(join(root, LATEST))[1], f"step_{step}\n".encode())
+    return final
+
+
+def prune(root: str, keep_last: int, keep: tuple[int, ...] = (0,)) -> list[str]:
+    """Delete all but the newest ``keep_last`` complete checkpoints (never those in ``keep``)."""
+    if keep_last <= 0:
+        return []
+    found = [(s, u) for s, u in complete_checkpoints(root) if s not in keep]
+    old = found[:-keep_last]
+    for _, u in old:
+        _rm(join(u, MARKER))
+        _rm(u)
+    return [u for _, u in old]
+
+
+def resolve_latest(url: str) -> str:
+    """``ROOT/latest`` -> ``ROOT/step_K`` (read from the ``latest`` file); other URLs as given."""
+    if posixpath.basename(url.rstrip("/")) != LATEST:
+        return url.rstrip("/")
+    fs, path = filesystem(url, "checkpoint")
+    try:
+        name = fs.cat_file(path).decode("utf-8", "replace").strip()
+    except FileNotFoundError:
+        raise UserError(f"{url}: no such file; the root holds no finished checkpoint yet") from None
+    if not _STEP.match(name):
+        raise UserError(f"{url}: expected a line 'step_K', got {name[:40]!r}")
+    return join(posixpath.dirname(url.rstrip("/")), name)
+
+
+def fetch(ckpt: str, dest: str | os.PathLike, parts: Iterable[str] | None = None) -> Path:
+    """Download complete checkpoint ``ckpt`` (or only ``parts`` of it, relative names) into ``dest``
+    (replaced): into a temp folder beside it, marker checked before and after, then renamed."""
+    dest = Path(dest)
+    before = _marker(ckpt)
+    if before is None:
+        raise UserError(f"{ckpt}: not a complete checkpoint (no {MARKER} marker)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for part in (parts if parts is not None else [""]):
+            _download(join(ckpt, part) if part else ckpt, tmp / part if part else tmp)
+        if _marker(ckpt) != before:
+            raise UserError(f"{ckpt} changed while it was downloaded (pruned or rewritten); try again")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    (tmp / MARKER).write_bytes(before)
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.rename(tmp, dest)
+    return dest
+
+
+def _cache_key(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+def cached_checkpoint(url: str) -> Path:
+    """A local copy of checkpoint ``url`` (``ROOT/step_K`` or ``ROOT/latest``) for ``eval``:
+    ``<drmas cache dir>/checkpoints/<hash of ROOT/step_K>``, downloaded again when the remote marker
+    differs from the copy's. Only complete downloads are kept (:func:`fetch`)."""
+    from drmas_bench.models import cache_dir
+
+    step_url = resolve_latest(url)
+    dest = cache_dir() / "checkpoints" / _cache_key(step_url)
+    remote = _marker(step_url)
+    if remote is None:
+        raise UserError(f"{step_url}: not a complete checkpoint (no {MARKER} marker)")
+    if (dest / MARKER).is_file() and (dest / MARKER).read_bytes() == remote:
+        return dest
+    return fetch(step_url, dest)
+
+
+def node_copy(url: str) -> Path:
+    """A local copy, on this node, of one part of a checkpoint (a worker group's model folder or
+    optimiser file): ``<drmas cache dir>/checkpoints/parts/<hash of url>``, downloaded afresh."""
+    from drmas_bench.models import cache_dir
+
+    base = cache_dir() / "checkpoints" / "parts" / _cache_key(url)
+    dest = base / posixpath.basename(url.rstrip("/"))
+    tmp = base.parent / f".tmp-{base.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _download(url, tmp / dest.name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(base, ignore_errors=True)
+    os.rename(tmp, base)
+    return dest
