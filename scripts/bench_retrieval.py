@@ -19,7 +19,9 @@ Options:
   --faiss LIST         FAISS kinds of the dense backend, one row each, all from the same embeddings
                        (default flat; e.g. flat,ivfpq). Rows after flat also report overlap@k: the
                        share of the exact (flat) top-k they return.
-  --nprobe N           ivf / ivfpq lists searched per query (default 16)
+  --nprobe LIST        ivf / ivfpq lists searched per query, comma-separated: one row each (default 16)
+  --rerank LIST        ivf / ivfpq: also re-score R x k candidates exactly from the kept embeddings,
+                       comma-separated R values, one row each (default 0 = off)
   --threads N          threads of every backend: bm25s / Lucene search, torch query encoding (default 1)
   --json FILE          also write the rows as JSON
 
@@ -54,10 +56,13 @@ def timed_search(r: Any, queries: list[str], k: int, batch: int) -> tuple[float,
 
 
 def bench_one(kind: str, args: argparse.Namespace, work: Path, queries: list[str], sup: list[set[str]],
-              faiss_kind: str = "flat", exact: list | None = None) -> dict[str, Any]:
+              faiss_kind: str = "flat", exact: list | None = None, nprobe: int = 16, rerank: int = 0) -> dict[str, Any]:
     from drmas_retrieval import RetrievalError, load_retriever
+    from drmas_retrieval.dense import IVF_KINDS
 
     row: dict[str, Any] = {"backend": kind if kind != "dense" else f"dense/{faiss_kind}"}
+    if kind == "dense" and faiss_kind in IVF_KINDS:
+        row["backend"] += f" nprobe {nprobe}" + (f" rerank {rerank}" if rerank else "")
     try:
         if kind == "bm25":
             from drmas_retrieval.bm25 import build_bm25
@@ -88,15 +93,15 @@ def bench_one(kind: str, args: argparse.Namespace, work: Path, queries: list[str
                 from drmas_retrieval.dense import FaissParams, rebuild_faiss
 
                 t0 = time.perf_counter()
-                rebuild_faiss(where, FaissParams(kind=faiss_kind, nprobe=args.nprobe), progress=False,
-                              out=work / f"dense-{faiss_kind}")
+                rebuild_faiss(where, FaissParams(kind=faiss_kind, nprobe=nprobe), progress=False,
+                              out=work / f"dense-{faiss_kind}", overwrite=True)
                 row["build_s"] = round(time.perf_counter() - t0, 1)
                 row["note"] = "FAISS build only (same embeddings)"
                 where = work / f"dense-{faiss_kind}"
             from drmas_retrieval.dense import INDEX_FILE
 
             row["index_mb"] = round((where / INDEX_FILE).stat().st_size / 2**20, 1)
-            opts = {"threads": args.threads}
+            opts = {"threads": args.threads, "rerank": rerank}
         t0 = time.perf_counter()
         r = load_retriever(where, **opts)
         row["load_s"] = round(time.perf_counter() - t0, 2)
@@ -137,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                                           "built there when absent (resumable)")
     ap.add_argument("--encoder", help="dense encoder (default all-MiniLM-L6-v2, offline)")
     ap.add_argument("--faiss", default="flat", help="FAISS kinds of the dense backend, comma-separated, one row each (default flat)")
-    ap.add_argument("--nprobe", type=int, default=16, help="ivf / ivfpq lists searched per query (default 16)")
+    ap.add_argument("--nprobe", default="16", help="ivf / ivfpq lists searched per query, comma-separated, one row each (default 16)")
+    ap.add_argument("--rerank", default="0", help="ivf / ivfpq exact re-scoring factors, comma-separated, one row each (default 0 = off)")
     ap.add_argument("--threads", type=int, default=1, help="threads of every backend: bm25s and Lucene search, torch query encoding (default 1)")
     ap.add_argument("--json", dest="json_out", help="also write the rows as JSON")
     args = ap.parse_args(argv)
@@ -159,13 +165,17 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown backend {kind!r} (known: bm25, lucene, dense)")
         faiss_kinds = [f.strip() for f in args.faiss.split(",") if f.strip()] if kind == "dense" else ["flat"]
         exact = None
+        from drmas_retrieval.dense import IVF_KINDS
+
         for fk in faiss_kinds:
-            print(f"[bench] {kind}{'/' + fk if kind == 'dense' else ''} ...", file=sys.stderr, flush=True)
-            row = bench_one(kind, args, work, queries, sup, fk, exact)
-            hits = row.pop("_hits", None)
-            if kind == "dense" and fk == "flat":
-                exact = hits  # the exact neighbours the approximate kinds are compared with
-            rows.append(row)
+            ivf = fk in IVF_KINDS
+            for nprobe, rerank in [(int(p), int(r)) for p in args.nprobe.split(",") for r in args.rerank.split(",")] if ivf else [(16, 0)]:
+                print(f"[bench] {kind}{'/' + fk if kind == 'dense' else ''} ...", file=sys.stderr, flush=True)
+                row = bench_one(kind, args, work, queries, sup, fk, exact, nprobe, rerank)
+                hits = row.pop("_hits", None)
+                if kind == "dense" and fk == "flat":
+                    exact = hits  # the exact neighbours the approximate kinds are compared with
+                rows.append(row)
     if tmp is not None:
         tmp.cleanup()
     cols = ["backend", "model", "passages", "build_s", "load_s", "index_mb", "qps_batched", "qps_single",

@@ -175,6 +175,15 @@ def test_ivfpq_is_small_and_close_to_flat(tmp_path):
     top1 = np.mean([a[0].id == f"s{i}" for i, a in enumerate(approx)])
     print(f"ivfpq: top-10 overlap with flat {overlap:.2f}; source passage first {top1:.2f} (flat {top1_exact:.2f})")
     assert overlap > 0.5 and top1 > 0.75 * top1_exact, (overlap, top1, top1_exact)
+    # exact re-scoring of 10 x k candidates from the (hard-linked) float32 shards wins most of it back
+    assert (tmp_path / "pq" / EMB_DIR / "shard_00000.npy").stat().st_ino == (flat / EMB_DIR / "shard_00000.npy").stat().st_ino
+    reranked = DenseRetriever(tmp_path / "pq", encoder=HashEncoder(), rerank=10).search(queries, 10)
+    overlap_rr = np.mean([len({h.id for h in a} & {h.id for h in e}) / 10 for a, e in zip(reranked, exact)])
+    assert overlap_rr > max(0.9, overlap), (overlap_rr, overlap)
+    for a, e in zip(reranked, exact):  # exact scores, in order
+        assert all(x.score >= y.score for x, y in zip(a, a[1:]))
+        common = {h.id: h.score for h in e}
+        assert all(abs(h.score - common[h.id]) < 1e-5 for h in a if h.id in common)
 
     with pytest.raises(RetrievalError, match="does not divide"):
         rebuild_faiss(flat, FaissParams(kind="ivfpq", pq_m=7), progress=False, out=tmp_path / "bad")
@@ -301,6 +310,10 @@ def test_cli_ivfpq_from_kept_embeddings(tmp_path, capsys):
     assert main(["retrieval", "index", "--kind", "dense", "--faiss", "ivfpq", "--pq-nbits", "4", "--nprobe", "1",
                  "--embeddings-from", str(flat), "--out", str(pq)]) == 0
     assert "from the embeddings of" in capsys.readouterr().out
+    # a second time into the same --out: refused without --overwrite (it would replace that index)
+    assert main(["retrieval", "index", "--kind", "dense", "--faiss", "ivfpq", "--pq-nbits", "4",
+                 "--embeddings-from", str(flat), "--out", str(pq)]) == 2
+    assert "already holds an index" in capsys.readouterr().err
     assert read_manifest_kind(pq) == "ivfpq" and read_manifest_kind(flat) == "flat"
     with load_retriever(pq, device="cpu") as r:
         assert r.info()["faiss"] == "ivfpq" and r.info()["placement"] == "cpu:0"
@@ -344,6 +357,8 @@ def test_import_a_faiss_index_built_elsewhere(tmp_path):
     assert json.loads((tmp_path / "imp_hnsw" / MANIFEST).read_text())["params"]["faiss"]["hnsw_m"] == 16
     with pytest.raises(RetrievalError, match="no embedding shards"):
         rebuild_faiss(tmp_path / "imp_flat", FaissParams(kind="ivf"), progress=False)
+    with pytest.raises(RetrievalError, match="rerank needs the kept embedding shards"):
+        DenseRetriever(tmp_path / "imp_flat", encoder=HashEncoder(), rerank=4)
 
 
 def test_import_refuses_what_does_not_fit(tmp_path):
@@ -389,3 +404,10 @@ def test_cli_import_faiss(tmp_path, capsys):
     assert main(["retrieval", "index", "--kind", "bm25", "--corpus", str(CORPUS),
                  "--import-faiss", str(tmp_path / "x.index"), "--out", str(tmp_path / "b")]) == 2
     assert "--import-faiss needs --kind dense" in capsys.readouterr().err
+
+
+def test_provenance_records_every_faiss_build():
+    from drmas_bench.provenance import LIBRARIES
+    from drmas_retrieval.dense import FAISS_DISTRIBUTIONS
+
+    assert set(FAISS_DISTRIBUTIONS) <= set(LIBRARIES)

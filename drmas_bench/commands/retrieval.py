@@ -176,7 +176,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
         src = args.embeddings_from or args.out
         try:
-            m = rebuild_faiss(src, _faiss_params(args), out=args.out)
+            m = rebuild_faiss(src, _faiss_params(args), out=args.out, overwrite=args.overwrite)
         except RetrievalError as e:
             raise UserError(str(e)) from None
         print(f"{args.faiss} FAISS index of {m['n_passages']} passages written to {args.out} from the embeddings of {src}")
@@ -226,6 +226,8 @@ def _add_dense_search_arguments(q: argparse.ArgumentParser) -> None:
     q.add_argument("--no-gpu-shard", dest="gpu_shard", action="store_false",
                    help="dense on several GPUs: copy the whole index onto each GPU instead of splitting it")
     q.add_argument("--gpu-fp16", action="store_true", help="dense on GPU: keep vectors as float16 (half the memory)")
+    q.add_argument("--rerank", type=int, help="dense: re-score R x k FAISS candidates exactly from the kept embedding "
+                                              "shards (for ivfpq; default off)")
 
 
 def _open(spec: str, device: str | None, threads: int | None = None, args: argparse.Namespace | None = None) -> Any:
@@ -233,11 +235,13 @@ def _open(spec: str, device: str | None, threads: int | None = None, args: argpa
 
     _positive("--threads", threads)
     _positive("--nprobe", getattr(args, "nprobe", None))
+    _positive("--rerank", getattr(args, "rerank", None))
     try:
         kind, _ = parse_spec(spec)
         opts = {"device": device, "threads": threads} if kind == "dense" else {}
         if kind == "dense" and args is not None:
-            opts.update(nprobe=args.nprobe, gpu_shard=None if args.gpu_shard else False, gpu_fp16=args.gpu_fp16 or None)
+            opts.update(nprobe=args.nprobe, gpu_shard=None if args.gpu_shard else False, gpu_fp16=args.gpu_fp16 or None,
+                        rerank=args.rerank)
         return load_retriever(spec, **{k: v for k, v in opts.items() if v is not None})
     except RetrievalError as e:
         raise UserError(str(e)) from None
