@@ -256,13 +256,17 @@ def step_faiss(args: argparse.Namespace) -> int:
     _, ref = cpu.search(xq, 3)
     if ngpu < 1:
         return result(True, gpus=0, note="cpu dry run: CPU index only")
-    res = faiss.StandardGpuResources()
-    gpu = faiss.index_cpu_to_gpu(res, 0, cpu)
+    # the dense retriever's own path: gpu_placement decides (all visible GPUs, sharded), _to_gpus clones
+    from drmas_retrieval.dense import FaissParams, _to_gpus, gpu_placement
+
+    placement = gpu_placement("flat", ngpu, None)
+    gpu = _to_gpus(faiss, cpu, placement, False, FaissParams())
     t0 = time.perf_counter()
     _, got = gpu.search(xq, 3)
     secs = time.perf_counter() - t0
     agree = float((got == ref).mean())
-    return result(agree >= 0.99, gpus=ngpu, vectors=n, dim=d, queries=q, top3_agreement=agree, search_s=round(secs, 4))
+    return result(agree >= 0.99, gpus=ngpu, placement=f"{placement[0]}:{placement[1]}", vectors=n, dim=d, queries=q,
+                  top3_agreement=agree, search_s=round(secs, 4))
 
 
 def main(argv: list[str] | None = None) -> int:

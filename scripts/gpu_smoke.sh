@@ -16,7 +16,10 @@
 #                gradient checkpointing, chunked log-probs, engine asleep in the update, weight sync)
 #   logprob-fp32 scripts/bench_logprob_memory.py on CUDA: 16384 tokens, V 151,936, hidden 2560 (Qwen3-4B)
 #   logprob-bf16 the same with bf16 matmuls (autocast's dtype)
-#   faiss        faiss-gpu flat index vs CPU (SKIP when faiss is not importable or sees no GPU)
+#   faiss        faiss-gpu flat index vs CPU, placed by the dense retriever's own code (sharded over all
+#                visible GPUs) (SKIP when faiss is not importable or sees no GPU)
+#   encoder      scripts/bench_encoder.py: passages/s of an e5-base-shaped encoder in fp16/bf16, and the
+#                projected hours to encode wiki-18 (21M passages) on this GPU
 #   train-offload the train step with optimizer_offload: cpu (AdamW state in host memory)
 #   cli          `drmas-bench train --recipe tiny` for 3 RL steps on CUDA (rollouts, update, sync, checkpoint)
 #   pytest-gpu   the gpu-marked tests of tests/test_memory.py and tests/test_losses.py
@@ -118,11 +121,14 @@ run_step logprob-fp32 60 "$PY" scripts/bench_logprob_memory.py "${BENCH[@]}" --d
 [[ "$MODE" == cpu ]] && BENCH=(--tokens 128 --vocab 32000 --hidden 64 --chunk 32 --device cpu --min-ratio 0)
 run_step logprob-bf16 60 "$PY" scripts/bench_logprob_memory.py "${BENCH[@]}" --dtype bfloat16
 run_step faiss 45 "${SMOKE[@]}" faiss "${CPUFLAG[@]}"
+if [[ "$MODE" == cpu ]]; then ENC=(--device cpu --n 8 --batch-sizes 8 --arch minilm); else
+  ENC=(--device cuda --n 16384 --batch-sizes 512 --dtypes float16,bfloat16); fi
+run_step encoder 60 "$PY" scripts/bench_encoder.py "${ENC[@]}"
 run_step train-offload 100 "${SMOKE[@]}" train --offload --dir "$MODELS" "${CPUFLAG[@]}"
 DEV=cuda; STEPS_SFT=20; [[ "$MODE" == cpu ]] && { DEV=cpu; STEPS_SFT=5; }
 run_step cli 120 "$PY" -m drmas_bench train --recipe tiny --estimator drmas --steps 3 --local --no-progress \
   --out "$WORK/run-tiny" --set model="$MODELS/tiny" --set device=$DEV --set sft.steps=$STEPS_SFT \
-  --set sft.agent_steps={} --set save_every=0 --set tensorboard=false
+  --set sft.agent_steps={} --set save_every=0 --set tracker=none
 run_step pytest-gpu 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_memory.py tests/test_losses.py
 
 say "gpu_smoke: $([[ $FAILED == 0 ]] && echo PASSED || echo FAILED) in $(( $(date +%s) - T0 ))s"
