@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -43,13 +42,9 @@ from typing import Any, Iterator
 import torch
 
 from drmas_trainer import ckpt_store as store
-from drmas_trainer.ckpt_store import is_url
+from drmas_trainer.ckpt_store import _STEP, LATEST, MARKER, is_url  # one layout for local and URL roots
 
 Location = Path | str  # a local folder, or an fsspec URL (scheme://...)
-
-MARKER = "COMPLETE"
-LATEST = "latest"
-_STEP = re.compile(r"^step_(\d+)$")
 
 
 def step_dir(ckpt_root: Location, step: int) -> Location:
