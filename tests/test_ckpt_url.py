@@ -244,3 +244,25 @@ def test_a_planted_ckpt_cache_symlink_is_refused(tmp_path):
     with pytest.raises(UserError, match="outside the run directory"):
         train(load_config("tiny", {"ckpt_root": f"memory://x-{uuid.uuid4().hex[:6]}"}), tmp_path / "run",
               resume=True, use_ray=False, progress=False)
+
+
+def test_eval_downloads_of_one_checkpoint_take_turns(mem_root, tmp_path, monkeypatch):
+    """Two evals of the same URL at once: the second waits for the first's download (a lock per
+    checkpoint in the cache), then reuses it instead of replacing the folder the first is reading."""
+    import threading
+
+    from drmas_bench.models.registry import file_lock
+
+    monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))
+    _commit(mem_root, 1, groups=("a",))
+    first = store.cached_checkpoint(f"{mem_root}/step_1")
+    inode = first.stat().st_ino
+    done: list[Path] = []
+    lock = tmp_path / "cache" / "locks" / f"checkpoint-{first.name}.lock"
+    with file_lock(lock):  # another process downloading this checkpoint right now
+        t = threading.Thread(target=lambda: done.append(store.cached_checkpoint(f"{mem_root}/latest")))
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and not done  # waits its turn
+    t.join(10)
+    assert done == [first] and first.stat().st_ino == inode  # reused, not replaced

@@ -25,7 +25,8 @@ temp folder renamed into place, so only complete downloads are ever used):
   actor downloads its group's model and optimiser state on its own node (:func:`node_copy`);
 - ``eval --model ROOT/step_K`` (or ``ROOT/latest``): :func:`cached_checkpoint` downloads into
   ``<drmas cache dir>/checkpoints/<hash of the step's URL>/``, reused while the remote marker (its
-  random id) is unchanged, so a root reused after ``--fresh`` is downloaded again.
+  random id) is unchanged, so a root reused after ``--fresh`` is downloaded again; evals of the
+  same checkpoint download it one at a time (a lock file under ``<cache>/locks``).
 
 Credentials and options come from fsspec's own configuration (environment variables,
 ``~/.config/fsspec``, the backend's own files: AWS_* for s3fs, ...); nothing here handles keys.
@@ -281,15 +282,19 @@ def cached_checkpoint(url: str) -> Path:
     ``<drmas cache dir>/checkpoints/<hash of ROOT/step_K>``, downloaded again when the remote marker
     differs from the copy's. Only complete downloads are kept (:func:`fetch`)."""
     from drmas_bench.models import cache_dir
+    from drmas_bench.models.registry import file_lock
 
     step_url = resolve_latest(url)
     dest = cache_dir() / "checkpoints" / _cache_key(step_url)
     remote = _marker(step_url)
     if remote is None:
         raise UserError(f"{step_url}: not a complete checkpoint (no {MARKER} marker)")
-    if (dest / MARKER).is_file() and (dest / MARKER).read_bytes() == remote:
-        return dest
-    return fetch(step_url, dest)
+    # one download at a time per checkpoint: a second eval of the same URL waits, then finds the copy
+    # (without the lock it could replace the folder the first eval is reading)
+    with file_lock(cache_dir() / "locks" / f"checkpoint-{dest.name}.lock"):
+        if (dest / MARKER).is_file() and (dest / MARKER).read_bytes() == remote:
+            return dest
+        return fetch(step_url, dest)
 
 
 def node_copy(url: str) -> Path:
@@ -297,15 +302,18 @@ def node_copy(url: str) -> Path:
     optimiser file): ``<drmas cache dir>/checkpoints/parts/<hash of url>``, downloaded afresh."""
     from drmas_bench.models import cache_dir
 
+    from drmas_bench.models.registry import file_lock
+
     base = cache_dir() / "checkpoints" / "parts" / _cache_key(url)
     dest = base / posixpath.basename(url.rstrip("/"))
     tmp = base.parent / f".tmp-{base.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        _download(url, tmp / dest.name)
-    except BaseException:
+    with file_lock(cache_dir() / "locks" / f"part-{base.name}.lock"):  # two actors of a node never swap it under each other
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(base, ignore_errors=True)
-    os.rename(tmp, base)
+        try:
+            _download(url, tmp / dest.name)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        shutil.rmtree(base, ignore_errors=True)
+        os.rename(tmp, base)
     return dest

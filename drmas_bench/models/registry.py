@@ -115,7 +115,7 @@ def is_prepared(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """An exclusive inter-process lock on ``path`` (no-op where fcntl is missing)."""
     try:
         import fcntl
@@ -150,7 +150,7 @@ def prepare_model(name: str, force: bool = False, log: Callable[[str], None] | N
         return dest
     root = models_dir()
     root.mkdir(parents=True, exist_ok=True)
-    with _lock(root / f".{alias.name}.lock"):
+    with file_lock(root / f".{alias.name}.lock"):
         if not force and is_prepared(name):  # another process built it meanwhile
             return dest
         tmp = Path(tempfile.mkdtemp(prefix=f".{alias.name}.tmp-", dir=root))
