@@ -6,7 +6,7 @@ group serves all three agents (the memory floor: one model resident, no pool swi
     python scripts/bench_pool.py --model tiny-random --episodes 12 # quick
     python scripts/bench_pool.py --budgets 1,none --json out.json  # "none" = unlimited
 
-Each budget runs in its own subprocess, so its peak RSS (``ru_maxrss``) is the peak of that run
+Each budget runs in its own subprocess, so its peak RSS (``VmHWM``) is the peak of that run
 alone. The load imitates the search workflow: ``--episodes`` episodes (``--concurrency`` at a time)
 each call verifier -> searcher -> (a short "retrieval" pause) -> answerer, every prompt carrying the
 previous agent's output, so 3 agents x ``--episodes`` requests arrive interleaved. Every request has
@@ -32,7 +32,6 @@ import asyncio
 import hashlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -114,6 +113,7 @@ def import_model_code(model: str) -> None:
 
 async def worker(args: argparse.Namespace) -> dict[str, Any]:
     from drmas_bench.pool import EngineSpec, LocalPool
+    from drmas_bench.pool.footprint import peak_rss_bytes
 
     import_model_code(args.model)
     base = rss_now()
@@ -137,7 +137,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
     await pool.close()
     fp = max(g["footprint_bytes"] or 0 for g in st["groups"].values())
     digest = hashlib.sha256(json.dumps([[r["episode"], r["agent"], r["token_ids"]] for r in rows]).encode()).hexdigest()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+    peak = peak_rss_bytes()  # this process's own VmHWM (ru_maxrss would hold the parent's peak)
     return {
         "budget_models": budget,
         "budget_bytes": st["budget_bytes"],

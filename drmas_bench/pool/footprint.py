@@ -116,3 +116,22 @@ def weight_bytes(folder: str | Path, dtype: str = "auto") -> int:
     """Bytes the model's weights take when an engine runs it in ``dtype``."""
     cfg = read_config(folder)
     return param_count(folder) * dtype_bytes(dtype, checkpoint_dtype(cfg))
+
+
+def peak_rss_bytes() -> int:
+    """This process's own peak resident memory: ``VmHWM``, the high-water mark of its address space
+    (Linux). Not ``ru_maxrss``: after ``exec`` Linux keeps the *parent's* peak in it, so a process
+    spawned by a large parent (a long pytest run) reports the parent's size as its own peak.
+    Elsewhere (no /proc) ``ru_maxrss`` is the fallback."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+    import sys
+
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, kilobytes on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
