@@ -41,7 +41,7 @@ import numpy as np
 
 from drmas_retrieval.base import Hit, RetrievalError, Retriever, first_line, check_search_args
 from drmas_retrieval.corpus import read_corpus, require_corpus
-from drmas_retrieval.store import (OFFSETS, PASSAGES, PassageStore, atomic_write_text, corpus_fingerprint, has_passages,
+from drmas_retrieval.store import (OFFSETS, PASSAGES, PassageStore, atomic_write_text, corpus_fingerprint, dir_lock, has_passages,
                                    prepare_out_dir, read_manifest, write_manifest, write_passages)
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
@@ -330,7 +330,8 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
                 encoder: EncoderConfig | Encoder | None = None, faiss_params: FaissParams | None = None,
                 shard_size: int = 50_000, overwrite: bool = False, progress: bool = True,
                 limit: int | None = None, keep_shards: bool = True,
-                on_shard: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                on_shard: Callable[[int, int], None] | None = None,
+                part: tuple[int, int] | None = None) -> dict[str, Any]:
     """Build (or resume building) a dense index of a corpus file into ``out``; return the manifest.
 
     Options:
@@ -343,6 +344,12 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
       ``keep_shards``   keep ``emb/`` after the FAISS index is written (default True: another
                         FAISS kind can then be built without encoding again).
       ``on_shard``      called as ``on_shard(shard_number, n_shards)`` after each shard is saved.
+      ``part``          ``(i, n)``: encode only shards ``s`` with ``s % n == i``, so n processes (one per
+                        GPU, or per machine on a shared file system) build one index together, each
+                        with the same arguments and its own ``part``. The run that finds every shard
+                        present writes the FAISS index and the manifest; the others return
+                        ``{"kind": "dense", "part": [i, n], "shards_done": d, "n_shards": t}``
+                        without a manifest (run any part again later to finish).
     """
     from tqdm import tqdm
 
@@ -352,6 +359,8 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
     t0 = time.perf_counter()
     fp = faiss_params or FaissParams()
     out_dir = Path(out)
+    if overwrite and part is not None:  # one part would delete the shards the others are writing
+        raise RetrievalError("overwrite cannot be combined with part: clear the directory once, then start the parts")
     if overwrite and out_dir.is_dir():
         for name in (EMB_DIR,):
             shutil.rmtree(out_dir / name, ignore_errors=True)
@@ -374,8 +383,11 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
             shutil.rmtree(out_dir / EMB_DIR)
         atomic_write_text(state_path, json.dumps(state, indent=2) + "\n")
         resumed = False
-    if not (resumed and has_passages(out_dir)):
-        write_passages(read_corpus(corpus, limit=limit), out_dir)
+    if part is not None and not (len(part) == 2 and 0 <= part[0] < part[1]):
+        raise RetrievalError(f"part must be (i, n) with 0 <= i < n, got {part}")
+    with dir_lock(out_dir, "passages"):  # parts started together: one writes the store, the others wait
+        if not (resumed and has_passages(out_dir)) and not (part is not None and has_passages(out_dir)):
+            write_passages(read_corpus(corpus, limit=limit), out_dir)
     store = PassageStore(out_dir)
     n = len(store)
     if n == 0:
@@ -385,8 +397,8 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
 
     enc: Encoder | None = None if enc_cfg is not None else encoder  # type: ignore[assignment]
     dim: int | None = None if enc is None else enc.dim
-    todo = [i for i in range(n_shards)
-            if not _shard_ok(_shard_path(out_dir, i), min(shard_size, n - i * shard_size), dim)]
+    todo = [i for i in range(n_shards) if (part is None or i % part[1] == part[0])
+            and not _shard_ok(_shard_path(out_dir, i), min(shard_size, n - i * shard_size), dim)]
     todo_set = set(todo)
     done_rows = sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if i not in todo_set)
     bar = tqdm(total=n, initial=done_rows, desc="dense: encode", unit="psg", disable=not progress)
@@ -401,13 +413,18 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
             parts.append(enc.encode_passages(texts))
             bar.update(len(texts))
         emb = np.concatenate(parts).astype(np.float32, copy=False)
-        tmp = out_dir / EMB_DIR / f"shard_{i:05d}.tmp.npy"
+        tmp = out_dir / EMB_DIR / f"shard_{i:05d}.tmp-{os.getpid()}.npy"
         np.save(tmp, emb)
         os.replace(tmp, _shard_path(out_dir, i))
         if on_shard is not None:
             on_shard(i, n_shards)
     bar.close()
 
+    if part is not None:
+        done = sum(_shard_ok(_shard_path(out_dir, i), min(shard_size, n - i * shard_size), dim) for i in range(n_shards))
+        if done < n_shards:  # other parts still encoding: the last one to finish writes the index
+            store.close()
+            return {"kind": "dense", "part": list(part), "shards_done": done, "n_shards": n_shards}
     dim = _write_faiss(out_dir, fp, n, shard_size, progress)
     store.close()
     if not keep_shards:
@@ -436,7 +453,7 @@ def _write_faiss(out_dir: Path, fp: FaissParams, n: int, shard_size: int, progre
     for s in tqdm(shards, desc="dense: faiss add", unit="shard", disable=not progress):
         index.add(np.ascontiguousarray(s, dtype=np.float32))
     faiss = _faiss()
-    tmp_index = out_dir / (INDEX_FILE + ".tmp")
+    tmp_index = out_dir / f"{INDEX_FILE}.tmp-{os.getpid()}"
     faiss.write_index(index, str(tmp_index))
     os.replace(tmp_index, out_dir / INDEX_FILE)
     return dim

@@ -13,6 +13,7 @@ slice, whatever the corpus size, and the operating system shares the pages betwe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -113,7 +114,7 @@ def write_passages(passages: Iterable[Passage], index_dir: Path, check_unique: b
     The offsets file is written last, so its presence marks a complete store."""
     offsets = array("q", [0])
     seen: set[str] = set()
-    tmp = index_dir / (PASSAGES + ".tmp")
+    tmp = index_dir / f"{PASSAGES}.tmp-{os.getpid()}"  # several build processes may share the directory
     pos = 0
     with open(tmp, "wb") as f:
         for p in passages:
@@ -126,10 +127,27 @@ def write_passages(passages: Iterable[Passage], index_dir: Path, check_unique: b
             pos += len(b)
             offsets.append(pos)
     os.replace(tmp, index_dir / PASSAGES)
-    tmp_off = index_dir / "passages.offsets.tmp.npy"
+    tmp_off = index_dir / f"passages.offsets.tmp-{os.getpid()}.npy"
     np.save(tmp_off, np.frombuffer(offsets, dtype=np.int64))
     os.replace(tmp_off, index_dir / OFFSETS)
     return len(offsets) - 1
+
+
+@contextlib.contextmanager
+def dir_lock(index_dir: Path, name: str) -> Iterator[None]:
+    """An exclusive inter-process lock on ``index_dir/.<name>.lock`` (no-op without fcntl), e.g. so
+    one of several build processes writes the passage store while the others wait for it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    with open(Path(index_dir) / f".{name}.lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def has_passages(index_dir: Path) -> bool:

@@ -403,7 +403,7 @@ def test_cli_import_faiss(tmp_path, capsys):
     assert "flat FAISS index of 24 passages imported" in capsys.readouterr().out
     assert main(["retrieval", "index", "--kind", "bm25", "--corpus", str(CORPUS),
                  "--import-faiss", str(tmp_path / "x.index"), "--out", str(tmp_path / "b")]) == 2
-    assert "--import-faiss needs --kind dense" in capsys.readouterr().err
+    assert "--import-faiss / --part need --kind dense" in capsys.readouterr().err
 
 
 def test_provenance_records_every_faiss_build():
@@ -411,3 +411,48 @@ def test_provenance_records_every_faiss_build():
     from drmas_retrieval.dense import FAISS_DISTRIBUTIONS
 
     assert set(FAISS_DISTRIBUTIONS) <= set(LIBRARIES)
+
+
+def test_parts_build_one_index_together(tmp_path):
+    """Three processes' worth of parts (one per GPU, say) in one directory: each encodes only its
+    shards; the one that completes the set writes the FAISS index, which answers like a single build."""
+    import multiprocessing as mp
+
+    single, shared = tmp_path / "single", tmp_path / "shared"
+    build_dense(CORPUS, single, encoder=HashEncoder(), shard_size=5, progress=False)  # 24 passages: 5 shards
+    enc0 = HashEncoder()
+    r0 = build_dense(CORPUS, shared, encoder=enc0, shard_size=5, progress=False, part=(0, 3))
+    assert r0 == {"kind": "dense", "part": [0, 3], "shards_done": 2, "n_shards": 5}  # shards 0 and 3
+    assert enc0.encoded == 10 and not (shared / MANIFEST).exists() and not (shared / INDEX_FILE).exists()
+    # the other two parts at the same time, in two processes (the passage store is already there)
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        results = pool.starmap(_build_part, [(str(shared), 1), (str(shared), 2)])
+    assert sum("part" not in r for r in results) >= 1  # at least one finished the set and wrote the index
+    m = json.loads((shared / MANIFEST).read_text())
+    assert m["n_passages"] == 24 and not (shared / STATE).exists()
+    q = ["Who designed the Amber Lighthouse?", "saffron buns and rye loaves", "carnivorous plants"]
+    assert (DenseRetriever(shared, encoder=HashEncoder()).search(q, 5) == DenseRetriever(single, encoder=HashEncoder()).search(q, 5))
+    assert not list(shared.glob("**/*.tmp*"))  # no temporary file left by any process
+    with pytest.raises(RetrievalError, match="part must be"):
+        build_dense(CORPUS, tmp_path / "x", encoder=HashEncoder(), part=(3, 3), progress=False)
+    with pytest.raises(RetrievalError, match="overwrite cannot be combined with part"):
+        build_dense(CORPUS, shared, encoder=HashEncoder(), part=(0, 2), overwrite=True, progress=False)
+
+
+def _build_part(out: str, i: int) -> dict:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_retrieval_dense import HashEncoder as Enc  # the spawned process imports this file afresh
+
+    return build_dense(CORPUS, out, encoder=Enc(), shard_size=5, progress=False, part=(i, 3))
+
+
+def test_cli_part_argument(tmp_path, capsys):
+    from drmas_bench.cli import main
+
+    for bad in ("3/3", "x/2", "1", "-1/2"):
+        assert main(["retrieval", "index", "--kind", "dense", "--corpus", str(CORPUS), f"--part={bad}",
+                     "--out", str(tmp_path / "o")]) == 2
+        assert "--part must be I/N" in capsys.readouterr().err

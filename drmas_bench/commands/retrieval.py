@@ -34,6 +34,7 @@ INDEX_EPILOG = """examples:
   drmas-bench retrieval index --corpus corpus.jsonl --kind lucene --out idx/lucene        # needs drmas-bench[lucene]
   drmas-bench retrieval index --kind dense --out idx/minilm --faiss hnsw --reuse-embeddings  # no re-encoding
   drmas-bench retrieval index --kind dense --faiss ivfpq --embeddings-from idx/minilm --out idx/minilm-pq
+  for i in 0 1 2 3; do CUDA_VISIBLE_DEVICES=$i drmas-bench retrieval index --kind dense --corpus wiki-18.jsonl --encoder intfloat/e5-base-v2 --part $i/4 --out idx/e5 & done; wait
   drmas-bench retrieval index --kind dense --corpus wiki-18.jsonl --encoder intfloat/e5-base-v2 --import-faiss e5_Flat.index --out idx/e5  # no encoding
 
 A corpus is jsonl with `id` and `contents` ("Title"\\ntext) or `title` + `text`. A killed dense
@@ -100,6 +101,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--embeddings-from", metavar="DIR",
                    help="dense: write a new index in --out with the FAISS kind --faiss, from the kept shards of the "
                         "dense index DIR (DIR is left as it is; no encoding)")
+    q.add_argument("--part", metavar="I/N",
+                   help="dense: encode only every N-th embedding shard starting at I (0-based), so N processes, one "
+                        "per GPU or machine, build one index in a shared --out; the last to finish writes the FAISS index")
     q.add_argument("--import-faiss", metavar="FILE",
                    help="dense: use this FAISS index, built elsewhere over --corpus with --encoder (e.g. the reference's "
                         "e5_Flat.index over wiki-18), instead of encoding; linked into --out, not copied")
@@ -183,8 +187,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         return 0
     if not args.corpus:
         raise UserError("--corpus is required (unless --reuse-embeddings)")
-    if args.import_faiss and args.kind != "dense":
-        raise UserError("--import-faiss needs --kind dense")
+    if (args.import_faiss or args.part) and args.kind != "dense":
+        raise UserError("--import-faiss / --part need --kind dense")
     opts: dict[str, Any] = {"overwrite": args.overwrite, "limit": args.limit}
     try:
         if args.kind == "bm25":
@@ -204,6 +208,8 @@ def cmd_index(args: argparse.Namespace) -> int:
                 return 0
             opts["faiss_params"] = _faiss_params(args)
             opts["shard_size"] = args.shard_size
+            if args.part:
+                opts["part"] = _part(args.part)
         else:
             from drmas_retrieval.lucene import LuceneParams
 
@@ -211,8 +217,21 @@ def cmd_index(args: argparse.Namespace) -> int:
         m = build_index(args.kind, _data_path(args.corpus), args.out, **opts)
     except RetrievalError as e:
         raise UserError(str(e)) from None
+    if "part" in m:
+        i, n = m["part"]
+        print(f"part {i}/{n} encoded; {m['shards_done']} of {m['n_shards']} embedding shards in {args.out}. The part "
+              "that finishes last writes the FAISS index (or rerun any part once all have finished)")
+        return 0
     print(f"{m['kind']} index of {m['n_passages']} passages written to {args.out} in {m['build_s']:.1f} s")
     return 0
+
+
+def _part(text: str) -> tuple[int, int]:
+    """``I/N`` -> (I, N) with 0 <= I < N."""
+    i, sep, n = text.partition("/")
+    if sep and i.strip().isdigit() and n.strip().isdigit() and 0 <= int(i) < int(n):
+        return int(i), int(n)
+    raise UserError(f"--part must be I/N with 0 <= I < N (e.g. 0/4 ... 3/4 for four GPUs), got {text!r}")
 
 
 def _faiss_params(args: argparse.Namespace) -> Any:
