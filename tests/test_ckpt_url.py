@@ -55,6 +55,7 @@ def _commit(root: str, step: int, groups=("a",)) -> str:
         _group(tmp, g)
     with ck.driver_files(tmp) as here:
         (here / "trainer_state.json").write_text(json.dumps({"step": step}))
+        (here / "team.yaml").write_text("agents: {}\n")
     return ck.commit(tmp, root, step)
 
 
@@ -105,7 +106,8 @@ def test_fetch_complete_only_and_eval_cache_follows_the_remote_marker(mem_root, 
     final = _commit(mem_root, 1, groups=("a", "b"))
     got = store.cached_checkpoint(f"{mem_root}/latest")  # latest -> step_1
     assert got.parent == tmp_path / "cache" / "checkpoints"
-    assert (got / "models" / "b" / "config.json").is_file() and (got / "optim" / "a.pt").is_file()
+    assert (got / "models" / "b" / "config.json").is_file()
+    assert not (got / "optim").exists()  # eval does not read optimiser state: not downloaded
     assert json.loads((got / "trainer_state.json").read_text()) == {"step": 1}
     assert (got / "COMPLETE").read_bytes() == _read(f"{final}/COMPLETE")
     (got / "mine").write_text("kept while the remote is unchanged")

@@ -277,10 +277,15 @@ def _cache_key(url: str) -> str:
     return hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
+# what eval reads of a checkpoint: not optim/ (8 bytes a parameter, four times the bf16 weights) nor rng.pt
+EVAL_PARTS = ("team.yaml", "trainer_state.json", "models")
+
+
 def cached_checkpoint(url: str) -> Path:
     """A local copy of checkpoint ``url`` (``ROOT/step_K`` or ``ROOT/latest``) for ``eval``:
     ``<drmas cache dir>/checkpoints/<hash of ROOT/step_K>``, downloaded again when the remote marker
-    differs from the copy's. Only complete downloads are kept (:func:`fetch`)."""
+    differs from the copy's. Only complete downloads are kept (:func:`fetch`), and only what eval
+    reads (:data:`EVAL_PARTS`: the team file, the state and the models; no optimiser state)."""
     from drmas_bench.models import cache_dir
     from drmas_bench.models.registry import file_lock
 
@@ -294,7 +299,7 @@ def cached_checkpoint(url: str) -> Path:
     with file_lock(cache_dir() / "locks" / f"checkpoint-{dest.name}.lock"):
         if (dest / MARKER).is_file() and (dest / MARKER).read_bytes() == remote:
             return dest
-        return fetch(step_url, dest)
+        return fetch(step_url, dest, parts=EVAL_PARTS)
 
 
 def node_copy(url: str) -> Path:
