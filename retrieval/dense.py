@@ -598,9 +598,9 @@ def _to_gpus(faiss: Any, index: Any, placement: tuple[str, int], fp16: bool, fp:
     mode, n = placement
     co = faiss.GpuMultipleClonerOptions()
     co.shard = mode == "shard"  # each GPU gets 1/n of the vectors; otherwise each gets all of them
-    co.useFloat16 = fp16
-    if fp.kind == "ivfpq" and int(fp.pq_m or 0) > 48:
-        co.useFloat16LookupTables = True  # GPU IVFPQ needs half-precision tables above 48 bytes per code
+    # float16: flat / ivf vectors stored in half precision; for ivfpq the lookup tables, which GPU
+    # IVFPQ needs above 48 bytes a code (GpuClonerOptions has no separate field for them)
+    co.useFloat16 = fp16 or (fp.kind == "ivfpq" and int(fp.pq_m or 0) > 48)
     try:
         return faiss.index_cpu_to_all_gpus(index, co=co, ngpu=n)
     except RuntimeError as e:  # out of GPU memory, an unsupported pq_m on GPU, ...
@@ -617,7 +617,9 @@ class DenseRetriever(Retriever):
       ``gpu``        put a flat / ivf / ivfpq FAISS index on the GPU(s) (None = when faiss sees one).
       ``gpu_shard``  with several GPUs, split the vectors over them (default True); False copies
                      the whole index onto each GPU (faster for an index that fits on one GPU).
-      ``gpu_fp16``   keep vectors as float16 on the GPU(s): half the memory, scores to ~3 digits.
+      ``gpu_fp16``   flat: keep the vectors as float16 on the GPU(s), half the memory, scores to ~3
+                     digits (FAISS's ``useFloat16``; it does not change ivf storage, and for ivfpq
+                     it means float16 lookup tables).
       ``mmap``       memory-map the FAISS file where the index type allows it (default False).
       ``ef_search`` / ``nprobe``  override the manifest's HNSW / IVF search breadth.
       ``threads``    torch CPU threads for query encoding (None = torch's setting; process-wide).

@@ -231,18 +231,21 @@ def test_gpu_placement():
 
 
 class FakeGpuFaiss:
-    """A fake of faiss's multi-GPU cloner (this machine has no GPU): records what it is asked."""
+    """A fake of faiss's multi-GPU cloner (this machine has no GPU): records what it is asked. Its
+    options object, like FAISS's SWIG one, refuses attributes GpuMultipleClonerOptions does not have."""
 
     class GpuMultipleClonerOptions:
-        shard = False
-        useFloat16 = False
-        useFloat16LookupTables = False
+        __slots__ = ("shard", "shard_type", "useFloat16", "useFloat16CoarseQuantizer", "usePrecomputed",
+                     "indicesOptions", "reserveVecs", "storeTransposed", "verbose")
+
+        def __init__(self):
+            self.shard, self.useFloat16 = False, False
 
     def __init__(self):
         self.calls = []
 
     def index_cpu_to_all_gpus(self, index, co=None, ngpu=-1):
-        self.calls.append({"shard": co.shard, "fp16": co.useFloat16, "lut16": co.useFloat16LookupTables, "ngpu": ngpu})
+        self.calls.append({"shard": co.shard, "fp16": co.useFloat16, "ngpu": ngpu})
         return ("on-gpu", index)
 
 
@@ -252,9 +255,12 @@ def test_several_gpus_get_shards_of_the_index():
     fake = FakeGpuFaiss()
     out = _to_gpus(fake, "cpu-index", gpu_placement("flat", 8, None), True, FaissParams())
     assert out == ("on-gpu", "cpu-index")
-    assert fake.calls == [{"shard": True, "fp16": True, "lut16": False, "ngpu": 8}]
+    assert fake.calls == [{"shard": True, "fp16": True, "ngpu": 8}]
+    # 96-byte codes: GPU IVFPQ needs float16 lookup tables, asked for through useFloat16
     _to_gpus(fake, "cpu-index", gpu_placement("ivfpq", 2, None, shard=False), False, FaissParams(kind="ivfpq", pq_m=96))
-    assert fake.calls[-1] == {"shard": False, "fp16": False, "lut16": True, "ngpu": 2}
+    assert fake.calls[-1] == {"shard": False, "fp16": True, "ngpu": 2}
+    _to_gpus(fake, "cpu-index", gpu_placement("ivfpq", 2, None), False, FaissParams(kind="ivfpq", pq_m=48))
+    assert fake.calls[-1] == {"shard": True, "fp16": False, "ngpu": 2}
 
 
 def test_two_faiss_builds_side_by_side_are_refused(monkeypatch):
