@@ -93,7 +93,7 @@ class EvalConfig:
     enable_thinking: bool | None = None  # Qwen3 chat-template thinking switch
     seed: int = 0  # run seed; each call's seed derives from it
     # --- search
-    retriever: str | None = None  # bm25:DIR | dense:DIR | http://HOST:PORT; None: BM25 over the mini corpus
+    retriever: str | None = None  # bm25:DIR | lucene:DIR | dense:DIR | http://HOST:PORT; None: BM25 over the mini corpus
     # --- run
     out: str | None = None  # run directory; None: runs/<suite>-<model>-<config hash>
     fresh: bool = False  # discard an existing run in `out` instead of resuming
@@ -421,7 +421,7 @@ def default_retriever_spec(data_dir) -> str:
     from drmas_bench.models import cache_dir
 
     if data_dir is None or not (Path(data_dir) / "corpus" / "mini_corpus.jsonl").is_file():
-        raise UserError("the search suite needs a retriever: pass --retriever bm25:DIR|dense:DIR|URL, "
+        raise UserError("the search suite needs a retriever: pass --retriever bm25:DIR|lucene:DIR|dense:DIR|URL, "
                         "or a --data-dir holding corpus/mini_corpus.jsonl for the default BM25 index")
     out = cache_dir() / "indexes" / "mini_corpus-bm25"
     if not (out / "drmas_index.json").is_file():

@@ -60,3 +60,25 @@ def test_lucene_on_the_mini_corpus_matches_bm25s(data_dir, tmp_path):
     for k in ks:
         assert abs(ours[f"any@{k}"] - base[f"any@{k}"]) <= 0.01, (k, ours, base)
     assert ours["any@10"] > 0.97
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_PYSERINI, reason="needs the lucene extra: pip install drmas-bench[lucene]")
+def test_search_eval_with_the_lucene_retriever(tmp_path):
+    """`eval --retriever lucene:DIR`: the search workflow's searcher queries a Lucene index in-process."""
+    import json
+
+    from drmas_bench.api import EvalConfig, evaluate
+
+    data = tmp_path / "data" / "qa" / "bamboogle"
+    data.mkdir(parents=True)
+    rows = [{"id": f"q{i}", "question": f"Who designed the Amber Lighthouse {i}?", "golden_answers": ["Kelmouth"]}
+            for i in range(2)]
+    (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    build_lucene(CORPUS, tmp_path / "idx", progress=False)
+    s = evaluate(EvalConfig(model="tiny-random", suite="search", benchmarks=["bamboogle"], n=1, max_new_tokens=4,
+                            data_dir=str(tmp_path / "data"), retriever=f"lucene:{tmp_path / 'idx'}",
+                            engine_args={"device": "cpu"}, out=str(tmp_path / "run"), progress=False))
+    assert sum(1 for _ in open(tmp_path / "run" / "samples.jsonl")) == 2
+    cfg = (tmp_path / "run" / "config.yaml").read_text()
+    assert "lucene" in cfg

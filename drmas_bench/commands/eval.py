@@ -73,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--enable-thinking", action="store_true", default=None,
                    help="chat template with thinking on (Qwen3 enable_thinking=True); default off, as the reference")
     g = p.add_argument_group("search")
-    g.add_argument("--retriever", help="bm25:DIR | dense:DIR | http://HOST:PORT (default: an in-process BM25 "
+    g.add_argument("--retriever", help="bm25:DIR | lucene:DIR | dense:DIR | http://HOST:PORT (default: an in-process BM25 "
                                        "index of <data dir>/corpus/mini_corpus.jsonl, built once and cached)")
     g = p.add_argument_group("run")
     g.add_argument("--out", "--output-dir", dest="out", help="run directory (default: runs/<suite>-<model>-<config hash>)")
