@@ -313,18 +313,36 @@ def switch_engine(team, engine: str, base_url: str | None, tokenizer: str | None
             g.options["trust_remote_code"] = True
 
 
-def local_model(cfg: EvalConfig) -> EvalConfig:
+def local_model(cfg: EvalConfig) -> tuple[EvalConfig, str | None]:
     """``model`` given as a checkpoint URL (``ROOT/step_K`` or ``ROOT/latest`` under an fsspec
     ckpt_root, e.g. ``s3://bucket/run1/latest``): the same config with ``model`` pointing at a local
     copy (``<cache dir>/checkpoints/<hash of ROOT/step_K>``, drmas_trainer.ckpt_store), which is then
-    evaluated as a checkpoint folder (its team.yaml is untrusted data, as for any folder)."""
+    evaluated as a checkpoint folder (its team.yaml is untrusted data, as for any folder), and the
+    step's URL. With ``pool="ray"`` the copy holds only the team file: the nodes fetch the models
+    (:func:`models_on_nodes`). Other configs: ``(cfg, None)``."""
     from dataclasses import replace
 
-    from drmas_trainer.ckpt_store import cached_checkpoint, is_url
+    from drmas_trainer.ckpt_store import TEAM_PARTS, cached_checkpoint, is_url, resolve_latest
 
     if not (cfg.model and is_url(cfg.model)):
-        return cfg
-    return replace(cfg, model=str(cached_checkpoint(cfg.model)))
+        return cfg, None
+    step_url = resolve_latest(cfg.model)
+    if cfg.pool == "ray":
+        return replace(cfg, model=str(cached_checkpoint(step_url, parts=TEAM_PARTS))), step_url
+    return replace(cfg, model=str(cached_checkpoint(step_url))), step_url
+
+
+def models_on_nodes(team, step_url: str) -> None:
+    """A Ray eval of checkpoint ``step_url``: each worker group's model, recorded relative to the
+    checkpoint (``models/<wg>``), becomes its URL (``ROOT/step_K/models/<wg>``), which the actor
+    resolves on its own node (models.resolve_model downloads it into that node's cache). A path that
+    would leave the checkpoint (``..``, absolute) is left as it is, and resolves (or fails) locally."""
+    for g in team.worker_groups.values():
+        if g.engine == "openai" or Path(g.model).is_absolute():
+            continue
+        parts = Path(g.model).parts
+        if parts and not any(p in ("..", ".") for p in parts):
+            g.model = "/".join([step_url.rstrip("/"), *parts])
 
 
 def resolve(cfg: EvalConfig) -> Resolved:
@@ -335,7 +353,7 @@ def resolve(cfg: EvalConfig) -> Resolved:
     from drmas_bench.types import Sampling
     from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
 
-    cfg = local_model(cfg)
+    cfg, step_url = local_model(cfg)
     benches = select_benchmarks(cfg.suite, cfg.benchmarks)
     suites = {b.suite for b in benches}
     if len(suites) > 1:
@@ -357,6 +375,8 @@ def resolve(cfg: EvalConfig) -> Resolved:
                       engine_options=fit_options(engine, generic, {"tokenizer": cfg.tokenizer} if cfg.tokenizer else None),
                       trust_remote_code=cfg.trust_remote_code)
     team.workflow = wf_name
+    if step_url and cfg.pool == "ray":
+        models_on_nodes(team, step_url)
     if cfg.engine is not None:
         switch_engine(team, cfg.engine, cfg.base_url, cfg.tokenizer, cfg.trust_remote_code)
         check_engine_options(team)
@@ -461,6 +481,9 @@ def models_identity(team, on_nodes: bool = False) -> dict[str, dict[str, str]]:
     out = {}
     for name, g in team.worker_groups.items():
         if g.engine == "openai":
+            continue
+        if on_nodes and "://" in str(g.model):  # a checkpoint URL: fetched by the nodes, not the driver
+            out[name] = {"name": str(g.model), "resolved_on": "the Ray nodes"}
             continue
         try:
             resolved = resolve_model(g.model, prepare=not on_nodes)

@@ -268,3 +268,28 @@ def test_eval_downloads_of_one_checkpoint_take_turns(mem_root, tmp_path, monkeyp
         assert t.is_alive() and not done  # waits its turn
     t.join(10)
     assert done == [first] and first.stat().st_ino == inode  # reused, not replaced
+
+
+def test_a_node_fetches_one_model_folder_by_url(mem_root, tmp_path, monkeypatch):
+    """What a Ray actor does with ROOT/step_K/models/<wg>: a copy in its node's cache, reused while the
+    step's marker holds; a step without its marker is refused; models.resolve_model takes that path."""
+    from types import SimpleNamespace
+
+    from drmas_bench.api import models_on_nodes
+    from drmas_bench.models import resolve_model
+
+    monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))
+    _commit(mem_root, 1, groups=("a", "b"))
+    got = resolve_model(f"{mem_root}/step_1/models/a")
+    assert (got / "config.json").is_file() and got.parent == tmp_path / "cache" / "checkpoints" / "models"
+    assert [d for d in got.parent.iterdir() if d.is_dir()] == [got]  # only the group asked for, not b
+    inode = got.stat().st_ino
+    assert store.cached_model(f"{mem_root}/step_1/models/a/") == got and got.stat().st_ino == inode  # reused
+    _put(f"{mem_root}/step_2/models/a/config.json")
+    with pytest.raises(UserError, match="step_2: not a complete checkpoint"):
+        resolve_model(f"{mem_root}/step_2/models/a")
+
+    groups = {"a": SimpleNamespace(model="models/a", engine="hf"), "up": SimpleNamespace(model="../elsewhere", engine="hf"),
+              "abs": SimpleNamespace(model="/opt/m", engine="hf"), "api": SimpleNamespace(model="gpt-x", engine="openai")}
+    models_on_nodes(SimpleNamespace(worker_groups=groups), f"{mem_root}/step_1")
+    assert [g.model for g in groups.values()] == [f"{mem_root}/step_1/models/a", "../elsewhere", "/opt/m", "gpt-x"]

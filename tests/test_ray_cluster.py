@@ -228,3 +228,18 @@ def test_train_two_steps_one_group_per_node_checkpoint_in_root(cluster, tmp_path
     parts = sorted(p.name for d in (tmp_path / "node-cache" / "checkpoints" / "parts").iterdir() for p in d.iterdir())
     assert parts == ["checker", "checker.pt", "solver", "solver.pt"]
     assert ck.latest_checkpoint(root)[0] == 3 and (root / "latest").read_text() == "step_3\n"
+
+    # eval --model URL/latest --pool ray: the driver fetches the team file only, each actor its model
+    from drmas_bench.api import EvalConfig, evaluate
+
+    monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "eval-cache"))
+    s = evaluate(EvalConfig(model=f"{named}/latest", suite="toy", limit=2, n=1, engine_args={"device": "cpu"},
+                            pool="ray", ray_address=cluster.address, out=str(tmp_path / "eval"), progress=False))
+    assert sum(1 for _ in open(tmp_path / "eval" / "samples.jsonl")) == 2 and s["pool"]["groups"]
+    cache = tmp_path / "eval-cache" / "checkpoints"
+    driver_copy = [d for d in cache.iterdir() if d.is_dir() and d.name != "models"]
+    assert len(driver_copy) == 1 and not (driver_copy[0] / "models").exists()  # no weights on the driver
+    fetched = sorted(p.name for d in (cache / "models").iterdir() if d.is_dir() for p in d.iterdir())
+    assert "config.json" in fetched and any(n.endswith(".safetensors") for n in fetched)  # by the actors
+    cfg_yaml = (tmp_path / "eval" / "config.yaml").read_text()
+    assert f"{named}/step_3/models/solver" in cfg_yaml and "the Ray nodes" in cfg_yaml

@@ -279,18 +279,58 @@ def _cache_key(url: str) -> str:
 
 # what eval reads of a checkpoint: not optim/ (8 bytes a parameter, four times the bf16 weights) nor rng.pt
 EVAL_PARTS = ("team.yaml", "trainer_state.json", "models")
+# what the driver of a Ray eval reads: the models are downloaded by the nodes that load them (cached_model)
+TEAM_PARTS = ("team.yaml", "trainer_state.json")
+_IN_CHECKPOINT = re.compile(r"^(?P<step>.+/step_\d+)/models/[^/]+/?$")
 
 
-def cached_checkpoint(url: str) -> Path:
+def cached_model(url: str) -> Path:
+    """A model folder given by URL, as a local folder on this node: ``<drmas cache dir>/checkpoints/
+    models/<hash of url>``. This is how a Ray actor resolves ``ROOT/step_K/models/<wg>`` when a
+    checkpoint URL is evaluated with ``--pool ray`` (each node downloads only the groups it loads).
+    Inside a checkpoint the copy is reused while the step's marker is unchanged, and a step without
+    its marker is refused; any other folder URL is downloaded once. One download at a time per URL."""
+    from drmas_bench.models import cache_dir
+    from drmas_bench.models.registry import file_lock
+
+    url = url.rstrip("/")
+    m = _IN_CHECKPOINT.match(url)
+    marker = _marker(m.group("step")) if m else b"not in a checkpoint"
+    if marker is None:
+        raise UserError(f"{m.group('step')}: not a complete checkpoint (no {MARKER} marker)")
+    base = cache_dir() / "checkpoints" / "models"
+    dest = base / _cache_key(url)
+    stamp = base / f"{dest.name}.source"  # beside the folder: a model folder holds only the model's files
+    with file_lock(cache_dir() / "locks" / f"model-{dest.name}.lock"):
+        if dest.is_dir() and stamp.is_file() and stamp.read_bytes() == marker:
+            return dest
+        tmp = base / f".tmp-{dest.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            _download(url, tmp)
+            if m and _marker(m.group("step")) != marker:
+                raise UserError(f"{m.group('step')} changed while it was downloaded (pruned or rewritten); try again")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        stamp.unlink(missing_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.rename(tmp, dest)
+        stamp.write_bytes(marker)
+    return dest
+
+
+def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS) -> Path:
     """A local copy of checkpoint ``url`` (``ROOT/step_K`` or ``ROOT/latest``) for ``eval``:
     ``<drmas cache dir>/checkpoints/<hash of ROOT/step_K>``, downloaded again when the remote marker
-    differs from the copy's. Only complete downloads are kept (:func:`fetch`), and only what eval
-    reads (:data:`EVAL_PARTS`: the team file, the state and the models; no optimiser state)."""
+    differs from the copy's. Only complete downloads are kept (:func:`fetch`), and only ``parts``:
+    by default what eval reads (:data:`EVAL_PARTS`: the team file, the state and the models; no
+    optimiser state); :data:`TEAM_PARTS` for a Ray eval, whose nodes fetch the models themselves."""
     from drmas_bench.models import cache_dir
     from drmas_bench.models.registry import file_lock
 
     step_url = resolve_latest(url)
-    dest = cache_dir() / "checkpoints" / _cache_key(step_url)
+    dest = cache_dir() / "checkpoints" / _cache_key(step_url if parts == EVAL_PARTS else f"{step_url} {' '.join(parts)}")
     remote = _marker(step_url)
     if remote is None:
         raise UserError(f"{step_url}: not a complete checkpoint (no {MARKER} marker)")
@@ -299,7 +339,7 @@ def cached_checkpoint(url: str) -> Path:
     with file_lock(cache_dir() / "locks" / f"checkpoint-{dest.name}.lock"):
         if (dest / MARKER).is_file() and (dest / MARKER).read_bytes() == remote:
             return dest
-        return fetch(step_url, dest, parts=EVAL_PARTS)
+        return fetch(step_url, dest, parts=parts)
 
 
 def node_copy(url: str) -> Path:

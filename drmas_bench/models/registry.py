@@ -202,10 +202,17 @@ def resolve_model(name_or_path: str | os.PathLike[str], prepare: bool = True,
     """What ``from_pretrained`` should load for ``name_or_path``.
 
     Returns a local directory (``Path``) for an alias (built on first use when ``prepare``), for a
-    checkpoint or team directory, and for a hub id cached while offline; returns the hub id itself
-    (``str``) while the hub may be reached. Raises :class:`UserError` otherwise, naming the fix.
+    checkpoint or team directory, for a hub id cached while offline, and for a model folder given
+    as an fsspec URL (downloaded into the cache on this machine: drmas_trainer.ckpt_store.cached_model);
+    returns the hub id itself (``str``) while the hub may be reached. Raises :class:`UserError`
+    otherwise, naming the fix.
     """
     name = os.fspath(name_or_path)
+    if "://" in name:  # a model folder under an fsspec URL (a checkpoint's models/<wg>): a local copy here
+        from drmas_trainer.ckpt_store import cached_model, is_url
+
+        if is_url(name):
+            return cached_model(name)
     if name in ALIASES:
         if is_prepared(name):
             return alias_path(name)
