@@ -117,6 +117,8 @@ UNTRUSTED = [  # (worker group YAML, the flag the refusal must name)
     ("{model: m, engine: sglang, options: {engine_args: {load_format: dummy}}}", "--team"),
     ("{model: m, engine: hf, options: {attn_implementation: 'kernels-community/flash-attn'}}", "--team"),
     ("{model: m, engine: hf, options: {trust_remote_code: true}}", "--trust-remote-code"),
+    ("{model: 'http://10.0.0.1/internal/model', engine: hf}", "--team"),  # fetched with the user's credentials
+    ("{model: 's3://their-bucket/m', engine: hf}", "--team"),
 ]
 
 

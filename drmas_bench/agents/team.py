@@ -219,6 +219,9 @@ def check_untrusted(team: "TeamSpec", where: str, trust_remote_code: bool = Fals
     """Refuse a team read from inside a model/checkpoint folder that asks for a trusted-only key
     (see ``TRUSTED_ONLY`` / ``TRUSTED_ONLY_OPTIONS``); one line naming the flag that allows it."""
     for name, g in team.worker_groups.items():
+        if "://" in str(g.model):  # an fsspec URL would be fetched with the user's credentials from wherever it says
+            raise UserError(f"{where}: worker group {name!r} names its model by URL ({g.model}), which a team.yaml "
+                            "inside a model folder may not do; pass that team file explicitly with --team if you trust it")
         for key, flag in TRUSTED_ONLY.items():
             if getattr(g, key):
                 raise UserError(f"{where}: worker group {name!r} sets {key}, which a team.yaml inside a model folder "
