@@ -13,7 +13,6 @@ slice, whatever the corpus size, and the operating system shares the pages betwe
 
 from __future__ import annotations
 
-import contextlib
 import json
 import mmap
 import os
@@ -133,21 +132,12 @@ def write_passages(passages: Iterable[Passage], index_dir: Path, check_unique: b
     return len(offsets) - 1
 
 
-@contextlib.contextmanager
-def dir_lock(index_dir: Path, name: str) -> Iterator[None]:
-    """An exclusive inter-process lock on ``index_dir/.<name>.lock`` (no-op without fcntl), e.g. so
-    one of several build processes writes the passage store while the others wait for it."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - non-POSIX
-        yield
-        return
-    with open(Path(index_dir) / f".{name}.lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def dir_lock(index_dir: Path, name: str) -> Any:
+    """An exclusive inter-process lock on ``index_dir/.<name>.lock``, e.g. so one of several build
+    processes writes the passage store while the others wait for it."""
+    from drmas_retrieval.locks import file_lock
+
+    return file_lock(Path(index_dir) / f".{name}.lock")
 
 
 def has_passages(index_dir: Path) -> bool:

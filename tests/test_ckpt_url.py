@@ -253,7 +253,7 @@ def test_eval_downloads_of_one_checkpoint_take_turns(mem_root, tmp_path, monkeyp
     checkpoint in the cache), then reuses it instead of replacing the folder the first is reading."""
     import threading
 
-    from drmas_bench.models.registry import file_lock
+    from drmas_retrieval.locks import file_lock
 
     monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))
     _commit(mem_root, 1, groups=("a",))

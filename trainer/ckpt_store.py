@@ -291,7 +291,7 @@ def cached_model(url: str) -> Path:
     Inside a checkpoint the copy is reused while the step's marker is unchanged, and a step without
     its marker is refused; any other folder URL is downloaded once. One download at a time per URL."""
     from drmas_bench.models import cache_dir
-    from drmas_bench.models.registry import file_lock
+    from drmas_retrieval.locks import file_lock
 
     url = url.rstrip("/")
     m = _IN_CHECKPOINT.match(url)
@@ -327,7 +327,7 @@ def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS) -> Path:
     by default what eval reads (:data:`EVAL_PARTS`: the team file, the state and the models; no
     optimiser state); :data:`TEAM_PARTS` for a Ray eval, whose nodes fetch the models themselves."""
     from drmas_bench.models import cache_dir
-    from drmas_bench.models.registry import file_lock
+    from drmas_retrieval.locks import file_lock
 
     step_url = resolve_latest(url)
     dest = cache_dir() / "checkpoints" / _cache_key(step_url if parts == EVAL_PARTS else f"{step_url} {' '.join(parts)}")
@@ -347,7 +347,7 @@ def node_copy(url: str) -> Path:
     optimiser file): ``<drmas cache dir>/checkpoints/parts/<hash of url>``, downloaded afresh."""
     from drmas_bench.models import cache_dir
 
-    from drmas_bench.models.registry import file_lock
+    from drmas_retrieval.locks import file_lock
 
     base = cache_dir() / "checkpoints" / "parts" / _cache_key(url)
     dest = base / posixpath.basename(url.rstrip("/"))

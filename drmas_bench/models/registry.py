@@ -4,19 +4,19 @@ See :mod:`drmas_bench.models` for the rules; the builders live in ``smollm2.py``
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from drmas_bench.types import UserError
+from drmas_retrieval.locks import file_lock
 
 logger = logging.getLogger("drmas_bench.models")
 
@@ -112,23 +112,6 @@ def is_prepared(name: str) -> bool:
     alias = _alias(name)
     marker = read_marker(alias_path(name))
     return bool(marker) and marker.get("alias") == alias.name and marker.get("recipe") == alias.recipe
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive inter-process lock on ``path`` (no-op where fcntl is missing)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - non-POSIX
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def progress(msg: str) -> None:
