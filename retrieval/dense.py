@@ -359,6 +359,8 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
     t0 = time.perf_counter()
     fp = faiss_params or FaissParams()
     out_dir = Path(out)
+    if part is not None and not (len(part) == 2 and 0 <= part[0] < part[1]):
+        raise RetrievalError(f"part must be (i, n) with 0 <= i < n, got {part}")
     if overwrite and part is not None:  # one part would delete the shards the others are writing
         raise RetrievalError("overwrite cannot be combined with part: clear the directory once, then start the parts")
     if overwrite and out_dir.is_dir():
@@ -383,8 +385,6 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
             shutil.rmtree(out_dir / EMB_DIR)
         atomic_write_text(state_path, json.dumps(state, indent=2) + "\n")
         resumed = False
-    if part is not None and not (len(part) == 2 and 0 <= part[0] < part[1]):
-        raise RetrievalError(f"part must be (i, n) with 0 <= i < n, got {part}")
     with dir_lock(out_dir, "passages"):  # parts started together: one writes the store, the others wait
         if not (resumed and has_passages(out_dir)) and not (part is not None and has_passages(out_dir)):
             write_passages(read_corpus(corpus, limit=limit), out_dir)

@@ -442,6 +442,7 @@ def test_parts_build_one_index_together(tmp_path):
     assert not list(shared.glob("**/*.tmp*"))  # no temporary file left by any process
     with pytest.raises(RetrievalError, match="part must be"):
         build_dense(CORPUS, tmp_path / "x", encoder=HashEncoder(), part=(3, 3), progress=False)
+    assert not (tmp_path / "x").exists()  # refused before anything is written
     with pytest.raises(RetrievalError, match="overwrite cannot be combined with part"):
         build_dense(CORPUS, shared, encoder=HashEncoder(), part=(0, 2), overwrite=True, progress=False)
 
