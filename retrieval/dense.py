@@ -598,8 +598,8 @@ def _to_gpus(faiss: Any, index: Any, placement: tuple[str, int], fp16: bool, fp:
     mode, n = placement
     co = faiss.GpuMultipleClonerOptions()
     co.shard = mode == "shard"  # each GPU gets 1/n of the vectors; otherwise each gets all of them
-    # float16: flat / ivf vectors stored in half precision; for ivfpq the lookup tables, which GPU
-    # IVFPQ needs above 48 bytes a code (GpuClonerOptions has no separate field for them)
+    # float16: a flat index's vectors stored in half precision (IVF-flat storage ignores it); for
+    # ivfpq the lookup tables, which GPU IVFPQ needs above 48 bytes a code (no separate field for them)
     co.useFloat16 = fp16 or (fp.kind == "ivfpq" and int(fp.pq_m or 0) > 48)
     try:
         return faiss.index_cpu_to_all_gpus(index, co=co, ngpu=n)
