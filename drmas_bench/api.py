@@ -477,12 +477,13 @@ def models_identity(team, on_nodes: bool = False) -> dict[str, dict[str, str]]:
     driver for this, and a model the driver cannot see is identified by name."""
     from drmas_bench.models import resolve_model
     from drmas_bench.store import model_identity
+    from drmas_trainer.ckpt_store import is_url
 
     out = {}
     for name, g in team.worker_groups.items():
         if g.engine == "openai":
             continue
-        if on_nodes and "://" in str(g.model):  # a checkpoint URL: fetched by the nodes, not the driver
+        if on_nodes and is_url(str(g.model)):  # a checkpoint URL: fetched by the nodes, not the driver
             out[name] = {"name": str(g.model), "resolved_on": "the Ray nodes"}
             continue
         try:

@@ -459,12 +459,24 @@ def _write_faiss(out_dir: Path, fp: FaissParams, n: int, shard_size: int, progre
     return dim
 
 
+def _link(src: Path, dst: Path) -> str:
+    """``dst`` made the same file as ``src`` without copying it (a large index or shard): a hard
+    link, or a symbolic link to the absolute path across file systems; says which."""
+    dst.unlink(missing_ok=True)
+    try:
+        os.link(src, dst)
+        return "hard link"
+    except OSError:
+        os.symlink(Path(src).resolve(), dst)
+        return "symbolic link"
+
+
 def rebuild_faiss(index_dir: str | os.PathLike[str], faiss_params: FaissParams, progress: bool = True,
                   out: str | os.PathLike[str] | None = None, overwrite: bool = False) -> dict[str, Any]:
     """Replace the FAISS index of a dense index directory (e.g. flat -> hnsw) from its kept
     embedding shards, without encoding anything; return the updated manifest.
-    ``out``: write a new index directory instead (its passage store hard-linked, or copied across
-    file systems; the shards are read from ``index_dir``), leaving ``index_dir`` as it was, e.g. an
+    ``out``: write a new index directory instead (its passage store and shards hard-linked, or
+    symbolically linked across file systems), leaving ``index_dir`` as it was, e.g. an
     ivfpq index beside the flat one to compare them; an index already in ``out`` is replaced only
     with ``overwrite``.
     RetrievalError when the shards were not kept (``keep_shards=False``) or are incomplete."""
@@ -482,21 +494,13 @@ def rebuild_faiss(index_dir: str | os.PathLike[str], faiss_params: FaissParams, 
     dest = d
     if out is not None and Path(out).resolve() != d.resolve():
         dest = prepare_out_dir(out, overwrite)
-        for name in (PASSAGES, OFFSETS):
-            (dest / name).unlink(missing_ok=True)
-            try:
-                os.link(d / name, dest / name)
-            except OSError:
-                shutil.copyfile(d / name, dest / name)
-        # the shards too (hard links cost no space), so the new directory can rerank and be rebuilt
+        # the passage store and the shards (so the new directory can rerank and be rebuilt), linked
         shutil.rmtree(dest / EMB_DIR, ignore_errors=True)
         (dest / EMB_DIR).mkdir()
+        for name in (PASSAGES, OFFSETS):
+            _link(d / name, dest / name)
         for i in range((n + shard_size - 1) // shard_size):
-            src_shard = _shard_path(d, i)
-            try:
-                os.link(src_shard, _shard_path(dest, i))
-            except OSError:
-                os.symlink(src_shard.resolve(), _shard_path(dest, i))
+            _link(_shard_path(d, i), _shard_path(dest, i))
     _write_faiss(dest, faiss_params, n, shard_size, progress, emb_from=d)
     params = dict(m["params"], faiss=asdict(faiss_params))
     build_s = (m.get("build_s") or 0.0) + time.perf_counter() - t0
@@ -570,18 +574,13 @@ def import_faiss(corpus: str | os.PathLike[str], faiss_file: str | os.PathLike[s
         raise RetrievalError(f"{faiss_file} holds {head['ntotal']} vectors but {corpus} has {n} passages; "
                              "the index must be built over this corpus, row for row")
     dest = out_dir / INDEX_FILE
-    dest.unlink(missing_ok=True)
     src = Path(faiss_file).resolve()
     if copy:
+        dest.unlink(missing_ok=True)
         shutil.copyfile(src, dest)
         how = "copied"
     else:
-        try:
-            os.link(src, dest)
-            how = "hard link"
-        except OSError:
-            os.symlink(src, dest)
-            how = "symbolic link"
+        how = _link(src, dest)
     fp = FaissParams(kind=head["kind"])
     if head.get("hnsw_m"):
         fp.hnsw_m = head["hnsw_m"]
