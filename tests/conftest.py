@@ -19,6 +19,42 @@ def find_data_dir() -> Path | None:
     return sibling if sibling.is_dir() else None
 
 
+def find_reference_vectors() -> Path | None:
+    """The reference's own outputs (../shared/reference_vectors, or $DRMAS_REFERENCE_VECTORS)."""
+    env = os.environ.get("DRMAS_REFERENCE_VECTORS")
+    if env and Path(env).is_dir():
+        return Path(env)
+    sibling = REPO.parent / "shared" / "reference_vectors"
+    return sibling if sibling.is_dir() else None
+
+
+def load_reference_cases(filename: str, rule_prefix: str = "") -> list[dict]:
+    """Every case of one reference-vector file whose rule starts with `rule_prefix`; skips the
+    calling test with a reason where the folder is absent (CI has it)."""
+    import json
+
+    d = find_reference_vectors()
+    if d is None:
+        pytest.skip("reference vectors not found: set DRMAS_REFERENCE_VECTORS or place "
+                    "shared/reference_vectors beside the repo")
+    with open(d / filename, encoding="utf-8") as f:
+        cases = [json.loads(line) for line in f if line.strip()]
+    return [c for c in cases if c["rule"].startswith(rule_prefix)]
+
+
+def assert_all_agree(family: str, cases: list[dict], check) -> None:
+    """Run `check(case) -> (ok, got)` on every case; fail with the count and the first few
+    disagreements (input, reference, ours) unless all agree. An empty family fails too."""
+    assert cases, f"{family}: no cases found"
+    bad = []
+    for c in cases:
+        ok, got = check(c)
+        if not ok:
+            bad.append((c["input"], c["reference"], got))
+    shown = "\n".join(f"  input={i!r}\n    reference={r!r}\n    ours={g!r}" for i, r, g in bad[:5])
+    assert not bad, f"{family}: {len(cases) - len(bad)}/{len(cases)} agree; first disagreements:\n{shown}"
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     d = find_data_dir()

@@ -275,7 +275,12 @@ def test_registry_names_versions_and_defaults():
         ("\\boxed 5", False),
         ("\\boxed{5", False),
         ("\\boxed {5}", False),
-        ("<think>\\boxed{5}</think> no box after", False),
+        ("<think>\\boxed{5}</think> no box after", True),  # whole response: no think split
+        ("\\boxed{5} \\boxed{", False),  # only the last \\boxed counts (REFERENCE 2b)
+        ("\\boxed{5} and \\boxed 6", False),
+        ("\\boxed}{5}", False),
+        ("\u4e2d\u6587 \\boxed{5}", True),  # no CJK rule on this path
+        ("\\boxed{a}}", True),
         ("", False),
         (None, False),
     ],
@@ -290,8 +295,9 @@ COMPAT_CASES = [
     ("\\fbox{7}", "7", True, False),  # the reference finds no answer in \\fbox or \\boxed 7
     ("\\boxed 7", "7", True, False),
     ("\\boxed{7}</think> wait \\boxed{8}", "8", True, True),
-    ("<think>\\boxed{8}</think>\\boxed{7}</think>\\boxed{9}", "7", False, False),  # last box after the first </think>: 9
-    ("<think>\\boxed{8}</think>\\boxed{7}</think>\\boxed{9}", "9", True, True),
+    # the reference grades the piece between the first and the second </think>: 7
+    ("<think>\\boxed{8}</think>\\boxed{7}</think>\\boxed{9}", "7", False, True),
+    ("<think>\\boxed{8}</think>\\boxed{7}</think>\\boxed{9}", "9", True, False),
     ("\\boxed{0.00000001}", "0", False, True),  # the known flaw: below 1e-7 equals 0
     ("\\boxed{3\\times 10^{-9}}", "0", False, True),
     ("\\boxed{2.00000001}", "2", False, True),

@@ -107,7 +107,7 @@ def test_search_verdict(text, route):
 
 @pytest.mark.parametrize("text,valid", [
     ("so \\boxed{2}", True), ("\\boxed{\\frac{1}{2}}", True), ("\\boxed{2", False), ("\\fbox{2}", False),
-    ("\\boxed 5", False), ("no box", False), ("<think>\\boxed{1}</think> so 2", False),
+    ("\\boxed 5", False), ("no box", False), ("<think>\\boxed{1}</think> so 2", True),
     ("\\boxed{2} 二", False),
 ])
 def test_solver_validity(text, valid):

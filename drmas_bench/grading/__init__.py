@@ -17,7 +17,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "extract": ("extract_answer_tag", "extract_boxed", "extract_boxed_strict", "has_boxed_answer"),
+    "extract": ("extract_answer_tag", "extract_boxed", "extract_boxed_strict", "has_boxed_answer",
+                "reference_boxed", "reference_graded_text"),
     "math": ("answers_equal", "grade_math"),
     "normalize": ("normalize_answer",),
     "pool": ("GradeResult", "GradingPool", "grade_math_many", "grade_one", "shutdown_shared_pools"),

@@ -3,11 +3,15 @@
 - `extract_boxed(text)`: the content of the last `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`),
   innermost when boxes are nested, searched after the last closing think tag when there is one
   (the careful grader's extraction, lenient on purpose);
-- `extract_boxed_strict(text)`: the reference's extraction (REFERENCE.md 2b, last paragraph): the
-  last `\\boxed{...}` with a balanced closing brace, innermost when nested, in the text after the
-  FIRST `</think>`; `\\fbox` and an unbraced `\\boxed 5` give no answer;
-- `has_boxed_answer(text)`: the solver's validity test of REFERENCE.md 2b (a `\\boxed{` with a
-  balanced closing brace exists, i.e. `extract_boxed_strict` finds an answer);
+- `reference_boxed(text)`: the reference's boxed extraction (REFERENCE.md 2b, "Extraction"): only the
+  LAST `\\boxed` of any form counts; a brace scan from there must close on a `}` and the span must
+  begin with `\\boxed{`; `\\fbox`, `\\boxed 5` and an unclosed last box give no answer;
+- `reference_graded_text(text)`: the part the reference grader reads (after the first `</think>`, up
+  to a second one; the whole text without one);
+- `extract_boxed_strict(text)`: `reference_boxed(reference_graded_text(text))`, the answer
+  `reference_compat` grades;
+- `has_boxed_answer(text)`: the solver's validity test of REFERENCE.md 2b (`reference_boxed` on the
+  WHOLE response returns a string; `\\boxed{}` counts);
 - `extract_answer_tag(text, tag="answer")`: the content of the last `<answer>...</answer>`.
 
 The extractors return None when there is no answer; nothing here raises.
@@ -96,21 +100,51 @@ def extract_boxed(text: str | None) -> str | None:
     return _last_box(after_think(text), _BOX_RE, braced_only=False)
 
 
-_STRICT_BOX_RE = re.compile(r"\\boxed(?=\{)")
+def reference_boxed(text: str | None) -> str | None:
+    """The reference's boxed extraction (REFERENCE.md 2b): the content of the LAST ``\\boxed``.
+
+    From the last occurrence of ``\\boxed`` (in any form), braces are counted (``{`` +1, ``}`` -1)
+    up to the first ``}`` that brings the count to 0; that span must begin with ``\\boxed{``.
+    ``\\boxed{5} \\boxed{`` -> None (the last box is unclosed), ``\\boxed{\\boxed{5}}`` -> ``5``,
+    ``\\boxed{a}}`` -> ``a``, ``\\boxed{}`` -> ``""``, ``\\fbox{5}`` and ``\\boxed 5`` -> None.
+    Escapes are not special here (unlike the careful grader's `_braced`)."""
+    if not text:
+        return None
+    start = text.rfind("\\boxed")
+    if start < 0:
+        return None
+    depth = 0
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                span = text[start:i + 1]
+                return span[len("\\boxed{"):-1] if span.startswith("\\boxed{") else None
+    return None
+
+
+def reference_graded_text(text: str) -> str:
+    """What the reference grader reads: the piece after the first ``</think>`` up to a second one
+    (the second piece of ``text.split("</think>")``), or the whole text without one."""
+    parts = text.split(THINK_CLOSE)
+    return parts[1] if len(parts) > 1 else text
 
 
 def extract_boxed_strict(text: str | None) -> str | None:
-    """The reference's extraction: content of the last `\\boxed{...}` (balanced braces), innermost
-    when nested, in the text after the first `</think>`. `\\fbox{...}` and `\\boxed 5` give None."""
+    """The answer the reference grader grades: `reference_boxed` of `reference_graded_text`
+    (a box before the first ``</think>`` is not seen)."""
     if not text:
         return None
-    return _last_box(after_think(text, first=True), _STRICT_BOX_RE, braced_only=True)
+    return reference_boxed(reference_graded_text(text))
 
 
 def has_boxed_answer(text: str | None) -> bool:
-    """REFERENCE.md 2b solver validity: a `\\boxed{` with a balanced closing brace exists in the
-    text after the first `</think>` (`\\fbox{5}` and `\\boxed 5` do not count; `\\boxed{}` does)."""
-    return extract_boxed_strict(text) is not None
+    """REFERENCE.md 2b solver validity: `reference_boxed` on the whole response returns a string
+    (no think split; ``\\boxed{}`` is valid; ``\\boxed{5} \\boxed{`` is not)."""
+    return reference_boxed(text) is not None
 
 
 def extract_answer_tag(text: str | None, tag: str = "answer") -> str | None:
