@@ -191,3 +191,73 @@ def load_runs(paths: Iterable[str | Path]) -> list[Run]:
         if counts[r.name] > 1:
             r.name = str(r.path)
     return runs
+
+
+# ------------------------------------------------------------------------------ comparability
+
+
+def grader_label(run: Run) -> str:
+    """What graded the run: ``name@version`` for math graders, the family otherwise ("?" unknown)."""
+    g = (run.config.get("provenance") or {}).get("grader") or (run.config.get("identity") or {}).get("grader") or {}
+    if not isinstance(g, dict) or not g:
+        return "?"
+    if g.get("name"):
+        return f"{g['name']}@{g.get('version', '?')}"
+    return str(g.get("family", "?"))
+
+
+def prompts_label(run: Run) -> str:
+    """The run's prompt templates (first 12 hex digits of their sha256), "packaged/none" when not recorded."""
+    sha = ((run.config.get("identity") or {}).get("protocol") or {}).get("prompts_sha256")
+    return str(sha)[:12] if sha else "none recorded"
+
+
+def protocol_label(run: Run) -> str:
+    """The run's protocol options: the prompt limit and its truncation side."""
+    p = (run.config.get("identity") or {}).get("protocol") or {}
+    if not p:
+        return "none recorded"
+    return f"max_prompt_tokens={p.get('max_prompt_tokens') or 'none'} truncate={p.get('truncate', '?')}"
+
+
+def question_keys(run: Run) -> set[tuple[str, str]]:
+    """(benchmark, task id) of every question the run answered."""
+    return {(str(r["task"]["benchmark"]), str(r["task"]["id"])) for r in run.records}
+
+
+#: what must match for two runs' numbers to be compared directly (name -> the run's value, as text)
+COMPARED = {
+    "grader": grader_label,
+    "prompts": prompts_label,
+    "protocol": protocol_label,
+    "n": lambda r: str(r.n),
+    "sampling": lambda r: r.sampling_label,
+}
+
+
+def differences(run: Run, base: Run, base_label: str | None = None) -> list[str]:
+    """What makes ``run``'s numbers not directly comparable with ``base``'s, one phrase each (empty:
+    comparable): other benchmarks or question ids, then each of :data:`COMPARED` that differs. The
+    one home of this check: cost studies, comparisons and leaderboards all call it."""
+    label = base_label or base.name
+    out = []
+    if run.suite != base.suite or sorted(run.benchmarks) != sorted(base.benchmarks):
+        out.append(f"other benchmarks ({run.suite}: {', '.join(run.benchmarks)}) than {label}")
+    else:
+        mine, theirs = question_keys(run), question_keys(base)
+        if mine != theirs:
+            out.append(f"a different question set than {label} ({len(mine & theirs)} shared; {len(mine - theirs)} only "
+                       f"here, {len(theirs - mine)} only in {label})")
+    for name, (a, b) in differing(run, base).items():
+        out.append(f"n={a} vs n={b}" if name == "n" else f"{name} {a} vs {b}")
+    return out
+
+
+def differing(run: Run, base: Run, names: Iterable[str] = tuple(COMPARED)) -> dict[str, tuple[str, str]]:
+    """{name: (run's value, base's value)} for each of :data:`COMPARED` (or ``names``) that differs."""
+    out = {}
+    for name in names:
+        a, b = COMPARED[name](run), COMPARED[name](base)
+        if a != b:
+            out[name] = (a, b)
+    return out
