@@ -138,7 +138,6 @@ RANGES: dict[str, Range] = {
     "rate": Range(float, ge=0),  # learning rates, weight decay, penalties (c_inv), std floors, clip widths
     "grad_clip": Range(float),  # finite; <= 0 turns clipping off
     "beta": Range(float, ge=0, lt=1),  # AdamW betas
-    "eps": Range(float, gt=0),
     "share": Range(float, ge=0, le=1),  # a probability / share
     "coef": Range(float),  # finite, any sign (entropy bonus)
 }

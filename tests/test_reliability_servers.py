@@ -360,3 +360,24 @@ def test_resume_hint_only_with_a_checkpoint(tmp_path):
 
     cfg = load_config("tiny")
     assert _resume_hint(tmp_path / "run", cfg) is None
+
+
+# ------------------------------------------------------------------------------ end to end: summary.json
+
+
+@pytest.mark.parametrize("mode,unenforced", [("ok", 1), ("tok", 0)], ids=["paid-api-counted", "vllm-tokenize-enforced"])
+def test_eval_with_an_api_model_under_the_default_limit(server, data_dir, tmp_path, monkeypatch, mode, unenforced):
+    """issue 21 item 4: an API team with no local tokenizer runs under the suite's default prompt limit;
+    summary.json says how many calls went out with the limit not enforced (0 with vLLM's /tokenize)."""
+    from drmas_bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rc = main(["eval", "--engine", "openai", "--model", "hub/model-not-here", "--base-url", server.url(mode),
+               "--benchmarks", "aime24", "--data-dir", str(data_dir), "--limit", "1", "--n", "1", "--no-progress",
+               "--engine-args", "backoff_s=0.01,max_retries=1", "--out", "run"])
+    assert rc == 0
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    p = s["protocol"]
+    assert p["max_prompt_tokens"] and p["calls"] >= 1
+    assert p["prompt_limit_unenforced_calls"] == unenforced * p["calls"]
+    assert s["micro"]["usage"]["unknown"] == 0  # the fake server reports usage

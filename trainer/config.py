@@ -141,7 +141,8 @@ class AlgoConfig(CoercingSchema):
     norm_by_std: bool = Field(True, description="false: mean-centred scores only")
     single_row: Literal["reference", "zero"] = Field("reference", description="a group of one row: reference (mean 0 / std 1) | zero")
     std_floor: Float = RANGES["rate"].field(0.0, description="clamp the std from below (0 = off, the reference)")
-    eps: Float = RANGES["eps"].field(1e-6, description="added to the std, > 0")
+    eps: Float = RANGES["rate"].field(1e-6, description="added to the std, finite and >= 0 (0: a group of equal scores "
+                                                        "gives 0/0 and its update is skipped)")
     c_inv: Float = RANGES["rate"].field(0.1, description="invalid-action penalty: row score = R - c_inv * (1 - valid), finite and >= 0")
     loss: Literal["ppo", "gspo"] = Field("ppo", description="ppo (token-level, dual clip) | gspo (sequence-level ratio)")
     clip_low: Optional[Float] = RANGES["rate"].field(None, description="null = the loss's default (ppo 0.2, gspo 3e-4); >= 0")

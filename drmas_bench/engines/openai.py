@@ -176,7 +176,9 @@ def parse_response(data: dict[str, Any], want_logprobs: bool) -> Completion:
     Text: ``choices[0].message.content`` (chat) or ``choices[0].text`` (completions). Log-probs:
     ``logprobs.content[i].logprob`` (chat) or ``logprobs.token_logprobs`` (completions). Token
     ids (``return_token_ids``): ``choices[0].token_ids``; prompt ids at the top level (chat) or in
-    the choice (completions).
+    the choice (completions). Usage: ``usage.prompt_tokens`` / ``completion_tokens`` (``usage =
+    "server"``); without them the id lists' lengths when both came back, else ``usage = "unknown"``
+    (``settle_usage`` may count it). Impossible usage raises :class:`BadUsage`.
     """
     try:
         choice = data["choices"][0]
@@ -410,8 +412,9 @@ class OpenAIEngine(EngineBase):
 
     def encode_request(self, request: Request) -> tuple[list[int] | None, bool]:
         """What is sent as the prompt of ``request``: ``(ids, truncated)`` in token mode
-        (``base.encode_request``), ``(None, False)`` in chat mode. Bad requests (a limit without a
-        tokenizer, fields the server cannot take) are one-line ``EngineError``s."""
+        (``base.encode_request``), ``(None, False)`` in chat mode (a limit is applied in ``_one``,
+        through the server's ``/tokenize``). Bad requests (a bad limit or side, fields the server
+        cannot take) are one-line ``EngineError``s."""
         check_request(request, kind=self.name)
         s = request.sampling
         if not self.options.server_extras and (s.top_k != -1 or (s.enable_thinking and self.mode == "chat")):
@@ -492,7 +495,8 @@ class OpenAIEngine(EngineBase):
             self._warned_unenforced = True
             logger.warning(
                 f"[eval] warning: openai engine: no tokenizer for {self.model!r} here ({self._no_tokenizer_why}) and "
-                f"{self.tokenize_url} does not tokenize chats, so prompts go out uncut (limit "
+                + (f"{self.tokenize_url} does not tokenize chats" if self.options.tokenize_endpoint
+                   else "the option tokenize_endpoint=False") + ", so prompts go out uncut (limit "
                 f"max_prompt_tokens={request.max_prompt_tokens} not enforced); such calls are counted in summary.json "
                 "protocol.prompt_limit_unenforced_calls (pass tokenizer=PATH|ALIAS|HUB_ID, eval --tokenizer, to enforce it)")
 
