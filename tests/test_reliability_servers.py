@@ -358,8 +358,14 @@ def test_resume_hint_only_with_a_checkpoint(tmp_path):
     from drmas_bench.commands.train import _resume_hint
     from drmas_trainer.config import load_config
 
+    from drmas_trainer.checkpoint import MARKER
+
     cfg = load_config("tiny")
-    assert _resume_hint(tmp_path / "run", cfg) is None
+    assert _resume_hint(tmp_path / "run", cfg) is None  # nothing to resume: no hint
+    (tmp_path / "run" / "ckpt" / "step_3").mkdir(parents=True)
+    assert _resume_hint(tmp_path / "run", cfg) is None  # a step without its marker is not a checkpoint
+    (tmp_path / "run" / "ckpt" / "step_3" / MARKER).write_text("")
+    assert "--resume" in _resume_hint(tmp_path / "run", cfg) and "step 3" in _resume_hint(tmp_path / "run", cfg)
 
 
 # ------------------------------------------------------------------------------ end to end: summary.json
