@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -188,7 +189,6 @@ def parse_response(data: dict[str, Any], want_logprobs: bool) -> Completion:
         text = (choice.get("message") or {}).get("content") or ""
     else:
         text = choice.get("text") or ""
-    usage = data.get("usage") or {}
     token_ids = list(choice.get("token_ids") or [])
     prompt_ids = list(data.get("prompt_token_ids") or choice.get("prompt_token_ids") or [])
     logprobs = None
@@ -231,7 +231,7 @@ def _usage_counts(usage: Any) -> tuple[int, int] | None:
     out = []
     for key in ("prompt_tokens", "completion_tokens"):
         v = usage[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
             raise BadUsage(f"usage.{key} is not a whole number: {v!r}")
         if v < 0:
             raise BadUsage(f"usage.{key} is negative: {v!r}")
@@ -465,30 +465,28 @@ class OpenAIEngine(EngineBase):
 
     async def _server_prompt_ids(self, request: Request) -> list[int] | None:
         """The templated prompt ids from the server's ``/tokenize`` (chat mode, a limited request);
-        None when the server has no chat ``/tokenize`` (asked once; then a warning, once)."""
-        if self.server_tokenize is False:
-            return None
-        body = tokenize_body(request, self.served_model, self.options)
-        first = self.server_tokenize is None
-        if first:
+        None when the server has no chat ``/tokenize``. The first call asks alone (under a lock), so
+        a server without one is asked once, not once per concurrent request."""
+        if self.server_tokenize is None:
             assert self._tokenize_lock is not None
-            async with self._tokenize_lock:  # one question to the server, not one per concurrent call
+            async with self._tokenize_lock:
                 if self.server_tokenize is None:
-                    resp = await self._post(self.tokenize_url, body, tokenize_problem)
-                    self.server_tokenize = resp.status_code == 200
-                    if not self.server_tokenize and resp.status_code not in _NO_TOKENIZE:
-                        snippet = " ".join(resp.text.split())[:200]
-                        raise EngineError(f"openai engine: {self.tokenize_url} rejected the request "
-                                          f"(HTTP {resp.status_code}: {snippet})")
-                    if self.server_tokenize:
-                        return list(resp.json()["tokens"])
-            if not self.server_tokenize:
-                return None
-        resp = await self._post(self.tokenize_url, body, tokenize_problem)
-        if resp.status_code != 200:
-            snippet = " ".join(resp.text.split())[:200]
-            raise EngineError(f"openai engine: {self.tokenize_url} rejected the request (HTTP {resp.status_code}: {snippet})")
-        return list(resp.json()["tokens"])
+                    return await self._tokenize(request, first=True)
+        if not self.server_tokenize:
+            return None
+        return await self._tokenize(request, first=False)
+
+    async def _tokenize(self, request: Request, first: bool) -> list[int] | None:
+        resp = await self._post(self.tokenize_url, tokenize_body(request, self.served_model, self.options),
+                                tokenize_problem)
+        if resp.status_code == 200:
+            self.server_tokenize = True
+            return list(resp.json()["tokens"])
+        if first and resp.status_code in _NO_TOKENIZE:  # no such endpoint, or not its chat form (SGLang)
+            self.server_tokenize = False
+            return None
+        snippet = " ".join(resp.text.split())[:200]
+        raise EngineError(f"openai engine: {self.tokenize_url} rejected the request (HTTP {resp.status_code}: {snippet})")
 
     def _warn_unenforced(self, request: Request) -> None:
         if not self._warned_unenforced:
