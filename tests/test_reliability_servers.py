@@ -207,6 +207,15 @@ def test_checkpoint_groups_priced_by_their_base_model(tmp_path):
     team = team_from_dict(d, ("solver", "checker"), "toy")
     assert team.worker_groups["solver"].price_key == "Qwen3-4B"  # not "solver", the folder name
     assert team.worker_groups["checker"].price_key == "own"  # an explicit price wins
+    # a run dir of a checkpoint evaluated before the price was recorded: the reports find the base model too
+    from drmas_bench import report
+
+    path = write_run(tmp_path / "ckpt-run")
+    cfg = yaml.safe_load((path / "config.yaml").read_text())
+    cfg["identity"]["team"]["worker_groups"] = {"g": {"model": str(tmp_path / "ckpt" / "models" / "g")}}
+    cfg["identity"]["team"]["trained"] = {"step": 3, "estimator": "drmas", "base_models": {"g": "Qwen/Qwen3-4B"}}
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert report.load_run(path).price_key("g") == "Qwen3-4B"
 
 
 # ------------------------------------------------------------------------------ tables over run dirs
