@@ -46,7 +46,7 @@ class FakeServer:
     bad (400), slow (sleeps 2 s), limited (429 + Retry-After once per prompt); the bad servers of
     tests/test_reliability_servers.py: nousage (no usage), negusage, huge (a 5 MB reply counted as
     1,250,000 tokens), html / nochoices (a 200 HTML page / empty choices twice per prompt, then ok),
-    alwayshtml / alwaysnochoices. ``/<mode>/tokenize``: vLLM's chat form for modes starting with
+    alwayshtml / alwaysnochoices, late (negative usage after its first 4 calls). ``/<mode>/tokenize``: vLLM's chat form for modes starting with
     "tok" (see fake_tokens), SGLang's text-only form (422 without ``prompt``) for "sgl", else 404."""
 
     def __init__(self) -> None:
@@ -106,7 +106,8 @@ class FakeServer:
             }
             if mode == "nousage":
                 del out["usage"], out["prompt_token_ids"], choice["token_ids"]
-            if mode == "negusage":
+            self.hits[(mode, "*")] += 1
+            if mode == "negusage" or (mode == "late" and self.hits[(mode, "*")] > 4):
                 out["usage"] = {"prompt_tokens": 4, "completion_tokens": -3, "total_tokens": 1}
             return out
 

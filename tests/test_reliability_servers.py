@@ -396,3 +396,19 @@ def test_eval_with_an_api_model_under_the_default_limit(server, data_dir, tmp_pa
     assert p["max_prompt_tokens"] and p["calls"] >= 1
     assert p["prompt_limit_unenforced_calls"] == unenforced * p["calls"]
     assert s["micro"]["usage"]["unknown"] == 0  # the fake server reports usage
+
+
+def test_a_server_that_turns_bad_mid_run_loses_no_finished_work(server, data_dir, tmp_path, monkeypatch, capsys):
+    """The first episode(s) (4 calls) finish; then the server reports negative usage: one error
+    line naming it and the kept samples; the finished episode stays in samples.jsonl."""
+    from drmas_bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rc = main(["eval", "--engine", "openai", "--model", "hub/model-not-here", "--base-url", server.url("late"),
+               "--benchmarks", "aime24", "--data-dir", str(data_dir), "--limit", "3", "--n", "1", "--no-progress",
+               "--concurrency", "1", "--flush-every", "1", "--engine-args", "backoff_s=0.01,max_retries=1", "--out", "run"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("drmas-bench: error:")]
+    assert rc == 2 and len(errors) == 1, errors
+    assert "impossible usage: usage.completion_tokens is negative" in errors[0] and "samples.jsonl" in errors[0]
+    kept = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines() if x.strip()]
+    assert 1 <= len(kept) < 3 and all(k["task"]["benchmark"] == "aime24" for k in kept)

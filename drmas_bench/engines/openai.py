@@ -492,7 +492,7 @@ class OpenAIEngine(EngineBase):
         if not self._warned_unenforced:
             self._warned_unenforced = True
             logger.warning(
-                f"[eval] warning: openai engine: no tokenizer for {self.model!r} here ({self._no_tokenizer_why}) and "
+                f"[eval] warning: openai engine: {self._no_tokenizer_why}, and "
                 + (f"{self.tokenize_url} does not tokenize chats" if self.options.tokenize_endpoint
                    else "the option tokenize_endpoint=False") + ", so prompts go out uncut (limit "
                 f"max_prompt_tokens={request.max_prompt_tokens} not enforced); such calls are counted in summary.json "
