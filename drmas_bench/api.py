@@ -43,7 +43,6 @@ import copy
 import hashlib
 import inspect
 import logging
-import math
 import re
 import time
 from dataclasses import asdict, dataclass
