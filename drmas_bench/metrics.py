@@ -337,6 +337,7 @@ def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Questi
         "pass@n": float(np.mean([blocks[b]["pass@n"] for b in names])),
         "usd_per_question": (None if any(blocks[b]["usd_per_question"] is None for b in names)
                              else float(np.mean([blocks[b]["usd_per_question"] for b in names]))),
+        "usage": {k: sum(blocks[b]["usage"][k] for b in names) for k in blocks[names[0]]["usage"]},
     }
     flat = [q for b in names for q in qs_by_bench[b]]
     strata, start = [], 0
