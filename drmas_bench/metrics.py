@@ -17,7 +17,10 @@ call the functions below; nothing here formats text (Markdown lives in `drmas_be
   CIs of column means, resampled jointly (paired); with `strata`, the macro mean of stratum means.
   `bootstrap_ci(values)` and `bootstrap_mean_ci(strata)` are its one-column forms.
 - `seed_for(name, seed)`: the bootstrap seed of one named population (benchmark, metric, ...).
-- `turn_cost(turn, prices, key=None)`: one recorded call's dollars from a price sheet.
+- `turn_cost(turn, prices, key=None)`: one recorded call's dollars from a price sheet; None when
+  the call's usage is unknown (`usage_known`: the server sent none and no tokenizer could count it).
+- `usage_counts(turns)`: how many calls had server / counted / unknown usage and how many were
+  flagged (`Completion.notes`): the one definition summaries and cost tables share.
 - `summarize(records, prices=None, ks=None, n_boot=1000, seed=0)`: the summary dict described in
   `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`).
 """
@@ -192,37 +195,82 @@ def _percentiles(xs: list[float]) -> dict[str, float | None]:
     return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
 
 
-def turn_cost(turn: dict[str, Any], prices: PriceSheet, key: str | None = None) -> float:
+USAGE_SOURCES = ("server", "counted", "unknown")  # Completion.usage
+
+
+def usage_known(turn: dict[str, Any]) -> bool:
+    """Whether a recorded call's token counts mean something (records from before the field: yes)."""
+    return (turn.get("completion") or {}).get("usage", "server") != "unknown"
+
+
+def usage_counts(turns: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """{calls, server, counted, unknown, flagged} over recorded calls: where their token counts come
+    from (`Completion.usage`) and how many carry an engine note (a reply cut, a count over the limit)."""
+    out = {"calls": 0, **{k: 0 for k in USAGE_SOURCES}, "flagged": 0}
+    for t in turns:
+        c = t.get("completion") or {}
+        out["calls"] += 1
+        src = c.get("usage", "server")
+        out[src if src in USAGE_SOURCES else "unknown"] += 1
+        out["flagged"] += bool(c.get("notes"))
+    return out
+
+
+def turn_cost(turn: dict[str, Any], prices: PriceSheet, key: str | None = None) -> float | None:
     """One recorded call's dollars: `prices` entry `key` (default: the turn's worker group `wg`) on
-    the call's prompt / completion tokens and (for GPU-hour prices) its latency."""
+    the call's prompt / completion tokens and (for GPU-hour prices) its latency. None when the
+    call's usage is unknown (`usage_known`): such a call has no price, and $0 would be a lie."""
     c = turn.get("completion") or {}
-    return prices.cost(str(turn.get("wg", "")) if key is None else key, int(c.get("prompt_tokens", 0)),
-                       int(c.get("completion_tokens", 0)), float(c.get("latency_s", 0.0)))
+    name = str(turn.get("wg", "")) if key is None else key
+    if not usage_known(turn):
+        prices.cost(name, 0, 0)  # an unpriced model is still an error (or listed as unpriced)
+        return None
+    return prices.cost(name, int(c.get("prompt_tokens", 0)), int(c.get("completion_tokens", 0)),
+                       float(c.get("latency_s", 0.0)))
+
+
+def sum_usd(costs: Iterable[float | None]) -> float | None:
+    """The sum of per-call dollars, None (unknown) when any of them is unknown."""
+    total = 0.0
+    for c in costs:
+        if c is None:
+            return None
+        total += c
+    return total
 
 
 def _agents(trajs: list[dict[str, Any]], prices: PriceSheet | None, n_questions: int) -> dict[str, dict[str, Any]]:
-    acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "prompt": 0, "completion": 0, "usd": 0.0, "models": set()})
+    acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "known": 0, "prompt": 0, "completion": 0, "usd": 0.0,
+                                                          "models": set(), "turns": []})
     for r in trajs:
         for turn in r.get("turns", []):
             a = acc[turn.get("agent", "?")]
             c = turn.get("completion", {})
             a["calls"] += 1
-            a["prompt"] += int(c.get("prompt_tokens", 0))
-            a["completion"] += int(c.get("completion_tokens", 0))
+            a["turns"].append(turn)
             a["models"].add(turn.get("wg", ""))
+            if usage_known(turn):  # per-call means over the calls whose counts mean something
+                a["known"] += 1
+                a["prompt"] += int(c.get("prompt_tokens", 0))
+                a["completion"] += int(c.get("completion_tokens", 0))
             if prices is not None:
-                a["usd"] += turn_cost(turn, prices)
+                usd = turn_cost(turn, prices)
+                a["usd"] = None if usd is None or a["usd"] is None else a["usd"] + usd
     out = {}
     for name, a in sorted(acc.items()):
+        usage = usage_counts(a["turns"])
         out[name] = {
             "models": sorted(a["models"]),
             "calls": a["calls"],
             "calls_per_traj": a["calls"] / len(trajs) if trajs else 0.0,
-            "prompt_tokens_per_call": a["prompt"] / a["calls"] if a["calls"] else 0.0,
-            "completion_tokens_per_call": a["completion"] / a["calls"] if a["calls"] else 0.0,
+            "prompt_tokens_per_call": a["prompt"] / a["known"] if a["known"] else None,
+            "completion_tokens_per_call": a["completion"] / a["known"] if a["known"] else None,
+            "usage_unknown_calls": usage["unknown"],
+            "usage_counted_calls": usage["counted"],
+            "usage_flagged_calls": usage["flagged"],
         }
         if prices is not None:
-            out[name]["usd_per_question"] = a["usd"] / n_questions if n_questions else 0.0
+            out[name]["usd_per_question"] = None if a["usd"] is None else (a["usd"] / n_questions if n_questions else 0.0)
     return out
 
 
@@ -257,13 +305,16 @@ def _block(qs: list[Question], trajs: list[dict[str, Any]], ks: list[int] | None
         "latency_s": _percentiles([float(r.get("wall_s", 0.0)) for r in trajs]),
         "agents": _agents(trajs, prices, len(qs)),
     }
+    usage = usage_counts(t for r in trajs for t in r.get("turns", []))
+    out["usage"] = usage
     if prices is not None:
-        total = sum(turn_cost(t, prices) for r in trajs for t in r.get("turns", []))
+        total = sum_usd(turn_cost(t, prices) for r in trajs for t in r.get("turns", []))
         source = "price sheet"
     else:
-        total = sum(float(r.get("cost_usd", 0.0) or 0.0) for r in trajs)
+        total = None if usage["unknown"] else sum(float(r.get("cost_usd", 0.0) or 0.0) for r in trajs)
         source = "recorded cost_usd"
-    out.update(usd_total=total, usd_per_question=total / len(qs), usd_per_sample=total / len(trajs), usd_source=source)
+    out.update(usd_total=total, usd_per_question=None if total is None else total / len(qs),
+               usd_per_sample=None if total is None else total / len(trajs), usd_source=source)
     for key in QA_KEYS:
         vals = [float(r["extra"][key]) for r in trajs if isinstance(r.get("extra"), dict) and key in r["extra"]]
         if vals:
@@ -284,7 +335,9 @@ def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Questi
         "avg@n": float(np.mean([blocks[b]["avg@n"] for b in names])),
         "pass@k": {k: float(np.mean([blocks[b]["pass@k"][k] for b in names])) for k in sorted(common_ks, key=int)},
         "pass@n": float(np.mean([blocks[b]["pass@n"] for b in names])),
-        "usd_per_question": float(np.mean([blocks[b]["usd_per_question"] for b in names])),
+        "usd_per_question": (None if any(blocks[b]["usd_per_question"] is None for b in names)
+                             else float(np.mean([blocks[b]["usd_per_question"] for b in names]))),
+        "usage": {k: sum(blocks[b]["usage"][k] for b in names) for k in blocks[names[0]]["usage"]},
     }
     flat = [q for b in names for q in qs_by_bench[b]]
     strata, start = [], 0
@@ -315,8 +368,10 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     duplicate_samples, avg@n, pass@k {"1": ..} (k <= n_min), pass@n (any success among each
     question's samples: with uneven counts, over the samples present), ci95 {avg@n, pass@n},
     ks_skipped, latency_s {p50, p95} (trajectory wall_s), agents {name: models, calls,
-    calls_per_traj, prompt_tokens_per_call, completion_tokens_per_call, usd_per_question},
-    usd_total, usd_per_question, usd_per_sample, usd_source, and the mean em / f1 / cover_em of
+    calls_per_traj, prompt_tokens_per_call, completion_tokens_per_call (over calls with known usage;
+    None when none), usage_unknown_calls, usage_counted_calls, usage_flagged_calls, usd_per_question},
+    usage (`usage_counts`), usd_total, usd_per_question, usd_per_sample (None = unknown: some call
+    had no usage), usd_source, and the mean em / f1 / cover_em of
     `extra` when present. "micro" pools every question; "macro" is the unweighted mean over
     benchmarks (CIs from resampling within each benchmark)."""
     recs = sorted((_as_dict(r) for r in records), key=_record_key)  # the summary must not depend on line order

@@ -334,4 +334,4 @@ def test_truncated_calls_are_counted_for_the_summary():
     # the fake engine marks a call truncated when its prompt holds the marker: the step-2 calls
     assert [t.completion.prompt_truncated for t in traj.turns] == [False, False, True, True]
     s = protocol_summary([traj.to_dict()] * 2, {"prompts_sha256": "x"})
-    assert s == {"prompts_sha256": "x", "calls": 8, "prompt_truncated_calls": 4}
+    assert s == {"prompts_sha256": "x", "calls": 8, "prompt_truncated_calls": 4, "prompt_limit_unenforced_calls": 0}

@@ -137,8 +137,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except Exception as e:  # train() has written the traceback to RUN/error.log
         from drmas_bench.log import unexpected
 
-        raise unexpected(e, "training stopped", log=out / "error.log",
-                         hint="--resume continues from the last complete checkpoint") from None
+        raise unexpected(e, "training stopped", log=out / "error.log", hint=_resume_hint(out, cfg) or "") from None
     print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
     from drmas_trainer.checkpoint import latest_pointer, resolve_root
 
@@ -203,3 +202,15 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 print(f"{run}\tagent/{agent}/critic/moment_factor/mean\tmean {s['factor']:.4g}")
     logger.info(f"[plot] wrote {path}")
     return 0
+
+
+def _resume_hint(out: Path, cfg) -> str | None:
+    """The --resume hint of a failed run, only when a complete checkpoint exists to resume from
+    (a run that fails before its first checkpoint would be told to resume from nothing)."""
+    from drmas_trainer.checkpoint import latest_checkpoint, resolve_root
+
+    try:
+        found = latest_checkpoint(resolve_root(out, cfg.ckpt_root))
+    except Exception:  # an unreachable ckpt_root: no claim either way
+        return None
+    return f"--resume continues from the last complete checkpoint (step {found[0]})" if found else None
