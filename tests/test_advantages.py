@@ -491,6 +491,22 @@ def test_reference_names_need_group_by_agent():
         compute_advantages(torch.zeros(0), e, e, e, estimator="agent_traj")
 
 
+def test_config_refuses_a_reference_name_without_group_by_agent():
+    """An old recipe or --set naming a changed name fails with one line naming the old meaning; the
+    reference names load with group_by_agent, the project's names refuse it."""
+    from drmas_bench.types import UserError
+    from drmas_trainer.config import load_config
+
+    for name, old in RENAMED.items():
+        with pytest.raises(UserError, match=f"needs group_by_agent.*{old}"):
+            load_config("tiny", {"algo.estimator": name})
+    with pytest.raises(UserError, match="applies only to the reference's"):
+        load_config("tiny", {"algo.estimator": "drmas", "algo.group_by_agent": "false"})
+    cfg = load_config("tiny", {"algo.estimator": "agent_traj", "algo.group_by_agent": "false"})
+    assert (cfg.algo.estimator, cfg.algo.group_by_agent) == ("agent_traj", False)
+    assert load_config("tiny").algo.group_by_agent is None  # the recipes name drmas: nothing to choose
+
+
 # ------------------------------------------------------------------------------------------------
 # dtype, determinism, errors, helpers
 # ------------------------------------------------------------------------------------------------

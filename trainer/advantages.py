@@ -191,10 +191,11 @@ class Grouping:
         n_groups: the number of groups.
     """
 
-    def __init__(self, rows: "Rows", idx: Tensor, n_groups: int) -> None:
+    def __init__(self, rows: "Rows", idx: Tensor, n_groups: int, cells_are_trajectories: bool = False) -> None:
         self._rows = rows
         self.idx = idx
         self.n_groups = n_groups
+        self._cells_are_trajectories = cells_are_trajectories  # the uid index: skip a densifying pass
 
     def _broadcast(self, values: Tensor, seg: Tensor) -> Moments:
         """Moments of ``values`` (one per segment member) pooled per group, broadcast to rows."""
@@ -213,8 +214,10 @@ class Grouping:
         A cell is the rows of one group in one trajectory. Trajectory ids must be unique across
         the batch (checked here), so a cell of the uid index is exactly one trajectory.
         """
-        self._rows.check_traj_uid()
+        traj_uid = self._rows.traj_uid
         t, n_traj = self._rows.traj_idx
+        if self._cells_are_trajectories:
+            return t, n_traj, traj_uid
         cell, n_cell = _dense_ids(self.idx * n_traj + t)
         group = torch.zeros(n_cell, dtype=torch.int64).index_copy_(0, cell, self.idx)
         return cell, n_cell, group
@@ -275,7 +278,7 @@ class Rows:
     @cached_property
     def by_uid(self) -> Grouping:
         """Group index = the prompt group (all agents together)."""
-        return Grouping(self, *_dense_ids(self.uid))
+        return Grouping(self, *_dense_ids(self.uid), cells_are_trajectories=True)
 
     @cached_property
     def by_uid_agent(self) -> Grouping:
@@ -292,10 +295,10 @@ class Rows:
                              "group_by_agent_id): pass True (uid and agent) or False (uid)")
         return self.by_uid_agent if self.group_by_agent else self.by_uid
 
-    def check_traj_uid(self) -> None:
-        """A trajectory spanning two uids is an error (trajectory ids must be globally unique)."""
-        if "_traj_checked" in self.__dict__:
-            return
+    @cached_property
+    def traj_uid(self) -> Tensor:
+        """[n_traj] dense uid index of each trajectory; a trajectory spanning two uids is an error
+        (trajectory ids must be globally unique)."""
         t, n_traj = self.traj_idx
         u = self.by_uid.idx
         lo = torch.full((n_traj,), torch.iinfo(torch.int64).max, dtype=torch.int64)
@@ -305,7 +308,7 @@ class Rows:
         if not torch.equal(lo, hi):
             bad = int(torch.unique(self.traj)[(lo != hi).nonzero()[0, 0]])
             raise ValueError(f"trajectory id {bad} appears under more than one uid; trajectory ids must be globally unique")
-        self.__dict__["_traj_checked"] = True
+        return lo
 
 
 # ----------------------------------------------------------------------------------------------

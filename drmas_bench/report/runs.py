@@ -132,6 +132,8 @@ def _trained_info(config: dict[str, Any], run_path: Path) -> tuple[str | None, A
             continue
     for t in cands:
         est = t.get("estimator") or t.get("advantage")
+        if est is not None and isinstance(t.get("group_by_agent"), bool):  # a reference name: its index is part of it
+            est = f"{est}[{'by_agent' if t['group_by_agent'] else 'by_uid'}]"
         step = t.get("step", t.get("global_step"))
         if est is not None or step is not None:
             return (str(est) if est is not None else None), step
