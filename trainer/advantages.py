@@ -155,12 +155,12 @@ def _segment_moments(x: Tensor, seg: Tensor, n_seg: int) -> tuple[Tensor, Tensor
 
 @dataclass(frozen=True)
 class Moments:
-    """One population's statistics, broadcast to rows.
+    """One pool's statistics, broadcast to rows.
 
     Attributes:
-        mean: [N] float64, the mean of the population the row is compared against.
+        mean: [N] float64, the mean of the pool the row is compared against.
         std: [N] float64, its unbiased std (0 where ``n == 1``).
-        n: [N] int64, the population size (the single-value rule applies where ``n == 1``).
+        n: [N] int64, the pool size (the single-value rule applies where ``n == 1``).
     """
 
     mean: Tensor
@@ -174,8 +174,8 @@ class Terms:
 
     Attributes:
         x: [N] float64 numerator per row.
-        mean_from: population whose mean is subtracted.
-        std_from: population whose std divides (ignored when ``norm_by_std=False``).
+        mean_from: pool whose mean is subtracted.
+        std_from: pool whose std divides (ignored when ``norm_by_std=False``).
     """
 
     x: Tensor
