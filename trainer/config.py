@@ -136,8 +136,12 @@ class RolloutConfig(CoercingSchema):
 class AlgoConfig(CoercingSchema):
     """Advantages and the policy loss (see docs/advantages.md)."""
 
-    estimator: str = Field("drmas", description="drmas | grpo | grpo_first_row | drmas_mean_only | drmas_std_only | "
-                                                "traj_traj | global_step")
+    estimator: str = Field("drmas", description="drmas | grpo | grpo_first_row | global_step | drmas_mean_only | "
+                                                "drmas_std_only | grpo_row_score; the reference's names (need "
+                                                "group_by_agent): agent_agent | traj_traj | agent_traj | traj_agent | "
+                                                "auto | master | 3b556f2 (docs/advantages.md)")
+    group_by_agent: Optional[bool] = Field(None, description="the reference's group_by_agent_id, for its estimator "
+                                                             "names only: true pools per (uid, agent), false per uid")
     norm_by_std: bool = Field(True, description="false: mean-centred scores only")
     single_row: Literal["reference", "zero"] = Field("reference", description="a group of one row: reference (mean 0 / std 1) | zero")
     std_floor: Float = RANGES["rate"].field(0.0, description="clamp the std from below (0 = off, the reference)")
@@ -160,6 +164,13 @@ class AlgoConfig(CoercingSchema):
         from drmas_trainer.advantages import ESTIMATORS  # the registry (imports torch: only when validating)
 
         return registered(v, sorted(ESTIMATORS), "estimator")
+
+    @model_validator(mode="after")
+    def _group_index(self) -> "AlgoConfig":
+        from drmas_trainer.advantages import check_group_index
+
+        check_group_index(self.estimator, self.group_by_agent)  # a reference name without it: refused, not defaulted
+        return self
 
     @field_validator("agg")
     @classmethod

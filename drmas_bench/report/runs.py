@@ -135,6 +135,8 @@ def _trained_info(config: dict[str, Any], run_path: Path) -> tuple[str | None, A
             continue
     for t in cands:
         est = t.get("estimator") or t.get("advantage")
+        if est is not None and isinstance(t.get("group_by_agent"), bool):  # a reference name: its index is part of it
+            est = f"{est}[{'by_agent' if t['group_by_agent'] else 'by_uid'}]"
         step = t.get("step", t.get("global_step"))
         bases = t.get("base_models") if isinstance(t.get("base_models"), dict) else None
         if est is not None or step is not None:
