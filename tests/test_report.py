@@ -283,7 +283,7 @@ def test_trained_reference_estimator_shows_its_group_index(tmp_path):
     from drmas_bench.report.runs import _trained_info
 
     def info(trained):
-        return _trained_info({"identity": {"team": {"trained": trained}}}, tmp_path)
+        return _trained_info({"identity": {"team": {"trained": trained}}}, tmp_path)[:2]  # (estimator, step)
 
     assert info({"estimator": "agent_traj", "group_by_agent": True, "step": 3}) == ("agent_traj[by_agent]", 3)
     assert info({"estimator": "traj_traj", "group_by_agent": False, "step": 3}) == ("traj_traj[by_uid]", 3)
