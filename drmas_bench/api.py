@@ -2,7 +2,7 @@
 
     from drmas_bench import evaluate, EvalConfig
     s = evaluate(EvalConfig(model="tiny-random", suite="toy", n=2, limit=3, out="runs/toy-nb"))
-    s["micro"]["avg_at_n"], s.run_dir, print(s.markdown)
+    s["micro"]["avg@n"], s.run_dir, print(s.markdown)       # avg@n is a fraction (0.25 = 25 %)
 
 ``drmas-bench eval`` only maps its flags to an :class:`EvalConfig` and calls :func:`evaluate`; so do
 ``drmas-bench cost --team`` and notebooks. A field left ``None`` is "not set", which is how the one
@@ -683,6 +683,7 @@ def _run_and_summarize(cfg, team, wf, tasks, store, sampling, retriever, cost_fn
 
     from drmas_bench import metrics
     from drmas_bench.provenance import hardware, utc_now
+    from drmas_bench.tasks.registry import get_benchmark
 
     out = store.path
     stats, pool_stats = asyncio.run(_run(cfg, team, wf, tasks, store, sampling, retriever, cost_fn, protocol_opts))
@@ -691,7 +692,13 @@ def _run_and_summarize(cfg, team, wf, tasks, store, sampling, retriever, cost_fn
     records = [r for r in store.records() if (r["task"]["benchmark"], r["task"]["id"]) in keys and r["sample_idx"] < cfg.n]
     summary = metrics.summarize(records, prices=prices)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
-                      "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2)}
+                      "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2),
+                      # what summary.md's header and agents table name: every agent of the team (also one
+                      # never called), with its worker group and that group's model
+                      "suite": cfg.suite or ", ".join(sorted({get_benchmark(t.benchmark).suite for t in tasks})),
+                      "benchmarks": list(dict.fromkeys(t.benchmark for t in tasks)),
+                      "team": {a: {"worker_group": wg, "model": team.worker_groups[wg].model}
+                               for a, wg in team.agents.items()}}
     summary["pool"] = pool_stats
     summary["protocol"] = protocol_summary(records, protocol_info)
     summary["grader"] = grader

@@ -67,6 +67,43 @@ def _leaf_parsers(sub: argparse._SubParsersAction) -> list[argparse.ArgumentPars
     return out
 
 
+# Flags that users of other harnesses (lm-evaluation-harness above all) type from habit, with what
+# this CLI calls the same thing; named in the error instead of a bare "unrecognized arguments".
+FOREIGN_FLAGS = {
+    "--tasks": "--benchmarks NAME[,NAME] or --suite math|search|toy, names in `drmas-bench data list`",
+    "--batch-size": "--max-batch N, the calls one engine batches together, and --concurrency N, the episodes in flight",
+    "--model_args": "--engine-args K=V,... or its alias --model-args",
+    "--num_fewshot": "none, the workflow's prompts are fixed and --prompts FILE replaces them",
+    "--output_path": "--out DIR or its alias --output-dir",
+    "--device": "--engine-args device=cuda:0",
+}
+FOREIGN_FLAGS["--batch_size"] = FOREIGN_FLAGS["--batch-size"]
+FOREIGN_FLAGS["--num-fewshot"] = FOREIGN_FLAGS["--num_fewshot"]
+FOREIGN_FLAGS["--output-path"] = FOREIGN_FLAGS["--output_path"]
+
+
+def unrecognized_message(extra: list[str]) -> str:
+    """argparse's "unrecognized arguments" line, plus what each familiar foreign flag is called here."""
+    msg = f"unrecognized arguments: {' '.join(extra)}"
+    hints = []
+    for a in extra:
+        flag = a.split("=", 1)[0]
+        if flag in FOREIGN_FLAGS and not any(h.startswith(flag + " ->") for h in hints):
+            hints.append(f"{flag} -> {FOREIGN_FLAGS[flag]}")
+    return msg + (f" (in drmas-bench: {'; '.join(hints)})" if hints else "")
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub-)parser of the command that was given, so an error shows that command's usage."""
+    p = parser
+    while True:
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs else None
+        if chosen not in (subs[0].choices if subs else {}):
+            return p
+        p = subs[0].choices[chosen]
+
+
 def _cpu_threads_default() -> None:
     """On small CPU machines run torch with one intra-op thread per process unless told otherwise
     (OMP_NUM_THREADS / DRMAS_TORCH_THREADS). Its spinning worker threads slow decoding ~10x as soon
@@ -82,7 +119,9 @@ def _cpu_threads_default() -> None:
 def main(argv: list[str] | None = None) -> int:
     _cpu_threads_default()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _command_parser(parser, args).error(unrecognized_message(extra))  # exits 2, as parse_args would
     args.argv = [parser.prog, *(sys.argv[1:] if argv is None else argv)]  # the command line, for provenance
     log.setup(log.level_for(args.verbose, args.quiet))
     if not getattr(args, "func", None):

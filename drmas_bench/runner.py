@@ -42,6 +42,27 @@ class TeamRuntime:
         return (await engine.generate([request]))[0]
 
 
+class _CountingRuntime:
+    """What the episodes of one `run_episodes` call talk to: the runtime, plus a callback after each
+    finished call. Episodes batched together advance in lockstep and finish together at the end, so
+    a bar that only counted finished episodes would sit at 0 for most of the run."""
+
+    def __init__(self, runtime: Any, on_call: Callable[[Completion], None]):
+        self._runtime = runtime
+        self._on_call = on_call
+
+    def sampling(self, agent: str) -> Sampling:
+        return self._runtime.sampling(agent)
+
+    def worker_group(self, agent: str) -> str:
+        return self._runtime.worker_group(agent)
+
+    async def generate(self, agent: str, request: Request) -> Completion:
+        completion = await self._runtime.generate(agent, request)
+        self._on_call(completion)
+        return completion
+
+
 @dataclass
 class RunStats:
     episodes: int = 0
@@ -112,9 +133,27 @@ async def run_episodes(
     t0 = time.perf_counter()
     sem = asyncio.Semaphore(max(1, concurrency))
 
+    bar = tqdm(total=len(todo), desc="episodes", unit="ep", disable=not progress, dynamic_ncols=True)
+    calls, call_tokens, last_shown = 0, 0, 0.0
+
+    def show(force: bool = False) -> None:
+        nonlocal last_shown
+        now = time.perf_counter()
+        if force or now - last_shown >= 0.5:  # a refresh per call would flood a log file
+            last_shown = now
+            bar.set_postfix(calls=calls, tok_s=f"{call_tokens / max(now - t0, 1e-9):.0f}", refresh=True)
+
+    def on_call(c: Completion) -> None:
+        nonlocal calls, call_tokens
+        calls += 1
+        call_tokens += c.completion_tokens
+        show()
+
+    backend = _CountingRuntime(runtime, on_call) if progress else runtime
+
     async def one(task: Task, idx: int) -> Trajectory:
         async with sem:
-            ep = Episode(task, idx, runtime, wf.agents, seed=seed, retriever=retriever, want_logprobs=want_logprobs)
+            ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever, want_logprobs=want_logprobs)
             await wf.fn(ep, **opts)
             return ep.finish()
 
@@ -137,7 +176,6 @@ async def run_episodes(
         if on_finished is not None:
             on_finished(batch)
 
-    bar = tqdm(total=len(todo), desc="episodes", unit="ep", disable=not progress, dynamic_ncols=True)
     pending = [asyncio.create_task(one(t, i)) for t, i in todo]
     try:
         for fut in asyncio.as_completed(pending):
@@ -146,8 +184,7 @@ async def run_episodes(
             stats.episodes += 1
             stats.tokens += sum(tu.completion.completion_tokens for tu in traj.turns)
             stats.engine_calls += len(traj.turns)
-            el = time.perf_counter() - t0
-            bar.set_postfix(tok_s=f"{stats.tokens / max(el, 1e-9):.0f}", refresh=False)
+            show(force=True)
             bar.update(1)
             if len(buffer) >= flush_every or time.perf_counter() - last_flush > flush_s:
                 await flush()

@@ -33,7 +33,7 @@ else
   echo "$want" > "$stamp"
 fi
 
-echo "[setup] preparing offline models (cached under \${DRMAS_CACHE_DIR:-~/.cache/drmas-bench})"
+echo "[setup] preparing offline models in ${DRMAS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/drmas-bench} (DRMAS_CACHE_DIR moves it)"
 drmas-bench models prepare smollm2-135m-instruct tiny-random
 
 echo "[setup] done. Activate with: . $VENV/bin/activate"

@@ -45,7 +45,7 @@ def test_toy_eval_writes_records_and_summary(tmp_path, capsys):
             assert 0 < c["completion_tokens"] <= 12 and c["prompt_tokens"] > 0 and c["latency_s"] >= 0
             assert t["request"]["sampling"]["seed"] is not None
     summary = json.loads((run / "summary.json").read_text())
-    assert (run / "summary.md").read_text().startswith("###")
+    assert (run / "summary.md").read_text().startswith("# toy suite (toy): tiny-random, ")  # suite, model, date
     assert "avg@n" in capsys.readouterr().out
     assert summary["run"]["episodes_run"] == 12
     # the same command again resumes: nothing to run, same records

@@ -481,7 +481,7 @@ def test_cost_runs_mode_matches_team_mode(cost_out, tmp_path, capsys):
     capsys.readouterr()
     assert run_cmd(_cost_argv(cost_out)) == 0
     assert json.loads((study / "cost.json").read_text())["teams"] == first
-    assert capsys.readouterr().err.count("0 episodes run, 8 resumed") == 2
+    assert capsys.readouterr().err.count("0 episodes run, 8 resumed from disk") == 2  # the eval log line (summary.md says it too)
 
 
 @pytest.mark.slow

@@ -95,9 +95,16 @@ def test_offline_without_local_copy_explains_both_fixes(tmp_path, monkeypatch):
 
 @pytest.mark.data
 def test_data_check_cli(data_dir, tmp_path, capsys):
-    assert main(["data", "check", "--data-dir", str(data_dir)]) == 0
+    # the shared data lacks the search training set: a missing benchmark fails the check...
+    assert main(["data", "check", "--data-dir", str(data_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "MISSING locally (1): nq_hotpotqa_train" in out and "--allow-missing" in out
+    # ...unless a partial set is what the user means
+    assert main(["data", "check", "--data-dir", str(data_dir), "--allow-missing"]) == 0
     out = capsys.readouterr().out
     assert "PARTIAL" in out and "all 15 present benchmarks are valid" in out  # 14 + DAPO-Math-17k
+    assert main(["data", "check", "--data-dir", str(data_dir), "--suite", "math"]) == 0  # a complete suite
+    capsys.readouterr()
     # a copy with a duplicated id is reported invalid and exits 1
     bad = tmp_path / "bad"
     shutil.copytree(data_dir / "math" / "aime24", bad / "math" / "aime24")
@@ -106,4 +113,4 @@ def test_data_check_cli(data_dir, tmp_path, capsys):
     f.write_text("\n".join(lines + [lines[0]]) + "\n")
     assert main(["data", "check", "--data-dir", str(bad), "--suite", "math"]) == 1
     out = capsys.readouterr().out
-    assert "duplicate ids" in out and "missing locally" in out
+    assert "duplicate ids" in out and "MISSING locally" in out

@@ -44,6 +44,9 @@ def test_tiny_run_end_to_end_and_eval_of_the_trained_team(tmp_path, capsys):
 
     run = tmp_path / "run"
     assert cmd_train(train_args(run, "save_every=2", shared=True, loss="gspo")) == 0
+    err = capsys.readouterr().err  # the quiet minute before step 1 says what it is doing
+    assert "[train] starting 1 worker group(s) (shared)" in err and "supervised warm start (sft): 3 steps" in err
+    assert "ckpt/step_0" in err and "3 RL step(s) to go" in err
     recs = records(run)
     assert [r["step"] for r in recs] == [1, 2, 3]
     assert [r["data_cursor"] for r in recs] == [0, 2, 4]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import math
 import os
 import random
@@ -57,6 +58,7 @@ from drmas_trainer.worker import LossSettings, Row
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
+logger = logging.getLogger(__name__)
 
 
 # ================================================================================= the training loop
@@ -156,21 +158,36 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
         ray_started = init_ray(cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.address, cfg.ray.ship_code)
     workers: dict[str, Any] = {}
     try:
+        # the start before step 1 takes a minute on a CPU: say what it is doing
+        t_start = time.perf_counter()
+        logger.info(f"[train] starting {len(plan)} worker group(s) ({', '.join(plan)}): loading models, optimisers "
+                    f"and rollout engines{' as Ray actors' if use_ray else ''}"
+                    + (f", from checkpoint step {found[0]}" if found else ""))
         await start_workers(cfg, plan, resume_from, use_ray, workers)
         infos = await asyncio.gather(*(w.info() for w in workers.values()))
         (run / "workers.json").write_text(json.dumps({"ray": bool(use_ray), "worker_groups": infos}, indent=1))
         runtime = TeamRuntime(rollout_team(cfg, plan, wf), workers, rollout_sampling(cfg))
 
         # --- step 0: the supervised warm start, saved as the untrained team ---------------------
+        logger.info(f"[train] worker groups ready in {time.perf_counter() - t_start:.0f} s")
         if not found:
             if cfg.sft.steps or any(cfg.sft.agent_steps.values()):
+                t_sft = time.perf_counter()
+                logger.info(f"[train] supervised warm start (sft): {cfg.sft.steps} steps per agent"
+                            + (" (" + ", ".join(f"{a}: {k}" for a, k in cfg.sft.agent_steps.items()) + ")"
+                               if cfg.sft.agent_steps else "")
+                            + f", batch {cfg.sft.batch_size}, on generated toy examples")
                 sft_info = await warm_start(cfg, plan, workers)
+                logger.info(f"[train] warm start done in {time.perf_counter() - t_sft:.0f} s")
                 (run / "sft.json").write_text(json_line(sft_info, indent=1))
                 failed = {n: i["sft_aborted"] for n, i in sft_info.items() if i.get("sft_aborted")}
                 if failed:
                     raise UserError("the sft warm start stopped: " + "; ".join(f"worker group {n}: {why}" for n, why in failed.items())
                                     + f"; lower sft.lr or check the model (details in {run / 'sft.json'})")
+            logger.info("[train] saving the team before RL as ckpt/step_0")
             await save_checkpoint(run, cfg, plan, workers, wf, step=0, cursor=0, skipped_total=0)
+        logger.info(f"[train] {n_steps - int(state['step'])} RL step(s) to go, {cfg.rollout.prompts_per_step} prompts x "
+                    f"{cfg.rollout.n} episodes each")
 
         # --- RL iterations ------------------------------------------------------------------------
         step0 = int(state["step"])

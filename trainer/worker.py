@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import math
 import os
 import random
@@ -75,6 +76,9 @@ from drmas_trainer.losses import policy_loss
 __all__ = ["LossSettings", "Row", "SFTExample", "WorkerGroup", "full_head_logprobs", "head_logprobs", "pack_rows",
            "token_logprobs"]
 
+logger = logging.getLogger(__name__)
+#: a long supervised warm start reports its step at most this often (seconds)
+SFT_REPORT_EVERY_S = 10.0
 #: the supervised warm start stops after this many consecutive non-finite steps
 SFT_MAX_BAD_IN_A_ROW = 5
 
@@ -739,9 +743,13 @@ class WorkerGroup:
         losses: list[float] = []
         skipped = bad_in_a_row = 0
         aborted = None
-        t0 = time.perf_counter()
+        t0 = last_report = time.perf_counter()
         self.policy.train()
-        for _ in range(steps):
+        for step in range(steps):
+            if time.perf_counter() - last_report >= SFT_REPORT_EVERY_S:  # minutes on a CPU: say how far
+                last_report = time.perf_counter()
+                loss_now = f", loss {losses[-1]:.3f}" if losses else ""
+                logger.info(f"[train] sft {self.name}: step {step}/{steps}{loss_now}, {last_report - t0:.0f} s")
             if len(order) < batch_size:
                 more = list(range(len(data)))
                 rng.shuffle(more)

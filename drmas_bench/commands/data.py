@@ -12,6 +12,7 @@ from drmas_bench.types import UserError
 EPILOG = """examples:
   drmas-bench data list --data-dir ../shared/data
   drmas-bench data check --data-dir ../shared/data
+  drmas-bench data check --data-dir ../shared/data --suite math --allow-missing
   drmas-bench data show aime24 --n 3
 """
 
@@ -30,10 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--suite", choices=SUITES, help="only this suite")
     q.set_defaults(func=cmd_list)
 
-    q = dsub.add_parser("check", help="validate every benchmark with a local copy (exit 0 only if all valid)",
+    q = dsub.add_parser("check", help="validate every benchmark's local copy (exit 0 only if all are present and valid)",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(q)
     q.add_argument("--suite", choices=SUITES, help="only this suite")
+    q.add_argument("--allow-missing", action="store_true",
+                   help="a partial set is fine: benchmarks without a local copy are listed but do not fail "
+                        "the check (invalid ones still do)")
     q.set_defaults(func=cmd_check)
 
     q = dsub.add_parser("show", help="print the first N tasks of a benchmark", epilog=EPILOG,
@@ -105,6 +109,8 @@ def check_benchmark(b, data_dir) -> tuple[str, int | None, list[str]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 1 when a benchmark is invalid or (without ``--allow-missing``) has no local copy: a
+    missing file is what makes a later offline eval or train stop, so "all valid" must not hide it."""
     from tabulate import tabulate
 
     from drmas_bench.tasks import registry
@@ -114,6 +120,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     for b in _rows(args.suite, d):
         status, n, problems = check_benchmark(b, d)
         _, partial = registry.source_of(b, d)
+        if status == "missing":
+            problems = [f"expected {' or '.join(b.files)}" if b.files else "no local file known"]
         table.append([b.suite, b.name, b.expected_rows, "-" if n is None else n, status.upper(),
                       "; ".join(problems) or partial])
         if status == "invalid":
@@ -122,11 +130,13 @@ def cmd_check(args: argparse.Namespace) -> int:
             missing.append(b.name)
     print(tabulate(table, headers=["suite", "benchmark", "expected", "found", "status", "notes"]))
     if d is None:
-        print("\nno data dir given (--data-dir / $DRMAS_DATA_DIR): only built-in benchmarks were checked")
+        print("\nno data dir given (--data-dir / $DRMAS_DATA_DIR): only built-in benchmarks have a copy here")
     if missing:
-        print(f"\nmissing locally ({len(missing)}): {', '.join(missing)} (they would load from the hub when online)")
+        print(f"\nMISSING locally ({len(missing)}): {', '.join(missing)} (they would load from the hub when online; "
+              + ("accepted by --allow-missing)" if args.allow_missing else "--allow-missing accepts a partial set)"))
     if bad:
         print(f"\nINVALID ({len(bad)}): {', '.join(bad)}")
+    if bad or (missing and not args.allow_missing):
         return 1
     print(f"\nall {len(table) - len(missing)} present benchmarks are valid")
     return 0

@@ -210,8 +210,47 @@ def _n_cell(blk: dict[str, Any]) -> str:
     return str(blk.get("n", "–"))
 
 
+def _summary_header(summary: dict[str, Any]) -> list[str]:
+    """The title of a run's summary.md: suite and benchmarks, model(s), date, so a file found later
+    says what it measured. Empty for a bare `metrics.summarize` result (no ``run`` block)."""
+    run = summary.get("run") or {}
+    team = run.get("team") or {}
+    if not team:
+        return []
+    models = list(dict.fromkeys(t["model"] for t in team.values()))
+    prov = summary.get("provenance") or {}
+    when = str(prov.get("finished_at") or prov.get("started_at") or "")
+    when = when.replace("T", " ").replace("Z", " UTC") if when else "date unknown"
+    what = run.get("suite") or run.get("workflow", "?")
+    benches = ", ".join(run.get("benchmarks") or summary.get("benchmarks", {}))
+    return [f"# {what} suite ({benches}): {', '.join(models)}, {when}", "",
+            f"Workflow {run.get('workflow', '?')}; run dir `{run.get('dir', '?')}`; "
+            f"{run.get('episodes_run', 0)} episodes run, {run.get('episodes_resumed', 0)} resumed.", ""]
+
+
+def _agent_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The agents table: every agent of the team in team order (one never called shows 0 calls), its
+    model and worker group; a summary without the team (older runs) names the worker groups only."""
+    agents = summary["micro"].get("agents", {})
+    team = (summary.get("run") or {}).get("team") or {}
+    head = ["agent", "model", "worker group", "calls", "calls / trajectory", "prompt tokens / call",
+            "completion tokens / call", "$ / question"]
+    rows = []
+    for a in list(team) + [a for a in agents if a not in team]:
+        v, t = agents.get(a), team.get(a, {})
+        wg = t.get("worker_group") or ", ".join(v["models"])  # the recorded `models` are worker groups
+        if v is None:
+            rows.append([a, t.get("model", "–"), wg, "0", "0.00", "–", "–", "–"])
+            continue
+        rows.append([a, t.get("model", "–"), wg, str(v.get("calls", "–")), f"{v['calls_per_traj']:.2f}",
+                     _tokens(v["prompt_tokens_per_call"], v), _tokens(v["completion_tokens_per_call"], v),
+                     _usd_known(v.get("usd_per_question"), v)])
+    return head, rows
+
+
 def format_summary_markdown(summary: dict[str, Any]) -> str:
-    """Markdown tables (accuracy in %, with 95% bootstrap CIs; cost and latency; agents)."""
+    """Markdown tables (accuracy in %, with 95% bootstrap CIs; cost and latency; agents), under a
+    header naming suite, model and date when the summary carries its run (`evaluate` writes it)."""
     from tabulate import tabulate
 
     blocks = summary["benchmarks"]
@@ -225,7 +264,7 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
             + [_pct(blk["pass@k"].get(str(k))) for k in ks]
             + [_with_ci(blk["pass@n"], blk["ci95"]["pass@n"])]
         )
-    parts = ["### Accuracy (%)", "", tabulate(acc_rows, head, tablefmt="github", disable_numparse=True)]
+    parts = [*_summary_header(summary), "### Accuracy (%)", "", tabulate(acc_rows, head, tablefmt="github", disable_numparse=True)]
 
     qa = [k for k in QA_KEYS if any(k in blk for _, blk in rows_src)]
     cost_head = ["benchmark", "latency p50 (s)", "latency p95 (s)", "$ / question"] + [k.upper() if k != "f1" else "F1" for k in qa]
@@ -238,12 +277,8 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
     source = summary["micro"].get("usd_source", "")
     parts += ["", f"### Cost and latency ($ from {source})", "", tabulate(cost_rows, cost_head, tablefmt="github", disable_numparse=True)]
 
-    agents = summary["micro"].get("agents", {})
-    if agents:
-        ag_head = ["agent", "models", "calls / trajectory", "prompt tokens / call", "completion tokens / call", "$ / question"]
-        ag_rows = [[a, ", ".join(v["models"]), f"{v['calls_per_traj']:.2f}", _tokens(v["prompt_tokens_per_call"], v),
-                    _tokens(v["completion_tokens_per_call"], v), _usd_known(v.get("usd_per_question"), v)]
-                   for a, v in agents.items()]
+    ag_head, ag_rows = _agent_rows(summary)
+    if ag_rows:
         parts += ["", "### Agents (all questions)", "", tabulate(ag_rows, ag_head, tablefmt="github", disable_numparse=True)]
 
     notes = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -233,6 +234,25 @@ def _hub_offline() -> bool:
     return any(os.environ.get(v, "0") not in ("", "0", "false", "False") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+@lru_cache(maxsize=None)
+def hub_unreachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Why the Hugging Face hub cannot be reached (None when it answers), from one HEAD request of
+    ``$HF_ENDPOINT`` with a short timeout and no retries. `datasets` alone retries for ~25 s on a
+    machine without network before it gives up; this probe makes that case a prompt error. Any HTTP
+    answer counts as reachable (proxies from the environment are honoured); asked once per process."""
+    import httpx
+
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    try:
+        httpx.head(endpoint, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return f"{endpoint} is unreachable ({type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else 'no answer'})"
+    return None
+
+
 def _missing_error(b: Benchmark, data_dir: Path | None, why: str) -> UserError:
     where = f"{data_dir}/{b.files[0]}" if data_dir else f"<data dir>/{b.files[0]}"
     hub = b.hub.describe() if b.hub else "(no hub source)"
@@ -248,6 +268,9 @@ def _tasks_from_hub(b: Benchmark, data_dir: Path | None, limit: int | None) -> l
         raise _missing_error(b, data_dir, "no hub source")
     if _hub_offline():
         raise _missing_error(b, data_dir, "HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set")
+    unreachable = hub_unreachable()
+    if unreachable:
+        raise _missing_error(b, data_dir, unreachable)
     try:
         import datasets  # lazy: heavy
     except ImportError:
