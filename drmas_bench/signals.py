@@ -1,0 +1,77 @@
+"""Stop signals: SIGTERM and SIGHUP stop a command the way Ctrl-C (SIGINT) does.
+
+SIGTERM is what ``timeout``, Slurm, Kubernetes and ``docker stop`` send, SIGHUP what a closed
+terminal sends. Python's default for both is to die on the spot, which skips every ``finally``:
+an eval loses the finished episodes still in its flush buffer (up to ``--flush-every``). Under
+:func:`stop_signals_as_interrupt` (the CLI wraps every command in it) both are handed to whoever
+handles SIGINT at that moment, so one code path covers all three:
+
+- inside ``asyncio.run`` (eval, train): asyncio's own SIGINT handler cancels the main task, every
+  ``finally`` runs (the runner grades and appends what finished, engines and workers are released),
+  then ``KeyboardInterrupt`` is raised; a second signal stops at once;
+- elsewhere (index builds, loading): ``KeyboardInterrupt`` at once, as for Ctrl-C.
+
+The exit code says which signal stopped the command: ``128 + signal number`` (:func:`exit_code`),
+the shell's convention: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP. A signal that was ignored
+when the process started (``nohup`` ignores SIGHUP) stays ignored.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+_received: list[int] = []  # the stop signals seen since the last stop_signals_as_interrupt() began
+
+
+def _as_interrupt(signum: int, frame: Any) -> None:
+    """Hand a stop signal to the current SIGINT handler (asyncio's, or Python's default)."""
+    _received.append(signum)
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:  # SIGINT ignored (a background job of a script): a stop signal must still stop
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def stop_signals_as_interrupt() -> Iterator[None]:
+    """For the block's duration, SIGTERM and SIGHUP behave as SIGINT (see the module docstring).
+    Outside the main thread (where Python allows no handlers) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _received.clear()
+    before = {}
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_DFL:  # leave an ignored (nohup) or a caller's handler alone
+            before[sig] = signal.signal(sig, _as_interrupt)
+    try:
+        yield
+    finally:
+        for sig, old in before.items():
+            signal.signal(sig, old)
+
+
+def stopped_by() -> int:
+    """The signal that stopped the command: the last stop signal received, else SIGINT."""
+    return _received[-1] if _received else int(signal.SIGINT)
+
+
+def exit_code() -> int:
+    """``128 + signal number`` of :func:`stopped_by`: 130 SIGINT, 143 SIGTERM, 129 SIGHUP."""
+    return 128 + int(stopped_by())
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+__all__ = ["STOP_SIGNALS", "exit_code", "signal_name", "stop_signals_as_interrupt", "stopped_by"]
