@@ -536,7 +536,7 @@ def check_team_models(team, on_nodes: bool = False) -> None:
             raise
         if isinstance(resolved, Path) and resolved.is_dir():
             refuse_incomplete_checkpoint(resolved)
-            check_tokenizer_dir(resolved, f"worker group {name!r} (model {g.model})",
+            check_tokenizer_dir(resolved, f"worker group {name!r}",
                                 trust_remote_code=bool(g.options.get("trust_remote_code")))
 
 

@@ -194,12 +194,11 @@ def _agent_wg(team: dict[str, Any], agent: str) -> str | None:
     return v.get("wg") if isinstance(v, dict) else v
 
 
-def sample_mismatch(rec: dict[str, Any], config: dict[str, Any], need_stamp: bool = False) -> list[str]:
-    """How a kept sample differs from the run ``config`` describes ([] = it belongs to it).
+def sample_mismatch(rec: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """How a kept sample differs from the run ``config`` describes ([] = no difference found).
 
     Every record's turns say which agent spoke through which worker group with which sampling; a
-    record with a stamp also says which models, workflow and benchmark file made it. ``need_stamp``
-    (config.yaml is gone, so the stamp is the only witness of the model): a record without one differs."""
+    record with a stamp (``run_stamp``) also says which models, workflow and benchmark file made it."""
     ident = config.get("identity") or {}
     sampling, team = ident.get("sampling") or {}, ident.get("team") or {}
     diffs: list[str] = []
@@ -228,8 +227,6 @@ def sample_mismatch(rec: dict[str, Any], config: dict[str, Any], need_stamp: boo
             diffs.append(f"benchmark file {rec['task']['benchmark']} {stamp['data']} (now {now['data']})")
         if not diffs and stamp.get("identity") != now["identity"]:
             diffs.append("team, seed, retriever, prompts or grader")
-    elif need_stamp and not diffs:
-        diffs.append("no record of its model (written before samples carried their run's stamp)")
     return diffs
 
 
@@ -495,14 +492,17 @@ class RunDir:
         """Every kept sample must belong to the run ``config`` describes (``sample_mismatch``); with
         config.yaml gone, the samples' stamps are the only record, so each must carry one."""
         for lineno, rec in kept:
-            diffs = sample_mismatch(rec, config, need_stamp=config_missing)
+            diffs = sample_mismatch(rec, config)
+            b, tid, idx = sample_key(rec)
+            where = f"{self.samples_path}:{lineno}: sample ({b}, {tid}, {idx})"
+            fix = f"choose another --out, or pass --fresh to discard the {len(kept)} kept samples"
             if diffs:
-                b, tid, idx = sample_key(rec)
                 gone = "; config.yaml is missing, so nothing else says what made them" if config_missing else ""
-                raise UserError(
-                    f"{self.samples_path}:{lineno}: sample ({b}, {tid}, {idx}) was not made by this configuration "
-                    f"(it has {', '.join(diffs[:3])}){gone}; choose another --out, or pass --fresh to discard "
-                    f"the {len(kept)} kept samples")
+                raise UserError(f"{where} was not made by this configuration (it has {', '.join(diffs[:3])}){gone}; {fix}")
+            if config_missing and not isinstance(rec.get("run"), dict):
+                raise UserError(f"{where} records no model (written before samples carried their run's stamp) and "
+                                f"config.yaml is missing, so what made it cannot be checked; restore "
+                                f"{self.path / CONFIG}, or {fix}")
         if config_missing and kept:
             import logging
 
@@ -580,7 +580,9 @@ def repair_samples(run: str | os.PathLike) -> tuple[int, list[int], Path]:
     p = Path(run)
     if not p.is_dir():
         raise UserError(f"{p}: not a run directory")
-    samples, quarantine = inside(p, p / SAMPLES), inside(p, p / QUARANTINE)
+    samples, quarantine = p / SAMPLES, p / QUARANTINE
+    for f in (samples, quarantine):  # replaced and appended to: a planted symlink must not lead outside
+        inside(p, f)
     with RunLock(p):
         if not samples.is_file():
             raise UserError(f"{p}: no {SAMPLES} to repair")
