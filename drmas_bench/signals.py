@@ -11,6 +11,9 @@ handles SIGINT at that moment, so one code path covers all three:
   then ``KeyboardInterrupt`` is raised; a second signal stops at once;
 - elsewhere (index builds, loading): ``KeyboardInterrupt`` at once, as for Ctrl-C.
 
+``ray.init`` replaces the SIGTERM handler of its driver; ``drmas_bench.pool.cluster.init_ray`` (the
+one place Ray is started, for eval's Ray pool and the trainer) puts ours back (:func:`reclaim`).
+
 The exit code says which signal stopped the command: ``128 + signal number`` (:func:`exit_code`),
 the shell's convention: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP. A signal that was ignored
 when the process started (``nohup`` ignores SIGHUP) stays ignored.
@@ -26,6 +29,7 @@ from typing import Any, Iterator
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 _received: list[int] = []  # the stop signals seen since the last stop_signals_as_interrupt() began
+_ours: list[int] = []  # the signals stop_signals_as_interrupt() handles right now
 
 
 def _as_interrupt(signum: int, frame: Any) -> None:
@@ -50,11 +54,24 @@ def stop_signals_as_interrupt() -> Iterator[None]:
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is signal.SIG_DFL:  # leave an ignored (nohup) or a caller's handler alone
             before[sig] = signal.signal(sig, _as_interrupt)
+    _ours[:] = list(before)
     try:
         yield
     finally:
+        _ours.clear()
         for sig, old in before.items():
             signal.signal(sig, old)
+
+
+def reclaim() -> None:
+    """Put the stop-signal handlers back after a library replaced them (``ray.init`` makes SIGTERM
+    ``sys.exit(15)`` in the driver, which would skip the flush and exit 15); a no-op outside
+    :func:`stop_signals_as_interrupt` and outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in _ours:
+        if signal.getsignal(sig) is not _as_interrupt:
+            signal.signal(sig, _as_interrupt)
 
 
 def stopped_by() -> int:
@@ -74,4 +91,4 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-__all__ = ["STOP_SIGNALS", "exit_code", "signal_name", "stop_signals_as_interrupt", "stopped_by"]
+__all__ = ["STOP_SIGNALS", "exit_code", "reclaim", "signal_name", "stop_signals_as_interrupt", "stopped_by"]

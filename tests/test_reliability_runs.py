@@ -431,6 +431,28 @@ def test_stop_signals_outside_asyncio(mode, code, printed):
     assert r.stdout.split() == " ".join(printed).split()
 
 
+def test_ray_init_does_not_take_sigterm_away(monkeypatch):
+    """ray.init makes SIGTERM sys.exit(15) in the driver (no flush, exit 15); starting Ray through
+    pool.cluster.init_ray (eval's Ray pool, the trainer) puts the stop handler back."""
+    ray = pytest.importorskip("ray")
+    from drmas_bench import signals
+    from drmas_bench.pool import cluster
+
+    def fake_init(**kwargs):  # what ray.init does to the driver's SIGTERM, without starting Ray
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    monkeypatch.setattr(cluster, "should_ship", lambda *a: False)
+    before = signal.getsignal(signal.SIGTERM)
+    if before is not signal.SIG_DFL:
+        pytest.skip("this test process already handles SIGTERM")
+    with signals.stop_signals_as_interrupt():
+        assert cluster.init_ray(None, num_cpus=1) is True
+        assert signal.getsignal(signal.SIGTERM) is signals._as_interrupt
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 @pytest.mark.slow
 def test_train_stopped_by_sigterm_keeps_its_checkpoints_and_resumes(tmp_path):
     """The trainer under SIGTERM: exit 143 after the first checkpoint, the checkpoints and metrics it
