@@ -431,6 +431,30 @@ def test_stop_signals_outside_asyncio(mode, code, printed):
     assert r.stdout.split() == " ".join(printed).split()
 
 
+@pytest.mark.slow
+def test_index_build_stopped_by_sigterm_leaves_no_temporary_copy(tmp_path, data_dir):
+    """A BM25 build of the mini corpus stopped mid-way: exit 143, no manifest (incomplete) and no
+    half-written passage store left; the same command then builds the index."""
+    cmd = [sys.executable, "-m", "drmas_bench", "retrieval", "index", "--corpus",
+           str(data_dir / "corpus" / "mini_corpus.jsonl"), "--out", str(tmp_path / "idx")]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=_default_signals)
+    bar = _Progress(proc)
+    deadline = time.time() + 120
+    while not re.search(r"tokenize:.*?\b[1-9]\d{3,}/", bar.text) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(60)
+    err = bar.join()
+    assert rc == 143, err[-600:]
+    assert "stopped by SIGTERM" in err
+    assert not (tmp_path / "idx" / "drmas_index.json").exists()
+    assert not [p.name for p in (tmp_path / "idx").iterdir() if ".tmp" in p.name]
+    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-600:]
+    assert (tmp_path / "idx" / "drmas_index.json").is_file()
+
+
 def test_ray_init_does_not_take_sigterm_away(monkeypatch):
     """ray.init makes SIGTERM sys.exit(15) in the driver (no flush, exit 15); starting Ray through
     pool.cluster.init_ray (eval's Ray pool, the trainer) puts the stop handler back."""
