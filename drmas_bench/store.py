@@ -100,6 +100,9 @@ def parse_sample_line(raw: bytes) -> dict[str, Any] | None:
         sample_key(rec)
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
         return None
+    turns = rec.get("turns")
+    if not isinstance(turns, list) or not all(isinstance(t, dict) and isinstance(t.get("completion"), dict) for t in turns):
+        return None  # the readers walk every turn's completion (tokens, cost, latency)
     return rec
 
 
@@ -466,8 +469,9 @@ class RunDir:
             try:
                 old = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
             except (yaml.YAMLError, UnicodeDecodeError) as e:
-                raise UserError(f"{cfg_path}: unreadable run config ({str(e).splitlines()[0]}); "
-                                f"use --fresh to start afresh") from None
+                raise UserError(f"{cfg_path}: unreadable run config ({str(e).splitlines()[0]}); delete it to "
+                                f"rebuild it from this command (every kept sample's stamp is checked against it), "
+                                f"or choose another --out") from None
             old_id, new_id = old.get("identity", {}), config.get("identity", {})
             if "models" not in old_id:  # a run from before model identities: nothing to compare them with
                 new_id = {k: v for k, v in new_id.items() if k != "models"}

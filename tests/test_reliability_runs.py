@@ -68,6 +68,17 @@ def latin1_line(d: Path) -> None:
     (d / "run" / "samples.jsonl").write_bytes(b"".join(lines[:1] + [b'{"caf\xe9": 1}\n'] + lines[1:]))
 
 
+def turnless_line(d: Path) -> None:
+    """Valid JSON with a sample key but no turns: not a trajectory the readers can use."""
+    lines = _lines(d / "run")
+    rec = {k: v for k, v in json.loads(lines[0]).items() if k != "turns"}
+    (d / "run" / "samples.jsonl").write_bytes(b"".join(lines + [json.dumps(rec).encode() + b"\n"]))
+
+
+def config_not_yaml(d: Path) -> None:
+    (d / "run" / "config.yaml").write_text("identity: {team: [\n")
+
+
 def empty_run_beside(d: Path) -> None:
     """A folder of two run dirs, one started but stopped before its first flush."""
     (d / "all").mkdir()
@@ -180,6 +191,10 @@ CASES: list[tuple[str, Callable[[Path], None], list[str], int, str, str, Callabl
      "run/samples.jsonl:1: sample (toy, ", refused_config_kept),
     ("eval-bad-line", garbage_line, EVAL, 2, "err", "run/samples.jsonl:4: not a trajectory record (corrupt line); "
      + REPAIR_LINE, samples_unchanged),
+    ("eval-turnless-line", turnless_line, EVAL, 2, "err", "run/samples.jsonl:11: not a trajectory record", samples_unchanged),
+    ("eval-config-not-yaml", config_not_yaml, EVAL, 2, "err",
+     "delete it to rebuild it from this command (every kept sample's stamp is checked against it)",
+     refused_config_kept),
     ("leaderboard-bad-line", garbage_line, ["leaderboard", "run"], 2, "err", REPAIR_LINE, samples_unchanged),
     ("compare-bad-line", garbage_line, ["compare", "run", "run"], 2, "err", REPAIR_LINE, samples_unchanged),
     ("repair-bad-line", garbage_line, ["runs", "repair", "run"], 0, "out",
