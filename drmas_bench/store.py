@@ -78,8 +78,7 @@ def inside(root: str | os.PathLike, path: str | os.PathLike) -> Path:
     return p
 
 
-# ------------------------------------------------------------------------------- one writer
-
+# ------------------------------------------------------------------------------- samples.jsonl: reading, selecting
 
 
 def sample_key(rec: dict[str, Any]) -> tuple[str, str, int]:
@@ -197,11 +196,12 @@ def _agent_wg(team: dict[str, Any], agent: str) -> str | None:
     return v.get("wg") if isinstance(v, dict) else v
 
 
-def sample_mismatch(rec: dict[str, Any], config: dict[str, Any]) -> list[str]:
+def sample_mismatch(rec: dict[str, Any], config: dict[str, Any], stamps: dict[str, dict] | None = None) -> list[str]:
     """How a kept sample differs from the run ``config`` describes ([] = no difference found).
 
     Every record's turns say which agent spoke through which worker group with which sampling; a
-    record with a stamp (``run_stamp``) also says which models, workflow and benchmark file made it."""
+    record with a stamp (``run_stamp``) also says which models, workflow and benchmark file made it.
+    ``stamps``: a cache of ``config``'s stamp per benchmark, for checking many records."""
     ident = config.get("identity") or {}
     sampling, team = ident.get("sampling") or {}, ident.get("team") or {}
     diffs: list[str] = []
@@ -220,7 +220,10 @@ def sample_mismatch(rec: dict[str, Any], config: dict[str, Any]) -> list[str]:
             break
     stamp = rec.get("run")
     if isinstance(stamp, dict):
-        now = run_stamp(config, str(rec["task"]["benchmark"]))
+        b = str(rec["task"]["benchmark"])
+        now = stamps[b] if stamps is not None and b in stamps else run_stamp(config, b)
+        if stamps is not None:
+            stamps[b] = now
         if stamp.get("workflow") and now["workflow"] and stamp["workflow"] != now["workflow"]:
             diffs.append(f"workflow {stamp['workflow']} (now {now['workflow']})")
         was = stamp.get("models") or {}
@@ -231,6 +234,9 @@ def sample_mismatch(rec: dict[str, Any], config: dict[str, Any]) -> list[str]:
         if not diffs and stamp.get("identity") != now["identity"]:
             diffs.append("team, seed, retriever, prompts or grader")
     return diffs
+
+
+# ------------------------------------------------------------------------------- one writer
 
 
 class RunLock:
@@ -495,8 +501,9 @@ class RunDir:
     def _check_kept(self, kept: list[tuple[int, dict[str, Any]]], config: dict[str, Any], config_missing: bool) -> None:
         """Every kept sample must belong to the run ``config`` describes (``sample_mismatch``); with
         config.yaml gone, the samples' stamps are the only record, so each must carry one."""
+        stamps: dict[str, dict] = {}
         for lineno, rec in kept:
-            diffs = sample_mismatch(rec, config)
+            diffs = sample_mismatch(rec, config, stamps)
             b, tid, idx = sample_key(rec)
             where = f"{self.samples_path}:{lineno}: sample ({b}, {tid}, {idx})"
             fix = f"choose another --out, or pass --fresh to discard the {len(kept)} kept samples"
