@@ -8,7 +8,8 @@ handles SIGINT at that moment, so one code path covers all three:
 
 - inside ``asyncio.run`` (eval, train): asyncio's own SIGINT handler cancels the main task, every
   ``finally`` runs (the runner grades and appends what finished, engines and workers are released),
-  then ``KeyboardInterrupt`` is raised; a second signal stops at once;
+  then ``KeyboardInterrupt`` is raised; a second signal stops at once (a repeat of the same stop
+  signal within 2 s is the same stop: ``timeout`` delivers its SIGTERM twice);
 - elsewhere (index builds, loading): ``KeyboardInterrupt`` at once, as for Ctrl-C.
 
 ``ray.init`` replaces the SIGTERM handler of its driver; ``drmas_bench.pool.cluster.init_ray`` (the
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -30,10 +32,18 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if 
 
 _received: list[int] = []  # the stop signals seen since the last stop_signals_as_interrupt() began
 _ours: list[int] = []  # the signals stop_signals_as_interrupt() handles right now
+_last: dict[int, float] = {}  # signal -> when it last stopped us (time.monotonic)
+REPEAT_S = 2.0  # a repeat of the same stop signal within this many seconds is the same stop
 
 
 def _as_interrupt(signum: int, frame: Any) -> None:
-    """Hand a stop signal to the current SIGINT handler (asyncio's, or Python's default)."""
+    """Hand a stop signal to the current SIGINT handler (asyncio's, or Python's default). The same
+    signal again within ``REPEAT_S`` is one stop, not a second (which would skip the flush):
+    ``timeout`` sends SIGTERM to the command and then to its whole process group."""
+    now = time.monotonic()
+    if now - _last.get(signum, -REPEAT_S) < REPEAT_S:
+        return
+    _last[signum] = now
     _received.append(signum)
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):
@@ -50,6 +60,7 @@ def stop_signals_as_interrupt() -> Iterator[None]:
         yield
         return
     _received.clear()
+    _last.clear()
     before = {}
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is signal.SIG_DFL:  # leave an ignored (nohup) or a caller's handler alone

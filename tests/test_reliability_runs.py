@@ -386,7 +386,8 @@ class _Progress:
 def test_stop_signal_keeps_finished_episodes_and_the_rerun_resumes(tmp_path, sig):
     """With the default --flush-every 16, a stop signal after 18+ finished episodes (one flush of 16,
     the rest in the buffer) leaves every finished episode in samples.jsonl, exits 128 + signum, and
-    the same command resumes them and completes the run."""
+    the same command resumes them and completes the run. SIGTERM is sent twice in a row, as
+    `timeout` delivers it."""
     args = ["-m", "drmas_bench", "eval", "--model", "tiny-random", "--suite", "toy", "--n", "2", "--limit", "40",
             "--concurrency", "2", "--out", str(tmp_path / "run")]
     proc = subprocess.Popen([sys.executable, *args], env=_env(), cwd=tmp_path, stdout=subprocess.DEVNULL,
@@ -397,6 +398,8 @@ def test_stop_signal_keeps_finished_episodes_and_the_rerun_resumes(tmp_path, sig
         time.sleep(0.05)
     seen = bar.done
     proc.send_signal(sig)
+    if sig == signal.SIGTERM:  # as `timeout` does: to the command, then to its whole process group
+        proc.send_signal(sig)
     rc = proc.wait(120)
     err = bar.join()
     assert 18 <= seen < 80, f"the signal should land mid-run (saw {seen} episodes): {err[-600:]}"
