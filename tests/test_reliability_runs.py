@@ -486,13 +486,14 @@ def test_ray_init_does_not_take_sigterm_away(monkeypatch):
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", fake_init)
     monkeypatch.setattr(cluster, "should_ship", lambda *a: False)
-    before = signal.getsignal(signal.SIGTERM)
-    if before is not signal.SIG_DFL:
-        pytest.skip("this test process already handles SIGTERM")
-    with signals.stop_signals_as_interrupt():
-        assert cluster.init_ray(None, num_cpus=1) is True
-        assert signal.getsignal(signal.SIGTERM) is signals._as_interrupt
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # an earlier real ray.init in this process may have set one
+    try:
+        with signals.stop_signals_as_interrupt():
+            assert cluster.init_ray(None, num_cpus=1) is True
+            assert signal.getsignal(signal.SIGTERM) is signals._as_interrupt
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 @pytest.mark.slow
