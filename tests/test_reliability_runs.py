@@ -415,6 +415,63 @@ def test_stop_signal_keeps_finished_episodes_and_the_rerun_resumes(tmp_path, sig
     assert len(_lines(tmp_path / "run")) == 80
 
 
+def test_stop_while_a_batch_is_graded_keeps_that_batch(tmp_path, monkeypatch):
+    """A stop (the main task cancelled, as asyncio does on SIGINT / SIGTERM) that lands while a flush
+    is grading its batch: the grading is finished and the batch stored, and so is every episode that
+    finished while the flush ran (done, but not yet taken by the loop); nothing finished is lost."""
+    import asyncio
+    from dataclasses import replace
+
+    import drmas_bench.runner as runner
+    import drmas_bench.workflows.toy  # noqa: F401 - registers "toy"
+    from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
+    from drmas_bench.store import RunDir
+    from drmas_bench.tasks.toy import make_toy_tasks
+    from drmas_bench.types import Completion, Sampling
+    from drmas_bench.workflows.base import get_workflow
+
+    class Quick:  # an engine that answers in 20 ms: the solver "1", the checker approves
+        async def generate(self, reqs):
+            await asyncio.sleep(0.02)
+            return [Completion(text="<verdict>approve</verdict>" if r.agent == "checker" else "<answer>1</answer>",
+                               completion_tokens=3) for r in reqs]
+
+    grading, real_grade = threading.Event(), runner.grade_trajectories
+
+    def slow_grade(*args, **kwargs):
+        grading.set()
+        time.sleep(0.5)
+        return real_grade(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "grade_trajectories", slow_grade)
+    toy = get_workflow("toy")
+    finished = []
+
+    async def counted(ep, **opts):
+        await toy.fn(ep, **opts)
+        finished.append(ep.task.id)
+
+    wf = replace(toy, fn=counted)
+    team = TeamSpec("toy", {"solver": "g", "checker": "g"}, {"g": WorkerGroupSpec("g", "fake")})
+    store = RunDir(tmp_path / "run", {"identity": {}})
+
+    async def stop_mid_grading():
+        rt = runner.TeamRuntime(team, {"g": Quick()}, Sampling())
+        task = asyncio.create_task(runner.run_episodes(make_toy_tasks(40), 4, rt, wf, store, flush_every=4,
+                                                       concurrency=2, progress=False))
+        while not grading.is_set():
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(stop_mid_grading())
+    store.close()
+    kept = store.records()
+    assert 4 <= len(kept) < 160 and len(kept) == len(finished)
+    assert all(r["correct"] in (True, False) and r["extra"] is not None for r in kept)
+
+
 _SYNC_STOP = """
 import os, signal, sys, time
 from drmas_bench import signals
