@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.log import UnexpectedError, one_line, unexpected
+from drmas_bench.log import UnexpectedError, one_line, traceback_note, unexpected
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -342,6 +342,8 @@ def resolve(cfg: EvalConfig) -> Resolved:
     from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
 
     cfg, step_url = local_model(cfg)
+    if cfg.model and Path(cfg.model).is_dir():
+        refuse_incomplete_checkpoint(cfg.model)  # before its team.yaml is read
     benches = select_benchmarks(cfg.suite, cfg.benchmarks)
     suites = {b.suite for b in benches}
     if len(suites) > 1:
@@ -485,6 +487,47 @@ def models_identity(team, on_nodes: bool = False) -> dict[str, dict[str, str]]:
     return out
 
 
+def refuse_incomplete_checkpoint(folder: str | Path) -> None:
+    """A trainer checkpoint (``step_K`` holding trainer_state.json) without its ``COMPLETE`` marker is
+    a save that did not finish (weights may be missing or half written): refused with one line naming
+    the newest complete step beside it. Also checked for a worker group's model inside one
+    (``step_K/models/<wg>``)."""
+    from drmas_trainer.ckpt_store import _STEP, MARKER
+
+    p = Path(folder)
+    for ckpt in (p, p.parent.parent):
+        if not (ckpt / "trainer_state.json").is_file() or (ckpt / MARKER).is_file():
+            continue
+        steps = sorted((int(m.group(1)), d.name) for d in ckpt.parent.iterdir()
+                       if (m := _STEP.match(d.name)) and (d / MARKER).is_file())
+        hint = f"; the newest complete one beside it is {ckpt.parent / steps[-1][1]}" if steps else ""
+        raise UserError(f"{ckpt}: an incomplete checkpoint (no {MARKER} marker: its save did not finish), "
+                        f"not evaluated{hint}")
+
+
+def check_team_models(team, on_nodes: bool = False) -> None:
+    """Refuse, before any call, a worker group whose local model folder is part of an incomplete
+    checkpoint or has no working tokenizer (models.loading.check_tokenizer_dir). Remote (openai)
+    groups and, with ``on_nodes``, models the nodes resolve are left to their engines."""
+    from drmas_bench.models import resolve_model
+    from drmas_bench.models.loading import check_tokenizer_dir
+    from drmas_trainer.ckpt_store import is_url
+
+    for name, g in team.worker_groups.items():
+        if g.engine == "openai" or is_url(str(g.model)):
+            continue
+        try:
+            resolved = resolve_model(g.model, prepare=not on_nodes)
+        except UserError:
+            if on_nodes:
+                continue
+            raise
+        if isinstance(resolved, Path) and resolved.is_dir():
+            refuse_incomplete_checkpoint(resolved)
+            check_tokenizer_dir(resolved, f"worker group {name!r}",
+                                trust_remote_code=bool(g.options.get("trust_remote_code")))
+
+
 def data_identity(benches, data_dir) -> dict[str, str]:
     """sha256 of every benchmark file read (generated / hub benchmarks: where they come from)."""
     from drmas_bench.store import file_sha256, load_hash_cache, save_hash_cache
@@ -552,7 +595,7 @@ async def _run(cfg: EvalConfig, team, wf, tasks, store, sampling, retriever, cos
     except Exception as e:
         models = ", ".join(f"{n}={g.model}" for n, g in team.worker_groups.items())
         log = store.log_error(e)
-        raise UnexpectedError(f"cannot load the team's models ({models}): {_one_line(e)} (traceback in {log})",
+        raise UnexpectedError(f"cannot load the team's models ({models}): {_one_line(e)} ({traceback_note(log)})",
                               e, log) from None
     try:
         runtime = TeamRuntime(team, pool.views(), sampling)
@@ -604,6 +647,7 @@ def evaluate(config: EvalConfig) -> Summary:
         retriever_spec = cfg.retriever or default_retriever_spec(data_dir)
         _note_retriever(team, retriever_spec)
 
+    check_team_models(team, on_nodes=cfg.pool == "ray")  # before the run dir is touched and any call is made
     runtime_sampling = {a: team.sampling_for(a, sampling).__dict__ for a in team.agents}
     identity = {
         "team": team.to_dict(),
@@ -645,6 +689,9 @@ def evaluate(config: EvalConfig) -> Summary:
         "benchmarks": [b.name for b in r.benches],
         "n": cfg.n,
         "limit": cfg.limit,
+        # the questions a --limit chose (without one: every question of each benchmark file, whose hash is in data)
+        "question_ids": ({b.name: [t.id for t in tasks if t.benchmark == b.name] for b in r.benches}
+                         if cfg.limit is not None else None),
         "data_dir": str(data_dir) if data_dir else None,
         "argv": redact_argv(cfg.argv[1:]) if cfg.argv else None,
         "provenance": provenance,  # not part of the identity: never blocks a resume
@@ -688,8 +735,7 @@ def _run_and_summarize(cfg, team, wf, tasks, store, sampling, retriever, cost_fn
     out = store.path
     stats, pool_stats = asyncio.run(_run(cfg, team, wf, tasks, store, sampling, retriever, cost_fn, protocol_opts))
 
-    keys = {(t.benchmark, t.id) for t in tasks}
-    records = [r for r in store.records() if (r["task"]["benchmark"], r["task"]["id"]) in keys and r["sample_idx"] < cfg.n]
+    records = store.selected()  # the selection leaderboard and cost read too (store.select_records)
     summary = metrics.summarize(records, prices=prices)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2),

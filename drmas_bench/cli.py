@@ -14,7 +14,7 @@ import os
 import sys
 
 from drmas_bench import __version__
-from drmas_bench import log
+from drmas_bench import log, signals
 from drmas_bench.types import UserError
 
 COMMANDS = [
@@ -22,6 +22,7 @@ COMMANDS = [
     "drmas_bench.commands.models",  # models list / prepare / chat
     "drmas_bench.commands.retrieval",  # retrieval index / eval / serve
     "drmas_bench.commands.eval",  # eval: a team over benchmarks, resumable
+    "drmas_bench.commands.runs",  # runs repair: quarantine unreadable lines of a run's samples.jsonl
     "drmas_bench.commands.report",  # leaderboard / compare / cost
     "drmas_bench.commands.train",  # train / regress / plot (imports the trainer lazily)
     "drmas_bench.commands.config_schema",  # config-schema: the keys of team / prices / prompts / train files
@@ -129,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     original: BaseException | None = None
     try:
-        rc = args.func(args)
+        with signals.stop_signals_as_interrupt():  # SIGTERM / SIGHUP stop like Ctrl-C: finished work is kept
+            rc = args.func(args)
     except log.UnexpectedError as e:  # a bug inside a run: its traceback is already in RUN/error.log
         if not args.debug:
             print(f"drmas-bench: error: {e}", file=sys.stderr)
@@ -139,8 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"drmas-bench: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("drmas-bench: interrupted (finished work is kept on disk)", file=sys.stderr)
-        return 130
+        sig = signals.stopped_by()
+        try:  # after SIGHUP the terminal may be gone
+            print(f"drmas-bench: stopped by {signals.signal_name(sig)} (finished work is kept on disk)", file=sys.stderr)
+        except OSError:
+            pass
+        return signals.exit_code()
     except BrokenPipeError:  # `drmas-bench ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 141

@@ -77,24 +77,67 @@ class _Stderr:
         sys.stderr.flush()
 
 
-def write_traceback(exc: BaseException, path: str | os.PathLike | None = None) -> Path:
-    """Append ``exc``'s traceback to ``path`` (a new temporary ``drmas-bench-error-*.log`` when
-    None); returns the file."""
-    if path is None:
+def _append(path: Path, text: str) -> bool:
+    """Append ``text`` to ``path`` and sync it; on failure (a full disk, a read-only folder) put the
+    file back as it was (removed if this call created it) and return False."""
+    existed = path.exists()
+    size = path.stat().st_size if existed else 0
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # a full disk may only say so here
+        return True
+    except OSError:
+        try:
+            if existed:
+                os.truncate(path, size)
+            else:
+                path.unlink()
+        except OSError:
+            pass
+        return False
+
+
+def write_traceback(exc: BaseException, path: str | os.PathLike | None = None) -> Path | None:
+    """Append ``exc``'s traceback to ``path`` (e.g. ``RUN/error.log``); returns where it went.
+
+    When ``path`` is None or cannot be written (a full disk), a new temporary
+    ``drmas-bench-error-*.log`` takes it and its path is returned, so a message can say where the
+    traceback is; no empty or half-written file is left at ``path``. When no file can be written at
+    all, the traceback goes to stderr and None is returned."""
+    import time
+
+    text = (f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} PID {os.getpid()}\n"
+            + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    if path is not None and _append(Path(path), text):
+        return Path(path)
+    try:
         fd, name = tempfile.mkstemp(prefix="drmas-bench-error-", suffix=".log")
         os.close(fd)
-        path = name
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-    return Path(path)
+    except OSError:
+        name = None
+    if name is not None and _append(Path(name), text):
+        return Path(name)
+    try:
+        sys.stderr.write(text)
+    except OSError:
+        pass
+    return None
 
 
 def unexpected(exc: BaseException, what: str = "unexpected error", *, log: str | os.PathLike | None = None,
                hint: str = "") -> UnexpectedError:
     """The one-line error for an unexpected ``exc``: ``"<what> (<Type: msg>); traceback in <log>[; hint]"``.
-    ``log``: where the traceback already is (e.g. ``RUN/error.log``); None writes it to a temporary file."""
+    ``log``: where the traceback already is (e.g. ``RUN/error.log``, or the temporary file
+    ``write_traceback`` fell back to); None writes it to a temporary file (stderr when none can be written)."""
     path = Path(log) if log is not None else write_traceback(exc)
-    return UnexpectedError(f"{what} ({one_line(exc)}); traceback in {path}" + (f"; {hint}" if hint else ""), exc, path)
+    return UnexpectedError(f"{what} ({one_line(exc)}); {traceback_note(path)}" + (f"; {hint}" if hint else ""), exc, path)
 
 
-__all__ = ["LOGGERS", "UnexpectedError", "level_for", "one_line", "setup", "unexpected", "write_traceback"]
+def traceback_note(path: str | os.PathLike | None) -> str:
+    """Where a traceback went, for a one-line message (``write_traceback``'s result)."""
+    return f"traceback in {path}" if path is not None else "traceback on stderr above (no file could be written)"
+
+
+__all__ = ["LOGGERS", "UnexpectedError", "level_for", "one_line", "setup", "traceback_note", "unexpected", "write_traceback"]

@@ -167,7 +167,16 @@ async def run_episodes(
             return
         batch = list(buffer)
         buffer.clear()
-        await asyncio.to_thread(grade_trajectories, batch, wf.grader, 5.0, math_grader)
+        grading = asyncio.ensure_future(asyncio.to_thread(grade_trajectories, batch, wf.grader, 5.0, math_grader))
+        try:
+            await asyncio.shield(grading)
+        except asyncio.CancelledError:  # stopped (Ctrl-C, SIGTERM) while grading: finish this batch and keep it
+            await grading
+            store_batch(batch)
+            raise
+        store_batch(batch)
+
+    def store_batch(batch: list[Trajectory]) -> None:
         for t in batch:
             if cost_fn is not None:
                 t.cost_usd = cost_fn(t)
@@ -177,10 +186,12 @@ async def run_episodes(
             on_finished(batch)
 
     pending = [asyncio.create_task(one(t, i)) for t, i in todo]
+    taken: set[int] = set()  # id() of every trajectory put in the buffer
     try:
         for fut in asyncio.as_completed(pending):
             traj = await fut
             buffer.append(traj)
+            taken.add(id(traj))
             stats.episodes += 1
             stats.tokens += sum(tu.completion.completion_tokens for tu in traj.turns)
             stats.engine_calls += len(traj.turns)
@@ -192,7 +203,10 @@ async def run_episodes(
         for p in pending:
             p.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        await flush()  # keep every episode that finished, also when another one failed
+        # episodes that finished while the loop waited elsewhere (a flush, a failed episode, a stop)
+        buffer.extend(p.result() for p in pending
+                      if p.done() and not p.cancelled() and p.exception() is None and id(p.result()) not in taken)
+        await flush()  # keep every episode that finished, also when another one failed or the run was stopped
         bar.close()
         stats.wall_s = time.perf_counter() - t0
     return stats

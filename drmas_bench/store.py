@@ -20,6 +20,19 @@ Identity by content: ``model_identity`` (a model folder's real path and a hash o
 ``file_sha256`` (benchmark files) go into the configuration, so resuming onto other weights or
 other data is refused even when the path given is the same text. Names that become file names
 go through ``safe_name``; ``inside`` checks that a path stays within its run directory.
+
+Every sample carries its run's stamp (``"run"``: the identity's fingerprint, workflow, model
+contents, data hash), and a resume checks each kept sample against the run being resumed, not only
+config.yaml: a sample drawn with other sampling, by another model or workflow, or from another
+benchmark file is refused with one line. A run directory whose config.yaml is gone is rebuilt from
+the current command only when every sample carries that command's stamp.
+
+What a run directory reports (summary, leaderboard, cost) is ``select_records``: the samples of the
+latest command's selection (its benchmarks, its first ``limit`` questions, sample indices below its
+``n``); samples outside it stay on disk and count again when a larger selection is run.
+
+A line that cannot be read stops every reader with one error naming ``drmas-bench runs repair RUN``
+(``repair_samples``), which moves such lines into ``samples.jsonl.quarantine`` and keeps every good one.
 """
 
 from __future__ import annotations
@@ -30,7 +43,6 @@ import json
 import os
 import re
 import tempfile
-import traceback
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -40,6 +52,7 @@ from drmas_bench.types import Trajectory, UserError
 
 CONFIG = "config.yaml"
 SAMPLES = "samples.jsonl"
+QUARANTINE = "samples.jsonl.quarantine"  # unreadable lines moved aside by `drmas-bench runs repair`
 LOCK = ".lock"
 ERROR_LOG = "error.log"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -65,8 +78,7 @@ def inside(root: str | os.PathLike, path: str | os.PathLike) -> Path:
     return p
 
 
-# ------------------------------------------------------------------------------- one writer
-
+# ------------------------------------------------------------------------------- samples.jsonl: reading, selecting
 
 
 def sample_key(rec: dict[str, Any]) -> tuple[str, str, int]:
@@ -74,31 +86,157 @@ def sample_key(rec: dict[str, Any]) -> tuple[str, str, int]:
     return str(rec["task"]["benchmark"]), str(rec["task"]["id"]), int(rec["sample_idx"])
 
 
-def read_samples(path: str | os.PathLike, missing_ok: bool = False, hint: str = "") -> list[dict[str, Any]]:
+def repair_hint(run: str | os.PathLike) -> str:
+    """What every error about an unreadable samples.jsonl line offers: the command that keeps the good lines."""
+    return f"run `drmas-bench runs repair {run}` to move unreadable lines aside (every good line is kept)"
+
+
+def parse_sample_line(raw: bytes) -> dict[str, Any] | None:
+    """One samples.jsonl line as a trajectory record, or None when it is not one (the single test of
+    "readable" shared by the readers and ``repair_samples``)."""
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+        sample_key(rec)
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
+        return None
+    turns = rec.get("turns")
+    if not isinstance(turns, list) or not all(isinstance(t, dict) and isinstance(t.get("completion"), dict) for t in turns):
+        return None  # the readers walk every turn's completion (tokens, cost, latency)
+    return rec
+
+
+def numbered_samples(path: str | os.PathLike) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every line of a samples.jsonl, in file order. A cut-off last line
+    (no newline after it: a run killed while appending) is skipped; any other unreadable line is a
+    UserError naming file, line and the repair command."""
+    p = Path(path)
+    data = p.read_bytes()
+    lines = data.split(b"\n")
+    out = []
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        rec = parse_sample_line(raw)
+        if rec is None:
+            if lineno == len(lines):  # no newline after it: cut off by a kill mid-append
+                continue
+            raise UserError(f"{p}:{lineno}: not a trajectory record (corrupt line); {repair_hint(p.parent)}")
+        out.append((lineno, rec))
+    return out
+
+
+def read_samples(path: str | os.PathLike, missing_ok: bool = False) -> list[dict[str, Any]]:
     """Every trajectory record of a samples.jsonl, the one reader (run store, reports, summaries).
 
     The last copy of a repeated (benchmark, task id, sample index) wins, as appends replace. A cut-off
     last line (a run killed while appending) is ignored; any other bad line is a UserError naming
-    file and line (+ `hint`). A missing file: [] with `missing_ok`, else a UserError."""
+    file, line and ``drmas-bench runs repair``. A missing file: [] with `missing_ok`, else a UserError."""
     p = Path(path)
     if not p.is_file():
         if missing_ok:
             return []
         raise UserError(f"{p} not found: not a finished or started run directory")
     by_key: dict[tuple, dict[str, Any]] = {}
-    lines = p.read_text(encoding="utf-8").split("\n")
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            key = sample_key(rec)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            if lineno == len(lines):  # no newline after it: cut off by a kill mid-append
-                continue
-            raise UserError(f"{p}:{lineno}: not a trajectory record (corrupt line){hint}") from None
-        by_key[key] = rec
+    for _, rec in numbered_samples(p):
+        by_key[sample_key(rec)] = rec
     return list(by_key.values())
+
+
+def select_records(records: Iterable[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records a run directory reports: those of ``config``'s selection (its ``benchmarks``, its
+    ``question_ids`` where a ``limit`` chose some, sample indices below its ``n``). The one
+    selection of the summary, the leaderboard and the cost tables, so all three say the same."""
+    benches = {str(b) for b in config.get("benchmarks") or []}
+    n = int(config.get("n") or 0)
+    chosen = config.get("question_ids")
+    ids = {str(b): {str(i) for i in v} for b, v in chosen.items()} if isinstance(chosen, dict) else {}
+    out = []
+    for r in records:
+        b = str(r["task"]["benchmark"])
+        if benches and b not in benches:
+            continue
+        if n > 0 and int(r["sample_idx"]) >= n:
+            continue
+        if b in ids and str(r["task"]["id"]) not in ids[b]:
+            continue
+        out.append(r)
+    return out
+
+
+def selection_of(config: dict[str, Any]) -> tuple:
+    """What ``select_records`` depends on, comparable between two configurations."""
+    chosen = config.get("question_ids")
+    ids = sorted((str(b), sorted(map(str, v))) for b, v in chosen.items()) if isinstance(chosen, dict) else None
+    return sorted(map(str, config.get("benchmarks") or [])), config.get("n"), config.get("limit"), ids
+
+
+# ------------------------------------------------------------------------------- sample stamps
+
+STAMP_SAMPLING = ("temperature", "top_p", "max_new_tokens", "top_k", "enable_thinking")
+
+
+def _model_tag(m: Any) -> str:
+    """``folder-name:content-hash`` (or the name of a model known by name only)."""
+    if isinstance(m, dict) and m.get("content"):
+        return f"{Path(str(m.get('path') or '?')).name}:{str(m['content'])[:8]}"
+    return str(m.get("name") or "?") if isinstance(m, dict) else str(m)
+
+
+def run_stamp(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
+    """What each sample records of the run that made it: the identity's fingerprint (team, models,
+    sampling, seed, retriever, prompts, grader), and readable parts of it for messages."""
+    ident = config.get("identity") or {}
+    return {"identity": fingerprint(ident), "workflow": config.get("workflow"),
+            "models": {str(wg): _model_tag(m) for wg, m in (ident.get("models") or {}).items()},
+            "data": str((config.get("data") or {}).get(benchmark) or "")[:23]}
+
+
+def _agent_wg(team: dict[str, Any], agent: str) -> str | None:
+    v = (team.get("agents") or {}).get(agent)
+    return v.get("wg") if isinstance(v, dict) else v
+
+
+def sample_mismatch(rec: dict[str, Any], config: dict[str, Any], stamps: dict[str, dict] | None = None) -> list[str]:
+    """How a kept sample differs from the run ``config`` describes ([] = no difference found).
+
+    Every record's turns say which agent spoke through which worker group with which sampling; a
+    record with a stamp (``run_stamp``) also says which models, workflow and benchmark file made it.
+    ``stamps``: a cache of ``config``'s stamp per benchmark, for checking many records."""
+    ident = config.get("identity") or {}
+    sampling, team = ident.get("sampling") or {}, ident.get("team") or {}
+    diffs: list[str] = []
+    for t in rec.get("turns") or []:
+        agent = t.get("agent")
+        if sampling and agent not in sampling:
+            diffs.append(f"agent {agent!r}, which this team does not have")
+            break
+        got, want = (t.get("request") or {}).get("sampling") or {}, sampling.get(agent) or {}
+        diffs += [f"{agent} {k} {got[k]!r} (now {want[k]!r})" for k in STAMP_SAMPLING
+                  if k in got and k in want and got[k] != want[k]]
+        wg = _agent_wg(team, agent) if team else None
+        if wg is not None and t.get("wg") not in (None, wg):
+            diffs.append(f"{agent} served by worker group {t.get('wg')!r} (now {wg!r})")
+        if diffs:
+            break
+    stamp = rec.get("run")
+    if isinstance(stamp, dict):
+        b = str(rec["task"]["benchmark"])
+        now = stamps[b] if stamps is not None and b in stamps else run_stamp(config, b)
+        if stamps is not None:
+            stamps[b] = now
+        if stamp.get("workflow") and now["workflow"] and stamp["workflow"] != now["workflow"]:
+            diffs.append(f"workflow {stamp['workflow']} (now {now['workflow']})")
+        was = stamp.get("models") or {}
+        diffs += [f"model of {wg} {was.get(wg, '-')} (now {now['models'].get(wg, '-')})"
+                  for wg in sorted(set(was) | set(now["models"])) if was.get(wg) != now["models"].get(wg)]
+        if stamp.get("data") and now["data"] and stamp["data"] != now["data"]:
+            diffs.append(f"benchmark file {rec['task']['benchmark']} {stamp['data']} (now {now['data']})")
+        if not diffs and stamp.get("identity") != now["identity"]:
+            diffs.append("team, seed, retriever, prompts or grader")
+    return diffs
+
+
+# ------------------------------------------------------------------------------- one writer
 
 
 class RunLock:
@@ -160,15 +298,13 @@ def make_run_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     return p
 
 
-def write_error_log(run: str | os.PathLike, exc: BaseException) -> Path:
-    """Append ``exc``'s traceback to ``RUN/error.log``; returns the log's path."""
-    import time
+def write_error_log(run: str | os.PathLike, exc: BaseException) -> Path | None:
+    """Append ``exc``'s traceback to ``RUN/error.log``; returns where it went (a temporary file when
+    the run directory cannot be written, e.g. a full disk: no empty error.log is left behind;
+    None when it went to stderr). See ``drmas_bench.log.write_traceback``."""
+    from drmas_bench.log import write_traceback
 
-    path = Path(run) / ERROR_LOG
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} PID {os.getpid()}\n")
-        f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-    return path
+    return write_traceback(exc, Path(run) / ERROR_LOG)
 
 
 # ------------------------------------------------------------------------------- identity by content
@@ -249,12 +385,12 @@ def model_identity(folder: str | os.PathLike) -> dict[str, str]:
     return {"path": str(real), "content": h.hexdigest()[:32]}
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str | bytes) -> None:
     """Write a file so that readers see the old or the new content, never half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w", **({} if isinstance(text, bytes) else {"encoding": "utf-8"})) as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -332,13 +468,16 @@ class RunDir:
         if fresh:
             for name in (SAMPLES, "summary.json", "summary.md", CONFIG):
                 (self.path / name).unlink(missing_ok=True)
-        has_samples = self.samples_path.exists() and self.samples_path.stat().st_size > 0
-        if cfg_path.exists() and has_samples:  # without finished samples there is nothing to mix
+        self._repair_tail()
+        kept = numbered_samples(self.samples_path) if self.samples_path.is_file() else []
+        old: dict[str, Any] | None = None
+        if cfg_path.exists() and kept:  # without finished samples there is nothing to mix
             try:
                 old = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
             except (yaml.YAMLError, UnicodeDecodeError) as e:
-                raise UserError(f"{cfg_path}: unreadable run config ({str(e).splitlines()[0]}); "
-                                f"use --fresh to start afresh") from None
+                raise UserError(f"{cfg_path}: unreadable run config ({str(e).splitlines()[0]}); delete it to "
+                                f"rebuild it from this command (every kept sample's stamp is checked against it), "
+                                f"or choose another --out") from None
             old_id, new_id = old.get("identity", {}), config.get("identity", {})
             if "models" not in old_id:  # a run from before model identities: nothing to compare them with
                 new_id = {k: v for k, v in new_id.items() if k != "models"}
@@ -353,15 +492,41 @@ class RunDir:
                 )
             config = {**config, "data": {**(old.get("data") or {}), **(config.get("data") or {})}}
             self.config = config
+        self._check_kept(kept, config, config_missing=not cfg_path.exists())
+        if (old is None and kept) or (old is not None and selection_of(old) != selection_of(config)):
+            for name in ("summary.json", "summary.md"):  # they describe the old selection; rewritten at the end
+                (self.path / name).unlink(missing_ok=True)
         atomic_write(cfg_path, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
-        self._repair_tail()
+
+    def _check_kept(self, kept: list[tuple[int, dict[str, Any]]], config: dict[str, Any], config_missing: bool) -> None:
+        """Every kept sample must belong to the run ``config`` describes (``sample_mismatch``); with
+        config.yaml gone, the samples' stamps are the only record, so each must carry one."""
+        stamps: dict[str, dict] = {}
+        for lineno, rec in kept:
+            diffs = sample_mismatch(rec, config, stamps)
+            b, tid, idx = sample_key(rec)
+            where = f"{self.samples_path}:{lineno}: sample ({b}, {tid}, {idx})"
+            fix = f"choose another --out, or pass --fresh to discard the {len(kept)} kept samples"
+            if diffs:
+                gone = "; config.yaml is missing, so nothing else says what made them" if config_missing else ""
+                raise UserError(f"{where} was not made by this configuration (it has {', '.join(diffs[:3])}){gone}; {fix}")
+            if config_missing and not isinstance(rec.get("run"), dict):
+                raise UserError(f"{where} records no model (written before samples carried their run's stamp) and "
+                                f"config.yaml is missing, so what made it cannot be checked; restore "
+                                f"{self.path / CONFIG}, or {fix}")
+        if config_missing and kept:
+            import logging
+
+            logging.getLogger(__name__).info(
+                f"[eval] {self.path / CONFIG} was missing: rebuilt from this command, whose stamp all "
+                f"{len(kept)} kept samples carry")
 
     def close(self) -> None:
         """Release the run directory's lock (also released when the process exits)."""
         self.lock.release()
 
-    def log_error(self, exc: BaseException) -> Path:
-        """Keep ``exc``'s traceback in ``RUN/error.log``; returns its path."""
+    def log_error(self, exc: BaseException) -> Path | None:
+        """Keep ``exc``'s traceback in ``RUN/error.log``; returns where it went (``write_error_log``)."""
         return write_error_log(self.path, exc)
 
     # ------------------------------------------------------------------------------- samples
@@ -380,14 +545,23 @@ class RunDir:
 
     def records(self) -> list[dict[str, Any]]:
         """Every finished trajectory as a dict (`read_samples`: the last copy wins if a key repeats)."""
-        return read_samples(self.samples_path, missing_ok=True, hint="; use --fresh to start afresh")
+        return read_samples(self.samples_path, missing_ok=True)
+
+    def selected(self) -> list[dict[str, Any]]:
+        """The records this run reports (``select_records`` over its configuration)."""
+        return select_records(self.records(), self.config)
 
     def done_keys(self) -> set[tuple[str, str, int]]:
-        return {(r["task"]["benchmark"], r["task"]["id"], r["sample_idx"]) for r in self.records()}
+        return {sample_key(r) for r in self.records()}
 
     def append(self, trajectories: Iterable[Trajectory], with_tokens: bool = False) -> int:
-        """Append finished trajectories and flush them to disk (one write, one fsync)."""
-        lines = [json.dumps(t.to_dict(with_tokens), ensure_ascii=False) + "\n" for t in trajectories]
+        """Append finished trajectories, each with its run stamp, and flush them to disk (one write,
+        one fsync)."""
+        stamps: dict[str, dict[str, Any]] = {}
+        lines = []
+        for t in trajectories:
+            stamp = stamps.get(t.task.benchmark) or stamps.setdefault(t.task.benchmark, run_stamp(self.config, t.task.benchmark))
+            lines.append(json.dumps({**t.to_dict(with_tokens), "run": stamp}, ensure_ascii=False) + "\n")
         if not lines:
             return 0
         with open(self.samples_path, "a", encoding="utf-8") as f:
@@ -401,3 +575,41 @@ class RunDir:
     def write_summary(self, summary: dict[str, Any], markdown: str) -> None:
         atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False, default=str))
         atomic_write(self.path / "summary.md", markdown)
+
+
+# ------------------------------------------------------------------------------- repair
+
+
+def repair_samples(run: str | os.PathLike) -> tuple[int, list[int], Path]:
+    """``drmas-bench runs repair RUN``: move every unreadable line of RUN/samples.jsonl (``parse_sample_line``)
+    into RUN/samples.jsonl.quarantine, verbatim, and keep every readable one, in order.
+
+    Holds the run's lock (never while an eval writes). The quarantine is appended to and synced
+    first, then samples.jsonl is replaced atomically, so a crash in between loses no line (at worst
+    a re-run quarantines the same lines twice). A file with no bad line is left untouched, so the
+    command is idempotent. Returns (records kept, line numbers moved, quarantine path)."""
+    p = Path(run)
+    if not p.is_dir():
+        raise UserError(f"{p}: not a run directory")
+    samples, quarantine = p / SAMPLES, p / QUARANTINE
+    for f in (samples, quarantine):  # replaced and appended to: a planted symlink must not lead outside
+        inside(p, f)
+    with RunLock(p):
+        if not samples.is_file():
+            raise UserError(f"{p}: no {SAMPLES} to repair")
+        data = samples.read_bytes()
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()  # the newline after the last line
+        good, bad = [], []
+        for lineno, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            (good if parse_sample_line(raw) is not None else bad).append((lineno, raw))
+        if bad:
+            with open(quarantine, "ab") as f:
+                f.write(b"".join(raw + b"\n" for _, raw in bad))
+                f.flush()
+                os.fsync(f.fileno())
+            atomic_write(samples, b"".join(raw + b"\n" for _, raw in good))
+    return len(good), [n for n, _ in bad], quarantine

@@ -42,7 +42,7 @@ import numpy as np
 from drmas_retrieval.base import Hit, RetrievalError, Retriever, first_line, check_search_args
 from drmas_retrieval.corpus import read_corpus, require_corpus
 from drmas_retrieval.store import (OFFSETS, PASSAGES, PassageStore, atomic_write_text, corpus_fingerprint, dir_lock, has_passages,
-                                   prepare_out_dir, read_manifest, write_manifest, write_passages)
+                                   prepare_out_dir, read_manifest, removed_on_failure, write_manifest, write_passages)
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 FAISS_KINDS = ("flat", "hnsw", "ivf", "ivfpq")
@@ -414,7 +414,8 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
             bar.update(len(texts))
         emb = np.concatenate(parts).astype(np.float32, copy=False)
         tmp = out_dir / EMB_DIR / f"shard_{i:05d}.tmp-{os.getpid()}.npy"
-        np.save(tmp, emb)
+        with removed_on_failure(tmp):
+            np.save(tmp, emb)
         os.replace(tmp, _shard_path(out_dir, i))
         if on_shard is not None:
             on_shard(i, n_shards)
@@ -454,7 +455,8 @@ def _write_faiss(out_dir: Path, fp: FaissParams, n: int, shard_size: int, progre
         index.add(np.ascontiguousarray(s, dtype=np.float32))
     faiss = _faiss()
     tmp_index = out_dir / f"{INDEX_FILE}.tmp-{os.getpid()}"
-    faiss.write_index(index, str(tmp_index))
+    with removed_on_failure(tmp_index):
+        faiss.write_index(index, str(tmp_index))
     os.replace(tmp_index, out_dir / INDEX_FILE)
     return dim
 

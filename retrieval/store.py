@@ -18,6 +18,7 @@ import mmap
 import os
 import time
 from array import array
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -38,6 +39,18 @@ def atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+@contextmanager
+def removed_on_failure(tmp: Path) -> Iterator[Path]:
+    """A temporary file written inside the block, removed when the block fails or is interrupted
+    (Ctrl-C, SIGTERM: ``drmas_bench.signals``), so a stopped build leaves no half-written copy of a
+    corpus-sized file behind; a finished block renames it into place itself."""
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def corpus_fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -115,7 +128,7 @@ def write_passages(passages: Iterable[Passage], index_dir: Path, check_unique: b
     seen: set[str] = set()
     tmp = index_dir / f"{PASSAGES}.tmp-{os.getpid()}"  # several build processes may share the directory
     pos = 0
-    with open(tmp, "wb") as f:
+    with removed_on_failure(tmp), open(tmp, "wb") as f:
         for p in passages:
             if check_unique:
                 if p.id in seen:
@@ -127,7 +140,8 @@ def write_passages(passages: Iterable[Passage], index_dir: Path, check_unique: b
             offsets.append(pos)
     os.replace(tmp, index_dir / PASSAGES)
     tmp_off = index_dir / f"passages.offsets.tmp-{os.getpid()}.npy"
-    np.save(tmp_off, np.frombuffer(offsets, dtype=np.int64))
+    with removed_on_failure(tmp_off):
+        np.save(tmp_off, np.frombuffer(offsets, dtype=np.int64))
     os.replace(tmp_off, index_dir / OFFSETS)
     return len(offsets) - 1
 

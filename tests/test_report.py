@@ -370,6 +370,9 @@ def test_compare_real_runs_and_mismatches(runs, tmp_path, capsys):
     for r in recs:
         r["task"]["id"] = "other-" + r["task"]["id"]
     (other / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    cfg = yaml.safe_load((other / "config.yaml").read_text())  # the questions its --limit chose, renamed too
+    cfg["question_ids"] = {b: ["other-" + i for i in ids] for b, ids in (cfg.get("question_ids") or {}).items()}
+    (other / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     assert run_cmd(["compare", str(runs["A"]), str(other)]) == 2
     assert "share no questions" in capsys.readouterr().out
 

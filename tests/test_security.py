@@ -273,7 +273,7 @@ def test_model_identity_follows_content(tmp_path, monkeypatch):
 
 def _with_samples(run: Path, config: dict) -> None:
     store = RunDir(run, config)
-    store.samples_path.write_text('{"task": {"benchmark": "toy", "id": "t0"}, "sample_idx": 0}\n')
+    store.samples_path.write_text('{"task": {"benchmark": "toy", "id": "t0"}, "sample_idx": 0, "turns": []}\n')
     store.close()
 
 

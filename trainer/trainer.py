@@ -99,7 +99,7 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
         except (UserError, KeyboardInterrupt):
             raise
         except Exception as e:  # a bug: its traceback goes to RUN/error.log (the CLI prints one line)
-            write_error_log(out, e)
+            e.traceback_log = write_error_log(out, e)  # where it went: a temporary file when the disk is full
             raise
 
 

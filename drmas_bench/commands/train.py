@@ -140,7 +140,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     except Exception as e:  # train() has written the traceback to RUN/error.log
         from drmas_bench.log import unexpected
 
-        raise unexpected(e, "training stopped", log=out / "error.log", hint=_resume_hint(out, cfg) or "") from None
+        raise unexpected(e, "training stopped", log=getattr(e, "traceback_log", out / "error.log"),
+                         hint=_resume_hint(out, cfg) or "") from None
     print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
     from drmas_trainer.checkpoint import latest_pointer, resolve_root
 

@@ -98,7 +98,11 @@ def grade_one(response: str, gold: str, backend: str | Callable[[str, str], bool
 
 def _worker_main(conn, heartbeat) -> None:
     """Worker loop: receive (chunk_id, backend, pairs), grade, send (chunk_id, first_pos, results)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
+    # Ctrl-C and stop signals are the parent's business: a SIGTERM sent to the whole process group
+    # (timeout, Slurm) must not kill the workers the parent's last flush still grades with
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
     import drmas_bench.grading.math  # noqa: F401  (import sympy before the first deadline starts)
 
     conn.send(("ready", os.getpid()))

@@ -1,4 +1,5 @@
-"""Loading a resolved model with its tokenizer, and one greedy chat turn (``models chat``)."""
+"""Loading a resolved model with its tokenizer, one greedy chat turn (``models chat``), and the
+tokenizer check eval runs on every local model folder before any call (``check_tokenizer_dir``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,42 @@ def _torch_dtype(dtype: Any) -> Any:
         return names[str(dtype)]
     except KeyError:
         raise UserError(f"unknown dtype {dtype!r}; use one of: auto, {', '.join(names)}") from None
+
+
+# a text every chat model's tokenizer encodes and decodes back (words, digits, punctuation)
+TOKENIZER_PROBE = "The quick brown fox jumps over the lazy dog: 12 + 30 = 42."
+
+
+def check_tokenizer(tok: Any, where: str) -> None:
+    """One UserError unless ``tok`` round-trips :data:`TOKENIZER_PROBE` (spaces and case aside).
+
+    transformers builds a tokenizer even from a folder whose vocabulary files are gone (a
+    checkpoint without tokenizer.json loads as 2 special tokens): every prompt then encodes to a
+    couple of tokens, the model answers garbage, and the run is graded as if it were real."""
+    try:
+        ids = tok.encode(TOKENIZER_PROBE, add_special_tokens=False)
+        back = tok.decode(ids, skip_special_tokens=True)
+    except Exception as e:  # noqa: BLE001 - any failure here means the tokenizer cannot be used
+        raise UserError(f"{where}: the tokenizer cannot encode text ({type(e).__name__}: {e})") from None
+    squash = lambda t: "".join(str(t).split()).casefold()  # noqa: E731
+    if not ids or squash(back) != squash(TOKENIZER_PROBE):
+        size = len(tok) if hasattr(tok, "__len__") else "?"
+        raise UserError(f"{where}: the tokenizer does not work ({size} tokens in its vocabulary; a test sentence "
+                        f"came back as {back[:40]!r}); are tokenizer.json / the vocabulary files missing?")
+
+
+def check_tokenizer_dir(folder: str | os.PathLike[str], where: str, trust_remote_code: bool = False) -> None:
+    """Load the tokenizer of a local model folder and :func:`check_tokenizer` it; one UserError if
+    either fails. ``where`` names the folder's role in the message."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - missing, broken or foreign files: one line
+        text = str(e).strip()
+        raise UserError(f"{where}: cannot load the tokenizer in {folder} "
+                        f"({type(e).__name__}: {text.splitlines()[0] if text else ''})") from None
+    check_tokenizer(tok, f"{where} ({folder})")
 
 
 def load_model_and_tokenizer(name: str | os.PathLike[str], device: str = "cpu",
@@ -53,6 +90,7 @@ def load_model_and_tokenizer(name: str | os.PathLike[str], device: str = "cpu",
         tok = AutoTokenizer.from_pretrained(str(src))
     except (OSError, ValueError) as e:
         raise load_error(e) from None
+    check_tokenizer(tok, f"model {os.fspath(name)!r}")
     tok.padding_side = "left"
     if tok.pad_token is None:
         if tok.eos_token is None:

@@ -138,6 +138,9 @@ def init_ray(address: str | None, ship_code: bool | None = None, **local: Any) -
     finally:
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
+    from drmas_bench.signals import reclaim
+
+    reclaim()  # ray.init made SIGTERM sys.exit(15): stop like Ctrl-C instead (finished work flushed)
     return True
 
 

@@ -1,10 +1,13 @@
 """Run directories read back: `Run` (config, records, labels), `load_run`, `load_runs`,
 `expand_run_dirs`. Records come from `drmas_bench.store.read_samples` (the one samples.jsonl
-reader); only the configured benchmarks and sample indices below the configured n count.
+reader) through `drmas_bench.store.select_records` (the one selection: the configured benchmarks,
+the questions a --limit chose, sample indices below the configured n), the same records the
+run's own summary.json counts.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +16,14 @@ from typing import Any, Iterable
 import yaml
 
 from drmas_bench.agents.assign import short_model_name
-from drmas_bench.store import SAMPLES, read_samples
+from drmas_bench.store import SAMPLES, read_samples, select_records
 from drmas_bench.types import UserError
+
+logger = logging.getLogger(__name__)
+
+
+class NoSamples(UserError):
+    """A run directory that was started but holds no finished sample of its selection yet."""
 
 SAMPLING_KEYS = ("temperature", "top_p", "max_new_tokens")
 
@@ -147,8 +156,9 @@ def _trained_info(config: dict[str, Any], run_path: Path) -> tuple[str | None, A
 def load_run(path: str | Path) -> Run:
     """Read a run directory written by `drmas-bench eval`.
 
-    Only records of the configured benchmarks with sample_idx < the configured n count (a run
-    dir that was first evaluated with a larger n keeps the extra samples on disk)."""
+    Only the records of the configuration's selection count (`store.select_records`: a run dir
+    re-run with a smaller --limit / --n keeps the other samples on disk, uncounted). A run dir
+    without finished samples raises `NoSamples`."""
     p = Path(path)
     cfg_path = p / "config.yaml"
     if not cfg_path.is_file():
@@ -161,10 +171,9 @@ def load_run(path: str | Path) -> Run:
         raise UserError(f"{cfg_path}: not a run config (no `identity`)")
     n = int(config.get("n") or 0)
     benches = [str(b) for b in config.get("benchmarks") or []]
-    records = [r for r in read_samples(p / SAMPLES)
-               if (not benches or r["task"]["benchmark"] in benches) and (n <= 0 or int(r["sample_idx"]) < n)]
+    records = select_records(read_samples(p / SAMPLES, missing_ok=True), config)
     if not records:
-        raise UserError(f"{p}: the run has no finished samples yet")
+        raise NoSamples(f"{p}: the run has no finished samples yet")
     ident = config["identity"]
     sampling = {a: {k: s.get(k) for k in SAMPLING_KEYS} for a, s in (ident.get("sampling") or {}).items()}
     estimator, step, base_models = _trained_info(config, p)
@@ -190,8 +199,18 @@ def expand_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def load_runs(paths: Iterable[str | Path]) -> list[Run]:
-    """`load_run` over `expand_run_dirs`, giving runs with the same folder name distinct names."""
-    runs = [load_run(p) for p in expand_run_dirs(paths)]
+    """`load_run` over `expand_run_dirs`, giving runs with the same folder name distinct names. A run
+    dir without finished samples (started, stopped before its first flush) is skipped with a
+    warning; none left is a UserError."""
+    runs = []
+    dirs = expand_run_dirs(paths)
+    for p in dirs:
+        try:
+            runs.append(load_run(p))
+        except NoSamples as e:
+            logger.warning(f"warning: skipping {p}: {str(e).split(': ', 1)[-1]}")
+    if not runs:
+        raise UserError(f"none of the {len(dirs)} run directories holds finished samples yet")
     counts = Counter(r.name for r in runs)
     for r in runs:
         if counts[r.name] > 1:
