@@ -90,7 +90,12 @@ def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 
             t.extra["extracted"] = r.extracted
     elif grader == "qa":
         for t in trajs:
-            s = grading.grade_qa(t.final_answer or "", t.task.answers)
+            if t.final_answer is None:  # no answer at all scores 0, as the reference's env does (an
+                # empty string would match a gold that normalises to "", e.g. "The")
+                t.correct = False
+                t.extra.update(em=0.0, f1=0.0, cover_em=0.0)
+                continue
+            s = grading.grade_qa(t.final_answer, t.task.answers)
             t.correct = bool(s.em)
             t.extra.update(em=float(s.em), f1=float(s.f1), cover_em=float(s.cover_em))
     elif grader == "toy":

@@ -516,3 +516,15 @@ def test_eval_refuses_the_old_grader_name_before_loading_models(tmp_path, data_d
     err = capsys.readouterr().err
     assert "unknown math grader 'reference'" in err and "now called `careful`" in err and len(err.strip().splitlines()) == 1
     assert not (out / "config.yaml").exists()
+
+
+def test_a_search_episode_without_an_answer_scores_zero_even_against_a_gold_that_normalises_to_nothing():
+    """No answer is 0 (the reference's env finds no answer match); an empty string would have
+    matched the gold "The" after SQuAD normalisation (articles removed)."""
+    from drmas_bench.runner import grade_trajectories
+    from drmas_bench.types import Task, Trajectory
+
+    none, empty = (Trajectory(Task("q", "hotpotqa", "?", ["The"]), final_answer=a) for a in (None, ""))
+    grade_trajectories([none, empty], "qa")
+    assert (none.correct, none.extra["em"]) == (False, 0.0)
+    assert (empty.correct, empty.extra["em"]) == (True, 1.0)  # an empty answer tag: the reference's EM
