@@ -397,6 +397,20 @@ def resolve_backend(backend: str | Callable[[str, str], bool]):
     return g.extract, g.equal
 
 
+def no_answer(extracted: str | None, backend: str | Callable[[str, str], bool]) -> bool:
+    """Nothing to grade: no answer, or a blank one (`\\boxed{ }`). A grader whose `grades_blank` is
+    set (reference_compat: the reference grades a blank box too) is given the blank answer."""
+    if extracted is None:
+        return True
+    if extracted.strip():
+        return False
+    if callable(backend):
+        return True
+    from drmas_bench.grading.registry import get_grader
+
+    return not get_grader(backend).grades_blank
+
+
 def get_backend(backend: str | Callable[[str, str], bool]) -> Callable[[str, str], bool]:
     """A grader name (see `registry.GRADERS`) -> its comparison `(extracted answer, gold) -> bool`.
 
@@ -412,6 +426,6 @@ def grade_math(response: str, gold: str, backend: str | Callable[[str, str], boo
     this process with no timeout: batch grading of untrusted output belongs in `grade_math_many`."""
     extract, equal = resolve_backend(backend)
     extracted = extract(response)
-    if extracted is None or not extracted.strip():
+    if no_answer(extracted, backend):
         return False
     return bool(equal(extracted, gold))
