@@ -35,6 +35,7 @@ Graders (`backend=`, a name from `drmas_bench.grading.registry.GRADERS`, the one
 
 from __future__ import annotations
 
+import cmath
 import logging
 import re
 from dataclasses import dataclass
@@ -198,7 +199,9 @@ def _value(expr, subs: dict | None = None) -> complex | None:
         v = sympy.N(expr.subs(subs) if subs else expr, 30)
         if v.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or v.free_symbols:
             return None
-        return complex(v)
+        c = complex(v)
+        # a value beyond float range becomes inf here, and inf would be "close" to anything
+        return c if cmath.isfinite(c) else None
     except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError):
         return None
 

@@ -93,7 +93,9 @@ def _dist_version(dist: str) -> str:
         return "missing"
 
 
-register(MathGrader("careful", "2", _careful, extract_boxed,
+# careful v3: a value beyond float range no longer counts as close to anything (v2 said such answers
+# were equal)
+register(MathGrader("careful", "3", _careful, extract_boxed,
                     "our careful grader (default): structure-aware, exact numbers, guarded sympy"))
 # v2: the rules of REFERENCE.md 2b as rewritten from the reference's code (mathd and sympy forms,
 # tuples, integer and fraction rules); v1 followed an earlier, looser restatement
