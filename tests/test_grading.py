@@ -582,3 +582,28 @@ def test_eval_refuses_the_old_grader_name_before_loading_models(tmp_path, data_d
     err = capsys.readouterr().err
     assert "unknown math grader 'reference'" in err and "now called `careful`" in err and len(err.strip().splitlines()) == 1
     assert not (out / "config.yaml").exists()
+
+
+def test_grader_agreement_script_compares_with_the_reference_verdicts(tmp_path, capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "grader_agreement.py"
+    spec = importlib.util.spec_from_file_location("grader_agreement", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rows = [("self", "\\boxed{5}", "5", True), ("fbox", "\\fbox{5}", "5", False),
+            ("syn: blank", "\\boxed{}", "cm", True)]
+    vectors = tmp_path / "math_grade.jsonl"
+    vectors.write_text("".join(json.dumps({"rule": "math_grade", "reference": ref, "input": {
+        "benchmark": "synthetic", "kind": kind, "gold": gold, "response": resp}}) + "\n"
+        for kind, resp, gold, ref in rows))
+    assert script.main(["--vectors", str(vectors), "--graders", "careful,reference_compat", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| fbox " in out and "| synthetic (one case per kind) " in out
+    assert "**careful**: 2 differ" in out and "fbox, wrong -> right (1)" in out
+    assert "**reference_compat**: 0 differ" in out
+    vectors.write_text(json.dumps({"rule": "qa_em", "input": {}, "reference": 1}) + "\n")
+    with pytest.raises(SystemExit, match="not a math_grade case"):
+        script.main(["--vectors", str(vectors), "--graders", "careful"])
