@@ -1,37 +1,29 @@
-"""Agreement between the math graders on every gold answer of the math suite and its perturbations.
+"""Agreement of every math grader with the reference's own grader, per perturbation kind.
 
-For every gold answer of AIME24, AIME25, AMC23, MATH500, Minerva and OlympiadBench (read from
---data-dir / $DRMAS_DATA_DIR) it builds model-like responses (`perturbations`) and grades each with
-every registered grader (`drmas_bench.grading.GRADERS`: careful, reference_compat, and math_verify
-when installed) in the grading process pool (`grade_math_many`, hard timeout per item). Kinds:
+Reads the reference vectors' `math_grade.jsonl` (REFERENCE.md 2b; ../shared/reference_vectors, see
+its MANIFEST.md): about 24,000 (gold, response) pairs built from the gold answers of AIME24, AIME25,
+AMC23, MATH500, Minerva and OlympiadBench under many perturbations (units, `\\text`, assignments,
+thousands separators, tiny numbers, `\\fbox`, think tags, lists, ...), each with the verdict of the
+reference's RewardMathFn. Every registered grader (`drmas_bench.grading.GRADERS`: careful,
+reference_compat, and math_verify when installed) grades every pair in the grading process pool
+(`grade_math_many`, hard timeout per item; a timeout counts wrong).
 
-  self        the gold, boxed                               (right)
-  nested      the gold in `\\boxed{\\boxed{...}}`            (right)
-  wrong       the next different gold of the same benchmark  (wrong)
-  equivalent  an easy equivalent spelling: `g.0` and `x = g` for an integer, `a/b` for `\\frac{a}{b}`,
-              `\\dfrac`, a `$...$` wrapper                     (right)
-  thousands   an integer >= 1000 with `1{,}000` / `1,000` separators   (right)
-  units       a number followed by `\\text{ cm}` / `^\\circ`    (right: the unit is not the answer)
-  text        the gold inside `\\text{...}`                   (right)
-  tiny        an integer gold plus 1e-8 (`7.00000001`), and `10^{-8}` against gold 0 or `2 \\times 10^{-8}`
-              (wrong: they are different numbers)
-  fbox        `\\fbox{g}` and `\\boxed g` (unbraced)           (right for a lenient reader, no answer for the reference)
-  think       `<think>\\boxed{w}</think>` then the gold boxed (right)
-  reordered   a comma-separated list of answers in reverse order (right: the order is not asked)
+Prints, per kind, the share the reference marks right and the share of cases on which each grader
+agrees with it; then, per grader, every disagreement pattern (kind, reference verdict) with a count
+and an example. `--write-docs` puts the same text into docs/grading.md (between the
+`<!-- agreement:begin -->` / `<!-- agreement:end -->` markers). Which side is right in each pattern
+is a judgement, written by hand in docs/grading.md under the table.
 
-Prints, per kind, the share each grader marks right and the pairwise agreement, then examples of
-every disagreement pattern; `--write-docs` puts the same tables into docs/grading.md (between the
-`<!-- agreement:begin -->` / `<!-- agreement:end -->` markers).
-
-Example (about a minute on 2 cores):
-    python scripts/grader_agreement.py --data-dir ../shared/data --write-docs
+Example (math_verify takes most of the time: 5 to 8 minutes on 2 cores; the others ~20 s):
+    python scripts/grader_agreement.py --write-docs
+    python scripts/grader_agreement.py --vectors path/to/math_grade.jsonl --graders careful
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
-import re
+import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -39,136 +31,106 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from drmas_bench.grading.normalize import split_top_level
-
-MATH = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
-DOC = Path(__file__).resolve().parent.parent / "docs" / "grading.md"
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "grading.md"
 BEGIN, END = "<!-- agreement:begin -->", "<!-- agreement:end -->"
-KINDS = ("self", "nested", "wrong", "equivalent", "thousands", "units", "text", "tiny", "fbox", "think", "reordered")
-
-_INT = re.compile(r"^-?\d+$")
-_NUM = re.compile(r"^-?\d+(?:\.\d+)?$")
-_FRAC = re.compile(r"^(-?)\\[dt]?frac\{(\d+)\}\{(\d+)\}$")
+VECTORS_ENV = "DRMAS_REFERENCE_VECTORS"
+SYNTHETIC = "syn: "  # one-case kinds of the synthetic benchmark: one table row for all of them
 
 
-def perturbations(gold: str, other: str | None) -> list[tuple[str, str]]:
-    """(kind, response) pairs for one gold; `other` is a different gold of the same benchmark."""
-    g = gold.strip()
-    bare = g.strip("$").strip()
-    out = [("self", f"The answer is $\\boxed{{{g}}}$."), ("nested", f"So \\boxed{{\\boxed{{{g}}}}}.")]
-    if other is not None:
-        out.append(("wrong", f"The answer is \\boxed{{{other}}}."))
-    if _INT.match(bare):
-        out += [("equivalent", f"\\boxed{{{bare}.0}}"), ("equivalent", f"\\boxed{{x = {bare}}}")]
-        if abs(int(bare)) >= 1000:
-            grouped = f"{int(bare):,}"
-            out += [("thousands", f"\\boxed{{{grouped.replace(',', '{,}')}}}"), ("thousands", f"\\boxed{{{grouped}}}")]
-        out += [("tiny", f"\\boxed{{{bare}.00000001}}"), ("units", f"\\boxed{{{bare}^\\circ}}"),
-                ("fbox", f"\\fbox{{{bare}}}"), ("fbox", f"$\\boxed {bare}$")]
-        if bare == "0":
-            out.append(("tiny", "\\boxed{10^{-8}}"))
-    m = _FRAC.match(bare)
-    if m:
-        out += [("equivalent", f"\\boxed{{{m.group(1)}{m.group(2)}/{m.group(3)}}}"),
-                ("equivalent", f"\\boxed{{{m.group(1)}\\dfrac{{{m.group(2)}}}{{{m.group(3)}}}}}")]
-    if _NUM.match(bare):
-        out += [("units", f"\\boxed{{{bare} \\text{{ cm}}}}"), ("text", f"\\boxed{{\\text{{{bare}}}}}")]
-        if not _INT.match(bare):
-            out.append(("tiny", f"\\boxed{{{bare}0000001}}" if "." in bare else f"\\boxed{{{bare}.0000001}}"))
-    if bare != g:
-        out.append(("equivalent", f"\\boxed{{{bare}}}"))
-    if re.fullmatch(r"[A-Za-z]{2,}", bare):
-        out.append(("text", f"\\boxed{{\\text{{{bare}}}}}"))
-    flat = bare.replace("$", "")
-    parts = [p.strip() for p in split_top_level(flat, ",")]
-    if len(parts) > 1 and flat[:1] not in "([" and "\\" not in flat and len(set(parts)) == len(parts):
-        out.append(("reordered", f"\\boxed{{{', '.join(reversed(parts))}}}"))
-    if other is not None:
-        out.append(("think", f"<think>maybe \\boxed{{{other}}}</think> Final: \\boxed{{{g}}}"))
-    return out
+def default_vectors() -> Path | None:
+    """math_grade.jsonl in $DRMAS_REFERENCE_VECTORS, else in ../shared/reference_vectors."""
+    for d in (os.environ.get(VECTORS_ENV), REPO.parent / "shared" / "reference_vectors"):
+        if d and (Path(d) / "math_grade.jsonl").is_file():
+            return Path(d) / "math_grade.jsonl"
+    return None
 
 
-def tiny_cases() -> list[tuple[str, str, str]]:
-    """(kind, response, gold): small numbers that are not zero, and not each other."""
-    return [("tiny", "\\boxed{10^{-8}}", "2\\times 10^{-8}"), ("tiny", "\\boxed{3\\times10^{-9}}", "0"),
-            ("tiny", "\\boxed{0.00000001}", "0"), ("tiny", "\\boxed{5\\times 10^{-8}}", "10^{-8}")]
+def load_cases(path: Path) -> list[dict]:
+    """The `math_grade` cases: {benchmark, kind, gold, response, reference (bool)}."""
+    cases = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            c = json.loads(line)
+            if c.get("rule") != "math_grade" or not isinstance(c.get("reference"), bool):
+                raise SystemExit(f"{path}:{n}: not a math_grade case (rule {c.get('rule')!r})")
+            cases.append({**c["input"], "reference": c["reference"]})
+    if not cases:
+        raise SystemExit(f"{path}: no cases")
+    return cases
 
 
-def build_items(data_dir: str | None) -> list[tuple[str, str, str, str]]:
-    """(benchmark, kind, response, gold) for the whole suite."""
-    from drmas_bench.grading import normalize_answer
-    from drmas_bench.tasks import load_tasks
-
-    items = []
-    for bench in MATH:
-        golds = [t.answers[0] for t in load_tasks(bench, data_dir)]
-        for i, gold in enumerate(golds):
-            mine = normalize_answer(gold)
-            other = next((golds[(i + j) % len(golds)] for j in range(1, len(golds))
-                          if normalize_answer(golds[(i + j) % len(golds)]) != mine), None)
-            items += [(bench, kind, resp, gold) for kind, resp in perturbations(gold, other)]
-    items += [("synthetic", kind, resp, gold) for kind, resp, gold in tiny_cases()]
-    return items
-
-
-def grade_all(items, graders: list[str], timeout: float, workers: int | None) -> dict[str, list]:
+def grade_all(cases, graders: list[str], timeout: float, workers: int | None) -> dict[str, list]:
     from drmas_bench.grading import grade_math_many
 
-    pairs = [(resp, gold) for _, _, resp, gold in items]
+    pairs = [(c["response"], c["gold"]) for c in cases]
     out = {}
     for name in graders:
         t0 = time.perf_counter()
         out[name] = grade_math_many(pairs, timeout_s=timeout, workers=workers, backend=name)
         bad = sum(r.status != "ok" for r in out[name])
-        print(f"[agreement] {name}: {len(pairs)} items in {time.perf_counter() - t0:.1f} s"
+        print(f"[agreement] {name}: {len(pairs)} cases in {time.perf_counter() - t0:.1f} s"
               f"{f', {bad} timeouts/errors (counted wrong)' if bad else ''}", file=sys.stderr)
     return out
 
 
-def tables(items, results: dict[str, list], graders: list[str], n_examples: int) -> str:
-    """The markdown: per kind, the share each grader marks right and the pairwise agreement."""
-    pairs = list(itertools.combinations(graders, 2))
-    by_kind: dict[str, list[int]] = defaultdict(list)
-    for i, (_, kind, _, _) in enumerate(items):
-        by_kind[kind].append(i)
+def _row_kind(kind: str) -> str:
+    return "synthetic (one case per kind)" if kind.startswith(SYNTHETIC) else kind
+
+
+def tables(cases, results: dict[str, list], graders: list[str], n_examples: int) -> str:
+    """The markdown: per kind, the reference's right share and each grader's agreement with it;
+    then the disagreement patterns per grader."""
     ok = {g: [r.correct for r in results[g]] for g in graders}
+    ref = [c["reference"] for c in cases]
+    rows_of: dict[str, list[int]] = {}
+    for i, c in enumerate(cases):
+        rows_of.setdefault(_row_kind(c["kind"]), []).append(i)
 
     def row(label: str, idx: list[int]) -> list[str]:
-        cells = [label, str(len(idx))]
-        cells += [f"{100 * sum(ok[g][i] for i in idx) / len(idx):.1f}" for g in graders]
-        cells += [f"{100 * sum(ok[a][i] == ok[b][i] for i in idx) / len(idx):.1f}" for a, b in pairs]
-        return cells
+        cells = [label, str(len(idx)), f"{100 * sum(ref[i] for i in idx) / len(idx):.1f}"]
+        return cells + [f"{100 * sum(ok[g][i] == ref[i] for i in idx) / len(idx):.1f}" for g in graders]
 
-    head = ["kind", "items"] + [f"{g} right %" for g in graders] + [f"agree {a} / {b} %" for a, b in pairs]
-    rows = [row(k, by_kind[k]) for k in KINDS if by_kind.get(k)]
-    rows.append(row("**all**", list(range(len(items)))))
-    golds = [i for i, it in enumerate(items) if it[1] == "self"]
+    head = ["kind", "cases", "reference right %"] + [f"{g} agrees %" for g in graders]
+    rows = [row(k, idx) for k, idx in rows_of.items()]
+    rows.append(row("**all**", list(range(len(cases)))))
     md = [tabulate(rows, head, tablefmt="github", disable_numparse=True), ""]
-    md.append(f"{len(golds)} gold answers ({', '.join(MATH)}), {len(items)} graded responses; "
-              f"timeouts / errors: " + ", ".join(f"{g} {sum(r.status != 'ok' for r in results[g])}" for g in graders) + ".")
-    md += ["", "Where they differ (counts per kind; first examples, response -> gold):", ""]
-    for a, b in pairs:
-        diff = [i for i in range(len(items)) if ok[a][i] != ok[b][i]]
-        counts = defaultdict(int)
-        for i in diff:
-            counts[items[i][1]] += 1
-        md.append(f"- **{a} vs {b}**: {len(diff)} differ"
-                  + (f" ({', '.join(f'{k} {v}' for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))})" if diff else ""))
-        shown: dict[tuple, int] = defaultdict(int)
-        for i in diff:
-            key = (items[i][1], ok[a][i])
-            if shown[key] >= n_examples:
-                continue
-            shown[key] += 1
-            bench, kind, resp, gold = items[i]
-            md.append(f"  - {kind} ({bench}): `{_clip(resp)}` vs gold `{_clip(gold)}`: "
-                      f"{a} {'right' if ok[a][i] else 'wrong'}, {b} {'right' if ok[b][i] else 'wrong'}")
+    agree = ", ".join(f"{g} {sum(ok[g][i] == ref[i] for i in range(len(cases)))}" for g in graders)
+    md.append(f"{len(cases)} cases ({len({c['gold'] for c in cases})} distinct golds); agreeing: {agree}; "
+              "timeouts / errors (counted wrong): "
+              + ", ".join(f"{g} {sum(r.status != 'ok' for r in results[g])}" for g in graders) + ".")
+    md += ["", "Disagreements with the reference, per grader: kind, the reference's verdict -> the grader's "
+           "(count), then an example (response -> gold).", ""]
+    for g in graders:
+        patterns: dict[tuple[str, bool], list[int]] = defaultdict(list)
+        for i in range(len(cases)):
+            if ok[g][i] != ref[i]:
+                patterns[(cases[i]["kind"], ref[i])].append(i)
+        md.append(f"- **{g}**: {sum(map(len, patterns.values()))} differ")
+        for (kind, verdict), idx in sorted(patterns.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            status = {results[g][i].status for i in idx} - {"ok"}
+            note = f", {'/'.join(sorted(status))}" if status else ""
+            examples = "; ".join(f"`{_clip(cases[i]['response'])}` -> `{_clip(cases[i]['gold'], 40)}`"
+                                 for i in idx[:n_examples])
+            md.append(f"  - {kind}, {_verdict(verdict)} -> {_verdict(not verdict)} ({len(idx)}{note}): {examples}")
     return "\n".join(md) + "\n"
 
 
+def _verdict(right: bool) -> str:
+    return "right" if right else "wrong"
+
+
 def _clip(s: str, width: int = 70) -> str:
-    s = s.replace("`", "'").replace("\n", " ")
-    return s if len(s) <= width else s[:width - 3] + "..."
+    """The part of a response around its last box (where the answer is), on one line."""
+    s = s.replace("`", "'").replace("\n", " ").strip()
+    if len(s) <= width:
+        return s
+    cut = max(s.rfind("\\boxed"), s.rfind("\\fbox"), s.rfind("</think>"))
+    start = max(0, min(cut - width // 4, len(s) - width + 3)) if cut >= 0 else 0
+    out = s[start:start + width - 3]
+    return ("..." if start else "") + out + ("..." if start + width - 3 < len(s) else "")
 
 
 def write_docs(text: str, path: Path = DOC) -> None:
@@ -182,14 +144,14 @@ def write_docs(text: str, path: Path = DOC) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from drmas_bench.grading import GRADERS
-    from drmas_bench.tasks import resolve_data_dir
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", help="folder holding math/ (default: $DRMAS_DATA_DIR)")
+    ap.add_argument("--vectors", type=Path, default=None,
+                    help=f"math_grade.jsonl (default: ${VECTORS_ENV}/ or ../shared/reference_vectors/)")
     ap.add_argument("--graders", help=f"comma-separated (default: all installed of {', '.join(GRADERS)})")
-    ap.add_argument("--timeout", type=float, default=5.0, help="per-item timeout in seconds (default 5)")
+    ap.add_argument("--timeout", type=float, default=5.0, help="per-case timeout in seconds (default 5)")
     ap.add_argument("--workers", type=int, default=None, help="grading processes (default: usable CPUs)")
-    ap.add_argument("--examples", type=int, default=2, help="examples per disagreement pattern (default 2)")
+    ap.add_argument("--examples", type=int, default=1, help="examples per disagreement pattern (default 1)")
     ap.add_argument("--write-docs", action="store_true", help="write the tables into docs/grading.md")
     args = ap.parse_args(argv)
 
@@ -197,12 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     for g in graders:
         if g not in GRADERS:
             ap.error(f"unknown grader {g!r}; known: {', '.join(GRADERS)}")
-    data_dir = resolve_data_dir(args.data_dir)
-    items = build_items(str(data_dir) if data_dir else None)
-    results = grade_all(items, graders, args.timeout, args.workers)
+    path = args.vectors or default_vectors()
+    if path is None or not path.is_file():
+        ap.error(f"no math_grade.jsonl: pass --vectors FILE or set ${VECTORS_ENV}"
+                 + (f" ({path} is not a file)" if path else ""))
+    cases = load_cases(path)
+    results = grade_all(cases, graders, args.timeout, args.workers)
     versions = ", ".join(f"{g} v{GRADERS[g].version}" for g in graders)
-    text = f"Graders: {versions}. Made by `python scripts/grader_agreement.py --write-docs`.\n\n" + \
-        tables(items, results, graders, args.examples)
+    text = (f"Graders: {versions}; the reference's verdicts from `math_grade.jsonl`. Made by "
+            f"`python scripts/grader_agreement.py --write-docs`.\n\n" + tables(cases, results, graders, args.examples))
     print(text)
     if args.write_docs:
         write_docs(text)

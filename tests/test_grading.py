@@ -26,7 +26,7 @@ from drmas_bench.grading import (
     normalize_qa,
 )
 from drmas_bench.grading import GRADERS, get_grader, has_boxed_answer
-from drmas_bench.grading.compat import compat_normalize
+from drmas_bench.grading.compat import mathd_form, sympy_form
 from drmas_bench.grading.latex import LatexGuardError, latex_to_sympy
 from drmas_bench.types import UserError
 
@@ -199,6 +199,10 @@ DIFFERENT = [
     ("2", "9^{9^{9^{9^{9}}}}"),
     ("5", "10000!"),
     ("8,221", "221, 8"),  # a number gold (8221) is not a reordered list
+    # values beyond float range at every sample point (once counted as close to anything)
+    ("x e^{1000}", "2x e^{1000}"),
+    ("\\frac{s+\\sigma}{(s+\\sigma)^{2}+\\omega_{d}^{2}}",
+     "m_{p} c^{2}\\left(\\gamma^{2}-1\\right) \\sin ^{2} \\theta Province state church castle red"),
 ]
 
 
@@ -262,7 +266,7 @@ def test_registry_names_versions_and_defaults():
     assert list(GRADERS)[:2] == ["careful", "reference_compat"]
     for name, g in GRADERS.items():
         assert g.name == name and g.version and g.identity() == {"name": name, "version": g.version}
-    assert get_grader("careful").version == "2"
+    assert get_grader("careful").version == "3"
 
 
 @pytest.mark.parametrize(
@@ -289,26 +293,52 @@ def test_has_boxed_answer(text, want):
     assert has_boxed_answer(text) is want
 
 
-# (response, gold, careful, reference_compat): where the reference's rules differ from ours
+# (response, gold, careful, reference_compat): where the reference's grader (REFERENCE.md 2b) and
+# ours differ, and a few where they agree. The compat column is the reference's verdict; the whole
+# grader is checked on every math_grade vector in test_reference_vectors_grading.py.
 COMPAT_CASES = [
     ("\\boxed{\\boxed{7}}", "7", True, True),
     ("\\fbox{7}", "7", True, False),  # the reference finds no answer in \\fbox or \\boxed 7
     ("\\boxed 7", "7", True, False),
+    ("\\boxed{204}; final: \\boxed 113", "204", False, False),  # the unbraced last box removes the first
     ("\\boxed{7}</think> wait \\boxed{8}", "8", True, True),
     # the reference grades the piece between the first and the second </think>: 7
     ("<think>\\boxed{8}</think>\\boxed{7}</think>\\boxed{9}", "7", False, True),
     ("<think>\\boxed{8}</think>\\boxed{7}</think>\\boxed{9}", "9", True, False),
-    ("\\boxed{0.00000001}", "0", False, True),  # the known flaw: below 1e-7 equals 0
-    ("\\boxed{3\\times 10^{-9}}", "0", False, True),
+    ("\\boxed{0.00000001}", "0", False, True),  # a Python float within 1e-7 of an integer is it
     ("\\boxed{2.00000001}", "2", False, True),
-    ("\\boxed{10^{-8}}", "2\\times 10^{-8}", False, True),
-    ("\\boxed{5 \\text{ cm}}", "5", True, False),  # \\text keeps only its first group: "cm"
-    ("\\boxed{\\text{A} and \\text{B}}", "A", False, True),
+    ("\\boxed{2.55e-10}", "1.24e-8", False, True),  # both read as 0
+    ("\\boxed{3\\times 10^{-9}}", "0", False, False),  # LaTeX powers are not floats: integer rule
+    ("\\boxed{10^{-8}}", "2\\times 10^{-8}", False, False),
+    ("\\boxed{5 \\text{ cm}}", "5", True, True),  # mathd keeps what precedes `\\text{ `
+    ("\\boxed{5 \\text{ cm} \\text{ long}}", "5", True, False),  # twice: mathd gives up
+    ("\\boxed{\\text{Monday}}", "Mon", False, True),  # unit words vanish inside words too
+    ("\\boxed{\\text{A} and \\text{B}}", "A", False, True),  # a leading \\text keeps its group only
     ("\\boxed{\\text{Evelyn}}", "\\text{Evelyn}", True, True),
+    ("\\boxed{x = 204}", "204", True, True),
+    ("\\boxed{ab=5}", "5", False, True),  # at most 2 characters before the one `=`
+    ("\\boxed{xy = 3}", "3", False, False),
+    ("\\boxed{3\\,159}", "3159", True, False),  # the thin space reads as `3+159`
+    ("\\boxed{1,000}", "1000", True, True),
+    ("\\boxed{1003^{\\circ}}", "$1003$", True, False),  # `$` is not removed on the mathd path
+    ("\\boxed{\\frac{28}{6}}", "\\frac{14}{3}", False, False),  # unreduced fractions are wrong
+    ("\\boxed{\\frac{3}{6}}", "0.5", True, True),
+    ("\\boxed{56/1}", "56.0", False, False),  # one side an integer, the other not: no sympy
+    ("\\boxed{2^{10}}", "1024", False, False),
+    ("\\boxed{7 3/4}", "\\frac{31}{4}", False, True),  # a mixed number reads as 7+3/4
     ("\\boxed{2,1}", "1,2", True, False),  # no unordered lists in the reference
+    ("\\boxed{(5)}", "5", False, True),
+    ("\\boxed{[2,251,252)}", "$(2,251,252)$", False, True),  # one element: brackets not compared
+    ("\\boxed{(1,2)}", "[1,2]", False, False),
+    ("\\boxed{x+y+z}", "z+y+x", True, False),  # more than two letters: sympy is not asked
+    ("\\boxed{(x+1)^2}", "x^2+2x+1", True, True),
     ("\\boxed{\\dfrac{1}{2}}", "\\frac12", True, True),
     ("\\boxed{0.5}", "\\frac{1}{2}", True, True),
     ("\\boxed{x^2-1}", "(x-1)(x+1)", True, True),
+    ("The answer is \\boxed{5}.", "\\boxed{5}", True, True),  # a boxed gold is extracted
+    ("\\boxed{5}", "\\boxed 5", True, False),  # ... and one that fails to extract is no gold
+    ("\\boxed{}", "cm", False, True),  # a blank answer is graded too: `cm` normalises to blank
+    ("\\boxed{}", "0", False, False),
     ("\\boxed{\\sqrt{2}}", "1.41421356", False, False),
     ("\\boxed{3}", "4", False, False),
 ]
@@ -320,13 +350,49 @@ def test_reference_compat_against_careful(response, gold, careful, compat):
     assert grade_math(response, gold, backend="reference_compat") is compat
 
 
-def test_compat_normalize():
-    assert compat_normalize("\\left( 1, 2 \\right)") == "(1,2)"
-    assert compat_normalize("90^\\circ") == "90"
-    assert compat_normalize("0.000000001") == "0"
-    assert compat_normalize("-3.0000000001") == "-3"
-    assert compat_normalize("3.001") == "3.001"
-    assert compat_normalize("\\text{(C)} or \\text{D}") == "(C)"
+def test_reference_compat_in_the_pool_grades_blank_answers():
+    """The pool asks reference_compat about a blank box (it may be right); careful never."""
+    got = grade_math_many([("\\boxed{}", "cm"), ("\\boxed{ }", "0")], workers=1, backend="reference_compat")
+    assert [(r.correct, r.status, r.extracted) for r in got] == [(True, "ok", ""), (False, "ok", " ")]
+    assert [r.correct for r in grade_math_many([("\\boxed{}", "cm")], workers=1)] == [False]
+
+
+@pytest.mark.parametrize("answer, want", [
+    ("\\text{A} or \\text{B}", "A"),
+    ("x = 5", "5"),
+    ("ab = 5", "ab=5"),
+    ("5 \\text{ cm} \\text{ long}", "5 \\text{ cm} \\text{ long}"),  # gives up: as it was
+    ("\\frac12", "\\frac{1}{2}"),
+    ("\\frac1", "\\frac1"),  # one character after \\frac: left as it is
+    ("3/4", "\\frac{3}{4}"),
+    ("03/4", "03/4"),  # not written the way Python writes the integer
+    (".5", "\\frac{1}{2}"),
+    ("\\sqrt3", "\\sqrt{3}"),
+    ("\\left( 1, 2 \\right)", "(1,2)"),
+])
+def test_mathd_form(answer, want):
+    assert mathd_form(answer) == want
+
+
+@pytest.mark.parametrize("answer, want", [
+    ("3\\,159", "3+159"),
+    ("7 3/4", "7+3/4"),
+    ("\\text{Monday}", "mon"),
+    ("5 cm^2", "5"),
+    ("5 \\text{cm}^2", "5^2"),  # the brace stands between the word and its power
+    ("1e-8", "0"),
+    ("204.0000001", "204"),
+    ("204.000001", "204.000001"),
+    ("10^{-8}", "10^-8"),  # not a Python float: no integer snap
+    ("\\frac{a}{b}", "a/b"),
+    ("\\sqrt{2}\\pi", "sqrt(2)pi"),
+    ("2.5 million", "2.5*10^6"),
+    ("1{,}000", "1000"),
+    ("(2,251,252)", "(2,251,252)"),
+    ("\\text{(C)} or \\text{D}", "(c)"),
+])
+def test_sympy_form(answer, want):
+    assert sympy_form(answer) == want
 
 
 ANSWER_PIECES = list("0123456789+-*/^_{}()[],.=xyi! ") + ["\\frac", "\\sqrt", "\\pi", "\\pm", "\\cup", "\\infty", "\\left(", "\\text{ m}"]
@@ -528,3 +594,28 @@ def test_a_search_episode_without_an_answer_scores_zero_even_against_a_gold_that
     grade_trajectories([none, empty], "qa")
     assert (none.correct, none.extra["em"]) == (False, 0.0)
     assert (empty.correct, empty.extra["em"]) == (True, 1.0)  # an empty answer tag: the reference's EM
+
+
+def test_grader_agreement_script_compares_with_the_reference_verdicts(tmp_path, capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "grader_agreement.py"
+    spec = importlib.util.spec_from_file_location("grader_agreement", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rows = [("self", "\\boxed{5}", "5", True), ("fbox", "\\fbox{5}", "5", False),
+            ("syn: blank", "\\boxed{}", "cm", True)]
+    vectors = tmp_path / "math_grade.jsonl"
+    vectors.write_text("".join(json.dumps({"rule": "math_grade", "reference": ref, "input": {
+        "benchmark": "synthetic", "kind": kind, "gold": gold, "response": resp}}) + "\n"
+        for kind, resp, gold, ref in rows))
+    assert script.main(["--vectors", str(vectors), "--graders", "careful,reference_compat", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| fbox " in out and "| synthetic (one case per kind) " in out
+    assert "**careful**: 2 differ" in out and "fbox, wrong -> right (1)" in out
+    assert "**reference_compat**: 0 differ" in out
+    vectors.write_text(json.dumps({"rule": "qa_em", "input": {}, "reference": 1}) + "\n")
+    with pytest.raises(SystemExit, match="not a math_grade case"):
+        script.main(["--vectors", str(vectors), "--graders", "careful"])

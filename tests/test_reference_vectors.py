@@ -252,8 +252,6 @@ def test_episodes_math():
     assert_all_agree("episode/math", load_reference_cases("episodes_math.jsonl"), check)
 
 
-@pytest.mark.xfail(strict=False, reason="the reward is the reference grader's: reference_compat agrees on 297 of "
-                   "300 (a braced matrix, a trailing \\}); the grader's part of issue 22 (math_grade family)")
 def test_episodes_math_reward():
     """The math env grades the final answer (the last solver output, whole) with the reference
     grader; ours is `reference_compat` on the same text."""

@@ -35,6 +35,7 @@ Graders (`backend=`, a name from `drmas_bench.grading.registry.GRADERS`, the one
 
 from __future__ import annotations
 
+import cmath
 import logging
 import re
 from dataclasses import dataclass
@@ -198,7 +199,9 @@ def _value(expr, subs: dict | None = None) -> complex | None:
         v = sympy.N(expr.subs(subs) if subs else expr, 30)
         if v.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or v.free_symbols:
             return None
-        return complex(v)
+        c = complex(v)
+        # a value beyond float range becomes inf here, and inf would be "close" to anything
+        return c if cmath.isfinite(c) else None
     except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError):
         return None
 
@@ -397,6 +400,20 @@ def resolve_backend(backend: str | Callable[[str, str], bool]):
     return g.extract, g.equal
 
 
+def no_answer(extracted: str | None, backend: str | Callable[[str, str], bool]) -> bool:
+    """Nothing to grade: no answer, or a blank one (`\\boxed{ }`). A grader whose `grades_blank` is
+    set (reference_compat: the reference grades a blank box too) is given the blank answer."""
+    if extracted is None:
+        return True
+    if extracted.strip():
+        return False
+    if callable(backend):
+        return True
+    from drmas_bench.grading.registry import get_grader
+
+    return not get_grader(backend).grades_blank
+
+
 def get_backend(backend: str | Callable[[str, str], bool]) -> Callable[[str, str], bool]:
     """A grader name (see `registry.GRADERS`) -> its comparison `(extracted answer, gold) -> bool`.
 
@@ -412,6 +429,6 @@ def grade_math(response: str, gold: str, backend: str | Callable[[str, str], boo
     this process with no timeout: batch grading of untrusted output belongs in `grade_math_many`."""
     extract, equal = resolve_backend(backend)
     extracted = extract(response)
-    if extracted is None or not extracted.strip():
+    if no_answer(extracted, backend):
         return False
     return bool(equal(extracted, gold))

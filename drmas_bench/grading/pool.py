@@ -79,12 +79,12 @@ class GradeResult:
 
 def grade_one(response: str, gold: str, backend: str | Callable[[str, str], bool] = "careful") -> GradeResult:
     """Grade one pair in this process (no timeout), catching grader errors as status "error"."""
-    from drmas_bench.grading.math import resolve_backend
+    from drmas_bench.grading.math import no_answer, resolve_backend
 
     t0 = time.perf_counter()
     extract, equal = resolve_backend(backend)
     extracted = extract(response)
-    if extracted is None or not extracted.strip():
+    if no_answer(extracted, backend):
         return GradeResult(False, "ok", extracted, time.perf_counter() - t0)
     try:
         correct = bool(equal(extracted, gold))

@@ -11,8 +11,8 @@ Graders:
   normalisation, structural comparison of lists, tuples, intervals, matrices and equations, exact
   numbers, sympy with sample points and guards. Called `reference` before version 2; that name is
   refused with a pointer, since it was never the reference's grader.
-- `reference_compat`: the reference grader's facts (`drmas_bench.grading.compat`), flaws included
-  (numbers below 1e-7 equal 0; `\\text{...}` keeps only its first group).
+- `reference_compat`: the reference's grader, RewardMathFn (`drmas_bench.grading.compat`), rule by
+  rule with its flaws (REFERENCE.md 2b); it agrees with it on every `math_grade` reference vector.
 - `math_verify`: the math-verify package (extra `mathverify`) on the careful extraction.
 
 Adding a grader = one `register(MathGrader(...))` call.
@@ -35,13 +35,15 @@ RENAMED = {"reference": "the old default `reference` is now called `careful`; "
 @dataclass(frozen=True)
 class MathGrader:
     """name: registry key; version: bumped whenever a grade may change; equal(extracted, gold);
-    extract(response) -> answer or None; about: one line for --help and docs."""
+    extract(response) -> answer or None; about: one line for --help and docs; grades_blank: a blank
+    answer (`\\boxed{}`) still goes to `equal` (otherwise it is wrong without asking)."""
 
     name: str
     version: str
     equal: Callable[[str, str], bool]
     extract: Callable[[str | None], str | None] = extract_boxed
     about: str = ""
+    grades_blank: bool = False
 
     def identity(self) -> dict[str, str]:
         """What a run records: {"name", "version"}."""
@@ -91,9 +93,14 @@ def _dist_version(dist: str) -> str:
         return "missing"
 
 
-register(MathGrader("careful", "2", _careful, extract_boxed,
+# careful v3: a value beyond float range no longer counts as close to anything (v2 said such answers
+# were equal)
+register(MathGrader("careful", "3", _careful, extract_boxed,
                     "our careful grader (default): structure-aware, exact numbers, guarded sympy"))
-register(MathGrader("reference_compat", "1", _compat, extract_boxed_strict,
-                    "the reference grader's rules, flaws included (REFERENCE.md 2b)"))
+# v2: the rules of REFERENCE.md 2b as rewritten from the reference's code (mathd and sympy forms,
+# tuples, integer and fraction rules); v1 followed an earlier, looser restatement
+register(MathGrader("reference_compat", "2", _compat, extract_boxed_strict,
+                    "the reference grader (RewardMathFn), flaws included (REFERENCE.md 2b)",
+                    grades_blank=True))
 register(MathGrader("math_verify", f"1+math-verify-{_dist_version('math-verify')}", _math_verify, extract_boxed,
                     "the math-verify package on the careful extraction (extra: mathverify)"))
