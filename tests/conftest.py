@@ -42,6 +42,11 @@ def load_reference_cases(filename: str, rule_prefix: str = "") -> list[dict]:
     return [c for c in cases if c["rule"].startswith(rule_prefix)]
 
 
+# rule -> {family: (cases, agreeing)}: every reference-vector case a test checked in this session,
+# printed as a table at the end and compared with the folder's rules (pytest_sessionfinish)
+PARITY: dict[str, dict[str, tuple[int, int]]] = {}
+
+
 def assert_all_agree(family: str, cases: list[dict], check) -> None:
     """Run `check(case) -> (ok, got)` on every case; fail with the count and the first few
     disagreements (input, reference, ours) unless all agree. An empty family fails too."""
@@ -50,9 +55,51 @@ def assert_all_agree(family: str, cases: list[dict], check) -> None:
     for c in cases:
         ok, got = check(c)
         if not ok:
-            bad.append((c["input"], c["reference"], got))
-    shown = "\n".join(f"  input={i!r}\n    reference={r!r}\n    ours={g!r}" for i, r, g in bad[:5])
+            bad.append((c, got))
+    for rule in {c["rule"] for c in cases}:
+        n = sum(c["rule"] == rule for c in cases)
+        PARITY.setdefault(rule, {})[family] = (n, n - sum(c["rule"] == rule for c, _ in bad))
+    shown = "\n".join(f"  input={c['input']!r}\n    reference={c['reference']!r}\n    ours={g!r}" for c, g in bad[:5])
     assert not bad, f"{family}: {len(cases) - len(bad)}/{len(cases)} agree; first disagreements:\n{shown}"
+
+
+def _vector_rules() -> dict[str, int]:
+    """rule -> number of cases, over every file of the reference-vector folder."""
+    import json
+
+    d = find_reference_vectors()
+    rules: dict[str, int] = {}
+    for f in sorted(d.glob("*.jsonl")) if d else []:
+        with open(f, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    rule = json.loads(line)["rule"]
+                    rules[rule] = rules.get(rule, 0) + 1
+    return rules
+
+
+def pytest_terminal_summary(terminalreporter):
+    if PARITY:
+        terminalreporter.section("parity with the reference's own outputs (cases agreeing / cases)")
+        for rule in sorted(PARITY):
+            for family, (n, ok) in sorted(PARITY[rule].items()):
+                terminalreporter.write_line(f"{rule:28s} {family:34s} {ok:6d} / {n:<6d}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A whole-suite run (no paths, -k or -m) must have checked every rule of the folder: a family
+    that no test reads any more fails the session instead of passing unseen."""
+    opt = session.config.option
+    if session.config.args != [str(REPO / "tests")] and session.config.args not in ([], ["tests"]):
+        return
+    if (getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "collectonly", False)
+            or find_reference_vectors() is None):
+        return
+    unchecked = sorted(set(_vector_rules()) - set(PARITY))
+    if unchecked and exitstatus == 0:
+        session.config.get_terminal_writer().line(
+            f"reference-vector rules no test checked: {', '.join(unchecked)}", red=True)
+        session.exitstatus = 1
 
 
 @pytest.fixture(scope="session")
