@@ -697,7 +697,7 @@ def _run_and_summarize(cfg, team, wf, tasks, store, sampling, retriever, cost_fn
 
     keys = {(t.benchmark, t.id) for t in tasks}
     records = [r for r in store.records() if (r["task"]["benchmark"], r["task"]["id"]) in keys and r["sample_idx"] < cfg.n]
-    summary = metrics.summarize(records, prices=prices)
+    summary = metrics.summarize(records, prices=prices, workflow=wf.name)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2)}
     summary["pool"] = pool_stats

@@ -18,8 +18,12 @@ call the functions below; nothing here formats text (Markdown lives in `drmas_be
   `bootstrap_ci(values)` and `bootstrap_mean_ci(strata)` are its one-column forms.
 - `seed_for(name, seed)`: the bootstrap seed of one named population (benchmark, metric, ...).
 - `turn_cost(turn, prices, key=None)`: one recorded call's dollars from a price sheet.
-- `summarize(records, prices=None, ks=None, n_boot=1000, seed=0)`: the summary dict described in
-  `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`).
+- `compliance(records, workflow=None)`: how each agent kept the protocol (valid rate, each reason a
+  response failed its format check, cut-off and blank responses, the environment's reading of each
+  action, verdicts) and per-episode searches, empty steps and answer-tag rate: why a run scored what
+  it scored. `invalid_reasons(rule, text)` is its per-response test.
+- `summarize(records, prices=None, ks=None, n_boot=1000, seed=0, workflow=None)`: the summary dict
+  described in `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`).
 """
 
 from __future__ import annotations
@@ -302,17 +306,18 @@ def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Questi
 
 
 def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequence[int] | None = None,
-              n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+              n_boot: int = 1000, seed: int = 0, workflow: str | None = None) -> dict[str, Any]:
     """Summary of trajectory records (dicts from `Trajectory.to_dict()`, or Trajectory objects).
 
     prices: a PriceSheet to price every call by its turn's `wg`; None sums the recorded `cost_usd`.
     ks: the k of pass@k (default 1, 2, 4, ... up to n, plus n); k above a population's n is skipped.
     n_boot, seed: bootstrap resamples and seed for the 95% CIs (resampling questions).
+    workflow: the workflow that wrote the records, for `compliance` (None: inferred from the agents).
 
     Returns {"benchmarks": {name: block}, "micro": block, "macro": {...}, "labels": {...},
-    "unpriced_models": [...], "n_boot", "seed"}. A block holds: questions, samples, n (samples per
-    question; the smallest when they differ), n_min, n_max, n_varies, questions_with_other_n (+ ids),
-    duplicate_samples, avg@n, pass@k {"1": ..} (k <= n_min), pass@n (any success among each
+    "compliance": `compliance` over every record, "unpriced_models": [...], "n_boot", "seed"}.
+    A block holds: questions, samples, n (samples per question; the smallest when they differ),
+    n_min, n_max, n_varies, questions_with_other_n (+ ids), duplicate_samples, avg@n, pass@k {"1": ..} (k <= n_min), pass@n (any success among each
     question's samples: with uneven counts, over the samples present), ci95 {avg@n, pass@n},
     ks_skipped, latency_s {p50, p95} (trajectory wall_s), agents {name: models, calls,
     calls_per_traj, prompt_tokens_per_call, completion_tokens_per_call, usd_per_question},
@@ -337,7 +342,188 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
         "micro": micro,
         "macro": _macro(blocks, {b: by_bench[b] for b in blocks}, n_boot, seed_for(MACRO, seed)),
         "labels": {"micro": MICRO, "macro": MACRO},
+        "compliance": compliance(recs, workflow),
         "unpriced_models": sorted(prices.unpriced) if prices is not None else [],
         "n_boot": n_boot,
         "seed": seed,
     }
+
+
+# ------------------------------------------------------------------------------ protocol compliance
+
+# which format check each agent's responses must pass, per workflow (the workflows set Turn.valid
+# with the same check: protocol.verify_valid / action_valid / solver_valid, the toy's own tags)
+ROLE_RULES: dict[str, dict[str, str]] = {
+    "math_refine": {"solver": "boxed", "verifier": "verify"},
+    "search_route": {"verifier": "verify", "searcher": "action", "answerer": "action"},
+    "toy": {"solver": "toy_answer", "checker": "toy_verdict"},
+}
+# every reason a response can fail its check, in the order tables show them
+REASONS = ("missing_verify_tag", "missing_action_tag", "think_count", "think_order", "missing_boxed",
+           "unbalanced_boxed", "missing_answer_tag", "missing_verdict_tag", "cjk")
+
+
+def infer_workflow(records: Iterable[dict[str, Any]]) -> str | None:
+    """The workflow that wrote `records`, from the agents its turns name (old run dirs record no
+    workflow in their samples): a searcher or answerer -> search_route, a checker -> toy, a solver
+    -> math_refine; None when no turn names one of them."""
+    agents = {str(t.get("agent")) for r in records for t in r.get("turns", [])}
+    if agents & {"searcher", "answerer"}:
+        return "search_route"
+    if "checker" in agents:
+        return "toy"
+    if "solver" in agents:
+        return "math_refine"
+    return None
+
+
+def invalid_reasons(rule: str, text: str) -> list[str]:
+    """Every reason `text` fails format check `rule` (empty: it passes), each from the protocol's
+    own parsing so that ``not invalid_reasons(rule, t)`` is the validity the workflow records:
+
+    - verify (both verifiers): missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk;
+    - action (searcher, answerer): missing_action_tag (no tag pair the environment acts on),
+      think_count (``<think>`` or ``</think>`` not exactly once), think_order (each once, closing
+      first), cjk;
+    - boxed (math solver): missing_boxed (no ``\\boxed`` at all), unbalanced_boxed (one is there but
+      the extraction finds no answer in it), cjk;
+    - toy_answer / toy_verdict: missing_answer_tag / missing_verdict_tag (the toy's own tags).
+
+    cjk = a character in U+4E00..U+9FFF (`protocol.has_cjk`)."""
+    from drmas_bench.workflows import protocol as P
+
+    out: list[str] = []
+    if rule == "verify":
+        if P.tagged(text, P.VERIFY) is None:
+            out.append("missing_verify_tag")
+    elif rule == "action":
+        if P.env_action(text).kind == "empty":
+            out.append("missing_action_tag")
+        n_open, n_close = text.count(P.THINK_OPEN), text.count(P.THINK_CLOSE)
+        if n_open != 1 or n_close != 1:
+            out.append("think_count")
+        elif text.find(P.THINK_OPEN) > text.find(P.THINK_CLOSE):
+            out.append("think_order")
+    elif rule == "boxed":
+        from drmas_bench.grading.extract import has_boxed_answer
+
+        if "\\boxed" not in text:
+            out.append("missing_boxed")
+        elif not has_boxed_answer(text):
+            out.append("unbalanced_boxed")
+    elif rule == "toy_answer":
+        from drmas_bench.workflows.toy import ANSWER
+
+        if not ANSWER.search(text):
+            out.append("missing_answer_tag")
+    elif rule == "toy_verdict":
+        from drmas_bench.workflows.toy import parse_verdict
+
+        if parse_verdict(text) is None:
+            out.append("missing_verdict_tag")
+    else:
+        raise ValueError(f"unknown format rule {rule!r}")
+    if rule in ("verify", "action", "boxed") and P.has_cjk(text):
+        out.append("cjk")
+    return out
+
+
+def _text(turn: dict[str, Any]) -> str:
+    return str((turn.get("completion") or {}).get("text") or "")
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return float(np.mean(xs)) if len(xs) else None
+
+
+def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str, Any]:
+    """Why a run scored what it scored: how each agent kept the protocol, from the recorded turns.
+
+    workflow: the workflow that wrote the records (None: `infer_workflow`). Per agent (``agents``):
+
+    - calls; valid = turns recorded valid (``Turn.valid``, the check the run applied);
+      valid_rate = valid / calls;
+    - invalid_reasons {reason: turns}: `invalid_reasons` on each response, every failing reason
+      counted (a turn can have several; reasons are recomputed from the text with the current rules);
+    - length_cut = turns whose generation stopped at max_new_tokens (``finish == "length"``);
+      empty_responses = turns whose text is blank;
+    - search_route's searcher / answerer: actions {search, answer, empty} = the environment's
+      reading of each response (`protocol.env_action`); answer_tag_rate = answer / calls;
+    - verifiers: verdicts {verdict: turns} (`protocol.search_verdict`, `protocol.math_verdict`).
+
+    Per episode (``episodes``; means over trajectories E, each with its recorded turns):
+
+    - search_route: steps = verifier turns; searches = searcher/answerer turns read as a search;
+      empty_steps = those read as neither a search nor an answer; answer_tag_rate = share of
+      episodes that ended on a tagged answer (``final_answer`` recorded); no_answer = 1 - that;
+      searches_distribution {k: episodes with k searches};
+    - math_refine: rounds = solver turns; approve_rate = approving verifier turns / verifier turns.
+
+    Turns without a text (hand-made or old records) count as blank responses."""
+    from drmas_bench.workflows import protocol as P
+
+    recs = [_as_dict(r) for r in records]
+    wf = workflow or infer_workflow(recs)
+    rules = ROLE_RULES.get(wf or "", {})
+    acc: dict[str, dict[str, Any]] = {}
+    for r in recs:
+        for t in r.get("turns", []):
+            name = str(t.get("agent", "?"))
+            a = acc.setdefault(name, {"calls": 0, "valid": 0, "reasons": Counter(), "length_cut": 0,
+                                      "empty_responses": 0, "actions": Counter(), "verdicts": Counter()})
+            text = _text(t)
+            a["calls"] += 1
+            a["valid"] += bool(t.get("valid", True))
+            a["length_cut"] += (t.get("completion") or {}).get("finish") == "length"
+            a["empty_responses"] += not text.strip()
+            rule = rules.get(name)
+            if rule:
+                a["reasons"].update(invalid_reasons(rule, text))
+            if wf == "search_route" and rule == "action":
+                a["actions"][P.env_action(text).kind] += 1
+            elif wf == "search_route" and name == "verifier":
+                a["verdicts"][P.search_verdict(text)] += 1
+            elif wf == "math_refine" and name == "verifier":
+                a["verdicts"][P.math_verdict(text)] += 1
+    agents: dict[str, dict[str, Any]] = {}
+    for name, a in sorted(acc.items()):
+        out: dict[str, Any] = {
+            "rule": rules.get(name), "calls": a["calls"], "valid": a["valid"],
+            "valid_rate": a["valid"] / a["calls"] if a["calls"] else None,
+            "invalid_reasons": {k: a["reasons"][k] for k in REASONS if a["reasons"][k]},
+            "length_cut": a["length_cut"], "empty_responses": a["empty_responses"],
+        }
+        if a["actions"]:
+            out["actions"] = {k: a["actions"][k] for k in ("search", "answer", "empty")}
+            out["answer_tag_rate"] = a["actions"]["answer"] / a["calls"]
+        if a["verdicts"]:
+            out["verdicts"] = dict(sorted(a["verdicts"].items()))
+        agents[name] = out
+    return {"workflow": wf, "agents": agents, "episodes": _episode_compliance(recs, wf)}
+
+
+def _episode_compliance(recs: list[dict[str, Any]], wf: str | None) -> dict[str, Any]:
+    """The per-episode half of `compliance` (see its docstring)."""
+    from drmas_bench.workflows import protocol as P
+
+    out: dict[str, Any] = {"episodes": len(recs)}
+    if wf == "search_route":
+        steps, searches, empty, answered = [], [], [], []
+        for r in recs:
+            turns = r.get("turns", [])
+            kinds = [P.env_action(_text(t)).kind for t in turns if t.get("agent") in ("searcher", "answerer")]
+            steps.append(sum(t.get("agent") == "verifier" for t in turns))
+            searches.append(kinds.count("search"))
+            empty.append(kinds.count("empty"))
+            answered.append(r.get("final_answer") is not None)
+        rate = _mean([float(x) for x in answered])
+        out.update(steps_per_episode=_mean(steps), searches_per_episode=_mean(searches),
+                   empty_steps_per_episode=_mean(empty), answer_tag_rate=rate,
+                   no_answer_rate=None if rate is None else 1.0 - rate,
+                   searches_distribution={str(k): v for k, v in sorted(Counter(searches).items())})
+    elif wf == "math_refine":
+        rounds = [sum(t.get("agent") == "solver" for t in r.get("turns", [])) for r in recs]
+        verdicts = [P.math_verdict(_text(t)) for r in recs for t in r.get("turns", []) if t.get("agent") == "verifier"]
+        out.update(rounds_per_episode=_mean(rounds),
+                   approve_rate=verdicts.count("approve") / len(verdicts) if verdicts else None)
+    return out
