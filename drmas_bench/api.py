@@ -43,7 +43,6 @@ import copy
 import hashlib
 import inspect
 import logging
-import math
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -134,20 +133,10 @@ class Summary:
 
 # ------------------------------------------------------------------------------------ checks
 
-# field -> (check, what it must be); None values (not set) are not checked. Messages name the flag.
-FIELD_RULES = {
-    "n": (lambda v: v >= 1, "an integer >= 1", int),
-    "limit": (lambda v: v >= 1, "an integer >= 1", int),
-    "max_new_tokens": (lambda v: v >= 1, "an integer >= 1", int),
-    "max_prompt_tokens": (lambda v: v >= 0, "an integer >= 0 (0 = no limit)", int),
-    "seed": (lambda v: True, "an integer", int),
-    "temperature": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0", float),
-    "top_p": (lambda v: math.isfinite(v) and 0 < v <= 1, "a number in (0, 1]", float),
-    "concurrency": (lambda v: v >= 1, "an integer >= 1", int),
-    "max_batch": (lambda v: v >= 1, "an integer >= 1", int),
-    "flush_every": (lambda v: v >= 1, "an integer >= 1", int),
-    "pool_budget": (lambda v: math.isfinite(v) and v > 0, "a number > 0", float),
-}
+# the EvalConfig fields with a numeric range (drmas_bench.schema.RANGES, shared with the trainer);
+# None values (not set) are not checked. Messages name the flag.
+RANGED_FIELDS = ("n", "limit", "max_new_tokens", "max_prompt_tokens", "seed", "temperature", "top_p", "concurrency",
+                 "max_batch", "flush_every", "pool_budget")
 
 
 def choices() -> dict[str, tuple[str, ...]]:
@@ -165,15 +154,14 @@ def flag(name: str) -> str:
 
 
 def validate_config(cfg: EvalConfig) -> None:
-    """Check the numeric fields (``FIELD_RULES``) and choices (``choices()``) before anything is read
+    """Check the numeric fields (``RANGED_FIELDS``, ranges from ``drmas_bench.schema.RANGES``) and choices (``choices()``) before anything is read
     or loaded; one UserError naming the flag per mistake."""
-    for name, (ok, what, kind) in FIELD_RULES.items():
+    from drmas_bench.schema import RANGES
+
+    for name in RANGED_FIELDS:
         v = getattr(cfg, name)
-        if v is None:
-            continue
-        typed = isinstance(v, (int, float)) and not isinstance(v, bool) and (kind is float or isinstance(v, int))
-        if not typed or not ok(v):
-            raise UserError(f"{flag(name)} must be {what}, got {v!r}")
+        if v is not None and not RANGES[name].check(v):
+            raise UserError(f"{flag(name)} must be {RANGES[name].what}, got {v!r}")
     for name, allowed in choices().items():
         v = getattr(cfg, name)
         if v is not None and v not in allowed:
@@ -522,10 +510,14 @@ def workflow_record(wf) -> dict[str, str]:
 
 def protocol_summary(records: list[dict], info: dict | None) -> dict:
     """summary.json's ``protocol``: the prompts hash / source and prompt limit of the run, the number
-    of recorded calls and how many of them had their prompt truncated by the engine."""
+    of recorded calls, how many had their prompt truncated by the engine, and how many carried a
+    limit the engine could not apply (an HTTP model without a tokenizer here or on its server:
+    ``prompt_limit_unenforced_calls``)."""
     calls = [t for r in records for t in r["turns"]]
     truncated = sum(bool(t["completion"].get("prompt_truncated")) for t in calls)
-    return {**(info or {}), "calls": len(calls), "prompt_truncated_calls": truncated}
+    unenforced = sum(bool(t["completion"].get("prompt_limit_unenforced")) for t in calls)
+    return {**(info or {}), "calls": len(calls), "prompt_truncated_calls": truncated,
+            "prompt_limit_unenforced_calls": unenforced}
 
 
 # ------------------------------------------------------------------------------------ running
@@ -659,9 +651,9 @@ def evaluate(config: EvalConfig) -> Summary:
     }
     prices = _load_prices(cfg.prices, team) if cfg.prices else None
 
-    def cost_fn(traj) -> float:
+    def cost_fn(traj) -> float:  # the known calls' dollars; the summary says when some were unknown
         return sum(prices.cost(t.wg, t.completion.prompt_tokens, t.completion.completion_tokens, t.completion.latency_s)
-                   for t in traj.turns)
+                   for t in traj.turns if t.completion.usage != "unknown")
 
     retriever = None
     if retriever_spec:
@@ -711,7 +703,9 @@ def _run_and_summarize(cfg, team, wf, tasks, store, sampling, retriever, cost_fn
         p = summary["protocol"]
         md += (f"\n- prompts: {p['prompts_source']} (sha256 {p['prompts_sha256'][:12]}); prompt limit "
                f"{p['max_prompt_tokens'] or 'none'} tokens ({p['truncate']}); truncated prompts: "
-               f"{p['prompt_truncated_calls']} of {p['calls']} calls\n")
+               f"{p['prompt_truncated_calls']} of {p['calls']} calls"
+               + (f"; limit NOT enforced on {p['prompt_limit_unenforced_calls']} calls (no tokenizer here or on the "
+                  "server)" if p["prompt_limit_unenforced_calls"] else "") + "\n")
     store.write_summary(summary, md)
     logger.info(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "
                 f"summary in {out}/summary.md")

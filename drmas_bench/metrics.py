@@ -17,7 +17,10 @@ call the functions below; nothing here formats text (Markdown lives in `drmas_be
   CIs of column means, resampled jointly (paired); with `strata`, the macro mean of stratum means.
   `bootstrap_ci(values)` and `bootstrap_mean_ci(strata)` are its one-column forms.
 - `seed_for(name, seed)`: the bootstrap seed of one named population (benchmark, metric, ...).
-- `turn_cost(turn, prices, key=None)`: one recorded call's dollars from a price sheet.
+- `turn_cost(turn, prices, key=None)`: one recorded call's dollars from a price sheet; None when
+  the call's usage is unknown (`usage_known`: the server sent none and no tokenizer could count it).
+- `usage_counts(turns)`: how many calls had server / counted / unknown usage and how many were
+  flagged (`Completion.notes`): the one definition summaries and cost tables share.
 - `compliance(records, workflow=None)`: how each agent kept the protocol (valid rate, each reason a
   response failed its format check, cut-off and blank responses, the environment's reading of each
   action, verdicts) and per-episode searches, empty steps and answer-tag rate: why a run scored what
@@ -196,37 +199,82 @@ def _percentiles(xs: list[float]) -> dict[str, float | None]:
     return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
 
 
-def turn_cost(turn: dict[str, Any], prices: PriceSheet, key: str | None = None) -> float:
+USAGE_SOURCES = ("server", "counted", "unknown")  # Completion.usage
+
+
+def usage_known(turn: dict[str, Any]) -> bool:
+    """Whether a recorded call's token counts mean something (records from before the field: yes)."""
+    return (turn.get("completion") or {}).get("usage", "server") != "unknown"
+
+
+def usage_counts(turns: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """{calls, server, counted, unknown, flagged} over recorded calls: where their token counts come
+    from (`Completion.usage`) and how many carry an engine note (a reply cut, a count over the limit)."""
+    out = {"calls": 0, **{k: 0 for k in USAGE_SOURCES}, "flagged": 0}
+    for t in turns:
+        c = t.get("completion") or {}
+        out["calls"] += 1
+        src = c.get("usage", "server")
+        out[src if src in USAGE_SOURCES else "unknown"] += 1
+        out["flagged"] += bool(c.get("notes"))
+    return out
+
+
+def turn_cost(turn: dict[str, Any], prices: PriceSheet, key: str | None = None) -> float | None:
     """One recorded call's dollars: `prices` entry `key` (default: the turn's worker group `wg`) on
-    the call's prompt / completion tokens and (for GPU-hour prices) its latency."""
+    the call's prompt / completion tokens and (for GPU-hour prices) its latency. None when the
+    call's usage is unknown (`usage_known`): such a call has no price, and $0 would be a lie."""
     c = turn.get("completion") or {}
-    return prices.cost(str(turn.get("wg", "")) if key is None else key, int(c.get("prompt_tokens", 0)),
-                       int(c.get("completion_tokens", 0)), float(c.get("latency_s", 0.0)))
+    name = str(turn.get("wg", "")) if key is None else key
+    if not usage_known(turn):
+        prices.cost(name, 0, 0)  # an unpriced model is still an error (or listed as unpriced)
+        return None
+    return prices.cost(name, int(c.get("prompt_tokens", 0)), int(c.get("completion_tokens", 0)),
+                       float(c.get("latency_s", 0.0)))
+
+
+def sum_usd(costs: Iterable[float | None]) -> float | None:
+    """The sum of per-call dollars, None (unknown) when any of them is unknown."""
+    total = 0.0
+    for c in costs:
+        if c is None:
+            return None
+        total += c
+    return total
 
 
 def _agents(trajs: list[dict[str, Any]], prices: PriceSheet | None, n_questions: int) -> dict[str, dict[str, Any]]:
-    acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "prompt": 0, "completion": 0, "usd": 0.0, "models": set()})
+    acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "known": 0, "prompt": 0, "completion": 0, "usd": 0.0,
+                                                          "models": set(), "turns": []})
     for r in trajs:
         for turn in r.get("turns", []):
             a = acc[turn.get("agent", "?")]
             c = turn.get("completion", {})
             a["calls"] += 1
-            a["prompt"] += int(c.get("prompt_tokens", 0))
-            a["completion"] += int(c.get("completion_tokens", 0))
+            a["turns"].append(turn)
             a["models"].add(turn.get("wg", ""))
+            if usage_known(turn):  # per-call means over the calls whose counts mean something
+                a["known"] += 1
+                a["prompt"] += int(c.get("prompt_tokens", 0))
+                a["completion"] += int(c.get("completion_tokens", 0))
             if prices is not None:
-                a["usd"] += turn_cost(turn, prices)
+                usd = turn_cost(turn, prices)
+                a["usd"] = None if usd is None or a["usd"] is None else a["usd"] + usd
     out = {}
     for name, a in sorted(acc.items()):
+        usage = usage_counts(a["turns"])
         out[name] = {
             "models": sorted(a["models"]),
             "calls": a["calls"],
             "calls_per_traj": a["calls"] / len(trajs) if trajs else 0.0,
-            "prompt_tokens_per_call": a["prompt"] / a["calls"] if a["calls"] else 0.0,
-            "completion_tokens_per_call": a["completion"] / a["calls"] if a["calls"] else 0.0,
+            "prompt_tokens_per_call": a["prompt"] / a["known"] if a["known"] else None,
+            "completion_tokens_per_call": a["completion"] / a["known"] if a["known"] else None,
+            "usage_unknown_calls": usage["unknown"],
+            "usage_counted_calls": usage["counted"],
+            "usage_flagged_calls": usage["flagged"],
         }
         if prices is not None:
-            out[name]["usd_per_question"] = a["usd"] / n_questions if n_questions else 0.0
+            out[name]["usd_per_question"] = None if a["usd"] is None else (a["usd"] / n_questions if n_questions else 0.0)
     return out
 
 
@@ -261,13 +309,16 @@ def _block(qs: list[Question], trajs: list[dict[str, Any]], ks: list[int] | None
         "latency_s": _percentiles([float(r.get("wall_s", 0.0)) for r in trajs]),
         "agents": _agents(trajs, prices, len(qs)),
     }
+    usage = usage_counts(t for r in trajs for t in r.get("turns", []))
+    out["usage"] = usage
     if prices is not None:
-        total = sum(turn_cost(t, prices) for r in trajs for t in r.get("turns", []))
+        total = sum_usd(turn_cost(t, prices) for r in trajs for t in r.get("turns", []))
         source = "price sheet"
     else:
-        total = sum(float(r.get("cost_usd", 0.0) or 0.0) for r in trajs)
+        total = None if usage["unknown"] else sum(float(r.get("cost_usd", 0.0) or 0.0) for r in trajs)
         source = "recorded cost_usd"
-    out.update(usd_total=total, usd_per_question=total / len(qs), usd_per_sample=total / len(trajs), usd_source=source)
+    out.update(usd_total=total, usd_per_question=None if total is None else total / len(qs),
+               usd_per_sample=None if total is None else total / len(trajs), usd_source=source)
     for key in QA_KEYS:
         vals = [float(r["extra"][key]) for r in trajs if isinstance(r.get("extra"), dict) and key in r["extra"]]
         if vals:
@@ -288,7 +339,9 @@ def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Questi
         "avg@n": float(np.mean([blocks[b]["avg@n"] for b in names])),
         "pass@k": {k: float(np.mean([blocks[b]["pass@k"][k] for b in names])) for k in sorted(common_ks, key=int)},
         "pass@n": float(np.mean([blocks[b]["pass@n"] for b in names])),
-        "usd_per_question": float(np.mean([blocks[b]["usd_per_question"] for b in names])),
+        "usd_per_question": (None if any(blocks[b]["usd_per_question"] is None for b in names)
+                             else float(np.mean([blocks[b]["usd_per_question"] for b in names]))),
+        "usage": {k: sum(blocks[b]["usage"][k] for b in names) for k in blocks[names[0]]["usage"]},
     }
     flat = [q for b in names for q in qs_by_bench[b]]
     strata, start = [], 0
@@ -320,8 +373,10 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     n_min, n_max, n_varies, questions_with_other_n (+ ids), duplicate_samples, avg@n, pass@k {"1": ..} (k <= n_min), pass@n (any success among each
     question's samples: with uneven counts, over the samples present), ci95 {avg@n, pass@n},
     ks_skipped, latency_s {p50, p95} (trajectory wall_s), agents {name: models, calls,
-    calls_per_traj, prompt_tokens_per_call, completion_tokens_per_call, usd_per_question},
-    usd_total, usd_per_question, usd_per_sample, usd_source, and the mean em / f1 / cover_em of
+    calls_per_traj, prompt_tokens_per_call, completion_tokens_per_call (over calls with known usage;
+    None when none), usage_unknown_calls, usage_counted_calls, usage_flagged_calls, usd_per_question},
+    usage (`usage_counts`), usd_total, usd_per_question, usd_per_sample (None = unknown: some call
+    had no usage), usd_source, and the mean em / f1 / cover_em of
     `extra` when present. "micro" pools every question; "macro" is the unweighted mean over
     benchmarks (CIs from resampling within each benchmark)."""
     recs = sorted((_as_dict(r) for r in records), key=_record_key)  # the summary must not depend on line order
@@ -351,22 +406,24 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
 
 # ------------------------------------------------------------------------------ protocol compliance
 
-# which format check each agent's responses must pass, per workflow (the workflows set Turn.valid
-# with the same check: protocol.verify_valid / action_valid / solver_valid, the toy's own tags)
+# the format rule each agent's responses must pass, per workflow: a protocol role (`protocol.valid`,
+# REFERENCE §2b) for the paper's workflows, the toy's own tags for the toy
 ROLE_RULES: dict[str, dict[str, str]] = {
-    "math_refine": {"solver": "boxed", "verifier": "verify"},
-    "search_route": {"verifier": "verify", "searcher": "action", "answerer": "action"},
+    "math_refine": {"solver": "solver", "verifier": "math_verifier"},
+    "search_route": {"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
     "toy": {"solver": "toy_answer", "checker": "toy_verdict"},
 }
-# every reason a response can fail its check, in the order tables show them
+# every reason a response can fail its rule, in the order tables show them
 REASONS = ("missing_verify_tag", "missing_action_tag", "think_count", "think_order", "missing_boxed",
            "unbalanced_boxed", "missing_answer_tag", "missing_verdict_tag", "cjk")
+ACTION_KINDS = ("search", "answer", "empty")
+ACTORS = ("searcher", "answerer")  # search_route's agents whose responses are env actions
 
 
 def infer_workflow(records: Iterable[dict[str, Any]]) -> str | None:
-    """The workflow that wrote `records`, from the agents its turns name (old run dirs record no
-    workflow in their samples): a searcher or answerer -> search_route, a checker -> toy, a solver
-    -> math_refine; None when no turn names one of them."""
+    """The workflow that wrote `records`, from the agents its turns name (samples record no
+    workflow): a searcher or answerer -> search_route, a checker -> toy, a solver -> math_refine;
+    None when no turn names one of them."""
     agents = {str(t.get("agent")) for r in records for t in r.get("turns", [])}
     if agents & {"searcher", "answerer"}:
         return "search_route"
@@ -378,33 +435,34 @@ def infer_workflow(records: Iterable[dict[str, Any]]) -> str | None:
 
 
 def invalid_reasons(rule: str, text: str) -> list[str]:
-    """Every reason `text` fails format check `rule` (empty: it passes), each from the protocol's
-    own parsing so that ``not invalid_reasons(rule, t)`` is the validity the workflow records:
+    """Every reason `text` fails format rule `rule` (empty: it passes), so that
+    ``not invalid_reasons(role, t) == protocol.valid(role, t)`` for the five protocol roles:
 
-    - verify (both verifiers): missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk;
-    - action (searcher, answerer): missing_action_tag (no tag pair the environment acts on),
+    - search_verifier, math_verifier: missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk;
+    - searcher, answerer: missing_action_tag (its own pair, ``<search>`` / ``<answer>``, absent),
       think_count (``<think>`` or ``</think>`` not exactly once), think_order (each once, closing
       first), cjk;
-    - boxed (math solver): missing_boxed (no ``\\boxed`` at all), unbalanced_boxed (one is there but
-      the extraction finds no answer in it), cjk;
+    - solver: missing_boxed (no ``\\boxed`` at all), unbalanced_boxed (there is one, but the
+      reference's extraction finds no answer: the last one is not ``\\boxed{`` with its closing brace);
+      the solver has no CJK rule;
     - toy_answer / toy_verdict: missing_answer_tag / missing_verdict_tag (the toy's own tags).
 
     cjk = a character in U+4E00..U+9FFF (`protocol.has_cjk`)."""
     from drmas_bench.workflows import protocol as P
 
     out: list[str] = []
-    if rule == "verify":
-        if P.tagged(text, P.VERIFY) is None:
+    if rule in ("search_verifier", "math_verifier"):
+        if P.VERIFY_OPEN not in text or P.VERIFY_CLOSE not in text:
             out.append("missing_verify_tag")
-    elif rule == "action":
-        if P.env_action(text).kind == "empty":
+    elif rule in P.ACTION_TAGS:
+        tag = P.ACTION_TAGS[rule]
+        if f"<{tag}>" not in text or f"</{tag}>" not in text:
             out.append("missing_action_tag")
-        n_open, n_close = text.count(P.THINK_OPEN), text.count(P.THINK_CLOSE)
-        if n_open != 1 or n_close != 1:
+        if text.count(P.THINK_OPEN) != 1 or text.count(P.THINK_CLOSE) != 1:
             out.append("think_count")
         elif text.find(P.THINK_OPEN) > text.find(P.THINK_CLOSE):
             out.append("think_order")
-    elif rule == "boxed":
+    elif rule == "solver":
         from drmas_bench.grading.extract import has_boxed_answer
 
         if "\\boxed" not in text:
@@ -423,9 +481,21 @@ def invalid_reasons(rule: str, text: str) -> list[str]:
             out.append("missing_verdict_tag")
     else:
         raise ValueError(f"unknown format rule {rule!r}")
-    if rule in ("verify", "action", "boxed") and P.has_cjk(text):
+    if rule in ("search_verifier", "math_verifier", *P.ACTION_TAGS) and P.has_cjk(text):
         out.append("cjk")
     return out
+
+
+def action_kind(role: str, text: str) -> str:
+    """What the search env makes of a searcher's / answerer's response: 'answer' (its projected
+    action holds ``<answer>`` and ``</answer>``: the episode ends), 'search' (a query), or 'empty'
+    (neither: the step passes). For records without the env's own account (``extra["env"]``)."""
+    from drmas_bench.workflows import protocol as P
+
+    action = P.project(role, text)
+    if "<answer>" in action and "</answer>" in action:
+        return "answer"
+    return "search" if P.env_query(action) is not None else "empty"
 
 
 def _text(turn: dict[str, Any]) -> str:
@@ -436,28 +506,48 @@ def _mean(xs: Sequence[float]) -> float | None:
     return float(np.mean(xs)) if len(xs) else None
 
 
+def _step_kind(step: dict[str, Any]) -> str:
+    """An env step's kind from the env's record (`protocol.SearchEnv.record`)."""
+    if step.get("done"):
+        return "answer" if "<answer>" in str(step.get("action")) and "</answer>" in str(step.get("action")) else "end"
+    return "search" if step.get("query") is not None else "empty"
+
+
+def _search_steps(r: dict[str, Any]) -> list[str]:
+    """The kind of each env step of one search_route episode: from the env's own account when it is
+    recorded (``extra["env"]``: search / empty / answer / end, end = done without an answer), else
+    from the searcher's and answerer's texts (`action_kind`; records from before the env record)."""
+    env = (r.get("extra") or {}).get("env") if isinstance(r.get("extra"), dict) else None
+    if isinstance(env, dict) and isinstance(env.get("steps"), list):
+        return [_step_kind(s) for s in env["steps"]]
+    return [action_kind(t["agent"], _text(t)) for t in r.get("turns", []) if t.get("agent") in ACTORS]
+
+
 def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str, Any]:
     """Why a run scored what it scored: how each agent kept the protocol, from the recorded turns.
 
     workflow: the workflow that wrote the records (None: `infer_workflow`). Per agent (``agents``):
 
-    - calls; valid = turns recorded valid (``Turn.valid``, the check the run applied);
-      valid_rate = valid / calls;
-    - invalid_reasons {reason: turns}: `invalid_reasons` on each response, every failing reason
-      counted (a turn can have several; reasons are recomputed from the text with the current rules);
+    - rule (`ROLE_RULES`); calls; valid = turns recorded valid (``Turn.valid``, what the run
+      applied); valid_rate = valid / calls;
+    - invalid_reasons {reason: turns}: `invalid_reasons` of each response under the agent's rule,
+      every failing reason counted (a turn can have several; recomputed from the text with the
+      current rules, so an old run is read with today's);
     - length_cut = turns whose generation stopped at max_new_tokens (``finish == "length"``);
       empty_responses = turns whose text is blank;
-    - search_route's searcher / answerer: actions {search, answer, empty} = the environment's
-      reading of each response (`protocol.env_action`); answer_tag_rate = answer / calls;
+    - search_route's searcher / answerer: actions {search, answer, empty} = `action_kind` of each
+      response (how the env reads it as an action); answer_tag_rate = answer / calls;
     - verifiers: verdicts {verdict: turns} (`protocol.search_verdict`, `protocol.math_verdict`).
 
-    Per episode (``episodes``; means over trajectories E, each with its recorded turns):
+    Per episode (``episodes``: means over the E trajectories):
 
-    - search_route: steps = verifier turns; searches = searcher/answerer turns read as a search;
-      empty_steps = those read as neither a search nor an answer; answer_tag_rate = share of
-      episodes that ended on a tagged answer (``final_answer`` recorded); no_answer = 1 - that;
-      searches_distribution {k: episodes with k searches};
-    - math_refine: rounds = solver turns; approve_rate = approving verifier turns / verifier turns.
+    - search_route, from the env's record of each step (``extra["env"]``; old records: the turns):
+      steps_per_episode; searches_per_episode (steps with a query); empty_steps_per_episode (steps
+      not done with neither a query nor an answer; the last step, done, is never one); answer_tag_rate =
+      share of episodes that ended on a tagged answer (``final_answer`` recorded); no_answer_rate =
+      1 - that; searches_distribution {k: episodes with k searches};
+    - math_refine: rounds_per_episode = solver turns; approve_rate = approving verifier turns /
+      verifier turns.
 
     Turns without a text (hand-made or old records) count as blank responses."""
     from drmas_bench.workflows import protocol as P
@@ -466,24 +556,26 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
     wf = workflow or infer_workflow(recs)
     rules = ROLE_RULES.get(wf or "", {})
     acc: dict[str, dict[str, Any]] = {}
+
+    def slot(name: str) -> dict[str, Any]:
+        return acc.setdefault(name, {"calls": 0, "valid": 0, "reasons": Counter(), "length_cut": 0,
+                                     "empty_responses": 0, "actions": Counter(), "verdicts": Counter()})
+
     for r in recs:
         for t in r.get("turns", []):
             name = str(t.get("agent", "?"))
-            a = acc.setdefault(name, {"calls": 0, "valid": 0, "reasons": Counter(), "length_cut": 0,
-                                      "empty_responses": 0, "actions": Counter(), "verdicts": Counter()})
-            text = _text(t)
+            a, text = slot(name), _text(t)
             a["calls"] += 1
             a["valid"] += bool(t.get("valid", True))
             a["length_cut"] += (t.get("completion") or {}).get("finish") == "length"
             a["empty_responses"] += not text.strip()
-            rule = rules.get(name)
-            if rule:
-                a["reasons"].update(invalid_reasons(rule, text))
-            if wf == "search_route" and rule == "action":
-                a["actions"][P.env_action(text).kind] += 1
-            elif wf == "search_route" and name == "verifier":
+            if name in rules:
+                a["reasons"].update(invalid_reasons(rules[name], text))
+            if wf == "search_route" and name in ACTORS:
+                a["actions"][action_kind(name, text)] += 1
+            if rules.get(name) == "search_verifier":
                 a["verdicts"][P.search_verdict(text)] += 1
-            elif wf == "math_refine" and name == "verifier":
+            elif rules.get(name) == "math_verifier":
                 a["verdicts"][P.math_verdict(text)] += 1
     agents: dict[str, dict[str, Any]] = {}
     for name, a in sorted(acc.items()):
@@ -493,9 +585,9 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
             "invalid_reasons": {k: a["reasons"][k] for k in REASONS if a["reasons"][k]},
             "length_cut": a["length_cut"], "empty_responses": a["empty_responses"],
         }
-        if a["actions"]:
-            out["actions"] = {k: a["actions"][k] for k in ("search", "answer", "empty")}
-            out["answer_tag_rate"] = a["actions"]["answer"] / a["calls"]
+        if wf == "search_route" and name in ACTORS:
+            out["actions"] = {k: a["actions"][k] for k in ACTION_KINDS}
+            out["answer_tag_rate"] = a["actions"]["answer"] / a["calls"] if a["calls"] else None
         if a["verdicts"]:
             out["verdicts"] = dict(sorted(a["verdicts"].items()))
         agents[name] = out
@@ -510,13 +602,14 @@ def _episode_compliance(recs: list[dict[str, Any]], wf: str | None) -> dict[str,
     if wf == "search_route":
         steps, searches, empty, answered = [], [], [], []
         for r in recs:
-            turns = r.get("turns", [])
-            kinds = [P.env_action(_text(t)).kind for t in turns if t.get("agent") in ("searcher", "answerer")]
-            steps.append(sum(t.get("agent") == "verifier" for t in turns))
+            kinds = _search_steps(r)
+            env = (r.get("extra") or {}).get("env") if isinstance(r.get("extra"), dict) else None
+            steps.append(len(env["steps"]) if isinstance(env, dict) and isinstance(env.get("steps"), list)
+                         else sum(t.get("agent") == "verifier" for t in r.get("turns", [])))
             searches.append(kinds.count("search"))
             empty.append(kinds.count("empty"))
-            answered.append(r.get("final_answer") is not None)
-        rate = _mean([float(x) for x in answered])
+            answered.append(float(r.get("final_answer") is not None))
+        rate = _mean(answered)
         out.update(steps_per_episode=_mean(steps), searches_per_episode=_mean(searches),
                    empty_steps_per_episode=_mean(empty), answer_tag_rate=rate,
                    no_answer_rate=None if rate is None else 1.0 - rate,

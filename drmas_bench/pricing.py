@@ -12,7 +12,8 @@ models:
     gpus: 1              # GPUs the model occupies (default 1)
 ```
 
-`PriceSheet.cost(model, prompt_tokens, completion_tokens, gpu_seconds=0.0)` adds the token prices
+Prices are numbers; ``3e-1`` (which YAML 1.1 reads as a string) counts as 0.3, as in the trainer's
+config. `PriceSheet.cost(model, prompt_tokens, completion_tokens, gpu_seconds=0.0)` adds the token prices
 and `gpu_hour * gpus * gpu_seconds / 3600`. A model missing from the sheet is an error that names
 the model and the sheet, unless the sheet says `default: zero`; then it costs 0 and is listed in
 `PriceSheet.unpriced` so reports can say so. The file is parsed by :class:`PriceSheetSchema`
@@ -28,7 +29,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from drmas_bench.schema import Schema, parse
+from drmas_bench.schema import Schema, YamlFloat, parse
 from drmas_bench.types import UserError
 
 DEFAULTS = ("error", "zero")
@@ -37,11 +38,11 @@ DEFAULTS = ("error", "zero")
 class ModelPriceSchema(Schema):
     """One model's entry under ``models:`` (all prices in USD; at least one key)."""
 
-    input_per_1m: float = Field(0.0, ge=0, allow_inf_nan=False, description="$ per 1M prompt tokens")
-    output_per_1m: float = Field(0.0, ge=0, allow_inf_nan=False, description="$ per 1M completion tokens")
-    gpu_hour: float = Field(0.0, ge=0, allow_inf_nan=False,
+    input_per_1m: YamlFloat = Field(0.0, ge=0, allow_inf_nan=False, description="$ per 1M prompt tokens")
+    output_per_1m: YamlFloat = Field(0.0, ge=0, allow_inf_nan=False, description="$ per 1M completion tokens")
+    gpu_hour: YamlFloat = Field(0.0, ge=0, allow_inf_nan=False,
                             description="$ per GPU-hour (self-hosted models), charged on each call's latency")
-    gpus: float = Field(1.0, gt=0, allow_inf_nan=False, description="GPUs one replica of the model occupies")
+    gpus: YamlFloat = Field(1.0, gt=0, allow_inf_nan=False, description="GPUs one replica of the model occupies")
 
     @model_validator(mode="before")
     @classmethod

@@ -8,6 +8,10 @@ trainer config are pydantic (v2) models; this module holds the shared pieces.
 - :class:`SamplingSchema` / :class:`TrainSamplingSchema`: the per-agent sampling overrides that team
   files (eval) and the trainer config share; :class:`ModelOnEngine`: the worker-group core (one
   model on one engine) that a team file's worker group and a trainer agent both extend.
+- :class:`Range` / :data:`RANGES`: the valid range of every numeric option that eval flags and the
+  trainer config share (temperature, top_p, ...), in one place: eval checks its flags with
+  ``RANGES[name].check``, the schemas take ``RANGES[name].field(...)``; a number YAML 1.1 read as a
+  string (``3e-1``) is accepted where a schema wants a float (:data:`YamlFloat`).
 - :func:`fields_table` / :func:`markdown_table`: every field with its type, default and
   description, for ``drmas-bench config-schema`` and the tables in docs/ (tests/test_schema.py
   checks that the docs match).
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
@@ -49,6 +54,95 @@ def _finite_nonneg(v: float) -> float:
 
 #: a rate (learning rate, ...): finite and >= 0; NaN, infinite or negative values are one line naming the key
 Rate = Annotated[float, BeforeValidator(_no_bool), AfterValidator(_finite_nonneg)]
+_YAML11_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _yaml11_float(v: Any) -> Any:
+    """``"3e-1"`` -> 0.3: YAML 1.1 (PyYAML) reads an exponent without a dot as a string, while the
+    trainer's config (which coerces) takes it as a number; a strict schema does the same here."""
+    if isinstance(v, bool):
+        raise ValueError(f"expected a number, got {v!r}")
+    if isinstance(v, str) and _YAML11_NUMBER.fullmatch(v.strip()):
+        return float(v)
+    return v
+
+
+#: a float that may arrive as YAML 1.1's string form of a number (``3e-1``) in a strict schema
+YamlFloat = Annotated[float, BeforeValidator(_yaml11_float)]
+
+
+@dataclass(frozen=True)
+class Range:
+    """The valid values of one numeric option: its kind and bounds (None = unbounded); always finite."""
+
+    kind: type  # int or float
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    text: str | None = None  # how it reads, when the generated wording is not the clearest
+
+    @property
+    def what(self) -> str:
+        """How the range reads in an error: "an integer >= 1", "a number in (0, 1]", ..."""
+        if self.text:
+            return self.text
+        noun = "an integer" if self.kind is int else "a finite number"
+        lo = (f"[{self.ge:g}" if self.ge is not None else f"({self.gt:g}" if self.gt is not None else None)
+        hi = (f"{self.le:g}]" if self.le is not None else f"{self.lt:g})" if self.lt is not None else None)
+        if lo and hi:
+            return f"{'an integer' if self.kind is int else 'a number'} in {lo}, {hi}"
+        if lo:
+            return f"{noun} {'>=' if self.ge is not None else '>'} {lo[1:]}"
+        if hi:
+            return f"{noun} {'<=' if self.le is not None else '<'} {hi[:-1]}"
+        return noun
+
+    def check(self, v: Any) -> bool:
+        """Whether ``v`` is a value of this range (booleans never are; an int is a float here)."""
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (self.kind is int and not isinstance(v, int)):
+            return False
+        if not math.isfinite(v):
+            return False
+        return ((self.ge is None or v >= self.ge) and (self.gt is None or v > self.gt)
+                and (self.le is None or v <= self.le) and (self.lt is None or v < self.lt))
+
+    def field(self, default: Any = ..., **kw: Any) -> Any:
+        """A pydantic ``Field`` with these bounds (and no NaN / infinity for floats)."""
+        bounds = {k: getattr(self, k) for k in ("ge", "gt", "le", "lt") if getattr(self, k) is not None}
+        if self.kind is float:
+            bounds["allow_inf_nan"] = False
+        return Field(default, **bounds, **kw)
+
+
+#: the one table of numeric ranges shared by eval (flags, team files) and the trainer (recipes, --set)
+RANGES: dict[str, Range] = {
+    # sampling (eval flags, team files' sampling:, the trainer's rollout and agents.NAME.sampling)
+    "temperature": Range(float, ge=0),
+    "top_p": Range(float, gt=0, le=1),
+    "max_new_tokens": Range(int, ge=1),
+    # counts
+    "n": Range(int, ge=1),
+    "limit": Range(int, ge=1),
+    "concurrency": Range(int, ge=1),
+    "batch_size": Range(int, ge=1),
+    "max_batch": Range(int, ge=1),
+    "flush_every": Range(int, ge=1),
+    "max_prompt_tokens": Range(int, ge=0, text="an integer >= 0 (0 = no limit)"),
+    "seed": Range(int),
+    "pool_budget": Range(float, gt=0, text="a number > 0"),
+    "steps": Range(int, ge=0),  # 0 = none (sft)
+    "every": Range(int, ge=0),  # save_every, keep_last: 0 = only the last / keep all
+    "positive_count": Range(int, ge=1),  # mini_batches, ppo_epochs, prompts_per_step, micro_batch_size, ...
+    # optimisation
+    "rate": Range(float, ge=0),  # learning rates, weight decay, penalties (c_inv), std floors, clip widths
+    "grad_clip": Range(float),  # finite; <= 0 turns clipping off
+    "beta": Range(float, ge=0, lt=1),  # AdamW betas
+    "share": Range(float, ge=0, le=1),  # a probability / share
+    "coef": Range(float),  # finite, any sign (entropy bonus)
+}
+
+
 #: config of schemas whose values are coerced (the trainer config: recipes and ``--set`` overrides)
 COERCING = ConfigDict(extra="forbid", strict=False, coerce_numbers_to_str=True)
 
@@ -143,10 +237,10 @@ def parse(schema: type[BaseModel], data: Any, where: str, prefix: str = "") -> A
 class TrainSamplingSchema(Schema):
     """Sampling overrides the trainer accepts per agent (the eval ones add ``enable_thinking``)."""
 
-    temperature: Optional[float] = Field(None, ge=0, allow_inf_nan=False,
-                                         description="sampling temperature (0 = greedy), a finite number >= 0")
-    top_p: Optional[float] = Field(None, gt=0, le=1, description="nucleus sampling mass, in (0, 1]")
-    max_new_tokens: Optional[int] = Field(None, ge=1, description="completion tokens per call, >= 1")
+    temperature: Optional[float] = RANGES["temperature"].field(
+        None, description="sampling temperature (0 = greedy), a finite number >= 0")
+    top_p: Optional[float] = RANGES["top_p"].field(None, description="nucleus sampling mass, in (0, 1]")
+    max_new_tokens: Optional[int] = RANGES["max_new_tokens"].field(None, description="completion tokens per call, >= 1")
 
 
 class SamplingSchema(TrainSamplingSchema):

@@ -75,6 +75,14 @@ class Completion:
     latency_s: float = 0.0
     finish: str = "stop"  # "stop" (EOS / stop string) | "length"
     prompt_truncated: bool = False  # the prompt was cut to Request.max_prompt_tokens
+    # where prompt_tokens / completion_tokens come from (drmas_bench.metrics.USAGE_SOURCES): "server"
+    # (the engine or the server's usage), "counted" (the server gave none: counted here with the
+    # model's tokenizer) or "unknown" (none given and no tokenizer: the counts are 0 and mean nothing)
+    usage: str = "server"
+    # the request carried a prompt limit the engine could not apply (an HTTP model with no tokenizer
+    # here and no /tokenize on its server): the prompt went out uncut
+    prompt_limit_unenforced: bool = False
+    notes: list[str] = field(default_factory=list)  # what the engine corrected or doubts in this reply (one line each)
 
 
 @dataclass

@@ -40,17 +40,25 @@ def endpoint_urls(url: str) -> tuple[str, str]:
 
 def hit_from_reference(item: Any, where: str) -> Hit:
     """One element of a ``result`` inner list -> Hit. Accepts ``{"document": doc, "score": s}`` and a
-    bare document; a document has ``contents`` (``"Title"\\ntext``) or ``title`` + ``text``."""
+    bare document; a document has an ``id`` and ``contents`` (``"Title"\\ntext``) or ``title`` +
+    ``text``; anything else is a ``RetrievalError`` naming the server."""
     if not isinstance(item, dict):
         raise RetrievalError(f"{where}: unexpected hit {str(item)[:80]!r}")
     doc, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, item.get("score", 0.0))
     if not isinstance(doc, dict):
         raise RetrievalError(f"{where}: unexpected document {str(doc)[:80]!r}")
-    if "contents" in doc:
-        title, text = parse_contents(str(doc["contents"]))
+    # a document without an id or without any text would reach the prompt as `Doc 1: ""`: refused
+    doc_id = doc.get("id")
+    if doc_id is None or isinstance(doc_id, (dict, list)) or str(doc_id) == "":
+        raise RetrievalError(f"{where}: a document without an id: {str(doc)[:120]!r}")
+    if isinstance(doc.get("contents"), str):
+        title, text = parse_contents(doc["contents"])
+    elif "contents" not in doc and isinstance(doc.get("text"), str):
+        title, text = str(doc.get("title", "")), doc["text"]
     else:
-        title, text = str(doc.get("title", "")), str(doc.get("text", ""))
-    return Hit(str(doc.get("id", "")), title, text, float(score or 0.0))
+        raise RetrievalError(f"{where}: document {str(doc_id)[:40]!r} has no text (a `contents` string, or "
+                             f"`title` + `text`): {str(doc)[:120]!r}")
+    return Hit(str(doc_id), title, text, float(score or 0.0))
 
 
 BODIES = ("auto", "queries", "query")

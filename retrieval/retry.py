@@ -13,9 +13,12 @@ A dead server therefore costs at most ``(retries + 1) x timeout + the waits`` pe
 
 - `RetryPolicy(retries=3, backoff_s=0.5, backoff_max_s=8.0, jitter=0.5)`; ``retries`` = attempts
   after the first (0 = no retry).
-- `send_with_retries(send, policy, on_attempt=None)` / `asend_with_retries(...)`: call ``send()``
-  (returns an ``httpx.Response``) until it gives a non-retryable answer; raise `RetriesExhausted`
-  (``attempts``, ``reason``: the last failure in one line) when every attempt failed.
+- `send_with_retries(send, policy, on_attempt=None, check=None)` / `asend_with_retries(...)`: call
+  ``send()`` (returns an ``httpx.Response``) until it gives a non-retryable answer; raise
+  `RetriesExhausted` (``attempts``, ``reason``: the last failure in one line) when every attempt
+  failed. ``check(response)`` (optional) looks into a 2xx answer and returns a reason when its body
+  is unusable (not JSON, an HTML error page, no choices): such an answer is retried like a 5xx, since
+  an overloaded proxy or a restarting server produces them and the next attempt usually works.
 """
 
 from __future__ import annotations
@@ -69,9 +72,14 @@ def retryable_status(code: int) -> bool:
     return code == 429 or code >= 500
 
 
-def _failure(outcome: Any) -> tuple[str, str | None] | None:
+def _failure(outcome: Any, check: Callable[[Any], str | None] | None = None) -> tuple[str, str | None] | None:
     """(reason, Retry-After) when ``outcome`` (a response or an exception) is retryable, else None."""
     import httpx
+
+    if check is not None and isinstance(outcome, httpx.Response) and 200 <= outcome.status_code < 300:
+        bad = check(outcome)
+        if bad:
+            return " ".join(str(bad).split())[:300], None
 
     if isinstance(outcome, httpx.TimeoutException):
         return f"timeout ({type(outcome).__name__})", None
@@ -94,14 +102,15 @@ def _call(send: Callable[[], Any]) -> Any:
 
 
 def send_with_retries(send: Callable[[], Any], policy: RetryPolicy,
-                      on_attempt: Callable[[], None] | None = None) -> Any:
+                      on_attempt: Callable[[], None] | None = None,
+                      check: Callable[[Any], str | None] | None = None) -> Any:
     """``send()`` under ``policy`` (blocking waits); the first non-retryable response."""
     reason = ""
     for attempt in range(policy.attempts):
         if on_attempt:
             on_attempt()
         outcome = _call(send)
-        fail = _failure(outcome)
+        fail = _failure(outcome, check)
         if fail is None:
             return outcome
         reason, retry_after = fail
@@ -111,7 +120,8 @@ def send_with_retries(send: Callable[[], Any], policy: RetryPolicy,
 
 
 async def asend_with_retries(send: Callable[[], Awaitable[Any]], policy: RetryPolicy,
-                             on_attempt: Callable[[], None] | None = None) -> Any:
+                             on_attempt: Callable[[], None] | None = None,
+                             check: Callable[[Any], str | None] | None = None) -> Any:
     """``await send()`` under ``policy`` (asyncio waits); the first non-retryable response."""
     import httpx
 
@@ -123,7 +133,7 @@ async def asend_with_retries(send: Callable[[], Awaitable[Any]], policy: RetryPo
             outcome = await send()
         except httpx.TransportError as e:
             outcome = e
-        fail = _failure(outcome)
+        fail = _failure(outcome, check)
         if fail is None:
             return outcome
         reason, retry_after = fail

@@ -4,19 +4,23 @@ the workflows record, and on records older than compliance (which must still sum
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections import Counter
 
 import pytest
 
-from drmas_bench.metrics import REASONS, ROLE_RULES, compliance, infer_workflow, invalid_reasons, summarize
+from drmas_bench.metrics import REASONS, ROLE_RULES, action_kind, compliance, infer_workflow, invalid_reasons, summarize
 from drmas_bench.report.markdown import format_summary_markdown
+from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import protocol as P
+from drmas_bench.workflows.base import Episode
 
 # ------------------------------------------------------------------ a plain reference implementation
 
 CJK = ("\u4e00", "\u9fff")
+OWN_TAG = {"searcher": "search", "answerer": "answer"}
 
 
 def plain_boxed_ok(text: str) -> bool:
@@ -35,96 +39,135 @@ def plain_boxed_ok(text: str) -> bool:
     return False
 
 
+def cjk(text: str) -> bool:
+    return any(CJK[0] <= ch <= CJK[1] for ch in text)
+
+
 def plain_reasons(rule: str, text: str) -> list[str]:
     out = []
-    if rule == "verify" and not ("<verify>" in text and "</verify>" in text):
+    if rule in ("search_verifier", "math_verifier") and not ("<verify>" in text and "</verify>" in text):
         out.append("missing_verify_tag")
-    if rule == "action":
-        has_pair = any(f"<{t}>" in text and f"</{t}>" in text for t in ("search", "answer"))
-        if not has_pair:
+    if rule in OWN_TAG:
+        tag = OWN_TAG[rule]
+        if not (f"<{tag}>" in text and f"</{tag}>" in text):
             out.append("missing_action_tag")
         if text.count("<think>") != 1 or text.count("</think>") != 1:
             out.append("think_count")
         elif text.index("</think>") < text.index("<think>"):
             out.append("think_order")
-    if rule == "boxed":
+    if rule == "solver":
         if "\\boxed" not in text:
             out.append("missing_boxed")
         elif not plain_boxed_ok(text):
             out.append("unbalanced_boxed")
-    if rule in ("verify", "action", "boxed") and any(CJK[0] <= ch <= CJK[1] for ch in text):
+    if rule != "solver" and cjk(text):
         out.append("cjk")
     return out
 
 
-def plain_action(text: str) -> str:
-    for kind in ("search", "answer"):
-        if f"<{kind}>" in text and f"</{kind}>" in text:
-            return kind
-    return "empty"
+def plain_kind(agent: str, text: str) -> str:
+    """REFERENCE 2b: each role reads its own tag only; an action holding an answer pair ends the episode."""
+    tag = OWN_TAG[agent]
+    i, j = text.find(f"<{tag}>"), text.find(f"</{tag}>")
+    if i < 0 or j < 0:
+        return "empty"
+    inner = text[i + len(tag) + 2:j] if i < j else ""
+    if "<answer>" in inner and "</answer>" in inner or agent == "answerer":
+        return "answer"
+    return "search"
 
 
 def plain_search_route(recs: list[dict]) -> dict:
-    """searches, empty steps, steps per episode; answered share; per agent: valid share and reasons."""
+    """Per episode: steps, searches, empty steps (a step before the last with no usable action);
+    answered share; per agent: calls, valid, reasons, cut-offs, action kinds."""
     per_agent: dict[str, dict] = {}
     searches, empties, steps, answered = [], [], [], []
     for r in recs:
-        s = e = v = 0
+        s = e = t_now = 0
         for t in r["turns"]:
             text, name = t["completion"]["text"], t["agent"]
-            a = per_agent.setdefault(name, {"calls": 0, "valid": 0, "reasons": Counter(), "cut": 0})
+            a = per_agent.setdefault(name, {"calls": 0, "valid": 0, "reasons": Counter(), "cut": 0, "kinds": Counter()})
             a["calls"] += 1
             a["valid"] += t["valid"]
             a["cut"] += t["completion"]["finish"] == "length"
             a["reasons"].update(plain_reasons(ROLE_RULES["search_route"][name], text))
             if name == "verifier":
-                v += 1
-            else:
-                s += plain_action(text) == "search"
-                e += plain_action(text) == "empty"
+                t_now += 1
+                continue
+            kind = plain_kind(name, text)
+            a["kinds"][kind] += 1
+            s += kind == "search" and t_now < 4
+            e += kind == "empty" and t_now < 4
         searches.append(s)
         empties.append(e)
-        steps.append(v)
+        steps.append(t_now)
         answered.append(r["final_answer"] is not None)
     n = len(recs)
     return {"agents": per_agent, "searches": sum(searches) / n, "empty": sum(empties) / n, "steps": sum(steps) / n,
             "answered": sum(answered) / n, "dist": Counter(searches)}
 
 
-# ------------------------------------------------------------------ random recorded runs
+# ------------------------------------------------------------------ random recorded runs (the real workflow)
 
 PIECES = ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>", "<verify>", "</verify>",
           "yes", "no", "approve", "reject", "\u4e2d", "\u3042", "\\boxed{", "\\boxed", "{", "}", "5", " ", "\n",
           "<SEARCH>", "<Think>", "Paris"]
 
 
-def random_text(rng: random.Random) -> str:
-    return "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 12)))
+WELL_FORMED = {
+    "verifier": ["<verify>no</verify>", "<verify> No </verify>", "<verify>yes</verify>"],
+    "searcher": ["<think>x</think><search>q</search>", "<search>q <answer>Paris</answer></search>", "<search></search>"],
+    "answerer": ["<think>x</think><answer>Paris</answer>", "<answer>Rome</answer>"],
+}
 
 
-def random_turn(rng: random.Random, agent: str, step: int) -> dict:
-    return {"agent": agent, "wg": "shared", "step": step, "valid": rng.random() < 0.5,
-            "request": {"agent": agent, "messages": []},
-            "completion": {"text": random_text(rng), "prompt_tokens": 10, "completion_tokens": 5,
-                           "finish": rng.choice(["stop", "length"]), "latency_s": 0.1}}
+def random_text(rng: random.Random, agent: str | None = None) -> str:
+    """Noise from the protocol's pieces, often around a well-formed response of `agent`."""
+    def noise() -> str:
+        return "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 4)))
+    core = rng.choice(WELL_FORMED[agent]) if agent and rng.random() < 0.7 else ""
+    return noise() + core + noise()
 
 
-def random_search_run(seed: int, episodes: int = 30) -> list[dict]:
+class RandomBackend:
+    """Answers every call with a random mix of the protocol's tags (and some noise)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def worker_group(self, agent: str) -> str:
+        return "shared"
+
+    def sampling(self, agent: str) -> Sampling:
+        return Sampling(max_new_tokens=8)
+
+    async def generate(self, agent: str, request) -> Completion:
+        return Completion(random_text(self.rng, agent), finish=self.rng.choice(["stop", "length"]))
+
+
+class FakeRetriever:
+    def search(self, queries, k):
+        return [[{"title": "T", "text": f"about {q}"} for _ in range(k)] for q in queries]
+
+
+def random_search_run(seed: int, episodes: int = 30, keep_env: bool = True) -> list[dict]:
+    """Episodes of the real search_route workflow with random responses, as samples.jsonl holds them."""
+    from drmas_bench.workflows.search import search_route
+
     rng = random.Random(seed)
     recs = []
     for i in range(episodes):
-        turns = []
-        for step in range(rng.randint(1, 4)):
-            turns.append(random_turn(rng, "verifier", len(turns)))
-            if rng.random() < 0.9:
-                turns.append(random_turn(rng, rng.choice(["searcher", "answerer"]), len(turns)))
-        recs.append({"task": {"id": f"q{i // 2}", "benchmark": "hotpotqa", "question": "q?", "answers": ["Paris"]},
-                     "sample_idx": i % 2, "turns": turns, "final_answer": rng.choice([None, "Paris"]),
-                     "reward": 0.0, "correct": False, "extra": {}, "wall_s": 1.0, "cost_usd": 0.0})
+        task = Task(id=f"q{i // 2}", benchmark="hotpotqa", question="Where is it?", answers=["Paris"])
+        ep = Episode(task, i % 2, RandomBackend(rng), ("verifier", "searcher", "answerer"), retriever=FakeRetriever())
+        asyncio.run(search_route(ep))
+        d = json.loads(json.dumps(ep.finish().to_dict()))
+        if not keep_env:
+            d["extra"].pop("env", None)
+        recs.append(d)
     return recs
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(6))
 def test_search_compliance_matches_the_plain_implementation(seed):
     recs = random_search_run(seed)
     got = compliance(recs, "search_route")
@@ -144,47 +187,65 @@ def test_search_compliance_matches_the_plain_implementation(seed):
         assert g["valid_rate"] == pytest.approx(a["valid"] / a["calls"])
         assert g["invalid_reasons"] == {k: v for k, v in a["reasons"].items() if v}
         assert list(g["invalid_reasons"]) == [k for k in REASONS if k in g["invalid_reasons"]]  # table order
+        # the recorded validity is the plain rule's: no reason <=> valid
+        if name != "verifier":
+            assert g["actions"] == {k: a["kinds"][k] for k in ("search", "answer", "empty")}
+            assert g["answer_tag_rate"] == pytest.approx(a["kinds"]["answer"] / a["calls"])
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_action_counts_and_verdicts_follow_the_environment(seed):
-    recs = random_search_run(100 + seed)
-    got = compliance(recs, "search_route")["agents"]
-    for name in ("searcher", "answerer"):
-        texts = [t["completion"]["text"] for r in recs for t in r["turns"] if t["agent"] == name]
-        if not texts:
-            continue
-        kinds = Counter(plain_action(x) for x in texts)
-        assert got[name]["actions"] == {k: kinds[k] for k in ("search", "answer", "empty")}
-        assert got[name]["answer_tag_rate"] == pytest.approx(kinds["answer"] / len(texts))
+@pytest.mark.parametrize("seed", range(3))
+def test_recorded_validity_is_the_plain_rule(seed):
+    for r in random_search_run(50 + seed, episodes=10):
+        for t in r["turns"]:
+            assert t["valid"] == (not plain_reasons(ROLE_RULES["search_route"][t["agent"]], t["completion"]["text"]))
+
+
+def test_verdicts_follow_the_router():
+    recs = random_search_run(9)
     ver = [t["completion"]["text"] for r in recs for t in r["turns"] if t["agent"] == "verifier"]
-    routes = Counter("answer" if "<verify>yes</verify>" in x.lower() or "<verify>no</verify>" not in x.lower()
-                     else "search" for x in ver)
-    assert got["verifier"]["verdicts"] == dict(sorted(routes.items()))
+    routes = Counter(P.search_verdict(x) for x in ver)
+    assert compliance(recs)["agents"]["verifier"]["verdicts"] == dict(sorted(routes.items()))
+    # every "search" verdict before the last step is followed by a searcher turn
+    n_search_calls = sum(t["agent"] == "searcher" for r in recs for t in r["turns"])
+    assert n_search_calls <= routes["search"]
+
+
+def test_records_without_the_env_account_read_the_texts():
+    """Runs from before the env record (extra["env"]) count searches from the searcher's and the
+    answerer's texts; with the record, the env's own steps count (the last step is never empty)."""
+    with_env = random_search_run(21, episodes=12)
+    without = random_search_run(21, episodes=12, keep_env=False)
+    a, b = compliance(with_env)["episodes"], compliance(without)["episodes"]
+    assert a["searches_per_episode"] == b["searches_per_episode"]  # a search happens only before the last step
+    kinds = [action_kind(t["agent"], t["completion"]["text"]) for r in without for t in r["turns"]
+             if t["agent"] != "verifier"]
+    assert b["empty_steps_per_episode"] == pytest.approx(kinds.count("empty") / len(without))
 
 
 def test_reasons_agree_with_the_validity_the_workflows_record():
     """One definition: a response has no reason exactly when the protocol's check passes."""
     rng = random.Random(7)
-    checks = {"verify": P.verify_valid, "action": P.action_valid, "boxed": P.solver_valid}
     for _ in range(3000):
         text = random_text(rng)
-        for rule, valid in checks.items():
-            assert (not invalid_reasons(rule, text)) == valid(text), (rule, text)
+        for role in P.ROLES:
+            assert (not invalid_reasons(role, text)) == P.valid(role, text), (role, text)
+            assert (not invalid_reasons(role, text)) == (not plain_reasons(role, text)), (role, text)
 
 
 @pytest.mark.parametrize("rule, text, want", [
-    ("verify", "ok <verify>yes</verify>", []),
-    ("verify", "ok <verify>yes", ["missing_verify_tag"]),
-    ("verify", "\u4e2d", ["missing_verify_tag", "cjk"]),
-    ("action", "<think>a</think><search>q</search>", []),
-    ("action", "<search>q</search>", ["think_count"]),
-    ("action", "</think>x<think><answer>a</answer>", ["think_order"]),
-    ("action", "<think>a</think> Paris", ["missing_action_tag"]),
-    ("action", "<think><think></think>", ["missing_action_tag", "think_count"]),
-    ("boxed", "so \\boxed{5}", []),
-    ("boxed", "so 5", ["missing_boxed"]),
-    ("boxed", "\\boxed{5} \\boxed{", ["unbalanced_boxed"]),
+    ("search_verifier", "ok <verify>yes</verify>", []),
+    ("math_verifier", "ok <verify>yes", ["missing_verify_tag"]),
+    ("search_verifier", "\u4e2d", ["missing_verify_tag", "cjk"]),
+    ("searcher", "<think>a</think><search>q</search>", []),
+    ("searcher", "<search>q</search>", ["think_count"]),
+    ("searcher", "<think>a</think><answer>q</answer>", ["missing_action_tag"]),  # its own tag only
+    ("answerer", "</think>x<think><answer>a</answer>", ["think_order"]),
+    ("answerer", "<think>a</think> Paris", ["missing_action_tag"]),
+    ("answerer", "<think><think></think>", ["missing_action_tag", "think_count"]),
+    ("solver", "so \\boxed{5}", []),
+    ("solver", "\u4e2d\u6587 \\boxed{5}", []),  # the solver has no CJK rule
+    ("solver", "so 5", ["missing_boxed"]),
+    ("solver", "\\boxed{5} \\boxed{", ["unbalanced_boxed"]),
     ("toy_answer", "<answer>3</answer>", []),
     ("toy_answer", "3", ["missing_answer_tag"]),
     ("toy_verdict", "<verdict>approve</verdict>", []),
@@ -227,10 +288,11 @@ def test_old_records_still_summarise_and_render():
     s = summarize([old], n_boot=10)
     c = s["compliance"]
     assert c["workflow"] == "search_route"
-    assert c["agents"]["verifier"] == {"rule": "verify", "calls": 1, "valid": 1, "valid_rate": 1.0,
+    assert c["agents"]["verifier"] == {"rule": "search_verifier", "calls": 1, "valid": 1, "valid_rate": 1.0,
                                        "invalid_reasons": {"missing_verify_tag": 1}, "length_cut": 0,
                                        "empty_responses": 1, "verdicts": {"answer": 1}}
     assert c["episodes"]["answer_tag_rate"] == 0.0  # no final_answer recorded
+    assert c["agents"]["answerer"]["actions"] == {"search": 0, "answer": 1, "empty": 0}  # read from its text
     md = format_summary_markdown(json.loads(json.dumps(s)))
     assert "### Protocol compliance" in md and "missing verify tag 1" in md
     # a summary.json written before compliance existed renders without the section

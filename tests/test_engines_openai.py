@@ -28,15 +28,33 @@ def req(text: str, *, n: int = 8, seed: int | None = 1, lp: bool = False) -> Req
     return Request("a", [{"role": "user", "content": text}], Sampling(temperature=0.6, top_p=0.95, max_new_tokens=n, seed=seed), want_logprobs=lp)
 
 
+def fake_tokens(messages: list[dict]) -> list[int]:
+    """The fake server's "chat template": 3 ids around each message plus one id per word, so a test
+    knows the templated prompt's ids without a tokenizer (ids 1000.. count the words)."""
+    ids, w = [], 1000
+    for m in messages:
+        ids += [1, 2 if m.get("role") == "system" else 3]
+        for _ in str(m.get("content", "")).split():
+            ids.append(w)
+            w += 1
+        ids.append(4)
+    return ids + [5]  # the generation prompt
+
+
 class FakeServer:
     """Chat completions under /<mode>/v1: ok, flaky (503 twice per prompt), down (always 503),
-    bad (400), slow (sleeps 2 s), limited (429 + Retry-After once per prompt)."""
+    bad (400), slow (sleeps 2 s), limited (429 + Retry-After once per prompt); the bad servers of
+    tests/test_reliability_servers.py: nousage (no usage), negusage, huge (a 5 MB reply counted as
+    1,250,000 tokens), html / nochoices (a 200 HTML page / empty choices twice per prompt, then ok),
+    alwayshtml / alwaysnochoices, late (negative usage after its first 4 calls). ``/<mode>/tokenize``: vLLM's chat form for modes starting with
+    "tok" (see fake_tokens), SGLang's text-only form (422 without ``prompt``) for "sgl", else 404."""
 
     def __init__(self) -> None:
         from fastapi import FastAPI
-        from fastapi.responses import JSONResponse
+        from fastapi.responses import HTMLResponse, JSONResponse
 
         self.bodies: list[dict] = []
+        self.tokenize_bodies: list[tuple[str, dict]] = []
         self.headers: list[dict] = []
         self.hits: Counter = Counter()
         self.inflight = 0
@@ -59,6 +77,13 @@ class FakeServer:
                 return JSONResponse({"error": {"message": "model not found"}}, status_code=400)
             if mode == "slow":
                 await asyncio.sleep(2.0)
+            if mode in ("alwayshtml", "html") and (mode == "alwayshtml" or n <= 2):
+                return HTMLResponse("<html><body>502 Bad Gateway</body></html>")
+            if mode in ("alwaysnochoices", "nochoices") and (mode == "alwaysnochoices" or n <= 2):
+                return {"id": "c0", "object": "chat.completion", "choices": []}
+            if mode == "huge":
+                return {"choices": [{"index": 0, "message": {"content": "x" * 5_000_000}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 4, "completion_tokens": 1_250_000, "total_tokens": 1_250_004}}
             self.inflight += 1
             self.max_inflight = max(self.max_inflight, self.inflight)
             await asyncio.sleep(0.05)
@@ -72,13 +97,30 @@ class FakeServer:
             }
             if body.get("logprobs"):
                 choice["logprobs"] = {"content": [{"token": "x", "logprob": -0.5 * (i + 1)} for i in range(k)]}
-            return {
+            out = {
                 "id": "c1",
                 "object": "chat.completion",
                 "choices": [choice],
                 "prompt_token_ids": [1, 2, 3, 4],
                 "usage": {"prompt_tokens": 4, "completion_tokens": k, "total_tokens": 4 + k},
             }
+            if mode == "nousage":
+                del out["usage"], out["prompt_token_ids"], choice["token_ids"]
+            self.hits[(mode, "*")] += 1
+            if mode == "negusage" or (mode == "late" and self.hits[(mode, "*")] > 4):
+                out["usage"] = {"prompt_tokens": 4, "completion_tokens": -3, "total_tokens": 1}
+            return out
+
+        @app.post("/{mode}/tokenize")
+        async def tokenize(mode: str, request: FReq):
+            body = await request.json()
+            self.tokenize_bodies.append((mode, body))
+            if mode.startswith("tok") and "messages" in body:
+                toks = fake_tokens(body["messages"])
+                return {"count": len(toks), "max_model_len": 32768, "tokens": toks}
+            if mode == "sgl" and "prompt" not in body:
+                return JSONResponse({"detail": [{"loc": ["body", "prompt"], "msg": "Field required"}]}, status_code=422)
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
 
         @app.post("/{mode}/v1/completions")
         async def completions(mode: str, request: FReq):
@@ -90,8 +132,11 @@ class FakeServer:
                       "finish_reason": "length" if k == body.get("max_tokens") else "stop"}
             if body.get("logprobs") is not None:
                 choice["logprobs"] = {"tokens": ["x"] * k, "token_logprobs": [-0.25 * (i + 1) for i in range(k)]}
-            return {"id": "c2", "object": "text_completion", "choices": [choice],
-                    "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": k, "total_tokens": len(body["prompt"]) + k}}
+            out = {"id": "c2", "object": "text_completion", "choices": [choice],
+                   "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": k, "total_tokens": len(body["prompt"]) + k}}
+            if mode.endswith("nousage"):
+                del out["usage"]
+            return out
 
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -287,15 +332,14 @@ def test_token_mode_sends_the_cut_templated_prompt(server, thinking_tok):
     run(eng.close())
 
 
-def test_a_prompt_limit_without_a_tokenizer_is_one_clear_error(server):
+def test_a_prompt_limit_without_a_tokenizer_goes_out_uncut_and_counted(server):
+    """No tokenizer here and no /tokenize there (a paid API): the chat is sent unchanged and the reply
+    says its limit was not enforced (the detailed cases: tests/test_reliability_servers.py)."""
     eng = make_engine("openai", "gpt-4o-mini", base_url=server.url("ok"), **fast())
-    n0 = len(server.bodies)
     limited = Request("a", [{"role": "user", "content": "q"}], max_prompt_tokens=4096, truncate="left")
-    with pytest.raises(EngineError) as err:
-        run(eng.generate([req("fine"), limited]))
-    msg = str(err.value)
-    assert "\n" not in msg and "max_prompt_tokens=4096" in msg and "tokenizer=PATH" in msg and "'gpt-4o-mini'" in msg
-    assert len(server.bodies) == n0  # nothing was sent
+    fine, out = run(eng.generate([req("fine"), limited]))
+    assert out.prompt_limit_unenforced and not fine.prompt_limit_unenforced
+    assert eng.server_tokenize is False
     with pytest.raises(EngineError, match="no local tokenizer at '/no/such/tokenizer'"):
         make_engine("openai", "m", tokenizer="/no/such/tokenizer")
 

@@ -105,10 +105,11 @@ def test_search_eval_follows_the_reference_loop(served, data_dir, tmp_path):
         assert [t["agent"] for t in turns] == ["verifier", "searcher", "verifier", "answerer"]
         assert all(t["valid"] for t in turns) and r["correct"] and r["reward"] == 1.0
         ver, sea, ver2, ans = (t["request"]["messages"] for t in turns)
-        assert ver[0] == {"role": "system", "content": "You are a helpful assistant."} and len(ver) == 2
-        assert "Not yet. <verify>no</verify>" in sea[1]["content"]  # the searcher sees this step's verifier output
+        assert ver[0] == {"role": "system", "content": "You are a helpful and harmless assistant."} and len(ver) == 2
+        # the searcher sees this step's verifier entry, as the reference writes it
+        assert '\nThe output of "Verifier Agent": Not yet. <verify>no</verify>\n' in sea[1]["content"]
         assert "<verify>" not in ans[1]["content"].split("# Your role")[0]  # the answerer does not
-        step1 = f"Step 1:\n<search>{r['task']['question']}</search>\n<information>{{\"result\": \"Doc 1: "
+        step1 = f"Step 1:<search>{r['task']['question']}</search> <information>{{\"result\": \"Doc 1: "
         assert step1 in ver2[1]["content"] and step1 in ans[1]["content"]
         assert all((t["request"]["max_prompt_tokens"], t["request"]["truncate"]) == (4096, "left") for t in turns)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -278,6 +278,18 @@ def test_trained_team_estimator_and_step(runs, tmp_path):
     assert (row.estimator, row.step, row.team, row.model) == ("drmas", "40", "shared", "tiny-random")
 
 
+def test_trained_reference_estimator_shows_its_group_index(tmp_path):
+    """A reference estimator name means nothing without group_by_agent: the report shows both."""
+    from drmas_bench.report.runs import _trained_info
+
+    def info(trained):
+        return _trained_info({"identity": {"team": {"trained": trained}}}, tmp_path)[:2]  # (estimator, step)
+
+    assert info({"estimator": "agent_traj", "group_by_agent": True, "step": 3}) == ("agent_traj[by_agent]", 3)
+    assert info({"estimator": "traj_traj", "group_by_agent": False, "step": 3}) == ("traj_traj[by_uid]", 3)
+    assert info({"estimator": "drmas", "step": 3}) == ("drmas", 3)
+
+
 @pytest.mark.slow
 def test_metric_parsing_and_bad_inputs(tmp_path, runs, capsys):
     assert [m.name for m in report.parse_metrics("avg@16, pass@1,avg@n")] == ["avg@16", "pass@1", "avg@n"]

@@ -73,10 +73,24 @@ def run_wf(name, task, backend, retriever=None, **opts):
 # ------------------------------------------------------------------------------ parsing
 
 
-def test_tagged_takes_first_occurrence_and_needs_both_tags():
-    assert P.tagged("<answer> a </answer> <answer>b</answer>", "answer") == "a"
-    assert P.tagged("<answer>a", "answer") is None and P.tagged("a</answer>", "answer") is None
-    assert P.tagged("</answer> x <answer>y</answer>", "answer") == ""  # first close before first open
+def test_tag_action_keeps_its_tags_and_takes_the_first_occurrences():
+    assert P.tag_action("<answer> a </answer> <answer>b</answer>", "answer") == "<answer>a</answer>"
+    assert P.tag_action("<answer>a", "answer") == "" and P.tag_action("a</answer>", "answer") == ""
+    assert P.tag_action("</answer> x <answer>y</answer>", "answer") == "<answer></answer>"  # close first
+    assert P.tag_action("<search>q <answer>a</answer></search>", "search") == "<search>q <answer>a</answer></search>"
+
+
+@pytest.mark.parametrize("role,text,action", [
+    ("searcher", "<think>t</think><answer>x</answer>", ""),  # cross-tagged: an empty step, not an answer
+    ("answerer", "<think>t</think><search>q</search>", ""),  # cross-tagged: an empty step, not a search
+    ("answerer", "<search>q</search><answer> a </answer>", "<answer>a</answer>"),  # its own tag only
+    ("searcher", "<SEARCH>q</SEARCH>", ""),
+    ("solver", " keep \\boxed{1} as is ", " keep \\boxed{1} as is "),
+    ("math_verifier", "ok <verify> re ject </verify> <verify> x </verify>", "ok <verify>re ject</verify> <verify> x </verify>"),
+    ("search_verifier", "</verify>no<verify>", "</verify>no<verify></verify>no<verify>"),  # the reference's slicing
+])
+def test_projection_per_role(role, text, action):
+    assert P.project(role, text) == action
 
 
 @pytest.mark.parametrize("text,verdict", [
@@ -91,6 +105,7 @@ def test_tagged_takes_first_occurrence_and_needs_both_tags():
     ("<verify>no idea</verify> then <verify>reject</verify>", "reject"),
     ("<verify> approve </verify> <verify> reject </verify>", "approve"),
     ("<verify>x</verify> <verify> reject </verify>", "approve"),  # only the FIRST pair is stripped
+    ("<verify>re ject</verify>", "approve"),  # strip = the ends only (an earlier reading removed all spaces)
 ])
 def test_math_verdict(text, verdict):
     assert P.math_verdict(text) == verdict
@@ -98,8 +113,10 @@ def test_math_verdict(text, verdict):
 
 @pytest.mark.parametrize("text,route", [
     (V.format("yes"), "answer"), (V.format("no"), "search"), ("<VERIFY>No</VERIFY>", "search"),
-    ("nothing", "answer"), ("<verify> no </verify>", "answer"),  # no stripping for search
+    ("nothing", "answer"), ("<verify> no </verify>", "search"),  # the test runs on the spliced text
+    ("<verify>\nno\n</verify>", "search"), ("<VERIFY> no </VERIFY>", "answer"),  # not spliced: spaces stay
     (V.format("no") + V.format("yes"), "answer"),  # yes is tested first
+    ("<verify>yes </verify><verify>no</verify>", "answer"),
 ])
 def test_search_verdict(text, route):
     assert P.search_verdict(text) == route
@@ -108,37 +125,46 @@ def test_search_verdict(text, route):
 @pytest.mark.parametrize("text,valid", [
     ("so \\boxed{2}", True), ("\\boxed{\\frac{1}{2}}", True), ("\\boxed{2", False), ("\\fbox{2}", False),
     ("\\boxed 5", False), ("no box", False), ("<think>\\boxed{1}</think> so 2", True),
-    ("\\boxed{2} 二", False),
+    ("\\boxed{2} 二", True),  # no CJK rule for the solver
+    ("\\boxed{5} \\boxed{", False), ("\\boxed{}", True),  # only the last \\boxed counts; an empty box is valid
 ])
 def test_solver_validity(text, valid):
-    assert P.solver_valid(text) is valid
+    assert P.valid("solver", text) is valid
 
 
-@pytest.mark.parametrize("text,valid", [
-    ("<think>a</think><search>q</search>", True),
-    ("<search>q</search><think>a</think>", True),  # position relative to think not checked
-    ("<think>a</think><answer>x</answer>", True),
-    ("<think>a</think>no tag", False),
-    ("<search>q</search>", False),  # no think
-    ("<think>a</think><think>b</think><search>q</search>", False),  # two thinks
-    ("</think><think><search>q</search>", False),  # wrong order
-    ("<think>a</think><search>北京</search>", False),  # CJK
+@pytest.mark.parametrize("role,text,valid", [
+    ("searcher", "<think>a</think><search>q</search>", True),
+    ("searcher", "<search>q</search><think>a</think>", True),  # position relative to think not checked
+    ("searcher", "</search>q<search><think>a</think>", True),  # its two tags in any order
+    ("answerer", "<think>a</think><answer>x</answer>", True),
+    ("searcher", "<think>a</think><answer>x</answer>", False),  # its own tags only
+    ("answerer", "<think>a</think><search>x</search>", False),
+    ("searcher", "<think>a</think>no tag", False),
+    ("searcher", "<search>q</search>", False),  # no think
+    ("searcher", "<think>a</think><think>b</think><search>q</search>", False),  # two thinks
+    ("searcher", "</think><think><search>q</search>", False),  # wrong order
+    ("answerer", "<think>a</think><answer>北京</answer>", False),  # CJK
 ])
-def test_action_validity(text, valid):
-    assert P.action_valid(text) is valid
+def test_action_validity(role, text, valid):
+    assert P.valid(role, text) is valid
 
 
 def test_verify_validity_and_cjk():
-    assert P.verify_valid("<verify>anything</verify>") and not P.verify_valid("<verify>yes")
-    assert not P.verify_valid("<verify>yes</verify> 是")
+    for role in ("math_verifier", "search_verifier"):
+        assert P.valid(role, "<verify>anything</verify>") and not P.valid(role, "<verify>yes")
+        assert P.valid(role, "</verify> x <verify>") and not P.valid(role, "<verify>yes</verify> 是")
     assert P.has_cjk("\u4e00") and P.has_cjk("\u9fff") and not P.has_cjk("\u3042 \uac00")  # kana/hangul are not
 
 
 def test_observation_is_json_dumps_of_result():
-    obs = P.observation(FakeRetriever().search(["q"], 2)[0])
+    obs = P.observation(FakeRetriever().search(["q"], 2)[0] + [Hit("d3", "T3", "ends in spaces  ", 1.0)])
     assert obs.startswith('<information>{"result": "Doc 1: \\"Title \\"1\\"\\"\\ntext 1 caf\\u00e9')
     inner = json.loads(obs[len("<information>"):-len("</information>")])
-    assert inner == {"result": 'Doc 1: "Title "1""\ntext 1 café\nline2\nDoc 2: "Title "2""\ntext 2 café\nline2'}
+    # every document stripped and followed by a newline, the last one too
+    assert inner == {"result": 'Doc 1: "Title "1""\ntext 1 café\nline2\nDoc 2: "Title "2""\ntext 2 café\nline2\n'
+                               'Doc 3: "T3"\nends in spaces\n'}
+    assert P.observation([]) == '<information>{"result": ""}</information>'  # the server's [[]]
+    assert P.observation(None) == '<information>{"result": "No search results found."}</information>'  # its []
 
 
 # ------------------------------------------------------------------------------ math_refine
@@ -150,14 +176,15 @@ def test_math_reject_runs_second_round_with_team_context():
     assert b.agents == ["solver", "verifier", "solver"]
     assert traj.final_answer == "second \\boxed{2}"
     assert [t.valid for t in traj.turns] == [True, True, True]
-    # each agent sees the problem and every earlier output, labelled with its agent
-    assert "What is 1+1?" in b.user(0) and "(none yet)" in b.user(0)
-    assert "[Solver]\nfirst \\boxed{3}" in b.user(1)
-    assert "[Solver]\nfirst \\boxed{3}\n\n[Verifier]\nwrong <verify>reject</verify>" in b.user(2)
+    # each agent sees the problem and every earlier output, as the reference writes the team context
+    assert "What is 1+1?" in b.user(0) and "The output of" not in b.user(0)
+    assert '\nThe output of "Solver Agent": first \\boxed{3}\n' in b.user(1)
+    assert ('\nThe output of "Solver Agent": first \\boxed{3}\n\nThe output of "Verifier Agent": '
+            'wrong <verify>reject</verify>\n') in b.user(2)
     # chat layout: the fixed system line, the whole role prompt as the user message
     for _, req in b.calls:
         assert [m["role"] for m in req.messages] == ["system", "user"]
-        assert req.messages[0]["content"] == "You are a helpful assistant."
+        assert req.messages[0]["content"] == "You are a helpful and harmless assistant."
         assert (req.max_prompt_tokens, req.truncate) == (8192, "middle")
 
 
@@ -182,15 +209,18 @@ def test_search_then_answer_and_what_each_agent_sees():
     traj = run_wf("search_route", TASK, b, retriever=r)
     assert b.agents == ["verifier", "searcher", "verifier", "answerer"]
     assert r.queries == ["Hamlet author"]
-    assert traj.final_answer == "William Shakespeare"  # first answer tag, stripped
+    assert traj.final_answer == "William Shakespeare"  # the answerer's first answer pair, stripped
     # the routing reads the lower-cased response; validity wants the tag pair as written
     assert [t.valid for t in traj.turns] == [True, True, False, True]
-    # the searcher sees the verifier's output of this step; the answerer does not
-    assert V.format("no") in b.user(1) and "step 1 of 4" in b.user(1)
+    # the searcher sees this step's verifier entry; the answerer does not
+    assert '\nThe output of "Verifier Agent": <verify>no</verify>\n' in b.user(1) and "step 1 of 4" in b.user(1)
     assert "YES" not in b.user(3)
-    # history: "Step 1:" + the action + the observation, seen by the step-2 verifier and the answerer
-    entry = "Step 1:\n<search>Hamlet author</search>\n<information>{\"result\": \"Doc 1:"
+    # history: "Step 1:" + the action + " " + the observation, seen by the step-2 verifier and the answerer
+    entry = "Step 1:<search>Hamlet author</search> <information>{\"result\": \"Doc 1:"
     assert entry in b.user(2) and entry in b.user(3)
+    env = traj.extra["env"]
+    assert (env["length"], env["reward"], env["won"], env["answer"]) == (2, 1.0, True, "William Shakespeare")
+    assert [s["query"] for s in env["steps"]] == ["Hamlet author", None]
     assert "(no searches yet)" in b.user(0)
     for _, req in b.calls:
         assert (req.max_prompt_tokens, req.truncate) == (4096, "left") and len(req.messages) == 2
@@ -203,7 +233,10 @@ def test_no_at_the_last_step_ends_without_answer():
     traj = run_wf("search_route", TASK, b, retriever=r)
     assert b.agents == ["verifier", "searcher"] * 3 + ["verifier"]
     assert r.queries == ["q0", "q1", "q2"] and traj.final_answer is None
-    assert "Step 3:\n<search>q2</search>" in b.user(6)
+    assert "Step 3:<search>q2</search> <information>" in b.user(6)
+    # the env still takes step 4, with an empty action: done, nothing to grade
+    assert [(s["action"], s["done"]) for s in traj.extra["env"]["steps"]][-1] == ("", True)
+    assert traj.extra["env"]["length"] == 4 and traj.extra["env"]["reward"] == 0.0
 
 
 def test_old_last_step_behaviour_is_an_option():
@@ -220,7 +253,7 @@ def test_untagged_action_is_an_empty_step_and_the_episode_goes_on():
     assert b.agents == ["verifier", "answerer", "verifier", "answerer"]
     assert [t.valid for t in traj.turns] == [False, False, True, True]
     assert traj.final_answer == "Shakespeare" and r.queries == []
-    assert "Step 1:\n\n" in b.user(2) and "step 2 of 4" in b.user(2)  # the empty step counts
+    assert "Step 1: \n" in b.user(2) and "step 2 of 4" in b.user(2)  # the empty step counts
 
 
 def test_empty_query_is_still_sent():
@@ -229,13 +262,43 @@ def test_empty_query_is_still_sent():
     r = FakeRetriever()
     run_wf("search_route", TASK, b, retriever=r)
     assert r.queries == [""]
-    assert "Step 1:\n<search></search>\n<information>" in b.user(2)
+    assert "Step 1:<search></search> <information>" in b.user(2)
 
 
-def test_searcher_answer_tag_ends_the_episode():
-    b = FakeScriptedAgents(verifier=[V.format("no")], searcher=["<think>t</think><answer>Bard</answer>"])
+def test_a_searchers_answer_pair_alone_is_an_empty_step():
+    b = FakeScriptedAgents(verifier=[V.format("no"), V.format("yes")], searcher=["<think>t</think><answer>Bard</answer>"],
+                           answerer=[ANSWER.format("Shakespeare")])
     traj = run_wf("search_route", TASK, b, retriever=FakeRetriever())
-    assert traj.final_answer == "Bard" and len(traj.turns) == 2
+    assert b.agents == ["verifier", "searcher", "verifier", "answerer"] and traj.turns[1].valid is False
+    assert traj.final_answer == "Shakespeare" and "Step 1: \n" in b.user(2)
+
+
+def test_answer_tags_inside_a_search_end_the_episode():
+    """The env's done test is two substring tests on the action: a searcher's
+    ``<search>q <answer>a</answer></search>`` ends the episode with the EM of "a"."""
+    b = FakeScriptedAgents(verifier=[V.format("no")], searcher=["<think>t</think><search>q <answer>William Shakespeare</answer></search>"])
+    r = FakeRetriever()
+    traj = run_wf("search_route", TASK, b, retriever=r)
+    assert traj.final_answer == "William Shakespeare" and len(traj.turns) == 2 and r.queries == []
+    assert traj.extra["env"]["reward"] == 1.0
+
+
+def test_reward_reads_the_last_answer_match_of_the_whole_episode():
+    """An unclosed <answer> in a query opens a match that runs through the stored observation (kept
+    as "\n" + obs + "\n") to the next </answer>: the reference grades that span, not the answer."""
+    env = P.SearchEnv(["b"])
+    assert env.act("<search>x <answer>a</search>").query == "x <answer>a"
+    env.observe("<information>{}</information>")
+    st = env.act("<answer>b</answer>")
+    assert st.done and st.reward == 0.0
+    assert env.answer == "a</search>\n<information>{}</information>\n<answer>b"
+    env = P.SearchEnv(["b"])
+    env.act("<search>x</search>")
+    env.observe("<information>{}</information>")
+    assert env.act("<answer> b </answer>").reward == 1.0 and env.answer == "b"
+    env = P.SearchEnv(["b"], max_steps=1)
+    st = env.act("<search>x</search>")
+    assert st.done and st.query is None and env.answer is None and st.reward == 0.0  # the last step ends
 
 
 def test_prompt_limit_options_reach_every_request():
@@ -265,7 +328,7 @@ def test_packaged_templates_and_partial_override(tmp_path):
 
 @pytest.mark.parametrize("roles,msg", [
     ({"answerer": "{{question}} {{history}} {{answer}}"}, "roles.answerer: unknown placeholder {{answer}}"),
-    ({"searcher": "{{question}} {{history}}"}, "roles.searcher: missing placeholder {{verifier_output}}"),
+    ({"searcher": "{{question}} {{history}}"}, "roles.searcher: missing placeholder {{team_context}}"),
     ({"solver": "{{question}}"}, "unknown role 'solver'"),
 ])
 def test_bad_templates_name_file_role_and_placeholder(tmp_path, roles, msg):
@@ -334,4 +397,4 @@ def test_truncated_calls_are_counted_for_the_summary():
     # the fake engine marks a call truncated when its prompt holds the marker: the step-2 calls
     assert [t.completion.prompt_truncated for t in traj.turns] == [False, False, True, True]
     s = protocol_summary([traj.to_dict()] * 2, {"prompts_sha256": "x"})
-    assert s == {"prompts_sha256": "x", "calls": 8, "prompt_truncated_calls": 4}
+    assert s == {"prompts_sha256": "x", "calls": 8, "prompt_truncated_calls": 4, "prompt_limit_unenforced_calls": 0}

@@ -1,44 +1,70 @@
-"""Agent-wise advantage estimators (Dr. MAS) and their GRPO baselines, vectorised.
+"""Agent-wise advantage estimators (Dr. MAS), their GRPO baselines and the reference's ablations, vectorised.
 
 One *row* is one agent action (one LLM call). Every row carries a score ``x_i`` (the trajectory
 reward minus a format penalty, see :func:`row_scores`), a prompt group ``u(i)``, a trajectory
 ``t(i)`` and a logical agent ``k(i)``. Every estimator has the same shape::
 
-    A_i = (x_i - mean_P) / (max(std_P', std_floor) + eps)        (norm_by_std=True)
-    A_i =  x_i - mean_P                                          (norm_by_std=False)
+    A_i = (num_i - mean_P) / (max(std_P', std_floor) + eps)      (norm_by_std=True)
+    A_i =  num_i - mean_P                                        (norm_by_std=False)
 
-and differs only in the numerator ``x_i`` and the populations ``P`` (for the mean) and ``P'``
-(for the std) that the row is compared against:
+and differs only in the numerator ``num_i`` and the pools ``P`` (for the mean) and ``P'`` (for the
+std). A pool belongs to a *group index* g (the uid, or the (uid, agent) pair) and is one of
+
+* the **row pool** of g: every row score of g (action-weighted: an agent that acted three times in
+  a trajectory contributes three values);
+* the **cell pool** of g: one *cell average* per trajectory in which g has rows, a cell being the
+  rows of g in one trajectory (with g = uid a cell is the whole trajectory, its average ``v_t``);
+* the **first-row pool** of g: the score of each cell's first row (lowest row index).
+
+The project's names fix their group index:
 
 ==================  ====================  ======================  ======================
 estimator           numerator             mean over               std over
 ==================  ====================  ======================  ======================
-``grpo``            trajectory value v_t  trajectory values of u  trajectory values of u
-``grpo_first_row``  row score x_i         first-row scores of u   first-row scores of u
 ``drmas``           row score x_i         rows of (u, k)          rows of (u, k)
-``drmas_mean_only`` row score x_i         rows of (u, k)          trajectory values of u
-``drmas_std_only``  row score x_i         trajectory values of u  rows of (u, k)
-``traj_traj``       row score x_i         trajectory values of u  trajectory values of u
+``grpo``            trajectory value v_t  cells of u (v_t)        cells of u (v_t)
+``grpo_first_row``  row score x_i         first rows of u         first rows of u
 ``global_step``     row score x_i         rows of u (all agents)  rows of u (all agents)
+``drmas_mean_only`` row score x_i         rows of (u, k)          cells of u (v_t)
+``drmas_std_only``  row score x_i         cells of u (v_t)        rows of (u, k)
+``grpo_row_score``  row score x_i         cells of u (v_t)        cells of u (v_t)
 ==================  ====================  ======================  ======================
 
-with ``v_t`` = mean of the scores of trajectory t's rows (all agents). Aliases (the reference's
-ablation names, mean-source x std-source): ``agent_agent`` = ``drmas``, ``agent_traj`` =
-``drmas_mean_only``, ``traj_agent`` = ``drmas_std_only``. "Rows of (u, k)" is action-weighted: a
-trajectory in which agent k acted three times contributes three values.
+The reference's names (its ``adv_estimator`` values and versions) take the group index from
+``group_by_agent`` (the reference's ``group_by_agent_id``): g = (uid, agent) when True, uid when
+False. "agent" there means the row pool of g, "traj" the cell pool of g and the cell average c_i
+as numerator:
+
+==================  ====================  ======================  ======================
+estimator           numerator             mean over               std over
+==================  ====================  ======================  ======================
+``agent_agent``     row score x_i         rows of g               rows of g
+``traj_traj``       cell average c_i      cells of g              cells of g
+``agent_traj``      row score x_i         rows of g               cells of g
+``traj_agent``      cell average c_i      cells of g              rows of g
+``auto``/``master`` ``agent_agent`` if group_by_agent else ``traj_traj``
+``3b556f2``         ``drmas`` if group_by_agent else ``grpo_first_row`` (the 2025-10 version)
+==================  ====================  ======================  ======================
+
+So with group_by_agent True ``agent_agent`` = ``master`` = ``drmas``; with False ``agent_agent`` =
+``global_step`` and ``traj_traj`` = ``master`` = ``grpo``. Earlier versions of this module registered
+``agent_traj``, ``traj_agent`` and ``traj_traj`` with other meanings (now ``drmas_mean_only``,
+``drmas_std_only``, ``grpo_row_score``): a reference name without ``group_by_agent`` is an error,
+never a silent change of meaning.
 
 Rules shared by all estimators:
 
 * std is unbiased (divides by N-1).
-* A statistic computed over a single value (a population of size 1) follows ``single_row``:
+* A statistic computed over a single value (a pool of size 1) follows ``single_row``:
   ``"reference"`` uses mean 0 / std 1 for that statistic (so A is about the raw score, as in the
-  reference), ``"zero"`` gives the row advantage 0.
+  reference; its std 1 is a float32 constant, so the divisor is float32(1 + eps) = 1.00000095367),
+  ``"zero"`` gives the row advantage 0.
 * A group whose values are all equal gets std exactly 0 and, when the numerator belongs to that
-  population, numerator exactly 0, hence A = 0. (Means are computed shifted by a group member, so
+  pool, numerator exactly 0, hence A = 0. (Means are computed shifted by a group member, so
   "all equal" is exact, not 1e-17-ish.)
 * ``std_floor`` clamps the std from below before ``eps`` is added; it guards estimators whose
-  numerator is not in the std population (``grpo_first_row``, ``traj_traj``, the mixed ones) from
-  advantages of size penalty / eps.
+  numerator is not in the std pool (``grpo_first_row``, the mixed ones) from advantages of size
+  penalty / eps.
 * Statistics see exactly the rows passed in: call this *before* padding a batch to a divisor (the
   reference pads first, so its duplicated rows enter the statistics; we deliberately do not).
 
@@ -61,12 +87,17 @@ from torch import Tensor
 
 __all__ = [
     "ESTIMATORS",
+    "GROUP_INDEXED",
+    "Grouping",
     "Moments",
+    "RENAMED",
     "Rows",
     "Terms",
     "advantage_stats",
+    "check_group_index",
     "compute_advantages",
     "estimator_names",
+    "needs_group_index",
     "register_estimator",
     "row_scores",
 ]
@@ -124,12 +155,12 @@ def _segment_moments(x: Tensor, seg: Tensor, n_seg: int) -> tuple[Tensor, Tensor
 
 @dataclass(frozen=True)
 class Moments:
-    """One population's statistics, broadcast to rows.
+    """One pool's statistics, broadcast to rows.
 
     Attributes:
-        mean: [N] float64, the mean of the population the row is compared against.
+        mean: [N] float64, the mean of the pool the row is compared against.
         std: [N] float64, its unbiased std (0 where ``n == 1``).
-        n: [N] int64, the population size (the single-value rule applies where ``n == 1``).
+        n: [N] int64, the pool size (the single-value rule applies where ``n == 1``).
     """
 
     mean: Tensor
@@ -143,8 +174,8 @@ class Terms:
 
     Attributes:
         x: [N] float64 numerator per row.
-        mean_from: population whose mean is subtracted.
-        std_from: population whose std divides (ignored when ``norm_by_std=False``).
+        mean_from: pool whose mean is subtracted.
+        std_from: pool whose std divides (ignored when ``norm_by_std=False``).
     """
 
     x: Tensor
@@ -152,28 +183,92 @@ class Terms:
     std_from: Moments
 
 
-class Rows:
-    """A batch of rows with lazily computed groupings and populations (all on CPU, float64).
+class Grouping:
+    """The pools of one group index (uid, or (uid, agent)), each computed at most once.
 
-    Each population below is computed at most once per call, and only if an estimator asks.
+    Attributes:
+        idx: [N] dense group index per row.
+        n_groups: the number of groups.
+    """
+
+    def __init__(self, rows: "Rows", idx: Tensor, n_groups: int, cells_are_trajectories: bool = False) -> None:
+        self._rows = rows
+        self.idx = idx
+        self.n_groups = n_groups
+        self._cells_are_trajectories = cells_are_trajectories  # the uid index: skip a densifying pass
+
+    def _broadcast(self, values: Tensor, seg: Tensor) -> Moments:
+        """Moments of ``values`` (one per segment member) pooled per group, broadcast to rows."""
+        mean, std, n = _segment_moments(values, seg, self.n_groups)
+        return Moments(_take(mean, self.idx), _take(std, self.idx), _take(n, self.idx))
+
+    @cached_property
+    def row_pool(self) -> Moments:
+        """Moments of every row score of the row's group (action-weighted)."""
+        return self._broadcast(self._rows.score, self.idx)
+
+    @cached_property
+    def cells(self) -> tuple[Tensor, int, Tensor]:
+        """(cell index per row [N], number of cells C, group of each cell [C]).
+
+        A cell is the rows of one group in one trajectory. Trajectory ids must be unique across
+        the batch (checked here), so a cell of the uid index is exactly one trajectory.
+        """
+        traj_uid = self._rows.traj_uid
+        t, n_traj = self._rows.traj_idx
+        if self._cells_are_trajectories:
+            return t, n_traj, traj_uid
+        cell, n_cell = _dense_ids(self.idx * n_traj + t)
+        group = torch.zeros(n_cell, dtype=torch.int64).index_copy_(0, cell, self.idx)
+        return cell, n_cell, group
+
+    @cached_property
+    def cell_mean(self) -> Tensor:
+        """[C] the cell averages (mean score of the group's rows in that trajectory)."""
+        cell, n_cell, _ = self.cells
+        mean, _, _ = _segment_moments(self._rows.score, cell, n_cell)
+        return mean
+
+    @cached_property
+    def cell_value(self) -> Tensor:
+        """[N] the row's cell average c_i (the "traj" numerator)."""
+        return _take(self.cell_mean, self.cells[0])
+
+    @cached_property
+    def cell_pool(self) -> Moments:
+        """Moments of the cell averages of the row's group, one value per cell."""
+        return self._broadcast(self.cell_mean, self.cells[2])
+
+    @cached_property
+    def first_row_pool(self) -> Moments:
+        """Moments of each cell's first-row score (lowest row index in the batch) over the row's group."""
+        cell, n_cell, group = self.cells
+        n = self._rows.n_rows
+        first = torch.full((n_cell,), n, dtype=torch.int64)
+        first.scatter_reduce_(0, cell, torch.arange(n), reduce="amin", include_self=True)
+        return self._broadcast(_take(self._rows.score, first), group)
+
+
+class Rows:
+    """A batch of rows with lazily computed groupings and pools (all on CPU, float64).
+
+    Each grouping and pool is computed at most once per call, and only if an estimator asks.
 
     Attributes:
         score: [N] float64 row scores ``x_i``.
         uid, traj, agent: [N] int64 raw ids.
+        group_by_agent: the reference's group index switch (None: not given; the estimators that
+            read :attr:`group` then refuse to run).
     """
 
-    def __init__(self, score: Tensor, uid: Tensor, traj: Tensor, agent: Tensor) -> None:
+    def __init__(self, score: Tensor, uid: Tensor, traj: Tensor, agent: Tensor,
+                 group_by_agent: bool | None = None) -> None:
         self.score = score
         self.uid = uid
         self.traj = traj
         self.agent = agent
+        self.group_by_agent = group_by_agent
         self.n_rows = int(score.numel())
-
-    # --- groupings ---------------------------------------------------------------------------
-    @cached_property
-    def uid_idx(self) -> tuple[Tensor, int]:
-        """Dense prompt-group index per row and the number of groups."""
-        return _dense_ids(self.uid)
 
     @cached_property
     def traj_idx(self) -> tuple[Tensor, int]:
@@ -181,17 +276,31 @@ class Rows:
         return _dense_ids(self.traj)
 
     @cached_property
-    def uid_agent_idx(self) -> tuple[Tensor, int]:
-        """Dense (prompt group, agent) index per row and the number of such groups."""
-        u, _ = self.uid_idx
+    def by_uid(self) -> Grouping:
+        """Group index = the prompt group (all agents together)."""
+        return Grouping(self, *_dense_ids(self.uid), cells_are_trajectories=True)
+
+    @cached_property
+    def by_uid_agent(self) -> Grouping:
+        """Group index = the (prompt group, agent) pair."""
+        u = self.by_uid.idx
         a, n_agents = _dense_ids(self.agent)
-        return _dense_ids(u * n_agents + a)
+        return Grouping(self, *_dense_ids(u * n_agents + a))
+
+    @property
+    def group(self) -> Grouping:
+        """The reference's group index: ``uid_agent`` if group_by_agent, else ``uid``."""
+        if self.group_by_agent is None:
+            raise ValueError("this estimator takes its group index from group_by_agent (the reference's "
+                             "group_by_agent_id): pass True (uid and agent) or False (uid)")
+        return self.by_uid_agent if self.group_by_agent else self.by_uid
 
     @cached_property
     def traj_uid(self) -> Tensor:
-        """[n_traj] dense uid index of each trajectory; a trajectory spanning two uids is an error."""
+        """[n_traj] dense uid index of each trajectory; a trajectory spanning two uids is an error
+        (trajectory ids must be globally unique)."""
         t, n_traj = self.traj_idx
-        u, _ = self.uid_idx
+        u = self.by_uid.idx
         lo = torch.full((n_traj,), torch.iinfo(torch.int64).max, dtype=torch.int64)
         hi = torch.full((n_traj,), -1, dtype=torch.int64)
         lo.scatter_reduce_(0, t, u, reduce="amin", include_self=True)
@@ -201,59 +310,6 @@ class Rows:
             raise ValueError(f"trajectory id {bad} appears under more than one uid; trajectory ids must be globally unique")
         return lo
 
-    # --- trajectory-level values -------------------------------------------------------------
-    @cached_property
-    def traj_value(self) -> Tensor:
-        """[n_traj] v_t = mean score of the trajectory's rows (all agents)."""
-        t, n_traj = self.traj_idx
-        mean, _, _ = _segment_moments(self.score, t, n_traj)
-        return mean
-
-    @cached_property
-    def traj_first_score(self) -> Tensor:
-        """[n_traj] score of the trajectory's first row (lowest row index in the batch)."""
-        t, n_traj = self.traj_idx
-        first = torch.full((n_traj,), self.n_rows, dtype=torch.int64)
-        first.scatter_reduce_(0, t, torch.arange(self.n_rows), reduce="amin", include_self=True)
-        return _take(self.score, first)
-
-    @cached_property
-    def v(self) -> Tensor:
-        """[N] the row's trajectory value v_t(i) (the GRPO numerator)."""
-        t, _ = self.traj_idx
-        return _take(self.traj_value, t)
-
-    # --- populations, broadcast to rows -----------------------------------------------------
-    def _per_traj_over_uid(self, values: Tensor) -> Moments:
-        """Moments of one value per trajectory, pooled over the trajectories of each uid."""
-        u, n_uid = self.uid_idx
-        mean, std, n = _segment_moments(values, self.traj_uid, n_uid)
-        return Moments(_take(mean, u), _take(std, u), _take(n, u))
-
-    @cached_property
-    def traj_pool(self) -> Moments:
-        """Moments of the trajectory values v_t over the trajectories of the row's uid."""
-        return self._per_traj_over_uid(self.traj_value)
-
-    @cached_property
-    def first_row_pool(self) -> Moments:
-        """Moments of the first-row scores over the trajectories of the row's uid."""
-        return self._per_traj_over_uid(self.traj_first_score)
-
-    @cached_property
-    def agent_pool(self) -> Moments:
-        """Moments of every row of the row's agent in the row's uid (action-weighted)."""
-        g, n_g = self.uid_agent_idx
-        mean, std, n = _segment_moments(self.score, g, n_g)
-        return Moments(_take(mean, g), _take(std, g), _take(n, g))
-
-    @cached_property
-    def step_pool(self) -> Moments:
-        """Moments of every row of the row's uid, all agents pooled (action-weighted)."""
-        u, n_uid = self.uid_idx
-        mean, std, n = _segment_moments(self.score, u, n_uid)
-        return Moments(_take(mean, u), _take(std, u), _take(n, u))
-
 
 # ----------------------------------------------------------------------------------------------
 # the registry
@@ -261,16 +317,24 @@ class Rows:
 
 Estimator = Callable[[Rows], Terms]
 ESTIMATORS: dict[str, Estimator] = {}
+#: names whose meaning depends on ``group_by_agent`` (the reference's names); the rest fix their index
+GROUP_INDEXED: set[str] = set()
+#: names that meant something else before they took the reference's meaning -> the old estimator's name
+RENAMED: dict[str, str] = {"agent_traj": "drmas_mean_only", "traj_agent": "drmas_std_only",
+                           "traj_traj": "grpo_row_score", "agent_agent": "drmas"}
 
 
-def register_estimator(name: str, *aliases: str) -> Callable[[Estimator], Estimator]:
+def register_estimator(name: str, *aliases: str, group_indexed: bool = False) -> Callable[[Estimator], Estimator]:
     """Register ``fn(rows: Rows) -> Terms`` under ``name`` and any ``aliases``.
+
+    ``group_indexed``: the estimator reads ``rows.group``, so callers must pass ``group_by_agent``
+    (and may not pass it to the others).
 
     Example (a new estimator is just this)::
 
         @register_estimator("my_est")
         def my_est(r: Rows) -> Terms:
-            return Terms(x=r.score, mean_from=r.step_pool, std_from=r.agent_pool)
+            return Terms(x=r.score, mean_from=r.by_uid.row_pool, std_from=r.by_uid_agent.row_pool)
     """
 
     def deco(fn: Estimator) -> Estimator:
@@ -278,6 +342,8 @@ def register_estimator(name: str, *aliases: str) -> Callable[[Estimator], Estima
             if key in ESTIMATORS:
                 raise ValueError(f"estimator {key!r} is already registered")
             ESTIMATORS[key] = fn
+            if group_indexed:
+                GROUP_INDEXED.add(key)
         return fn
 
     return deco
@@ -288,14 +354,30 @@ def estimator_names() -> list[str]:
     return sorted(ESTIMATORS)
 
 
+def needs_group_index(name: str) -> bool:
+    """Whether estimator ``name`` takes its group index from ``group_by_agent``."""
+    return name in GROUP_INDEXED
+
+
+# --- the project's names: fixed group index --------------------------------------------------
+
+
+@register_estimator("drmas")
+def drmas(r: Rows) -> Terms:
+    """Dr. MAS agent-wise: A_i = (x_i - mean_{u,k}) / (std_{u,k} + eps), over every row of agent k in u."""
+    g = r.by_uid_agent
+    return Terms(x=r.score, mean_from=g.row_pool, std_from=g.row_pool)
+
+
 @register_estimator("grpo")
 def grpo(r: Rows) -> Terms:
-    """Multi-agent GRPO (reference master): A_i = (v_t - mean_u(v)) / (std_u(v) + eps).
+    """Multi-agent GRPO (reference master, uid index): A_i = (v_t - mean_u(v)) / (std_u(v) + eps).
 
     v_t is the mean score of trajectory t's rows; the statistics run over the trajectories of the
     uid; every row of trajectory t gets the same advantage.
     """
-    return Terms(x=r.v, mean_from=r.traj_pool, std_from=r.traj_pool)
+    g = r.by_uid
+    return Terms(x=g.cell_value, mean_from=g.cell_pool, std_from=g.cell_pool)
 
 
 @register_estimator("grpo_first_row")
@@ -305,42 +387,111 @@ def grpo_first_row(r: Rows) -> Terms:
     Statistics over each trajectory's first row (lowest row index); numerator the row's own score.
     Known pathology: equal first rows and a penalised later row give A of about -penalty/eps.
     """
-    return Terms(x=r.score, mean_from=r.first_row_pool, std_from=r.first_row_pool)
-
-
-@register_estimator("drmas", "agent_agent")
-def drmas(r: Rows) -> Terms:
-    """Dr. MAS agent-wise: A_i = (x_i - mean_{u,k}) / (std_{u,k} + eps), over every row of agent k in u."""
-    return Terms(x=r.score, mean_from=r.agent_pool, std_from=r.agent_pool)
-
-
-@register_estimator("drmas_mean_only", "agent_traj")
-def drmas_mean_only(r: Rows) -> Terms:
-    """Agent-wise mean, trajectory std: A_i = (x_i - mean_{u,k}) / (std_u(v) + eps)."""
-    return Terms(x=r.score, mean_from=r.agent_pool, std_from=r.traj_pool)
-
-
-@register_estimator("drmas_std_only", "traj_agent")
-def drmas_std_only(r: Rows) -> Terms:
-    """Trajectory mean, agent-wise std: A_i = (x_i - mean_u(v)) / (std_{u,k} + eps)."""
-    return Terms(x=r.score, mean_from=r.traj_pool, std_from=r.agent_pool)
-
-
-@register_estimator("traj_traj")
-def traj_traj(r: Rows) -> Terms:
-    """Trajectory statistics, row numerator: A_i = (x_i - mean_u(v)) / (std_u(v) + eps)."""
-    return Terms(x=r.score, mean_from=r.traj_pool, std_from=r.traj_pool)
+    g = r.by_uid
+    return Terms(x=r.score, mean_from=g.first_row_pool, std_from=g.first_row_pool)
 
 
 @register_estimator("global_step")
 def global_step(r: Rows) -> Terms:
     """Global step-level: A_i = (x_i - mean_u) / (std_u + eps), over every row of u (all agents)."""
-    return Terms(x=r.score, mean_from=r.step_pool, std_from=r.step_pool)
+    g = r.by_uid
+    return Terms(x=r.score, mean_from=g.row_pool, std_from=g.row_pool)
+
+
+@register_estimator("drmas_mean_only")
+def drmas_mean_only(r: Rows) -> Terms:
+    """Agent-wise mean, trajectory std: A_i = (x_i - mean_{u,k}) / (std_u(v) + eps).
+
+    (This module's ``agent_traj`` until that name took the reference's meaning.)
+    """
+    return Terms(x=r.score, mean_from=r.by_uid_agent.row_pool, std_from=r.by_uid.cell_pool)
+
+
+@register_estimator("drmas_std_only")
+def drmas_std_only(r: Rows) -> Terms:
+    """Trajectory mean, agent-wise std: A_i = (x_i - mean_u(v)) / (std_{u,k} + eps).
+
+    (This module's ``traj_agent`` until that name took the reference's meaning.)
+    """
+    return Terms(x=r.score, mean_from=r.by_uid.cell_pool, std_from=r.by_uid_agent.row_pool)
+
+
+@register_estimator("grpo_row_score")
+def grpo_row_score(r: Rows) -> Terms:
+    """GRPO statistics, each row's own score: A_i = (x_i - mean_u(v)) / (std_u(v) + eps).
+
+    (This module's ``traj_traj`` until that name took the reference's meaning.)
+    """
+    g = r.by_uid
+    return Terms(x=r.score, mean_from=g.cell_pool, std_from=g.cell_pool)
+
+
+# --- the reference's names: group index from group_by_agent ----------------------------------
+
+
+@register_estimator("agent_agent", group_indexed=True)
+def agent_agent(r: Rows) -> Terms:
+    """Reference ``agent_agent``: row score over the row pool of g (``drmas`` / ``global_step``)."""
+    g = r.group
+    return Terms(x=r.score, mean_from=g.row_pool, std_from=g.row_pool)
+
+
+@register_estimator("traj_traj", group_indexed=True)
+def traj_traj(r: Rows) -> Terms:
+    """Reference ``traj_traj``: cell average over the cell pool of g (uid index: ``grpo``)."""
+    g = r.group
+    return Terms(x=g.cell_value, mean_from=g.cell_pool, std_from=g.cell_pool)
+
+
+@register_estimator("agent_traj", group_indexed=True)
+def agent_traj(r: Rows) -> Terms:
+    """Reference ``agent_traj`` (the ablation branch's default): row score, row-pool mean, cell-pool std of g."""
+    g = r.group
+    return Terms(x=r.score, mean_from=g.row_pool, std_from=g.cell_pool)
+
+
+@register_estimator("traj_agent", group_indexed=True)
+def traj_agent(r: Rows) -> Terms:
+    """Reference ``traj_agent``: cell average, cell-pool mean, row-pool std of g."""
+    g = r.group
+    return Terms(x=g.cell_value, mean_from=g.cell_pool, std_from=g.row_pool)
+
+
+@register_estimator("auto", "master", group_indexed=True)
+def auto(r: Rows) -> Terms:
+    """Reference ``auto`` (= master's estimator): ``agent_agent`` if group_by_agent, else ``traj_traj``."""
+    return agent_agent(r) if r.group_by_agent else traj_traj(r)
+
+
+@register_estimator("3b556f2", group_indexed=True)
+def v2025_10(r: Rows) -> Terms:
+    """The reference's 2025-10 estimator (master @ 3b556f2): ``drmas`` if group_by_agent, else
+    ``grpo_first_row`` (statistics over the first row of each (uid, traj) in batch order)."""
+    r.group  # noqa: B018  (refuses to run without group_by_agent)
+    return drmas(r) if r.group_by_agent else grpo_first_row(r)
 
 
 # ----------------------------------------------------------------------------------------------
 # public API
 # ----------------------------------------------------------------------------------------------
+
+
+def check_group_index(estimator: str, group_by_agent: bool | None) -> None:
+    """``group_by_agent`` is given exactly for the estimators that read it; else a one-line ValueError.
+
+    A reference name without it is refused rather than defaulted: some of those names meant a
+    different estimator in this project before (see :data:`RENAMED`), and the reference itself
+    always runs them under an explicit ``group_by_agent_id``.
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; known: {', '.join(estimator_names())}")
+    if needs_group_index(estimator) and group_by_agent is None:
+        was = f"; what this project called {estimator!r} before is {RENAMED[estimator]!r}" if estimator in RENAMED else ""
+        raise ValueError(f"estimator {estimator!r} is the reference's and needs group_by_agent "
+                         f"(true: pools per (uid, agent), false: per uid){was}")
+    if not needs_group_index(estimator) and group_by_agent is not None:
+        raise ValueError(f"group_by_agent applies only to the reference's estimator names "
+                         f"({', '.join(sorted(GROUP_INDEXED))}); {estimator!r} fixes its own group index")
 
 
 def _check_inputs(scores: Tensor, uid: Tensor, traj: Tensor, agent: Tensor) -> None:
@@ -367,47 +518,50 @@ def compute_advantages(
     eps: float = 1e-6,
     single_row: SingleRow = "reference",
     std_floor: float = 0.0,
+    group_by_agent: bool | None = None,
 ) -> Tensor:
-    """One advantage per row: ``A_i = (x_i - mean_P) / (max(std_P', std_floor) + eps)``.
+    """One advantage per row: ``A_i = (num_i - mean_P) / (max(std_P', std_floor) + eps)``.
 
     Args:
         scores: [N] float row scores (trajectory reward minus format penalty; see :func:`row_scores`).
         uid: [N] integer prompt-group id (the n rollouts of one question share it).
         traj: [N] integer trajectory id, unique across the whole batch (not only within a uid).
         agent: [N] integer logical agent id.
-        estimator: which populations give the numerator, mean and std (see the module table):
-            ``"drmas"`` (= ``"agent_agent"``), agent-wise, the Dr. MAS default;
-            ``"grpo"``, trajectory values normalised over the uid (reference master);
-            ``"grpo_first_row"``, older reference variant (first-row statistics, row numerator);
-            ``"drmas_mean_only"`` (= ``"agent_traj"``), agent mean, trajectory std;
-            ``"drmas_std_only"`` (= ``"traj_agent"``), trajectory mean, agent std;
-            ``"traj_traj"``, trajectory mean and std, row numerator;
-            ``"global_step"``, every row of the uid pooled (action-weighted).
+        estimator: which numerator and pools (see the module tables). The project's names fix
+            their group index: ``"drmas"`` (agent-wise, the Dr. MAS default), ``"grpo"``
+            (trajectory values over the uid, reference master's baseline), ``"grpo_first_row"``,
+            ``"global_step"``, ``"drmas_mean_only"``, ``"drmas_std_only"``, ``"grpo_row_score"``.
+            The reference's names (``"agent_agent"``, ``"traj_traj"``, ``"agent_traj"``,
+            ``"traj_agent"``, ``"auto"`` = ``"master"``, ``"3b556f2"``) need ``group_by_agent``.
         norm_by_std: True divides by ``std + eps``; False returns the mean-centred score only.
         eps: added to the std in the denominator (reference: 1e-6).
         single_row: rule for a statistic computed over a single value.
             ``"reference"``: that statistic is replaced by mean 0 / std 1 (A is about the raw score);
             ``"zero"``: the row's advantage is 0 (with ``norm_by_std=False`` only the mean counts).
         std_floor: lower bound applied to the std before ``eps`` is added (0 = off, the reference).
+        group_by_agent: the reference's ``group_by_agent_id``, for the reference's names only:
+            True indexes the pools by (uid, agent), False by uid. Required by those names and
+            refused by the others (whose name already fixes the index), so that a name never
+            runs under an index its caller did not choose.
 
-    Rows may come in any order; only ``grpo_first_row`` depends on it (its "first row" is the lowest
-    row index of the trajectory). Statistics use exactly the rows given: call before padding.
+    Rows may come in any order; only ``grpo_first_row`` (and ``3b556f2`` by uid) depends on it:
+    its "first row" is the lowest row index of the trajectory. Statistics use exactly the rows given: call before padding.
 
     Returns:
         [N] float32 advantages on the device of ``scores``. Deterministic.
 
     Raises:
         ValueError: unknown estimator (the message lists the known names), bad ``single_row``,
-            negative ``eps``/``std_floor``, mismatched shapes, non-finite scores, or a
-            trajectory id that appears under two uids (for estimators that use trajectories).
+            negative ``eps``/``std_floor``, ``group_by_agent`` missing for a reference name or given
+            for another, mismatched shapes, non-finite scores, or a trajectory id that appears
+            under two uids (for estimators that use trajectories).
         TypeError: a non-tensor, non-floating ``scores`` or non-integer ids.
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {estimator!r}; known: {', '.join(estimator_names())}")
     if single_row not in ("reference", "zero"):
         raise ValueError(f"single_row must be 'reference' or 'zero', got {single_row!r}")
     if eps < 0 or std_floor < 0:
         raise ValueError(f"eps and std_floor must be >= 0, got eps={eps}, std_floor={std_floor}")
+    check_group_index(estimator, group_by_agent)
     _check_inputs(scores, uid, traj, agent)
     device = scores.device
     if scores.numel() == 0:
@@ -415,7 +569,7 @@ def compute_advantages(
     x = scores.detach().to("cpu", torch.float64)
     if not bool(torch.isfinite(x).all()):
         raise ValueError("scores contain NaN or inf")
-    rows = Rows(x, *(t.detach().to("cpu", torch.int64) for t in (uid, traj, agent)))
+    rows = Rows(x, *(t.detach().to("cpu", torch.int64) for t in (uid, traj, agent)), group_by_agent=group_by_agent)
 
     terms = ESTIMATORS[estimator](rows)
     m, s = terms.mean_from, terms.std_from
@@ -428,7 +582,12 @@ def compute_advantages(
         mean, std = m.mean, s.std
 
     if norm_by_std:
-        adv = (terms.x - mean) / (std.clamp(min=std_floor) + eps)
+        denom = std.clamp(min=std_floor) + eps
+        if single_row == "reference":
+            # the reference's std of a one-value pool is a float32 constant 1, and so is its sum with eps
+            lone_denom = float(torch.tensor(max(1.0, std_floor), dtype=torch.float32) + eps)
+            denom = torch.where(lone_std, lone_denom, denom)
+        adv = (terms.x - mean) / denom
         lone = lone_mean | lone_std
     else:
         adv = terms.x - mean

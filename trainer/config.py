@@ -24,13 +24,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from drmas_bench.schema import (COERCING, CoercingSchema, Float, Int, ModelOnEngine, Rate, TrainSamplingSchema, parse,
-                                 registered)
+from drmas_bench.schema import (COERCING, RANGES, CoercingSchema, Float, Int, ModelOnEngine, Rate, TrainSamplingSchema,
+                                 parse, registered)
 from drmas_bench.store import safe_name
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
@@ -60,10 +60,12 @@ class AgentConfig(ModelOnEngine):
     lr: Rate = Field(1e-6,
                       description="AdamW learning rate (REFERENCE §1: 1e-6 per agent), finite and >= 0 (0: weights never move)")
     lr_warmup_steps: Int = Field(0, ge=0, description="linear warm-up of the lr over the group's first N optimiser steps")
-    weight_decay: Float = Field(0.01, description="AdamW weight decay")
-    betas: tuple[Float, Float] = Field((0.9, 0.999), description="AdamW betas")
-    grad_clip: Float = Field(1.0, description="clip the global gradient norm of the group's step to this (<= 0: off)")
-    micro_batch_size: Int = Field(8, ge=1, description="rows per forward/backward (gradient accumulation inside a mini-batch)")
+    weight_decay: Float = RANGES["rate"].field(0.01, description="AdamW weight decay, finite and >= 0")
+    betas: tuple[Annotated[Float, RANGES["beta"].field()], Annotated[Float, RANGES["beta"].field()]] = Field(
+        (0.9, 0.999), description="AdamW betas, each in [0, 1)")
+    grad_clip: Float = RANGES["grad_clip"].field(
+        1.0, description="clip the global gradient norm of the group's step to this (<= 0: off); finite")
+    micro_batch_size: Int = RANGES["positive_count"].field(8, description="rows per forward/backward (gradient accumulation inside a mini-batch)")
     engine_options: dict[str, Any] = Field(default_factory=dict, description="engine options passed to make_engine (e.g. max_batch)")
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="compute dtype (autocast; weights and AdamW state stay fp32)")
@@ -111,11 +113,11 @@ class DataConfig(CoercingSchema):
     """Where the training prompts come from and in which order."""
 
     source: str = Field("toy", description='"toy" (generated) | "benchmark:NAME[,NAME]" (registry) | path to a Task .jsonl')
-    size: Int = Field(1000, description="toy: how many questions to generate")
-    max_operand: Int = Field(9, description="toy: operands are 0..max_operand")
+    size: Int = RANGES["positive_count"].field(1000, description="toy: how many questions to generate")
+    max_operand: Int = Field(9, ge=0, description="toy: operands are 0..max_operand")
     seed: Int = Field(0, description="toy generation seed and the shuffle seed (epoch e uses seed + e)")
     shuffle: bool = Field(True, description="reshuffle the prompts every epoch")
-    limit: Optional[Int] = Field(None, description="use only the first N tasks of the source")
+    limit: Optional[Int] = RANGES["limit"].field(None, description="use only the first N tasks of the source")
     data_dir: Optional[str] = Field(None, description="benchmark files (default $DRMAS_DATA_DIR, else the hub)")
 
 
@@ -124,30 +126,37 @@ class RolloutConfig(CoercingSchema):
 
     prompts_per_step: Int = Field(32, ge=1, description="distinct prompts per iteration (REFERENCE §6: math 32, search 128)")
     n: Int = Field(8, ge=1, description="rollouts per prompt, the group of the advantage statistics (math 8, search 5)")
-    temperature: Float = Field(1.0, description="sampling temperature of every agent (agents.NAME.sampling overrides)")
-    top_p: Float = Field(1.0, description="nucleus sampling mass")
-    max_new_tokens: Int = Field(512, ge=1, description="completion tokens per agent call")
-    concurrency: Int = Field(1024, description="episodes in flight")
+    temperature: Float = RANGES["temperature"].field(
+        1.0, description="sampling temperature of every agent (agents.NAME.sampling overrides), finite and >= 0")
+    top_p: Float = RANGES["top_p"].field(1.0, description="nucleus sampling mass, in (0, 1]")
+    max_new_tokens: Int = RANGES["max_new_tokens"].field(512, description="completion tokens per agent call")
+    concurrency: Int = RANGES["concurrency"].field(1024, description="episodes in flight, >= 1")
 
 
 class AlgoConfig(CoercingSchema):
     """Advantages and the policy loss (see docs/advantages.md)."""
 
-    estimator: str = Field("drmas", description="drmas | grpo | grpo_first_row | drmas_mean_only | drmas_std_only | "
-                                                "traj_traj | global_step")
+    estimator: str = Field("drmas", description="drmas | grpo | grpo_first_row | global_step | drmas_mean_only | "
+                                                "drmas_std_only | grpo_row_score; the reference's names (need "
+                                                "group_by_agent): agent_agent | traj_traj | agent_traj | traj_agent | "
+                                                "auto | master | 3b556f2 (docs/advantages.md)")
+    group_by_agent: Optional[bool] = Field(None, description="the reference's group_by_agent_id, for its estimator "
+                                                             "names only: true pools per (uid, agent), false per uid")
     norm_by_std: bool = Field(True, description="false: mean-centred scores only")
     single_row: Literal["reference", "zero"] = Field("reference", description="a group of one row: reference (mean 0 / std 1) | zero")
-    std_floor: Float = Field(0.0, description="clamp the std from below (0 = off, the reference)")
-    eps: Float = Field(1e-6, description="added to the std")
-    c_inv: Float = Field(0.1, description="invalid-action penalty: row score = R - c_inv * (1 - valid)")
+    std_floor: Float = RANGES["rate"].field(0.0, description="clamp the std from below (0 = off, the reference)")
+    eps: Float = RANGES["rate"].field(1e-6, description="added to the std, finite and >= 0 (0: a group of equal scores "
+                                                        "gives 0/0 and its update is skipped)")
+    c_inv: Float = RANGES["rate"].field(0.1, description="invalid-action penalty: row score = R - c_inv * (1 - valid), finite and >= 0")
     loss: Literal["ppo", "gspo"] = Field("ppo", description="ppo (token-level, dual clip) | gspo (sequence-level ratio)")
-    clip_low: Optional[Float] = Field(None, description="null = the loss's default (ppo 0.2, gspo 3e-4)")
-    clip_high: Optional[Float] = Field(None, description="null = the loss's default (ppo 0.2, gspo 4e-4)")
+    clip_low: Optional[Float] = RANGES["rate"].field(None, description="null = the loss's default (ppo 0.2, gspo 3e-4); >= 0")
+    clip_high: Optional[Float] = RANGES["rate"].field(None, description="null = the loss's default (ppo 0.2, gspo 4e-4); >= 0")
     dual_clip: Optional[Float] = Field(3.0, gt=1.0, description="PPO dual clip c, > 1 (null = off)")
     agg: Optional[str] = Field(None, description="token-mean | seq-mean-token-sum | seq-mean-token-mean; null = the loss's default")
-    entropy_coef: Float = Field(0.0, description="entropy bonus (search recipe: 0.001)")
-    ppo_epochs: Int = Field(1, ge=1, description="passes over an iteration's rows")
-    mini_batches: Int = Field(1, ge=1, description="optimiser steps per epoch per worker group (math 1, search 5)")
+    entropy_coef: Float = RANGES["coef"].field(0.0, description="entropy bonus (search recipe: 0.001), finite")
+    ppo_epochs: Int = RANGES["positive_count"].field(1, description="passes over an iteration's rows")
+    mini_batches: Int = RANGES["positive_count"].field(
+        1, description="optimiser steps per epoch per worker group (math 1, search 5); at most prompts_per_step x n")
 
     @field_validator("estimator")
     @classmethod
@@ -155,6 +164,13 @@ class AlgoConfig(CoercingSchema):
         from drmas_trainer.advantages import ESTIMATORS  # the registry (imports torch: only when validating)
 
         return registered(v, sorted(ESTIMATORS), "estimator")
+
+    @model_validator(mode="after")
+    def _group_index(self) -> "AlgoConfig":
+        from drmas_trainer.advantages import check_group_index
+
+        check_group_index(self.estimator, self.group_by_agent)  # a reference name without it: refused, not defaulted
+        return self
 
     @field_validator("agg")
     @classmethod
@@ -168,15 +184,16 @@ class SFTConfig(CoercingSchema):
     """Supervised warm start on generated toy examples (steps: 0 = none). Deliberately partial: the
     solver's targets are right only ``solver_accuracy`` of the time, so RL has something to fix."""
 
-    steps: Int = Field(0, description="optimiser steps per agent (0 = no warm start); a shared group does the sum of its agents'")
-    agent_steps: dict[str, Int] = Field(default_factory=dict, description="per-agent overrides of steps, e.g. {checker: 40}")
+    steps: Int = RANGES["steps"].field(0, description="optimiser steps per agent (0 = no warm start); a shared group does the sum of its agents'")
+    agent_steps: dict[str, Annotated[Int, RANGES["steps"].field()]] = Field(
+        default_factory=dict, description="per-agent overrides of steps, e.g. {checker: 40}")
     lr: Rate = Field(3e-3, description="learning rate of the warm start, finite and >= 0")
-    batch_size: Int = Field(32, description="examples per step")
+    batch_size: Int = RANGES["batch_size"].field(32, description="examples per step, >= 1")
     seed: Int = Field(0, description="example generation")
     solver_accuracy: Float = Field(0.5, ge=0, le=1, description="share of solver targets with the right sum (the rest: near misses)")
     checker_accuracy: Float = Field(0.8, ge=0, le=1, description="share of checker targets with the right verdict")
-    retry_share: Float = Field(0.2, description='share of solver examples on the "previous answer was rejected" prompt')
-    max_operand: Int = Field(9, description="toy operands are 0..max_operand")
+    retry_share: Float = RANGES["share"].field(0.2, description='share of solver examples on the "previous answer was rejected" prompt, in [0, 1]')
+    max_operand: Int = Field(9, ge=0, description="toy operands are 0..max_operand")
 
 
 class RayConfig(CoercingSchema):
@@ -208,14 +225,15 @@ class TrainConfig(CoercingSchema):
     agents: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                               description="agent name -> agent settings (the agent table), over agent_defaults")
     steps: Int = Field(100, ge=1, description="RL iterations (one rollout batch + updates each)")
-    epochs: Optional[Float] = Field(None, description="alternative to steps: passes over the data (steps = ceil(epochs*D/P))")
+    epochs: Optional[Float] = Field(None, gt=0, allow_inf_nan=False,
+                                    description="alternative to steps: passes over the data (steps = ceil(epochs*D/P))")
     seed: Int = Field(0, description="run seed: rollouts, shuffles, torch")
-    save_every: Int = Field(10, description="checkpoint every N steps (and at the last step); 0 = only the last")
+    save_every: Int = RANGES["every"].field(10, description="checkpoint every N steps (and at the last step); 0 = only the last")
     ckpt_root: Optional[str] = Field(None, description="checkpoint folder (null = RUN/ckpt); on a multi-node Ray cluster a "
                                      "folder the driver and every node share, or an fsspec URL (s3://bucket/run1, "
                                      "file:///shared/ck; its backend package and credentials are the user's; "
                                      "docs/scaling.md)")
-    keep_last: Int = Field(2, description="RL checkpoints kept (the warm-start step_0 is always kept); 0 = all")
+    keep_last: Int = RANGES["every"].field(2, description="RL checkpoints kept (the warm-start step_0 is always kept); 0 = all")
     torch_threads: Int = Field(1, ge=1, description="torch intra-op threads per process (1 is fastest on a busy small CPU)")
     device: str = Field("auto", description="policy device: auto (cuda when available) | cpu | cuda[:N]")
     tracker: str = Field("none", description="also send step metrics to: none | tensorboard | wandb (drmas_trainer.trackers)")
@@ -234,6 +252,16 @@ class TrainConfig(CoercingSchema):
                         and issubclass(f.annotation, CoercingSchema)}
             return {k: v for k, v in d.items() if not (v is None and k in sections)}
         return d
+
+    @model_validator(mode="after")
+    def _mini_batches_fit(self) -> "TrainConfig":
+        """Each optimiser step needs rows: more mini-batches than an iteration's trajectories would
+        leave steps empty (1000 mini-batches of 8 trajectories trained nothing, with exit 0)."""
+        per_step = self.rollout.prompts_per_step * self.rollout.n
+        if self.algo.mini_batches > per_step:
+            raise ValueError(f"algo.mini_batches {self.algo.mini_batches} is more than the {per_step} trajectories of "
+                             f"one iteration (rollout.prompts_per_step x rollout.n); each mini-batch needs some")
+        return self
 
     @field_validator("device")
     @classmethod

@@ -197,7 +197,8 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
             scores = row_scores(rb["reward"], rb["valid"], c_inv=cfg.algo.c_inv)
             adv = compute_advantages(scores, rb["uid"], rb["traj"], rb["agent"], estimator=cfg.algo.estimator,
                                      norm_by_std=cfg.algo.norm_by_std, eps=cfg.algo.eps,
-                                     single_row=cfg.algo.single_row, std_floor=cfg.algo.std_floor)
+                                     single_row=cfg.algo.single_row, std_floor=cfg.algo.std_floor,
+                                     group_by_agent=cfg.algo.group_by_agent)
             for row, a in zip(rb["rows"], adv.tolist()):
                 row.advantage = a
 
@@ -544,7 +545,8 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
         "sampling": {"max_new_tokens": cfg.rollout.max_new_tokens},
         "workflow_options": dict(cfg.workflow_options),
         **protocol,
-        "trained": {"recipe": cfg.recipe, "estimator": cfg.algo.estimator, "loss": cfg.algo.loss, "step": step,
+        "trained": {"recipe": cfg.recipe, "estimator": cfg.algo.estimator, **_group_index(cfg), "loss": cfg.algo.loss,
+                    "step": step,
                     "seed": cfg.seed, "shared": cfg.shared,
                     "base_models": {g.name: g.settings.model for g in plan.values()}},
     }
@@ -574,12 +576,18 @@ async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGro
         (here / "team.yaml").write_text(yaml.safe_dump(team, sort_keys=False))
         ckpt_io.write_json(here / "trainer_state.json", {
             "step": step, "cursor": cursor, "skipped_total": skipped_total, "python_rng": random.getstate(),
-            "estimator": cfg.algo.estimator, "recipe": cfg.recipe, "time": time.time(),
+            "estimator": cfg.algo.estimator, **_group_index(cfg), "recipe": cfg.recipe, "time": time.time(),
         })
         ckpt_io.save_rng(here / "rng.pt")
     final = ckpt_io.commit(tmp, root, step)
     ckpt_io.prune(root, cfg.keep_last)
     return final
+
+
+def _group_index(cfg: TrainConfig) -> dict[str, bool]:
+    """``{"group_by_agent": ...}`` where the estimator is one of the reference's names (its meaning
+    depends on it), else nothing: the estimator's name alone says what a checkpoint was trained with."""
+    return {} if cfg.algo.group_by_agent is None else {"group_by_agent": cfg.algo.group_by_agent}
 
 
 def check_run_config(run: Path, cfg: TrainConfig, resuming: bool) -> None:

@@ -263,8 +263,8 @@ def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], defau
         model = g.model
         if base_dir is not None and not Path(model).is_absolute() and (base_dir / model).exists():
             model = str(base_dir / model)
-        groups[name] = WorkerGroupSpec(name=name, model=model, engine=g.engine, price=g.price, base_url=g.base_url,
-                                       api_key_env=g.api_key_env, options=dict(g.options or {}))
+        groups[name] = WorkerGroupSpec(name=name, model=model, engine=g.engine, price=g.price or _base_price(f.trained, name),
+                                       base_url=g.base_url, api_key_env=g.api_key_env, options=dict(g.options or {}))
     agents, agent_sampling = {}, {}
     for agent, v in (f.agents or {}).items():
         if agent not in agents_of_workflow:
@@ -292,6 +292,13 @@ def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], defau
         protocol=f.protocol.model_dump(exclude_none=True) if f.protocol else {},
         retriever=dict(f.retriever) if f.retriever else None,
     )
+
+
+def _base_price(trained: dict[str, Any] | None, group: str) -> str | None:
+    """A trained checkpoint's group is priced as the base model it was trained from (the trainer
+    records ``trained.base_models``), not by its folder name (``models/solver`` -> ``solver``)."""
+    base = ((trained or {}).get("base_models") or {}).get(group)
+    return Path(str(base).rstrip("/")).name if isinstance(base, str) and base else None
 
 
 def _prompts(v: Any, where: str, base_dir: Path | None, inside: bool) -> tuple[dict[str, Any] | None, str | None]:

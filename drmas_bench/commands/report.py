@@ -295,9 +295,11 @@ def cost_json(costs, prices_path: str) -> dict:
             "questions": c.questions, "n": c.run.n, "trajectories": c.trajectories, "avg_at_n": c.avg,
             "pass_at_n": c.pass_n, "latency_p50_s": c.latency_p50, "latency_p95_s": c.latency_p95,
             "call_latency_mean_s": c.call_latency_mean, "prompt_tokens": c.prompt_tokens,
-            "completion_tokens": c.completion_tokens, "usd": float(c.usd), "usd_per_1k_questions": c.usd_per_1k,
+            "completion_tokens": c.completion_tokens, "usd": None if c.unknown_calls else float(c.usd),
+            "usd_per_1k_questions": c.usd_per_1k, "usage_unknown_calls": c.unknown_calls,  # null dollars = unknown
             "agents": {a: {"priced_as": ac.price_keys, "calls": ac.calls, "prompt_tokens": ac.prompt_tokens,
-                           "completion_tokens": ac.completion_tokens, "usd": float(ac.usd),
-                           "usd_per_1k_questions": c.agent_usd_per_1k(a)} for a, ac in c.agents.items()},
+                           "completion_tokens": ac.completion_tokens, "usd": float(ac.usd) if ac.known else None,
+                           "usd_per_1k_questions": c.agent_usd_per_1k(a), "usage_unknown_calls": ac.unknown_calls}
+                       for a, ac in c.agents.items()},
         } for c in costs],
     }

@@ -58,11 +58,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a team with agent-wise GRPO (Dr. MAS) or a baseline", epilog=TRAIN_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", default="tiny", help="recipe name (trainer/recipes/NAME.yaml) or a YAML path (default tiny)")
-    p.add_argument("--estimator", help="advantage estimator: drmas, grpo, grpo_first_row, drmas_mean_only, "
-                                       "drmas_std_only, traj_traj, global_step (default: the recipe's)")
+    p.add_argument("--estimator", help="advantage estimator: drmas, grpo, grpo_first_row, global_step, drmas_mean_only, "
+                                       "drmas_std_only, grpo_row_score, or a reference name with "
+                                       "--set algo.group_by_agent=true|false: agent_agent, traj_traj, agent_traj, "
+                                       "traj_agent, auto, master, 3b556f2 (default: the recipe's; docs/advantages.md)")
     p.add_argument("--loss", choices=["ppo", "gspo"], help="policy loss (default: the recipe's)")
     p.add_argument("--shared", action="store_true", help="agents with the same model share one worker group")
-    p.add_argument("--out", help="run directory (default runs/<recipe>-<estimator>[-shared]-s<seed>)")
+    p.add_argument("--out", help="run directory (default runs/<recipe>-<estimator>[-by_agent|-by_uid][-shared]-s<seed>)")
     p.add_argument("--steps", type=int, help="RL iterations (default: the recipe's)")
     p.add_argument("--seed", type=int, help="run seed (default: the recipe's)")
     p.add_argument("--data-dir", help="benchmark / training-set files (layout of `drmas-bench data list`); "
@@ -123,7 +125,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.recipe, overrides)
     if getattr(args, "plan", False):
         return cmd_plan(cfg, args)
-    name = f"{cfg.recipe}-{cfg.algo.estimator}{'-shared' if cfg.shared else ''}-s{cfg.seed}"
+    index = {None: "", True: "-by_agent", False: "-by_uid"}[cfg.algo.group_by_agent]  # a reference name's index
+    name = f"{cfg.recipe}-{cfg.algo.estimator}{index}{'-shared' if cfg.shared else ''}-s{cfg.seed}"
     out = Path(args.out or Path("runs") / name)
     if args.fresh and args.resume:
         raise UserError("--fresh and --resume exclude each other")
@@ -137,8 +140,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except Exception as e:  # train() has written the traceback to RUN/error.log
         from drmas_bench.log import unexpected
 
-        raise unexpected(e, "training stopped", log=out / "error.log",
-                         hint="--resume continues from the last complete checkpoint") from None
+        raise unexpected(e, "training stopped", log=out / "error.log", hint=_resume_hint(out, cfg) or "") from None
     print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
     from drmas_trainer.checkpoint import latest_pointer, resolve_root
 
@@ -203,3 +205,15 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 print(f"{run}\tagent/{agent}/critic/moment_factor/mean\tmean {s['factor']:.4g}")
     logger.info(f"[plot] wrote {path}")
     return 0
+
+
+def _resume_hint(out: Path, cfg) -> str | None:
+    """The --resume hint of a failed run, only when a complete checkpoint exists to resume from
+    (a run that fails before its first checkpoint would be told to resume from nothing)."""
+    from drmas_trainer.checkpoint import latest_checkpoint, resolve_root
+
+    try:
+        found = latest_checkpoint(resolve_root(out, cfg.ckpt_root))
+    except Exception:  # an unreachable ckpt_root: no claim either way
+        return None
+    return f"--resume continues from the last complete checkpoint (step {found[0]})" if found else None

@@ -14,9 +14,15 @@ Two ways to send a prompt, chosen once at engine start:
   are the ids sent.
 - **chat** (no tokenizer): ``POST {base_url}/chat/completions`` with ``messages`` and
   ``chat_template_kwargs: {"enable_thinking": <Sampling.enable_thinking>}``; the server applies
-  its template. A prompt limit cannot be applied this way: a request with
-  ``max_prompt_tokens`` set is an ``EngineError`` (before anything is sent) naming the
-  ``tokenizer`` option.
+  its template. A request with a prompt limit (``max_prompt_tokens``) asks the server's own
+  tokenizer first: ``POST {server root}/tokenize`` with the messages, ``add_generation_prompt``
+  and the template variables (vLLM's chat form of ``/tokenize``; the server root is ``base_url``
+  without its ``/v1``); the ids it answers are cut as in token mode and sent to ``/completions``,
+  so the limit holds exactly. A server without a chat ``/tokenize`` (a paid API: 404; SGLang, whose
+  ``/tokenize`` takes text only: 4xx) is asked once; from then on the chat goes out uncut, one
+  warning says so, and each such reply has ``Completion.prompt_limit_unenforced`` set (summed in
+  summary.json ``protocol.prompt_limit_unenforced_calls``). ``tokenize_endpoint=False`` skips the
+  question (no limit is enforced without a local tokenizer).
 
 Both send ``temperature``, ``top_p``, ``top_k`` (always, -1 = none: vLLM/SGLang would otherwise
 fill in the model's ``generation_config`` default, e.g. Qwen3's top_k=20), the length field,
@@ -24,8 +30,17 @@ fill in the model's ``generation_config`` default, e.g. Qwen3's top_k=20), the l
 completions: ``logprobs: 0``, the sampled token's only). Calls run concurrently, at most
 ``max_concurrency`` at a time. A 429, a 5xx, a timeout or a connection error is retried with
 exponential backoff (honouring ``Retry-After``), the project's one retry policy
-(``drmas_retrieval.retry``); after ``max_retries`` retries, or at once on another 4xx, the call
+(``drmas_retrieval.retry``); so is a 200 answer whose body is unusable (not JSON, an HTML page
+from a proxy, no ``choices``). After ``max_retries`` retries, or at once on another 4xx, the call
 fails with a one-line ``EngineError`` naming the URL.
+
+What a server reports is checked, not trusted (``settle_usage``): a reply without ``usage`` is
+counted here with the local tokenizer when there is one (``Completion.usage = "counted"``), else
+its counts are marked unknown (``usage = "unknown"``; reports then show unknown dollars, never $0);
+negative or non-integer usage is an ``EngineError``; completion tokens far above the request's
+``max_new_tokens`` (more than ``usage_slack``) are kept but flagged in ``Completion.notes``; a
+reply longer than ``max_response_chars`` is cut to it (finish "length", with a note), so one
+runaway answer cannot fill the run directory.
 
 Options (``OpenAIOptions``):
 
@@ -56,8 +71,12 @@ Options (``OpenAIOptions``):
   counts are filled.
 - ``max_tokens_field``: name of the length field in chat mode (``"max_tokens"``; some APIs want
   ``"max_completion_tokens"``); the completions endpoint always takes ``max_tokens``.
+- ``tokenize_endpoint``: ask the server's ``/tokenize`` for the prompt ids of a limited request
+  when no tokenizer is here (True).
+- ``max_response_chars``: the longest reply text kept; ``None`` (default): 64 characters per
+  requested token plus 4096 (a token is rarely longer than 16 characters).
 
-``Completion.prompt_tokens`` / ``completion_tokens`` come from the response's ``usage``;
+``Completion.prompt_tokens`` / ``completion_tokens`` come from the response's ``usage`` (see above);
 ``latency_s`` is the request's own time on the wire, retries included (not its wait for a
 concurrency slot). ``logprobs`` is ``None`` when the server returns none. Whether a server's
 logprobs are raw (temperature 1) or after temperature depends on the server (vLLM: raw by default).
@@ -67,6 +86,8 @@ logprobs are raw (temperature 1) or after temperature depends on the server (vLL
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -82,11 +103,18 @@ from drmas_bench.engines.base import (
     one_line,
     parse_options,
     template_kwargs_for,
+    truncate_ids,
 )
 from drmas_bench.types import Completion, Request
 from drmas_retrieval.retry import RetriesExhausted, RetryPolicy, asend_with_retries
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+CHARS_PER_TOKEN = 64  # the default reply cap: this many characters per requested token ...
+CHARS_EXTRA = 4096  # ... plus this many
+# answers of a server to the chat form of /tokenize that mean "no such endpoint / not this form"
+_NO_TOKENIZE = (400, 404, 405, 415, 422, 501)
 
 
 @dataclass
@@ -107,6 +135,8 @@ class OpenAIOptions:
     extra_body: dict[str, Any] | None = None
     return_token_ids: bool = False
     max_tokens_field: str = "max_tokens"
+    tokenize_endpoint: bool = True
+    max_response_chars: int | None = None
 
 
 # body fields this engine fills from the Request / options; extra_body may not set them
@@ -147,7 +177,9 @@ def parse_response(data: dict[str, Any], want_logprobs: bool) -> Completion:
     Text: ``choices[0].message.content`` (chat) or ``choices[0].text`` (completions). Log-probs:
     ``logprobs.content[i].logprob`` (chat) or ``logprobs.token_logprobs`` (completions). Token
     ids (``return_token_ids``): ``choices[0].token_ids``; prompt ids at the top level (chat) or in
-    the choice (completions).
+    the choice (completions). Usage: ``usage.prompt_tokens`` / ``completion_tokens`` (``usage =
+    "server"``); without them the id lists' lengths when both came back, else ``usage = "unknown"``
+    (``settle_usage`` may count it). Impossible usage raises :class:`BadUsage`.
     """
     try:
         choice = data["choices"][0]
@@ -157,7 +189,6 @@ def parse_response(data: dict[str, Any], want_logprobs: bool) -> Completion:
         text = (choice.get("message") or {}).get("content") or ""
     else:
         text = choice.get("text") or ""
-    usage = data.get("usage") or {}
     token_ids = list(choice.get("token_ids") or [])
     prompt_ids = list(data.get("prompt_token_ids") or choice.get("prompt_token_ids") or [])
     logprobs = None
@@ -168,15 +199,125 @@ def parse_response(data: dict[str, Any], want_logprobs: bool) -> Completion:
         elif lp.get("token_logprobs"):
             logprobs = [float(x) for x in lp["token_logprobs"]]
     reason = choice.get("finish_reason")
+    counts = _usage_counts(data.get("usage"))
+    if counts is not None:
+        prompt_n, completion_n, source = counts[0], counts[1], "server"
+    elif token_ids and prompt_ids:  # no usage, but the server sent both id lists: their lengths are exact
+        prompt_n, completion_n, source = len(prompt_ids), len(token_ids), "server"
+    else:
+        prompt_n, completion_n, source = len(prompt_ids), len(token_ids), "unknown"
     return Completion(
         text=text,
         token_ids=token_ids,
         prompt_ids=prompt_ids,
         logprobs=logprobs,
-        prompt_tokens=int(usage.get("prompt_tokens") or len(prompt_ids)),
-        completion_tokens=int(usage.get("completion_tokens") or len(token_ids)),
+        prompt_tokens=prompt_n,
+        completion_tokens=completion_n,
         finish="length" if reason == "length" else "stop",
+        usage=source,
     )
+
+
+class BadUsage(ValueError):
+    """A ``usage`` block no count can be taken from (negative or not whole numbers): a server bug,
+    reported at once rather than retried or priced."""
+
+
+def _usage_counts(usage: Any) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) of a response's ``usage``; None when it is missing or
+    lacks one of them. Negative or non-integer counts are :class:`BadUsage`."""
+    if not isinstance(usage, dict) or usage.get("prompt_tokens") is None or usage.get("completion_tokens") is None:
+        return None
+    out = []
+    for key in ("prompt_tokens", "completion_tokens"):
+        v = usage[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
+            raise BadUsage(f"usage.{key} is not a whole number: {v!r}")
+        if v < 0:
+            raise BadUsage(f"usage.{key} is negative: {v!r}")
+        out.append(int(v))
+    return out[0], out[1]
+
+
+def response_problem(resp: Any) -> str | None:
+    """Why a 200 answer cannot be used (not JSON, an HTML page, no choices), else None. The shared
+    retry policy retries such answers (``drmas_retrieval.retry``, ``check=``)."""
+    try:
+        data = resp.json()
+    except ValueError:
+        kind = resp.headers.get("content-type", "no content type")
+        return f"a 200 answer that is not JSON ({kind}): {' '.join(resp.text.split())[:120]!r}"
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return f"a 200 answer without choices: {' '.join(str(data).split())[:160]}"
+    return None
+
+
+def usage_slack(max_new_tokens: int) -> int:
+    """How far above the requested length a server's completion count may go before it is flagged
+    (a few tokens of stop strings or special tokens are normal; a hundred times is not)."""
+    return max(16, max_new_tokens // 10)
+
+
+def response_cap(max_new_tokens: int, option: int | None) -> int:
+    """The longest reply text kept (``max_response_chars``, else by the requested length)."""
+    return option if option is not None else CHARS_PER_TOKEN * max_new_tokens + CHARS_EXTRA
+
+
+def settle_usage(c: Completion, request: Request, cap: int, count: Any = None) -> Completion:
+    """Check and complete a parsed reply in place (pure but for ``count``; tested directly).
+
+    ``count(text) -> int`` counts tokens with the model's tokenizer when one is here: an unknown
+    usage becomes ``"counted"`` (the prompt from ``c.prompt_ids``, the completion from the text).
+    A completion count more than :func:`usage_slack` above the request's ``max_new_tokens`` is
+    flagged in ``c.notes``; a text (and token lists) longer than the cap are cut, with a note."""
+    limit = request.sampling.max_new_tokens
+    if len(c.text) > cap:
+        c.notes.append(f"reply of {len(c.text)} characters cut to {cap} (max_response_chars)")
+        c.text = c.text[:cap]
+        c.finish = "length"
+    keep = limit + usage_slack(limit)
+    if len(c.token_ids) > keep or (c.logprobs is not None and len(c.logprobs) > keep):
+        c.notes.append(f"reply of {max(len(c.token_ids), len(c.logprobs or []))} tokens: token lists cut to {keep}")
+        c.token_ids = c.token_ids[:keep]
+        c.logprobs = None if c.logprobs is None else c.logprobs[:keep]
+    if c.usage == "unknown" and c.prompt_ids and (c.token_ids or count is not None):
+        c.prompt_tokens = len(c.prompt_ids)  # the ids sent (token mode) or returned
+        c.completion_tokens = len(c.token_ids) if c.token_ids else int(count(c.text))
+        c.usage = "counted"
+    if c.usage == "unknown":
+        c.prompt_tokens = c.completion_tokens = 0  # never a number that looks measured
+    elif c.completion_tokens > keep:
+        c.notes.append(f"server reports {c.completion_tokens} completion tokens for a request of at most {limit}")
+    return c
+
+
+def server_root(base_url: str) -> str:
+    """The server's root URL from its ``/v1`` base (vLLM serves ``/tokenize`` there)."""
+    base = base_url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def tokenize_body(request: Request, model: str, o: OpenAIOptions) -> dict[str, Any]:
+    """The chat form of ``/tokenize`` (vLLM's ``TokenizeChatRequest``): the messages templated with
+    the generation prompt and the request's template variables, no extra special tokens."""
+    body: dict[str, Any] = {"model": model, "messages": request.messages, "add_generation_prompt": True,
+                            "add_special_tokens": False}
+    if o.server_extras:
+        body["chat_template_kwargs"] = template_kwargs_for(request, o.chat_template_kwargs or {})
+    return body
+
+
+def tokenize_problem(resp: Any) -> str | None:
+    """Why a 200 answer of ``/tokenize`` is unusable (no ``tokens`` list of ints), else None."""
+    try:
+        data = resp.json()
+    except ValueError:
+        return f"a /tokenize answer that is not JSON: {' '.join(resp.text.split())[:120]!r}"
+    toks = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
+        return f"a /tokenize answer without a token id list: {' '.join(str(data).split())[:160]}"
+    return None
 
 
 def _load_tokenizer(model: str, o: OpenAIOptions) -> tuple[Any, str]:
@@ -236,6 +377,14 @@ class OpenAIEngine(EngineBase):
         self.url = f"{self.base_url}/completions" if self.mode == "tokens" else f"{self.base_url}/chat/completions"
         self.api_key = o.api_key if o.api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.served_model = o.served_model or model
+        self.completions_url = f"{self.base_url}/completions"
+        self.tokenize_url = f"{server_root(self.base_url)}/tokenize"
+        if o.max_response_chars is not None and o.max_response_chars < 1:
+            raise EngineError(f"openai engine: max_response_chars must be >= 1, got {o.max_response_chars}")
+        # chat mode: does the server answer the chat form of /tokenize? None = not asked yet
+        self.server_tokenize: bool | None = None if o.tokenize_endpoint else False
+        self._tokenize_lock: asyncio.Lock | None = None
+        self._warned_unenforced = False
         self.attempts = 0  # HTTP attempts made (for tests and benchmarks)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
@@ -263,8 +412,9 @@ class OpenAIEngine(EngineBase):
 
     def encode_request(self, request: Request) -> tuple[list[int] | None, bool]:
         """What is sent as the prompt of ``request``: ``(ids, truncated)`` in token mode
-        (``base.encode_request``), ``(None, False)`` in chat mode. Bad requests (a limit without a
-        tokenizer, fields the server cannot take) are one-line ``EngineError``s."""
+        (``base.encode_request``), ``(None, False)`` in chat mode (a limit is applied in ``_one``,
+        through the server's ``/tokenize``). Bad requests (a bad limit or side, fields the server
+        cannot take) are one-line ``EngineError``s."""
         check_request(request, kind=self.name)
         s = request.sampling
         if not self.options.server_extras and (s.top_k != -1 or (s.enable_thinking and self.mode == "chat")):
@@ -272,14 +422,7 @@ class OpenAIEngine(EngineBase):
                 "openai engine: server_extras=False sends no top_k / chat_template_kwargs, so a request with "
                 f"top_k={s.top_k}, enable_thinking={s.enable_thinking} cannot be honoured"
             )
-        if self.mode == "chat":
-            if request.max_prompt_tokens is not None:
-                raise EngineError(
-                    f"openai engine: a prompt limit (max_prompt_tokens={request.max_prompt_tokens}) needs the model's "
-                    f"tokenizer here, and {self._no_tokenizer_why}; pass the engine option tokenizer=PATH|ALIAS|HUB_ID "
-                    "(eval --tokenizer, or a team file's worker_groups.<name>.options.tokenizer), or lift the limit "
-                    "(eval --max-prompt-tokens 0)"
-                )
+        if self.mode == "chat":  # a limit is applied in _one, through the server's /tokenize when it has one
             return None, False
         return encode_request(self.tokenizer, request, self.options.chat_template_kwargs or {}, model=self.model, kind=self.name)
 
@@ -301,6 +444,7 @@ class OpenAIEngine(EngineBase):
             limits = httpx.Limits(max_connections=self.options.max_concurrency, max_keepalive_connections=self.options.max_concurrency)
             self._client = httpx.AsyncClient(timeout=self.options.timeout_s, headers=headers, limits=limits)
             self._sem = asyncio.Semaphore(self.options.max_concurrency)
+            self._tokenize_lock = asyncio.Lock()
             self._loop = loop
 
     @property
@@ -309,31 +453,90 @@ class OpenAIEngine(EngineBase):
         o = self.options
         return RetryPolicy(retries=o.max_retries, backoff_s=o.backoff_s, backoff_max_s=o.backoff_max_s)
 
+    async def _post(self, url: str, body: dict[str, Any], check: Any) -> Any:
+        """POST under the shared retry policy; retries exhausted -> one-line EngineError."""
+        assert self._client is not None
+        try:
+            return await asend_with_retries(lambda: self._client.post(url, json=body), self.retry_policy,
+                                            on_attempt=self._count_attempt, check=check)
+        except RetriesExhausted as e:
+            n = e.attempts
+            raise EngineError(f"openai engine: {url} failed after {n} attempt{'s' if n > 1 else ''}: {e.reason}") from None
+
+    async def _server_prompt_ids(self, request: Request) -> list[int] | None:
+        """The templated prompt ids from the server's ``/tokenize`` (chat mode, a limited request);
+        None when the server has no chat ``/tokenize``. The first call asks alone (under a lock), so
+        a server without one is asked once, not once per concurrent request."""
+        if self.server_tokenize is None:
+            assert self._tokenize_lock is not None
+            async with self._tokenize_lock:
+                if self.server_tokenize is None:
+                    return await self._tokenize(request, first=True)
+        if not self.server_tokenize:
+            return None
+        return await self._tokenize(request, first=False)
+
+    async def _tokenize(self, request: Request, first: bool) -> list[int] | None:
+        resp = await self._post(self.tokenize_url, tokenize_body(request, self.served_model, self.options),
+                                tokenize_problem)
+        if resp.status_code == 200:
+            self.server_tokenize = True
+            return list(resp.json()["tokens"])
+        if first and resp.status_code in _NO_TOKENIZE:  # no such endpoint, or not its chat form (SGLang)
+            self.server_tokenize = False
+            return None
+        snippet = " ".join(resp.text.split())[:200]
+        raise EngineError(f"openai engine: {self.tokenize_url} rejected the request (HTTP {resp.status_code}: {snippet})")
+
+    def _warn_unenforced(self, request: Request) -> None:
+        if not self._warned_unenforced:
+            self._warned_unenforced = True
+            logger.warning(
+                f"[eval] warning: openai engine: {self._no_tokenizer_why}, and "
+                + (f"{self.tokenize_url} does not tokenize chats" if self.options.tokenize_endpoint
+                   else "the option tokenize_endpoint=False") + ", so prompts go out uncut (limit "
+                f"max_prompt_tokens={request.max_prompt_tokens} not enforced); such calls are counted in summary.json "
+                "protocol.prompt_limit_unenforced_calls (pass tokenizer=PATH|ALIAS|HUB_ID, eval --tokenizer, to enforce it)")
+
     async def _one(self, request: Request, prompt_ids: list[int] | None, truncated: bool) -> Completion:
         assert self._sem is not None and self._client is not None
-        body = build_body(request, self.served_model, self.options, prompt_ids)
+        unenforced = False
+        url = self.url
         async with self._sem:
             t0 = time.perf_counter()
-            try:
-                resp = await asend_with_retries(lambda: self._client.post(self.url, json=body), self.retry_policy,
-                                                on_attempt=self._count_attempt)
-            except RetriesExhausted as e:
-                n = e.attempts
-                raise EngineError(f"openai engine: {self.url} failed after {n} attempt{'s' if n > 1 else ''}: "
-                                  f"{e.reason}") from None
+            if self.mode == "chat" and request.max_prompt_tokens is not None:
+                full = await self._server_prompt_ids(request)
+                if full is None:
+                    unenforced = True
+                    self._warn_unenforced(request)
+                else:
+                    prompt_ids = truncate_ids(full, request.max_prompt_tokens, request.truncate)
+                    truncated = len(prompt_ids) < len(full)
+                    url = self.completions_url
+            body = build_body(request, self.served_model, self.options, prompt_ids)
+            resp = await self._post(url, body, response_problem)
             if resp.status_code != 200:  # a final answer that is not a success: the request's fault
                 snippet = " ".join(resp.text.split())[:200]
-                raise EngineError(f"openai engine: {self.url} rejected the request (HTTP {resp.status_code}: {snippet})")
+                raise EngineError(f"openai engine: {url} rejected the request (HTTP {resp.status_code}: {snippet})")
             try:
                 c = parse_response(resp.json(), request.want_logprobs)
+            except BadUsage as exc:
+                raise EngineError(f"openai engine: {url} returned impossible usage: {exc}") from None
             except ValueError as exc:
-                raise EngineError(f"openai engine: {self.url} returned a bad response: {exc}") from exc
+                raise EngineError(f"openai engine: {url} returned a bad response: {exc}") from exc
             c.latency_s = time.perf_counter() - t0
             if prompt_ids is not None:
                 c.prompt_ids = list(prompt_ids)
-                c.prompt_tokens = c.prompt_tokens or len(prompt_ids)
+                if c.usage == "server" and not c.prompt_tokens:
+                    c.prompt_tokens = len(prompt_ids)
             c.prompt_truncated = truncated
-            return c
+            c.prompt_limit_unenforced = unenforced
+            cap = response_cap(request.sampling.max_new_tokens, self.options.max_response_chars)
+            return settle_usage(c, request, cap, self._count_tokens if self.tokenizer is not None else None)
+
+    def _count_tokens(self, text: str) -> int:
+        """Completion tokens of a reply text, with the local tokenizer (a reply without usage)."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _count_attempt(self) -> None:
         self.attempts += 1

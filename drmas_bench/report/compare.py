@@ -11,7 +11,7 @@ from fractions import Fraction
 
 from drmas_bench.metrics import MICRO, Question, avg_values, bootstrap_mean_ci, pass_values, questions, seed_for
 from drmas_bench.report.leaderboard import suite_order
-from drmas_bench.report.runs import Run
+from drmas_bench.report.runs import Run, differing
 from drmas_bench.types import UserError
 
 
@@ -122,6 +122,8 @@ def compare_runs(a: Run, b: Run, n_boot: int = 2000, seed: int = 0) -> Compariso
         notes.append(f"sampling differs: A {a.sampling_label}; B {b.sampling_label}")
     if a.suite != b.suite:
         notes.append(f"suites differ (A {a.suite}, B {b.suite})")
+    for name, (va, vb) in differing(a, b, ("grader", "prompts", "protocol")).items():  # report.runs: one home
+        notes.append(f"{name} differs (A {va}, B {vb}): the runs do not measure the same thing")
     for r in results:
         if r.only_a or r.only_b:
             notes.append(f"{r.name}: {r.only_a} questions only in A, {r.only_b} only in B (left out)")

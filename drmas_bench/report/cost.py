@@ -19,7 +19,7 @@ import numpy as np
 
 from drmas_bench import metrics
 from drmas_bench.metrics import avg_values, pass_values, questions
-from drmas_bench.report.runs import Run
+from drmas_bench.report.runs import Run, differences
 from drmas_bench.types import UserError
 
 
@@ -32,12 +32,17 @@ class AgentCost:
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    usd: Fraction = Fraction(0)
+    usd: Fraction = Fraction(0)  # the calls with known usage
     latency_s: float = 0.0
+    unknown_calls: int = 0  # calls without usage (metrics.usage_known): their tokens and dollars are unknown
 
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def known(self) -> bool:
+        return self.unknown_calls == 0
 
 
 @dataclass
@@ -63,17 +68,23 @@ class TeamCost:
         return self.prompt_tokens + self.completion_tokens
 
     @property
-    def usd_per_1k(self) -> float:
-        """Dollars per 1,000 questions answered (one trajectory each)."""
-        return float(self.usd * 1000 / self.trajectories)
+    def unknown_calls(self) -> int:
+        return sum(a.unknown_calls for a in self.agents.values())
 
-    def agent_usd_per_1k(self, agent: str) -> float:
-        return float(self.agents[agent].usd * 1000 / self.trajectories)
+    @property
+    def usd_per_1k(self) -> float | None:
+        """Dollars per 1,000 questions answered (one trajectory each); None when some call's usage is
+        unknown (a partial sum would read as a real, lower price)."""
+        return None if self.unknown_calls else float(self.usd * 1000 / self.trajectories)
+
+    def agent_usd_per_1k(self, agent: str) -> float | None:
+        a = self.agents[agent]
+        return float(a.usd * 1000 / self.trajectories) if a.known else None
 
 
-def turn_cost(run: Run, turn: dict[str, Any], prices: Any) -> float:
+def turn_cost(run: Run, turn: dict[str, Any], prices: Any) -> float | None:
     """One call's dollars (`metrics.turn_cost`), priced as the run's worker group's model
-    (`Run.price_key`)."""
+    (`Run.price_key`); None when the call's usage is unknown."""
     return metrics.turn_cost(turn, prices, run.price_key(str(turn.get("wg", ""))))
 
 
@@ -93,16 +104,20 @@ def team_cost(run: Run, prices: Any, label: str | None = None) -> TeamCost:
             if key not in ac.price_keys:
                 ac.price_keys.append(key)
             c = t.get("completion") or {}
-            usd = Fraction(turn_cost(run, t, prices))
+            cost = turn_cost(run, t, prices)
             ac.calls += 1
+            ac.latency_s += float(c.get("latency_s", 0.0))
+            lat += float(c.get("latency_s", 0.0))
+            if cost is None:  # no usage: neither its tokens nor its dollars are known
+                ac.unknown_calls += 1
+                continue
+            usd = Fraction(cost)
             ac.prompt_tokens += int(c.get("prompt_tokens", 0))
             ac.completion_tokens += int(c.get("completion_tokens", 0))
             ac.usd += usd
-            ac.latency_s += float(c.get("latency_s", 0.0))
             prompt += int(c.get("prompt_tokens", 0))
             completion += int(c.get("completion_tokens", 0))
             total += usd
-            lat += float(c.get("latency_s", 0.0))
         call_lat.append(lat)
     for a, ac in agents.items():  # an agent that never acted still names its model
         if not ac.price_keys and (wg := run.agent_wg(a)):
@@ -127,20 +142,10 @@ def cost_study(runs: Sequence[Run], prices: Any, labels: Sequence[str] | None = 
 
 
 def cost_notes(costs: Sequence[TeamCost]) -> list[str]:
-    """Flags on what makes the teams' numbers not directly comparable."""
-    notes = []
-    base = costs[0].run
-    for c in costs[1:]:
-        r = c.run
-        if r.suite != base.suite or sorted(r.benchmarks) != sorted(base.benchmarks):
-            notes.append(f"{c.label}: other benchmarks ({r.suite}: {', '.join(r.benchmarks)}) than {costs[0].label}")
-        elif set(questions(r.records)) != set(questions(base.records)):
-            notes.append(f"{c.label}: a different question set than {costs[0].label}")
-        if r.n != base.n:
-            notes.append(f"{c.label}: n={r.n} vs n={base.n}")
-        if r.sampling_signature != base.sampling_signature:
-            notes.append(f"{c.label}: sampling {r.sampling_label} vs {base.sampling_label}")
-    return notes
+    """Flags on what makes the teams' numbers not directly comparable with the first team's
+    (`report.runs.differences`: benchmarks, question ids, grader, prompts, protocol, n, sampling)."""
+    base = costs[0]
+    return [f"{c.label}: {d}" for c in costs[1:] for d in differences(c.run, base.run, base.label)]
 
 
 def cost_csv(costs: Sequence[TeamCost]) -> str:
@@ -149,17 +154,19 @@ def cost_csv(costs: Sequence[TeamCost]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["team", "run", "agent", "priced_as", "questions", "n", "trajectories", "avg_at_n", "pass_at_n",
                 "latency_p50_s", "latency_p95_s", "call_latency_mean_s", "calls", "prompt_tokens",
-                "completion_tokens", "usd", "usd_per_1k_questions"])
+                "completion_tokens", "usd", "usd_per_1k_questions", "usage_unknown_calls"])
+    unknown = lambda x, known: repr(float(x)) if known and x is not None else "unknown"  # noqa: E731
     for c in costs:
         common = [c.label, str(c.run.path)]
         for a, ac in c.agents.items():
             w.writerow(common + [a, "|".join(ac.price_keys), c.questions, c.run.n, c.trajectories, "", "", "", "", "",
-                                 ac.calls, ac.prompt_tokens, ac.completion_tokens, repr(float(ac.usd)),
-                                 repr(c.agent_usd_per_1k(a))])
+                                 ac.calls, ac.prompt_tokens, ac.completion_tokens, unknown(ac.usd, ac.known),
+                                 unknown(c.agent_usd_per_1k(a), ac.known), ac.unknown_calls])
         w.writerow(common + ["total", "", c.questions, c.run.n, c.trajectories, repr(c.avg), repr(c.pass_n),
                              repr(c.latency_p50), repr(c.latency_p95), repr(c.call_latency_mean),
                              sum(x.calls for x in c.agents.values()), c.prompt_tokens, c.completion_tokens,
-                             repr(float(c.usd)), repr(c.usd_per_1k)])
+                             unknown(c.usd, not c.unknown_calls), unknown(c.usd_per_1k, not c.unknown_calls),
+                             c.unknown_calls])
     return buf.getvalue()
 
 
@@ -186,8 +193,9 @@ def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", pr
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5 + 0.25 * len(costs)))
     markers = "osD^vP*Xh<>p"
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    panels = [
-        ([c.usd_per_1k for c in costs], f"cost: $ per 1,000 questions (USD, {prices_source})"),
+    panels = [  # an unknown cost (calls without usage) is left out of the cost panel, not drawn at $0
+        ([float("nan") if c.usd_per_1k is None else c.usd_per_1k for c in costs],
+         f"cost: $ per 1,000 questions (USD, {prices_source})"),
         ([c.latency_p50 for c in costs], "latency per question: p50 trajectory wall time (s)"),
     ]
     acc = [100 * c.avg for c in costs]
@@ -201,7 +209,8 @@ def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", pr
         for (x, y), ids in spots.items():
             ax.annotate(",".join(map(str, ids)), (x, y), textcoords="offset points", xytext=(7, 7), fontsize=10,
                         fontweight="bold")
-        front = pareto_front(list(zip(xs, acc)))
+        shown = [i for i in range(len(costs)) if xs[i] == xs[i]]
+        front = [shown[j] for j in pareto_front([(xs[i], acc[i]) for i in shown])]
         fx, fy = [xs[i] for i in front], [acc[i] for i in front]
         ax.step(fx, fy, where="post", color="black", linestyle="--", linewidth=1.2, zorder=2,
                 label="Pareto front (cheaper/faster and more accurate)")
@@ -210,6 +219,7 @@ def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", pr
         ax.set_ylabel("accuracy: avg@n over all questions (%)")
         ax.grid(True, alpha=0.3)
         ax.margins(x=0.15, y=0.15)
+        xs = [x for x in xs if x == x] or [0.0]
         lo, hi = min(acc), max(acc)
         if hi - lo < 1:
             ax.set_ylim(lo - 5, hi + 5)

@@ -4,7 +4,9 @@ micro average (every question weighted equally) and the macro average (mean of b
 
 ``avg@K`` needs a run with exactly K samples per question, else avg@n is shown and flagged;
 ``pass@K`` uses the unbiased estimator for K <= n and is left empty (and flagged) for K > n. Runs
-whose n or sampling settings differ from the table's usual ones are flagged in a notes column.
+whose n, sampling, grader (name and version), prompts hash, protocol options (prompt limit,
+truncation side) or question ids differ from the table's usual ones are flagged in a notes column
+(what must match is listed once, in `report.runs.COMPARED`).
 Every number comes from `drmas_bench.metrics` (the functions `summarize` uses). Output: Markdown
 (`drmas_bench.report.markdown`), the wide CSV (`tables_csv`: one line per (metric, run)) and the
 long CSV (`tables_long_csv`: one line per (run, benchmark, metric)).
@@ -23,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from drmas_bench.metrics import MACRO, MICRO, Question, avg_values, bootstrap_mean_ci, pass_values, questions, seed_for
-from drmas_bench.report.runs import SAMPLING_KEYS, Run, fmt_num
+from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
 
@@ -273,6 +275,22 @@ def _flag_settings(rows_runs: list[tuple[Row, Run]]) -> None:
                 if mine != usual:
                     diffs.append(f"{key} {'/'.join(map(fmt_num, mine))} (table: {'/'.join(map(fmt_num, usual))})")
             row.notes.insert(0, "sampling differs: " + ", ".join(diffs))
+    for name in ("grader", "prompts", "protocol"):  # the other settings of report.runs.COMPARED
+        vals = [COMPARED[name](run) for _, run in rows_runs]
+        counts = Counter(vals)
+        usual = max(counts, key=lambda v: (counts[v], -vals.index(v)))
+        for (row, _), v in zip(rows_runs, vals):
+            if v != usual:
+                row.notes.append(f"{name} {v} differs (table: {usual})")
+    keys = [frozenset(question_keys(run)) for _, run in rows_runs]
+    kc = Counter(keys)
+    usual_keys = max(kc, key=lambda v: (kc[v], -keys.index(v)))
+    for (row, _), mine in zip(rows_runs, keys):  # question ids, on the benchmarks a row shares with the usual set
+        shared = {b for b, _ in mine} & {b for b, _ in usual_keys}
+        a, b = {q for q in mine if q[0] in shared}, {q for q in usual_keys if q[0] in shared}
+        if a != b:
+            row.notes.append(f"question set differs ({len(a & b)} of the table's {len(b)} questions on "
+                             f"{', '.join(sorted(shared))}; {len(a - b)} others)")
 
 
 def build_leaderboard(runs: Sequence[Run], metrics: Sequence[Metric], ci: bool = False,
@@ -309,8 +327,9 @@ def build_leaderboard(runs: Sequence[Run], metrics: Sequence[Metric], ci: bool =
             rows += reported
             caption = (f"{suite} suite, {metric.name}; values in %, {MICRO} = every question weighted equally, "
                        f"{MACRO} = unweighted mean over the row's benchmarks"
-                       + ("; notes flag runs whose n or sampling differ from the table's setting (the most common "
-                          "among its runs, ties: the first run)" if len(srs) > 1 else "")
+                       + ("; notes flag runs whose n, sampling, grader, prompts, protocol options or question set "
+                          "differ from the table's setting (the most common among its runs, ties: the first run)"
+                          if len(srs) > 1 else "")
                        + (f"; [lo, hi] = 95% bootstrap CI over questions ({n_boot} resamples, seed {seed})" if ci else "")
                        + (f". Rows marked [paper] are {PAPER_STATUS}; the paper's protocol: n={p['n']}, "
                           f"temperature {p['temperature']}, top_p {p['top_p']}" if reported else ""))

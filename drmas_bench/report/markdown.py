@@ -99,13 +99,17 @@ def _clip(s: str, width: int) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
-def _rel(x: float, base: float) -> str:
+def _rel(x: float | None, base: float | None) -> str:
+    if x is None or base is None:  # an unknown cost: no relative figure (never "-100%")
+        return "unknown"
     if base == 0:
         return "–" if x == 0 else "n/a (base 0)"
     return f"{100 * (x - base) / base:+.1f}%"
 
 
-def _usd(x: float) -> str:
+def _usd(x: float | None) -> str:
+    if x is None:
+        return "unknown"
     if x == 0:
         return "0"
     return f"{x:.4f}" if abs(x) >= 0.01 else f"{x:.3g}"
@@ -143,14 +147,22 @@ def cost_markdown(costs: Sequence[TeamCost], prices_source: str = "the price she
     rows = []
     for c in costs:
         for a, ac in c.agents.items():
-            share = "–" if c.usd == 0 else f"{100 * float(ac.usd / c.usd):.1f}%"
-            rows.append([c.label, a, ", ".join(ac.price_keys) or "–", ac.calls, ac.prompt_tokens, ac.completion_tokens,
-                         f"{ac.tokens / c.trajectories:.1f}", _usd(float(ac.usd)), _usd(c.agent_usd_per_1k(a)), share])
-        rows.append([c.label, "**total**", "", sum(x.calls for x in c.agents.values()), c.prompt_tokens,
-                     c.completion_tokens, f"{c.tokens / c.trajectories:.1f}", _usd(float(c.usd)), _usd(c.usd_per_1k),
-                     "100%" if c.usd else "–"])
+            share = "–" if c.usd == 0 or c.unknown_calls else f"{100 * float(ac.usd / c.usd):.1f}%"
+            mark = f" ({ac.unknown_calls} calls unknown)" if ac.unknown_calls else ""
+            rows.append([c.label, a, ", ".join(ac.price_keys) or "–", ac.calls, f"{ac.prompt_tokens}{mark}",
+                         f"{ac.completion_tokens}{mark}", f"{ac.tokens / c.trajectories:.1f}{mark}",
+                         _usd(float(ac.usd) if ac.known else None), _usd(c.agent_usd_per_1k(a)), share])
+        mark = f" ({c.unknown_calls} calls unknown)" if c.unknown_calls else ""
+        rows.append([c.label, "**total**", "", sum(x.calls for x in c.agents.values()), f"{c.prompt_tokens}{mark}",
+                     f"{c.completion_tokens}{mark}", f"{c.tokens / c.trajectories:.1f}{mark}",
+                     _usd(None if c.unknown_calls else float(c.usd)), _usd(c.usd_per_1k),
+                     "100%" if c.usd and not c.unknown_calls else "–"])
     lines.append(tabulate(rows, ag_head, tablefmt="github", disable_numparse=True))
     notes = cost_notes(costs)
+    for c in costs:
+        if c.unknown_calls:
+            notes.append(f"{c.label}: {c.unknown_calls} calls came back without token usage (and no tokenizer "
+                         "counted them): their tokens and dollars are unknown, and so are the team's totals")
     unpriced = sorted(set(unpriced))
     if unpriced:
         notes.append(f"unpriced models (costed at $0 by the sheet's `default: zero`): {', '.join(unpriced)}")
@@ -170,6 +182,25 @@ def _with_ci(x: float, ci: Sequence[float] | None) -> str:
 
 def _usd_sig(x: float | None) -> str:
     return "–" if x is None else f"{x:.4g}"
+
+
+def _unknown_calls(d: dict[str, Any]) -> int:
+    """Calls without usage in a summary block ({usage: {...}}) or agent entry (usage_unknown_calls)."""
+    return int(d.get("usage_unknown_calls") or (d.get("usage") or {}).get("unknown") or 0)
+
+
+def _usd_known(x: float | None, d: dict[str, Any]) -> str:
+    """A dollar figure, or `unknown (K calls without usage)` where a call had no usage."""
+    k = _unknown_calls(d)
+    return f"unknown ({k} calls without usage)" if k else _usd_sig(x)
+
+
+def _tokens(x: float | None, d: dict[str, Any]) -> str:
+    """Tokens per call (over the calls with known usage), marked when some were unknown."""
+    if x is None:
+        return "unknown"
+    k = _unknown_calls(d)
+    return f"{x:.0f}" + (f" ({k} calls unknown)" if k else "")
 
 
 def _n_cell(blk: dict[str, Any]) -> str:
@@ -239,7 +270,7 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
     for name, blk in rows_src:
         lat = blk.get("latency_s", {})
         fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
-        cost_rows.append([name, fmt(lat.get("p50")), fmt(lat.get("p95")), _usd_sig(blk.get("usd_per_question"))]
+        cost_rows.append([name, fmt(lat.get("p50")), fmt(lat.get("p95")), _usd_known(blk.get("usd_per_question"), blk)]
                          + [_pct(blk.get(k)) for k in qa])
     source = summary["micro"].get("usd_source", "")
     parts += ["", f"### Cost and latency ($ from {source})", "", tabulate(cost_rows, cost_head, tablefmt="github", disable_numparse=True)]
@@ -247,8 +278,9 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
     agents = summary["micro"].get("agents", {})
     if agents:
         ag_head = ["agent", "models", "calls / trajectory", "prompt tokens / call", "completion tokens / call", "$ / question"]
-        ag_rows = [[a, ", ".join(v["models"]), f"{v['calls_per_traj']:.2f}", f"{v['prompt_tokens_per_call']:.0f}",
-                    f"{v['completion_tokens_per_call']:.0f}", _usd_sig(v.get("usd_per_question"))] for a, v in agents.items()]
+        ag_rows = [[a, ", ".join(v["models"]), f"{v['calls_per_traj']:.2f}", _tokens(v["prompt_tokens_per_call"], v),
+                    _tokens(v["completion_tokens_per_call"], v), _usd_known(v.get("usd_per_question"), v)]
+                   for a, v in agents.items()]
         parts += ["", "### Agents (all questions)", "", tabulate(ag_rows, ag_head, tablefmt="github", disable_numparse=True)]
 
     parts += compliance_markdown(summary.get("compliance"))
@@ -261,6 +293,16 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
                          f"pass@n is the any-success rate over the samples present (as the reference)")
         if blk.get("duplicate_samples"):
             notes.append(f"{name}: {blk['duplicate_samples']} duplicate (task, sample_idx) records")
+    usage = summary["micro"].get("usage") or {}
+    if usage.get("unknown"):
+        notes.append(f"{usage['unknown']} of {usage['calls']} calls came back without token usage and no tokenizer "
+                     "here could count them: their tokens and dollars are unknown (shown as `unknown`, never $0)")
+    if usage.get("counted"):
+        notes.append(f"{usage['counted']} of {usage['calls']} calls came back without token usage: counted here "
+                     "with the model's tokenizer")
+    if usage.get("flagged"):
+        notes.append(f"{usage['flagged']} of {usage['calls']} calls carry an engine note (a reply cut to the "
+                     "response cap, or more completion tokens than requested): see `notes` in samples.jsonl")
     grader = summary.get("grader")
     if isinstance(grader, dict) and grader.get("name"):
         notes.append(f"graded by {grader['name']} (version {grader.get('version', '?')})")

@@ -36,6 +36,7 @@ class Run:
     seed: Any = None
     estimator: str | None = None  # from a trained team's team.yaml (`trained:`), when known
     step: Any = None
+    base_models: dict[str, str] | None = None  # a trained team's worker group -> the model it was trained from
 
     @property
     def agents(self) -> list[str]:
@@ -55,7 +56,8 @@ class Run:
             return str(g["price"])
         if g is None:
             return wg
-        return Path(self.wg_model(wg).rstrip("/")).name
+        base = (self.base_models or {}).get(wg)  # a checkpoint's group: its base model, not its folder name
+        return Path(str(base or self.wg_model(wg)).rstrip("/")).name
 
     def agent_wg(self, agent: str) -> str | None:
         v = (self.team.get("agents") or {}).get(agent)
@@ -102,8 +104,9 @@ def fmt_num(x: Any) -> str:
     return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
 
 
-def _trained_info(config: dict[str, Any], run_path: Path) -> tuple[str | None, Any]:
-    """(estimator, step) from a trained team's `trained:` block, when the run names one.
+def _trained_info(config: dict[str, Any], run_path: Path) -> tuple[str | None, Any, dict[str, str] | None]:
+    """(estimator, step, base models by worker group) from a trained team's `trained:` block, when the
+    run names one.
 
     Looked up in the config's identity.team, then in `team.yaml` beside a `--model DIR` or a
     `--team FILE` of the run's argv, then in the folders above the worker groups' models."""
@@ -132,10 +135,13 @@ def _trained_info(config: dict[str, Any], run_path: Path) -> tuple[str | None, A
             continue
     for t in cands:
         est = t.get("estimator") or t.get("advantage")
+        if est is not None and isinstance(t.get("group_by_agent"), bool):  # a reference name: its index is part of it
+            est = f"{est}[{'by_agent' if t['group_by_agent'] else 'by_uid'}]"
         step = t.get("step", t.get("global_step"))
+        bases = t.get("base_models") if isinstance(t.get("base_models"), dict) else None
         if est is not None or step is not None:
-            return (str(est) if est is not None else None), step
-    return None, None
+            return (str(est) if est is not None else None), step, bases
+    return None, None, None
 
 
 def load_run(path: str | Path) -> Run:
@@ -161,12 +167,12 @@ def load_run(path: str | Path) -> Run:
         raise UserError(f"{p}: the run has no finished samples yet")
     ident = config["identity"]
     sampling = {a: {k: s.get(k) for k in SAMPLING_KEYS} for a, s in (ident.get("sampling") or {}).items()}
-    estimator, step = _trained_info(config, p)
+    estimator, step, base_models = _trained_info(config, p)
     return Run(path=p, name=p.name or str(p), config=config, records=records, suite=str(config.get("suite", "?")),
                workflow=str(config.get("workflow", "?")), n=n or max(int(r["sample_idx"]) for r in records) + 1,
                benchmarks=benches or sorted({r["task"]["benchmark"] for r in records}),
                team=ident.get("team") or {}, sampling=sampling, seed=ident.get("seed"),
-               estimator=estimator, step=step)
+               estimator=estimator, step=step, base_models=base_models)
 
 
 def expand_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
@@ -191,3 +197,73 @@ def load_runs(paths: Iterable[str | Path]) -> list[Run]:
         if counts[r.name] > 1:
             r.name = str(r.path)
     return runs
+
+
+# ------------------------------------------------------------------------------ comparability
+
+
+def grader_label(run: Run) -> str:
+    """What graded the run: ``name@version`` for math graders, the family otherwise ("?" unknown)."""
+    g = (run.config.get("provenance") or {}).get("grader") or (run.config.get("identity") or {}).get("grader") or {}
+    if not isinstance(g, dict) or not g:
+        return "?"
+    if g.get("name"):
+        return f"{g['name']}@{g.get('version', '?')}"
+    return str(g.get("family", "?"))
+
+
+def prompts_label(run: Run) -> str:
+    """The run's prompt templates (first 12 hex digits of their sha256), "packaged/none" when not recorded."""
+    sha = ((run.config.get("identity") or {}).get("protocol") or {}).get("prompts_sha256")
+    return str(sha)[:12] if sha else "none recorded"
+
+
+def protocol_label(run: Run) -> str:
+    """The run's protocol options: the prompt limit and its truncation side."""
+    p = (run.config.get("identity") or {}).get("protocol") or {}
+    if not p:
+        return "none recorded"
+    return f"max_prompt_tokens={p.get('max_prompt_tokens') or 'none'} truncate={p.get('truncate', '?')}"
+
+
+def question_keys(run: Run) -> set[tuple[str, str]]:
+    """(benchmark, task id) of every question the run answered."""
+    return {(str(r["task"]["benchmark"]), str(r["task"]["id"])) for r in run.records}
+
+
+#: what must match for two runs' numbers to be compared directly (name -> the run's value, as text)
+COMPARED = {
+    "grader": grader_label,
+    "prompts": prompts_label,
+    "protocol": protocol_label,
+    "n": lambda r: str(r.n),
+    "sampling": lambda r: r.sampling_label,
+}
+
+
+def differences(run: Run, base: Run, base_label: str | None = None) -> list[str]:
+    """What makes ``run``'s numbers not directly comparable with ``base``'s, one phrase each (empty:
+    comparable): other benchmarks or question ids, then each of :data:`COMPARED` that differs. The
+    one home of this check: cost studies, comparisons and leaderboards all call it."""
+    label = base_label or base.name
+    out = []
+    if run.suite != base.suite or sorted(run.benchmarks) != sorted(base.benchmarks):
+        out.append(f"other benchmarks ({run.suite}: {', '.join(run.benchmarks)}) than {label}")
+    else:
+        mine, theirs = question_keys(run), question_keys(base)
+        if mine != theirs:
+            out.append(f"a different question set than {label} ({len(mine & theirs)} shared; {len(mine - theirs)} only "
+                       f"here, {len(theirs - mine)} only in {label})")
+    for name, (a, b) in differing(run, base).items():
+        out.append(f"n={a} vs n={b}" if name == "n" else f"{name} {a} vs {b}")
+    return out
+
+
+def differing(run: Run, base: Run, names: Iterable[str] = tuple(COMPARED)) -> dict[str, tuple[str, str]]:
+    """{name: (run's value, base's value)} for each of :data:`COMPARED` (or ``names``) that differs."""
+    out = {}
+    for name in names:
+        a, b = COMPARED[name](run), COMPARED[name](base)
+        if a != b:
+            out[name] = (a, b)
+    return out

@@ -1,26 +1,33 @@
 """The interface protocol of REFERENCE.md §2b: what a model sees and must emit, as data plus rules.
 
-Everything a reference-trained checkpoint learned lives here, so the workflows stay short:
+Everything a reference-trained checkpoint learned lives here, so the workflows stay short. Each rule
+is checked against the reference's own outputs (tests/test_reference_vectors.py; the rule table is
+docs/protocol.md):
 
-- tags and parsing: `tagged(text, tag)` (first opening tag .. first closing tag, stripped),
-  `math_verdict`, `search_verdict`, `env_action` (what the environment does with an action);
-- validity (the c_inv format penalty): `solver_valid`, `verify_valid`, `action_valid`, `has_cjk`;
-- rendering: `observation` (``<information>`` + json.dumps({"result": "Doc 1: ..."}) +
-  ``</information>``), `history` (one ``Step t:`` entry per step, empty steps included),
-  `team_context` (every earlier output, labelled with its agent);
-- chat layout: `chat(templates, role, **values)` -> a fixed system line + the role prompt as the
-  user message;
+- projection (what a response becomes: the team-context text and, for the searcher and answerer, the
+  env action): `project(role, text)`, built on `verify_splice` and `tag_action`;
+- validity (the c_inv format penalty): `valid(role, text)`, `has_cjk`;
+- verdicts: `math_verdict`, `search_verdict` (on the spliced response);
+- the search environment: `SearchEnv` (done test, reward = EM of the last answer match in the
+  episode's text, query extraction), `observation` (``<information>`` + JSON + ``</information>``);
+- rendering: `history` (``Step {n}:{A} {O}\\n`` entries, last 4 steps), `team_context`
+  (``\\nThe output of "{Agent Name}": {projected}\\n`` entries);
+- chat layout: `chat(templates, role, **values)` -> the system line + the role prompt as the user
+  message;
 - prompt templates: `Templates`, loaded from the file shipped beside each workflow
   (``<workflow>.prompts.yaml``), replaced by a team file's ``prompts:`` entry or ``--prompts FILE``.
+
+Roles (`ROLES`) name the five protocol roles; the workflows' agents map onto them (the verifier agent
+is ``math_verifier`` in math_refine and ``search_verifier`` in search_route).
 
 Template files (YAML)::
 
     workflow: search_route          # optional; checked against the workflow that loads the file
-    system: You are a helpful assistant.
+    system: You are a helpful and harmless assistant.
     roles:                          # one prompt per agent; placeholders are {{name}}
       verifier: "... {{question}} ... {{history}} ..."
     parts:                          # how context pieces are rendered inside the role prompts
-      history_entry: "Step {{step}}:\\n{{action}}\\n{{observation}}"
+      history_entry: "Step {{step}}:{{action}} {{observation}}\\n"
 
 A file given with ``--prompts`` or ``prompts:`` may hold only some roles / parts; the others keep the
 packaged defaults. Placeholders per workflow are listed in `PLACEHOLDERS` (and docs/protocol.md);
@@ -33,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Literal, Optional
@@ -43,44 +50,98 @@ from pydantic import Field
 from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
 
-# ------------------------------------------------------------------------------ tags and parsing
+# ------------------------------------------------------------------------------ roles and tags
 
-VERIFY = "verify"
+ROLES = ("solver", "math_verifier", "search_verifier", "searcher", "answerer")
+# the names the reference writes in the team context, per agent of our workflows
+AGENT_NAMES = {"solver": "Solver Agent", "verifier": "Verifier Agent", "searcher": "Search Agent",
+               "answerer": "Answer Agent"}
+ACTION_TAGS = {"searcher": "search", "answerer": "answer"}  # each looks for its own tag only
+VERIFY_OPEN, VERIFY_CLOSE = "<verify>", "</verify>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-CJK_LO, CJK_HI = "\u4e00", "\u9fff"  # CJK unified ideographs: an action containing one is invalid
-
-
-def tagged(text: str, tag: str) -> str | None:
-    """The text between the first ``<tag>`` and the first ``</tag>``, stripped; None unless both
-    occur (a closing tag before the opening one gives "", as the reference's slicing does)."""
-    start, end = text.find(f"<{tag}>"), text.find(f"</{tag}>")
-    if start < 0 or end < 0:
-        return None
-    return text[start + len(tag) + 2:end].strip()
+CJK_LO, CJK_HI = "\u4e00", "\u9fff"  # CJK unified ideographs: a verifier / action response with one is invalid
 
 
 def has_cjk(text: str) -> bool:
+    """Any character in U+4E00..U+9FFF (kana, Hangul, extension A are outside the range)."""
     return any(CJK_LO <= ch <= CJK_HI for ch in text)
 
 
+def verify_splice(text: str) -> str:
+    """A verifier's projected text: the whole response with the content of the first verify pair
+    stripped at both ends (the opening and closing tags are found independently).
+
+    No `<verify>` or no `</verify>`: unchanged. A `</verify>` before the first `<verify>` gives an
+    empty content and repeats the text between the two (``</verify>no<verify>`` ->
+    ``</verify>no<verify></verify>no<verify>``), as the reference's slicing does; later pairs stay."""
+    start, end = text.find(VERIFY_OPEN), text.find(VERIFY_CLOSE)
+    if start < 0 or end < 0:
+        return text
+    head = start + len(VERIFY_OPEN)
+    return text[:head] + text[head:end].strip() + text[end:]
+
+
+def tag_action(text: str, tag: str) -> str:
+    """A searcher's / answerer's projected action: ``<tag>`` + the stripped text between the first
+    ``<tag>`` and the first ``</tag>`` + ``</tag>``; "" unless both occur (other tags inside stay; a
+    closing tag first gives the empty pair ``<tag></tag>``). Case-sensitive: ``<SEARCH>`` is no tag."""
+    op, cl = f"<{tag}>", f"</{tag}>"
+    start, end = text.find(op), text.find(cl)
+    if start < 0 or end < 0:
+        return ""
+    return op + text[start + len(op):end].strip() + cl
+
+
+def project(role: str, text: str) -> str:
+    """What the reference keeps of `role`'s response (team context; the env action for the
+    searcher and answerer): solver unchanged, verifiers spliced, searcher / answerer tag actions."""
+    if role == "solver":
+        return text
+    if role in ("math_verifier", "search_verifier"):
+        return verify_splice(text)
+    if role in ACTION_TAGS:
+        return tag_action(text, ACTION_TAGS[role])
+    raise ValueError(f"unknown protocol role {role!r}; roles: {', '.join(ROLES)}")
+
+
+def valid(role: str, text: str) -> bool:
+    """The row's is_action_valid (REFERENCE §2b "Validity"; invalid costs the row c_inv).
+
+    solver: the reference's boxed extraction on the whole response returns a string (no CJK rule);
+    verifiers: `<verify>` and `</verify>` both occur and no CJK; searcher / answerer: its own two
+    tags occur, no CJK, `<think>` and `</think>` each exactly once with `<think>` first (where the
+    action sits is not checked)."""
+    if role == "solver":
+        from drmas_bench.grading.extract import has_boxed_answer
+
+        return has_boxed_answer(text)
+    if role in ("math_verifier", "search_verifier"):
+        return VERIFY_OPEN in text and VERIFY_CLOSE in text and not has_cjk(text)
+    if role in ACTION_TAGS:
+        tag = ACTION_TAGS[role]
+        return (f"<{tag}>" in text and f"</{tag}>" in text and not has_cjk(text)
+                and text.count(THINK_OPEN) == 1 and text.count(THINK_CLOSE) == 1
+                and text.find(THINK_OPEN) < text.find(THINK_CLOSE))
+    raise ValueError(f"unknown protocol role {role!r}; roles: {', '.join(ROLES)}")
+
+
 def math_verdict(text: str) -> str:
-    """'approve' | 'reject' (REFERENCE §2b): strip the whitespace inside the first <verify> pair,
-    then case-sensitive substring tests, approve first; anything else counts as approve."""
-    start, end = text.find("<verify>"), text.find("</verify>")
-    if 0 <= start < end:
-        inner = re.sub(r"\s+", "", text[start + len("<verify>"):end])
-        text = text[:start] + f"<verify>{inner}</verify>" + text[end + len("</verify>"):]
-    if "<verify>approve</verify>" in text:
+    """'approve' | 'reject' of a math verifier's raw response: case-sensitive substring tests on the
+    spliced response, approve first; neither counts as approve (``<verify>re ject</verify>`` and a
+    later ``<verify> reject </verify>`` approve: only the first pair's ends are stripped)."""
+    spliced = verify_splice(text)
+    if "<verify>approve</verify>" in spliced:
         return "approve"
-    if "<verify>reject</verify>" in text:
+    if "<verify>reject</verify>" in spliced:
         return "reject"
     return "approve"
 
 
 def search_verdict(text: str) -> str:
-    """'answer' | 'search' (REFERENCE §2b): on the lower-cased whole response, yes -> answer,
-    else no -> search, else answer."""
-    low = text.lower()
+    """'answer' | 'search' of a search verifier's raw response: the spliced response lower-cased,
+    then yes -> answer, else no -> search, else answer (the splice is case-sensitive, the test is
+    not: ``<VERIFY>no</VERIFY>`` searches, ``<VERIFY> no </VERIFY>`` answers)."""
+    low = verify_splice(text).lower()
     if "<verify>yes</verify>" in low:
         return "answer"
     if "<verify>no</verify>" in low:
@@ -88,81 +149,141 @@ def search_verdict(text: str) -> str:
     return "answer"
 
 
-@dataclass(frozen=True)
-class Action:
-    """What the search environment does with one step's action: kind 'search' (content = the
-    query, possibly empty), 'answer' (content = the answer) or 'empty' (no tag: the episode goes on)."""
+# ------------------------------------------------------------------------------ the search environment
 
-    kind: str
-    content: str = ""
-    text: str = ""  # the action as the history shows it: the tagged action, or "" for an empty step
+_SEARCH_RE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+NO_RESULTS = "No search results found."
 
 
-def env_action(text: str) -> Action:
-    """Project a searcher's or answerer's response onto an environment action: a <search> pair
-    first, else an <answer> pair, else an empty step."""
-    for kind in ("search", "answer"):
-        content = tagged(text, kind)
-        if content is not None:
-            return Action(kind, content, f"<{kind}>{content}</{kind}>")
-    return Action("empty")
+def observation(hits: Iterable[Any] | None) -> str:
+    """The retriever's top-k for one query as the env hands them on: ``<information>`` + the JSON of
+    ``{"result": R}`` + ``</information>``, R = ``Doc {i}: `` + strip(contents) + ``\\n`` per
+    document (the last one too); contents is the server's ``"Title"\\ntext`` (`Hit.contents`).
+
+    JSON in Python's default layout (non-ASCII as ``\\uXXXX``; ``<``, ``>``, ``/`` unescaped). No
+    documents for the query gives ``{"result": ""}``; ``None`` (the server returned no result list
+    at all) gives ``{"result": "No search results found."}``."""
+    if hits is None:
+        result = NO_RESULTS
+    else:
+        result = "".join(f"Doc {i}: {_contents(h).strip()}\n" for i, h in enumerate(hits, 1))
+    return "<information>" + json.dumps({"result": result}) + "</information>"
 
 
-def solver_valid(text: str) -> bool:
-    """A ``\\boxed{`` with a balanced closing brace exists (the reference's extraction succeeds on
-    the last one, after the first </think>); ``\\fbox`` and ``\\boxed 5`` do not count; no CJK.
-    The extraction is the grading package's strict one, so validity and `reference_compat` agree."""
-    from drmas_bench.grading.extract import has_boxed_answer
-
-    return not has_cjk(text) and has_boxed_answer(text)
+def _contents(hit: Any) -> str:
+    if isinstance(hit, dict):
+        return hit["contents"] if "contents" in hit else f'"{hit["title"]}"\n{hit["text"]}'
+    return hit.contents
 
 
-def verify_valid(text: str) -> bool:
-    """Verifiers (math and search): the verify tag pair is present (any content) and no CJK."""
-    return tagged(text, VERIFY) is not None and not has_cjk(text)
+def env_query(action: str) -> str | None:
+    """The query of an env action: the text of the first shortest ``<search>``..``</search>``
+    match (newlines allowed), unstripped; None unless both tags occur."""
+    if "<search>" not in action or "</search>" not in action:
+        return None
+    m = _SEARCH_RE.search(action)
+    return m.group(1) if m else None
 
 
-def action_valid(text: str) -> bool:
-    """Searcher / answerer: an action tag pair is present, ``<think>`` and ``</think>`` each occur
-    exactly once with ``<think>`` first (where the action sits is not checked), and no CJK."""
-    return (env_action(text).kind != "empty" and text.count(THINK_OPEN) == 1 and text.count(THINK_CLOSE) == 1
-            and text.find(THINK_OPEN) < text.find(THINK_CLOSE) and not has_cjk(text))
+def last_answer(text: str) -> str | None:
+    """The stripped content of the last shortest ``<answer>``..``</answer>`` match in `text`, or None."""
+    found = _ANSWER_RE.findall(text)
+    return found[-1].strip() if found else None
+
+
+@dataclass
+class EnvStep:
+    """One step of the search env: the action it took and what it made of it."""
+
+    step: int  # 1-based; empty steps count
+    action: str  # the projected action ("" for an empty step)
+    done: bool = False
+    reward: float = 0.0
+    query: str | None = None  # as extracted, before the tool strips it; None when done or none
+    observation: str = ""  # "" for an empty step and at done
+    response: str = ""  # the acting agent's whole response ("" when nobody acted)
+
+
+@dataclass
+class SearchEnv:
+    """The reference's search env for one episode (REFERENCE §2b "Search control flow", step 4).
+
+    `act(action)` counts the turn, stores the action and decides: done when the turn reaches
+    `max_steps` or the action holds both ``<answer>`` and ``</answer>`` (two substring tests); at
+    done the reward is the EM against `golds` of the last answer match in the concatenation of every
+    action and stored observation so far; otherwise the step's query (if any) is for the caller to
+    retrieve, and `observe` stores the observation (the env keeps it as ``\\n`` + obs + ``\\n``)."""
+
+    golds: list[str]
+    max_steps: int = 4
+    steps: list[EnvStep] = field(default_factory=list)
+    _text: list[str] = field(default_factory=list, init=False, repr=False)  # what the env concatenates
+
+    def act(self, action: str, response: str = "") -> EnvStep:
+        from drmas_bench.grading.qa import grade_qa
+
+        st = EnvStep(len(self.steps) + 1, action, response=response)
+        self.steps.append(st)
+        self._text.append(action)
+        st.done = st.step >= self.max_steps or ("<answer>" in action and "</answer>" in action)
+        if st.done:
+            answer = last_answer("".join(self._text))
+            st.reward = grade_qa(answer, self.golds).em if answer is not None else 0.0
+        else:
+            st.query = env_query(action)
+        return st
+
+    def observe(self, observation: str) -> None:
+        """The observation of the last step (the env stores it wrapped in newlines)."""
+        self.steps[-1].observation = observation
+        if observation:
+            self._text.append("\n" + observation + "\n")
+
+    @property
+    def done(self) -> bool:
+        return bool(self.steps) and self.steps[-1].done
+
+    @property
+    def answer(self) -> str | None:
+        """What the env graded at done: the last answer match of the episode's text (None if none)."""
+        return last_answer("".join(self._text)) if self.done else None
+
+    @property
+    def reward(self) -> float:
+        return sum(s.reward for s in self.steps)
+
+    def record(self) -> dict[str, Any]:
+        """The env's account of the episode (kept in the trajectory's ``extra["env"]``)."""
+        steps = [{k: v for k, v in asdict(s).items() if k != "response"} for s in self.steps]
+        return {"steps": steps, "answer": self.answer, "reward": self.reward,
+                "length": len(self.steps), "won": self.done and self.reward >= 1}
 
 
 # ------------------------------------------------------------------------------ rendering
 
-
-def observation(hits: Iterable[Any]) -> str:
-    """The retriever's top-k as the model sees them: ``<information>`` + the JSON string of
-    ``{"result": "Doc 1: \\"Title\\"\\ntext\\nDoc 2: ..."}`` + ``</information>``."""
-    docs = "\n".join(f'Doc {i}: "{h.title}"\n{h.text}' for i, h in enumerate(hits, 1))
-    return "<information>" + json.dumps({"result": docs}) + "</information>"
+HISTORY_WINDOW = 4  # the history shows the last 4 steps (with 4-step episodes: all earlier ones)
 
 
-@dataclass
-class Step:
-    """One env step of the search workflow, for the history (empty steps included)."""
-
-    step: int
-    action: str  # the tagged action ("" for an empty step)
-    observation: str  # "" unless the action was a search
-    response: str  # the acting agent's whole response
-
-
-def history(tpl: "Templates", steps: list[Step]) -> str:
+def history(tpl: "Templates", steps: list[EnvStep], window: int = HISTORY_WINDOW) -> str:
+    """The history text of the env prompt: one ``history_entry`` per stored step of the last
+    `window` (absolute step numbers), joined by ``history_sep``; ``history_empty`` at step 1."""
     if not steps:
         return tpl.parts["history_empty"]
     return tpl.parts["history_sep"].join(
-        render(tpl.parts["history_entry"], step=s.step, action=s.action, observation=s.observation, response=s.response)
-        for s in steps)
+        render(tpl.parts["history_entry"], step=s.step, action=s.action, observation=s.observation,
+               response=s.response)
+        for s in steps[-window:])
 
 
 def team_context(tpl: "Templates", outputs: list[tuple[str, str]]) -> str:
-    """Every earlier output of the episode, oldest first, each labelled with its agent."""
+    """The team context: one ``context_entry`` per (agent, projected text), in call order, joined
+    by ``context_sep``; ``context_empty`` when nobody spoke yet."""
     if not outputs:
         return tpl.parts["context_empty"]
     return tpl.parts["context_sep"].join(
-        render(tpl.parts["context_entry"], agent=agent, Agent=agent.capitalize(), turn=i, text=text.strip())
+        render(tpl.parts["context_entry"], agent=agent, Agent=agent.capitalize(),
+               agent_name=AGENT_NAMES.get(agent, agent), turn=i, text=text)
         for i, (agent, text) in enumerate(outputs, 1))
 
 
@@ -170,22 +291,26 @@ def team_context(tpl: "Templates", outputs: list[tuple[str, str]]) -> str:
 
 _PH = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
-# placeholders each role prompt may use, and those it must use, per workflow
+# placeholders each role prompt may use, and those it must use, per workflow. In search_route,
+# team_context is this step's context: "" for the verifier (the reference's verifier template has no
+# slot), the verifier's entry for the searcher (required) and the answerer (the reference passes it
+# to the answerer but its template has no slot, so the packaged answerer prompt leaves it out);
+# verifier_output is the verifier's projected response of this step; prior_steps = step - 1.
+_SEARCH_SEEN = {"question", "history", "step", "max_steps", "prior_steps", "team_context"}
 PLACEHOLDERS: dict[str, dict[str, tuple[set[str], set[str]]]] = {
     "math_refine": {
         "solver": ({"question", "team_context", "round", "rounds"}, {"question", "team_context"}),
         "verifier": ({"question", "team_context", "round", "rounds"}, {"question", "team_context"}),
     },
     "search_route": {
-        "verifier": ({"question", "history", "step", "max_steps"}, {"question", "history"}),
-        "searcher": ({"question", "history", "step", "max_steps", "verifier_output"},
-                     {"question", "history", "verifier_output"}),
-        "answerer": ({"question", "history", "step", "max_steps"}, {"question", "history"}),
+        "verifier": (_SEARCH_SEEN, {"question", "history"}),
+        "searcher": (_SEARCH_SEEN | {"verifier_output"}, {"question", "history", "team_context"}),
+        "answerer": (_SEARCH_SEEN | {"verifier_output"}, {"question", "history"}),
     },
 }
 # rendering parts (same for every workflow) and their placeholders
 PARTS: dict[str, set[str]] = {
-    "context_entry": {"agent", "Agent", "turn", "text"},
+    "context_entry": {"agent", "Agent", "agent_name", "turn", "text"},
     "context_sep": set(),
     "context_empty": set(),
     "history_entry": {"step", "action", "observation", "response"},
@@ -316,9 +441,15 @@ TRUNCATE_SIDES = ("left", "middle", "right")
 
 
 def chat(tpl: Templates, role: str, **values: Any) -> list[dict[str, str]]:
-    """Two messages (REFERENCE §2b): the fixed system line, and the whole role prompt as the user
-    message."""
-    return [{"role": "system", "content": tpl.system}, {"role": "user", "content": render(tpl.roles[role], **values)}]
+    """The messages of one call: `chat_messages` of the templates' system line and the rendered
+    role prompt."""
+    return chat_messages(tpl.system, render(tpl.roles[role], **values))
+
+
+def chat_messages(system: str, user: str) -> list[dict[str, str]]:
+    """REFERENCE §2b chat layout: two messages, the system line and the agent's whole prompt as the
+    user message (packaged system line: ``You are a helpful and harmless assistant.``, both suites)."""
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 class ProtocolSchema(Schema):

@@ -1,19 +1,23 @@
 """Search: verifier (router) -> searcher | answerer, at most `max_steps` env steps (REFERENCE.md §2b).
 
-    step t = 1..max_steps:
-        the verifier judges the history            (always acts)
-        "search": t < max_steps -> the searcher acts (it also sees the verifier's output of this step)
-                  t = max_steps -> the episode ends with no answer (reward 0)
-        "answer": the answerer acts (question and history only)
-        the action goes to the environment: <search> retrieves top-k passages (an empty query is
-        still sent), <answer> ends the episode, neither tag = an empty step (the episode goes on)
-        history += "Step t:" + action + observation
+    step t = 1..max_steps (the team context starts empty every step):
+        the verifier judges the history                  (always acts; its context is "")
+        "search": t < max_steps -> the searcher acts      (its context: this step's verifier entry)
+                  t = max_steps -> nobody acts, the action is ""
+        "answer": the answerer acts                       (the same context; the packaged prompt
+                                                           does not show it, as in the reference)
+        the env takes the projected action (`protocol.SearchEnv`): done at the last step or when
+        the action holds <answer> and </answer>; then reward = EM of the last answer match in the
+        episode's actions and observations. Else a <search> query (an empty one too) retrieves top-k
+        passages; no query = an empty step. history += "Step t:" action observation
 
-Tags, verdict / validity rules, observation and history rendering come from `protocol`; the role
-prompts from ``search_route.prompts.yaml`` (or ``--prompts``). Options: max_steps (4), topk (3),
-prompts, protocol (prompt limit, default 4096 tokens cut from the left), last_step ("end": the
-reference; "answer": the answerer answers at the last step whatever the verifier said, as this
-project did before following §2b).
+The trajectory's final answer is what the env graded (None: no answer, reward 0), so the qa grader's
+EM is the env's reward; ``extra["env"]`` keeps the env's account of each step. Tags, projections,
+verdict / validity rules, observation and history rendering come from `protocol`; the role prompts
+from ``search_route.prompts.yaml`` (or ``--prompts``). Options: max_steps (4), topk (3), prompts,
+protocol (prompt limit, default 4096 tokens cut from the left), last_step ("end": the reference;
+"answer": the answerer acts at the last step whatever the verifier said, this project's earlier
+behaviour: an episode the verifier would let run out still gets an answer).
 """
 
 from __future__ import annotations
@@ -32,24 +36,29 @@ async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: 
         raise UserError(f"search_route: last_step must be 'end' or 'answer', got {last_step!r}")
     tpl = prompts or P.default_templates("search_route")
     ep.limit_prompts(*(protocol or P.ProtocolOptions()).resolve("search_route"))
-    steps: list[P.Step] = []
+    env = P.SearchEnv(list(ep.task.answers), max_steps)
     for t in range(1, max_steps + 1):
-        seen = dict(question=ep.task.question, history=P.history(tpl, steps), step=t, max_steps=max_steps)
-        ver = await ep.verifier(P.chat(tpl, "verifier", **seen))
-        ver.valid = P.verify_valid(ver.completion.text)
+        seen = dict(question=ep.task.question, history=P.history(tpl, env.steps), step=t, max_steps=max_steps,
+                    prior_steps=t - 1)
+        ver = await ep.verifier(P.chat(tpl, "verifier", team_context=P.team_context(tpl, []), **seen))
+        ver.valid = P.valid("search_verifier", ver.completion.text)
+        verdict = P.project("search_verifier", ver.completion.text)
+        context = P.team_context(tpl, [("verifier", verdict)])
         route = P.search_verdict(ver.completion.text)
         if route == "search" and t == max_steps and last_step == "end":
-            return  # "search" at the last step: the episode ends with no answer
-        if route == "search" and t < max_steps:
-            turn = await ep.searcher(P.chat(tpl, "searcher", verifier_output=ver.completion.text, **seen))
+            role = None  # nobody acts: the env takes an empty action and the episode ends
         else:
-            turn = await ep.answerer(P.chat(tpl, "answerer", **seen))
-        turn.valid = P.action_valid(turn.completion.text)
-        act = P.env_action(turn.completion.text)
-        if act.kind == "answer":
-            ep.final_answer = act.content
-            return
-        obs = ""
-        if act.kind == "search":
-            obs = P.observation((await asyncio.to_thread(ep.retriever.search, [act.content], topk))[0])
-        steps.append(P.Step(t, act.text, obs, turn.completion.text))
+            role = "searcher" if route == "search" and t < max_steps else "answerer"
+        response = ""
+        if role is not None:
+            turn = await ep.call(role, P.chat(tpl, role, team_context=context, verifier_output=verdict, **seen))
+            response = turn.completion.text
+            turn.valid = P.valid(role, response)
+        st = env.act(P.project(role, response) if role else "", response)
+        if st.done:
+            break
+        if st.query is not None:  # the tool strips the query; an empty one is still sent
+            results = await asyncio.to_thread(ep.retriever.search, [st.query.strip()], topk)
+            env.observe(P.observation(results[0] if results else None))
+    ep.final_answer = env.answer
+    ep.traj.extra["env"] = env.record()
