@@ -532,7 +532,9 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
       applied); valid_rate = valid / calls;
     - invalid_reasons {reason: turns}: `invalid_reasons` of each response under the agent's rule,
       every failing reason counted (a turn can have several; recomputed from the text with the
-      current rules, so an old run is read with today's);
+      current rules, so an old run is read with today's); valid_by_rules = turns with no reason,
+      valid_by_rules_rate = that / calls (differs from valid_rate only for records written under
+      other rules, or by hand; None for an agent without a rule);
     - length_cut = turns whose generation stopped at max_new_tokens (``finish == "length"``);
       empty_responses = turns whose text is blank;
     - search_route's searcher / answerer: actions {search, answer, empty} = `action_kind` of each
@@ -558,7 +560,7 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
     acc: dict[str, dict[str, Any]] = {}
 
     def slot(name: str) -> dict[str, Any]:
-        return acc.setdefault(name, {"calls": 0, "valid": 0, "reasons": Counter(), "length_cut": 0,
+        return acc.setdefault(name, {"calls": 0, "valid": 0, "by_rules": 0, "reasons": Counter(), "length_cut": 0,
                                      "empty_responses": 0, "actions": Counter(), "verdicts": Counter()})
 
     for r in recs:
@@ -570,7 +572,9 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
             a["length_cut"] += (t.get("completion") or {}).get("finish") == "length"
             a["empty_responses"] += not text.strip()
             if name in rules:
-                a["reasons"].update(invalid_reasons(rules[name], text))
+                why = invalid_reasons(rules[name], text)
+                a["reasons"].update(why)
+                a["by_rules"] += not why
             if wf == "search_route" and name in ACTORS:
                 a["actions"][action_kind(name, text)] += 1
             if rules.get(name) == "search_verifier":
@@ -583,6 +587,8 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
             "rule": rules.get(name), "calls": a["calls"], "valid": a["valid"],
             "valid_rate": a["valid"] / a["calls"] if a["calls"] else None,
             "invalid_reasons": {k: a["reasons"][k] for k in REASONS if a["reasons"][k]},
+            "valid_by_rules": a["by_rules"] if name in rules else None,
+            "valid_by_rules_rate": a["by_rules"] / a["calls"] if name in rules and a["calls"] else None,
             "length_cut": a["length_cut"], "empty_responses": a["empty_responses"],
         }
         if wf == "search_route" and name in ACTORS:

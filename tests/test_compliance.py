@@ -185,6 +185,7 @@ def test_search_compliance_matches_the_plain_implementation(seed):
         g = got["agents"][name]
         assert (g["calls"], g["valid"], g["length_cut"]) == (a["calls"], a["valid"], a["cut"])
         assert g["valid_rate"] == pytest.approx(a["valid"] / a["calls"])
+        assert g["valid_by_rules"] == g["valid"]  # recorded by the workflow under today's rules
         assert g["invalid_reasons"] == {k: v for k, v in a["reasons"].items() if v}
         assert list(g["invalid_reasons"]) == [k for k in REASONS if k in g["invalid_reasons"]]  # table order
         # the recorded validity is the plain rule's: no reason <=> valid
@@ -289,12 +290,14 @@ def test_old_records_still_summarise_and_render():
     c = s["compliance"]
     assert c["workflow"] == "search_route"
     assert c["agents"]["verifier"] == {"rule": "search_verifier", "calls": 1, "valid": 1, "valid_rate": 1.0,
-                                       "invalid_reasons": {"missing_verify_tag": 1}, "length_cut": 0,
+                                       "invalid_reasons": {"missing_verify_tag": 1}, "valid_by_rules": 0,
+                                       "valid_by_rules_rate": 0.0, "length_cut": 0,
                                        "empty_responses": 1, "verdicts": {"answer": 1}}
     assert c["episodes"]["answer_tag_rate"] == 0.0  # no final_answer recorded
     assert c["agents"]["answerer"]["actions"] == {"search": 0, "answer": 1, "empty": 0}  # read from its text
     md = format_summary_markdown(json.loads(json.dumps(s)))
     assert "### Protocol compliance" in md and "missing verify tag 1" in md
+    assert "100% (today's rules: 0%)" in md  # recorded valid (no flag: True) but not under today's rules
     # a summary.json written before compliance existed renders without the section
     del s["compliance"]
     assert "Protocol compliance" not in format_summary_markdown(s)

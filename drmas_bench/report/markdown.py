@@ -229,7 +229,10 @@ def compliance_markdown(comp: dict[str, Any] | None) -> list[str]:
     rows = []
     for a, v in comp["agents"].items():
         seen = v.get("actions") or v.get("verdicts")
-        rows.append([a, v["calls"], _share(v.get("valid_rate")), _counts(v.get("invalid_reasons")),
+        valid = _share(v.get("valid_rate"))
+        if v.get("valid_by_rules_rate") is not None and v["valid_by_rules"] != v.get("valid"):
+            valid += f" (today's rules: {_share(v['valid_by_rules_rate'])})"  # recorded under other rules
+        rows.append([a, v["calls"], valid, _counts(v.get("invalid_reasons")),
                      v.get("length_cut", 0), v.get("empty_responses", 0), _counts(seen)])
     out = ["", "### Protocol compliance (why the score)", "",
            tabulate(rows, head, tablefmt="github", disable_numparse=True)]
