@@ -736,7 +736,7 @@ def _run_and_summarize(cfg, team, wf, tasks, store, sampling, retriever, cost_fn
     stats, pool_stats = asyncio.run(_run(cfg, team, wf, tasks, store, sampling, retriever, cost_fn, protocol_opts))
 
     records = store.selected()  # the selection leaderboard and cost read too (store.select_records)
-    summary = metrics.summarize(records, prices=prices)
+    summary = metrics.summarize(records, prices=prices, workflow=wf.name)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2),
                       # what summary.md's header and agents table name: every agent of the team (also one

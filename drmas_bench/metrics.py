@@ -21,8 +21,12 @@ call the functions below; nothing here formats text (Markdown lives in `drmas_be
   the call's usage is unknown (`usage_known`: the server sent none and no tokenizer could count it).
 - `usage_counts(turns)`: how many calls had server / counted / unknown usage and how many were
   flagged (`Completion.notes`): the one definition summaries and cost tables share.
-- `summarize(records, prices=None, ks=None, n_boot=1000, seed=0)`: the summary dict described in
-  `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`).
+- `compliance(records, workflow=None)`: how each agent kept the protocol (valid rate, each reason a
+  response failed its format check, cut-off and blank responses, the environment's reading of each
+  action, verdicts) and per-episode searches, empty steps and answer-tag rate: why a run scored what
+  it scored. `invalid_reasons(rule, text)` is its per-response test.
+- `summarize(records, prices=None, ks=None, n_boot=1000, seed=0, workflow=None)`: the summary dict
+  described in `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`).
 """
 
 from __future__ import annotations
@@ -355,17 +359,18 @@ def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Questi
 
 
 def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequence[int] | None = None,
-              n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+              n_boot: int = 1000, seed: int = 0, workflow: str | None = None) -> dict[str, Any]:
     """Summary of trajectory records (dicts from `Trajectory.to_dict()`, or Trajectory objects).
 
     prices: a PriceSheet to price every call by its turn's `wg`; None sums the recorded `cost_usd`.
     ks: the k of pass@k (default 1, 2, 4, ... up to n, plus n); k above a population's n is skipped.
     n_boot, seed: bootstrap resamples and seed for the 95% CIs (resampling questions).
+    workflow: the workflow that wrote the records, for `compliance` (None: inferred from the agents).
 
     Returns {"benchmarks": {name: block}, "micro": block, "macro": {...}, "labels": {...},
-    "unpriced_models": [...], "n_boot", "seed"}. A block holds: questions, samples, n (samples per
-    question; the smallest when they differ), n_min, n_max, n_varies, questions_with_other_n (+ ids),
-    duplicate_samples, avg@n, pass@k {"1": ..} (k <= n_min), pass@n (any success among each
+    "compliance": `compliance` over every record, "unpriced_models": [...], "n_boot", "seed"}.
+    A block holds: questions, samples, n (samples per question; the smallest when they differ),
+    n_min, n_max, n_varies, questions_with_other_n (+ ids), duplicate_samples, avg@n, pass@k {"1": ..} (k <= n_min), pass@n (any success among each
     question's samples: with uneven counts, over the samples present), ci95 {avg@n, pass@n},
     ks_skipped, latency_s {p50, p95} (trajectory wall_s), agents {name: models, calls,
     calls_per_traj, prompt_tokens_per_call, completion_tokens_per_call (over calls with known usage;
@@ -392,7 +397,232 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
         "micro": micro,
         "macro": _macro(blocks, {b: by_bench[b] for b in blocks}, n_boot, seed_for(MACRO, seed)),
         "labels": {"micro": MICRO, "macro": MACRO},
+        "compliance": compliance(recs, workflow),
         "unpriced_models": sorted(prices.unpriced) if prices is not None else [],
         "n_boot": n_boot,
         "seed": seed,
     }
+
+
+# ------------------------------------------------------------------------------ protocol compliance
+
+# the format rule each agent's responses must pass, per workflow: a protocol role (`protocol.valid`,
+# REFERENCE §2b) for the paper's workflows, the toy's own tags for the toy
+ROLE_RULES: dict[str, dict[str, str]] = {
+    "math_refine": {"solver": "solver", "verifier": "math_verifier"},
+    "search_route": {"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
+    "toy": {"solver": "toy_answer", "checker": "toy_verdict"},
+}
+# every reason a response can fail its rule, in the order tables show them
+REASONS = ("missing_verify_tag", "missing_action_tag", "think_count", "think_order", "missing_boxed",
+           "unbalanced_boxed", "missing_answer_tag", "missing_verdict_tag", "cjk")
+ACTION_KINDS = ("search", "answer", "empty")
+ACTORS = ("searcher", "answerer")  # search_route's agents whose responses are env actions
+
+
+def infer_workflow(records: Iterable[dict[str, Any]]) -> str | None:
+    """The workflow that wrote `records`, from the agents its turns name (samples record no
+    workflow): a searcher or answerer -> search_route, a checker -> toy, a solver -> math_refine;
+    None when no turn names one of them."""
+    agents = {str(t.get("agent")) for r in records for t in r.get("turns", [])}
+    if agents & {"searcher", "answerer"}:
+        return "search_route"
+    if "checker" in agents:
+        return "toy"
+    if "solver" in agents:
+        return "math_refine"
+    return None
+
+
+def invalid_reasons(rule: str, text: str) -> list[str]:
+    """Every reason `text` fails format rule `rule` (empty: it passes), so that
+    ``not invalid_reasons(role, t) == protocol.valid(role, t)`` for the five protocol roles:
+
+    - search_verifier, math_verifier: missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk;
+    - searcher, answerer: missing_action_tag (its own pair, ``<search>`` / ``<answer>``, absent),
+      think_count (``<think>`` or ``</think>`` not exactly once), think_order (each once, closing
+      first), cjk;
+    - solver: missing_boxed (no ``\\boxed`` at all), unbalanced_boxed (there is one, but the
+      reference's extraction finds no answer: the last one is not ``\\boxed{`` with its closing brace);
+      the solver has no CJK rule;
+    - toy_answer / toy_verdict: missing_answer_tag / missing_verdict_tag (the toy's own tags).
+
+    cjk = a character in U+4E00..U+9FFF (`protocol.has_cjk`)."""
+    from drmas_bench.workflows import protocol as P
+
+    out: list[str] = []
+    if rule in ("search_verifier", "math_verifier"):
+        if P.VERIFY_OPEN not in text or P.VERIFY_CLOSE not in text:
+            out.append("missing_verify_tag")
+    elif rule in P.ACTION_TAGS:
+        tag = P.ACTION_TAGS[rule]
+        if f"<{tag}>" not in text or f"</{tag}>" not in text:
+            out.append("missing_action_tag")
+        if text.count(P.THINK_OPEN) != 1 or text.count(P.THINK_CLOSE) != 1:
+            out.append("think_count")
+        elif text.find(P.THINK_OPEN) > text.find(P.THINK_CLOSE):
+            out.append("think_order")
+    elif rule == "solver":
+        from drmas_bench.grading.extract import has_boxed_answer
+
+        if "\\boxed" not in text:
+            out.append("missing_boxed")
+        elif not has_boxed_answer(text):
+            out.append("unbalanced_boxed")
+    elif rule == "toy_answer":
+        from drmas_bench.workflows.toy import ANSWER
+
+        if not ANSWER.search(text):
+            out.append("missing_answer_tag")
+    elif rule == "toy_verdict":
+        from drmas_bench.workflows.toy import parse_verdict
+
+        if parse_verdict(text) is None:
+            out.append("missing_verdict_tag")
+    else:
+        raise ValueError(f"unknown format rule {rule!r}")
+    if rule in ("search_verifier", "math_verifier", *P.ACTION_TAGS) and P.has_cjk(text):
+        out.append("cjk")
+    return out
+
+
+def action_kind(role: str, text: str) -> str:
+    """What the search env makes of a searcher's / answerer's response: 'answer' (its projected
+    action holds ``<answer>`` and ``</answer>``: the episode ends), 'search' (a query), or 'empty'
+    (neither: the step passes). For records without the env's own account (``extra["env"]``)."""
+    from drmas_bench.workflows import protocol as P
+
+    action = P.project(role, text)
+    if "<answer>" in action and "</answer>" in action:
+        return "answer"
+    return "search" if P.env_query(action) is not None else "empty"
+
+
+def _text(turn: dict[str, Any]) -> str:
+    return str((turn.get("completion") or {}).get("text") or "")
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return float(np.mean(xs)) if len(xs) else None
+
+
+def _step_kind(step: dict[str, Any]) -> str:
+    """An env step's kind from the env's record (`protocol.SearchEnv.record`)."""
+    if step.get("done"):
+        return "answer" if "<answer>" in str(step.get("action")) and "</answer>" in str(step.get("action")) else "end"
+    return "search" if step.get("query") is not None else "empty"
+
+
+def _search_steps(r: dict[str, Any]) -> list[str]:
+    """The kind of each env step of one search_route episode: from the env's own account when it is
+    recorded (``extra["env"]``: search / empty / answer / end, end = done without an answer), else
+    from the searcher's and answerer's texts (`action_kind`; records from before the env record)."""
+    env = (r.get("extra") or {}).get("env") if isinstance(r.get("extra"), dict) else None
+    if isinstance(env, dict) and isinstance(env.get("steps"), list):
+        return [_step_kind(s) for s in env["steps"]]
+    return [action_kind(t["agent"], _text(t)) for t in r.get("turns", []) if t.get("agent") in ACTORS]
+
+
+def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str, Any]:
+    """Why a run scored what it scored: how each agent kept the protocol, from the recorded turns.
+
+    workflow: the workflow that wrote the records (None: `infer_workflow`). Per agent (``agents``):
+
+    - rule (`ROLE_RULES`); calls; valid = turns recorded valid (``Turn.valid``, what the run
+      applied); valid_rate = valid / calls;
+    - invalid_reasons {reason: turns}: `invalid_reasons` of each response under the agent's rule,
+      every failing reason counted (a turn can have several; recomputed from the text with the
+      current rules, so an old run is read with today's); valid_by_rules = turns with no reason,
+      valid_by_rules_rate = that / calls (differs from valid_rate only for records written under
+      other rules, or by hand; None for an agent without a rule);
+    - length_cut = turns whose generation stopped at max_new_tokens (``finish == "length"``);
+      empty_responses = turns whose text is blank;
+    - search_route's searcher / answerer: actions {search, answer, empty} = `action_kind` of each
+      response (how the env reads it as an action); answer_tag_rate = answer / calls;
+    - verifiers: verdicts {verdict: turns} (`protocol.search_verdict`, `protocol.math_verdict`).
+
+    Per episode (``episodes``: means over the E trajectories):
+
+    - search_route, from the env's record of each step (``extra["env"]``; old records: the turns):
+      steps_per_episode; searches_per_episode (steps with a query); empty_steps_per_episode (steps
+      not done with neither a query nor an answer; the last step, done, is never one); answer_tag_rate =
+      share of episodes that ended on a tagged answer (``final_answer`` recorded); no_answer_rate =
+      1 - that; searches_distribution {k: episodes with k searches};
+    - math_refine: rounds_per_episode = solver turns; approve_rate = approving verifier turns /
+      verifier turns.
+
+    Turns without a text (hand-made or old records) count as blank responses."""
+    from drmas_bench.workflows import protocol as P
+
+    recs = [_as_dict(r) for r in records]
+    wf = workflow or infer_workflow(recs)
+    rules = ROLE_RULES.get(wf or "", {})
+    acc: dict[str, dict[str, Any]] = {}
+
+    def slot(name: str) -> dict[str, Any]:
+        return acc.setdefault(name, {"calls": 0, "valid": 0, "by_rules": 0, "reasons": Counter(), "length_cut": 0,
+                                     "empty_responses": 0, "actions": Counter(), "verdicts": Counter()})
+
+    for r in recs:
+        for t in r.get("turns", []):
+            name = str(t.get("agent", "?"))
+            a, text = slot(name), _text(t)
+            a["calls"] += 1
+            a["valid"] += bool(t.get("valid", True))
+            a["length_cut"] += (t.get("completion") or {}).get("finish") == "length"
+            a["empty_responses"] += not text.strip()
+            if name in rules:
+                why = invalid_reasons(rules[name], text)
+                a["reasons"].update(why)
+                a["by_rules"] += not why
+            if wf == "search_route" and name in ACTORS:
+                a["actions"][action_kind(name, text)] += 1
+            if rules.get(name) == "search_verifier":
+                a["verdicts"][P.search_verdict(text)] += 1
+            elif rules.get(name) == "math_verifier":
+                a["verdicts"][P.math_verdict(text)] += 1
+    agents: dict[str, dict[str, Any]] = {}
+    for name, a in sorted(acc.items()):
+        out: dict[str, Any] = {
+            "rule": rules.get(name), "calls": a["calls"], "valid": a["valid"],
+            "valid_rate": a["valid"] / a["calls"] if a["calls"] else None,
+            "invalid_reasons": {k: a["reasons"][k] for k in REASONS if a["reasons"][k]},
+            "valid_by_rules": a["by_rules"] if name in rules else None,
+            "valid_by_rules_rate": a["by_rules"] / a["calls"] if name in rules and a["calls"] else None,
+            "length_cut": a["length_cut"], "empty_responses": a["empty_responses"],
+        }
+        if wf == "search_route" and name in ACTORS:
+            out["actions"] = {k: a["actions"][k] for k in ACTION_KINDS}
+            out["answer_tag_rate"] = a["actions"]["answer"] / a["calls"] if a["calls"] else None
+        if a["verdicts"]:
+            out["verdicts"] = dict(sorted(a["verdicts"].items()))
+        agents[name] = out
+    return {"workflow": wf, "agents": agents, "episodes": _episode_compliance(recs, wf)}
+
+
+def _episode_compliance(recs: list[dict[str, Any]], wf: str | None) -> dict[str, Any]:
+    """The per-episode half of `compliance` (see its docstring)."""
+    from drmas_bench.workflows import protocol as P
+
+    out: dict[str, Any] = {"episodes": len(recs)}
+    if wf == "search_route":
+        steps, searches, empty, answered = [], [], [], []
+        for r in recs:
+            kinds = _search_steps(r)
+            env = (r.get("extra") or {}).get("env") if isinstance(r.get("extra"), dict) else None
+            steps.append(len(env["steps"]) if isinstance(env, dict) and isinstance(env.get("steps"), list)
+                         else sum(t.get("agent") == "verifier" for t in r.get("turns", [])))
+            searches.append(kinds.count("search"))
+            empty.append(kinds.count("empty"))
+            answered.append(float(r.get("final_answer") is not None))
+        rate = _mean(answered)
+        out.update(steps_per_episode=_mean(steps), searches_per_episode=_mean(searches),
+                   empty_steps_per_episode=_mean(empty), answer_tag_rate=rate,
+                   no_answer_rate=None if rate is None else 1.0 - rate,
+                   searches_distribution={str(k): v for k, v in sorted(Counter(searches).items())})
+    elif wf == "math_refine":
+        rounds = [sum(t.get("agent") == "solver" for t in r.get("turns", [])) for r in recs]
+        verdicts = [P.math_verdict(_text(t)) for r in recs for t in r.get("turns", []) if t.get("agent") == "verifier"]
+        out.update(rounds_per_episode=_mean(rounds),
+                   approve_rate=verdicts.count("approve") / len(verdicts) if verdicts else None)
+    return out

@@ -2,7 +2,7 @@
 come in computed (drmas_bench.metrics, report.leaderboard / compare / cost); this module only formats.
 
 - `format_summary_markdown(summary)`: a run's summary.json as tables (accuracy with CIs, cost and
-  latency, agents, notes).
+  latency, agents, protocol compliance, notes); `compliance_markdown` is its compliance section.
 - `table_markdown(table, ci)`, `leaderboard_markdown(tables, ci)`: leaderboard sections.
 - `compare_markdown(comparison, max_flips)`: a paired comparison and its flipped questions.
 - `cost_markdown(costs, prices_source, unpriced)`: a cost study's team and per-agent tables.
@@ -248,6 +248,46 @@ def _agent_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _share(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def _counts(d: dict[str, int] | None) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (d or {}).items()) or "–"
+
+
+def compliance_markdown(comp: dict[str, Any] | None) -> list[str]:
+    """The protocol-compliance section (metrics.compliance): one row per agent, then one line of
+    per-episode figures; [] for a summary written before compliance was computed."""
+    from tabulate import tabulate
+
+    if not comp or not comp.get("agents"):
+        return []
+    head = ["agent", "calls", "valid", "why invalid (turns)", "cut at max tokens", "blank", "actions / verdicts"]
+    rows = []
+    for a, v in comp["agents"].items():
+        seen = v.get("actions") or v.get("verdicts")
+        valid = _share(v.get("valid_rate"))
+        if v.get("valid_by_rules_rate") is not None and v["valid_by_rules"] != v.get("valid"):
+            valid += f" (today's rules: {_share(v['valid_by_rules_rate'])})"  # recorded under other rules
+        rows.append([a, v["calls"], valid, _counts(v.get("invalid_reasons")),
+                     v.get("length_cut", 0), v.get("empty_responses", 0), _counts(seen)])
+    out = ["", "### Protocol compliance (why the score)", "",
+           tabulate(rows, head, tablefmt="github", disable_numparse=True)]
+    ep = comp.get("episodes") or {}
+    fmt = lambda x: "–" if x is None else f"{x:.2f}"  # noqa: E731
+    if "searches_per_episode" in ep:
+        dist = ", ".join(f"{k}: {v}" for k, v in ep.get("searches_distribution", {}).items())
+        out += ["", f"Per episode ({ep['episodes']}): {fmt(ep['steps_per_episode'])} steps, "
+                    f"{fmt(ep['searches_per_episode'])} searches (episodes by searches: {dist}), "
+                    f"{fmt(ep['empty_steps_per_episode'])} empty steps; ended on a tagged answer: "
+                    f"{_share(ep['answer_tag_rate'])}."]
+    elif "rounds_per_episode" in ep:
+        out += ["", f"Per episode ({ep['episodes']}): {fmt(ep['rounds_per_episode'])} solver rounds; "
+                    f"verifier approvals: {_share(ep.get('approve_rate'))}."]
+    return out
+
+
 def format_summary_markdown(summary: dict[str, Any]) -> str:
     """Markdown tables (accuracy in %, with 95% bootstrap CIs; cost and latency; agents), under a
     header naming suite, model and date when the summary carries its run (`evaluate` writes it)."""
@@ -280,6 +320,8 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
     ag_head, ag_rows = _agent_rows(summary)
     if ag_rows:
         parts += ["", "### Agents (all questions)", "", tabulate(ag_rows, ag_head, tablefmt="github", disable_numparse=True)]
+
+    parts += compliance_markdown(summary.get("compliance"))
 
     notes = []
     for name, blk in rows_src:
