@@ -25,7 +25,9 @@ RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml") if p.stem != "tiny")
 
 # the shrink: sizes and the CPU engine only (engine_options are the sglang engine's, so they go too)
 SHRINK = ["model=tiny-random", "device=cpu", "agent_defaults.engine=hf", "agent_defaults.engine_options={}",
-          "rollout.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.limit=4"]
+          "rollout.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.limit=4",
+          # 4 trajectories cannot fill the search recipe's 5 mini-batches (refused since the range checks)
+          "algo.mini_batches=2"]
 EVAL_ON = {"math_refine": ("math", "aime24"), "search_route": ("search", "hotpotqa"), "toy": ("toy", "toy")}
 
 
