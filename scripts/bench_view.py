@@ -187,9 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     res = open_page(page, "correct=incorrect&open=0", screenshot=args.screenshot, budget_ms=20000)
     print(f"trajectories: {args.total} (records of {src} repeated)")
     print(f"samples.jsonl: {(big / 'samples.jsonl').stat().st_size / 1e6:.1f} MB; one copy of the source: {one_copy / 1e3:.0f} kB")
-    print(f"page: {page.stat().st_size / 1e6:.2f} MB, built in {build:.1f} s")
+    html = page.read_text(encoding="utf-8")
+    index = len(re.search(r'id="index">(.*?)</script>', html, re.DOTALL).group(1).encode())
+    print(f"page: {page.stat().st_size / 1e6:.2f} MB (index {index / 1e6:.2f} MB, compressed turns the rest), "
+          f"built in {build:.1f} s")
     print(f"first paint: {res.get('first_paint_ms')} ms; first contentful paint: {res.get('first_contentful_paint_ms')} ms; "
-          f"page script ready: {res.get('ready_ms')} ms; browser run {res['browser_s']:.1f} s")
+          f"DOMContentLoaded: {res.get('dom_content_loaded_ms')} ms; summary and list drawn: {res.get('list_ms')} ms; "
+          f"a trajectory opened: {res.get('ready_ms')} ms; browser run {res['browser_s']:.1f} s")
     print(f"filtered to incorrect: {res.get('shown')} of {res.get('total')}; turns of the opened one: {res.get('turns')}; "
           f"script errors: {res.get('errors')}; console: {res['console']}")
     if not args.keep:
