@@ -108,6 +108,60 @@ def scripted_search_run(out: str | Path, questions: int = 12, n: int = 1) -> Pat
     return out
 
 
+class ScriptedMathBackend:
+    """math_refine by script. Round 1: the solver boxes the right answer (question number % 3 == 0),
+    a wrong one (1) or none (2); the verifier rejects rounds it should (1, 2) and, wrongly, every
+    fourth right one. Round 2: right on even questions, wrong on odd ones."""
+
+    def __init__(self, qn: int) -> None:
+        self.qn, self.calls = qn, 0
+
+    worker_group = ScriptedBackend.worker_group
+    sampling = ScriptedBackend.sampling
+
+    async def generate(self, agent: str, request) -> Any:
+        from drmas_bench.types import Completion
+
+        self.calls += 1
+        q, c = self.qn, self.calls
+        if agent == "verifier":
+            text = "<verify>reject</verify>" if q % 3 or q % 4 == 0 else "<verify>approve</verify>"
+        elif c == 1:
+            text = [f"So the answer is \\boxed{{{q + 1}}}.", f"It is \\boxed{{{q + 2}}}.", f"The answer is {q + 1}."][q % 3]
+        else:
+            text = f"Checked again: \\boxed{{{q + 1 if q % 2 == 0 else q + 3}}}."
+        return Completion(text, prompt_tokens=60 + 10 * c, completion_tokens=len(text) // 4, latency_s=0.02 * c)
+
+
+def scripted_math_run(out: str | Path, questions: int = 9) -> Path:
+    """A run directory of the real math_refine workflow answered by `ScriptedMathBackend`, graded by
+    the reference's boxed extraction against the gold."""
+    from drmas_bench.grading.extract import reference_boxed
+    from drmas_bench.types import Task
+    from drmas_bench.workflows.base import Episode
+    from drmas_bench.workflows.math import math_refine
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for qn in range(questions):
+        task = Task(id=str(qn), benchmark="aime24", question=f"What is {qn} + 1?", answers=[str(qn + 1)])
+        ep = Episode(task, 0, ScriptedMathBackend(qn), ("solver", "verifier"))
+        asyncio.run(math_refine(ep))
+        t = ep.finish()
+        t.correct = reference_boxed(t.final_answer) == task.answers[0]
+        t.reward = 1.0 if t.correct else 0.0
+        t.extra.update({"grade": "ok", "extracted": reference_boxed(t.final_answer)})
+        lines.append(json.dumps(t.to_dict()))
+    team = {"workflow": "math_refine", "agents": {"solver": "shared", "verifier": "shared"},
+            "worker_groups": {"shared": {"model": "scripted", "engine": "hf"}}}
+    config = {"identity": {"team": team, "sampling": {}, "seed": 0}, "suite": "math", "workflow": "math_refine",
+              "benchmarks": ["aime24"], "n": 1}
+    (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    (out / "samples.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
 def repeat_run(src: str | Path, dst: str | Path, total: int) -> Path:
     """A copy of run `src` holding `total` trajectories: its selected records repeated, copy k's
     question ids suffixed ``~k`` (so each is its own question), config's question_ids dropped."""

@@ -155,7 +155,7 @@ def test_the_page_in_chromium_filters_and_expands(tmp_path, runs):
     assert 0 < len(wrong) < len(recs)
     shot = tmp_path / "view.png"
     res = B.open_page(page, "correct=incorrect&open=0", screenshot=shot)
-    assert res["errors"] == [] and not [m for lvl, m in res["console"] if lvl != "INFO"], res
+    assert res["errors"] == [] and res["console"] == [], res  # the page logs nothing when all is well
     assert res["shown"] == len(wrong) and res["total"] == len(recs)
     assert res["turns"] == len(wrong[0]["turns"])  # the first incorrect one, opened: all its turns
     assert shot.stat().st_size > 10_000
@@ -185,3 +185,31 @@ def test_a_big_run_draws_only_the_rows_in_view(tmp_path, runs):
     res = B.open_page(page, "open=1000")
     assert res["errors"] == [] and res["shown"] == 1200
     assert res["rows_drawn"] < 80 and res["turns"] > 0  # lazily drawn; a row far down still opens
+
+
+@needs_browser
+def test_a_math_run_shows_the_solvers_box_and_the_verdicts(tmp_path):
+    d = B.scripted_math_run(tmp_path / "math", questions=12)
+    recs = sorted(load_run(d).records, key=lambda r: r["task"]["id"])
+    page = V.write_view([d], tmp_path / "math.html")
+    invalid = [r for r in recs if any(not t["valid"] for t in r["turns"])]
+    assert 0 < len(invalid) < len(recs)
+    res = B.open_page(page, "valid=invalid&open=0")
+    assert res["errors"] == [] and res["shown"] == len(invalid) and res["turns"] == len(invalid[0]["turns"])
+    entry, chunks = V.run_data(load_run(d))
+    turns = [t for dd in unpack(chunks[0]) for t in dd["turns"]]
+    from drmas_bench.grading.extract import reference_boxed
+
+    assert {t["verdict"] for t in turns if t["agent"] == "verifier"} == {"approve", "reject"}
+    assert all(t["action"] == reference_boxed(t["response"]) for t in turns if t["agent"] == "solver")
+
+
+@needs_browser
+def test_the_browser_check_sees_a_broken_page(tmp_path, runs):
+    """The console and error checks above can fail: a damaged chunk must show up in both."""
+    html = V.render([load_run(runs[0])])
+    html = re.sub(r'(<script type="text/plain" id="chunk-0-0">)[^<]*', r"\1bm90IGd6aXA=", html)
+    page = tmp_path / "broken.html"
+    page.write_text(html, encoding="utf-8")
+    res = B.open_page(page, "open=0")
+    assert res["errors"] and res["console"] and res["turns"] == 0

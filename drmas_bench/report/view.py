@@ -57,10 +57,10 @@ def parsed(rule: str | None, text: str) -> tuple[str | None, str | None]:
             verdict = P.search_verdict(text)
         elif rule == "math_verifier":
             verdict = P.math_verdict(text)
-        elif rule == "solver":
-            from drmas_bench.grading.extract import has_boxed_answer
+        elif rule == "solver":  # its answer: the last box's content as the validity rule reads it
+            from drmas_bench.grading.extract import reference_boxed
 
-            action = None if not has_boxed_answer(text) else action
+            return reference_boxed(text), None
         if rule in P.ACTION_TAGS:  # the env action, "" for an empty step: always shown
             return action, verdict
         return (action if action != text else None), verdict  # the team-context text, where it differs
