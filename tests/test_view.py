@@ -151,7 +151,7 @@ def test_more_than_two_runs_is_a_user_error(runs):
 def test_the_page_in_chromium_filters_and_expands(tmp_path, runs):
     page = V.write_view([runs[0]], tmp_path / "one.html")
     recs = load_run(runs[0]).records
-    wrong = sorted((r for r in recs if not r["correct"]), key=lambda r: (r["task"]["benchmark"], r["task"]["id"]))
+    wrong = [r for r in V._order(recs) if not r["correct"]]
     assert 0 < len(wrong) < len(recs)
     shot = tmp_path / "view.png"
     res = B.open_page(page, "correct=incorrect&open=0", screenshot=shot)
@@ -174,7 +174,7 @@ def test_two_runs_side_by_side(tmp_path, runs):
     assert flips
     res = B.open_page(page, "correct=b-only&open=0")
     assert res["errors"] == [] and res["shown"] == len(flips) and res["total"] == len(a.keys() | b.keys())
-    first = min(flips)
+    first = min(flips, key=lambda k: (k[0], V._natural(k[1])))
     assert res["turns"] == len(a[first]["turns"]) + len(b[first]["turns"])
 
 
@@ -213,3 +213,22 @@ def test_the_browser_check_sees_a_broken_page(tmp_path, runs):
     page.write_text(html, encoding="utf-8")
     res = B.open_page(page, "open=0")
     assert res["errors"] and res["console"] and res["turns"] == 0
+
+
+@needs_browser
+def test_every_per_agent_block_of_the_summary_is_drawn(tmp_path, runs):
+    """Blocks other than compliance (e.g. per-agent effects) are drawn the same way, nested ones as rows."""
+    run = load_run(runs[0])
+    summary = V.metrics.summarize(run.records, workflow="search_route")
+    summary["effects"] = {"workflow": "search_route", "agents": {"verifier": {"latency_s": {"p50": 0.1, "p95": 0.2}}},
+                          "benchmarks": {"nq": {"search": {"evidence_recall": 0.5}}}}
+    page = tmp_path / "effects.html"
+    page.write_text(V.render([run], [summary]), encoding="utf-8")
+    res = B.open_page(page)
+    assert res["errors"] == [] and "compliance per agent" in res["headings"] and "effects per agent" in res["headings"]
+    assert "effects · benchmarks" in res["headings"]
+
+
+def test_natural_order_of_question_ids():
+    ids = ["q10", "q2", "q1", "b"]
+    assert sorted(ids, key=V._natural) == ["b", "q1", "q2", "q10"]

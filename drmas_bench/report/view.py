@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -146,8 +147,14 @@ def _packed(obj: Any) -> str:
     return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
 
 
+def _natural(s: str) -> tuple:
+    """A sort key that puts q2 before q10."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
+
+
 def _order(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(records, key=lambda r: (str(r["task"]["benchmark"]), str(r["task"]["id"]), int(r["sample_idx"])))
+    """The page's order: benchmark, then question id (numbers in it compared as numbers), then sample."""
+    return sorted(records, key=lambda r: (str(r["task"]["benchmark"]), _natural(str(r["task"]["id"])), int(r["sample_idx"])))
 
 
 def run_data(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
