@@ -31,5 +31,6 @@ def cmd_view(args: argparse.Namespace) -> int:
         raise UserError(f"view takes one run or two (to pair them), got {len(args.runs)}")
     out = write_view(args.runs, args.out)
     size = out.stat().st_size
-    print(f"wrote {out} ({size / 1e6:.1f} MB); open it in a browser")
+    shown = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+    print(f"wrote {out} ({shown}); open it in a browser")
     return 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,6 +32,8 @@ from typing import Any, Sequence
 from drmas_bench import metrics
 from drmas_bench.report.runs import Run, load_run
 from drmas_bench.types import UserError
+
+logger = logging.getLogger(__name__)
 
 CHUNK = 100  # trajectories per compressed chunk: one expand decompresses ~1 MB of text at most
 TEMPLATE = "view.html.jinja"
@@ -211,6 +214,7 @@ def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | Non
 def write_view(paths: Sequence[str | Path], out: str | Path | None = None) -> Path:
     """Write the page of one or two run directories; returns its path (default RUN/view.html)."""
     runs = [load_run(p) for p in paths]
+    logger.info(f"[view] {' + '.join(f'{len(r.records)} trajectories of {r.path}' for r in runs)}: building the page")
     target = Path(out) if out else runs[0].path / "view.html"
     if target.suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--out {target}: the page is HTML; give a file name ending in .html")
