@@ -58,6 +58,8 @@ class ScriptedBackend:
             text = "<verify>no</verify>" if (q % 3 and c < 3 * (q % 3)) else "<verify>yes</verify>"
             if q % 7 == 6:
                 text = "I think we should search more."  # no verify tag: invalid, routes to the answerer
+            if q % 13 == 12:
+                text = "<verify>no</verify>"  # searches at every step: at the last one nobody acts
         elif agent == "searcher":
             text = f"<think>look it up</think><search>capital of country {q}</search>"
         else:

@@ -65,6 +65,8 @@ def test_turns_carry_protocol_parsing_and_the_env_observation(runs):
                 assert t["action"] == P.project(t["agent"], text)
             assert t["valid"] == raw["valid"] and (not t["reasons"]) == P.valid(
                 {"verifier": "search_verifier"}.get(t["agent"], t["agent"]), text)
+        if rec["task"]["id"] == "q12":  # the verifier searched at step 4: nobody acted, its turn holds the step
+            assert with_env[-1]["agent"] == "verifier" and with_env[-1]["env"]["done"]
         searched = [t for t in with_env if t["env"]["query"] is not None]
         assert all(t["agent"] == "searcher" and t["env"]["observation"].startswith("<information>") for t in searched)
 
