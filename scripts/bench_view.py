@@ -1,7 +1,7 @@
 """How big the run viewer's page is and how fast it first paints on a large run.
 
     python scripts/bench_view.py                       # a scripted search_route run, repeated to 10,000
-    python scripts/bench_view.py --run runs/X --total 10000 --keep /tmp/big
+    python scripts/bench_view.py --run runs/NAME --total 10000 --keep bench-view/
 
 Builds a synthetic run directory of `--total` trajectories from real records repeated (those of
 `--run`, else of a scripted search_route run made here with the real workflow, retriever stubbed),
