@@ -1,0 +1,226 @@
+"""`drmas-bench view RUN [RUN2]`: one self-contained HTML page that explains a run.
+
+The page holds the summary tables and every per-agent block of the summary (``compliance`` today,
+any other block with per-agent entries the same way), a filterable list of the trajectories, and
+each trajectory as its turns: the prompt, the response, the action the protocol makes of it, the
+observation the env showed back, the verdict, the validity and the reward. With two runs the same
+(benchmark, question, sample) pair sits side by side.
+
+Why it is built the way it is: a 10,000-trajectory search run holds ~100 MB of prompts. The page
+therefore embeds one small JSON index (one short row per trajectory, parsed at load, enough to
+filter and list) and the turns as gzip-compressed JSON chunks of ``CHUNK`` trajectories, base64
+text inside inert ``<script type="text/plain">`` elements, which the browser's own
+``DecompressionStream`` opens only when a trajectory in that chunk is expanded. The list draws only
+the rows in view. No server, no CDN, no framework: the page opens from disk.
+
+Records come from `report.runs.load_run` (the store's one reader and one selection, so the page
+shows the trajectories the run's summary counts; an unreadable line stops with the repair hint as
+every reader does). The summary is recomputed with `metrics.summarize` from those records, so an
+old run dir shows today's per-agent figures. Parsing is `workflows.protocol`'s and `metrics`'.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from drmas_bench import metrics
+from drmas_bench.report.runs import Run, load_run
+from drmas_bench.types import UserError
+
+logger = logging.getLogger(__name__)
+
+CHUNK = 100  # trajectories per compressed chunk: one expand decompresses ~1 MB of text at most
+TEMPLATE = "view.html.jinja"
+SHORT = 200  # characters of a question / answer kept in the list row
+
+
+def _text(turn: dict[str, Any]) -> str:
+    return str((turn.get("completion") or {}).get("text") or "")
+
+
+def _short(s: Any, n: int = SHORT) -> str:
+    s = "" if s is None else str(s)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def parsed(rule: str | None, text: str) -> tuple[str | None, str | None]:
+    """(parsed action, verdict) of one response under its agent's format rule
+    (`metrics.ROLE_RULES`), both from the protocol's own functions; None where the rule has none."""
+    from drmas_bench.workflows import protocol as P
+
+    if rule in P.ROLES:
+        action = P.project(rule, text)
+        verdict = None
+        if rule == "search_verifier":
+            verdict = P.search_verdict(text)
+        elif rule == "math_verifier":
+            verdict = P.math_verdict(text)
+        elif rule == "solver":  # its answer: the last box's content as the validity rule reads it
+            from drmas_bench.grading.extract import reference_boxed
+
+            return reference_boxed(text), None
+        if rule in P.ACTION_TAGS:  # the env action, "" for an empty step: always shown
+            return action, verdict
+        return (action if action != text else None), verdict  # the team-context text, where it differs
+    if rule == "toy_answer":
+        from drmas_bench.workflows.toy import ANSWER
+
+        found = ANSWER.findall(text)
+        return (found[-1] if found else None), None
+    if rule == "toy_verdict":
+        from drmas_bench.workflows.toy import parse_verdict
+
+        return None, parse_verdict(text)
+    return None, None
+
+
+def _env_steps(rec: dict[str, Any]) -> list[dict[str, Any]] | None:
+    env = (rec.get("extra") or {}).get("env") if isinstance(rec.get("extra"), dict) else None
+    return env["steps"] if isinstance(env, dict) and isinstance(env.get("steps"), list) else None
+
+
+def turns_view(rec: dict[str, Any], workflow: str | None) -> list[dict[str, Any]]:
+    """Each turn as the page shows it. In search_route each env step opens with a verifier turn;
+    the step's env record (action, query, observation, done, reward) goes on the step's last turn
+    (the searcher's or answerer's, or the verifier's when nobody acted)."""
+    rules = metrics.ROLE_RULES.get(workflow or "", {})
+    steps = _env_steps(rec) if workflow == "search_route" else None
+    out: list[dict[str, Any]] = []
+    step_no = 0
+    for t in rec.get("turns", []):
+        agent = str(t.get("agent", "?"))
+        text = _text(t)
+        comp = t.get("completion") or {}
+        rule = rules.get(agent)
+        action, verdict = parsed(rule, text)
+        if workflow == "search_route" and agent == "verifier":
+            step_no += 1
+        msgs = (t.get("request") or {}).get("messages") or []
+        out.append({
+            "agent": agent, "wg": t.get("wg"), "step": t.get("step"), "env_step": step_no or None,
+            "prompt": [{"role": str(m.get("role")), "content": str(m.get("content"))} for m in msgs if isinstance(m, dict)],
+            "response": text, "action": action, "verdict": verdict, "valid": bool(t.get("valid", True)),
+            "reasons": metrics.invalid_reasons(rule, text) if rule else [],
+            "finish": comp.get("finish"), "prompt_tokens": comp.get("prompt_tokens"),
+            "completion_tokens": comp.get("completion_tokens"), "latency_s": comp.get("latency_s"),
+            "prompt_truncated": bool(comp.get("prompt_truncated")),
+        })
+        if steps is not None and agent in metrics.ACTORS and 0 < step_no <= len(steps):
+            out[-1]["env"] = steps[step_no - 1]
+    if steps is not None:  # a step where nobody acted: its record goes on its verifier turn
+        with_env = {o["env_step"] for o in out if "env" in o}
+        for o in reversed(out):
+            n = o["env_step"]
+            if o["agent"] == "verifier" and n not in with_env and n and n <= len(steps):
+                o["env"] = steps[n - 1]
+                with_env.add(n)
+    return out
+
+
+def trajectory_row(rec: dict[str, Any], workflow: str | None) -> dict[str, Any]:
+    """One trajectory's list row: what the filters and the search box need, nothing more."""
+    turns = rec.get("turns", [])
+    route = "→".join(str(t.get("agent", "?")) for t in turns)
+    searches = metrics._search_steps(rec).count("search") if workflow == "search_route" else None
+    return {"b": str(rec["task"]["benchmark"]), "id": str(rec["task"]["id"]), "s": int(rec["sample_idx"]),
+            "q": _short(rec["task"].get("question")), "c": bool(rec.get("correct")), "r": rec.get("reward"),
+            "nv": sum(not bool(t.get("valid", True)) for t in turns), "n": len(turns),
+            "route": route, "k": searches, "a": _short(rec.get("final_answer"), 80)}
+
+
+def trajectory_detail(rec: dict[str, Any], workflow: str | None) -> dict[str, Any]:
+    """One trajectory's expanded view: its turns and its outcome (env record kept on the turns)."""
+    extra = {k: v for k, v in (rec.get("extra") or {}).items() if k != "env"} if isinstance(rec.get("extra"), dict) else {}
+    env = (rec.get("extra") or {}).get("env") if isinstance(rec.get("extra"), dict) else None
+    return {"question": str(rec["task"].get("question", "")), "answers": rec["task"].get("answers") or [],
+            "final_answer": rec.get("final_answer"), "reward": rec.get("reward"), "correct": bool(rec.get("correct")),
+            "extra": extra, "env_answer": env.get("answer") if isinstance(env, dict) else None,
+            "wall_s": rec.get("wall_s"), "cost_usd": rec.get("cost_usd"), "turns": turns_view(rec, workflow)}
+
+
+def _packed(obj: Any) -> str:
+    """gzip + base64 of compact JSON: what the page's `DecompressionStream('gzip')` reads back."""
+    raw = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
+
+
+def _natural(s: str) -> tuple:
+    """A sort key that puts q2 before q10."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
+
+
+def _order(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The page's order: benchmark, then question id (numbers in it compared as numbers), then sample."""
+    return sorted(records, key=lambda r: (str(r["task"]["benchmark"]), _natural(str(r["task"]["id"])), int(r["sample_idx"])))
+
+
+def run_data(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(the index entry of one run, its compressed detail chunks)."""
+    recs = _order(run.records)
+    wf = run.workflow if run.workflow in metrics.ROLE_RULES else metrics.infer_workflow(recs)
+    summ = summary if summary is not None else metrics.summarize(recs, workflow=wf)
+    chunks = [_packed([trajectory_detail(r, wf) for r in recs[i:i + CHUNK]]) for i in range(0, len(recs), CHUNK)]
+    entry = {"name": run.name, "path": run.path.name, "workflow": wf, "suite": run.suite, "model": run.model_label,
+             "team": run.team_label, "sampling": run.sampling_label, "n": run.n, "benchmarks": run.benchmarks,
+             "agents": run.agents, "summary": summ, "rows": [trajectory_row(r, wf) for r in recs]}
+    return entry, chunks
+
+
+def pairs(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]] | None) -> list[list[int]]:
+    """The page's list: one entry per trajectory of run A, or with two runs one per (benchmark, id,
+    sample) of either, as [index in A or -1, index in B or -1], A's order first."""
+    if rows_b is None:
+        return [[i] for i in range(len(rows_a))]
+    key = lambda r: (r["b"], r["id"], r["s"])  # noqa: E731
+    in_b = {key(r): j for j, r in enumerate(rows_b)}
+    out, seen = [], set()
+    for i, r in enumerate(rows_a):
+        j = in_b.get(key(r), -1)
+        out.append([i, j])
+        seen.add(j)
+    out += [[-1, j] for j in range(len(rows_b)) if j not in seen]
+    return out
+
+
+def _script_json(obj: Any) -> str:
+    """JSON safe inside a <script> element (no `</` can close it early)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | None = None) -> str:
+    """The page for one run or two (paired) as one HTML string."""
+    import jinja2
+
+    if not 1 <= len(runs) <= 2:
+        raise UserError(f"view takes one run or two, got {len(runs)}")
+    entries, chunks = [], []
+    for i, run in enumerate(runs):
+        e, c = run_data(run, (summaries or [None] * len(runs))[i])
+        entries.append(e)
+        chunks.append(c)
+    index = {"runs": entries, "chunk": CHUNK,
+             "pairs": pairs(entries[0]["rows"], entries[1]["rows"] if len(entries) > 1 else None)}
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent), autoescape=True)
+    return env.get_template(TEMPLATE).render(title=" vs ".join(e["name"] for e in entries),
+                                             index=_script_json(index), chunks=chunks)
+
+
+def write_view(paths: Sequence[str | Path], out: str | Path | None = None) -> Path:
+    """Write the page of one or two run directories; returns its path (default RUN/view.html)."""
+    runs = [load_run(p) for p in paths]
+    logger.info(f"[view] {' + '.join(f'{len(r.records)} trajectories of {r.path}' for r in runs)}: building the page")
+    target = Path(out) if out else runs[0].path / "view.html"
+    if target.suffix.lower() not in (".html", ".htm"):
+        raise UserError(f"--out {target}: the page is HTML; give a file name ending in .html")
+    html = render(runs)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(target)
+    return target
