@@ -734,17 +734,18 @@ def math_effects(records: Iterable[Any]) -> dict[str, Any]:
 def evidence_at_answer(r: dict[str, Any]) -> tuple[bool | None, bool | None]:
     """(evidence when the answerer was called, evidence anywhere in the episode) of one search_route
     episode: whether a gold answer occurs, SQuAD-normalised as a whole-token span (`grade_qa`'s
-    cover-EM), in the passages the env showed before the answerer's last call (the observations of
+    cover-EM), in the passages (`protocol.observation_passages`) the env showed before the answerer's last call (the observations of
     the steps before its step; step t = the t-th verifier turn), resp. in every observation of the
     episode. First None: the answerer never acted; both None: no env record (``extra["env"]``,
     runs from before it)."""
     from drmas_bench.grading.qa import grade_qa
+    from drmas_bench.workflows.protocol import observation_passages
 
     env = _extra(r).get("env")
     if not isinstance(env, dict) or not isinstance(env.get("steps"), list):
         return None, None
     golds = list((r.get("task") or {}).get("answers") or [])
-    obs = [str(s.get("observation") or "") for s in env["steps"]]
+    obs = [observation_passages(str(s.get("observation") or "")) for s in env["steps"]]
     step = answer_step = 0
     for t in r.get("turns", []):
         if t.get("agent") == "verifier":

@@ -144,10 +144,15 @@ def contains(passages: str, gold: str) -> bool:
     return bool(g) and any(p[i:i + len(g)] == g for i in range(len(p) - len(g) + 1))
 
 
+def plain_passages(obs: str) -> str:
+    """The documents' text inside ``<information>{"result": ...}</information>`` (REFERENCE 2b)."""
+    return json.loads(obs.removeprefix("<information>").removesuffix("</information>"))["result"] if obs else ""
+
+
 def plain_search(recs: list[dict]) -> dict:
     at, anywhere = [], []
     for r in recs:
-        obs = [s["observation"] for s in r["extra"]["env"]["steps"]]
+        obs = [plain_passages(s["observation"]) for s in r["extra"]["env"]["steps"]]
         golds = r["task"]["answers"]
         anywhere.append(any(contains("\n".join(obs), g) for g in golds))
         step, found = 0, None
