@@ -312,3 +312,18 @@ def test_old_records_still_summarise():
     assert s["effects"]["math"]["round1_accuracy"] == 0.0
     del s["effects"]
     assert "verifier's effect" not in format_summary_markdown(s)
+
+
+def test_leaderboard_rows_say_the_agents_effect():
+    from drmas_bench.report.leaderboard import Row, Table, effect_label
+    from drmas_bench.report.markdown import table_markdown
+
+    recs = random_math_run(6)
+    m = math_effects(recs)
+    label = effect_label(recs, "math_refine")
+    assert f"wrong->right {m['flips']['wrong_to_right']}, right->wrong {m['flips']['right_to_wrong']}" in label
+    s = search_effects(random_search_run(6))
+    assert f"evidence recall {100 * s['evidence_recall']:.0f}%" in effect_label(random_search_run(6), "search_route")
+    assert effect_label(recs, "toy") == "–"
+    md = table_markdown(Table("math", "avg@n", ["aime24"], [Row("r", "reproduced", effect=label)]))
+    assert "agents' effect" in md and label in md

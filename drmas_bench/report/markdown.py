@@ -302,7 +302,7 @@ def _rate_of(x: float | None, n: int) -> str:
 def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
     """The per-agent effects sections (metrics.effects): per-agent latency and cost, then the math
     block (the verifier's flip table) or the search block (evidence recall), one row per benchmark
-    and one for all records; [] for a summary written before effects were computed."""
+    and, with several, one for all records; [] for a summary written before effects were computed."""
     from tabulate import tabulate
 
     if not eff:
@@ -321,7 +321,7 @@ def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
         head = ["benchmark", "round 2 ran", "wrong->right", "right->wrong", "wrong->wrong", "right->right",
                 "approves right (recall)", "approves wrong", "judge precision", "round-1 acc", "final acc"]
         rows = []
-        for name, m in [(b, v["math"]) for b, v in blocks] + [("all", eff["math"])]:
+        for name, m in [(b, v["math"]) for b, v in blocks] + ([("all", eff["math"])] if len(blocks) != 1 else []):
             f = m["flips"]
             rows.append([name, _rate_of(m["round2_rate"], m["episodes"]), *[str(f[k]) for k in
                          ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")],
@@ -340,7 +340,7 @@ def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
         head = ["benchmark", "evidence recall", "acc with evidence", "acc without", "gold retrieved at all",
                 "searches / episode", "steps / episode", "no answer"]
         rows = []
-        for name, s in [(b, v["search"]) for b, v in blocks] + [("all", eff["search"])]:
+        for name, s in [(b, v["search"]) for b, v in blocks] + ([("all", eff["search"])] if len(blocks) != 1 else []):
             rows.append([name, _rate_of(s["evidence_recall"], s["answerer_episodes"]),
                          _rate_of(s["accuracy_with_evidence"], s["with_evidence"]),
                          _rate_of(s["accuracy_without_evidence"], s["without_evidence"]),
