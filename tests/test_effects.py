@@ -325,5 +325,8 @@ def test_leaderboard_rows_say_the_agents_effect():
     s = search_effects(random_search_run(6))
     assert f"evidence recall {100 * s['evidence_recall']:.0f}%" in effect_label(random_search_run(6), "search_route")
     assert effect_label(recs, "toy") == "–"
+    for r in recs:
+        r["extra"].pop("round1_correct", None)
+    assert f"({m['round2_ran']} round-1 answers never graded)" in effect_label(recs, "math_refine")
     md = table_markdown(Table("math", "avg@n", ["aime24"], [Row("r", "reproduced", effect=label)]))
     assert "agents' effect" in md and label in md

@@ -144,8 +144,9 @@ def effect_label(records: list[dict[str, Any]], workflow: str) -> str:
         return "–" if x is None else f"{100 * x:.0f}%"
     if key == "math":
         f = e["flips"]
+        ungraded = f" ({e['round1_ungraded']} round-1 answers never graded)" if e["round1_ungraded"] else ""
         return (f"round 2 in {pct(e['round2_rate'])}: wrong->right {f['wrong_to_right']}, right->wrong "
-                f"{f['right_to_wrong']}; acc {pct(e['round1_accuracy'])} -> {pct(e['final_accuracy'])}")
+                f"{f['right_to_wrong']}{ungraded}; acc {pct(e['round1_accuracy'])} -> {pct(e['final_accuracy'])}")
     return (f"evidence recall {pct(e['evidence_recall'])}; acc with / without evidence "
             f"{pct(e['accuracy_with_evidence'])} / {pct(e['accuracy_without_evidence'])}")
 
