@@ -25,6 +25,11 @@ call the functions below; nothing here formats text (Markdown lives in `drmas_be
   response failed its format check, cut-off and blank responses, the environment's reading of each
   action, verdicts) and per-episode searches, empty steps and answer-tag rate: why a run scored what
   it scored. `invalid_reasons(rule, text)` is its per-response test.
+- `effects(records, workflow=None)`: what each agent contributes: per agent latency p50/p95, tokens
+  and dollars per call and per question; math_refine: the verifier's effect (`math_effects`: how
+  often round 2 ran, the round-1 -> final flip table, the verifier's approve rate on right and wrong
+  first answers, round-1 vs final accuracy); search_route: what retrieval gave the answerer
+  (`search_effects`: evidence recall, accuracy with and without evidence, searches, steps, no answer).
 - `summarize(records, prices=None, ks=None, n_boot=1000, seed=0, workflow=None)`: the summary dict
   described in `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`).
 """
@@ -245,13 +250,14 @@ def sum_usd(costs: Iterable[float | None]) -> float | None:
 
 def _agents(trajs: list[dict[str, Any]], prices: PriceSheet | None, n_questions: int) -> dict[str, dict[str, Any]]:
     acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "known": 0, "prompt": 0, "completion": 0, "usd": 0.0,
-                                                          "models": set(), "turns": []})
+                                                          "models": set(), "turns": [], "latency": []})
     for r in trajs:
         for turn in r.get("turns", []):
             a = acc[turn.get("agent", "?")]
             c = turn.get("completion", {})
             a["calls"] += 1
             a["turns"].append(turn)
+            a["latency"].append(float(c.get("latency_s", 0.0) or 0.0))
             a["models"].add(turn.get("wg", ""))
             if usage_known(turn):  # per-call means over the calls whose counts mean something
                 a["known"] += 1
@@ -272,8 +278,13 @@ def _agents(trajs: list[dict[str, Any]], prices: PriceSheet | None, n_questions:
             "usage_unknown_calls": usage["unknown"],
             "usage_counted_calls": usage["counted"],
             "usage_flagged_calls": usage["flagged"],
+            "latency_s": _percentiles(a["latency"]),
+            "calls_per_question": a["calls"] / n_questions if n_questions else 0.0,
+            "tokens_per_question": (None if usage["unknown"] or not n_questions
+                                    else (a["prompt"] + a["completion"]) / n_questions),
         }
         if prices is not None:
+            out[name]["usd_per_call"] = None if a["usd"] is None else a["usd"] / a["calls"]
             out[name]["usd_per_question"] = None if a["usd"] is None else (a["usd"] / n_questions if n_questions else 0.0)
     return out
 
@@ -368,13 +379,16 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     workflow: the workflow that wrote the records, for `compliance` (None: inferred from the agents).
 
     Returns {"benchmarks": {name: block}, "micro": block, "macro": {...}, "labels": {...},
-    "compliance": `compliance` over every record, "unpriced_models": [...], "n_boot", "seed"}.
+    "compliance": `compliance` over every record, "effects": `effects` over every record,
+    "unpriced_models": [...], "n_boot", "seed"}.
     A block holds: questions, samples, n (samples per question; the smallest when they differ),
     n_min, n_max, n_varies, questions_with_other_n (+ ids), duplicate_samples, avg@n, pass@k {"1": ..} (k <= n_min), pass@n (any success among each
     question's samples: with uneven counts, over the samples present), ci95 {avg@n, pass@n},
     ks_skipped, latency_s {p50, p95} (trajectory wall_s), agents {name: models, calls,
     calls_per_traj, prompt_tokens_per_call, completion_tokens_per_call (over calls with known usage;
-    None when none), usage_unknown_calls, usage_counted_calls, usage_flagged_calls, usd_per_question},
+    None when none), usage_unknown_calls, usage_counted_calls, usage_flagged_calls,
+    latency_s {p50, p95} (per call), calls_per_question, tokens_per_question (None if some call's
+    usage is unknown), usd_per_call and usd_per_question (with a price sheet)},
     usage (`usage_counts`), usd_total, usd_per_question, usd_per_sample (None = unknown: some call
     had no usage), usd_source, and the mean em / f1 / cover_em of
     `extra` when present. "micro" pools every question; "macro" is the unweighted mean over
@@ -398,6 +412,7 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
         "macro": _macro(blocks, {b: by_bench[b] for b in blocks}, n_boot, seed_for(MACRO, seed)),
         "labels": {"micro": MICRO, "macro": MACRO},
         "compliance": compliance(recs, workflow),
+        "effects": effects(recs, workflow, agents=micro["agents"]),
         "unpriced_models": sorted(prices.unpriced) if prices is not None else [],
         "n_boot": n_boot,
         "seed": seed,
@@ -625,4 +640,186 @@ def _episode_compliance(recs: list[dict[str, Any]], wf: str | None) -> dict[str,
         verdicts = [P.math_verdict(_text(t)) for r in recs for t in r.get("turns", []) if t.get("agent") == "verifier"]
         out.update(rounds_per_episode=_mean(rounds),
                    approve_rate=verdicts.count("approve") / len(verdicts) if verdicts else None)
+    return out
+
+
+# ------------------------------------------------------------------------------ per-agent effects
+
+FLIPS = ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")
+# the per-agent figures `effects` shows (computed by `_agents`, the one definition of them)
+AGENT_EFFECT_KEYS = ("calls", "calls_per_question", "latency_s", "prompt_tokens_per_call", "completion_tokens_per_call",
+                     "tokens_per_question", "usd_per_call", "usd_per_question")
+# the per-episode figures of `compliance` a search effects block repeats (one definition: `_episode_compliance`)
+SEARCH_EPISODE_KEYS = ("steps_per_episode", "searches_per_episode", "searches_distribution", "no_answer_rate")
+
+
+def _extra(r: dict[str, Any]) -> dict[str, Any]:
+    return r["extra"] if isinstance(r.get("extra"), dict) else {}
+
+
+def _rate(num: int | float, den: int) -> float | None:
+    return num / den if den else None
+
+
+def round1_correct(r: dict[str, Any]) -> bool | None:
+    """Whether an episode's round-1 answer (its first solver turn) was graded correct: with one solver
+    turn that answer is the final one, so the final grade (``correct``); with more, the grade
+    recorded at grading time (``extra["round1_correct"]``, `runner.grade_trajectories`). None when
+    the solver never spoke, or a later round ran in a run recorded before round-1 grades were kept."""
+    n = sum(t.get("agent") == "solver" for t in r.get("turns", []))
+    if n == 0:
+        return None
+    if n == 1:
+        return bool(r.get("correct", False))
+    v = _extra(r).get("round1_correct")
+    return None if v is None else bool(v)
+
+
+def math_effects(records: Iterable[Any]) -> dict[str, Any]:
+    """The verifier's effect in a math_refine run (solver -> verifier -> solver ...), over E episodes.
+
+    - round2_ran = episodes with more than one solver turn; round2_rate = round2_ran / E;
+    - flips {wrong_to_right, right_to_wrong, wrong_to_wrong, right_to_right}: over the round2_ran
+      episodes whose round-1 grade is known, (round-1 answer graded correct?) -> (final answer graded
+      correct?); round1_ungraded = round2_ran episodes without a recorded round-1 grade (older runs);
+    - the verifier as a judge of the round-1 answer (its first verdict, `protocol.math_verdict`;
+      anything but a reject approves), over the `judged` episodes with a verdict and a known round-1
+      grade: approve_rate_on_right = P(approve | right), approve_rate_on_wrong = P(approve | wrong),
+      judge_precision = P(right | approve), judge_recall = approve_rate_on_right, judge_accuracy =
+      (right approved + wrong rejected) / judged;
+    - graded_episodes = episodes with a known round-1 grade; over them round1_accuracy = mean
+      round-1 correctness, final_accuracy = mean final correctness, accuracy_change = final - round 1
+      (= (wrong_to_right - right_to_wrong) / graded_episodes).
+
+    right / wrong = graded correct or not by the run's grader. Rates are None when their
+    denominator is 0."""
+    from drmas_bench.workflows import protocol as P
+
+    recs = [_as_dict(r) for r in records]
+    flips: Counter = Counter()
+    ran = ungraded = 0
+    graded: list[tuple[bool, bool]] = []
+    judged: list[tuple[bool, bool]] = []  # (round-1 right, approved)
+    for r in recs:
+        turns = r.get("turns", [])
+        r1, final = round1_correct(r), bool(r.get("correct", False))
+        if r1 is not None:
+            graded.append((r1, final))
+        if sum(t.get("agent") == "solver" for t in turns) > 1:
+            ran += 1
+            if r1 is None:
+                ungraded += 1
+            else:
+                flips[f"{'right' if r1 else 'wrong'}_to_{'right' if final else 'wrong'}"] += 1
+        verdicts = [P.math_verdict(_text(t)) for t in turns if t.get("agent") == "verifier"]
+        if verdicts and r1 is not None:
+            judged.append((r1, verdicts[0] == "approve"))
+    right = [ok for r1, ok in judged if r1]
+    wrong = [ok for r1, ok in judged if not r1]
+    approved = [r1 for r1, ok in judged if ok]
+    r1_acc = _mean([float(a) for a, _ in graded])
+    fin_acc = _mean([float(b) for _, b in graded])
+    return {
+        "episodes": len(recs), "round2_ran": ran, "round2_rate": _rate(ran, len(recs)),
+        "flips": {k: flips[k] for k in FLIPS}, "round1_ungraded": ungraded,
+        "judged": len(judged), "approve_rate_on_right": _rate(sum(right), len(right)),
+        "approve_rate_on_wrong": _rate(sum(wrong), len(wrong)),
+        "judge_precision": _rate(sum(approved), len(approved)), "judge_recall": _rate(sum(right), len(right)),
+        "judge_accuracy": _rate(sum(right) + len(wrong) - sum(wrong), len(judged)),
+        "graded_episodes": len(graded), "round1_accuracy": r1_acc, "final_accuracy": fin_acc,
+        "accuracy_change": None if r1_acc is None or fin_acc is None else fin_acc - r1_acc,
+    }
+
+
+def evidence_at_answer(r: dict[str, Any]) -> tuple[bool | None, bool | None]:
+    """(evidence when the answerer was called, evidence anywhere in the episode) of one search_route
+    episode: whether a gold answer occurs, SQuAD-normalised as a whole-token span (`grade_qa`'s
+    cover-EM), in the passages (`protocol.observation_passages`) the env showed before the answerer's last call (the observations of
+    the steps before its step; step t = the t-th verifier turn), resp. in every observation of the
+    episode. First None: the answerer never acted; both None: no env record (``extra["env"]``,
+    runs from before it)."""
+    from drmas_bench.grading.qa import grade_qa
+    from drmas_bench.workflows.protocol import observation_passages
+
+    env = _extra(r).get("env")
+    if not isinstance(env, dict) or not isinstance(env.get("steps"), list):
+        return None, None
+    golds = list((r.get("task") or {}).get("answers") or [])
+    obs = [observation_passages(str(s.get("observation") or "")) for s in env["steps"]]
+    step = answer_step = 0
+    for t in r.get("turns", []):
+        if t.get("agent") == "verifier":
+            step += 1
+        elif t.get("agent") == "answerer":
+            answer_step = step
+
+    def seen(texts: list[str]) -> bool:
+        return bool(grade_qa("\n".join(texts), golds).cover_em)
+
+    return (seen(obs[:answer_step - 1]) if answer_step else None), seen(obs)
+
+
+def search_effects(records: Iterable[Any]) -> dict[str, Any]:
+    """What retrieval gave a search_route run's answerer, over E episodes (`evidence_at_answer`):
+
+    - env_recorded = episodes with the env's record (older runs have none: evidence figures None);
+    - answerer_episodes = of those, episodes where the answerer acted; evidence_recall = share of
+      them with a gold answer in the passages retrieved before its last call;
+    - accuracy_with_evidence / accuracy_without_evidence = mean correctness (EM) of the answerer
+      episodes with / without that evidence (with_evidence / without_evidence: their counts);
+    - evidence_retrieved_rate = share of env_recorded episodes whose retrieved passages (all steps)
+      contain a gold answer: what the searcher found, whether or not the answerer used it;
+    - steps_per_episode, searches_per_episode, searches_distribution, no_answer_rate: `compliance`'s
+      per-episode figures (the same definitions)."""
+    recs = [_as_dict(r) for r in records]
+    at_answer: list[tuple[bool, bool]] = []  # (evidence present, correct)
+    anywhere: list[bool] = []
+    for r in recs:
+        ev, ev_any = evidence_at_answer(r)
+        if ev_any is None:
+            continue
+        anywhere.append(ev_any)
+        if ev is not None:
+            at_answer.append((ev, bool(r.get("correct", False))))
+    with_ev = [ok for ev, ok in at_answer if ev]
+    without = [ok for ev, ok in at_answer if not ev]
+    ep = _episode_compliance(recs, "search_route")
+    return {
+        "episodes": len(recs), "env_recorded": len(anywhere), "answerer_episodes": len(at_answer),
+        "evidence_recall": _rate(len(with_ev), len(at_answer)),
+        "with_evidence": len(with_ev), "without_evidence": len(without),
+        "accuracy_with_evidence": _rate(sum(with_ev), len(with_ev)),
+        "accuracy_without_evidence": _rate(sum(without), len(without)),
+        "evidence_retrieved_rate": _rate(sum(anywhere), len(anywhere)),
+        **{k: ep[k] for k in SEARCH_EPISODE_KEYS},
+    }
+
+
+SUITE_EFFECTS = {"math_refine": ("math", math_effects), "search_route": ("search", search_effects)}
+
+
+def effects(records: Iterable[Any], workflow: str | None = None,
+            agents: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What each agent contributes, from the recorded turns: {"workflow", "agents": {agent: figures},
+    and for the paper's workflows "math" (`math_effects`) or "search" (`search_effects`) over every
+    record, "benchmarks": {benchmark: {"math" | "search": the same block over its records}}}.
+
+    agents: the per-agent figures `summarize` computed (`_agents` over every record; computed here
+    when None): calls, calls_per_question, latency_s {p50, p95} of the calls' ``latency_s``, prompt /
+    completion tokens per call (calls with known usage), tokens_per_question = (prompt + completion
+    tokens) / questions (None when a call's usage is unknown), and with a price sheet usd_per_call,
+    usd_per_question. workflow: as in `compliance` (None: `infer_workflow`)."""
+    recs = [_as_dict(r) for r in records]
+    wf = workflow or infer_workflow(recs)
+    if agents is None:
+        agents = _agents(recs, None, len(questions(recs)))
+    out: dict[str, Any] = {"workflow": wf,
+                           "agents": {name: {k: a[k] for k in AGENT_EFFECT_KEYS if k in a} for name, a in agents.items()}}
+    if wf in SUITE_EFFECTS:
+        key, fn = SUITE_EFFECTS[wf]
+        out[key] = fn(recs)
+        by_bench: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in recs:
+            by_bench[str(r["task"]["benchmark"])].append(r)
+        out["benchmarks"] = {b: {key: fn(by_bench[b])} for b in sorted(by_bench)}
     return out

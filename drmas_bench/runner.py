@@ -78,16 +78,30 @@ def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 
     """Fill reward / correct / extra of finished trajectories (math in a process pool with timeouts).
 
     grader: the workflow's grading family ("math" | "qa" | "toy"); math_grader: the math grader's
-    name in `grading.GRADERS` (default `grading.DEFAULT_GRADER`)."""
+    name in `grading.GRADERS` (default `grading.DEFAULT_GRADER`). Math also grades the first solver
+    answer of an episode with more than one solver turn (extra round1_correct, round1_grade): the
+    verifier's effect needs it, and only here is the run's grader at hand."""
     from drmas_bench import grading
 
     if grader == "math":
         pairs = [(t.final_answer or "", t.task.answers[0]) for t in trajs]
+        # a round-1 answer that a later round replaced is graded too, in the same batch (the verifier's
+        # effect, `metrics.math_effects`); with one solver turn the final grade is round 1's
+        firsts: list[tuple[int, str]] = []
+        for i, t in enumerate(trajs):
+            solver = [tu.completion.text for tu in t.turns if tu.agent == "solver"]
+            if len(solver) > 1:
+                firsts.append((i, solver[0]))
+        pairs += [(text, trajs[i].task.answers[0]) for i, text in firsts]
         backend = math_grader or grading.DEFAULT_GRADER
-        for t, r in zip(trajs, grading.grade_math_many(pairs, timeout_s=timeout_s, backend=backend)):
+        results = grading.grade_math_many(pairs, timeout_s=timeout_s, backend=backend)
+        for t, r in zip(trajs, results):
             t.correct = bool(r.correct)
             t.extra["grade"] = r.status
             t.extra["extracted"] = r.extracted
+        for (i, _), r in zip(firsts, results[len(trajs):]):
+            trajs[i].extra["round1_correct"] = bool(r.correct)
+            trajs[i].extra["round1_grade"] = r.status
     elif grader == "qa":
         for t in trajs:
             if t.final_answer is None:  # no answer at all scores 0, as the reference's env does (an

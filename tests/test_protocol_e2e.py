@@ -117,6 +117,14 @@ def test_search_eval_follows_the_reference_loop(served, data_dir, tmp_path):
     assert proto["prompts_sha256"] == P.default_templates("search_route").sha256
     assert proto["calls"] == 12 and proto["prompt_truncated_calls"] == 0
     assert all(b["top_k"] == -1 and isinstance(b["prompt"], list) for b in s.bodies)  # REFERENCE 2b sampling
+    # the summary explains the score: the answerer saw the gold in the retrieved passages when the
+    # BM25 passages hold it (the plain test: the gold's words in step 1's observation)
+    eff = summary["effects"]["search"]
+    seen = [any(g.lower() in r["extra"]["env"]["steps"][0]["observation"].lower() for g in r["task"]["answers"])
+            for r in recs]
+    assert eff["answerer_episodes"] == 3 and eff["evidence_recall"] == pytest.approx(sum(seen) / 3)
+    assert (eff["searches_per_episode"], eff["no_answer_rate"]) == (1.0, 0.0)
+    assert "### What retrieval gave the answerer" in (tmp_path / "run" / "summary.md").read_text()
 
 
 def test_checkpoint_prompts_are_used_and_a_flag_override_is_announced(served, data_dir, tmp_path, capsys):

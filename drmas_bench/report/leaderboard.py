@@ -24,7 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from drmas_bench.metrics import MACRO, MICRO, Question, avg_values, bootstrap_mean_ci, pass_values, questions, seed_for
+from drmas_bench.metrics import (MACRO, MICRO, SUITE_EFFECTS, Question, avg_values, bootstrap_mean_ci, pass_values,
+                                 questions, seed_for)
 from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
@@ -107,6 +108,7 @@ class Row:
     cells: dict[str, Cell] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     path: str = ""
+    effect: str = "–"  # the agents' effect in one phrase (`effect_label`); "–" for reported rows
 
 
 @dataclass
@@ -128,6 +130,27 @@ def suite_order(suite: str) -> list[str]:
         return []
 
 
+def effect_label(records: list[dict[str, Any]], workflow: str) -> str:
+    """What the team's other agents did to the score, in one phrase for a leaderboard cell
+    (`metrics.math_effects` / `metrics.search_effects`; "–" for other workflows): math, how often
+    the verifier sent the solver to round 2 and the round-1 -> final flips; search, evidence recall
+    and accuracy with / without evidence."""
+    if workflow not in SUITE_EFFECTS:
+        return "–"
+    key, fn = SUITE_EFFECTS[workflow]
+    e = fn(records)
+
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.0f}%"
+    if key == "math":
+        f = e["flips"]
+        ungraded = f" ({e['round1_ungraded']} round-1 answers never graded)" if e["round1_ungraded"] else ""
+        return (f"round 2 in {pct(e['round2_rate'])}: wrong->right {f['wrong_to_right']}, right->wrong "
+                f"{f['right_to_wrong']}{ungraded}; acc {pct(e['round1_accuracy'])} -> {pct(e['final_accuracy'])}")
+    return (f"evidence recall {pct(e['evidence_recall'])}; acc with / without evidence "
+            f"{pct(e['accuracy_with_evidence'])} / {pct(e['accuracy_without_evidence'])}")
+
+
 def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
     """One leaderboard row for a run: per-benchmark, micro and macro values of `metric`."""
     qs = questions(run.records)
@@ -136,7 +159,7 @@ def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
         by_bench[q.benchmark].append(q)
     row = Row(label=run.name, source="reproduced", model=run.model_label, team=run.team_label,
               estimator=run.estimator or "–", step="–" if run.step is None else str(run.step), n=str(run.n),
-              sampling=run.sampling_label, path=str(run.path))
+              sampling=run.sampling_label, path=str(run.path), effect=effect_label(run.records, run.workflow))
     flags: list[str] = []
     values: dict[str, np.ndarray] = {}
     for b in sorted(by_bench, key=lambda b: (run.benchmarks.index(b) if b in run.benchmarks else 99, b)):

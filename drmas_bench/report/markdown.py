@@ -2,7 +2,8 @@
 come in computed (drmas_bench.metrics, report.leaderboard / compare / cost); this module only formats.
 
 - `format_summary_markdown(summary)`: a run's summary.json as tables (accuracy with CIs, cost and
-  latency, agents, protocol compliance, notes); `compliance_markdown` is its compliance section.
+  latency, agents, protocol compliance, per-agent effects, notes); `compliance_markdown` and
+  `effects_markdown` are its compliance and effects sections.
 - `table_markdown(table, ci)`, `leaderboard_markdown(tables, ci)`: leaderboard sections.
 - `compare_markdown(comparison, max_flips)`: a paired comparison and its flipped questions.
 - `cost_markdown(costs, prices_source, unpriced)`: a cost study's team and per-agent tables.
@@ -34,9 +35,10 @@ def table_markdown(t: Table, ci: bool = False) -> str:
     """A Table as a Markdown section (heading, caption, tabulate github table)."""
     from tabulate import tabulate
 
-    head = ["run", "model", "team", "estimator", "step", "n", "sampling"] + t.columns + ["notes"]
+    head = ["run", "model", "team", "estimator", "step", "n", "sampling"] + t.columns + ["agents' effect", "notes"]
     body = [[r.label, r.model, r.team, r.estimator, r.step, r.n, r.sampling]
-            + [_cell_text(r.cells.get(c), ci) for c in t.columns] + ["; ".join(r.notes) or "–"] for r in t.rows]
+            + [_cell_text(r.cells.get(c), ci) for c in t.columns] + [r.effect, "; ".join(r.notes) or "–"]
+            for r in t.rows]
     return "\n".join([f"## {t.suite}: {t.metric}", "", f"{t.caption}.", "",
                       tabulate(body, head, tablefmt="github", disable_numparse=True)]) + "\n"
 
@@ -288,6 +290,73 @@ def compliance_markdown(comp: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def _num(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _rate_of(x: float | None, n: int) -> str:
+    """A share with the count it is over: `62% (of 40)`; – when there is nothing to count."""
+    return "–" if x is None else f"{100 * x:.0f}% (of {n})"
+
+
+def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
+    """The per-agent effects sections (metrics.effects): per-agent latency and cost, then the math
+    block (the verifier's flip table) or the search block (evidence recall), one row per benchmark
+    and, with several, one for all records; [] for a summary written before effects were computed."""
+    from tabulate import tabulate
+
+    if not eff:
+        return []
+    out: list[str] = []
+    if eff.get("agents"):
+        head = ["agent", "calls / question", "latency p50 (s)", "latency p95 (s)", "tokens / question", "$ / call"]
+        rows = [[a, _num(v.get("calls_per_question")), _num((v.get("latency_s") or {}).get("p50")),
+                 _num((v.get("latency_s") or {}).get("p95")),
+                 "unknown" if v.get("tokens_per_question") is None else f"{v['tokens_per_question']:.0f}",
+                 "–" if "usd_per_call" not in v else ("unknown" if v["usd_per_call"] is None else f"{v['usd_per_call']:.6f}")]
+                for a, v in eff["agents"].items()]
+        out += ["", "### Per-agent latency and cost", "", tabulate(rows, head, tablefmt="github", disable_numparse=True)]
+    blocks = [(b, v) for b, v in (eff.get("benchmarks") or {}).items()]
+    if "math" in eff:
+        head = ["benchmark", "round 2 ran", "wrong->right", "right->wrong", "wrong->wrong", "right->right",
+                "approves right (recall)", "approves wrong", "judge precision", "round-1 acc", "final acc"]
+        rows = []
+        for name, m in [(b, v["math"]) for b, v in blocks] + ([("all", eff["math"])] if len(blocks) != 1 else []):
+            f = m["flips"]
+            rows.append([name, _rate_of(m["round2_rate"], m["episodes"]), *[str(f[k]) for k in
+                         ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")],
+                         _share(m["approve_rate_on_right"]), _share(m["approve_rate_on_wrong"]),
+                         _share(m["judge_precision"]), _share(m["round1_accuracy"]), _share(m["final_accuracy"])])
+        out += ["", "### The verifier's effect (math: round-1 answer -> final answer, graded)", "",
+                tabulate(rows, head, tablefmt="github", disable_numparse=True)]
+        m = eff["math"]
+        out += ["", f"Of {m['episodes']} episodes, {m['round2_ran']} ran a second solver round; the verifier judged "
+                    f"{m['judged']} first answers (judge accuracy {_share(m['judge_accuracy'])}); accuracy "
+                    f"{_share(m['round1_accuracy'])} after round 1 -> {_share(m['final_accuracy'])} final."]
+        if m["round1_ungraded"]:
+            out += [f"{m['round1_ungraded']} episodes ran round 2 but their round-1 answer was never graded "
+                    "(a run recorded before round-1 grades were kept): left out of the flip table."]
+    if "search" in eff:
+        head = ["benchmark", "evidence recall", "acc with evidence", "acc without", "gold retrieved at all",
+                "searches / episode", "steps / episode", "no answer"]
+        rows = []
+        for name, s in [(b, v["search"]) for b, v in blocks] + ([("all", eff["search"])] if len(blocks) != 1 else []):
+            rows.append([name, _rate_of(s["evidence_recall"], s["answerer_episodes"]),
+                         _rate_of(s["accuracy_with_evidence"], s["with_evidence"]),
+                         _rate_of(s["accuracy_without_evidence"], s["without_evidence"]),
+                         _rate_of(s["evidence_retrieved_rate"], s["env_recorded"]),
+                         _num(s["searches_per_episode"]), _num(s["steps_per_episode"]), _share(s["no_answer_rate"])])
+        out += ["", "### What retrieval gave the answerer (search)", "",
+                tabulate(rows, head, tablefmt="github", disable_numparse=True), "",
+                "Evidence recall: episodes where a gold answer (SQuAD-normalised) was in the passages retrieved "
+                "before the answerer's last call, of those where the answerer acted."]
+        s = eff["search"]
+        if s["env_recorded"] < s["episodes"]:
+            out += [f"{s['episodes'] - s['env_recorded']} of {s['episodes']} episodes have no env record (an older "
+                    "run): no evidence figures for them."]
+    return out
+
+
 def format_summary_markdown(summary: dict[str, Any]) -> str:
     """Markdown tables (accuracy in %, with 95% bootstrap CIs; cost and latency; agents), under a
     header naming suite, model and date when the summary carries its run (`evaluate` writes it)."""
@@ -322,6 +391,7 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
         parts += ["", "### Agents (all questions)", "", tabulate(ag_rows, ag_head, tablefmt="github", disable_numparse=True)]
 
     parts += compliance_markdown(summary.get("compliance"))
+    parts += effects_markdown(summary.get("effects"))
 
     notes = []
     for name, blk in rows_src:

@@ -171,6 +171,21 @@ def observation(hits: Iterable[Any] | None) -> str:
     return "<information>" + json.dumps({"result": result}) + "</information>"
 
 
+def observation_passages(obs: str) -> str:
+    """The passages' own text in an `observation` (the JSON's ``result``, newlines and quotes
+    unescaped), for reading what was retrieved (`metrics.search_effects`); a text not in that
+    layout (hand-made records) is returned as it is."""
+    inner = obs.strip()
+    if inner.startswith("<information>") and inner.endswith("</information>"):
+        try:
+            doc = json.loads(inner[len("<information>"):-len("</information>")])
+        except ValueError:
+            return obs
+        if isinstance(doc, dict) and isinstance(doc.get("result"), str):
+            return doc["result"]
+    return obs
+
+
 def _contents(hit: Any) -> str:
     if isinstance(hit, dict):
         return hit["contents"] if "contents" in hit else f'"{hit["title"]}"\n{hit["text"]}'
