@@ -218,7 +218,7 @@ def paired(a: list[float], b: list[float]) -> dict[str, Any]:
 def run_metrics(d: Path, spike_k: float) -> dict[str, Any]:
     """From a finished run: per agent spread, spikes, factor; reward curve; eval."""
     from drmas_trainer import metric_names as N
-    from drmas_trainer.trainer import grad_norm_spread, read_metrics
+    from drmas_trainer.runlog import grad_norm_spread, read_metrics
 
     recs = [r for r in read_metrics(d) if N.SCORE in r]
     done = json.loads((d / DONE).read_text())
