@@ -53,7 +53,7 @@ def run_worker(variant: str, out: str, args: argparse.Namespace) -> None:
     """One variant in this process: inputs, forward + backward, peak memory; results to ``out``."""
     import torch
 
-    from drmas_trainer.worker import full_head_logprobs, head_logprobs
+    from drmas_trainer.logprobs import full_head_logprobs, head_logprobs
 
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1") or 1)))
     dev = torch.device(args.device)

@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
 # GPU smoke test: one script, under 9 minutes, PASS/FAIL per step, on a machine with a CUDA GPU,
-# torch + transformers + tokenizers + safetensors + pyyaml + tqdm + numpy + psutil, NO project
-# install and NO network (sglang, ray, fastapi, datasets, faiss need not be there).
+# torch + transformers + tokenizers + safetensors + pyyaml + tqdm + numpy + psutil + pytest, NO
+# project install and NO network (sglang, ray, fastapi, datasets, faiss need not be there). Most
+# steps are the gpu-marked tests of tests/test_gpu_smoke.py, one pytest run (and timeout) each.
 #
 #   bash scripts/gpu_smoke.sh            # on the GPU machine, from a copy of the repository
 #   bash scripts/gpu_smoke.sh --cpu      # dry run of the same steps on CPU at tiny sizes
 #   OUT=/some/dir bash scripts/gpu_smoke.sh   # also writes $OUT/gpu_smoke.log (+ one .out per step)
 #
 # Steps (each with its own timeout, all under one 9-minute deadline; figures in the RESULT json):
-#   build        tiny-random (its builder) + a random Qwen2-0.5B-shaped model (hidden 896, 24 layers,
+#   build        (test_build) tiny-random (its builder) + a random Qwen2-0.5B-shaped model (hidden 896, 24 layers,
 #                14 heads, 2 KV heads, intermediate 4864, vocab 151,936, tied), built on the machine
-#   engine       hf engine on CUDA in bf16: 32 sampled requests x 256 new tokens: tokens/s, peak memory
-#   pool         LocalPool, the two models, budget of one model: sleep/wake, same tokens after a wake
-#   train        3 worker-group steps on the 0.5B-shaped model (16 rows x 2048 tokens, bf16 autocast,
+#   engine       (test_engine) hf engine on CUDA in bf16: 32 sampled requests x 256 new tokens: tokens/s, peak memory
+#   pool         (test_pool) LocalPool, the two models, budget of one model: sleep/wake, same tokens after a wake
+#   train        (test_train[adamw]) 3 worker-group steps on the 0.5B-shaped model (16 rows x 2048 tokens, bf16 autocast,
 #                gradient checkpointing, chunked log-probs, engine asleep in the update, weight sync)
 #   logprob-fp32 scripts/bench_logprob_memory.py on CUDA: 16384 tokens, V 151,936, hidden 2560 (Qwen3-4B)
 #   logprob-bf16 the same with bf16 matmuls (autocast's dtype)
-#   faiss        faiss-gpu flat index vs CPU, placed by the dense retriever's own code (sharded over all
+#   faiss        (test_faiss) faiss-gpu flat index vs CPU, placed by the dense retriever's own code (sharded over all
 #                visible GPUs) (SKIP when faiss is not importable or sees no GPU)
 #   encoder      scripts/bench_encoder.py: passages/s of an e5-base-shaped encoder in fp16/bf16, and the
 #                projected hours to encode wiki-18 (21M passages) on this GPU
-#   train-offload the train step with optimizer_offload: cpu (AdamW state in host memory)
+#   train-offload (test_train[offload]) the train step with optimizer_offload: cpu (AdamW state in host memory)
 #   cli          `drmas-bench train --recipe tiny` for 3 RL steps on CUDA (rollouts, update, sync, checkpoint)
 #   pytest-gpu   the gpu-marked tests of tests/test_memory.py and tests/test_losses.py
 # Exit status: 0 when no step FAILed (SKIPs are fine), 1 otherwise.
@@ -60,15 +61,16 @@ fi
 export PYTHONPATH="$WORK/path${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export DRMAS_CACHE_DIR="$WORK/cache" PYTHONUNBUFFERED=1
-[[ "$MODE" == cpu ]] && export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} CUDA_VISIBLE_DEVICES=""
+[[ "$MODE" == cpu ]] && export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} CUDA_VISIBLE_DEVICES="" GPU_SMOKE_CPU=1
 
 PY=""
 for cand in ${PYTHON:-} python3 python; do
   if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import torch, transformers" >/dev/null 2>&1; then PY="$cand"; break; fi
 done
 if [[ -z "$PY" ]]; then say "FAIL setup: no python with torch and transformers"; exit 1; fi
-CPUFLAG=(); [[ "$MODE" == cpu ]] && CPUFLAG=(--cpu)
+if ! "$PY" -c "import pytest" >/dev/null 2>&1; then say "FAIL setup: $PY has no pytest (the steps are tests)"; exit 1; fi
 MODELS="$WORK/models"
+export GPU_SMOKE_DIR="$MODELS"   # where test_build writes the models and the other steps read them
 
 say "gpu_smoke ($MODE) $(date -u +%FT%TZ) repo $REPO"
 say "$($PY - <<'EOF' 2>&1
@@ -81,7 +83,8 @@ EOF
 )"
 
 FAILED=0
-# run_step NAME TIMEOUT_S CMD...: PASS (exit 0) / SKIP (exit 3) / FAIL, with the RESULT line or the error tail
+# run_step NAME TIMEOUT_S CMD...: PASS (exit 0) / SKIP (exit 3, or a pytest run whose tests all skipped) /
+# FAIL, with the RESULT line or the error tail
 run_step() {
   local name="$1" limit="$2"; shift 2
   local now left out rc t1 res
@@ -92,6 +95,7 @@ run_step() {
   t1=$(date +%s)
   timeout --kill-after=10 "$limit" "$@" > "$out" 2>&1
   rc=$?
+  if (( rc == 0 )) && grep -q '^SKIPPED' "$out" && ! grep -Eq '[0-9]+ passed' "$out"; then rc=3; fi
   [[ -n "${OUT:-}" ]] && cp "$out" "$OUT/gpu_smoke_$name.out"
   res="$(grep '^RESULT ' "$out" | tail -1 | cut -c8-)"
   local secs=$(( $(date +%s) - t1 ))
@@ -106,11 +110,13 @@ run_step() {
   fi
 }
 
-SMOKE=("$PY" scripts/gpu_smoke.py)
-run_step build 100 "${SMOKE[@]}" build --dir "$MODELS" "${CPUFLAG[@]}"
-run_step engine 70 "${SMOKE[@]}" engine --dir "$MODELS" "${CPUFLAG[@]}"
-run_step pool 70 "${SMOKE[@]}" pool --dir "$MODELS" "${CPUFLAG[@]}"
-run_step train 120 "${SMOKE[@]}" train --dir "$MODELS" "${CPUFLAG[@]}"
+# one smoke test per step: -s shows its RESULT line, -rs its skip reason
+SMOKE=("$PY" -m pytest -q -s -rs --tb=short -p no:cacheprovider -m gpu)
+T=tests/test_gpu_smoke.py
+run_step build 100 "${SMOKE[@]}" "$T::test_build"
+run_step engine 70 "${SMOKE[@]}" "$T::test_engine"
+run_step pool 70 "${SMOKE[@]}" "$T::test_pool"
+run_step train 120 "${SMOKE[@]}" "$T::test_train[adamw]"
 if [[ "$MODE" == cpu ]]; then
   BENCH=(--tokens 256 --vocab 151936 --hidden 64 --chunk 64 --device cpu --min-ratio 2)
 else
@@ -120,11 +126,11 @@ run_step logprob-fp32 60 "$PY" scripts/bench_logprob_memory.py "${BENCH[@]}" --d
 # bf16 matmuls are slow on CPU: the dry run checks this step at a smaller vocabulary
 [[ "$MODE" == cpu ]] && BENCH=(--tokens 128 --vocab 32000 --hidden 64 --chunk 32 --device cpu --min-ratio 0)
 run_step logprob-bf16 60 "$PY" scripts/bench_logprob_memory.py "${BENCH[@]}" --dtype bfloat16
-run_step faiss 45 "${SMOKE[@]}" faiss "${CPUFLAG[@]}"
+run_step faiss 45 "${SMOKE[@]}" "$T::test_faiss"
 if [[ "$MODE" == cpu ]]; then ENC=(--device cpu --n 8 --batch-sizes 8 --arch minilm); else
   ENC=(--device cuda --n 16384 --batch-sizes 512 --dtypes float16,bfloat16); fi
 run_step encoder 60 "$PY" scripts/bench_encoder.py "${ENC[@]}"
-run_step train-offload 100 "${SMOKE[@]}" train --offload --dir "$MODELS" "${CPUFLAG[@]}"
+run_step train-offload 100 "${SMOKE[@]}" "$T::test_train[offload]"
 DEV=cuda; STEPS_SFT=20; [[ "$MODE" == cpu ]] && { DEV=cpu; STEPS_SFT=5; }
 run_step cli 120 "$PY" -m drmas_bench train --recipe tiny --estimator drmas --steps 3 --local --no-progress \
   --out "$WORK/run-tiny" --set model="$MODELS/tiny" --set device=$DEV --set sft.steps=$STEPS_SFT \

@@ -38,7 +38,6 @@ import concurrent.futures as cf
 import json
 import math
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -165,15 +164,8 @@ def _subprocess(out: Path, setting: str, estimator: str | None, seed: int | None
 # ================================================================================= statistics
 
 
-def sign_test(d: list[float]) -> float:
-    """Exact two-sided sign test p-value of the paired differences ``d`` (zeros dropped)."""
-    pos, neg = sum(x > 0 for x in d), sum(x < 0 for x in d)
-    n = pos + neg
-    if n == 0:
-        return 1.0
-    k = min(pos, neg)
-    p = 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
-    return min(1.0, p)
+#: bootstrap resamples of a paired difference's CI (10 pairs: cheap, so more than the report's 2000)
+N_BOOT = 10_000
 
 
 def wilcoxon_p(d: list[float]) -> float:
@@ -183,13 +175,6 @@ def wilcoxon_p(d: list[float]) -> float:
     if sum(x != 0 for x in d) < 1:
         return float("nan")
     return float(wilcoxon(d, zero_method="wilcox", alternative="two-sided").pvalue)
-
-
-def bootstrap_mean_ci(d: list[float], n_boot: int = 10000, seed: int = 0) -> tuple[float, float]:
-    """Percentile 95 % CI of the mean of ``d`` (resampling the pairs)."""
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(d, k=len(d))) for _ in range(n_boot))
-    return means[int(0.025 * n_boot)], means[int(0.975 * n_boot) - 1]
 
 
 def cohen_dz(d: list[float]) -> float:
@@ -202,14 +187,17 @@ def cohen_dz(d: list[float]) -> float:
 
 def paired(a: list[float], b: list[float]) -> dict[str, Any]:
     """Paired comparison of ``b - a`` over the same seeds (finite pairs only)."""
+    from drmas_bench.metrics import bootstrap_ci
+    from drmas_bench.report.compare import sign_test_p
+
     d = [y - x for x, y in zip(a, b) if math.isfinite(x) and math.isfinite(y)]
     if not d:
         return {"n": 0}
-    lo, hi = bootstrap_mean_ci(d)
+    lo, hi = bootstrap_ci(d, n_boot=N_BOOT, seed=0)  # the package's percentile bootstrap (numpy, seeded)
     return {"n": len(d), "mean_a": statistics.fmean(x for x, y in zip(a, b) if math.isfinite(x) and math.isfinite(y)),
             "mean_b": statistics.fmean(y for x, y in zip(a, b) if math.isfinite(x) and math.isfinite(y)),
             "diff": statistics.fmean(d), "ci": (lo, hi), "dz": cohen_dz(d), "b_greater": sum(x > 0 for x in d),
-            "sign_p": sign_test(d), "wilcoxon_p": wilcoxon_p(d)}
+            "sign_p": sign_test_p(sum(x > 0 for x in d), sum(x < 0 for x in d)), "wilcoxon_p": wilcoxon_p(d)}
 
 
 # ================================================================================= per-run metrics
@@ -218,7 +206,7 @@ def paired(a: list[float], b: list[float]) -> dict[str, Any]:
 def run_metrics(d: Path, spike_k: float) -> dict[str, Any]:
     """From a finished run: per agent spread, spikes, factor; reward curve; eval."""
     from drmas_trainer import metric_names as N
-    from drmas_trainer.trainer import grad_norm_spread, read_metrics
+    from drmas_trainer.runlog import grad_norm_spread, read_metrics
 
     recs = [r for r in read_metrics(d) if N.SCORE in r]
     done = json.loads((d / DONE).read_text())

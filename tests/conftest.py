@@ -110,6 +110,11 @@ def data_dir() -> Path:
     return d
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu_smoke: a scripts/gpu_smoke.sh step; also runs on CPU at tiny sizes "
+                                       "when GPU_SMOKE_CPU=1 (the dry run)")
+
+
 def pytest_collection_modifyitems(config, items):
     try:
         import torch
@@ -118,9 +123,10 @@ def pytest_collection_modifyitems(config, items):
     except Exception:
         has_gpu = False
     if not has_gpu:
+        dry_run = os.environ.get("GPU_SMOKE_CPU") == "1"  # the smoke steps' CPU dry run (tests/test_gpu_smoke.py)
         skip = pytest.mark.skip(reason="needs a CUDA GPU")
         for item in items:
-            if "gpu" in item.keywords:
+            if "gpu" in item.keywords and not (dry_run and "gpu_smoke" in item.keywords):
                 item.add_marker(skip)
 
 

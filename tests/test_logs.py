@@ -126,7 +126,7 @@ def test_tracker_none_is_the_default_and_sends_only_finite_numbers():
 
 def test_tensorboard_tracker_writes_events(tmp_path):
     pytest.importorskip("tensorboard")
-    from drmas_trainer.trainer import MetricsLog
+    from drmas_trainer.runlog import MetricsLog
 
     m = MetricsLog(tmp_path, tracker="tensorboard")
     m.write({"step": 1, "critic/score/mean": 0.5})

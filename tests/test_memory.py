@@ -14,8 +14,9 @@ import torch
 from drmas_bench.types import UserError
 from drmas_trainer.config import AgentConfig, load_config, plan_worker_groups
 from drmas_trainer.memory import KNOWN_SHAPES, model_shape, shape_from_config
-from drmas_trainer.worker import (CPUOffloadAdamW, WorkerGroup, full_head_logprobs, head_logprobs, make_optimizer,
-                                  pack_rows, token_logprobs)
+from drmas_trainer.logprobs import full_head_logprobs, head_logprobs, pack_rows, token_logprobs
+from drmas_trainer.optim import CPUOffloadAdamW, make_optimizer
+from drmas_trainer.worker import WorkerGroup
 
 torch.set_num_threads(1)
 

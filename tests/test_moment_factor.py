@@ -156,6 +156,7 @@ def _study():
 
 
 def test_study_sign_test_is_the_exact_binomial_test() -> None:
+    """The study's sign p (the package's report.compare.sign_test_p) is scipy's exact binomial test."""
     from scipy.stats import binomtest
 
     s = _study()
@@ -164,8 +165,20 @@ def test_study_sign_test_is_the_exact_binomial_test() -> None:
         d = [rng.choice([-1.0, 0.0, 1.0, 2.5]) for _ in range(rng.randint(1, 14))]
         pos, neg = sum(x > 0 for x in d), sum(x < 0 for x in d)
         want = binomtest(pos, pos + neg, 0.5).pvalue if pos + neg else 1.0
-        assert s.sign_test(d) == pytest.approx(want, rel=1e-12)
-    assert s.sign_test([1.0] * 10) == pytest.approx(2 / 1024)
+        assert s.paired([0.0] * len(d), d)["sign_p"] == pytest.approx(want, rel=1e-12)
+    assert s.paired([0.0] * 10, [1.0] * 10)["sign_p"] == pytest.approx(2 / 1024)
+
+
+def test_study_uses_the_package_statistics() -> None:
+    """One home for the sign test and the bootstrap: the study's CI is metrics.bootstrap_ci's, bit for bit."""
+    from drmas_bench.metrics import bootstrap_ci
+
+    s = _study()
+    a = [0.1 * k for k in range(10)]
+    b = [x + (0.3 if k % 3 else -0.2) for k, x in enumerate(a)]
+    d = [y - x for x, y in zip(a, b)]
+    assert s.paired(a, b)["ci"] == bootstrap_ci(d, n_boot=s.N_BOOT, seed=0)
+    assert not hasattr(s, "sign_test") and not hasattr(s, "bootstrap_mean_ci")
 
 
 def test_study_paired_summary() -> None:

@@ -112,7 +112,7 @@ def test_corrupt_parquet_is_one_line(tmp_path):
 @pytest.mark.data
 def test_trainer_reads_training_sets_through_the_registry(data_dir, tmp_path):
     from drmas_trainer.config import load_config
-    from drmas_trainer.trainer import load_train_tasks
+    from drmas_trainer.prepare import load_train_tasks
 
     cfg = load_config("math_qwen3_4b", {"data.data_dir": str(data_dir), "data.limit": 4})
     assert cfg.data.source == "benchmark:dapo_math_17k"

@@ -16,9 +16,11 @@ from drmas_bench.agents.team import team_from_dict
 from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory, Turn, UserError
 from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer.config import AgentConfig, load_config, parse_override, plan_worker_groups
+from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.losses import policy_loss
-from drmas_trainer.trainer import checkpoint_team, make_rows, next_prompts
-from drmas_trainer.worker import LossSettings, Row, WorkerGroup, pack_rows, token_logprobs
+from drmas_trainer.saving import checkpoint_team
+from drmas_trainer.trainer import make_rows, next_prompts
+from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
 torch.set_num_threads(1)
 TOY_AGENTS = ("solver", "checker")

@@ -371,7 +371,7 @@ def test_checkpoint_team_yaml_records_prompts_protocol_and_retriever(tmp_path):
     from drmas_bench.agents.team import team_from_dict
     from drmas_retrieval import build_index
     from drmas_trainer.config import load_config, plan_worker_groups
-    from drmas_trainer.trainer import checkpoint_team
+    from drmas_trainer.saving import checkpoint_team
 
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"id": str(i), "contents": f'"T{i}"\ntext {i}'}) + "\n" for i in range(5)))

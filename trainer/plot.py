@@ -40,7 +40,7 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
     import matplotlib.pyplot as plt
 
     from drmas_trainer import metric_names as N
-    from drmas_trainer.trainer import grad_norm_spread, read_metrics
+    from drmas_trainer.runlog import grad_norm_spread, read_metrics
 
     fig, (ax_r, ax_g, ax_f) = plt.subplots(1, 3, figsize=(19, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

@@ -143,7 +143,7 @@ def check_run(run: str | os.PathLike, bands_path: str | os.PathLike) -> tuple[li
         ``(failures, lines)``: one-line reasons of the failed bands, and a line per checked band
         (``ok ...`` / ``FAIL ...``).
     """
-    from drmas_trainer.trainer import read_metrics
+    from drmas_trainer.runlog import read_metrics
 
     bands = load_bands(bands_path)
     records = [r for r in read_metrics(run) if "step" in r]

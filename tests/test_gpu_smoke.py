@@ -1,28 +1,34 @@
-"""The steps of ``scripts/gpu_smoke.sh`` (one subcommand each; the shell script runs them with their
-own timeouts and prints PASS/FAIL). Every step prints one ``RESULT {json}`` line with its figures
-and exits 0 only when its checks hold.
+"""The GPU smoke steps as ``gpu``-marked tests: what ``scripts/gpu_smoke.sh`` runs, one test per step
+with its own timeout, on a machine with a CUDA GPU, torch and transformers, no project install and
+no network (sglang, ray, fastapi, datasets need not be there).
 
-    python scripts/gpu_smoke.py build  --dir D [--cpu]   # tiny-random + a random Qwen2-0.5B-shaped model
-    python scripts/gpu_smoke.py engine --dir D [--cpu]   # hf engine, bf16 on CUDA: tokens/s, peak memory
-    python scripts/gpu_smoke.py pool   --dir D [--cpu]   # two models, budget of one: sleep/wake
-    python scripts/gpu_smoke.py train  --dir D [--cpu] [--offload]   # 3 worker-group steps (update + sync)
-    python scripts/gpu_smoke.py faiss  [--cpu]           # faiss on GPU vs CPU, when faiss is importable
+    pytest -m gpu tests/test_gpu_smoke.py                       # on a CUDA machine, all steps
+    GPU_SMOKE_CPU=1 pytest -m gpu tests/test_gpu_smoke.py       # the dry run: same code, CPU, tiny sizes
 
-``--cpu`` runs the same code on CPU at tiny sizes (the dry run); without it CUDA is required.
-Nothing here needs the network, sglang, ray, fastapi or datasets.
+Every test prints one ``RESULT {json}`` line with its figures (the shell script shows it next to
+PASS/FAIL) and fails when its checks do not hold. The models are built once per session into
+``$GPU_SMOKE_DIR`` (the shell script's scratch folder; a pytest temporary folder otherwise), so a
+step run on its own builds them first. Without a GPU and without ``GPU_SMOKE_CPU=1`` they skip
+(conftest.py), like every ``gpu`` test; the dry run itself is tests/test_gpu_smoke_dryrun.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = [pytest.mark.gpu, pytest.mark.gpu_smoke]
+
+#: ``GPU_SMOKE_CPU=1``: the dry run on CPU at tiny sizes (set by ``gpu_smoke.sh --cpu``)
+CPU = os.environ.get("GPU_SMOKE_CPU") == "1"
 #: The Qwen2-0.5B shape (public config): what the GPU steps train and serve, randomly initialised.
 WIDE = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
         "intermediate_size": 4864, "vocab_size": 151_936, "tie_word_embeddings": True}
@@ -30,18 +36,17 @@ WIDE = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, 
 WIDE_CPU = {**WIDE, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}
 
 
-def result(ok: bool, **figures: Any) -> int:
-    print("RESULT " + json.dumps({"ok": ok, **figures}, default=str), flush=True)
-    return 0 if ok else 1
+def report(ok: bool, **figures: Any) -> None:
+    """Print the step's ``RESULT`` line (on a line of its own, whatever pytest printed before)."""
+    print("\nRESULT " + json.dumps({"ok": ok, **figures}, default=str), flush=True)
 
 
-def device(args: argparse.Namespace) -> str:
+def device() -> str:
     import torch
 
-    if args.cpu:
+    if CPU:
         return "cpu"
-    if not torch.cuda.is_available():
-        raise SystemExit("CUDA is not available (use --cpu for the dry run)")
+    assert torch.cuda.is_available(), "CUDA is not available (GPU_SMOKE_CPU=1 for the dry run)"
     return "cuda"
 
 
@@ -60,26 +65,22 @@ def reset_peak(dev: str) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-# ----------------------------------------------------------------------------------------- steps
-
-
-def step_build(args: argparse.Namespace) -> int:
+def build_models(root: Path) -> dict[str, Any]:
     """tiny-random (its builder) and the wide model (random init from WIDE, tiny's tokenizer)."""
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     from drmas_bench.models import build_tiny_random
 
-    root = Path(args.dir)
     t0 = time.perf_counter()
     build_tiny_random(root / "tiny", log=lambda m: print(m, file=sys.stderr))
     tok = AutoTokenizer.from_pretrained(root / "tiny")
-    shape = WIDE_CPU if args.cpu else WIDE
+    shape = WIDE_CPU if CPU else WIDE
     cfg = Qwen2Config(**shape, max_position_embeddings=8192, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
                       bos_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                       use_sliding_window=False)
     torch.manual_seed(0)
-    dev = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
+    dev = "cpu" if CPU or not torch.cuda.is_available() else "cuda"
     with torch.device(dev):  # random init on the GPU: seconds instead of a minute on CPU
         model = Qwen2ForCausalLM(cfg)
     model.generation_config = GenerationConfig(eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
@@ -87,10 +88,25 @@ def step_build(args: argparse.Namespace) -> int:
     model.to(torch.bfloat16).save_pretrained(root / "wide")
     tok.save_pretrained(root / "wide")
     n = sum(p.numel() for p in model.parameters())
-    return result(True, params=n, shape=shape, seconds=round(time.perf_counter() - t0, 1))
+    return {"params": n, "shape": shape, "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def _requests(n: int, max_new: int, seed0: int = 0) -> list[Any]:
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder holding ``tiny`` and ``wide``: ``$GPU_SMOKE_DIR`` or a session temporary folder."""
+    env = os.environ.get("GPU_SMOKE_DIR")
+    return Path(env) if env else tmp_path_factory.mktemp("gpu-smoke-models")
+
+
+@pytest.fixture(scope="session")
+def models(models_dir: Path) -> Path:
+    """The built models (built here when the ``build`` step has not run in this folder)."""
+    if not (models_dir / "wide" / "config.json").is_file() or not (models_dir / "tiny" / "config.json").is_file():
+        build_models(models_dir)
+    return models_dir
+
+
+def requests(n: int, max_new: int, seed0: int = 0) -> list[Any]:
     from drmas_bench.types import Request, Sampling
 
     return [Request("solver", [{"role": "user", "content": f"Question {i}: what is {i} + {i * 7 % 10}?"}],
@@ -98,20 +114,31 @@ def _requests(n: int, max_new: int, seed0: int = 0) -> list[Any]:
             for i in range(n)]
 
 
-def step_engine(args: argparse.Namespace) -> int:
+# ----------------------------------------------------------------------------------------- steps
+
+
+def test_build(models_dir: Path) -> None:
+    """The two models build on this machine and load back."""
+    got = build_models(models_dir)
+    ok = (models_dir / "wide" / "config.json").is_file() and (models_dir / "tiny" / "config.json").is_file()
+    report(ok, **got)
+    assert ok
+
+
+def test_engine(models: Path) -> None:
     """hf engine on the wide model, bf16 on CUDA: a batch of sampled requests; tokens/s, peak memory."""
     from drmas_bench.engines import make_engine
 
-    dev = device(args)
-    n, max_new = (4, 8) if args.cpu else (32, 256)
+    dev = device()
+    n, max_new = (4, 8) if CPU else (32, 256)
 
     async def go() -> dict[str, Any]:
-        eng = make_engine("hf", str(Path(args.dir) / "wide"), device=dev, dtype="bfloat16", max_batch=n)
+        eng = make_engine("hf", str(models / "wide"), device=dev, dtype="bfloat16", max_batch=n)
         try:
-            await eng.generate(_requests(2, 4, seed0=1000))  # warm-up (kernels, allocator)
+            await eng.generate(requests(2, 4, seed0=1000))  # warm-up (kernels, allocator)
             reset_peak(dev)
             t0 = time.perf_counter()
-            comps = await eng.generate(_requests(n, max_new))
+            comps = await eng.generate(requests(n, max_new))
             secs = time.perf_counter() - t0
         finally:
             await eng.close()
@@ -122,21 +149,21 @@ def step_engine(args: argparse.Namespace) -> int:
                 "tokens_per_s": round(toks / secs, 1), "peak_gib": peak_gib(dev), "logprobs_finite": finite}
 
     r = asyncio.run(go())
-    return result(**r)
+    report(**r)
+    assert r["ok"], r
 
 
-def step_pool(args: argparse.Namespace) -> int:
+def test_pool(models: Path) -> None:
     """Two models (wide + tiny) in a LocalPool with a budget of one model: alternating requests make
     it sleep one and wake the other; the same seeded requests must give the same tokens each time."""
     import torch
 
     from drmas_bench.pool import EngineSpec, make_pool
 
-    dev = device(args)
-    root = Path(args.dir)
+    dev = device()
     opts = {"device": dev, "dtype": "bfloat16", "max_batch": 8}
-    specs = {"wide": EngineSpec("hf", str(root / "wide"), dict(opts)), "tiny": EngineSpec("hf", str(root / "tiny"), dict(opts))}
-    max_new = 8 if args.cpu else 32
+    specs = {"wide": EngineSpec("hf", str(models / "wide"), dict(opts)), "tiny": EngineSpec("hf", str(models / "tiny"), dict(opts))}
+    max_new = 8 if CPU else 32
 
     async def go() -> dict[str, Any]:
         seen: dict[str, list[list[int]]] = {"wide": [], "tiny": []}
@@ -145,7 +172,7 @@ def step_pool(args: argparse.Namespace) -> int:
         async with make_pool("local", specs, budget_models=1) as pool:
             for _ in range(2):
                 for wg in ("wide", "tiny"):
-                    comps = await pool.generate(wg, _requests(4, max_new))
+                    comps = await pool.generate(wg, requests(4, max_new))
                     seen[wg].append([t for c in comps for t in c.token_ids])
                     if dev == "cuda":
                         alloc_after.append(round(torch.cuda.memory_allocated() / 2**30, 3))
@@ -158,26 +185,31 @@ def step_pool(args: argparse.Namespace) -> int:
                 "cuda_allocated_after_each_round_gib": alloc_after, "seconds": round(time.perf_counter() - t0, 1),
                 "errors": stats["errors"]}
 
-    return result(**asyncio.run(go()))
+    r = asyncio.run(go())
+    report(**r)
+    assert r["ok"], r
 
 
-def step_train(args: argparse.Namespace) -> int:
+@pytest.mark.parametrize("offload", [False, True], ids=["adamw", "offload"])
+def test_train(models: Path, offload: bool) -> None:
     """Three worker-group steps on the wide model (bf16 autocast, gradient checkpointing, chunked
     log-probs, hf engine sleeping during the update): update on synthetic rows, then weight sync.
     Figures: update tokens/s, step time, sync time, peak memory of the update (engine asleep; next
     to ``plan_update_gib``, the memory plan's estimate) and of the whole step; checks: finite loss
-    and gradient norm, weights moved, the engine generates after every sync."""
+    and gradient norm, weights moved, the engine generates after every sync. ``offload``: the same
+    with ``optimizer_offload: cpu``."""
     import torch
 
     from drmas_trainer.config import AgentConfig
-    from drmas_trainer.worker import LossSettings, Row, WorkerGroup, pack_rows, token_logprobs
+    from drmas_trainer.logprobs import pack_rows, token_logprobs
+    from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
-    dev = device(args)
-    rows_n, plen, rlen = (4, 16, 16) if args.cpu else (16, 512, 1536)
+    dev = device()
+    rows_n, plen, rlen = (4, 16, 16) if CPU else (16, 512, 1536)
     settings = AgentConfig(lr=1e-5, micro_batch_size=4, dtype="bfloat16", gradient_checkpointing=True, engine="hf",
                            engine_options={"max_batch": 8}, sleep_engine=True,
-                           optimizer_offload="cpu" if args.offload else "none")
-    wg = WorkerGroup("solver", ["solver"], settings, str(Path(args.dir) / "wide"), device=dev, seed=0)
+                           optimizer_offload="cpu" if offload else "none")
+    wg = WorkerGroup("solver", ["solver"], settings, str(models / "wide"), device=dev, seed=0)
     g = torch.Generator().manual_seed(0)
     vocab = len(wg.tokenizer)
     rows = []
@@ -204,7 +236,7 @@ def step_train(args: argparse.Namespace) -> int:
             t1 = time.perf_counter()
             update_peak = peak_gib(dev)  # engine asleep: comparable with plan_update_gib
             sync_s = await wg.sync_weights()
-            comps = await wg.generate(_requests(2, 8, seed0=10 * k))
+            comps = await wg.generate(requests(2, 8, seed0=10 * k))
             step_s = time.perf_counter() - t0
             good = (out["optimizer_steps"] == 1 and math.isfinite(out["grad_norm"]) and math.isfinite(out["loss"])
                     and all(c.token_ids for c in comps))
@@ -218,9 +250,11 @@ def step_train(args: argparse.Namespace) -> int:
         params = sum(p.numel() for p in wg.params)
         return {"ok": ok and moved, "weights_moved": moved, "params": params, "rows": rows_n,
                 "tokens_per_row": plen + rlen, "offload": settings.optimizer_offload,
-                "plan_update_gib": plan_update_gib(settings, Path(args.dir) / "wide", plen, rlen), "steps": steps}
+                "plan_update_gib": plan_update_gib(settings, models / "wide", plen, rlen), "steps": steps}
 
-    return result(**asyncio.run(go()))
+    r = asyncio.run(go())
+    report(**r)
+    assert r["ok"], r
 
 
 def plan_update_gib(settings: Any, model_dir: Path, plen: int, rlen: int) -> float:
@@ -235,19 +269,18 @@ def plan_update_gib(settings: Any, model_dir: Path, plen: int, rlen: int) -> flo
     return round((sum(m.resident.values()) + sum(m.update.values())) / GIB, 3)
 
 
-def step_faiss(args: argparse.Namespace) -> int:
-    """faiss on the GPU: a flat inner-product index over random vectors, searched on GPU and CPU."""
+def test_faiss() -> None:
+    """faiss on the GPU: a flat inner-product index over random vectors, searched on GPU and CPU,
+    placed by the dense retriever's own code (skips without faiss, or with a faiss-cpu build)."""
     try:
         import faiss
         import numpy as np
     except ImportError:
-        print("SKIP faiss is not importable")
-        return 3
+        pytest.skip("faiss is not importable")
     ngpu = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
-    if ngpu < 1 and not args.cpu:
-        print(f"SKIP faiss {faiss.__version__} sees no GPU (faiss-cpu build)")
-        return 3
-    n, d, q = (2000, 64, 16) if args.cpu else (200_000, 768, 256)
+    if ngpu < 1 and not CPU:
+        pytest.skip(f"faiss {faiss.__version__} sees no GPU (faiss-cpu build)")
+    n, d, q = (2000, 64, 16) if CPU else (200_000, 768, 256)
     rng = np.random.default_rng(0)
     xb = rng.standard_normal((n, d), dtype=np.float32)
     xq = rng.standard_normal((q, d), dtype=np.float32)
@@ -255,7 +288,8 @@ def step_faiss(args: argparse.Namespace) -> int:
     cpu.add(xb)
     _, ref = cpu.search(xq, 3)
     if ngpu < 1:
-        return result(True, gpus=0, note="cpu dry run: CPU index only")
+        report(True, gpus=0, note="cpu dry run: CPU index only")
+        return
     # the dense retriever's own path: gpu_placement decides (all visible GPUs, sharded), _to_gpus clones
     from drmas_retrieval.dense import FaissParams, _to_gpus, gpu_placement
 
@@ -265,20 +299,6 @@ def step_faiss(args: argparse.Namespace) -> int:
     _, got = gpu.search(xq, 3)
     secs = time.perf_counter() - t0
     agree = float((got == ref).mean())
-    return result(agree >= 0.99, gpus=ngpu, placement=f"{placement[0]}:{placement[1]}", vectors=n, dim=d, queries=q,
-                  top3_agreement=agree, search_s=round(secs, 4))
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("step", choices=["build", "engine", "pool", "train", "faiss"])
-    ap.add_argument("--dir", help="where the models are built / read")
-    ap.add_argument("--cpu", action="store_true", help="dry run on CPU at tiny sizes")
-    ap.add_argument("--offload", action="store_true", help="train: optimizer_offload cpu")
-    args = ap.parse_args(argv)
-    return {"build": step_build, "engine": step_engine, "pool": step_pool, "train": step_train,
-            "faiss": step_faiss}[args.step](args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    report(agree >= 0.99, gpus=ngpu, placement=f"{placement[0]}:{placement[1]}", vectors=n, dim=d, queries=q,
+           top3_agreement=agree, search_s=round(secs, 4))
+    assert agree >= 0.99, agree

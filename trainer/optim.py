@@ -1,0 +1,98 @@
+"""A worker group's optimiser: AdamW in float32, its 8-bit variant, or AdamW with its state in
+host memory (``optimizer`` / ``optimizer_offload`` of a worker group's settings).
+
+GPU memory per parameter: 4 (weights) + 4 (grads) + 8 (AdamW; 2 with ``adamw_8bit``, 0 with
+``optimizer_offload: cpu``) bytes, plus activations. Weights and AdamW state stay float32 even
+when the group computes in bf16: an lr-1e-6 update would round away in bf16 weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from drmas_bench.types import UserError
+from drmas_trainer.config import OFFLOADS, OPTIMIZERS
+
+__all__ = ["CPUOffloadAdamW", "make_optimizer", "release_cached_memory"]
+
+
+def release_cached_memory(device: torch.device | str) -> None:
+    """Give the CUDA caching allocator's free blocks back (between the update and the engine's
+    wake, so the engine finds the memory the update freed); a no-op on CPU."""
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+class CPUOffloadAdamW:
+    """AdamW whose state (and an fp32 master copy of the parameters) lives in host memory: ``step``
+    copies the gradients to the host, steps there, and copies the new values back. The GPU then
+    holds only weights and gradients (8 bytes per parameter instead of 16). Same interface as a
+    ``torch.optim`` optimiser as far as the worker group uses it (``param_groups``, ``step``,
+    ``zero_grad``, ``state_dict``, ``load_state_dict``)."""
+
+    def __init__(self, params: list[Tensor], **adamw: Any) -> None:
+        self.params = list(params)
+        self.host = [torch.nn.Parameter(p.detach().to("cpu", torch.float32, copy=True)) for p in self.params]
+        self.inner = torch.optim.AdamW(self.host, **adamw)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.inner.param_groups
+
+    @property
+    def state(self) -> Any:
+        return self.inner.state
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+        self.inner.zero_grad(set_to_none=True)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, q in zip(self.params, self.host):
+            q.grad = None if p.grad is None else p.grad.detach().to("cpu", torch.float32)
+        self.inner.step()
+        for p, q in zip(self.params, self.host):
+            if q.grad is not None:
+                p.copy_(q, non_blocking=False)
+                q.grad = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+        with torch.no_grad():  # the checkpoint's weights were loaded into the policy: refresh the master copy
+            for p, q in zip(self.params, self.host):
+                q.copy_(p.detach().to("cpu", torch.float32))
+
+
+def make_optimizer(params: list[Tensor], *, kind: str = "adamw", offload: str = "none", lr: float,
+                   betas: tuple[float, float], weight_decay: float) -> Any:
+    """A worker group's optimiser.
+
+    Options: ``kind`` ``adamw`` (torch AdamW, fp32 states: 8 bytes per parameter) or ``adamw_8bit``
+    (bitsandbytes' 8-bit AdamW, 2 bytes per parameter; CUDA only, bitsandbytes is optional and not
+    a dependency); ``offload`` ``none`` or ``cpu`` (:class:`CPUOffloadAdamW`, adamw only)."""
+    kw = {"lr": lr, "betas": betas, "weight_decay": weight_decay}
+    if kind == "adamw_8bit":
+        if offload != "none":
+            raise UserError("optimizer adamw_8bit cannot be combined with optimizer_offload; pick one")
+        try:
+            import bitsandbytes as bnb
+        except ImportError:
+            raise UserError("optimizer adamw_8bit needs the bitsandbytes package: pip install bitsandbytes") from None
+        if not params or params[0].device.type != "cuda":
+            raise UserError("optimizer adamw_8bit needs the policy on a CUDA device; use adamw on CPU")
+        return bnb.optim.AdamW8bit(params, **kw)
+    if kind not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer {kind!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if offload not in OFFLOADS:
+        raise UserError(f"unknown optimizer_offload {offload!r}; choose one of {', '.join(OFFLOADS)}")
+    if offload == "cpu":
+        return CPUOffloadAdamW(params, **kw)
+    return torch.optim.AdamW(params, **kw)
