@@ -75,36 +75,26 @@ class RunStats:
 
 def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 5.0,
                        math_grader: str | None = None) -> None:
-    """Fill reward / correct / extra of finished trajectories (math in a process pool with timeouts).
+    """Fill reward / correct / extra of finished trajectories, each by its benchmark's grading family
+    (``Benchmark.grader``, grading.registry.FAMILIES; math in a process pool with timeouts).
 
-    grader: the workflow's grading family ("math" | "qa" | "toy"); math_grader: the math grader's
-    name in `grading.GRADERS` (default `grading.DEFAULT_GRADER`)."""
-    from drmas_bench import grading
+    grader: the family of trajectories whose benchmark is not in the registry (a trainer's task file):
+    the workflow's; math_grader: the math grader's name in `grading.GRADERS` (default
+    `grading.DEFAULT_GRADER`)."""
+    from drmas_bench.grading.families import grade_family
+    from drmas_bench.tasks.registry import BENCHMARKS, known_names
 
-    if grader == "math":
-        pairs = [(t.final_answer or "", t.task.answers[0]) for t in trajs]
-        backend = math_grader or grading.DEFAULT_GRADER
-        for t, r in zip(trajs, grading.grade_math_many(pairs, timeout_s=timeout_s, backend=backend)):
-            t.correct = bool(r.correct)
-            t.extra["grade"] = r.status
-            t.extra["extracted"] = r.extracted
-    elif grader == "qa":
-        for t in trajs:
-            if t.final_answer is None:  # no answer at all scores 0, as the reference's env does (an
-                # empty string would match a gold that normalises to "", e.g. "The")
-                t.correct = False
-                t.extra.update(em=0.0, f1=0.0, cover_em=0.0)
-                continue
-            s = grading.grade_qa(t.final_answer, t.task.answers)
-            t.correct = bool(s.em)
-            t.extra.update(em=float(s.em), f1=float(s.f1), cover_em=float(s.cover_em))
-    elif grader == "toy":
-        for t in trajs:
-            t.correct = bool(grading.grade_toy(t.final_answer or "", t.task.answers[0]))
-    else:
-        raise ValueError(f"unknown grader {grader!r}")
+    known_names()  # the suites are registered
+    by_family: dict[str, list[Trajectory]] = {}
     for t in trajs:
-        t.reward = 1.0 if t.correct else 0.0
+        b = BENCHMARKS.get(t.task.benchmark)
+        by_family.setdefault(b.grader if b is not None else grader, []).append(t)
+    for family, group in by_family.items():
+        graded = grade_family(family, [(t.final_answer, t.task.answers) for t in group], timeout_s, math_grader)
+        for t, (correct, extra) in zip(group, graded):
+            t.correct = correct
+            t.extra.update(extra)
+            t.reward = 1.0 if correct else 0.0
 
 
 async def run_episodes(

@@ -333,7 +333,8 @@ def test_concurrent_loads_leave_the_default_dtype_alone():
 
     import torch
 
-    from drmas_bench.engines.base import load_causal_lm, resolve_model_path
+    from drmas_bench.engines.base import resolve_model_path
+    from drmas_bench.models.loading import load_causal_lm
 
     path = str(resolve_model_path("tiny-random"))
     with ThreadPoolExecutor(4) as ex:

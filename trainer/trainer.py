@@ -45,9 +45,10 @@ import torch
 import yaml
 
 from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec, team_from_dict
+from drmas_bench.retrievers import open_retriever
 from drmas_bench.runner import TeamRuntime, run_episodes
 from drmas_bench.types import Sampling, Task, Trajectory, UserError
-from drmas_bench.workflows.base import WorkflowSpec, derive_seed, get_workflow
+from drmas_bench.workflows.base import WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer import metric_names as N
 from drmas_trainer.advantages import advantage_stats, compute_advantages, row_scores
@@ -322,18 +323,6 @@ def _task_file(p: Path, source: str) -> list[Task]:
     return tasks
 
 
-def check_workflow_options(wf: WorkflowSpec, options: dict[str, Any]) -> None:
-    """``workflow_options`` must be keyword options of the workflow (one line naming the bad key),
-    checked before any model loads rather than as a traceback in the first episode."""
-    import inspect
-
-    known = [n for n in list(inspect.signature(wf.fn).parameters)[1:]]
-    bad = sorted(set(options) - set(known))
-    if bad:
-        raise UserError(f"workflow_options: unknown option(s) {', '.join(bad)} for workflow {wf.name}; "
-                        f"known: {', '.join(known) or '(none)'}")
-
-
 def total_steps(cfg: TrainConfig, n_tasks: int) -> int:
     if cfg.epochs is not None:
         return max(1, math.ceil(cfg.epochs * n_tasks / cfg.rollout.prompts_per_step))
@@ -415,16 +404,8 @@ def _load_retriever(cfg: TrainConfig, wf: WorkflowSpec) -> Any:
         return None
     if not cfg.retriever:
         raise UserError(f"workflow {wf.name} needs a retriever: set `retriever:` in the recipe (bm25:DIR | dense:DIR | URL)")
-    from drmas_retrieval import load_retriever
-
-    try:
-        retriever = load_retriever(cfg.retriever)
-        retriever.search(["probe"], 1)  # a server that is down, an index that is missing: fail here
-    except Exception as e:  # noqa: BLE001 - any failure means "this retriever cannot serve the run"
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise UserError(f"retriever {cfg.retriever}: {first} (the recipe's `retriever:`; set it with "
-                        f"--set retriever=bm25:DIR|dense:DIR|http://HOST:PORT)") from None
-    return retriever
+    return open_retriever(cfg.retriever, hint=" (the recipe's `retriever:`; set it with "
+                          "--set retriever=bm25:DIR|dense:DIR|http://HOST:PORT)")
 
 
 def rollout_sampling(cfg: TrainConfig) -> Sampling:

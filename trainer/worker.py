@@ -69,7 +69,7 @@ import torch
 from torch import Tensor
 
 from drmas_bench.types import Completion, Request, UserError
-from drmas_trainer.ckpt_store import is_url, node_copy, upload
+from drmas_bench.checkpoints import is_url, node_copy, upload
 from drmas_trainer.config import OFFLOADS, OPTIMIZERS, AgentConfig
 from drmas_trainer.losses import policy_loss
 
@@ -479,7 +479,7 @@ class WorkerGroup:
                  device: str = "auto", seed: int = 0, torch_threads: int | None = None, max_batch: int = 64) -> None:
         from transformers import AutoTokenizer
 
-        from drmas_bench.engines.base import load_causal_lm
+        from drmas_bench.models.loading import load_causal_lm
         from transformers.utils import logging as hf_logging
 
         from drmas_bench.engines.base import resolve_model_path
@@ -516,7 +516,7 @@ class WorkerGroup:
         self.engine: Any = None
         # generic options go only to engines that take them (max_batch: hf; dtype: hf and sglang, so the
         # rollout engine computes in the policy's dtype); the recipe's own engine_options win
-        from drmas_bench.pool.hosting import fit_options
+        from drmas_bench.engines.hosting import fit_options
 
         self.engine_options = fit_options(settings.engine, {"max_batch": max_batch, "device": str(self.device),
                                                             "dtype": settings.dtype}, settings.engine_options)
@@ -533,7 +533,7 @@ class WorkerGroup:
 
     async def start_engine(self) -> None:
         """Create the rollout engine from the group's model folder and push the current weights."""
-        from drmas_bench.pool.hosting import host_engine  # sglang: in a child process of its own
+        from drmas_bench.engines.hosting import host_engine  # sglang: in a child process of its own
 
         if self.engine is None:
             self.engine = await asyncio.to_thread(host_engine, self.settings.engine, self.model_path, **self.engine_options)

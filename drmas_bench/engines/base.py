@@ -12,7 +12,6 @@ arguments into it and rejects unknown keys with an error that names the key.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -63,6 +62,13 @@ class EngineBase:
 
     name: ClassVar[str] = "base"
     Options: ClassVar[type] = object
+    # Traits: what code outside engines/ asks of a backend instead of comparing its name (see
+    # engines.traits). A new backend sets the ones that differ from these defaults.
+    remote: ClassVar[bool] = False  # the model runs on a server elsewhere: no weights here, nothing to train,
+    # no local folder to resolve, check or hash; its worker groups may carry base_url / api_key_env
+    process_wide: ClassVar[bool] = False  # process-wide state: hosted in a child process (engines.hosting)
+    gpu_memory_fraction: ClassVar[tuple[str, float] | None] = None  # (option, default): a static share of
+    # GPU memory it reserves when it starts (the trainer's memory estimate reads it)
 
     model: str
 
@@ -226,34 +232,3 @@ def local_tokenizer_dir(name: str) -> Path | None:
             return None
         return Path(hit).parent if isinstance(hit, str) else None
     return None
-
-
-# transformers' from_pretrained sets torch's process-wide default dtype to the load dtype and puts
-# the old one back afterwards. Two loads in two threads (the pool wakes worker groups concurrently;
-# the trainer loads policies beside engines) interleave those set/restore pairs, and the process
-# can be left with bfloat16 as its default dtype: every later `torch.tensor(...)` is then bf16 and
-# fp32 matmuls fail with "mat1 and mat2 must have the same dtype". Loads go through this lock.
-_LOAD_LOCK = threading.Lock()
-
-
-def load_causal_lm(path: str, **kwargs: Any) -> Any:
-    """``AutoModelForCausalLM.from_pretrained(path, **kwargs)``, one load at a time per process, with
-    torch's default dtype unchanged afterwards (``dtype=`` falls back to ``torch_dtype=`` on
-    transformers < 4.56)."""
-    import torch
-
-    with _LOAD_LOCK:  # the import too: transformers' lazy modules are not safe to first-import in threads
-        from transformers import AutoModelForCausalLM
-
-        default = torch.get_default_dtype()
-        try:
-            try:
-                return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-            except TypeError:
-                if "dtype" not in kwargs:
-                    raise
-                kwargs = dict(kwargs)
-                kwargs["torch_dtype"] = kwargs.pop("dtype")
-                return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        finally:
-            torch.set_default_dtype(default)

@@ -58,8 +58,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from drmas_bench.models.loading import load_causal_lm
+
 from drmas_bench.engines.base import (
-    load_causal_lm,
     EngineBase,
     EngineError,
     encode_chat,

@@ -353,6 +353,7 @@ class OpenAIEngine(EngineBase):
 
     name: ClassVar[str] = "openai"
     Options: ClassVar[type] = OpenAIOptions
+    remote: ClassVar[bool] = True  # a server elsewhere serves the model
 
     def __init__(self, model: str, **options: Any) -> None:
         self.model = model

@@ -37,7 +37,7 @@ Options (``SGLangOptions``):
 
 **One engine per process.** SGLang 0.5.x keeps its configuration in process-wide state (the last
 ``sglang.Engine`` created wins) and ``Engine.shutdown()`` kills every child process of the
-process. The class therefore declares ``process_wide = True``, and ``drmas_bench.pool.hosting``
+process. The class therefore declares ``process_wide = True``, and ``drmas_bench.engines.hosting``
 runs each one in its own child process (the pool and the trainer create engines through it).
 
 **Weight updates** (SGLang >= 0.5.17): ``update_weights(named_tensors, bucket_bytes=..., flush_cache=...)``
@@ -157,7 +157,8 @@ class SGLangEngine(EngineBase):
 
     name: ClassVar[str] = "sglang"
     Options: ClassVar[type] = SGLangOptions
-    process_wide: ClassVar[bool] = True  # one per process: drmas_bench.pool.hosting gives it a child
+    process_wide: ClassVar[bool] = True  # one per process: drmas_bench.engines.hosting gives it a child
+    gpu_memory_fraction: ClassVar[tuple[str, float] | None] = ("mem_fraction_static", DEFAULT_MEM_FRACTION)
 
     def __init__(self, model: str, **options: Any) -> None:
         from transformers import AutoTokenizer
@@ -234,7 +235,7 @@ class SGLangEngine(EngineBase):
     def estimated_footprint(self, gpu_total_bytes: int | None = None) -> int:
         """The footprint before start (module docstring); ``gpu_total_bytes`` per GPU defaults to
         device 0's memory (0 without CUDA: weights only)."""
-        from drmas_bench.pool.footprint import weight_bytes
+        from drmas_bench.engines.footprint import weight_bytes
 
         o = self.options
         weights = weight_bytes(self.path, o.dtype)

@@ -35,7 +35,7 @@ import threading
 import weakref
 from typing import Any, Mapping
 
-from drmas_bench.engines import engine_class, make_engine
+from drmas_bench.engines import engine_class, make_engine, traits
 from drmas_bench.engines.base import EngineError, one_line
 from drmas_bench.engines.weights import DEFAULT_BUCKET_BYTES, buckets, iterate
 from drmas_bench.types import Completion, Request, UserError
@@ -65,7 +65,7 @@ def fit_options(kind: str, generic: Mapping[str, Any], given: Mapping[str, Any] 
 
 def is_process_wide(kind: str) -> bool:
     """Whether engine ``kind`` keeps process-wide state (then it needs a process of its own)."""
-    return bool(getattr(engine_class(kind), "process_wide", False))
+    return traits(kind).process_wide
 
 
 def host_engine(kind: str, model: str, **options: Any) -> Any:
