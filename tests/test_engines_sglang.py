@@ -42,7 +42,7 @@ def test_generate_kwargs():
 
 
 def test_input_ids_are_the_templated_prompt_cut_on_its_side(tmp_path):
-    from drmas_bench.engines.base import truncate_ids
+    from drmas_bench.engines.prompt import truncate_ids
     from test_engines_fixtures import EMPTY_THINK, thinking_model_path
 
     path = thinking_model_path(tiny_model_path(tmp_path), tmp_path / "thinking")

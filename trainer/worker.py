@@ -722,7 +722,7 @@ class WorkerGroup:
 
         Returns ``sft_loss_first`` / ``sft_loss_last`` (mean over the first / last applied steps; None
         when none applied), ``sft_steps`` (applied), ``sft_skipped``, ``sft_s`` and maybe ``sft_aborted``."""
-        from drmas_bench.engines.base import default_template_kwargs, encode_chat
+        from drmas_bench.engines.prompt import default_template_kwargs, encode_chat
 
         if not examples or steps <= 0:
             return {}
