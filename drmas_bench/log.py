@@ -46,6 +46,12 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
+def squeeze(exc: BaseException | str) -> str:
+    """An exception's whole message (or a text) on one line, its whitespace runs squeezed: what an
+    ``EngineError`` quotes of a library's multi-line error."""
+    return " ".join(str(exc).split())
+
+
 def level_for(verbose: int = 0, quiet: int = 0) -> int:
     """The logging level of ``-v`` (count) and ``-q`` (count); ``-v`` wins over ``-q``."""
     return LEVELS[1 if verbose else -1 if quiet else 0]

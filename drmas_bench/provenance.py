@@ -13,10 +13,15 @@
 - ``hardware``: CPU model and count; GPUs (names, count) from torch when torch is already
   imported, else from ``nvidia-smi`` when it is on PATH, else an empty list;
 - ``argv``: the command line when given (an ``api_key=`` value in it redacted).
+
+The run's identity helpers live here too (what a resume compares and what provenance records):
+:func:`models_identity`, :func:`data_identity`, :func:`workflow_record`, :func:`grader_record`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 import platform
 import re
@@ -26,6 +31,8 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from drmas_bench.types import UserError
 
 # the libraries whose versions change results or speed; only those installed are recorded
 LIBRARIES = ("torch", "transformers", "tokenizers", "accelerate", "sglang", "vllm", "openai", "httpx",
@@ -134,3 +141,58 @@ def collect(argv: list[str] | None = None) -> dict[str, Any]:
         "hardware": hardware(),
         "argv": redact_argv(argv) if argv is not None else None,
     }
+
+
+# ------------------------------------------------------------------------------ run identity
+
+
+def models_identity(team, resolved: dict) -> dict[str, dict[str, str]]:
+    """What each local worker group's ``model`` resolves to (``resolved``: plan.resolve_local_models,
+    each model resolved once): real path + content hash (store.model_identity). Hub ids not
+    downloaded are identified by name, remote models not at all, and a model left to the Ray nodes
+    (``None``) by name with ``resolved_on``."""
+    from drmas_bench.store import model_identity
+
+    out = {}
+    for name, g in team.worker_groups.items():
+        if name not in resolved:  # a remote model: the server's business
+            continue
+        where = resolved[name]
+        if where is None:
+            out[name] = {"name": str(g.model), "resolved_on": "the Ray nodes"}
+        else:
+            out[name] = model_identity(where) if Path(where).is_dir() else {"name": str(where)}
+    return out
+
+
+def data_identity(benches, data_dir) -> dict[str, str]:
+    """sha256 of every benchmark file read (generated / hub benchmarks: where they come from)."""
+    from drmas_bench.store import file_sha256, load_hash_cache, save_hash_cache
+    from drmas_bench.tasks.registry import local_file, source_of
+
+    cache = load_hash_cache()
+    out = {}
+    for b in benches:
+        path = local_file(b, Path(data_dir)) if data_dir and b.generate is None else None
+        out[b.name] = f"sha256:{file_sha256(path, cache)}" if path else source_of(b, Path(data_dir) if data_dir else None)[0]
+    save_hash_cache(cache)
+    return out
+
+
+def workflow_record(wf) -> dict[str, str]:
+    """A workflow's name and version: the package version and a hash of the module defining it."""
+    src = inspect.getsourcefile(wf.fn)
+    code = hashlib.sha256(Path(src).read_bytes()).hexdigest()[:16] if src and Path(src).is_file() else None
+    return {"name": wf.name, "package_version": package_version(), "code_sha256": code}
+
+
+def grader_record(family: str, math_grader: str | None) -> dict:
+    """What grades this run: {"family": "math" | "qa" | "toy", and for math "name", "version"}.
+    `--grader` on benchmarks that are not graded as math is a UserError."""
+    from drmas_bench.grading.registry import DEFAULT_GRADER, get_grader
+
+    if family != "math":  # --grader picks among math graders only
+        if math_grader is not None:
+            raise UserError(f"--grader picks a math grader; this run's benchmarks are graded by {family!r}")
+        return {"family": family}
+    return {"family": family, **get_grader(math_grader or DEFAULT_GRADER).identity()}

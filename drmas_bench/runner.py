@@ -75,50 +75,38 @@ class RunStats:
 
 def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 5.0,
                        math_grader: str | None = None) -> None:
-    """Fill reward / correct / extra of finished trajectories (math in a process pool with timeouts).
+    """Fill reward / correct / extra of finished trajectories, each by its benchmark's grading family
+    (``Benchmark.grader``, grading.registry.FAMILIES; math in a process pool with timeouts).
 
-    grader: the workflow's grading family ("math" | "qa" | "toy"); math_grader: the math grader's
-    name in `grading.GRADERS` (default `grading.DEFAULT_GRADER`). Math also grades the first solver
-    answer of an episode with more than one solver turn (extra round1_correct, round1_grade): the
-    verifier's effect needs it, and only here is the run's grader at hand."""
-    from drmas_bench import grading
+    grader: the family of trajectories whose benchmark is not in the registry (a trainer's task file):
+    the workflow's; math_grader: the math grader's name in `grading.GRADERS` (default
+    `grading.DEFAULT_GRADER`). Math also grades the first solver answer of an episode with more than
+    one solver turn (extra round1_correct, round1_grade), in the same batch: the verifier's effect
+    (`metrics.math_effects`) needs it, and only here is the run's grader at hand."""
+    from drmas_bench.grading.families import grade_family
+    from drmas_bench.tasks.registry import BENCHMARKS, known_names
 
-    if grader == "math":
-        pairs = [(t.final_answer or "", t.task.answers[0]) for t in trajs]
-        # a round-1 answer that a later round replaced is graded too, in the same batch (the verifier's
-        # effect, `metrics.math_effects`); with one solver turn the final grade is round 1's
+    known_names()  # the suites are registered
+    by_family: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        b = BENCHMARKS.get(t.task.benchmark)
+        by_family.setdefault(b.grader if b is not None else grader, []).append(t)
+    for family, group in by_family.items():
+        pairs = [(t.final_answer, t.task.answers) for t in group]
+        # a round-1 answer that a later round replaced; with one solver turn the final grade is round 1's
         firsts: list[tuple[int, str]] = []
-        for i, t in enumerate(trajs):
+        for i, t in enumerate(group if family == "math" else []):
             solver = [tu.completion.text for tu in t.turns if tu.agent == "solver"]
             if len(solver) > 1:
                 firsts.append((i, solver[0]))
-        pairs += [(text, trajs[i].task.answers[0]) for i, text in firsts]
-        backend = math_grader or grading.DEFAULT_GRADER
-        results = grading.grade_math_many(pairs, timeout_s=timeout_s, backend=backend)
-        for t, r in zip(trajs, results):
-            t.correct = bool(r.correct)
-            t.extra["grade"] = r.status
-            t.extra["extracted"] = r.extracted
-        for (i, _), r in zip(firsts, results[len(trajs):]):
-            trajs[i].extra["round1_correct"] = bool(r.correct)
-            trajs[i].extra["round1_grade"] = r.status
-    elif grader == "qa":
-        for t in trajs:
-            if t.final_answer is None:  # no answer at all scores 0, as the reference's env does (an
-                # empty string would match a gold that normalises to "", e.g. "The")
-                t.correct = False
-                t.extra.update(em=0.0, f1=0.0, cover_em=0.0)
-                continue
-            s = grading.grade_qa(t.final_answer, t.task.answers)
-            t.correct = bool(s.em)
-            t.extra.update(em=float(s.em), f1=float(s.f1), cover_em=float(s.cover_em))
-    elif grader == "toy":
-        for t in trajs:
-            t.correct = bool(grading.grade_toy(t.final_answer or "", t.task.answers[0]))
-    else:
-        raise ValueError(f"unknown grader {grader!r}")
-    for t in trajs:
-        t.reward = 1.0 if t.correct else 0.0
+        graded = grade_family(family, pairs + [(text, group[i].task.answers) for i, text in firsts], timeout_s, math_grader)
+        for t, (correct, extra) in zip(group, graded):
+            t.correct = correct
+            t.extra.update(extra)
+            t.reward = 1.0 if correct else 0.0
+        for (i, _), (correct, extra) in zip(firsts, graded[len(group):]):
+            group[i].extra["round1_correct"] = correct
+            group[i].extra["round1_grade"] = extra.get("grade")
 
 
 async def run_episodes(

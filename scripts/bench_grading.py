@@ -29,7 +29,7 @@ from tabulate import tabulate
 
 from drmas_bench.grading import GradingPool, grade_math_many, grade_one, shutdown_shared_pools
 from drmas_bench.grading.latex import latex_to_sympy
-from drmas_bench.grading.math import to_sympy
+from drmas_bench.grading.latex import to_sympy
 from drmas_bench.grading.normalize import _normalize
 from drmas_bench.tasks import load_tasks
 

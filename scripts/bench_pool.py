@@ -113,7 +113,7 @@ def import_model_code(model: str) -> None:
 
 async def worker(args: argparse.Namespace) -> dict[str, Any]:
     from drmas_bench.pool import EngineSpec, LocalPool
-    from drmas_bench.pool.footprint import peak_rss_bytes
+    from drmas_bench.engines.footprint import peak_rss_bytes
 
     import_model_code(args.model)
     base = rss_now()

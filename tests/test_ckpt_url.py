@@ -1,4 +1,4 @@
-"""Checkpoints under an fsspec URL root (drmas_trainer.ckpt_store), with real fsspec backends:
+"""Checkpoints under an fsspec URL root (drmas_bench.checkpoints), with real fsspec backends:
 ``memory://`` (one process) for the layout rules, ``file://`` (LocalFileSystem, what several
 processes see) for a real training run, its resume and the eval of ``ROOT/latest``.
 
@@ -25,7 +25,7 @@ import pytest
 
 from drmas_bench.types import UserError
 from drmas_trainer import checkpoint as ck
-from drmas_trainer import ckpt_store as store
+from drmas_bench import checkpoints as store
 
 
 @pytest.fixture
@@ -275,7 +275,7 @@ def test_a_node_fetches_one_model_folder_by_url(mem_root, tmp_path, monkeypatch)
     step's marker holds; a step without its marker is refused; models.resolve_model takes that path."""
     from types import SimpleNamespace
 
-    from drmas_bench.api import models_on_nodes
+    from drmas_bench.plan import models_on_nodes
     from drmas_bench.models import resolve_model
 
     monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))

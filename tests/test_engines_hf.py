@@ -190,7 +190,7 @@ def test_zero_budget(engine):
 
 
 def test_prompt_limit_cuts_the_templated_prompt_on_its_side(engine):
-    from drmas_bench.engines.base import truncate_ids
+    from drmas_bench.engines.prompt import truncate_ids
 
     msgs = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "a long prompt " * 20}]
     full = engine.encode_prompt(msgs)
@@ -307,7 +307,7 @@ def test_sampler_top_k_and_top_p_keep_the_tokens_in_both_sets():
 def test_prompt_protocol_and_top_k_on_cuda(tiny, tmp_path):
     """The same prompt ids and sampling rules on CUDA: a cut prompt, top_k = 1 equal to greedy,
     several k in one batch, the thinking switch."""
-    from drmas_bench.engines.base import truncate_ids
+    from drmas_bench.engines.prompt import truncate_ids
     from test_engines_fixtures import EMPTY_THINK, thinking_model_path
 
     eng = make_engine("hf", str(thinking_model_path(tiny, tmp_path / "thinking")), device="cuda", dtype="float32")
@@ -333,7 +333,8 @@ def test_concurrent_loads_leave_the_default_dtype_alone():
 
     import torch
 
-    from drmas_bench.engines.base import load_causal_lm, resolve_model_path
+    from drmas_bench.engines.base import resolve_model_path
+    from drmas_bench.models.loading import load_causal_lm
 
     path = str(resolve_model_path("tiny-random"))
     with ThreadPoolExecutor(4) as ex:

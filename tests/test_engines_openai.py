@@ -304,7 +304,7 @@ def thinking_tok(tmp_path_factory):
 def test_token_mode_sends_the_cut_templated_prompt(server, thinking_tok):
     from transformers import AutoTokenizer
 
-    from drmas_bench.engines.base import truncate_ids
+    from drmas_bench.engines.prompt import truncate_ids
     from test_engines_fixtures import EMPTY_THINK
 
     tok = AutoTokenizer.from_pretrained(thinking_tok)

@@ -8,13 +8,13 @@ import random
 import pytest
 
 from drmas_bench.engines import EngineError
-from drmas_bench.engines.base import (
+from drmas_bench.engines.base import local_tokenizer_dir
+from drmas_bench.engines.prompt import (
     TRUNCATE_SIDES,
     check_request,
     default_template_kwargs,
     encode_request,
     extra_template_kwargs,
-    local_tokenizer_dir,
     template_kwargs_for,
     truncate_ids,
 )

@@ -42,7 +42,7 @@ def test_generate_kwargs():
 
 
 def test_input_ids_are_the_templated_prompt_cut_on_its_side(tmp_path):
-    from drmas_bench.engines.base import truncate_ids
+    from drmas_bench.engines.prompt import truncate_ids
     from test_engines_fixtures import EMPTY_THINK, thinking_model_path
 
     path = thinking_model_path(tiny_model_path(tmp_path), tmp_path / "thinking")
@@ -185,7 +185,7 @@ def _weights(path, zero=None):
 
 
 def test_footprint_is_known_before_start(tmp_path):
-    from drmas_bench.pool.footprint import config_param_count, param_count, read_config, safetensors_param_count
+    from drmas_bench.engines.footprint import config_param_count, param_count, read_config, safetensors_param_count
     from transformers import AutoModelForCausalLM
 
     path = tiny_model_path(tmp_path)
@@ -204,7 +204,7 @@ def test_footprint_is_known_before_start(tmp_path):
 
 
 def test_options_fit_each_engine_kind(tmp_path):
-    from drmas_bench.pool.hosting import fit_options
+    from drmas_bench.engines.hosting import fit_options
 
     generic = {"max_batch": 64, "device": "cpu", "dtype": "bfloat16"}
     assert fit_options("hf", generic) == generic
@@ -310,7 +310,7 @@ def test_two_sglang_groups_share_a_local_pool(fake_sglang, tmp_path):
     """Each sglang worker group in its own child process: both serve under budget 1 (sleeps and
     wakes happen), the footprint is known at load, and closing one engine leaves the other serving."""
     from drmas_bench.pool import EngineSpec, LocalPool
-    from drmas_bench.pool.hosting import ChildEngine
+    from drmas_bench.engines.hosting import ChildEngine
 
     path = str(tiny_model_path(tmp_path))
     specs = {wg: EngineSpec("sglang", path, {"dtype": "float32"}) for wg in ("a", "b")}
@@ -354,7 +354,7 @@ def test_two_sglang_groups_share_a_local_pool(fake_sglang, tmp_path):
 
 @pytest.mark.slow
 def test_child_start_failure_is_one_clear_error(fake_sglang, tmp_path):
-    from drmas_bench.pool.hosting import ChildEngine
+    from drmas_bench.engines.hosting import ChildEngine
 
     with pytest.raises(EngineError, match="unknown option 'max_batch' for engine 'sglang'"):
         ChildEngine("sglang", str(tiny_model_path(tmp_path)), {"max_batch": 4})
@@ -365,7 +365,7 @@ def test_trainer_worker_on_sglang(fake_sglang, tmp_path):
     """The trainer's start / generate / sleep / wake / update / sync path with engine sglang: the
     engine gets the compute dtype and no max_batch, runs in a child, and takes new weights (the
     fake refuses updates outside a begin/end session, so success means the session was used)."""
-    from drmas_bench.pool.hosting import ChildEngine
+    from drmas_bench.engines.hosting import ChildEngine
     from drmas_trainer.config import AgentConfig
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 

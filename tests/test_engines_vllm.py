@@ -83,7 +83,7 @@ def test_chat_requests_through_vllm(vllm_server):
     url, model = vllm_server
     from transformers import AutoTokenizer
 
-    from drmas_bench.engines.base import encode_chat
+    from drmas_bench.engines.prompt import encode_chat
 
     tok = AutoTokenizer.from_pretrained(model)
     rs = [
@@ -117,7 +117,7 @@ def test_chat_requests_through_vllm(vllm_server):
 def test_token_mode_through_vllm(vllm_server):
     """The prompt templated and cut here, sent as token ids to vLLM's /v1/completions."""
     url, model = vllm_server
-    from drmas_bench.engines.base import encode_request
+    from drmas_bench.engines.prompt import encode_request
 
     msgs = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "a long question " * 20}]
     rs = [Request("a", msgs, Sampling(temperature=0.6, top_p=0.95, max_new_tokens=16, seed=1), want_logprobs=True,

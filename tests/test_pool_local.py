@@ -134,7 +134,7 @@ def _rss_worker(model: str) -> dict:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     from drmas_bench.engines.base import resolve_model_path
-    from drmas_bench.pool.footprint import peak_rss_bytes  # not ru_maxrss: it holds the parent's peak
+    from drmas_bench.engines.footprint import peak_rss_bytes  # not ru_maxrss: it holds the parent's peak
 
     # the baseline holds the code loading imports (torch, transformers, the architecture's modeling
     # module, tokenizer classes), not the weights
@@ -191,7 +191,7 @@ def test_peak_rss_is_the_process_own_not_its_parents():
         "import subprocess, sys\n"
         "ballast = bytearray(800 * 2**20)\n"
         "for i in range(0, len(ballast), 4096): ballast[i] = 1\n"
-        "child = 'import resource; from drmas_bench.pool.footprint import peak_rss_bytes; "
+        "child = 'import resource; from drmas_bench.engines.footprint import peak_rss_bytes; "
         "print(peak_rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)'\n"
         "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True, check=True).stdout)\n"
     )

@@ -37,7 +37,7 @@ def test_every_shipped_recipe_is_covered():
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_one_step_then_eval_the_checkpoint(recipe, data_dir, tmp_path):
-    from drmas_bench.api import default_retriever_spec as _default_retriever_spec
+    from drmas_bench.retrievers import default_spec as _default_retriever_spec
 
     shipped = yaml.safe_load((RECIPES_DIR / f"{recipe}.yaml").read_text())
     assert shipped["data"]["source"].startswith("benchmark:"), "recipes train on registry entries"

@@ -133,7 +133,7 @@ def test_unknown_workflow_option_is_one_line_before_any_model_loads(tmp_path):
     from drmas_trainer.trainer import train
 
     cfg = load_config("tiny", {"workflow_options": {"rounds": 2, "no_such": 1}, "steps": 1})
-    with pytest.raises(UserError, match=r"^workflow_options: unknown option\(s\) no_such for workflow toy; known: rounds$"):
+    with pytest.raises(UserError, match=r"^workflow_options: unknown option\(s\) no_such for workflow 'toy'; its options: rounds$"):
         train(cfg, tmp_path / "run", use_ray=False, progress=False)
 
 

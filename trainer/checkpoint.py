@@ -15,7 +15,7 @@
 
 The checkpoint root is ``RUN/ckpt`` unless the config names another (``ckpt_root``: a folder the
 driver and every Ray node share, e.g. an NFS mount, or an fsspec URL such as ``s3://bucket/run1``,
-handled by :mod:`drmas_trainer.ckpt_store`: same layout, a ``latest`` text file instead of the
+handled by :mod:`drmas_bench.checkpoints`: same layout, a ``latest`` text file instead of the
 symlink, the marker written after a copy instead of a rename; docs/scaling.md). The functions below
 take a root or folder as a ``Path`` (local) or a URL ``str`` and dispatch on it. Worker groups write their
 ``models/<wg>`` and ``optim/<wg>.pt`` there from their own nodes; before the marker is written the
@@ -41,8 +41,8 @@ from typing import Any, Iterator
 
 import torch
 
-from drmas_trainer import ckpt_store as store
-from drmas_trainer.ckpt_store import _STEP, LATEST, MARKER, is_url  # one layout for local and URL roots
+from drmas_bench import checkpoints as store
+from drmas_bench.checkpoints import LATEST, MARKER, STEP_NAME, is_url  # one layout for local and URL roots (the harness's)
 
 Location = Path | str  # a local folder, or an fsspec URL (scheme://...)
 
@@ -73,7 +73,7 @@ def complete_checkpoints(ckpt_root: Location) -> list[tuple[int, Location]]:
         return []
     out = []
     for p in root.iterdir():
-        m = _STEP.match(p.name)
+        m = STEP_NAME.match(p.name)
         if m and p.is_dir() and not p.is_symlink() and is_complete(p):
             out.append((int(m.group(1)), p))
     return sorted(out)
@@ -95,7 +95,7 @@ def clean_partial(ckpt_root: Location) -> list[Location]:
     if not root.is_dir():
         return removed
     for p in root.iterdir():
-        if p.name.startswith(".tmp-") or (_STEP.match(p.name) and p.is_dir() and not is_complete(p)):
+        if p.name.startswith(".tmp-") or (STEP_NAME.match(p.name) and p.is_dir() and not is_complete(p)):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
@@ -123,7 +123,7 @@ def clear(ckpt_root: Location) -> None:
     if not root.is_dir():
         return
     for p in root.iterdir():
-        if p.name.startswith(".tmp-") or p.name == LATEST or _STEP.match(p.name):
+        if p.name.startswith(".tmp-") or p.name == LATEST or STEP_NAME.match(p.name):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:
@@ -206,7 +206,7 @@ def driver_files(tmp: Location) -> Iterator[Path]:
 
 def commit(tmp: Location, ckpt_root: Location, step: int) -> Location:
     """Mark ``tmp`` complete, rename it to ``step_K`` and point ``latest`` at it (in that order).
-    A URL root: ckpt_store.commit (move, then marker, then the ``latest`` file)."""
+    A URL root: checkpoints.commit (move, then marker, then the ``latest`` file)."""
     if is_url(ckpt_root):
         return store.commit(tmp, ckpt_root, step)
     root = Path(ckpt_root)

@@ -81,8 +81,10 @@ class AgentConfig(ModelOnEngine):
     @field_validator("engine")
     @classmethod
     def _trainable_engine(cls, v: str) -> str:
-        if v == "openai":
-            raise ValueError("openai serves remote models whose weights cannot be trained here; use hf or sglang")
+        from drmas_bench.engines import ENGINES, traits
+
+        if v in ENGINES and traits(v).remote:  # an unknown name is the registry check's to report
+            raise ValueError(f"{v} serves remote models whose weights cannot be trained here; use hf or sglang")
         return v
 
     @field_validator("optimizer", "optimizer_offload")

@@ -38,13 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.engines import traits
 from drmas_trainer.config import OPTIMIZERS, AgentConfig, TrainConfig, WorkerGroupPlan
 
 GIB = 2**30
 #: CUDA context, cuBLAS workspaces and caching-allocator slack per process (an estimate).
 PROCESS_OVERHEAD_GIB = 2.0
-#: sglang's own default when the recipe sets no mem_fraction_static (weights + KV cache share).
-SGLANG_DEFAULT_MEM_FRACTION = 0.9
 #: H200: 143,771 MiB reported by the driver, 140 GiB usable as a round figure.
 DEFAULT_GPU_GIB = 140.0
 
@@ -212,10 +211,12 @@ def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: in
         g.update[f"output layer (chunks of {s.logprob_chunk})"] = c * V * (4 + 4 + act_b) + V * h * (4 + act_b)
     else:  # the model's logits (compute dtype), their float32 copy, and two float32 buffers of backward
         g.update["output layer (full logits)"] = resp * V * (act_b + 4 + 4 + 4) + V * h * act_b
-    if s.engine == "sglang":
-        frac = float(s.engine_options.get("mem_fraction_static", SGLANG_DEFAULT_MEM_FRACTION))
+    reserved = traits(s.engine).gpu_memory_fraction  # an engine that reserves a static share of the GPU
+    if reserved:
+        option, default = reserved
+        frac = float(s.engine_options.get(option, default))
         g.engine = int(frac * gpu_bytes)
-        g.notes.append(f"sglang mem_fraction_static {frac}")
+        g.notes.append(f"{s.engine} {option} {frac}")
     else:
         kv = int(s.engine_options.get("max_batch", 32)) * seq * shape.layers * 2 * shape.kv_heads * shape.hd * 2
         g.engine = 2 * P + kv

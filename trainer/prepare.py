@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
+from drmas_bench.retrievers import open_retriever
 from drmas_bench.types import Sampling, Task, UserError
 from drmas_bench.workflows.base import WorkflowSpec, derive_seed
 from drmas_trainer.config import TrainConfig, WorkerGroupPlan
@@ -66,33 +67,13 @@ def _task_file(p: Path, source: str) -> list[Task]:
     return tasks
 
 
-def check_workflow_options(wf: WorkflowSpec, options: dict[str, Any]) -> None:
-    """``workflow_options`` must be keyword options of the workflow (one line naming the bad key),
-    checked before any model loads rather than as a traceback in the first episode."""
-    import inspect
-
-    known = [n for n in list(inspect.signature(wf.fn).parameters)[1:]]
-    bad = sorted(set(options) - set(known))
-    if bad:
-        raise UserError(f"workflow_options: unknown option(s) {', '.join(bad)} for workflow {wf.name}; "
-                        f"known: {', '.join(known) or '(none)'}")
-
-
 def rollout_retriever(cfg: TrainConfig, wf: WorkflowSpec) -> Any:
     if not wf.needs_retriever:
         return None
     if not cfg.retriever:
         raise UserError(f"workflow {wf.name} needs a retriever: set `retriever:` in the recipe (bm25:DIR | dense:DIR | URL)")
-    from drmas_retrieval import load_retriever
-
-    try:
-        retriever = load_retriever(cfg.retriever)
-        retriever.search(["probe"], 1)  # a server that is down, an index that is missing: fail here
-    except Exception as e:  # noqa: BLE001 - any failure means "this retriever cannot serve the run"
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise UserError(f"retriever {cfg.retriever}: {first} (the recipe's `retriever:`; set it with "
-                        f"--set retriever=bm25:DIR|dense:DIR|http://HOST:PORT)") from None
-    return retriever
+    return open_retriever(cfg.retriever, hint=" (the recipe's `retriever:`; set it with "
+                          "--set retriever=bm25:DIR|dense:DIR|http://HOST:PORT)")
 
 
 def rollout_sampling(cfg: TrainConfig) -> Sampling:

@@ -51,12 +51,12 @@ import torch
 
 from drmas_bench.runner import TeamRuntime, run_episodes
 from drmas_bench.types import Task, Trajectory, UserError
-from drmas_bench.workflows.base import WorkflowSpec, derive_seed, get_workflow
+from drmas_bench.workflows.base import WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer import metric_names as N
 from drmas_trainer.advantages import compute_advantages, row_scores
 from drmas_trainer.config import TrainConfig, plan_worker_groups
-from drmas_trainer.prepare import (check_workflow_options, load_train_tasks, rollout_retriever, rollout_sampling,
+from drmas_trainer.prepare import (load_train_tasks, rollout_retriever, rollout_sampling,
                                    rollout_team, start_workers, warm_start)
 from drmas_trainer.runlog import (CKPT_CACHE, METRICS, RUN_FILES, MetricsLog, check_run_config, clear_run, json_line,
                                   never_updated, read_metrics, step_metrics, summarize)

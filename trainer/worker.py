@@ -66,7 +66,7 @@ import torch
 from torch import Tensor
 
 from drmas_bench.types import Completion, Request, UserError
-from drmas_trainer.ckpt_store import is_url, node_copy, upload
+from drmas_bench.checkpoints import is_url, node_copy, upload
 from drmas_trainer.config import AgentConfig
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.losses import policy_loss
@@ -161,7 +161,7 @@ class WorkerGroup:
         settings: the group's settings (lr, weight decay, betas, grad clip, micro-batch size, engine,
             engine options, dtype, gradient checkpointing, sleep_engine).
         model_path: local folder (or hub id) to load the policy and tokenizer from; a checkpoint URL
-            (``ROOT/step_K/models/<wg>``, drmas_trainer.ckpt_store) is first downloaded on this node.
+            (``ROOT/step_K/models/<wg>``, drmas_bench.checkpoints) is first downloaded on this node.
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda[:N]"``.
         seed: seeds torch in this process (parameters are loaded, not drawn, so it matters little).
         torch_threads: torch intra-op threads for this process.
@@ -173,7 +173,7 @@ class WorkerGroup:
                  device: str = "auto", seed: int = 0, torch_threads: int | None = None, max_batch: int = 64) -> None:
         from transformers import AutoTokenizer
 
-        from drmas_bench.engines.base import load_causal_lm
+        from drmas_bench.models.loading import load_causal_lm
         from transformers.utils import logging as hf_logging
 
         from drmas_bench.engines.base import resolve_model_path
@@ -210,7 +210,7 @@ class WorkerGroup:
         self.engine: Any = None
         # generic options go only to engines that take them (max_batch: hf; dtype: hf and sglang, so the
         # rollout engine computes in the policy's dtype); the recipe's own engine_options win
-        from drmas_bench.pool.hosting import fit_options
+        from drmas_bench.engines.hosting import fit_options
 
         self.engine_options = fit_options(settings.engine, {"max_batch": max_batch, "device": str(self.device),
                                                             "dtype": settings.dtype}, settings.engine_options)
@@ -227,7 +227,7 @@ class WorkerGroup:
 
     async def start_engine(self) -> None:
         """Create the rollout engine from the group's model folder and push the current weights."""
-        from drmas_bench.pool.hosting import host_engine  # sglang: in a child process of its own
+        from drmas_bench.engines.hosting import host_engine  # sglang: in a child process of its own
 
         if self.engine is None:
             self.engine = await asyncio.to_thread(host_engine, self.settings.engine, self.model_path, **self.engine_options)
@@ -416,7 +416,7 @@ class WorkerGroup:
 
         Returns ``sft_loss_first`` / ``sft_loss_last`` (mean over the first / last applied steps; None
         when none applied), ``sft_steps`` (applied), ``sft_skipped``, ``sft_s`` and maybe ``sft_aborted``."""
-        from drmas_bench.engines.base import default_template_kwargs, encode_chat
+        from drmas_bench.engines.prompt import default_template_kwargs, encode_chat
 
         if not examples or steps <= 0:
             return {}

@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from drmas_bench.engines import ENGINES
+from drmas_bench.engines import ENGINES, traits
 from drmas_bench.schema import ModelOnEngine, SamplingSchema, Schema, parse, sampling_overrides
 from drmas_bench.store import safe_name
 from drmas_bench.types import Sampling, UserError
@@ -97,7 +97,7 @@ class WorkerGroupSchema(ModelOnEngine):
 
     @model_validator(mode="after")
     def _openai_only(self) -> "WorkerGroupSchema":
-        if (self.base_url or self.api_key_env) and self.engine != "openai":
+        if (self.base_url or self.api_key_env) and not traits(self.engine).remote:
             raise ValueError(f"base_url and api_key_env are for engine: openai, not {self.engine}")
         return self
 
@@ -333,7 +333,7 @@ def build_team(workflow: str, agents: tuple[str, ...], *, model: str | None = No
                        base_url=base_url, engine_options=engine_options or {}, trust_remote_code=trust_remote_code)
     if trust_remote_code:
         for g in team.worker_groups.values():
-            if g.engine in ("hf", "sglang"):
+            if not traits(g.engine).remote:  # a model loaded here: its folder's code may run
                 g.options["trust_remote_code"] = True
     check_engine_options(team)
     return team
@@ -349,7 +349,7 @@ def _build_team(workflow: str, agents: tuple[str, ...], *, model: str | None, te
         check_untrusted(team, str(p), trust_remote_code=trust_remote_code)
         if base_url:  # the user's own --base-url serves the checkpoint's openai groups
             for g in team.worker_groups.values():
-                if g.engine == "openai" and not g.base_url:
+                if traits(g.engine).remote and not g.base_url:
                     g.base_url = base_url
         return team
     if team_file:

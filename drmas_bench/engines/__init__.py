@@ -7,12 +7,15 @@
     completions = await engine.generate([request, ...])
 
 Adding a backend = one entry in ``ENGINES`` ("module:Class", imported only when asked for) and a
-class that implements ``base.Engine`` with an ``Options`` dataclass.
+class that implements ``base.Engine`` with an ``Options`` dataclass and declares its traits
+(``base.EngineBase``: ``remote``, ``process_wide``, ``gpu_memory_fraction``). Code outside this
+package asks :func:`traits` or the options (``hosting.option_names``), never an engine's name.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any
 
 from drmas_bench.engines.base import Engine, EngineError
@@ -32,6 +35,26 @@ def engine_class(kind: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
+DEFAULT_ENGINE = "hf"  # what a worker group runs on when nothing names an engine
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What the rest of the program may know about a backend (its class attributes; defaults for a
+    class that does not set them, see ``base.EngineBase``)."""
+
+    remote: bool
+    process_wide: bool
+    gpu_memory_fraction: tuple[str, float] | None
+
+
+def traits(kind: str) -> Traits:
+    """Backend ``kind``'s traits (imports its module); an unknown kind is an EngineError."""
+    cls = engine_class(kind)
+    return Traits(bool(getattr(cls, "remote", False)), bool(getattr(cls, "process_wide", False)),
+                  getattr(cls, "gpu_memory_fraction", None))
+
+
 def make_engine(kind: str, model: str, **options: Any) -> Engine:
     """Create an engine of backend ``kind`` serving ``model`` (alias, folder or hub id).
 
@@ -41,4 +64,4 @@ def make_engine(kind: str, model: str, **options: Any) -> Engine:
     return engine_class(kind)(model, **options)
 
 
-__all__ = ["ENGINES", "Engine", "EngineError", "engine_class", "make_engine"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "Engine", "EngineError", "Traits", "engine_class", "make_engine", "traits"]

@@ -12,7 +12,6 @@ arguments into it and rejects unknown keys with an error that names the key.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -63,6 +62,13 @@ class EngineBase:
 
     name: ClassVar[str] = "base"
     Options: ClassVar[type] = object
+    # Traits: what code outside engines/ asks of a backend instead of comparing its name (see
+    # engines.traits). A new backend sets the ones that differ from these defaults.
+    remote: ClassVar[bool] = False  # the model runs on a server elsewhere: no weights here, nothing to train,
+    # no local folder to resolve, check or hash; its worker groups may carry base_url / api_key_env
+    process_wide: ClassVar[bool] = False  # process-wide state: hosted in a child process (engines.hosting)
+    gpu_memory_fraction: ClassVar[tuple[str, float] | None] = None  # (option, default): a static share of
+    # GPU memory it reserves when it starts (the trainer's memory estimate reads it)
 
     model: str
 
@@ -74,11 +80,6 @@ class EngineBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"
-
-
-def one_line(exc: BaseException | str) -> str:
-    """An exception (or text) squeezed onto one line, for ``EngineError`` messages."""
-    return " ".join(str(exc).split())
 
 
 def parse_options(options_cls: type, given: dict[str, Any], *, kind: str) -> Any:
@@ -111,98 +112,6 @@ def resolve_model_path(model: str) -> str:
     return str(getattr(got, "path", got))
 
 
-def encode_chat(tokenizer: Any, messages: list[dict[str, str]], template_kwargs: dict[str, Any], *, model: str) -> list[int]:
-    """Chat messages -> prompt token ids: the tokenizer's chat template with the generation prompt
-    (``add_generation_prompt=True``) and ``template_kwargs`` (e.g. ``enable_thinking=False``), then
-    tokenized without adding special tokens again (the template already has them)."""
-    try:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **template_kwargs)
-    except Exception as exc:  # jinja errors: bad roles, missing content, ...
-        raise EngineError(f"chat template of {model!r} failed: {one_line(exc)}") from exc
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def default_template_kwargs(given: dict[str, Any] | None) -> dict[str, Any]:
-    """Chat-template variables outside a Request (the trainer's SFT warm start): ``given`` on top of
-    ``enable_thinking=False`` (Qwen3 without thinking, REFERENCE.md §3), so extra variables from an
-    engine's ``chat_template_kwargs`` option do not turn thinking back on. Requests go through
-    ``template_kwargs_for`` instead."""
-    return {"enable_thinking": False, **(given or {})}
-
-
-# ---------------------------------------------------------------------- the prompt protocol (§2b)
-
-TRUNCATE_SIDES = ("left", "middle", "right")
-
-
-def truncate_ids(ids: list[int], limit: int | None, side: str) -> list[int]:
-    """``ids`` cut to at most ``limit`` tokens (pure; a new list).
-
-    Sides (REFERENCE.md §2b; the reference's data loader, verl ``truncation=``):
-
-    - ``"left"``: drop the oldest tokens, keep the last ``limit`` (search: 4096).
-    - ``"right"``: keep the first ``limit``.
-    - ``"middle"``: keep the first ``limit // 2`` and the last ``limit - limit // 2`` tokens (an
-      odd limit gives the extra token to the end, as verl does) (math: 8192).
-
-    ``limit=None`` or a prompt that fits returns the ids unchanged. ``limit`` must be >= 1.
-    """
-    if side not in TRUNCATE_SIDES:
-        raise ValueError(f"truncate side must be one of {', '.join(TRUNCATE_SIDES)}, got {side!r}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"max_prompt_tokens must be a whole number >= 1 (or None for no limit), got {limit!r}")
-    n = len(ids)
-    if limit is None or n <= limit:
-        return list(ids)
-    if side == "left":
-        return list(ids[n - limit :])
-    if side == "right":
-        return list(ids[:limit])
-    head = limit // 2
-    return list(ids[:head]) + list(ids[n - (limit - head) :])
-
-
-def extra_template_kwargs(given: dict[str, Any] | None, *, kind: str) -> dict[str, Any]:
-    """An engine's ``chat_template_kwargs`` option: extra chat-template variables sent with every
-    prompt. ``enable_thinking`` is not one of them: it comes from each request's
-    ``Sampling.enable_thinking`` (one switch for every engine), so setting it here is an error."""
-    got = dict(given or {})
-    if "enable_thinking" in got:
-        raise EngineError(
-            f"{kind} engine: chat_template_kwargs may not set enable_thinking; it comes from the sampling "
-            "(eval --enable-thinking, or `enable_thinking: true` in a team file's sampling)"
-        )
-    return got
-
-
-def template_kwargs_for(request: Request, extra: dict[str, Any]) -> dict[str, Any]:
-    """The chat-template variables of one request: the engine's ``extra`` plus
-    ``enable_thinking=request.sampling.enable_thinking`` (off by default; REFERENCE.md §2b)."""
-    return {**extra, "enable_thinking": bool(request.sampling.enable_thinking)}
-
-
-def check_request(request: Request, *, kind: str) -> None:
-    """One-line ``EngineError`` for protocol fields no engine can honour: a bad prompt limit or
-    truncation side, a ``top_k`` other than -1 (none) or >= 1."""
-    try:
-        truncate_ids([], request.max_prompt_tokens, request.truncate)
-    except ValueError as exc:
-        raise EngineError(f"{kind} engine: {exc}") from None
-    k = request.sampling.top_k
-    if isinstance(k, bool) or not isinstance(k, int) or not (k == -1 or k >= 1):
-        raise EngineError(f"{kind} engine: top_k must be -1 (no top-k) or a whole number >= 1, got {k!r}")
-
-
-def encode_request(tokenizer: Any, request: Request, extra: dict[str, Any], *, model: str, kind: str) -> tuple[list[int], bool]:
-    """One request's prompt as the reference builds it: the chat template (with the generation
-    prompt and ``enable_thinking`` from the sampling) tokenized, then cut to
-    ``request.max_prompt_tokens`` on ``request.truncate``'s side. Returns ``(ids, truncated)``."""
-    check_request(request, kind=kind)
-    ids = encode_chat(tokenizer, request.messages, template_kwargs_for(request, extra), model=model)
-    cut = truncate_ids(ids, request.max_prompt_tokens, request.truncate)
-    return cut, len(cut) < len(ids)
-
-
 def local_tokenizer_dir(name: str) -> Path | None:
     """Where a tokenizer for ``name`` already lies on this machine; never downloads.
 
@@ -226,34 +135,3 @@ def local_tokenizer_dir(name: str) -> Path | None:
             return None
         return Path(hit).parent if isinstance(hit, str) else None
     return None
-
-
-# transformers' from_pretrained sets torch's process-wide default dtype to the load dtype and puts
-# the old one back afterwards. Two loads in two threads (the pool wakes worker groups concurrently;
-# the trainer loads policies beside engines) interleave those set/restore pairs, and the process
-# can be left with bfloat16 as its default dtype: every later `torch.tensor(...)` is then bf16 and
-# fp32 matmuls fail with "mat1 and mat2 must have the same dtype". Loads go through this lock.
-_LOAD_LOCK = threading.Lock()
-
-
-def load_causal_lm(path: str, **kwargs: Any) -> Any:
-    """``AutoModelForCausalLM.from_pretrained(path, **kwargs)``, one load at a time per process, with
-    torch's default dtype unchanged afterwards (``dtype=`` falls back to ``torch_dtype=`` on
-    transformers < 4.56)."""
-    import torch
-
-    with _LOAD_LOCK:  # the import too: transformers' lazy modules are not safe to first-import in threads
-        from transformers import AutoModelForCausalLM
-
-        default = torch.get_default_dtype()
-        try:
-            try:
-                return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-            except TypeError:
-                if "dtype" not in kwargs:
-                    raise
-                kwargs = dict(kwargs)
-                kwargs["torch_dtype"] = kwargs.pop("dtype")
-                return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        finally:
-            torch.set_default_dtype(default)

@@ -22,7 +22,7 @@ Options (``HFOptions``):
 - ``auto_wake``: ``generate`` on a sleeping engine wakes it first (True) or raises (False).
 - ``trust_remote_code``: passed to ``from_pretrained``.
 
-Prompts follow the reference's protocol (REFERENCE.md §2b, ``base.encode_request``): the chat
+Prompts follow the reference's protocol (REFERENCE.md §2b, ``prompt.encode_request``): the chat
 template with the generation prompt and ``enable_thinking=Sampling.enable_thinking`` (templates
 that do not use the variable ignore it), tokenized, then cut to ``Request.max_prompt_tokens`` on
 ``Request.truncate``'s side (``Completion.prompt_truncated`` says so). Sampling honours
@@ -59,17 +59,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from drmas_bench.engines.base import (
-    load_causal_lm,
     EngineBase,
     EngineError,
-    encode_chat,
-    encode_request,
-    extra_template_kwargs,
-    one_line,
     parse_options,
     resolve_model_path,
 )
+from drmas_bench.engines.prompt import encode_chat, encode_request, extra_template_kwargs
 from drmas_bench.engines.batcher import MicroBatcher
+from drmas_bench.log import squeeze
+from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import Completion, Request
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -134,7 +132,7 @@ class HFEngine(EngineBase):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=o.trust_remote_code)
         except (OSError, ValueError) as exc:
-            raise EngineError(f"hf engine: cannot load the tokenizer of {model!r} ({self.path}): {one_line(exc)}") from exc
+            raise EngineError(f"hf engine: cannot load the tokenizer of {model!r} ({self.path}): {squeeze(exc)}") from exc
         if not getattr(self.tokenizer, "chat_template", None):
             raise EngineError(f"hf engine: the tokenizer of {model!r} has no chat template")
         self.chat_template_kwargs = extra_template_kwargs(o.chat_template_kwargs, kind=self.name)
@@ -163,7 +161,7 @@ class HFEngine(EngineBase):
         try:
             m = load_causal_lm(self._load_path, **kwargs)
         except (OSError, ValueError) as exc:
-            raise EngineError(f"hf engine: cannot load model {self.model!r} ({self._load_path}): {one_line(exc)}") from exc
+            raise EngineError(f"hf engine: cannot load model {self.model!r} ({self._load_path}): {squeeze(exc)}") from exc
         m.to(self.device)
         m.eval()
         m.requires_grad_(False)
@@ -211,7 +209,7 @@ class HFEngine(EngineBase):
 
     def encode_request(self, request: Request) -> tuple[list[int], bool]:
         """The prompt ids this engine runs for ``request`` and whether they were cut
-        (``base.encode_request``: template, enable_thinking, prompt limit)."""
+        (``prompt.encode_request``: template, enable_thinking, prompt limit)."""
         return encode_request(self.tokenizer, request, self.chat_template_kwargs, model=self.model, kind=self.name)
 
     async def generate(self, requests: list[Request]) -> list[Completion]:

@@ -7,7 +7,7 @@ Two ways to send a prompt, chosen once at engine start:
 - **token ids** (when a tokenizer for the model is on this machine, see ``tokenizer``): the
   prompt is built here exactly as the ``hf`` and ``sglang`` engines build it (chat template with
   the generation prompt and ``enable_thinking`` from the sampling, tokenized, cut to
-  ``Request.max_prompt_tokens`` on ``Request.truncate``'s side; ``base.encode_request``) and sent
+  ``Request.max_prompt_tokens`` on ``Request.truncate``'s side; ``prompt.encode_request``) and sent
   as ``POST {base_url}/completions`` with ``prompt: [ids]`` (vLLM and SGLang accept token ids).
   This keeps the reference's semantics: the limit applies to the *templated* prompt tokens, so a
   left cut may drop the system message, as it does in the reference. ``Completion.prompt_ids``
@@ -96,15 +96,13 @@ from typing import Any, ClassVar
 from drmas_bench.engines.base import (
     EngineBase,
     EngineError,
-    check_request,
-    encode_request,
-    extra_template_kwargs,
     local_tokenizer_dir,
-    one_line,
     parse_options,
-    template_kwargs_for,
-    truncate_ids,
 )
+from drmas_bench.engines.prompt import (
+    check_request, encode_request, extra_template_kwargs, template_kwargs_for, truncate_ids,
+)
+from drmas_bench.log import squeeze
 from drmas_bench.types import Completion, Request
 from drmas_retrieval.retry import RetriesExhausted, RetryPolicy, asend_with_retries
 
@@ -339,8 +337,8 @@ def _load_tokenizer(model: str, o: OpenAIOptions) -> tuple[Any, str]:
         tok = AutoTokenizer.from_pretrained(str(where), local_files_only=True)
     except (OSError, ValueError) as exc:
         if o.tokenizer:
-            raise EngineError(f"openai engine: cannot load the tokenizer {o.tokenizer!r} ({where}): {one_line(exc)}") from exc
-        return None, f"the tokenizer at {where} did not load: {one_line(exc)}"
+            raise EngineError(f"openai engine: cannot load the tokenizer {o.tokenizer!r} ({where}): {squeeze(exc)}") from exc
+        return None, f"the tokenizer at {where} did not load: {squeeze(exc)}"
     if not getattr(tok, "chat_template", None):
         if o.tokenizer:
             raise EngineError(f"openai engine: the tokenizer {o.tokenizer!r} ({where}) has no chat template")
@@ -353,6 +351,7 @@ class OpenAIEngine(EngineBase):
 
     name: ClassVar[str] = "openai"
     Options: ClassVar[type] = OpenAIOptions
+    remote: ClassVar[bool] = True  # a server elsewhere serves the model
 
     def __init__(self, model: str, **options: Any) -> None:
         self.model = model
@@ -412,7 +411,7 @@ class OpenAIEngine(EngineBase):
 
     def encode_request(self, request: Request) -> tuple[list[int] | None, bool]:
         """What is sent as the prompt of ``request``: ``(ids, truncated)`` in token mode
-        (``base.encode_request``), ``(None, False)`` in chat mode (a limit is applied in ``_one``,
+        (``prompt.encode_request``), ``(None, False)`` in chat mode (a limit is applied in ``_one``,
         through the server's ``/tokenize``). Bad requests (a bad limit or side, fields the server
         cannot take) are one-line ``EngineError``s."""
         check_request(request, kind=self.name)

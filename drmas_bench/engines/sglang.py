@@ -8,7 +8,7 @@
 Needs ``pip install drmas-bench[sglang]`` (imported only when an engine is started). Prompts are
 rendered with the model's chat template here (``enable_thinking`` from the sampling), cut to
 ``Request.max_prompt_tokens`` on ``Request.truncate``'s side (same ids as the ``hf`` engine,
-``base.encode_request``) and sent as ``input_ids``; the sampling params carry ``top_k`` explicitly
+``prompt.encode_request``) and sent as ``input_ids``; the sampling params carry ``top_k`` explicitly
 (-1 = whole vocabulary), so no server-side default (``preferred_sampling_params``) applies.
 SGLang's scheduler batches concurrent calls itself (continuous batching), so no micro-batcher
 sits in front of it. The SGLang engine is started lazily, inside the event loop of
@@ -37,7 +37,7 @@ Options (``SGLangOptions``):
 
 **One engine per process.** SGLang 0.5.x keeps its configuration in process-wide state (the last
 ``sglang.Engine`` created wins) and ``Engine.shutdown()`` kills every child process of the
-process. The class therefore declares ``process_wide = True``, and ``drmas_bench.pool.hosting``
+process. The class therefore declares ``process_wide = True``, and ``drmas_bench.engines.hosting``
 runs each one in its own child process (the pool and the trainer create engines through it).
 
 **Weight updates** (SGLang >= 0.5.17): ``update_weights(named_tensors, bucket_bytes=..., flush_cache=...)``
@@ -65,13 +65,12 @@ from typing import Any, ClassVar
 from drmas_bench.engines.base import (
     EngineBase,
     EngineError,
-    encode_request,
-    extra_template_kwargs,
-    one_line,
     parse_options,
     resolve_model_path,
 )
+from drmas_bench.engines.prompt import encode_request, extra_template_kwargs
 from drmas_bench.engines.weights import DEFAULT_BUCKET_BYTES, buckets
+from drmas_bench.log import squeeze
 from drmas_bench.types import Completion, Request, Sampling
 
 INSTALL_HINT = "the sglang engine needs SGLang: pip install 'drmas-bench[sglang]'"
@@ -133,7 +132,7 @@ def completion_from_output(out: dict[str, Any], prompt_ids: list[int], want_logp
     kind = reason.get("type") if isinstance(reason, dict) else reason
     if kind == "abort":
         msg = reason.get("message", "") if isinstance(reason, dict) else ""
-        raise EngineError(f"sglang engine aborted a request: {one_line(msg)}")
+        raise EngineError(f"sglang engine aborted a request: {squeeze(msg)}")
     token_ids = [int(t) for t in (out.get("output_ids") or [])]
     logprobs = None
     if want_logprobs:
@@ -157,7 +156,8 @@ class SGLangEngine(EngineBase):
 
     name: ClassVar[str] = "sglang"
     Options: ClassVar[type] = SGLangOptions
-    process_wide: ClassVar[bool] = True  # one per process: drmas_bench.pool.hosting gives it a child
+    process_wide: ClassVar[bool] = True  # one per process: drmas_bench.engines.hosting gives it a child
+    gpu_memory_fraction: ClassVar[tuple[str, float] | None] = ("mem_fraction_static", DEFAULT_MEM_FRACTION)
 
     def __init__(self, model: str, **options: Any) -> None:
         from transformers import AutoTokenizer
@@ -170,7 +170,7 @@ class SGLangEngine(EngineBase):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=self.options.trust_remote_code)
         except (OSError, ValueError) as exc:
-            raise EngineError(f"sglang engine: cannot load the tokenizer of {model!r} ({self.path}): {one_line(exc)}") from exc
+            raise EngineError(f"sglang engine: cannot load the tokenizer of {model!r} ({self.path}): {squeeze(exc)}") from exc
         self.chat_template_kwargs = extra_template_kwargs(self.options.chat_template_kwargs, kind=self.name)
         self._engine: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -234,7 +234,7 @@ class SGLangEngine(EngineBase):
     def estimated_footprint(self, gpu_total_bytes: int | None = None) -> int:
         """The footprint before start (module docstring); ``gpu_total_bytes`` per GPU defaults to
         device 0's memory (0 without CUDA: weights only)."""
-        from drmas_bench.pool.footprint import weight_bytes
+        from drmas_bench.engines.footprint import weight_bytes
 
         o = self.options
         weights = weight_bytes(self.path, o.dtype)
@@ -338,7 +338,7 @@ class SGLangEngine(EngineBase):
     # ------------------------------------------------------------------ generate
 
     def encode_request(self, request: Request) -> tuple[list[int], bool]:
-        """The ``input_ids`` sent for ``request`` and whether they were cut (``base.encode_request``)."""
+        """The ``input_ids`` sent for ``request`` and whether they were cut (``prompt.encode_request``)."""
         return encode_request(self.tokenizer, request, self.chat_template_kwargs, model=self.model, kind=self.name)
 
     async def generate(self, requests: list[Request]) -> list[Completion]:
@@ -383,7 +383,7 @@ def _check(result: Any, what: str) -> None:
     else:
         ok, msg = bool(getattr(result, "success", True)), getattr(result, "message", "")
     if not ok:
-        raise EngineError(f"sglang engine: {what} failed: {one_line(str(msg))}")
+        raise EngineError(f"sglang engine: {what} failed: {squeeze(str(msg))}")
 
 
 def _cuda_free_bytes() -> int:

@@ -19,11 +19,12 @@ from typing import Any
 _EXPORTS = {
     "extract": ("extract_answer_tag", "extract_boxed", "extract_boxed_strict", "has_boxed_answer",
                 "reference_boxed", "reference_graded_text"),
-    "math": ("answers_equal", "grade_math"),
+    "math": ("answers_equal",),
     "normalize": ("normalize_answer",),
     "pool": ("GradeResult", "GradingPool", "grade_math_many", "grade_one", "shutdown_shared_pools"),
     "qa": ("QAScore", "grade_qa", "normalize_qa"),
-    "registry": ("DEFAULT_GRADER", "GRADERS", "MathGrader", "get_grader"),
+    "families": ("FAMILIES", "grade_family"),
+    "registry": ("DEFAULT_GRADER", "GRADERS", "MathGrader", "get_grader", "grade_math"),
     "toy": ("grade_toy",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

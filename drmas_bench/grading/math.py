@@ -40,15 +40,11 @@ import logging
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
-from typing import Callable
 
-from drmas_bench.grading.extract import extract_boxed
-from drmas_bench.grading.latex import LatexParseError, LatexRefused, latex_to_sympy
+from drmas_bench.grading.latex import MAX_ANSWER_CHARS, to_sympy
 from drmas_bench.grading.normalize import normalize_answer, split_top_level
 
 REL_TOL = 1e-9
-MAX_ANSWER_CHARS = 2_000
 # sample points for identity testing of expressions with symbols: positive, irrational-looking,
 # distinct per symbol, away from common poles (0, 1, pi/2)
 _SAMPLE_POINTS = ((0.6180339, 1.3247179, 2.2360679, 0.8414709, 1.7320508, 0.3819660),
@@ -155,37 +151,6 @@ def plain_fraction(s: str) -> tuple[int, int] | None:
 
 
 # ------------------------------------------------------------------------------------- sympy
-
-
-@lru_cache(maxsize=8192)
-def to_sympy(s: str):
-    """A normalised leaf -> sympy expression, or None when it cannot (or must not) be parsed."""
-    if len(s) > MAX_ANSWER_CHARS:
-        return None
-    try:
-        return latex_to_sympy(s)
-    except LatexRefused:  # too large to evaluate, or text on purpose: no second opinion
-        return None
-    except (LatexParseError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError):
-        pass
-    return _fallback_parse(s)
-
-
-def _fallback_parse(s: str):
-    """latex2sympy2_extended (a math-verify dependency) for syntax our converter lacks."""
-    if re.search(r"\^\s*\{?[^{}]*\^", s) or "=" in s:  # nested powers never go to an unguarded parser
-        return None
-    try:
-        from latex2sympy2_extended import latex2sympy
-    except ImportError:
-        return None
-    try:
-        expr = latex2sympy(s)
-    except Exception:  # a foreign parser: any failure means "cannot parse"
-        return None
-    import sympy
-
-    return expr if isinstance(expr, sympy.Expr) else None
 
 
 def _close(a: complex, b: complex) -> bool:
@@ -387,48 +352,3 @@ def math_verify_equal(extracted: str, gold: str) -> bool:
     g = parse(wrap(gold), parsing_timeout=None)
     p = parse(wrap(extracted), parsing_timeout=None)
     return bool(g) and bool(p) and verify(g, p, timeout_seconds=None)
-
-
-def resolve_backend(backend: str | Callable[[str, str], bool]):
-    """A grader name -> (extract, equal) of the registered grader; a callable (extracted, gold) ->
-    bool -> (the careful extraction, that callable). Unknown names are UserErrors."""
-    if callable(backend):
-        return extract_boxed, backend
-    from drmas_bench.grading.registry import get_grader
-
-    g = get_grader(backend)
-    return g.extract, g.equal
-
-
-def no_answer(extracted: str | None, backend: str | Callable[[str, str], bool]) -> bool:
-    """Nothing to grade: no answer, or a blank one (`\\boxed{ }`). A grader whose `grades_blank` is
-    set (reference_compat: the reference grades a blank box too) is given the blank answer."""
-    if extracted is None:
-        return True
-    if extracted.strip():
-        return False
-    if callable(backend):
-        return True
-    from drmas_bench.grading.registry import get_grader
-
-    return not get_grader(backend).grades_blank
-
-
-def get_backend(backend: str | Callable[[str, str], bool]) -> Callable[[str, str], bool]:
-    """A grader name (see `registry.GRADERS`) -> its comparison `(extracted answer, gold) -> bool`.
-
-    A callable is returned as is: it is given the extracted answer and the gold answer."""
-    return resolve_backend(backend)[1]
-
-
-def grade_math(response: str, gold: str, backend: str | Callable[[str, str], bool] = "careful") -> bool:
-    """True when the answer extracted from `response` equals `gold` (see the module docstring).
-
-    `backend`: "careful" (default) | "reference_compat" | "math_verify" | a function
-    (extracted answer, gold) -> bool (given the careful extraction). No answer means False. Runs in
-    this process with no timeout: batch grading of untrusted output belongs in `grade_math_many`."""
-    extract, equal = resolve_backend(backend)
-    extracted = extract(response)
-    if no_answer(extracted, backend):
-        return False
-    return bool(equal(extracted, gold))

@@ -79,12 +79,11 @@ class GradeResult:
 
 def grade_one(response: str, gold: str, backend: str | Callable[[str, str], bool] = "careful") -> GradeResult:
     """Grade one pair in this process (no timeout), catching grader errors as status "error"."""
-    from drmas_bench.grading.math import no_answer, resolve_backend
+    from drmas_bench.grading.registry import extract_for
 
     t0 = time.perf_counter()
-    extract, equal = resolve_backend(backend)
-    extracted = extract(response)
-    if no_answer(extracted, backend):
+    extracted, equal = extract_for(response, backend)
+    if equal is None:  # nothing to grade: wrong without asking
         return GradeResult(False, "ok", extracted, time.perf_counter() - t0)
     try:
         correct = bool(equal(extracted, gold))
@@ -238,7 +237,7 @@ class GradingPool:
             raise RuntimeError("this GradingPool is closed")
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
-        from drmas_bench.grading.math import get_backend
+        from drmas_bench.grading.registry import get_backend
 
         get_backend(backend)  # an unknown name fails here, once, not in every worker
         check_backend_importable(backend)
@@ -357,7 +356,7 @@ class GradingPool:
         pos, t0 = item
         idx = chunk[pos]
         response, _ = batch.pairs[idx]
-        from drmas_bench.grading.math import resolve_backend
+        from drmas_bench.grading.registry import resolve_backend
 
         batch.results[idx] = GradeResult(False, status, resolve_backend(batch.backend)[0](response), time.monotonic() - t0, detail)
         batch.left -= 1

@@ -104,3 +104,53 @@ register(MathGrader("reference_compat", "2", _compat, extract_boxed_strict,
                     grades_blank=True))
 register(MathGrader("math_verify", f"1+math-verify-{_dist_version('math-verify')}", _math_verify, extract_boxed,
                     "the math-verify package on the careful extraction (extra: mathverify)"))
+
+
+# ---------------------------------------------------------------- the front door: grade one response
+
+
+def resolve_backend(backend: str | Callable[[str, str], bool]):
+    """A grader name -> (extract, equal) of the registered grader; a callable (extracted, gold) ->
+    bool -> (the careful extraction, that callable). Unknown names are UserErrors."""
+    if callable(backend):
+        return extract_boxed, backend
+    g = get_grader(backend)
+    return g.extract, g.equal
+
+
+def no_answer(extracted: str | None, backend: str | Callable[[str, str], bool]) -> bool:
+    """Nothing to grade: no answer, or a blank one (`\\boxed{ }`). A grader whose `grades_blank` is
+    set (reference_compat: the reference grades a blank box too) is given the blank answer."""
+    if extracted is None:
+        return True
+    if extracted.strip():
+        return False
+    if callable(backend):
+        return True
+    return not get_grader(backend).grades_blank
+
+
+def get_backend(backend: str | Callable[[str, str], bool]) -> Callable[[str, str], bool]:
+    """A grader name (see `registry.GRADERS`) -> its comparison `(extracted answer, gold) -> bool`.
+
+    A callable is returned as is: it is given the extracted answer and the gold answer."""
+    return resolve_backend(backend)[1]
+
+
+def extract_for(response: str | None, backend: str | Callable[[str, str], bool]):
+    """The one extract-then-compare rule, first half: ``(extracted answer, comparison)``, the
+    comparison ``None`` when there is nothing to grade (:func:`no_answer`: wrong without asking).
+    :func:`grade_math` and ``grading.pool.grade_one`` both start here."""
+    extract, equal = resolve_backend(backend)
+    extracted = extract(response)
+    return extracted, (None if no_answer(extracted, backend) else equal)
+
+
+def grade_math(response: str, gold: str, backend: str | Callable[[str, str], bool] = "careful") -> bool:
+    """True when the answer extracted from `response` equals `gold` (see the module docstring).
+
+    `backend`: "careful" (default) | "reference_compat" | "math_verify" | a function
+    (extracted answer, gold) -> bool (given the careful extraction). No answer means False. Runs in
+    this process with no timeout: batch grading of untrusted output belongs in `grade_math_many`."""
+    extracted, equal = extract_for(response, backend)
+    return equal is not None and bool(equal(extracted, gold))

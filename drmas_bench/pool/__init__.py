@@ -9,10 +9,8 @@
 
 - ``policy.py``: the pure dispatch rules (most pending first, LRU sleeping, never a busy engine).
 - ``local.py``: ``LocalPool``, engines in this process (default).
-- ``hosting.py``: where an engine runs and which options it gets: ``host_engine`` (a ``ChildEngine``
-  process for engines with process-wide state, such as ``sglang``), ``fit_options`` (generic options
-  only to the engine kinds that take them).
-- ``footprint.py``: a model's bytes before it is loaded (parameter count x dtype bytes).
+- where an engine runs and which options it gets (``host_engine``, ``fit_options``, ``ChildEngine``)
+  is engine knowledge: ``drmas_bench.engines.hosting``.
 - ``ray_pool.py``: ``RayPool``, one Ray actor per worker group in a placement group over GPUs
   (needs ``pip install drmas-bench[ray]``; imported only when asked for).
 

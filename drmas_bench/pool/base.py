@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from drmas_bench.pool import policy
+import drmas_bench.pool.policy as policy
 from drmas_bench.pool.policy import ASLEEP, AWAKE, SLEEPING, WAKING, BudgetError, GroupState, Serve
 from drmas_bench.types import Completion, Request, UserError
 

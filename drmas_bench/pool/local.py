@@ -61,7 +61,7 @@ class LocalPool(PoolBase):
         spec = g.spec
         try:
             if isinstance(spec, EngineSpec):
-                from drmas_bench.pool.hosting import host_engine  # a child process for process-wide engines
+                from drmas_bench.engines.hosting import host_engine  # a child process for process-wide engines
 
                 engine = await asyncio.to_thread(host_engine, spec.kind, spec.model, **spec.options)
             elif hasattr(spec, "generate"):

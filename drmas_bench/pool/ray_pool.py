@@ -56,6 +56,7 @@ import re
 import traceback
 from typing import Any, Mapping
 
+from drmas_bench.engines import traits
 from drmas_bench.pool.base import EngineSpec, MemoryMeter, PoolBase, _Group, cuda_peak_bytes
 from drmas_bench.types import Completion, Request, UserError
 
@@ -325,7 +326,7 @@ class RayPool(PoolBase):
             self.ray.kill(actor)
             raise
         try:
-            model = spec.model if spec.kind == "openai" else driver_model_name(spec.model)
+            model = spec.model if traits(spec.kind).remote else driver_model_name(spec.model)
             info = await actor.start.remote(spec.kind, model, dict(spec.options))
         except Exception as exc:  # a RayTaskError (also when it wraps a UserError: its text is the traceback)
             self.ray.kill(actor)

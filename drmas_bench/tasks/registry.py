@@ -10,81 +10,22 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from drmas_bench.tasks.base import (  # noqa: F401  (the definitions; importable from here as before)
+    BENCHMARKS, SPLITS, SUITES, Benchmark, HubSource, answer_text, first_field, record_id, register,
+)
 from drmas_bench.types import Task, UserError
 
 ENV_DATA_DIR = "DRMAS_DATA_DIR"
 
 
-@dataclass(frozen=True)
-class HubSource:
-    """Where the reference loads a benchmark from on the Hugging Face hub."""
-
-    path: str  # e.g. "HuggingFaceH4/MATH-500"
-    split: str = "test"
-    config: str | None = None
-    # rows of a mixed dataset that belong to this benchmark (e.g. Search-R1's `data_source`)
-    filter_field: str | None = None
-    filter_value: str | None = None
-    # drop rows whose (question, answers) repeat an earlier row (BytedTsinghua-SIA/DAPO-Math-17k
-    # stores each of its prompts about 100 times)
-    dedupe: bool = False
-
-    def describe(self) -> str:
-        s = self.path + (f" [{self.config}]" if self.config else "") + f" split={self.split}"
-        if self.filter_field:
-            s += f" where {self.filter_field}=={self.filter_value!r}"
-        return s
-
-
-@dataclass(frozen=True)
-class Benchmark:
-    name: str  # registry key, used on the command line
-    suite: str  # "math" | "search" | "toy": the workflow family whose prompts it feeds
-    title: str
-    expected_rows: int  # the full benchmark's size (REFERENCE.md §3)
-    to_task: Callable[[dict[str, Any], int, str], Task]  # (record, row index, benchmark name)
-    files: tuple[str, ...] = ()  # candidate paths under the data dir; the first that exists wins
-    hub: HubSource | None = None
-    grader: str = "math"  # "math" | "qa" | "toy": which grading family scores it
-    # files known to hold only part of the benchmark: path -> human note (shown wherever counts are)
-    partial_files: dict[str, str] = field(default_factory=dict)
-    generate: Callable[[], list[Task]] | None = None  # for built-in suites that need no files
-    note: str = ""
-    # "test": an evaluation benchmark (its test or dev split), part of its suite's default selection;
-    # "train": a training set (a recipe's `data.source: benchmark:NAME`), only ever chosen by name
-    split: str = "test"
-
-    @property
-    def kind(self) -> str:
-        """How messages name it: "benchmark" or "training set"."""
-        return "training set" if self.split == "train" else "benchmark"
-
-
-BENCHMARKS: dict[str, Benchmark] = {}
-SUITES = ("math", "search", "toy")
-SPLITS = ("test", "train")
-
-
-def register(b: Benchmark) -> Benchmark:
-    if b.name in BENCHMARKS:
-        raise ValueError(f"benchmark {b.name!r} registered twice")
-    if b.suite not in SUITES:
-        raise ValueError(f"benchmark {b.name!r}: unknown suite {b.suite!r}")
-    if b.split not in SPLITS:
-        raise ValueError(f"benchmark {b.name!r}: unknown split {b.split!r}")
-    BENCHMARKS[b.name] = b
-    return b
-
-
 def _ensure_loaded() -> None:
-    # importing the suite modules registers their benchmarks; keep the order suite by suite
-    # whichever module was imported first
-    from drmas_bench.tasks import math as _m, search as _s, toy as _t  # noqa: F401
+    # importing the suite modules registers their benchmarks (they import only tasks.base); keep the
+    # order suite by suite whichever module was imported first
+    import drmas_bench.tasks.math, drmas_bench.tasks.search, drmas_bench.tasks.toy  # noqa: F401, E401
 
     order = sorted(BENCHMARKS.values(), key=lambda b: SUITES.index(b.suite))
     if list(BENCHMARKS) != [b.name for b in order]:
@@ -317,30 +258,3 @@ def source_of(b: Benchmark, data_dir: Path | None) -> tuple[str, str]:
 
 
 # ------------------------------------------------------------------------------- record helpers
-
-
-def first_field(rec: dict[str, Any], *names: str) -> Any:
-    for n in names:
-        if n in rec and rec[n] is not None:
-            return rec[n]
-    raise KeyError(f"none of the fields {', '.join(names)}")
-
-
-def record_id(rec: dict[str, Any], index: int, *names: str) -> str:
-    for n in names or ("id", "unique_id", "idx", "_id"):
-        if rec.get(n) is not None:
-            return str(rec[n])
-    return str(index)
-
-
-def answer_text(value: Any) -> str:
-    """A gold answer as text: integral floats (AMC23 stores 27.0) print as integers."""
-    if isinstance(value, bool):
-        raise ValueError(f"boolean answer {value!r}")
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, str):
-        return value.strip()
-    raise ValueError(f"answer of type {type(value).__name__}")

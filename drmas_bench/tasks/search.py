@@ -14,7 +14,7 @@ import ast
 import json
 from typing import Any
 
-from drmas_bench.tasks.registry import Benchmark, HubSource, answer_text, first_field, record_id, register
+from drmas_bench.tasks.base import Benchmark, HubSource, answer_text, first_field, record_id, register
 from drmas_bench.types import Task
 
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from drmas_bench.tasks.registry import Benchmark, register
+from drmas_bench.tasks.base import Benchmark, register
 from drmas_bench.types import Task
 
 TOY_EVAL_SEED = 1234

@@ -79,11 +79,30 @@ def signature_defaults(fn: Callable[..., Any]) -> dict[str, Any]:
 
 
 def get_workflow(name: str) -> WorkflowSpec:
-    import drmas_bench.workflows  # noqa: F401  (registers the built-in workflows)
-
+    """The registered workflow ``name``. The built-ins are registered by the package's ``__init__``,
+    which Python runs before this module, so importing from here never needs an import back."""
     if name not in WORKFLOWS:
         raise UserError(f"unknown workflow {name!r}; known: {', '.join(WORKFLOWS)}")
     return WORKFLOWS[name]
+
+
+def check_workflow_options(wf: WorkflowSpec, options: dict) -> None:
+    """``workflow_options`` (a team file's, a recipe's) must be keyword parameters of the workflow
+    function, of the type of their defaults: one UserError naming the key, before any model loads
+    rather than a traceback in the first episode. Eval and the trainer both call this one."""
+    params = list(inspect.signature(wf.fn).parameters.values())[1:]  # the first is the Episode
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    known = sorted(p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    unknown = sorted(str(k) for k in options if k not in known)
+    if unknown:
+        raise UserError(f"workflow_options: unknown option(s) {', '.join(unknown)} for workflow {wf.name!r}; "
+                        f"its options: {', '.join(known) or 'none'}")
+    for k, v in options.items():
+        default = wf.defaults.get(k)
+        if default is not None and not isinstance(v, type(default)) and not (
+                isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool)):
+            raise UserError(f"workflow_options.{k}: expected {type(default).__name__} (like the default {default!r}), got {v!r}")
 
 
 def derive_seed(*parts: Any) -> int:

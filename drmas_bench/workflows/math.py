@@ -11,7 +11,7 @@ default 8192 tokens cut in the middle).
 
 from __future__ import annotations
 
-from drmas_bench.workflows import protocol as P
+import drmas_bench.workflows.protocol as P
 from drmas_bench.workflows.base import Episode, workflow
 
 

@@ -47,6 +47,7 @@ from typing import Any, Iterable, Literal, Optional
 
 from pydantic import Field
 
+from drmas_bench.engines.prompt import TRUNCATE_SIDES
 from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
 
@@ -452,7 +453,6 @@ def has_templates(workflow: str) -> bool:
 
 # REFERENCE §2b / §3: prompt-length limit and the side cut when a prompt is longer, per workflow
 PROMPT_LIMITS: dict[str, tuple[int, str]] = {"math_refine": (8192, "middle"), "search_route": (4096, "left")}
-TRUNCATE_SIDES = ("left", "middle", "right")
 
 
 def chat(tpl: Templates, role: str, **values: Any) -> list[dict[str, str]]:

@@ -1,7 +1,19 @@
-"""Checkpoints under an fsspec URL: ``ckpt_root: s3://bucket/run1`` (or ``gs://``, ``file:///shared/ck``,
-``memory://ck``, any scheme fsspec knows). checkpoint.py dispatches here when the root is a URL; the
-layout inside the root is the same, only the way a checkpoint becomes complete differs, since
-object stores have neither an atomic rename nor symlinks::
+"""The checkpoint layout that the trainer writes and ``eval`` reads, and checkpoints under URLs.
+
+This lives in the harness (DESIGN: the harness knows nothing of training) because both sides need
+it: ``drmas_trainer.checkpoint`` writes local roots and calls the URL functions here; ``eval``
+reads a checkpoint folder or URL through :func:`local_copy`, :func:`refuse_incomplete` and
+:func:`model_on_nodes`. One layout for a local root and a URL root::
+
+    ROOT/step_K/                a checkpoint: team.yaml, trainer_state.json, models/<wg>/,
+                                optim/<wg>.pt, rng.pt
+    ROOT/step_K/COMPLETE        (:data:`MARKER`) written last: a folder without it is never used
+    ROOT/latest                 (:data:`LATEST`) a symlink (local) or a text file ``step_K`` (URL)
+
+Checkpoints under an fsspec URL: ``ckpt_root: s3://bucket/run1`` (or ``gs://``, ``file:///shared/ck``,
+``memory://ck``, any scheme fsspec knows). The trainer's checkpoint module dispatches here when the
+root is a URL; the layout inside the root is the same, only the way a checkpoint becomes complete
+differs, since object stores have neither an atomic rename nor symlinks::
 
     ROOT/.tmp-step_K-<id>/models/<wg>/  each worker group saves into a staging folder on its own
     ROOT/.tmp-step_K-<id>/optim/<wg>.pt node (the system temp dir) and uploads it (upload)
@@ -49,7 +61,7 @@ from drmas_bench.types import UserError
 
 MARKER = "COMPLETE"
 LATEST = "latest"
-_STEP = re.compile(r"^step_(\d+)$")
+STEP_NAME = re.compile(r"^step_(\d+)$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -123,7 +135,7 @@ def complete_checkpoints(root: str) -> list[tuple[int, str]]:
     """``(step, url)`` of every complete checkpoint under ``root``, oldest first."""
     out = []
     for name, is_dir in _entries(root):
-        m = _STEP.match(name)
+        m = STEP_NAME.match(name)
         if m and is_dir and is_complete(join(root, name)):
             out.append((int(m.group(1)), join(root, name)))
     return sorted(out)
@@ -134,7 +146,7 @@ def clean_partial(root: str) -> list[str]:
     removed = []
     for name, is_dir in _entries(root):
         url = join(root, name)
-        if name.startswith(".tmp-") or (_STEP.match(name) and is_dir and not is_complete(url)):
+        if name.startswith(".tmp-") or (STEP_NAME.match(name) and is_dir and not is_complete(url)):
             _rm(url)
             removed.append(url)
     return removed
@@ -143,7 +155,7 @@ def clean_partial(root: str) -> list[str]:
 def clear(root: str) -> None:
     """``--fresh``: remove ``step_*``, ``latest`` and temp entries under ``root``, nothing else."""
     for name, _ in _entries(root):
-        if name.startswith(".tmp-") or name == LATEST or _STEP.match(name):
+        if name.startswith(".tmp-") or name == LATEST or STEP_NAME.match(name):
             _rm(join(root, name))
 
 
@@ -243,7 +255,7 @@ def resolve_latest(url: str) -> str:
         name = fs.cat_file(path).decode("utf-8", "replace").strip()
     except FileNotFoundError:
         raise UserError(f"{url}: no such file; the root holds no finished checkpoint yet") from None
-    if not _STEP.match(name):
+    if not STEP_NAME.match(name):
         raise UserError(f"{url}: expected a line 'step_K', got {name[:40]!r}")
     return join(posixpath.dirname(url.rstrip("/")), name)
 
@@ -290,7 +302,7 @@ def cached_model(url: str) -> Path:
     checkpoint URL is evaluated with ``--pool ray`` (each node downloads only the groups it loads).
     Inside a checkpoint the copy is reused while the step's marker is unchanged, and a step without
     its marker is refused; any other folder URL is downloaded once. One download at a time per URL."""
-    from drmas_bench.models import cache_dir
+    from drmas_bench.models.cache import cache_dir
     from drmas_retrieval.locks import file_lock
 
     url = url.rstrip("/")
@@ -326,7 +338,7 @@ def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS) -> Path:
     differs from the copy's. Only complete downloads are kept (:func:`fetch`), and only ``parts``:
     by default what eval reads (:data:`EVAL_PARTS`: the team file, the state and the models; no
     optimiser state); :data:`TEAM_PARTS` for a Ray eval, whose nodes fetch the models themselves."""
-    from drmas_bench.models import cache_dir
+    from drmas_bench.models.cache import cache_dir
     from drmas_retrieval.locks import file_lock
 
     step_url = resolve_latest(url)
@@ -345,7 +357,7 @@ def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS) -> Path:
 def node_copy(url: str) -> Path:
     """A local copy, on this node, of one part of a checkpoint (a worker group's model folder or
     optimiser file): ``<drmas cache dir>/checkpoints/parts/<hash of url>``, downloaded afresh."""
-    from drmas_bench.models import cache_dir
+    from drmas_bench.models.cache import cache_dir
 
     from drmas_retrieval.locks import file_lock
 
@@ -362,3 +374,46 @@ def node_copy(url: str) -> Path:
         shutil.rmtree(base, ignore_errors=True)
         os.rename(tmp, base)
     return dest
+
+
+# ------------------------------------------------------------------------------ what eval reads
+
+
+def refuse_incomplete(folder: str | os.PathLike) -> None:
+    """A trainer checkpoint (``step_K`` holding trainer_state.json) without its ``COMPLETE`` marker is
+    a save that did not finish (weights may be missing or half written): refused with one line naming
+    the newest complete step beside it. Also checked for a worker group's model inside one
+    (``step_K/models/<wg>``)."""
+    p = Path(folder)
+    for ckpt in (p, p.parent.parent):
+        if not (ckpt / "trainer_state.json").is_file() or (ckpt / MARKER).is_file():
+            continue
+        steps = sorted((int(m.group(1)), d.name) for d in ckpt.parent.iterdir()
+                       if (m := STEP_NAME.match(d.name)) and (d / MARKER).is_file())
+        hint = f"; the newest complete one beside it is {ckpt.parent / steps[-1][1]}" if steps else ""
+        raise UserError(f"{ckpt}: an incomplete checkpoint (no {MARKER} marker: its save did not finish), "
+                        f"not evaluated{hint}")
+
+
+def local_copy(model: str, on_nodes: bool = False) -> tuple[str, str | None]:
+    """``model`` given as a checkpoint URL (``ROOT/step_K`` or ``ROOT/latest`` under an fsspec
+    ckpt_root, e.g. ``s3://bucket/run1/latest``) -> ``(local folder, step URL)``: the local copy is
+    ``<cache dir>/checkpoints/<hash of ROOT/step_K>``, then evaluated as a checkpoint folder (its
+    team.yaml is untrusted data, as for any folder). ``on_nodes`` (a Ray eval): the copy holds only
+    the team file and the nodes fetch the models (:func:`model_on_nodes`). Anything else:
+    ``(model, None)``."""
+    if not is_url(model):
+        return model, None
+    step_url = resolve_latest(model)
+    return str(cached_checkpoint(step_url, parts=TEAM_PARTS if on_nodes else EVAL_PARTS)), step_url
+
+
+def model_on_nodes(model: str, step_url: str) -> str:
+    """A Ray eval of checkpoint ``step_url``: a worker group's model recorded relative to the
+    checkpoint (``models/<wg>``) -> its URL (``ROOT/step_K/models/<wg>``), which the actor resolves on
+    its own node (models.resolve_model downloads it into that node's cache). A path that would leave
+    the checkpoint (``..``, absolute) is returned as it is, and resolves (or fails) locally."""
+    parts = Path(model).parts
+    if Path(model).is_absolute() or not parts or any(p in ("..", ".") for p in parts):
+        return model
+    return "/".join([step_url.rstrip("/"), *parts])

@@ -35,9 +35,10 @@ import threading
 import weakref
 from typing import Any, Mapping
 
-from drmas_bench.engines import engine_class, make_engine
-from drmas_bench.engines.base import EngineError, one_line
+from drmas_bench.engines import engine_class, make_engine, traits
+from drmas_bench.engines.base import EngineError
 from drmas_bench.engines.weights import DEFAULT_BUCKET_BYTES, buckets, iterate
+from drmas_bench.log import squeeze
 from drmas_bench.types import Completion, Request, UserError
 
 GENERIC_OPTIONS = ("max_batch", "device", "dtype")  # what the program sets; kept where the engine has it
@@ -65,7 +66,7 @@ def fit_options(kind: str, generic: Mapping[str, Any], given: Mapping[str, Any] 
 
 def is_process_wide(kind: str) -> bool:
     """Whether engine ``kind`` keeps process-wide state (then it needs a process of its own)."""
-    return bool(getattr(engine_class(kind), "process_wide", False))
+    return traits(kind).process_wide
 
 
 def host_engine(kind: str, model: str, **options: Any) -> Any:
@@ -115,7 +116,7 @@ def _portable_error(exc: BaseException) -> BaseException:
         pickle.loads(pickle.dumps(exc))
         return exc
     except Exception:  # noqa: BLE001 - anything unpicklable
-        return EngineError(f"{type(exc).__name__}: {one_line(exc)}")
+        return EngineError(f"{type(exc).__name__}: {squeeze(exc)}")
 
 
 # ---------------------------------------------------------------------- the child process
@@ -363,7 +364,7 @@ class ChildEngine:
         try:
             await self._send(("call", call_id, method, args, kwargs))
         except (OSError, EOFError) as exc:
-            raise EngineError(f"{self.name} engine process for {self.model!r} is gone: {one_line(exc)}") from None
+            raise EngineError(f"{self.name} engine process for {self.model!r} is gone: {squeeze(exc)}") from None
         return await fut
 
     def _hang_up(self) -> None:

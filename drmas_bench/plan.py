@@ -1,0 +1,495 @@
+"""``plan(cfg)``: an EvalConfig checked and resolved into everything a run needs, before anything
+loads and before the run directory is touched (a mistake leaves no config behind).
+
+The precedence rule (``drmas_bench.api``'s docstring): built-in defaults < team file / a checkpoint's
+team.yaml < explicit values. In order: the numeric ranges and choices (:func:`validate_config`), a
+checkpoint URL's local copy, the benchmarks, the workflow (chosen before the team is validated), the
+team with its engines and options (:func:`resolve`), the prompts and prompt limit
+(:func:`resolve_protocol`), the tasks, the retriever, each local model checked once (incomplete
+checkpoint, broken tokenizer) and identified, then the run's identity, provenance and default name.
+Engine knowledge is asked of ``drmas_bench.engines`` (traits, options), never by an engine's name.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from drmas_bench.engines import DEFAULT_ENGINE, traits
+from drmas_bench.engines.hosting import option_names
+from drmas_bench.types import UserError
+from drmas_bench.workflows.base import check_workflow_options
+
+logger = logging.getLogger("drmas_bench.api")  # the [eval] lines keep the logger they always had
+
+# REFERENCE.md §3: eval sampling; max new tokens per call per suite
+SAMPLING_DEFAULTS = {"temperature": 0.6, "top_p": 0.95, "enable_thinking": False}
+DEFAULT_MAX_NEW = {"math": 4096, "search": 800, "toy": 32}
+DEFAULT_MAX_BATCH = 32  # engine micro-batch of worker groups built from `model` / `model_for`
+
+
+@dataclass
+class EvalConfig:
+    """One evaluation, as ``drmas-bench eval`` flags (``--max-new-tokens`` -> ``max_new_tokens``).
+    ``None`` = not set: the team file's value or the default applies (see the module docstring)."""
+
+    # --- team: one of model / model_for / team
+    model: str | None = None  # every agent: alias, local dir, hub id, a checkpoint dir holding team.yaml, or a
+    # checkpoint URL (ROOT/step_K, ROOT/latest under an fsspec ckpt_root; downloaded first, see local_model)
+    model_for: list[str] | dict[str, str] | None = None  # per-agent models: ["agent=M", ...] or {agent: M}
+    team: str | None = None  # team YAML file (docs/teams.md); trusted like a flag
+    engine: str | None = None  # hf | openai | sglang for every worker group; None: hf, or the team file's
+    base_url: str | None = None  # OpenAI-compatible server for engine openai
+    tokenizer: str | None = None  # engine openai: local tokenizer to template and cut prompts here
+    engine_args: dict[str, Any] | None = None  # any engine option (dtype, device, mem_fraction_static, ...)
+    workflow: str | None = None  # None: the team file's, else the suite's (math_refine, search_route, toy)
+    prompts: str | None = None  # prompt templates YAML replacing the packaged / team file's ones
+    max_prompt_tokens: int | None = None  # prompt limit in tokens, 0 = none; None: team file's, else the suite's
+    trust_remote_code: bool = False  # let transformers run code shipped in model folders (docs/security.md)
+    # --- benchmarks
+    suite: str | None = None  # math | search | toy
+    benchmarks: str | list[str] | None = None  # names (comma-separated or a list); None: the whole suite
+    data_dir: str | None = None  # local benchmark files; None: $DRMAS_DATA_DIR, else the hub
+    limit: int | None = None  # first N questions per benchmark
+    n: int = 16  # samples per question
+    grader: str | None = None  # math grader (drmas_bench.grading.registry.GRADERS); None: the default
+    # --- sampling (None: team file's, else SAMPLING_DEFAULTS / DEFAULT_MAX_NEW[suite])
+    temperature: float | None = None
+    top_p: float | None = None
+    max_new_tokens: int | None = None
+    enable_thinking: bool | None = None  # Qwen3 chat-template thinking switch
+    seed: int = 0  # run seed; each call's seed derives from it
+    # --- search
+    retriever: str | None = None  # bm25:DIR | lucene:DIR | dense:DIR | http://HOST:PORT; None: BM25 over the mini corpus
+    # --- run
+    out: str | None = None  # run directory; None: runs/<suite>-<model>-<config hash>
+    fresh: bool = False  # discard an existing run in `out` instead of resuming
+    prices: str | None = None  # price sheet YAML for $ columns (docs/pricing.md)
+    concurrency: int = 256  # episodes in flight
+    max_batch: int | None = None  # engine micro-batch; None: 32 for model / model_for groups, a team file's own
+    pool: str = "local"  # local (in-process) | ray
+    pool_budget: float | None = None  # memory budget in models; None: unlimited
+    ray_address: str | None = None  # pool "ray": attach to this cluster; None: $RAY_ADDRESS, else start one (docs/scaling.md)
+    flush_every: int = 16  # append finished trajectories in batches of N
+    progress: bool = True  # progress bar on stderr
+    argv: list[str] | None = None  # the command line that asked for this run (provenance; the CLI sets it)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields but ``argv`` as a plain mapping, secrets in ``engine_args`` redacted (for provenance)."""
+        d = asdict(self)
+        d.pop("argv")
+        if d.get("engine_args") and "api_key" in d["engine_args"]:
+            d["engine_args"] = {**d["engine_args"], "api_key": "<redacted>"}
+        return d
+
+
+# the EvalConfig fields with a numeric range (drmas_bench.schema.RANGES, shared with the trainer);
+# None values (not set) are not checked. Messages name the flag.
+RANGED_FIELDS = ("n", "limit", "max_new_tokens", "max_prompt_tokens", "seed", "temperature", "top_p", "concurrency",
+                 "max_batch", "flush_every", "pool_budget")
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+    """The fields with a fixed set of values, from their registries."""
+    from drmas_bench.engines import ENGINES
+    from drmas_bench.pool import POOLS
+    from drmas_bench.workflows import SUITE_WORKFLOW
+
+    return {"engine": tuple(ENGINES), "pool": POOLS, "suite": tuple(SUITE_WORKFLOW)}
+
+
+def flag(name: str) -> str:
+    """A field's flag name: ``max_new_tokens`` -> ``--max-new-tokens``."""
+    return "--" + name.replace("_", "-")
+
+
+def validate_config(cfg: EvalConfig) -> None:
+    """Check the numeric fields (``RANGED_FIELDS``, ranges from ``drmas_bench.schema.RANGES``) and choices (``choices()``) before anything is read
+    or loaded; one UserError naming the flag per mistake."""
+    from drmas_bench.schema import RANGES
+
+    for name in RANGED_FIELDS:
+        v = getattr(cfg, name)
+        if v is not None and not RANGES[name].check(v):
+            raise UserError(f"{flag(name)} must be {RANGES[name].what}, got {v!r}")
+    for name, allowed in choices().items():
+        v = getattr(cfg, name)
+        if v is not None and v not in allowed:
+            raise UserError(f"{flag(name)} must be one of {', '.join(allowed)}, got {v!r}")
+    if cfg.ray_address and cfg.pool != "ray":
+        raise UserError(f"--ray-address is for --pool ray (got --pool {cfg.pool})")
+    if cfg.engine_args is not None and not isinstance(cfg.engine_args, dict):
+        raise UserError(f"--engine-args must be a mapping of engine options, got {type(cfg.engine_args).__name__}")
+
+
+def parse_engine_args(text: str) -> dict[str, Any]:
+    """``--engine-args "dtype=bfloat16,max_batch=8,chat_template_kwargs={a: 1}"`` -> a dict; each
+    value is read as a YAML scalar / flow value (8 -> int, true -> bool, {..} -> dict); commas inside
+    brackets or braces do not split."""
+    import yaml
+
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
+    out: dict[str, Any] = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--engine-args expects KEY=VALUE[,KEY=VALUE...], got {item!r}")
+        try:
+            out[key.strip().replace("-", "_")] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            raise UserError(f"--engine-args {key.strip()}: cannot read the value {value!r}") from None
+    return out
+
+
+@dataclass
+class Resolved:
+    """An EvalConfig resolved against the registries and the team file (nothing loaded yet)."""
+
+    suite: str
+    benches: list
+    wf: Any  # WorkflowSpec
+    team: Any  # TeamSpec
+    sampling: Any  # Sampling: the defaults with the explicit values applied (team file in between per agent)
+
+
+def team_file_workflow(cfg: EvalConfig) -> str | None:
+    """The ``workflow:`` named by the team file (``team``, or ``model``'s checkpoint team.yaml), if any;
+    a file that cannot be read is left to the team validation to report."""
+    from drmas_bench.yamlfile import read_yaml
+
+    path = Path(cfg.team) if cfg.team else (Path(cfg.model, "team.yaml") if cfg.model else None)
+    if path is None or not path.is_file():
+        return None
+    d = read_yaml(path, "team file")
+    wf = d.get("workflow") if isinstance(d, dict) else None
+    return wf if isinstance(wf, str) and wf else None
+
+
+def _model_for_list(v: list[str] | dict[str, str] | None) -> list[str] | None:
+    if isinstance(v, dict):
+        return [f"{a}={m}" for a, m in v.items()]
+    if isinstance(v, str):
+        return [v]
+    return list(v) if v else None
+
+
+def apply_engine_args(team, engine_args: dict[str, Any]) -> None:
+    """Set each explicit engine option on every worker group whose engine has it (explicit wins over
+    a team file's ``options:``); an option that no group's engine has is one UserError."""
+    for key, value in engine_args.items():
+        k = key.replace("-", "_")
+        hit = False
+        for g in team.worker_groups.values():
+            if k in option_names(g.engine):
+                g.options.pop(key, None)
+                g.options[k] = value
+                hit = True
+        if not hit:
+            engines = sorted({g.engine for g in team.worker_groups.values()})
+            known = sorted(set().union(*(option_names(e) for e in engines)))
+            raise UserError(f"--engine-args {key}: not an option of the {'/'.join(engines)} engine; "
+                            f"options: {', '.join(known)}")
+
+
+def switch_engine(team, engine: str, base_url: str | None, tokenizer: str | None, trust_remote_code: bool) -> None:
+    """An explicit ``engine`` over a team file's engines: every worker group runs on it. Options that
+    engine lacks are dropped (said on stderr); a group served over HTTP (``base_url`` / ``api_key_env``)
+    cannot move to an in-process engine; groups moved to openai get ``base_url`` / ``tokenizer``."""
+    names = option_names(engine)
+    for g in team.worker_groups.values():
+        if g.engine == engine:
+            continue
+        if not traits(engine).remote and (g.base_url or g.api_key_env):
+            raise UserError(f"--engine {engine}: worker group {g.name!r} is an openai group with base_url / api_key_env; "
+                            f"it cannot run in-process (leave out --engine, or edit the team file)")
+        dropped = sorted(k for k in g.options if k.replace("-", "_") not in names)
+        if dropped:
+            logger.info(f"[eval] --engine {engine}: worker group {g.name!r} leaves its {g.engine} option(s) "
+                        f"{', '.join(dropped)} behind")
+        g.options = {k: v for k, v in g.options.items() if k.replace("-", "_") in names}
+        g.engine = engine
+        if traits(engine).remote:
+            g.base_url = g.base_url or base_url
+            if tokenizer:
+                g.options["tokenizer"] = tokenizer
+        elif trust_remote_code:
+            g.options["trust_remote_code"] = True
+
+
+def models_on_nodes(team, step_url: str) -> None:
+    """A Ray eval of checkpoint ``step_url``: each local worker group's model becomes its URL under
+    the checkpoint (checkpoints.model_on_nodes), for the actors to fetch on their own nodes."""
+    from drmas_bench.checkpoints import model_on_nodes
+
+    for g in team.worker_groups.values():
+        if not traits(g.engine).remote:
+            g.model = model_on_nodes(str(g.model), step_url)
+
+
+def resolve(cfg: EvalConfig) -> Resolved:
+    """Benchmarks, workflow (chosen before the team is validated), team and sampling for ``cfg``."""
+    from drmas_bench.agents.team import build_team, check_engine_options, validate_sampling
+    from drmas_bench.engines.hosting import fit_options
+    from drmas_bench.tasks import select_benchmarks
+    from drmas_bench.types import Sampling
+    from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
+
+    from dataclasses import replace
+
+    from drmas_bench.checkpoints import local_copy, refuse_incomplete
+
+    step_url = None
+    if cfg.model:  # a checkpoint URL: a local copy first (with a Ray pool only its team file)
+        model, step_url = local_copy(cfg.model, on_nodes=cfg.pool == "ray")
+        cfg = replace(cfg, model=model)
+    if cfg.model and Path(cfg.model).is_dir():
+        refuse_incomplete(cfg.model)  # before its team.yaml is read
+    benches = select_benchmarks(cfg.suite, cfg.benchmarks)
+    suites = {b.suite for b in benches}
+    if len(suites) > 1:
+        raise UserError(f"one suite per run; the selection mixes {', '.join(sorted(suites))}")
+    suite = suites.pop()
+    engine = cfg.engine or DEFAULT_ENGINE
+    if cfg.tokenizer and "tokenizer" not in option_names(engine):
+        raise UserError("--tokenizer is for --engine openai (the other engines load the model's own tokenizer)")
+    if not (cfg.model or cfg.model_for or cfg.team):
+        raise UserError("choose a team: --model M, --model-for AGENT=M, or --team FILE")
+    from_file = team_file_workflow(cfg)
+    wf_name = cfg.workflow or from_file or SUITE_WORKFLOW[suite]
+    wf = get_workflow(wf_name)
+    if cfg.workflow and from_file and from_file != cfg.workflow:
+        logger.info(f"[eval] --workflow {cfg.workflow} overrides the team file's workflow {from_file}")
+    generic = {"max_batch": cfg.max_batch or DEFAULT_MAX_BATCH}
+    team = build_team(wf_name, wf.agents, model=cfg.model, team_file=cfg.team, model_for=_model_for_list(cfg.model_for),
+                      engine=engine, base_url=cfg.base_url,
+                      engine_options=fit_options(engine, generic, {"tokenizer": cfg.tokenizer} if cfg.tokenizer else None),
+                      trust_remote_code=cfg.trust_remote_code)
+    team.workflow = wf_name
+    if step_url and cfg.pool == "ray":
+        models_on_nodes(team, step_url)
+    if cfg.engine is not None:
+        switch_engine(team, cfg.engine, cfg.base_url, cfg.tokenizer, cfg.trust_remote_code)
+        check_engine_options(team)
+    if cfg.max_batch is not None:  # a generic option: set where the engine has it (hf), like fit_options
+        for g in team.worker_groups.values():
+            if "max_batch" in option_names(g.engine):
+                g.options["max_batch"] = cfg.max_batch
+    if cfg.engine_args:
+        apply_engine_args(team, cfg.engine_args)
+        check_engine_options(team)
+    check_workflow_options(wf, team.workflow_options)
+    explicit = {k: getattr(cfg, k) for k in ("temperature", "top_p", "max_new_tokens", "enable_thinking")
+                if getattr(cfg, k) is not None}
+    validate_sampling(explicit, "EvalConfig")
+    for key, v in explicit.items():
+        recorded = {team.sampling.get(key)} | {s.get(key) for s in team.agent_sampling.values()}
+        if recorded - {None, v}:
+            logger.info(f"[eval] {flag(key)} {v} overrides the team file's {key}")
+    team.flag_sampling = explicit
+    sampling = Sampling(**{**SAMPLING_DEFAULTS, "max_new_tokens": DEFAULT_MAX_NEW[suite], **explicit})
+    return Resolved(suite, benches, wf, team, sampling)
+
+
+def resolve_protocol(cfg: EvalConfig, team, wf):
+    """(templates or None, protocol options) for the run, checked before any model loads.
+    Order: packaged templates < the team file's ``prompts:`` < ``prompts``; the same for the
+    prompt limit (team ``protocol:`` < ``max_prompt_tokens``). Says so when a flag overrides
+    what a team file (e.g. a trained checkpoint's team.yaml) recorded."""
+    from drmas_bench.workflows import protocol as P
+
+    prompts_flag, limit_flag = cfg.prompts, cfg.max_prompt_tokens
+    if not P.has_templates(wf.name):
+        if prompts_flag or team.prompts:
+            raise UserError(f"workflow {wf.name} has no prompt templates to replace (--prompts / prompts:)")
+        return None, P.ProtocolOptions()
+    if prompts_flag and team.prompts:
+        logger.info(f"[eval] --prompts {prompts_flag} overrides the prompts recorded in {team.prompts_source}")
+    tpl = P.load_templates(wf.name, (None if prompts_flag else team.prompts, team.prompts_source or "team file"),
+                           (prompts_flag, prompts_flag or ""))
+    opts = P.ProtocolOptions.from_dict(team.protocol, "team file")
+    if limit_flag is not None:
+        if opts.max_prompt_tokens is not None and opts.max_prompt_tokens != limit_flag:
+            logger.info(f"[eval] --max-prompt-tokens {limit_flag} overrides the team file's {opts.max_prompt_tokens}")
+        opts = P.ProtocolOptions(limit_flag, opts.truncate)
+    return tpl, opts
+
+
+def resolve_local_models(team, on_nodes: bool = False) -> dict[str, Any]:
+    """Each local worker group's model resolved once (models.resolve_model), for the checks and the
+    identity: {wg: Path | hub id | None}. Remote groups are left out. ``on_nodes`` (a Ray pool,
+    whose nodes resolve what they load): an alias is not prepared here, and a checkpoint URL or a
+    model this machine cannot see is ``None``."""
+    from drmas_bench.checkpoints import is_url
+    from drmas_bench.models import resolve_model
+
+    out: dict[str, Any] = {}
+    for name, g in team.worker_groups.items():
+        if traits(g.engine).remote:
+            continue
+        if on_nodes and is_url(str(g.model)):  # fetched by the nodes, not the driver
+            out[name] = None
+            continue
+        try:
+            out[name] = resolve_model(g.model, prepare=not on_nodes)
+        except UserError:
+            if not on_nodes:
+                raise
+            out[name] = None
+    return out
+
+
+def check_team_models(team, resolved: dict) -> None:
+    """Refuse, before any call, a worker group whose local model folder is part of an incomplete
+    checkpoint or has no working tokenizer (models.loading.check_tokenizer_dir). Remote groups,
+    checkpoint URLs and models left to the Ray nodes are left to their engines."""
+    from drmas_bench.checkpoints import is_url, refuse_incomplete
+    from drmas_bench.models.loading import check_tokenizer_dir
+
+    for name, where in resolved.items():
+        g = team.worker_groups[name]
+        if is_url(str(g.model)) or not (isinstance(where, Path) and where.is_dir()):
+            continue
+        refuse_incomplete(where)
+        check_tokenizer_dir(where, f"worker group {name!r}", trust_remote_code=bool(g.options.get("trust_remote_code")))
+
+
+def _load_prices(path: str, team):
+    """The price sheet, checked against the team's worker groups before the run starts."""
+    from drmas_bench.pricing import load_prices
+
+    # turns record their worker group; price each as its model
+    prices = load_prices(path).with_aliases({n: g.price_key for n, g in team.worker_groups.items()})
+    for name in team.worker_groups:
+        prices.cost(name, 0, 0)  # fail now, not after the run, on a model the sheet lacks
+    return prices
+
+
+
+@dataclass
+class Plan:
+    """One evaluation, resolved and checked (nothing loaded but the retriever, which was probed)."""
+
+    cfg: EvalConfig  # as given (provenance records it; resolve() works on a local copy of a checkpoint URL)
+    suite: str
+    benches: list
+    wf: Any  # WorkflowSpec
+    team: Any  # TeamSpec
+    sampling: Any  # Sampling: defaults with the explicit values applied (team file in between per agent)
+    tasks: list
+    data_dir: Path | None
+    retriever: Any
+    out: Path  # the run directory
+    config_doc: dict  # config.yaml: identity, data, selection, provenance
+    provenance: dict
+    grader: dict  # grader_record
+    protocol_opts: dict  # workflow options the protocol adds (templates, limits)
+    protocol_info: dict | None  # summary.json's protocol header
+    prices: Any  # a PriceSheet or None
+    t0: float  # time.monotonic() when planning began
+
+    def cost(self, traj) -> float:
+        """The known calls' dollars (the summary says when some were unknown)."""
+        return sum(self.prices.cost(t.wg, t.completion.prompt_tokens, t.completion.completion_tokens, t.completion.latency_s)
+                   for t in traj.turns if t.completion.usage != "unknown")
+
+
+def plan(cfg: EvalConfig) -> Plan:
+    """Check and resolve ``cfg`` into a :class:`Plan` (module docstring)."""
+    from drmas_bench.provenance import (
+        collect, data_identity, grader_record, models_identity, redact_argv, utc_now, workflow_record,
+    )
+    from drmas_bench.retrievers import default_spec, note_trained_retriever, open_retriever
+    from drmas_bench.store import fingerprint
+    from drmas_bench.tasks import load_tasks, resolve_data_dir
+
+    started, t0 = utc_now(), time.monotonic()
+    # everything is checked before the run directory is touched: a mistake leaves no config behind
+    validate_config(cfg)
+    r = resolve(cfg)
+    wf, team, sampling = r.wf, r.team, r.sampling
+    templates, proto = resolve_protocol(cfg, team, wf)
+    data_dir = resolve_data_dir(cfg.data_dir)
+    tasks = []
+    for b in r.benches:
+        tasks.extend(load_tasks(b, data_dir, limit=cfg.limit))
+    if not tasks:
+        raise UserError("the benchmark selection has no tasks")
+
+    retriever_spec = None
+    if wf.needs_retriever:
+        retriever_spec = cfg.retriever or default_spec(data_dir)
+        note_trained_retriever(team, retriever_spec)
+
+    resolved = resolve_local_models(team, on_nodes=cfg.pool == "ray")  # each model once, for checks and identity
+    check_team_models(team, resolved)  # before the run dir is touched and any call is made
+    runtime_sampling = {a: team.sampling_for(a, sampling).__dict__ for a in team.agents}
+    identity = {
+        "team": team.to_dict(),
+        "models": models_identity(team, resolved),
+        "sampling": runtime_sampling,
+        "seed": cfg.seed,
+        "retriever": retriever_spec,
+    }
+    protocol_opts, protocol_info = {}, None
+    if templates is not None:
+        limit, side = proto.resolve(wf.name)
+        protocol_info = {"prompts_sha256": templates.sha256, "prompts_source": templates.source,
+                         "max_prompt_tokens": limit, "truncate": side}
+        identity["protocol"] = {k: protocol_info[k] for k in ("prompts_sha256", "max_prompt_tokens", "truncate")}
+        protocol_opts = {"prompts": templates, "protocol": proto}
+    # the benchmarks name their grading family (one suite per run: one family)
+    families = sorted({b.grader for b in r.benches})
+    family = families[0] if len(families) == 1 else "+".join(families)
+    grader = grader_record(family, cfg.grader)
+    if family == "math":  # a resume with another math grader (or version) is refused
+        identity["grader"] = {k: grader[k] for k in ("name", "version")}
+    model_label = team.worker_groups[next(iter(team.worker_groups))].model if len(team.worker_groups) == 1 else "team"
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model_label.rstrip("/")).name).strip(".") or "model"
+    named = {k: v for k, v in identity.items() if k != "models"}  # default names stay those of earlier versions
+    out = Path(cfg.out or Path("runs") / f"{r.suite}-{label}-{fingerprint(named)[:8]}")
+    data = data_identity(r.benches, data_dir)
+    provenance = copy.deepcopy({  # copies: config.yaml writes no YAML aliases to the identity's values
+        **collect(cfg.argv),
+        "started_at": started,
+        "data": data,
+        "models": identity["models"],
+        "grader": grader,
+        "prompts": ({k: protocol_info[k] for k in ("prompts_sha256", "prompts_source")} if protocol_info else None),
+        "workflow": workflow_record(wf),
+        "eval_config": cfg.to_dict(),
+    })
+    config_doc = {
+        "identity": identity,
+        "data": data,
+        "suite": r.suite,
+        "workflow": wf.name,
+        "benchmarks": [b.name for b in r.benches],
+        "n": cfg.n,
+        "limit": cfg.limit,
+        # the questions a --limit chose (without one: every question of each benchmark file, whose hash is in data)
+        "question_ids": ({b.name: [t.id for t in tasks if t.benchmark == b.name] for b in r.benches}
+                         if cfg.limit is not None else None),
+        "data_dir": str(data_dir) if data_dir else None,
+        "argv": redact_argv(cfg.argv[1:]) if cfg.argv else None,
+        "provenance": provenance,  # not part of the identity: never blocks a resume
+    }
+    prices = _load_prices(cfg.prices, team) if cfg.prices else None
+    retriever = open_retriever(retriever_spec) if retriever_spec else None  # a down server fails here
+    return Plan(cfg, r.suite, r.benches, wf, team, sampling, tasks, data_dir, retriever, out, config_doc, provenance,
+                grader, protocol_opts, protocol_info, prices, t0)

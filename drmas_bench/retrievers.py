@@ -1,0 +1,61 @@
+"""The retriever a search run uses: the default spec, the note on a trained team's own, opening one.
+
+One home for eval and the trainer: both open their retriever with :func:`open_retriever`, which
+probes it once, so a server that is down or an index that is missing fails before any episode runs
+(and, for eval, before the run directory is touched).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from drmas_bench.types import UserError
+
+logger = logging.getLogger("drmas_bench.api")  # the [eval] lines keep the logger they always had
+
+
+def default_spec(data_dir) -> str:
+    """The embedded default: BM25 over the mini corpus, cached under the user cache dir."""
+    from drmas_bench.models import cache_dir
+
+    if data_dir is None or not (Path(data_dir) / "corpus" / "mini_corpus.jsonl").is_file():
+        raise UserError("the search suite needs a retriever: pass --retriever bm25:DIR|lucene:DIR|dense:DIR|URL, "
+                        "or a --data-dir holding corpus/mini_corpus.jsonl for the default BM25 index")
+    out = cache_dir() / "indexes" / "mini_corpus-bm25"
+    if not (out / "drmas_index.json").is_file():
+        from drmas_retrieval import build_index
+
+        logger.info(f"[eval] building the default BM25 index of the mini corpus in {out}")
+        build_index("bm25", Path(data_dir) / "corpus" / "mini_corpus.jsonl", out)
+    return f"bm25:{out}"
+
+
+def note_trained_retriever(team, retriever_spec: str | None) -> None:
+    """A trained team records the retriever it learned with; say so when eval uses another one."""
+    from drmas_bench.workflows.protocol import retriever_record
+
+    if not team.retriever or not retriever_spec:
+        return
+    try:
+        now = retriever_record(retriever_spec)
+    except Exception:  # an unreadable index fails later with its own message
+        return
+    if now != {k: team.retriever.get(k) for k in ("kind", "identity")}:
+        logger.warning(f"[eval] note: the team was trained with retriever {team.retriever.get('kind')} "
+                       f"({team.retriever.get('identity')}); this run uses {now['kind']} ({now['identity']})")
+
+
+def open_retriever(spec: str, hint: str = "") -> Any:
+    """The retriever named by ``spec`` (bm25:DIR | lucene:DIR | dense:DIR | http://HOST:PORT), probed
+    with one query; any failure is one UserError ``retriever SPEC: <first line><hint>``."""
+    from drmas_retrieval import load_retriever
+
+    try:
+        retriever = load_retriever(spec)
+        retriever.search(["probe"], 1)  # a server that is down, an index that is missing: fail here
+    except Exception as e:  # noqa: BLE001 - any failure means "this retriever cannot serve the run"
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"retriever {spec}: {first}{hint}") from None
+    return retriever

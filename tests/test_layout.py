@@ -1,0 +1,213 @@
+"""The layout rules of docs/architecture.md, checked on the code itself (issue 24):
+
+- no import circle between files, lazy imports included, and the harness (``drmas_bench`` outside
+  ``commands/``) never imports the trainer;
+- no engine kind is compared by name outside ``drmas_bench/engines/``;
+- adding a backend is one class plus one ``ENGINES`` entry: a backend defined in this file runs a
+  toy evaluation end to end.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = {"drmas_bench": REPO / "drmas_bench", "drmas_trainer": REPO / "trainer", "drmas_retrieval": REPO / "retrieval"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for f in folder.rglob("*.py"):
+            parts = [pkg, *f.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = f
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports anywhere in its file (top level, inside functions,
+    under TYPE_CHECKING). ``from pkg import name`` counts as importing ``pkg`` (its ``__init__``) and,
+    when ``name`` is a module, that module too."""
+    mods = _modules()
+
+    def owner(name: str) -> str | None:  # the longest module prefix of a dotted name
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, f in mods.items():
+        package = mod if f.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for n in names:
+                target = owner(n)
+                if target and target != mod:
+                    graph[mod].add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    group = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        group.append(w)
+                        if w == v:
+                            break
+                    if len(group) > 1:
+                        found.append(sorted(group))
+    return found
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_between_files():
+    assert circles(import_graph()) == []
+
+
+def test_the_harness_does_not_import_the_trainer():
+    graph = import_graph()
+    bad = sorted((m, t) for m, ts in graph.items() for t in ts
+                 if m.startswith("drmas_bench") and not m.startswith("drmas_bench.commands")
+                 and t.startswith("drmas_trainer"))
+    assert bad == []
+
+
+def test_no_engine_kind_is_compared_by_name_outside_engines():
+    from drmas_bench.engines import ENGINES
+
+    kinds = "|".join(map(re.escape, ENGINES))
+    pattern = re.compile(rf"""(==|!=)\s*["']({kinds})["']|["']({kinds})["']\s*(==|!=)|\bin\s*[(\[{{]\s*["']({kinds})["']""")
+    hits = []
+    for folder in (REPO / "drmas_bench", REPO / "trainer"):
+        for f in folder.rglob("*.py"):
+            if (REPO / "drmas_bench" / "engines") in f.parents:
+                continue
+            for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.search(line.split("#")[0]):
+                    hits.append(f"{f.relative_to(REPO)}:{i}: {line.strip()}")
+    assert hits == []
+
+
+# ------------------------------------------------------------------ a backend defined in a test
+
+
+@dataclass
+class EchoOptions:
+    max_batch: int = 8  # a generic option: the eval's default micro-batch reaches it (fit_options)
+
+
+class EchoEngine:
+    """Answers "What is a + b?" correctly and approves every proposal: a complete backend in a few
+    lines, with the default traits (in-process, not process-wide)."""
+
+    name = "echo"
+    Options = EchoOptions
+    created: list[dict] = []
+
+    def __init__(self, model: str, **options):
+        self.model = model
+        self.options = EchoOptions(**options)
+        self._awake = True
+        EchoEngine.created.append({"model": model, **options})
+
+    async def generate(self, requests):
+        from drmas_bench.types import Completion
+
+        out = []
+        for r in requests:
+            text = r.messages[-1]["content"]
+            if "Proposed answer" in text:
+                reply = "<verdict>approve</verdict>"
+            else:
+                a, b = map(int, re.search(r"What is (\d+) \+ (\d+)\?", text).groups())
+                reply = f"<answer>{a + b}</answer>"
+            out.append(Completion(reply, prompt_tokens=len(text.split()), completion_tokens=1))
+        return out
+
+    async def sleep(self):
+        self._awake = False
+
+    async def wake(self):
+        self._awake = True
+
+    @property
+    def is_awake(self):
+        return self._awake
+
+    def footprint_bytes(self):
+        return 0
+
+    async def close(self):
+        self._awake = False
+
+
+def test_a_backend_is_one_class_and_one_engines_entry(tmp_path, monkeypatch):
+    """Registered in ENGINES (nothing else edited), the backend is a valid --engine choice, gets
+    the options it declares, serves every agent of the toy workflow, and its answers are graded."""
+    from drmas_bench.api import EvalConfig, evaluate
+    from drmas_bench.engines import ENGINES, traits
+    from drmas_bench.types import UserError
+
+    monkeypatch.setitem(ENGINES, "echo", f"{__name__}:EchoEngine")
+    monkeypatch.setitem(sys.modules, __name__, sys.modules[__name__])
+    EchoEngine.created.clear()
+    assert traits("echo").remote is False and traits("echo").process_wide is False
+    s = evaluate(EvalConfig(model="tiny-random", suite="toy", engine="echo", n=2, limit=3, out=str(tmp_path / "run"),
+                            progress=False))
+    assert EchoEngine.created == [{"model": "tiny-random", "max_batch": 32}]
+    assert s["micro"]["avg@n"] == 1.0 and s["benchmarks"]["toy"]["questions"] == 3
+    assert s["run"]["team"]["solver"]["worker_group"] == s["run"]["team"]["checker"]["worker_group"]
+    with pytest.raises(UserError, match="dtype: not an option of the echo engine; options: max_batch"):
+        evaluate(EvalConfig(model="tiny-random", suite="toy", engine="echo", engine_args={"dtype": "float32"},
+                            n=1, limit=1, out=str(tmp_path / "run2"), progress=False))
