@@ -352,11 +352,11 @@ def test_trainer_refuses_out_of_range_before_anything_runs(tmp_path, monkeypatch
 
 
 def test_eval_and_trainer_share_one_range_table():
-    from drmas_bench import api
+    from drmas_bench import plan
     from drmas_bench.schema import RANGES, TrainSamplingSchema
     from drmas_trainer.config import RolloutConfig
 
-    for name in api.RANGED_FIELDS:
+    for name in plan.RANGED_FIELDS:
         assert name in RANGES
     for schema in (TrainSamplingSchema, RolloutConfig):
         meta = {type(m).__name__: m for m in schema.model_fields["top_p"].metadata}
