@@ -185,3 +185,20 @@ def test_tiny_single_recipe_trains_one_step(tmp_path):
     team = yaml.safe_load((out / "ckpt" / "latest" / "team.yaml").read_text())
     assert team["workflow"] == "math_single" and list(team["agents"]) == ["solver"]
     assert team["prompts"]["workflow"] == "math_single" and team["protocol"]["max_prompt_tokens"] == 8192
+
+
+def test_search_single_trains_one_step_multi_turn(tmp_path, data_dir):
+    from drmas_bench.api import default_retriever_spec
+    from drmas_trainer.config import load_config
+    from drmas_trainer.trainer import train
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": str(i), "benchmark": "hotpotqa", "question": q, "answers": [a]}) + "\n"
+                             for i, (q, a) in enumerate([("Who wrote Hamlet?", "William Shakespeare"),
+                                                         ("What is the capital of France?", "Paris")])))
+    cfg = load_config("tiny_single", {"workflow": "search_single", "steps": 1, "data.source": str(tasks),
+                                      "retriever": default_retriever_spec(data_dir), "rollout.prompts_per_step": 2,
+                                      "rollout.n": 2, "rollout.max_new_tokens": 8})
+    train(cfg, tmp_path / "run", fresh=True, progress=False)
+    (m,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert m["agent/agent/num_calls/mean"] == m["num_turns/mean"] >= 1 and "wg/agent/actor/loss" in m
