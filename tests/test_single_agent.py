@@ -202,3 +202,18 @@ def test_search_single_trains_one_step_multi_turn(tmp_path, data_dir):
     train(cfg, tmp_path / "run", fresh=True, progress=False)
     (m,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert m["agent/agent/num_calls/mean"] == m["num_turns/mean"] >= 1 and "wg/agent/actor/loss" in m
+
+
+def test_compute_matched_refuses_another_suite_before_running(tmp_path, data_dir):
+    from drmas_bench.api import EvalConfig, evaluate
+    from drmas_bench.types import UserError
+
+    team = evaluate(EvalConfig(model="tiny-random", suite="math", benchmarks=["aime24"], limit=1, n=1, max_new_tokens=4,
+                               data_dir=str(data_dir), progress=False, out=str(tmp_path / "team")))
+    cfg = EvalConfig(model="tiny-random", suite="search", workflow="search_single", limit=1, data_dir=str(data_dir),
+                     progress=False, out=str(tmp_path / "single"))
+    with pytest.raises(UserError, match="is a math run"):
+        CM.run_matched(cfg, team.run_dir)
+    assert not (tmp_path / "single").exists()
+    with pytest.raises(UserError, match="not a run directory"):
+        CM.run_matched(cfg, tmp_path / "nope")

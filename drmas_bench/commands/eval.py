@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="engine options for every worker group whose engine has them, e.g. dtype=bfloat16,device=cuda:1 "
                         "or mem_fraction_static=0.7 (values read as YAML; see docs/engines.md); win over a team file's options")
     g.add_argument("--workflow", help="workflow name (default: the team file's, else the suite's: math_refine, "
-                                      "search_route, toy)")
+                                      "search_route, toy; single-agent baselines: math_single, search_single)")
     g.add_argument("--compute-matched", metavar="TEAM_RUN",
                    help="single-agent workflows: give the agent the team run's measured tokens per question "
                         "(n_team x k samples, k = team tokens / single tokens; scored by majority vote; docs/eval.md)")

@@ -136,6 +136,8 @@ def run_matched(cfg, team_dir: str | Path):
     from drmas_bench.report.runs import load_run
 
     team = load_run(team_dir)
+    if cfg.suite and cfg.suite != team.suite:  # before anything runs (the question sets are checked after the first pass)
+        raise UserError(f"--compute-matched: {team.path} is a {team.suite} run; this one is --suite {cfg.suite}")
     first = evaluate(replace(cfg, n=team.n))
     single = load_run(first.run_dir)
     k = matched_k(tokens_per_trajectory(team.records), tokens_per_trajectory(single.records))
