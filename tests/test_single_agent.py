@@ -13,8 +13,7 @@ from drmas_bench.metrics import invalid_reasons
 from drmas_bench.report import compute_matched as CM
 from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.search_single import single_action, single_valid
-from tests.conftest import find_data_dir
-from tests.test_workflows_protocol import ANSWER, MTASK, SEARCH, TASK, FakeRetriever, FakeScriptedAgents, run_wf
+from test_workflows_protocol import ANSWER, MTASK, SEARCH, TASK, FakeRetriever, FakeScriptedAgents, run_wf
 
 SYSTEM = "You are a helpful and harmless assistant."
 
@@ -132,14 +131,10 @@ def test_majority_vote_groups_and_k():
 # ------------------------------------------------------------------------------ end to end on tiny-random
 
 
-@pytest.fixture(scope="module")
-def data_dir():
-    d = find_data_dir()
-    if d is None:
-        pytest.skip("benchmark data not found (DRMAS_DATA_DIR or ../shared/data)")
-    return d
+# data_dir: the session fixture of conftest.py (skips with a reason where the benchmark files are absent)
 
 
+@pytest.mark.data
 def test_eval_compute_matched_and_leaderboard_on_tiny_random(tmp_path, data_dir):
     from drmas_bench.api import EvalConfig, evaluate
     from drmas_bench.report.leaderboard import Metric, build_leaderboard
@@ -162,6 +157,7 @@ def test_eval_compute_matched_and_leaderboard_on_tiny_random(tmp_path, data_dir)
     assert labels[2] == (f"single [maj@{doc['k']}, compute-matched]", "single-agent (math_single)")
 
 
+@pytest.mark.data
 def test_search_single_eval_on_tiny_random(tmp_path, data_dir):
     from drmas_bench.api import EvalConfig, evaluate
 
@@ -187,6 +183,7 @@ def test_tiny_single_recipe_trains_one_step(tmp_path):
     assert team["prompts"]["workflow"] == "math_single" and team["protocol"]["max_prompt_tokens"] == 8192
 
 
+@pytest.mark.data
 def test_search_single_trains_one_step_multi_turn(tmp_path, data_dir):
     from drmas_bench.api import default_retriever_spec
     from drmas_trainer.config import load_config
@@ -204,6 +201,7 @@ def test_search_single_trains_one_step_multi_turn(tmp_path, data_dir):
     assert m["agent/agent/num_calls/mean"] == m["num_turns/mean"] >= 1 and "wg/agent/actor/loss" in m
 
 
+@pytest.mark.data
 def test_compute_matched_refuses_another_suite_before_running(tmp_path, data_dir):
     from drmas_bench.api import EvalConfig, evaluate
     from drmas_bench.types import UserError
