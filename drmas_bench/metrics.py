@@ -427,6 +427,8 @@ ROLE_RULES: dict[str, dict[str, str]] = {
     "math_refine": {"solver": "solver", "verifier": "math_verifier"},
     "search_route": {"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
     "toy": {"solver": "toy_answer", "checker": "toy_verdict"},
+    "math_single": {"solver": "solver"},
+    "search_single": {"agent": "single_action"},  # workflows/search_single.py: single_valid
 }
 # every reason a response can fail its rule, in the order tables show them
 REASONS = ("missing_verify_tag", "missing_action_tag", "think_count", "think_order", "missing_boxed",
@@ -460,7 +462,9 @@ def invalid_reasons(rule: str, text: str) -> list[str]:
     - solver: missing_boxed (no ``\\boxed`` at all), unbalanced_boxed (there is one, but the
       reference's extraction finds no answer: the last one is not ``\\boxed{`` with its closing brace);
       the solver has no CJK rule;
-    - toy_answer / toy_verdict: missing_answer_tag / missing_verdict_tag (the toy's own tags).
+    - toy_answer / toy_verdict: missing_answer_tag / missing_verdict_tag (the toy's own tags);
+    - single_action (search_single's agent): missing_action_tag (no complete search or answer pair),
+      think_count, think_order, cjk, so that ``not invalid_reasons(...) == search_single.single_valid``.
 
     cjk = a character in U+4E00..U+9FFF (`protocol.has_cjk`)."""
     from drmas_bench.workflows import protocol as P
@@ -472,6 +476,15 @@ def invalid_reasons(rule: str, text: str) -> list[str]:
     elif rule in P.ACTION_TAGS:
         tag = P.ACTION_TAGS[rule]
         if f"<{tag}>" not in text or f"</{tag}>" not in text:
+            out.append("missing_action_tag")
+        if text.count(P.THINK_OPEN) != 1 or text.count(P.THINK_CLOSE) != 1:
+            out.append("think_count")
+        elif text.find(P.THINK_OPEN) > text.find(P.THINK_CLOSE):
+            out.append("think_order")
+    elif rule == "single_action":  # search_single's agent: a search or an answer, one think block
+        from drmas_bench.workflows.search_single import single_action
+
+        if not single_action(text)[0]:
             out.append("missing_action_tag")
         if text.count(P.THINK_OPEN) != 1 or text.count(P.THINK_CLOSE) != 1:
             out.append("think_count")
@@ -496,7 +509,7 @@ def invalid_reasons(rule: str, text: str) -> list[str]:
             out.append("missing_verdict_tag")
     else:
         raise ValueError(f"unknown format rule {rule!r}")
-    if rule in ("search_verifier", "math_verifier", *P.ACTION_TAGS) and P.has_cjk(text):
+    if rule in ("search_verifier", "math_verifier", "single_action", *P.ACTION_TAGS) and P.has_cjk(text):
         out.append("cjk")
     return out
 

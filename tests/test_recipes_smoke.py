@@ -1,8 +1,9 @@
-"""Every shipped paper recipe (trainer/recipes/*.yaml but tiny) runs one step as shipped on its
-training data, shrunk only in size: ``tiny-random`` on CPU with hf engines, 2 prompts x 2 rollouts,
-8 new tokens; the search recipe with the in-process BM25 index of the mini corpus. Then
-``drmas-bench eval --model <checkpoint>`` evaluates the trained team. Precision stays as shipped
-(bfloat16: the engines run bf16 weights, the policies bf16 autocast over fp32 master weights, on CPU).
+"""Every shipped paper recipe (trainer/recipes/*.yaml but the CI-sized tiny and tiny_single, which
+have their own tests) runs one step as shipped on its training data, shrunk only in size:
+``tiny-random`` on CPU with hf engines, 2 prompts x 2 rollouts, 8 new tokens; the search recipe
+with the in-process BM25 index of the mini corpus. Then ``drmas-bench eval --model <checkpoint>``
+evaluates the trained team. Precision stays as shipped (bfloat16: the engines run bf16 weights, the
+policies bf16 autocast over fp32 master weights, on CPU).
 
 The search recipe's training set (PeterJinGo/nq_hotpotqa_train) is hub-only; offline, the test saves
 a few real questions (NQ dev, HotpotQA train) in that dataset's Parquet layout as
@@ -21,7 +22,7 @@ from drmas_trainer.config import RECIPES_DIR
 
 pytestmark = [pytest.mark.slow, pytest.mark.data]
 
-RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml") if p.stem != "tiny")
+RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml") if p.stem not in ("tiny", "tiny_single"))
 
 # the shrink: sizes and the CPU engine only (engine_options are the sglang engine's, so they go too)
 SHRINK = ["model=tiny-random", "device=cpu", "agent_defaults.engine=hf", "agent_defaults.engine_options={}",

@@ -46,7 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="engine options for every worker group whose engine has them, e.g. dtype=bfloat16,device=cuda:1 "
                         "or mem_fraction_static=0.7 (values read as YAML; see docs/engines.md); win over a team file's options")
     g.add_argument("--workflow", help="workflow name (default: the team file's, else the suite's: math_refine, "
-                                      "search_route, toy)")
+                                      "search_route, toy; single-agent baselines: math_single, search_single)")
+    g.add_argument("--compute-matched", metavar="TEAM_RUN",
+                   help="single-agent workflows: give the agent the team run's measured tokens per question "
+                        "(n_team x k samples, k = team tokens / single tokens; scored by majority vote; docs/eval.md)")
     g.add_argument("--prompts", metavar="FILE", help="prompt templates YAML replacing the packaged ones (all or some "
                                                      "roles; keys: `drmas-bench config-schema prompts`, docs/protocol.md); "
                                                      "overrides a team file's prompts")
@@ -128,5 +131,12 @@ def resolve_config(args: argparse.Namespace):
 def cmd_eval(args: argparse.Namespace) -> int:
     from drmas_bench.api import evaluate
 
+    if getattr(args, "compute_matched", None):
+        from drmas_bench.report.compute_matched import matched_line, run_matched
+
+        summary, doc = run_matched(config_from_args(args), args.compute_matched)
+        print(summary.markdown)
+        print(f"\n- {matched_line(doc)}")
+        return 0
     print(evaluate(config_from_args(args)).markdown)
     return 0

@@ -157,7 +157,9 @@ def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
     by_bench: dict[str, list[Question]] = defaultdict(list)
     for q in qs.values():
         by_bench[q.benchmark].append(q)
-    row = Row(label=run.name, source="reproduced", model=run.model_label, team=run.team_label,
+    single = len(run.agents) == 1  # a single-agent baseline (math_single, search_single): marked beside the teams
+    row = Row(label=run.name, source="reproduced", model=run.model_label,
+              team=f"single-agent ({run.workflow})" if single else run.team_label,
               estimator=run.estimator or "–", step="–" if run.step is None else str(run.step), n=str(run.n),
               sampling=run.sampling_label, path=str(run.path), effect=effect_label(run.records, run.workflow))
     flags: list[str] = []
@@ -191,6 +193,29 @@ def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
     if incomplete:
         flags.append(f"{incomplete} questions have fewer than n={run.n} samples (run unfinished?)")
     row.notes = flags
+    return row
+
+
+def matched_row(run: Run, base: Row) -> Row | None:
+    """The compute-matched row of a single-agent run (`report.compute_matched`: majority vote over
+    groups of k samples, k = the team's tokens / the single agent's), under the run's own row; None
+    when the run dir holds no ``compute_matched.json``."""
+    from drmas_bench.report.compute_matched import matched_line, read_matched
+
+    doc = read_matched(run.path)
+    if not doc or not doc.get("per_question"):
+        return None
+    by_bench: dict[str, list[float]] = defaultdict(list)
+    for key, v in doc["per_question"].items():
+        by_bench[key.split("/", 1)[0]].append(float(v))
+    row = Row(label=f"{run.name} [maj@{doc['k']}, compute-matched]", source="reproduced", model=base.model,
+              team=base.team, n=f"{doc['team_n']}x{doc['k']}", sampling=base.sampling, path=base.path,
+              notes=[matched_line(doc)])
+    for b, vals in by_bench.items():
+        row.cells[b] = Cell(float(np.mean(vals)))
+    pooled = [v for vals in by_bench.values() for v in vals]
+    row.cells[MICRO] = Cell(float(np.mean(pooled)))
+    row.cells[MACRO] = Cell(float(np.mean([np.mean(v) for v in by_bench.values()])))
     return row
 
 
@@ -334,7 +359,10 @@ def build_leaderboard(runs: Sequence[Run], metrics: Sequence[Metric], ci: bool =
             for row, r in rows_runs:
                 if len(srs) > 1 and [b for b in cols if b in r.benchmarks] != cols:
                     row.notes.append(f"covers {len(r.benchmarks)} of {len(cols)} benchmarks: micro/macro over its own")
-            rows = [row for row, _ in rows_runs]
+            rows = []
+            for row, r in rows_runs:
+                rows.append(row)
+                rows += [m for m in [matched_row(r, row)] if m is not None]
             reported = [r for r in (paper_rows(paper, suite, metric) if paper else [])
                         if any(c in cols or c == MACRO for c in r.cells)]  # a number to show here
             p = {**PAPER_PROTOCOL, **((paper or {}).get("protocol") or {})}

@@ -1,6 +1,6 @@
 """Multi-agent workflows as plain async code, one module each; see base.py for the `Episode` API."""
 
-from drmas_bench.workflows import math, search, toy  # noqa: F401  (registers the built-ins)
+from drmas_bench.workflows import math, math_single, search, search_single, toy  # noqa: F401  (registers the built-ins)
 from drmas_bench.workflows.base import WORKFLOWS, Episode, WorkflowSpec, get_workflow, workflow  # noqa: F401
 
 # which workflow evaluates which suite by default

@@ -323,6 +323,10 @@ PLACEHOLDERS: dict[str, dict[str, tuple[set[str], set[str]]]] = {
         "searcher": (_SEARCH_SEEN | {"verifier_output"}, {"question", "history", "team_context"}),
         "answerer": (_SEARCH_SEEN | {"verifier_output"}, {"question", "history"}),
     },
+    # the single-agent baselines (math_single.py, search_single.py): no team, no team context
+    "math_single": {"solver": ({"question"}, {"question"})},
+    "search_single": {"agent": ({"question", "max_steps", "max_searches"}, {"question"}),
+                      "no_action": ({"step", "max_steps"}, set())},
 }
 # rendering parts (same for every workflow) and their placeholders
 PARTS: dict[str, set[str]] = {
@@ -452,7 +456,8 @@ def has_templates(workflow: str) -> bool:
 # ------------------------------------------------------------------------------ chat layout
 
 # REFERENCE §2b / §3: prompt-length limit and the side cut when a prompt is longer, per workflow
-PROMPT_LIMITS: dict[str, tuple[int, str]] = {"math_refine": (8192, "middle"), "search_route": (4096, "left")}
+PROMPT_LIMITS: dict[str, tuple[int, str]] = {"math_refine": (8192, "middle"), "search_route": (4096, "left"),
+                                             "math_single": (8192, "middle"), "search_single": (4096, "left")}
 
 
 def chat(tpl: Templates, role: str, **values: Any) -> list[dict[str, str]]:
