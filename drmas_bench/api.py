@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -188,4 +188,23 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     return Summary(summary, md, out)
 
 
-__all__ = ["EvalConfig", "Plan", "Summary", "evaluate", "parse_engine_args", "plan", "run", "summarize"]
+def evaluate_compute_matched(cfg: EvalConfig, team_dir: str | Path):
+    """``drmas-bench eval --compute-matched TEAM_RUN``: evaluate `cfg` (a single-agent workflow) with
+    the team run's n, measure, then resume the same run dir with n_team * k samples; returns
+    (the final Summary, the comparison)."""
+    from drmas_bench.report.compute_matched import compute_matched, matched_k, tokens_per_trajectory
+    from drmas_bench.report.runs import load_run
+
+    team = load_run(team_dir)
+    if cfg.suite and cfg.suite != team.suite:  # before anything runs (the question sets are checked after the first pass)
+        raise UserError(f"--compute-matched: {team.path} is a {team.suite} run; this one is --suite {cfg.suite}")
+    first = evaluate(replace(cfg, n=team.n))
+    single = load_run(first.run_dir)
+    k = matched_k(tokens_per_trajectory(team.records), tokens_per_trajectory(single.records))
+    logger.info(f"[eval] compute-matched: team {team.path} spends {k}x the single agent's tokens per trajectory; "
+                f"running {team.n * k} samples per question")
+    final = evaluate(replace(cfg, n=team.n * k, out=str(first.run_dir))) if k > 1 else first
+    return final, compute_matched(team_dir, final.run_dir)
+
+
+__all__ = ["EvalConfig", "Plan", "Summary", "evaluate", "evaluate_compute_matched", "parse_engine_args", "plan", "run", "summarize"]

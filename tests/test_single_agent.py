@@ -10,6 +10,7 @@ import json
 import pytest
 
 from drmas_bench.metrics import invalid_reasons
+from drmas_bench.api import evaluate_compute_matched
 from drmas_bench.report import compute_matched as CM
 from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.search_single import single_action, single_valid
@@ -144,7 +145,7 @@ def test_eval_compute_matched_and_leaderboard_on_tiny_random(tmp_path, data_dir)
                   data_dir=str(data_dir), progress=False)
     team = evaluate(EvalConfig(**common, n=1, out=str(tmp_path / "team")))
     cfg = EvalConfig(**common, n=1, workflow="math_single", out=str(tmp_path / "single"))
-    summary, doc = CM.run_matched(cfg, team.run_dir)
+    summary, doc = evaluate_compute_matched(cfg, team.run_dir)
     assert summary["compliance"]["agents"]["solver"]["rule"] == "solver"
     single_recs = [json.loads(x) for x in (tmp_path / "single" / "samples.jsonl").read_text().splitlines()]
     assert all(len(r["turns"]) == 1 and r["turns"][0]["agent"] == "solver" for r in single_recs)
@@ -185,7 +186,7 @@ def test_tiny_single_recipe_trains_one_step(tmp_path):
 
 @pytest.mark.data
 def test_search_single_trains_one_step_multi_turn(tmp_path, data_dir):
-    from drmas_bench.api import default_retriever_spec
+    from drmas_bench.retrievers import default_spec as default_retriever_spec
     from drmas_trainer.config import load_config
     from drmas_trainer.trainer import train
 
@@ -211,7 +212,7 @@ def test_compute_matched_refuses_another_suite_before_running(tmp_path, data_dir
     cfg = EvalConfig(model="tiny-random", suite="search", workflow="search_single", limit=1, data_dir=str(data_dir),
                      progress=False, out=str(tmp_path / "single"))
     with pytest.raises(UserError, match="is a math run"):
-        CM.run_matched(cfg, team.run_dir)
+        evaluate_compute_matched(cfg, team.run_dir)
     assert not (tmp_path / "single").exists()
     with pytest.raises(UserError, match="not a run directory"):
-        CM.run_matched(cfg, tmp_path / "nope")
+        evaluate_compute_matched(cfg, tmp_path / "nope")

@@ -132,9 +132,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from drmas_bench.api import evaluate
 
     if getattr(args, "compute_matched", None):
-        from drmas_bench.report.compute_matched import matched_line, run_matched
+        from drmas_bench.api import evaluate_compute_matched
+        from drmas_bench.report.compute_matched import matched_line
 
-        summary, doc = run_matched(config_from_args(args), args.compute_matched)
+        summary, doc = evaluate_compute_matched(config_from_args(args), args.compute_matched)
         print(summary.markdown)
         print(f"\n- {matched_line(doc)}")
         return 0

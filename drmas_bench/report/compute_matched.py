@@ -5,7 +5,7 @@ The design (docs/eval.md, "Single-agent baselines"), chosen as the simplest one 
 - budget = tokens per trajectory, prompt + completion over all of its calls (what a server bills and
   what compute grows with), the mean over the run's trajectories; measured, never estimated;
 - k = max(1, round(team tokens / single tokens)): the single agent's samples per team sample;
-- the single run gets n_team * k samples per question (`run_matched`: a first pass with n_team
+- the single run gets n_team * k samples per question (`drmas_bench.api.evaluate_compute_matched`: a first pass with n_team
   samples measures the single agent's tokens, a second pass in the same run dir adds the rest);
 - its score at equal cost: each question's samples, in sample order, are cut into n_team groups of k;
   each group answers by majority vote (math: the grader's extracted answer, else the whole final
@@ -20,9 +20,7 @@ leaderboard shows it as its own row (`matched_row`) under the single-agent run.
 from __future__ import annotations
 
 import json
-import logging
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -30,7 +28,6 @@ import numpy as np
 
 from drmas_bench.types import UserError
 
-logger = logging.getLogger(__name__)
 FILE = "compute_matched.json"
 
 
@@ -126,25 +123,6 @@ def compute_matched(team_dir: str | Path, single_dir: str | Path, write: bool = 
     if write:
         (Path(single.path) / FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return doc
-
-
-def run_matched(cfg, team_dir: str | Path):
-    """``drmas-bench eval --compute-matched TEAM_RUN``: evaluate `cfg` (a single-agent workflow) with
-    the team run's n, measure, then resume the same run dir with n_team * k samples; returns
-    (the final Summary, the comparison)."""
-    from drmas_bench.api import evaluate
-    from drmas_bench.report.runs import load_run
-
-    team = load_run(team_dir)
-    if cfg.suite and cfg.suite != team.suite:  # before anything runs (the question sets are checked after the first pass)
-        raise UserError(f"--compute-matched: {team.path} is a {team.suite} run; this one is --suite {cfg.suite}")
-    first = evaluate(replace(cfg, n=team.n))
-    single = load_run(first.run_dir)
-    k = matched_k(tokens_per_trajectory(team.records), tokens_per_trajectory(single.records))
-    logger.info(f"[eval] compute-matched: team {team.path} spends {k}x the single agent's tokens per trajectory; "
-                f"running {team.n * k} samples per question")
-    final = evaluate(replace(cfg, n=team.n * k, out=str(first.run_dir))) if k > 1 else first
-    return final, compute_matched(team_dir, final.run_dir)
 
 
 def matched_line(doc: dict[str, Any]) -> str:

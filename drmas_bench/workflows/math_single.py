@@ -10,7 +10,7 @@ the middle) are math_refine's, so the two differ only in the team. Prompts:
 
 from __future__ import annotations
 
-from drmas_bench.workflows import protocol as P
+import drmas_bench.workflows.protocol as P
 from drmas_bench.workflows.base import Episode, workflow
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 
-from drmas_bench.workflows import protocol as P
+import drmas_bench.workflows.protocol as P
 from drmas_bench.workflows.base import Episode, workflow
 
 ACTIONS = ("search", "answer")
