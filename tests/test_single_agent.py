@@ -176,7 +176,7 @@ def test_tiny_single_recipe_trains_one_step(tmp_path):
     from drmas_trainer.trainer import train
 
     out = tmp_path / "t"
-    train(load_config("tiny_single", {"steps": 1}), out, fresh=True, progress=False)
+    train(load_config("tiny_single", {"steps": 1, "sft.steps": 3}), out, fresh=True, progress=False)  # a short warm start
     (m,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert m["step"] == 1 and m["agent/solver/num_calls/mean"] == 1.0 and "wg/solver/actor/loss" in m
     team = yaml.safe_load((out / "ckpt" / "latest" / "team.yaml").read_text())
@@ -194,7 +194,7 @@ def test_search_single_trains_one_step_multi_turn(tmp_path, data_dir):
     tasks.write_text("".join(json.dumps({"id": str(i), "benchmark": "hotpotqa", "question": q, "answers": [a]}) + "\n"
                              for i, (q, a) in enumerate([("Who wrote Hamlet?", "William Shakespeare"),
                                                          ("What is the capital of France?", "Paris")])))
-    cfg = load_config("tiny_single", {"workflow": "search_single", "steps": 1, "data.source": str(tasks),
+    cfg = load_config("tiny_single", {"workflow": "search_single", "steps": 1, "data.source": str(tasks), "sft.steps": 0,
                                       "retriever": default_retriever_spec(data_dir), "rollout.prompts_per_step": 2,
                                       "rollout.n": 2, "rollout.max_new_tokens": 8})
     train(cfg, tmp_path / "run", fresh=True, progress=False)
@@ -216,3 +216,26 @@ def test_compute_matched_refuses_another_suite_before_running(tmp_path, data_dir
     assert not (tmp_path / "single").exists()
     with pytest.raises(UserError, match="not a run directory"):
         evaluate_compute_matched(cfg, tmp_path / "nope")
+
+
+def test_math_single_warm_start_examples_are_the_workflows_own_prompts_with_boxed_targets():
+    """tiny_single's sft stage: math_single's packaged prompt on toy sums, target \\boxed{N}, right
+    with probability solver_accuracy (else a near miss), reproducible from the seed."""
+    import re
+
+    import drmas_bench.workflows.protocol as P
+    from drmas_trainer.sft import SFT_EXAMPLES, math_single_sft_examples
+
+    assert SFT_EXAMPLES["math_single"] is math_single_sft_examples
+    ex = math_single_sft_examples(["solver"], 200, seed=3, solver_accuracy=0.5, max_operand=9)
+    assert ex == math_single_sft_examples(["solver"], 200, seed=3, solver_accuracy=0.5, max_operand=9)
+    tpl = P.default_templates("math_single")
+    right = 0
+    for e in ex:
+        a, b = map(int, re.search(r"What is (\d+) \+ (\d+)\?", e.messages[-1]["content"]).groups())
+        assert e.messages == P.chat(tpl, "solver", question=f"What is {a} + {b}?")
+        assert P.valid("solver", e.target)
+        right += e.target == f"\\boxed{{{a + b}}}"
+    assert 60 < right < 140  # about half
+    with pytest.raises(ValueError, match="solver"):
+        math_single_sft_examples(["checker"], 1)

@@ -134,11 +134,12 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
 
 
 async def warm_start(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers: dict[str, Any]) -> dict[str, Any]:
-    """The ``sft:`` stage: each worker group imitates generated toy examples of its agents, then
-    its engine gets the new weights."""
-    from drmas_trainer.sft import toy_sft_examples
+    """The ``sft:`` stage: each worker group imitates generated examples of its agents (the
+    workflow's maker in `drmas_trainer.sft.SFT_EXAMPLES`), then its engine gets the new weights."""
+    from drmas_trainer.sft import SFT_EXAMPLES
 
     s = cfg.sft
+    make_examples = SFT_EXAMPLES[cfg.workflow]  # a workflow without one is refused before any model loads (trainer.py)
     jobs, names = [], []
     for name, g in plan.items():
         per_agent = {a: s.agent_steps.get(a, s.steps) for a in g.agents}
@@ -148,9 +149,9 @@ async def warm_start(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers
         names.append(name)
         examples = []
         for a, k in per_agent.items():
-            examples += toy_sft_examples([a], k * s.batch_size, seed=derive_seed(s.seed, "sft", a),
-                                         solver_accuracy=s.solver_accuracy, checker_accuracy=s.checker_accuracy,
-                                         max_operand=s.max_operand, retry_share=s.retry_share)
+            examples += make_examples([a], k * s.batch_size, seed=derive_seed(s.seed, "sft", a),
+                                      solver_accuracy=s.solver_accuracy, checker_accuracy=s.checker_accuracy,
+                                      max_operand=s.max_operand, retry_share=s.retry_share)
         jobs.append(workers[name].sft(examples, steps=steps, lr=s.lr, batch_size=s.batch_size,
                                       seed=derive_seed(s.seed, "sft-order", name)))
     results = await asyncio.gather(*jobs)

@@ -1,4 +1,7 @@
-"""Supervised warm start for the toy workflow (the ``sft:`` stage of the ``tiny`` recipe).
+"""Supervised warm starts (the ``sft:`` stage of the ``tiny`` and ``tiny_single`` recipes), one
+example maker per workflow in `SFT_EXAMPLES`: the toy team (below) and ``math_single``, the solver
+alone on the same "What is a + b?" questions, whose target is ``\\boxed{N}`` with the same deliberately
+partial accuracy.
 
 A randomly initialised model cannot discover the answer format from RL alone: it almost never
 writes ``<answer>N</answer>``, so every reward is 0 and every advantage is 0. A short supervised
@@ -25,7 +28,7 @@ import random
 from drmas_bench.workflows.toy import checker_prompt, solver_prompt
 from drmas_trainer.worker import SFTExample
 
-__all__ = ["toy_sft_examples"]
+__all__ = ["SFT_EXAMPLES", "math_single_sft_examples", "toy_sft_examples"]
 
 
 def _near_miss(rng: random.Random, right: int, avoid: int | None = None) -> int:
@@ -70,3 +73,28 @@ def toy_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accurac
                 out.append(SFTExample("checker", checker_prompt(q, str(proposed)),
                                       f"<verdict>{'approve' if ok else 'reject'}</verdict>"))
     return out
+
+
+def math_single_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accuracy: float = 0.5,
+                             max_operand: int = 9, **_: float) -> list[SFTExample]:
+    """``n`` examples for the single solver of ``math_single``: its packaged prompt on "What is a + b?"
+    and the target ``\\boxed{N}``, N right with probability ``solver_accuracy`` (else a near miss).
+    The toy team's checker and retry options have no meaning here and are ignored."""
+    import drmas_bench.workflows.protocol as P
+
+    unknown = sorted(set(agents) - {"solver"})
+    if unknown:
+        raise ValueError(f"the math_single warm start knows the agent solver, not {', '.join(unknown)}")
+    tpl = P.default_templates("math_single")
+    rng = random.Random(seed)
+    out: list[SFTExample] = []
+    for _ in range(n):
+        a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+        right = a + b
+        ans = right if rng.random() < solver_accuracy else _near_miss(rng, right)
+        out.append(SFTExample("solver", P.chat(tpl, "solver", question=f"What is {a} + {b}?"), f"\\boxed{{{ans}}}"))
+    return out
+
+
+#: workflow -> the example maker of its warm start (agents, n, seed, **the sft options)
+SFT_EXAMPLES = {"toy": toy_sft_examples, "math_single": math_single_sft_examples}

@@ -61,6 +61,7 @@ from drmas_trainer.prepare import (load_train_tasks, rollout_retriever, rollout_
 from drmas_trainer.runlog import (CKPT_CACHE, METRICS, RUN_FILES, MetricsLog, check_run_config, clear_run, json_line,
                                   never_updated, read_metrics, step_metrics, summarize)
 from drmas_trainer.saving import local_checkpoint, save_checkpoint
+from drmas_trainer.sft import SFT_EXAMPLES
 from drmas_trainer.trackers import check_tracker
 from drmas_trainer.worker import LossSettings, Row
 
@@ -120,8 +121,9 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
     n_steps = total_steps(cfg, len(tasks))
     if cfg.rollout.prompts_per_step > len(tasks):
         raise UserError(f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the {len(tasks)} training tasks")
-    if (cfg.sft.steps or any(cfg.sft.agent_steps.values())) and cfg.workflow != "toy":
-        raise UserError(f"the sft warm start generates toy examples only; set sft.steps: 0 for workflow {cfg.workflow!r}")
+    if (cfg.sft.steps or any(cfg.sft.agent_steps.values())) and cfg.workflow not in SFT_EXAMPLES:
+        raise UserError(f"the sft warm start has examples for {', '.join(SFT_EXAMPLES)} only; set sft.steps: 0 "
+                        f"for workflow {cfg.workflow!r}")
 
     # --- the run directory: config, latest checkpoint, metrics --------------------------------
     ckpt_root = ckpt_io.resolve_root(run, cfg.ckpt_root)
