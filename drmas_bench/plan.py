@@ -189,62 +189,10 @@ def _model_for_list(v: list[str] | dict[str, str] | None) -> list[str] | None:
     return list(v) if v else None
 
 
-def apply_engine_args(team, engine_args: dict[str, Any]) -> None:
-    """Set each explicit engine option on every worker group whose engine has it (explicit wins over
-    a team file's ``options:``); an option that no group's engine has is one UserError."""
-    for key, value in engine_args.items():
-        k = key.replace("-", "_")
-        hit = False
-        for g in team.worker_groups.values():
-            if k in option_names(g.engine):
-                g.options.pop(key, None)
-                g.options[k] = value
-                hit = True
-        if not hit:
-            engines = sorted({g.engine for g in team.worker_groups.values()})
-            known = sorted(set().union(*(option_names(e) for e in engines)))
-            raise UserError(f"--engine-args {key}: not an option of the {'/'.join(engines)} engine; "
-                            f"options: {', '.join(known)}")
-
-
-def switch_engine(team, engine: str, base_url: str | None, tokenizer: str | None, trust_remote_code: bool) -> None:
-    """An explicit ``engine`` over a team file's engines: every worker group runs on it. Options that
-    engine lacks are dropped (said on stderr); a group served over HTTP (``base_url`` / ``api_key_env``)
-    cannot move to an in-process engine; groups moved to openai get ``base_url`` / ``tokenizer``."""
-    names = option_names(engine)
-    for g in team.worker_groups.values():
-        if g.engine == engine:
-            continue
-        if not traits(engine).remote and (g.base_url or g.api_key_env):
-            raise UserError(f"--engine {engine}: worker group {g.name!r} is an openai group with base_url / api_key_env; "
-                            f"it cannot run in-process (leave out --engine, or edit the team file)")
-        dropped = sorted(k for k in g.options if k.replace("-", "_") not in names)
-        if dropped:
-            logger.info(f"[eval] --engine {engine}: worker group {g.name!r} leaves its {g.engine} option(s) "
-                        f"{', '.join(dropped)} behind")
-        g.options = {k: v for k, v in g.options.items() if k.replace("-", "_") in names}
-        g.engine = engine
-        if traits(engine).remote:
-            g.base_url = g.base_url or base_url
-            if tokenizer:
-                g.options["tokenizer"] = tokenizer
-        elif trust_remote_code:
-            g.options["trust_remote_code"] = True
-
-
-def models_on_nodes(team, step_url: str) -> None:
-    """A Ray eval of checkpoint ``step_url``: each local worker group's model becomes its URL under
-    the checkpoint (checkpoints.model_on_nodes), for the actors to fetch on their own nodes."""
-    from drmas_bench.checkpoints import model_on_nodes
-
-    for g in team.worker_groups.values():
-        if not traits(g.engine).remote:
-            g.model = model_on_nodes(str(g.model), step_url)
-
-
 def resolve(cfg: EvalConfig) -> Resolved:
     """Benchmarks, workflow (chosen before the team is validated), team and sampling for ``cfg``."""
-    from drmas_bench.agents.team import build_team, check_engine_options, validate_sampling
+    from drmas_bench.agents.explicit import Explicit
+    from drmas_bench.agents.team import build_team, validate_sampling
     from drmas_bench.engines.hosting import fit_options
     from drmas_bench.tasks import select_benchmarks
     from drmas_bench.types import Sampling
@@ -275,33 +223,22 @@ def resolve(cfg: EvalConfig) -> Resolved:
     wf = get_workflow(wf_name)
     if cfg.workflow and from_file and from_file != cfg.workflow:
         logger.info(f"[eval] --workflow {cfg.workflow} overrides the team file's workflow {from_file}")
+    explicit = {k: getattr(cfg, k) for k in ("temperature", "top_p", "max_new_tokens", "enable_thinking")
+                if getattr(cfg, k) is not None}
     generic = {"max_batch": cfg.max_batch or DEFAULT_MAX_BATCH}
+    given = Explicit(workflow=wf_name, engine=cfg.engine, tokenizer=cfg.tokenizer, max_batch=cfg.max_batch,
+                     engine_args=dict(cfg.engine_args or {}), sampling=explicit,
+                     models_at=step_url if step_url and cfg.pool == "ray" else None)
     team = build_team(wf_name, wf.agents, model=cfg.model, team_file=cfg.team, model_for=_model_for_list(cfg.model_for),
                       engine=engine, base_url=cfg.base_url,
                       engine_options=fit_options(engine, generic, {"tokenizer": cfg.tokenizer} if cfg.tokenizer else None),
-                      trust_remote_code=cfg.trust_remote_code)
-    team.workflow = wf_name
-    if step_url and cfg.pool == "ray":
-        models_on_nodes(team, step_url)
-    if cfg.engine is not None:
-        switch_engine(team, cfg.engine, cfg.base_url, cfg.tokenizer, cfg.trust_remote_code)
-        check_engine_options(team)
-    if cfg.max_batch is not None:  # a generic option: set where the engine has it (hf), like fit_options
-        for g in team.worker_groups.values():
-            if "max_batch" in option_names(g.engine):
-                g.options["max_batch"] = cfg.max_batch
-    if cfg.engine_args:
-        apply_engine_args(team, cfg.engine_args)
-        check_engine_options(team)
+                      trust_remote_code=cfg.trust_remote_code, explicit=given)
     check_workflow_options(wf, team.workflow_options)
-    explicit = {k: getattr(cfg, k) for k in ("temperature", "top_p", "max_new_tokens", "enable_thinking")
-                if getattr(cfg, k) is not None}
-    validate_sampling(explicit, "EvalConfig")
+    validate_sampling(explicit, "EvalConfig")  # after the team's own checks, as before
     for key, v in explicit.items():
         recorded = {team.sampling.get(key)} | {s.get(key) for s in team.agent_sampling.values()}
         if recorded - {None, v}:
             logger.info(f"[eval] {flag(key)} {v} overrides the team file's {key}")
-    team.flag_sampling = explicit
     sampling = Sampling(**{**SAMPLING_DEFAULTS, "max_new_tokens": DEFAULT_MAX_NEW[suite], **explicit})
     return Resolved(suite, benches, wf, team, sampling)
 

@@ -273,9 +273,8 @@ def test_eval_downloads_of_one_checkpoint_take_turns(mem_root, tmp_path, monkeyp
 def test_a_node_fetches_one_model_folder_by_url(mem_root, tmp_path, monkeypatch):
     """What a Ray actor does with ROOT/step_K/models/<wg>: a copy in its node's cache, reused while the
     step's marker holds; a step without its marker is refused; models.resolve_model takes that path."""
-    from types import SimpleNamespace
-
-    from drmas_bench.plan import models_on_nodes
+    from drmas_bench.agents.explicit import models_on_nodes
+    from drmas_bench.agents.team import WorkerGroupSpec
     from drmas_bench.models import resolve_model
 
     monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))
@@ -289,7 +288,8 @@ def test_a_node_fetches_one_model_folder_by_url(mem_root, tmp_path, monkeypatch)
     with pytest.raises(UserError, match="step_2: not a complete checkpoint"):
         resolve_model(f"{mem_root}/step_2/models/a")
 
-    groups = {"a": SimpleNamespace(model="models/a", engine="hf"), "up": SimpleNamespace(model="../elsewhere", engine="hf"),
-              "abs": SimpleNamespace(model="/opt/m", engine="hf"), "api": SimpleNamespace(model="gpt-x", engine="openai")}
-    models_on_nodes(SimpleNamespace(worker_groups=groups), f"{mem_root}/step_1")
-    assert [g.model for g in groups.values()] == [f"{mem_root}/step_1/models/a", "../elsewhere", "/opt/m", "gpt-x"]
+    groups = {"a": WorkerGroupSpec("a", "models/a"), "up": WorkerGroupSpec("up", "../elsewhere"),
+              "abs": WorkerGroupSpec("abs", "/opt/m"), "api": WorkerGroupSpec("api", "gpt-x", engine="openai")}
+    moved = models_on_nodes(groups, f"{mem_root}/step_1")
+    assert groups["a"].model == "models/a"  # a new set of groups; the given ones are left as they were
+    assert [g.model for g in moved.values()] == [f"{mem_root}/step_1/models/a", "../elsewhere", "/opt/m", "gpt-x"]

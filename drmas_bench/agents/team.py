@@ -43,6 +43,7 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator, model_validator
 
+from drmas_bench.agents.explicit import Explicit, apply_explicit
 from drmas_bench.engines import ENGINES, traits
 from drmas_bench.schema import ModelOnEngine, SamplingSchema, Schema, parse, sampling_overrides
 from drmas_bench.store import safe_name
@@ -323,9 +324,12 @@ def _wg_name(model: str) -> str:
 
 def build_team(workflow: str, agents: tuple[str, ...], *, model: str | None = None, team_file: str | None = None,
                model_for: list[str] | None = None, engine: str = "hf", base_url: str | None = None,
-               engine_options: dict[str, Any] | None = None, trust_remote_code: bool = False) -> TeamSpec:
-    """Resolve the CLI's team flags into a TeamSpec (see the module docstring); engine options are
-    checked against each engine's options before anything loads.
+               engine_options: dict[str, Any] | None = None, trust_remote_code: bool = False,
+               explicit: Explicit | None = None) -> TeamSpec:
+    """Resolve the CLI's team flags into a TeamSpec (see the module docstring), built once: the
+    team file or shorthand flags first, then the user's ``explicit`` values over them
+    (:mod:`drmas_bench.agents.explicit`); engine options are checked against each engine's options
+    before anything loads, and nothing edits the returned team afterwards.
 
     ``trust_remote_code``: the user's ``--trust-remote-code``: set on every hf/sglang group, and
     allowed in a ``team.yaml`` found inside ``model`` (which is otherwise untrusted data)."""
@@ -335,7 +339,11 @@ def build_team(workflow: str, agents: tuple[str, ...], *, model: str | None = No
         for g in team.worker_groups.values():
             if not traits(g.engine).remote:  # a model loaded here: its folder's code may run
                 g.options["trust_remote_code"] = True
-    check_engine_options(team)
+    check_engine_options(team)  # the file's own options, before explicit ones may drop them
+    if explicit is not None:
+        team = apply_explicit(team, explicit, base_url, trust_remote_code)
+        if explicit.changes_groups:
+            check_engine_options(team)
     return team
 
 
