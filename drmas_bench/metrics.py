@@ -44,6 +44,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from drmas_bench.pricing import PriceSheet
+from drmas_bench.types import record_correct, record_reward
 
 MICRO = "all (micro)"
 MACRO = "mean of benchmarks (macro)"
@@ -167,7 +168,7 @@ def questions(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Questi
         key = (str(t["benchmark"]), str(t["id"]))
         slot = acc.setdefault(key, [0, 0, str(t.get("question", "")), set(), 0])
         slot[0] += 1
-        slot[1] += bool(r.get("correct", False))
+        slot[1] += record_correct(r)
         idx = r.get("sample_idx")
         if idx in slot[3]:
             slot[4] += 1
@@ -193,8 +194,8 @@ def _record_key(r: dict[str, Any]) -> tuple:
     records give the same summary (CIs included) whatever order samples.jsonl holds them in."""
     t = r["task"]
     idx = r.get("sample_idx")
-    return (str(t["benchmark"]), str(t["id"]), idx if isinstance(idx, int) else -1, bool(r.get("correct", False)),
-            float(r.get("reward") or 0.0), float(r.get("wall_s") or 0.0), float(r.get("cost_usd") or 0.0))
+    return (str(t["benchmark"]), str(t["id"]), idx if isinstance(idx, int) else -1, record_correct(r),
+            record_reward(r), float(r.get("wall_s") or 0.0), float(r.get("cost_usd") or 0.0))
 
 
 def _percentiles(xs: list[float]) -> dict[str, float | None]:
@@ -683,7 +684,7 @@ def round1_correct(r: dict[str, Any]) -> bool | None:
     if n == 0:
         return None
     if n == 1:
-        return bool(r.get("correct", False))
+        return record_correct(r)
     v = _extra(r).get("round1_correct")
     return None if v is None else bool(v)
 
@@ -715,7 +716,7 @@ def math_effects(records: Iterable[Any]) -> dict[str, Any]:
     judged: list[tuple[bool, bool]] = []  # (round-1 right, approved)
     for r in recs:
         turns = r.get("turns", [])
-        r1, final = round1_correct(r), bool(r.get("correct", False))
+        r1, final = round1_correct(r), record_correct(r)
         if r1 is not None:
             graded.append((r1, final))
         if sum(t.get("agent") == "solver" for t in turns) > 1:
@@ -793,7 +794,7 @@ def search_effects(records: Iterable[Any]) -> dict[str, Any]:
             continue
         anywhere.append(ev_any)
         if ev is not None:
-            at_answer.append((ev, bool(r.get("correct", False))))
+            at_answer.append((ev, record_correct(r)))
     with_ev = [ok for ev, ok in at_answer if ev]
     without = [ok for ev, ok in at_answer if not ev]
     ep = _episode_compliance(recs, "search_route")

@@ -101,9 +101,8 @@ def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 
                 firsts.append((i, solver[0]))
         graded = grade_family(family, pairs + [(text, group[i].task.answers) for i, text in firsts], timeout_s, math_grader)
         for t, (correct, extra) in zip(group, graded):
-            t.correct = correct
+            t.reward = 1.0 if correct else 0.0  # the one outcome; t.correct derives from it
             t.extra.update(extra)
-            t.reward = 1.0 if correct else 0.0
         for (i, _), (correct, extra) in zip(firsts, graded[len(group):]):
             group[i].extra["round1_correct"] = correct
             group[i].extra["round1_grade"] = extra.get("grade")

@@ -118,19 +118,50 @@ class Turn:
         )
 
 
+CORRECT_AT = 1.0  # the reward at and above which an episode counts as solved
+
+
+def is_correct(reward: float) -> bool:
+    """Whether an outcome reward counts as solved. The one definition of "correct": the reward is the
+    one stored outcome (the trainer reads it, and shaped or partial rewards stay possible), and what
+    metrics count as right is derived from it here, so the two can never disagree."""
+    return float(reward) >= CORRECT_AT
+
+
+def record_reward(d: dict[str, Any]) -> float:
+    """The outcome reward of a trajectory record. Records written before the reward was the one
+    outcome may carry only `correct` (or a missing/None reward); those read as 1.0 / 0.0 from it,
+    which is what the runner always stored beside it, so old run dirs read the same."""
+    r = d.get("reward")
+    if r is None:
+        return 1.0 if d.get("correct", False) else 0.0
+    return float(r)
+
+
+def record_correct(d: dict[str, Any]) -> bool:
+    """Whether a trajectory record counts as solved: `is_correct` of `record_reward`; every reader of
+    stored records (metrics, reports, the viewer) asks this rather than the record's `correct` key."""
+    return is_correct(record_reward(d))
+
+
 @dataclass
 class Trajectory:
-    """One episode of a workflow on one task (one of the n samples of that task)."""
+    """One episode of a workflow on one task (one of the n samples of that task). Its outcome is
+    `reward` alone; `correct` is derived from it (`is_correct`)."""
 
     task: Task
     sample_idx: int = 0
     turns: list[Turn] = field(default_factory=list)
     final_answer: str | None = None
-    reward: float = 0.0  # outcome reward R (0/1 by default)
-    correct: bool = False
+    reward: float = 0.0  # the outcome reward R (0/1 by default); the one stored outcome
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. {"f1": 0.5, "grade": "timeout"}
     wall_s: float = 0.0
     cost_usd: float = 0.0
+
+    @property
+    def correct(self) -> bool:
+        """Solved or not, derived from the reward (`is_correct`); set the reward to change it."""
+        return is_correct(self.reward)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -144,7 +175,7 @@ class Trajectory:
             "turns": [t.to_dict(with_tokens) for t in self.turns],
             "final_answer": self.final_answer,
             "reward": self.reward,
-            "correct": self.correct,
+            "correct": self.correct,  # derived, written for people reading the file; readers use record_correct
             "extra": self.extra,
             "wall_s": self.wall_s,
             "cost_usd": self.cost_usd,
@@ -157,8 +188,7 @@ class Trajectory:
             sample_idx=d["sample_idx"],
             turns=[Turn.from_dict(t) for t in d.get("turns", [])],
             final_answer=d.get("final_answer"),
-            reward=d.get("reward", 0.0),
-            correct=d.get("correct", False),
+            reward=record_reward(d),
             extra=d.get("extra", {}),
             wall_s=d.get("wall_s", 0.0),
             cost_usd=d.get("cost_usd", 0.0),

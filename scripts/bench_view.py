@@ -96,8 +96,7 @@ def scripted_search_run(out: str | Path, questions: int = 12, n: int = 1) -> Pat
             asyncio.run(search_route(ep))
             t = ep.finish()
             g = grade_qa(t.final_answer, t.task.answers) if t.final_answer is not None else None
-            t.correct = bool(g and g.em)
-            t.reward = 1.0 if t.correct else 0.0
+            t.reward = 1.0 if g and g.em else 0.0
             t.extra.update({"em": float(t.correct)})
             lines.append(json.dumps(t.to_dict()))
     team = {"workflow": "search_route", "agents": {a: "shared" for a in SEARCH_AGENTS},
@@ -151,8 +150,7 @@ def scripted_math_run(out: str | Path, questions: int = 9) -> Path:
         ep = Episode(task, 0, ScriptedMathBackend(qn), ("solver", "verifier"))
         asyncio.run(math_refine(ep))
         t = ep.finish()
-        t.correct = reference_boxed(t.final_answer) == task.answers[0]
-        t.reward = 1.0 if t.correct else 0.0
+        t.reward = 1.0 if reference_boxed(t.final_answer) == task.answers[0] else 0.0
         t.extra.update({"grade": "ok", "extracted": reference_boxed(t.final_answer)})
         lines.append(json.dumps(t.to_dict()))
     team = {"workflow": "math_refine", "agents": {"solver": "shared", "verifier": "shared"},

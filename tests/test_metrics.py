@@ -24,7 +24,7 @@ from drmas_bench.metrics import (
 )
 from drmas_bench.report.markdown import format_summary_markdown
 from drmas_bench.pricing import ModelPrice, PriceSheet, load_prices
-from drmas_bench.types import Completion, Request, Task, Trajectory, Turn, UserError
+from drmas_bench.types import Completion, Request, Task, Trajectory, Turn, UserError, record_correct
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -242,12 +242,28 @@ def test_pass_at_n_with_uneven_counts_is_any_success_over_samples_present():
 def test_summary_accepts_trajectories_and_is_seeded():
     task = Task("t1", "toy", "What is 1 + 1?", ["2"])
     trajs = [Trajectory(task, i, turns=[Turn("solver", "tiny-random", 0, Request("solver", []), Completion("2", prompt_tokens=5, completion_tokens=1))],
-                        correct=i % 2 == 0, wall_s=0.1) for i in range(4)]
+                        reward=float(i % 2 == 0), wall_s=0.1) for i in range(4)]
     a = summarize(trajs, n_boot=100, seed=1)
     assert a == summarize([t.to_dict() for t in trajs], n_boot=100, seed=1)
     assert a["micro"]["avg@n"] == 0.5 and a["micro"]["agents"]["solver"]["models"] == ["tiny-random"]
     with pytest.raises(ValueError):
         summarize([])
+
+
+def test_the_reward_is_the_one_outcome_and_old_records_read_the_same():
+    """Metrics and the trainer read one outcome: the reward; "correct" is derived from it. A record
+    written before (only `correct`, or `correct` beside a 0/1 reward) counts exactly as it did."""
+    new = [record("b", "1", i, ok) for i, ok in enumerate([True, False, True, True])]
+    only_correct = [{k: v for k, v in r.items() if k != "reward"} for r in new]
+    old_summary = summarize(new, n_boot=50)
+    assert summarize(only_correct, n_boot=50) == old_summary and old_summary["micro"]["avg@n"] == 0.75
+    back = [Trajectory.from_dict(r) for r in only_correct]
+    assert [t.reward for t in back] == [1.0, 0.0, 1.0, 1.0] and [t.correct for t in back] == [True, False, True, True]
+    # a partial reward (the trainer's tests use such) is not solved, and the written `correct` follows it
+    partial = Trajectory.from_dict({**new[0], "reward": 0.5})
+    assert (partial.correct, partial.to_dict()["correct"]) == (False, False)
+    assert record_correct({"reward": 0.5, "correct": True}) is False and record_correct({"reward": 1.0}) is True
+    assert summarize([partial.to_dict()] + new[1:], n_boot=50)["micro"]["avg@n"] == 0.5
 
 
 def test_format_summary_markdown_after_json_round_trip():

@@ -105,7 +105,7 @@ def _summary_with_run() -> dict:
     task = Task("t1", "toy", "What is 1 + 1?", ["2"])
     trajs = [Trajectory(task, i, turns=[Turn("solver", "shared", 0, Request("solver", []),
                                              Completion("2", prompt_tokens=5, completion_tokens=1))],
-                        correct=True, wall_s=0.1) for i in range(2)]
+                        reward=1.0, wall_s=0.1) for i in range(2)]
     s = summarize(trajs, n_boot=20)
     s["run"] = {"dir": "runs/x", "workflow": "toy", "episodes_run": 2, "episodes_resumed": 0, "suite": "toy",
                 "benchmarks": ["toy"], "team": {"solver": {"worker_group": "shared", "model": "smollm2-135m-instruct"},

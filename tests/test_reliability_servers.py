@@ -243,7 +243,8 @@ def write_run(path: Path, *, n: int = 2, ids=("t0", "t1", "t2"), grader=("math_d
                                      "usage": usage if a == "solver" else "server", "notes": []}}
                      for j, a in enumerate(("solver", "verifier"))]
             lines.append(json.dumps({"task": {"benchmark": "aime24", "id": tid, "question": f"q{tid}"}, "sample_idx": k,
-                                     "turns": turns, "correct": (i + k) % 2 == 0, "reward": 0.0, "wall_s": 1.0}))
+                                     "turns": turns, "correct": (i + k) % 2 == 0, "reward": float((i + k) % 2 == 0),
+                                     "wall_s": 1.0}))
     (path / "samples.jsonl").write_text("\n".join(lines) + "\n")
     return path
 

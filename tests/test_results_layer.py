@@ -87,12 +87,13 @@ def test_one_samples_reader_for_store_and_reports(tmp_path):
     path = run / "samples.jsonl"
     first = json.loads(path.read_text().splitlines()[0])
     with open(path, "a") as f:  # a repeated key (the later copy wins) and a line cut off by a kill
-        f.write(json.dumps({**first, "correct": not first["correct"]}) + "\n" + '{"task": {"bench')
+        f.write(json.dumps({**first, "correct": not first["correct"], "reward": 1.0 - first["reward"]}) + "\n"
+                + '{"task": {"bench')
     recs = read_samples(path)
     assert len(recs) == sum(n for _, n in BENCHES) * 4
     again = next(r for r in recs if (r["task"]["id"], r["sample_idx"], r["task"]["benchmark"]) ==
                  (first["task"]["id"], first["sample_idx"], first["task"]["benchmark"]))
-    assert again["correct"] is (not first["correct"])
+    assert again["correct"] is (not first["correct"]) and again["reward"] == 1.0 - first["reward"]
     assert report.load_run(run).records == recs  # reports read through the same reader
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:3] + ["{not json"] + lines[3:-1]) + "\n")

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from drmas_bench.types import UserError
+from drmas_bench.types import UserError, record_correct
 
 FILE = "compute_matched.json"
 
@@ -73,7 +73,7 @@ def vote(group: list[dict[str, Any]]) -> float:
     for r in group:
         key = vote_key(r)
         counts[key] = counts.get(key, 0) + 1
-        right[key] = right.get(key, False) or bool(r.get("correct"))
+        right[key] = right.get(key, False) or record_correct(r)
     best = max(counts.values())
     winner = next(k for k in counts if counts[k] == best)  # dicts keep first-seen order
     return 1.0 if right[winner] and winner is not None else 0.0

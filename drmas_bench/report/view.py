@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from drmas_bench import metrics
 from drmas_bench.report.runs import Run, load_run
-from drmas_bench.types import UserError
+from drmas_bench.types import UserError, record_correct, record_reward
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def trajectory_row(rec: dict[str, Any], workflow: str | None) -> dict[str, Any]:
     route = "→".join(str(t.get("agent", "?")) for t in turns)
     searches = metrics._search_steps(rec).count("search") if workflow == "search_route" else None
     return {"b": str(rec["task"]["benchmark"]), "id": str(rec["task"]["id"]), "s": int(rec["sample_idx"]),
-            "q": _short(rec["task"].get("question")), "c": bool(rec.get("correct")), "r": rec.get("reward"),
+            "q": _short(rec["task"].get("question")), "c": record_correct(rec), "r": record_reward(rec),
             "nv": sum(not bool(t.get("valid", True)) for t in turns), "n": len(turns),
             "route": route, "k": searches, "a": _short(rec.get("final_answer"), 80)}
 
@@ -139,7 +139,7 @@ def trajectory_detail(rec: dict[str, Any], workflow: str | None) -> dict[str, An
     extra = {k: v for k, v in (rec.get("extra") or {}).items() if k != "env"} if isinstance(rec.get("extra"), dict) else {}
     env = (rec.get("extra") or {}).get("env") if isinstance(rec.get("extra"), dict) else None
     return {"question": str(rec["task"].get("question", "")), "answers": rec["task"].get("answers") or [],
-            "final_answer": rec.get("final_answer"), "reward": rec.get("reward"), "correct": bool(rec.get("correct")),
+            "final_answer": rec.get("final_answer"), "reward": record_reward(rec), "correct": record_correct(rec),
             "extra": extra, "env_answer": env.get("answer") if isinstance(env, dict) else None,
             "wall_s": rec.get("wall_s"), "cost_usd": rec.get("cost_usd"), "turns": turns_view(rec, workflow)}
 
