@@ -11,21 +11,22 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def find_data_dir() -> Path | None:
-    env = os.environ.get("DRMAS_DATA_DIR")
+def _shared_folder(env_var: str, name: str) -> Path | None:
+    """$env_var if it names a folder, else ../shared/<name> beside the checkout, else None."""
+    env = os.environ.get(env_var)
     if env and Path(env).is_dir():
         return Path(env)
-    sibling = REPO.parent / "shared" / "data"
+    sibling = REPO.parent / "shared" / name
     return sibling if sibling.is_dir() else None
+
+
+def find_data_dir() -> Path | None:
+    return _shared_folder("DRMAS_DATA_DIR", "data")
 
 
 def find_reference_vectors() -> Path | None:
     """The reference's own outputs (../shared/reference_vectors, or $DRMAS_REFERENCE_VECTORS)."""
-    env = os.environ.get("DRMAS_REFERENCE_VECTORS")
-    if env and Path(env).is_dir():
-        return Path(env)
-    sibling = REPO.parent / "shared" / "reference_vectors"
-    return sibling if sibling.is_dir() else None
+    return _shared_folder("DRMAS_REFERENCE_VECTORS", "reference_vectors")
 
 
 def load_reference_cases(filename: str, rule_prefix: str = "") -> list[dict]:
