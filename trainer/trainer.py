@@ -199,7 +199,7 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
 
             # 2. rollouts: n episodes per prompt through the harness workflow, with old log-probs
             t0 = time.perf_counter()
-            trajs = await rollout(batch, cfg, runtime, wf, retriever)
+            trajs = await rollout(batch, cfg, runtime, wf, retriever, step=step)
             rollout_s = time.perf_counter() - t0
 
             # 3. rewards -> row scores -> advantages (per row; statistics from this batch only)
@@ -304,10 +304,11 @@ def next_prompts(tasks: list[Task], cursor: int, k: int, data: Any) -> list[Task
 
 
 async def rollout(batch: list[Task], cfg: TrainConfig, runtime: TeamRuntime, wf: WorkflowSpec,
-                  retriever: Any = None) -> list[Trajectory]:
-    """n graded episodes per prompt, in (prompt, sample) order, with token ids and log-probs."""
+                  retriever: Any = None, step: int = 0) -> list[Trajectory]:
+    """n graded episodes per prompt, in (prompt, sample) order, with token ids and log-probs; every
+    call's sampling seed is ``sample_seed(cfg.seed, step, prompt, sample, agent, turn)``."""
     got: list[Trajectory] = []
-    await run_episodes(batch, cfg.rollout.n, runtime, wf, None, seed=cfg.seed, retriever=retriever,
+    await run_episodes(batch, cfg.rollout.n, runtime, wf, None, seed=cfg.seed, step=step, retriever=retriever,
                        workflow_options=cfg.workflow_options, concurrency=cfg.rollout.concurrency,
                        flush_every=len(batch) * cfg.rollout.n, progress=False, want_logprobs=True,
                        on_finished=got.extend)
