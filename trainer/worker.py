@@ -443,9 +443,18 @@ class WorkerGroup:
     def _old_logprobs(self, rows: list[Row]) -> list[list[float]]:
         """The current policy's log-probs of each row's response tokens (no grad, micro-batched)."""
         out: list[list[float]] = [[] for _ in rows]
-        todo = [k for k, r in enumerate(rows) if r.response_ids]
+        by_agent: dict[str, list[int]] = {}
+        for k, r in enumerate(rows):
+            if r.response_ids:
+                by_agent.setdefault(r.agent, []).append(k)
+        micros = []
+        for agent, ks in by_agent.items():  # per agent, as the update forms its micro-batches
+            micros += [(agent, m) for m in _chunks(ks, self.settings.micro_batch_size)]
+        use_agent = getattr(self, "_use_agent", None)  # per-agent LoRA adapters (branch lora): the agent's adapter
         with torch.no_grad():
-            for micro in _chunks(todo, self.settings.micro_batch_size):
+            for agent, micro in micros:
+                if use_agent is not None:
+                    use_agent(agent)
                 batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
                                   self.pad_id, self.device)
                 with self._autocast():
