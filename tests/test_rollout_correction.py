@@ -160,9 +160,9 @@ def test_pg_weights_scale_each_tokens_policy_gradient_loss():
                 l_tok = min(l_tok, -a * 3.0)
             total += float(w[b, t]) * l_tok
             n += 1
-    assert float(loss) == pytest.approx(total / n, rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(total / n, rel=1e-5)
     unweighted, _ = policy_loss(logp, old.nan_to_num(0.0).float(), adv, mask)
-    assert float(unweighted) != pytest.approx(float(loss), rel=1e-3)
+    assert float(unweighted.detach()) != pytest.approx(float(loss.detach()), rel=1e-3)
     # weight 0 (a dropped token) removes that token's gradient and no other
     loss.backward()
     before = logp.grad.clone()

@@ -8,10 +8,13 @@ One iteration (``step``)::
 
     prompts   P tasks from the shuffled training set (the data cursor advances by P)
     rollouts  the harness workflow runs n episodes per prompt with the worker groups' engines,
-              recording prompt/response token ids and the engines' log-probs (the "old" policy)
+              recording prompt/response token ids and the engines' log-probs
     rewards   graders fill R per trajectory; row score = R - c_inv * (1 - valid)
     advantage compute_advantages(scores, uid, traj, agent, estimator) per row (drmas, grpo, ...)
-    update    rows split by worker group; each group runs its PPO/GSPO epochs and mini-batches
+    old logp  rows split by worker group; each group checks its rows' ids against their text and
+              recomputes their log-probs (the "old" policy; rollout.old_logprobs), then the rollout
+              correction's weights (rollout_correction.py) and the engine-vs-trainer metrics
+    update    each group runs its PPO/GSPO epochs and mini-batches on its rows
     sync      each group copies its new weights into its rollout engine
     log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed)
     save      every save_every steps: RUN/ckpt/step_K (atomic; see checkpoint.py)
@@ -197,7 +200,7 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
             batch = next_prompts(tasks, cursor, cfg.rollout.prompts_per_step, cfg.data)
             cursor_before, cursor = cursor, cursor + len(batch)
 
-            # 2. rollouts: n episodes per prompt through the harness workflow, with old log-probs
+            # 2. rollouts: n episodes per prompt through the harness workflow, with the engines' log-probs
             t0 = time.perf_counter()
             trajs = await rollout(batch, cfg, runtime, wf, retriever, step=step)
             rollout_s = time.perf_counter() - t0
