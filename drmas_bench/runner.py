@@ -126,10 +126,12 @@ async def run_episodes(
     want_logprobs: bool = False,
     on_finished: Callable[[list[Trajectory]], None] | None = None,
     math_grader: str | None = None,
+    step: int = 0,
 ) -> RunStats:
     """Run every (task, sample) not yet in `store`; return counters. Raises the first episode error
     after saving everything that finished before it. `math_grader`: the math grader's name
-    (default `grading.DEFAULT_GRADER`; ignored by other workflows' graders)."""
+    (default `grading.DEFAULT_GRADER`; ignored by other workflows' graders). `step`: the training step, part
+of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
     from tqdm import tqdm
 
     opts = {**wf.defaults, **(workflow_options or {})}
@@ -159,7 +161,8 @@ async def run_episodes(
 
     async def one(task: Task, idx: int) -> Trajectory:
         async with sem:
-            ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever, want_logprobs=want_logprobs)
+            ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever, want_logprobs=want_logprobs,
+                         step=step)
             await wf.fn(ep, **opts)
             return ep.finish()
 

@@ -21,6 +21,9 @@
 #                visible GPUs) (SKIP when faiss is not importable or sees no GPU)
 #   encoder      scripts/bench_encoder.py: passages/s of an e5-base-shaped encoder in fp16/bf16, and the
 #                projected hours to encode wiki-18 (21M passages) on this GPU
+#   train-tis    (test_train_tis) the recompute + TIS path on the 0.5B-shaped model: hf engine rollouts in bf16 with
+#                log-probs, old log-probs recomputed by the group (bf16 autocast), rollout.correction tis_token, one
+#                update: rollout_corr/* mismatch metrics, token check, seconds and peak memory of recompute and update
 #   train-offload (test_train[offload]) the train step with optimizer_offload: cpu (AdamW state in host memory)
 #   cli          `drmas-bench train --recipe tiny` for 3 RL steps on CUDA (rollouts, update, sync, checkpoint)
 #   pytest-gpu   the gpu-marked tests of tests/test_memory.py and tests/test_losses.py
@@ -117,6 +120,7 @@ run_step build 100 "${SMOKE[@]}" "$T::test_build"
 run_step engine 70 "${SMOKE[@]}" "$T::test_engine"
 run_step pool 70 "${SMOKE[@]}" "$T::test_pool"
 run_step train 120 "${SMOKE[@]}" "$T::test_train[adamw]"
+run_step train-tis 90 "${SMOKE[@]}" "$T::test_train_tis"
 if [[ "$MODE" == cpu ]]; then
   BENCH=(--tokens 256 --vocab 151936 --hidden 64 --chunk 64 --device cpu --min-ratio 2)
 else

@@ -257,6 +257,58 @@ def test_train(models: Path, offload: bool) -> None:
     assert r["ok"], r
 
 
+def test_train_tis(models: Path) -> None:
+    """The recompute + TIS path on the wide model: the hf engine samples in bf16 with log-probs, the
+    group recomputes the old log-probs with its own policy (bf16 autocast over fp32 weights: other
+    kernels, a real mismatch), ``rollout.correction: tis_token`` weighs the rows, then one update.
+    Figures: the ``rollout_corr/*`` metrics (engine vs trainer), the token check's count, the seconds
+    of rollout, recompute and update, the peak memory of the recompute and of the update."""
+    import torch
+
+    from drmas_trainer.config import AgentConfig, RolloutConfig
+    from drmas_trainer.trainer import correct_rows
+    from drmas_trainer.worker import LossSettings, Row, WorkerGroup
+
+    dev = device()
+    n, max_new = (4, 8) if CPU else (16, 256)
+    settings = AgentConfig(lr=1e-5, micro_batch_size=4, dtype="bfloat16", gradient_checkpointing=True, engine="hf",
+                           engine_options={"max_batch": 16, "dtype": "bfloat16"}, sleep_engine=True)
+    rc = RolloutConfig(old_logprobs="recompute", correction="tis_token", correction_threshold=2.0)
+    wg = WorkerGroup("solver", ["solver"], settings, str(models / "wide"), device=dev, seed=0)
+
+    async def go() -> dict[str, Any]:
+        await wg.start_engine()
+        t0 = time.perf_counter()
+        comps = await wg.generate(requests(n, max_new))
+        gen_s = time.perf_counter() - t0
+        rows = [Row("solver", c.prompt_ids, c.token_ids, c.logprobs or [], 1.0 if i % 2 == 0 else -1.0, text=c.text)
+                for i, c in enumerate(comps)]
+        reset_peak(dev)
+        scored = await wg.score_rows(rows, recompute=True)
+        recompute_peak = peak_gib(dev)
+        rec = correct_rows({"solver": rows}, {"solver": scored}, rc)
+        reset_peak(dev)
+        t1 = time.perf_counter()
+        out = await wg.update(rows, loss=LossSettings(), seed=0)
+        update_s = time.perf_counter() - t1
+        update_peak = peak_gib(dev)
+        await wg.sync_weights()
+        await wg.close()
+        corr = {k.removeprefix("rollout_corr/"): round(v, 6) for k, v in rec.items() if k.startswith("rollout_corr/")}
+        mismatch = sum(m is not None for m in scored["mismatch"])
+        ok = (out["optimizer_steps"] == 1 and math.isfinite(out["loss"]) and mismatch == 0
+              and all(r.is_weights is not None and max(r.is_weights) <= 2.0 for r in rows if r.response_ids)
+              and corr.get("k3_kl", -1) >= 0 and abs(out["ppo_kl"]) < 1e-3)
+        return {"ok": ok, "rows": n, "response_tokens": sum(len(r.response_ids) for r in rows), "token_mismatch": mismatch,
+                "rollout_corr": corr, "ppo_kl_after_recompute": out["ppo_kl"], "gen_s": round(gen_s, 2),
+                "old_log_prob_s": round(scored["old_logprob_s"], 3), "update_s": round(update_s, 2),
+                "recompute_peak_gib": recompute_peak, "update_peak_gib": update_peak}
+
+    r = asyncio.run(go())
+    report(**r)
+    assert r["ok"], r
+
+
 def plan_update_gib(settings: Any, model_dir: Path, plen: int, rlen: int) -> float:
     """What ``drmas_trainer.memory`` predicts for this group's update (engine asleep, no CUDA
     context): to compare with the measured ``peak_gib`` of the steps."""

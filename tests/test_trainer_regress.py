@@ -24,7 +24,8 @@ def write_run(path: Path, n: int = 40, reward=lambda s: 0.40 + 0.005 * s, grad=l
     for s in range(1, n + 1):
         r = {"step": s, "data_cursor": 8 * (s - 1), "critic/score/mean": reward(s), "critic/rewards/mean": reward(s) - 0.01,
              "actor/loss": -0.01, "actor/ppo_kl": 0.0, "actor/entropy": 0.2, "agent/solver/valid/mean": 0.98, "agent/checker/valid/mean": 0.85,
-             "actor/skipped_steps": skipped(s)}
+             "actor/skipped_steps": skipped(s), "rollout_corr/kl": 1e-5, "rollout_corr/k3_kl": 1e-5,
+             "rollout/token_mismatch": 0}
         for a in ("solver", "checker"):
             r[f"agent/{a}/actor/grad_norm"] = grad(s, a)
             r[f"agent/{a}/critic/advantages/mean"] = 0.0

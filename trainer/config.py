@@ -133,6 +133,33 @@ class RolloutConfig(CoercingSchema):
     top_p: Float = RANGES["top_p"].field(1.0, description="nucleus sampling mass, in (0, 1]")
     max_new_tokens: Int = RANGES["max_new_tokens"].field(512, description="completion tokens per agent call")
     concurrency: Int = RANGES["concurrency"].field(1024, description="episodes in flight, >= 1")
+    old_logprobs: Literal["recompute", "engine"] = Field(
+        "recompute", description="the PPO ratio's old log-probs: recompute (a no-grad forward of the trainer's policy "
+                                 "before the step's first update; the default, as verl) | engine (the rollout engine's; "
+                                 "saves that forward, exact only when the engine computes like the trainer)")
+    correction: str = Field("none", description="rollout correction of the engine/trainer gap, per token's policy "
+                                                "gradient: none | tis_token | tis_seq | mis_token | mis_seq (needs "
+                                                "old_logprobs: recompute; docs/trainer.md)")
+    correction_threshold: Float = Field(2.0, gt=1.0, allow_inf_nan=False,
+                                        description="C of the correction: ratios are truncated at C (tis) or "
+                                                    "dropped above it (mis); > 1")
+    max_token_mismatch: Float = RANGES["share"].field(
+        0.01, description="stop the run when more than this share of a worker group's rows in one step have "
+                          "response ids that do not decode to the text the workflow used, in [0, 1]")
+
+    @field_validator("correction")
+    @classmethod
+    def _correction(cls, v: str) -> str:
+        from drmas_trainer.rollout_correction import CORRECTIONS  # the registry (imports torch)
+
+        return registered(v, list(CORRECTIONS), "rollout correction")
+
+    @model_validator(mode="after")
+    def _correction_needs_recompute(self) -> "RolloutConfig":
+        if self.correction != "none" and self.old_logprobs == "engine":
+            raise ValueError(f"correction {self.correction} needs old_logprobs: recompute (with the engine's own "
+                             f"log-probs as the old policy there is no gap left to correct)")
+        return self
 
 
 class AlgoConfig(CoercingSchema):

@@ -8,6 +8,10 @@ single valid token contribute nothing and never produce NaN.
 
 Loss = pg_loss - entropy_coef * agg(entropy) + kl_coef * agg(kl(logp, ref_logp)).
 
+``pg_weights`` [B, T] (detached; the rollout correction's importance weights,
+``drmas_trainer.rollout_correction``) multiply each token's policy-gradient loss before it is
+aggregated; the entropy and KL terms are not weighted (as in verl).
+
 PPO (``mode="ppo"``), per token with ``r = exp(logp - old_logp)`` and advantage ``A``::
 
     l1 = -A * r
@@ -128,6 +132,7 @@ def policy_loss(
     ref_logp: Tensor | None = None,
     kl_coef: float = 0.0,
     kl_type: str = "k3",
+    pg_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped policy-gradient loss for one micro-batch.
 
@@ -150,6 +155,9 @@ def policy_loss(
         ref_logp: [B, T] log-probs under a reference model, or None (the paper uses none).
         kl_coef: weight of the KL penalty (added); needs ``ref_logp``.
         kl_type: KL estimator, ``"k1"``, ``"k2"`` or ``"k3"`` (see :func:`kl_penalty`).
+        pg_weights: [B, T] per-token weights of the policy-gradient term (rollout correction), or
+            None (all 1). Detached; padding's values never matter. A weight of 0 drops the token
+            from the policy gradient but keeps it in the aggregation's count.
 
     Returns:
         ``(loss, metrics)``: the 0-d loss tensor to back-propagate and a dict of floats:
@@ -226,6 +234,10 @@ def policy_loss(
         ratio_shown = torch.exp(seq_log_ratio.detach().clamp(max=10.0)).squeeze(-1)  # [B]
         ratio_sel = m.any(dim=-1)  # one ratio per non-empty row
 
+    if pg_weights is not None:
+        if pg_weights.shape != logp.shape:
+            raise ValueError(f"pg_weights must be [B, T] like logp, got {tuple(pg_weights.shape)}")
+        pg_tok = pg_tok * _zero_out(pg_weights.detach().to(device=logp.device, dtype=work), m)
     pg_loss = agg_loss(pg_tok, m, agg)
     loss = pg_loss
     ent_value = torch.zeros((), dtype=logp.dtype, device=logp.device)

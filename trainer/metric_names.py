@@ -38,6 +38,22 @@ TIME_GEN = "timing_s/gen"  # rollout
 TIME_UPDATE = "timing_s/update_actor"
 TIME_SYNC = "timing_s/sync_weights"
 TIME_STEP = "timing_s/step"
+TIME_OLD_LOGPROB = "timing_s/old_log_prob"  # recomputing the old log-probs and the token check (verl's name)
+TOKEN_MISMATCH = "rollout/token_mismatch"  # rows whose response ids do not decode to the text the workflow used
+
+# --- the rollout engine vs the trainer (trainer/rollout_correction.py), team, agent/<a>/ and wg/<g>/ ---------
+ROLLOUT_CORR = "rollout_corr/"  # verl's prefix; the keys below follow it (rollout_corr/kl, ...)
+ROLLOUT_CORR_KEYS = (
+    "kl",  # mean(engine - trainer) over real response tokens: k1 estimate of KL(engine || trainer)
+    "k3_kl",  # mean(r - log r - 1), r = exp(trainer - engine)
+    "log_ppl_diff",  # mean over rows of (mean engine log-prob - mean trainer log-prob)
+    "log_ppl_abs_diff",
+    "rollout_is_mean",  # the importance ratio before truncation (per token, or per sequence for *_seq)
+    "rollout_is_max",
+    "rollout_is_ratio_fraction_high",  # share above C: truncated (tis) or dropped (mis)
+    "rollout_is_ratio_fraction_low",  # share below 1/C
+    "rollout_rs_masked_fraction",  # share of real tokens dropped (mis_*)
+)
 
 # --- per agent (under agent/<a>/) -----------------------------------------------------------------
 CALLS = "num_calls/mean"  # the agent's calls per trajectory
@@ -69,6 +85,11 @@ def agent(a: str, name: str) -> str:
 def wg(g: str, name: str) -> str:
     """``wg/<g>/<name>``."""
     return f"wg/{g}/{name}"
+
+
+def rollout_corr(key: str) -> str:
+    """``rollout_corr/<key>`` (scope it with :func:`agent` / :func:`wg`)."""
+    return ROLLOUT_CORR + key
 
 
 def agents_with(record_keys, name: str) -> list[str]:

@@ -140,7 +140,7 @@ class WorkerActor:
 
 class RayWorkerHandle:
     """Controller-side handle of a worker-group actor, with the same async methods as WorkerGroup
-    (``generate``, ``update``, ``sft``, ``sync_weights``, ``save``, ``load_optimizer``, ``info``,
+    (``generate``, ``update``, ``score_rows``, ``sft``, ``sync_weights``, ``save``, ``load_optimizer``, ``info``,
     ``start_engine``, ``close``). ``spawn`` asks Ray for the actor; ``ready`` waits for it (with a
     timeout) and builds the worker group inside it. A failed remote call is a one-line UserError."""
 
@@ -190,6 +190,9 @@ class RayWorkerHandle:
 
     async def update(self, rows: list, **kwargs: Any) -> dict[str, Any]:
         return await self._call("update", rows, **kwargs)
+
+    async def score_rows(self, rows: list, **kwargs: Any) -> dict[str, Any]:
+        return await self._call("score_rows", rows, **kwargs)
 
     async def sft(self, examples: list, **kwargs: Any) -> dict[str, float]:
         return await self._call("sft", examples, **kwargs)

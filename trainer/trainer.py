@@ -8,10 +8,13 @@ One iteration (``step``)::
 
     prompts   P tasks from the shuffled training set (the data cursor advances by P)
     rollouts  the harness workflow runs n episodes per prompt with the worker groups' engines,
-              recording prompt/response token ids and the engines' log-probs (the "old" policy)
+              recording prompt/response token ids and the engines' log-probs
     rewards   graders fill R per trajectory; row score = R - c_inv * (1 - valid)
     advantage compute_advantages(scores, uid, traj, agent, estimator) per row (drmas, grpo, ...)
-    update    rows split by worker group; each group runs its PPO/GSPO epochs and mini-batches
+    old logp  rows split by worker group; each group checks its rows' ids against their text and
+              recomputes their log-probs (the "old" policy; rollout.old_logprobs), then the rollout
+              correction's weights (rollout_correction.py) and the engine-vs-trainer metrics
+    update    each group runs its PPO/GSPO epochs and mini-batches on its rows
     sync      each group copies its new weights into its rollout engine
     log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed)
     save      every save_every steps: RUN/ckpt/step_K (atomic; see checkpoint.py)
@@ -197,9 +200,9 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
             batch = next_prompts(tasks, cursor, cfg.rollout.prompts_per_step, cfg.data)
             cursor_before, cursor = cursor, cursor + len(batch)
 
-            # 2. rollouts: n episodes per prompt through the harness workflow, with old log-probs
+            # 2. rollouts: n episodes per prompt through the harness workflow, with the engines' log-probs
             t0 = time.perf_counter()
-            trajs = await rollout(batch, cfg, runtime, wf, retriever)
+            trajs = await rollout(batch, cfg, runtime, wf, retriever, step=step)
             rollout_s = time.perf_counter() - t0
 
             # 3. rewards -> row scores -> advantages (per row; statistics from this batch only)
@@ -212,34 +215,47 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
             for row, a in zip(rb["rows"], adv.tolist()):
                 row.advantage = a
 
-            # 4. update each worker group on its own rows
+            # 4. old log-probs and the token check: each group scores its own rows with its current policy
+            #    (rollout.old_logprobs: recompute), then the rollout correction's weights and the
+            #    engine-vs-trainer metrics; too many rows whose ids do not match their text stop the run
             t0 = time.perf_counter()
             names = list(plan)
+            by_wg = {wg: [r for r, g in zip(rb["rows"], rb["wg"]) if g == wg] for wg in names}
+            recompute = cfg.rollout.old_logprobs == "recompute"
+            scored = dict(zip(names, await asyncio.gather(*(workers[wg].score_rows(by_wg[wg], recompute=recompute)
+                                                             for wg in names))))
+            token_record = check_tokens(by_wg, scored, cfg.rollout.max_token_mismatch, step)
+            corr_record = correct_rows(by_wg, scored, cfg.rollout)
+            old_s = time.perf_counter() - t0
+
+            # 5. update each worker group on its own rows
+            t0 = time.perf_counter()
             results = await asyncio.gather(*(
-                workers[wg].update([r for r, g in zip(rb["rows"], rb["wg"]) if g == wg],
-                                   epochs=cfg.algo.ppo_epochs, mini_batches=cfg.algo.mini_batches, loss=loss,
-                                   seed=derive_seed(cfg.seed, "update", step, wg))
+                workers[wg].update(by_wg[wg], epochs=cfg.algo.ppo_epochs, mini_batches=cfg.algo.mini_batches,
+                                   loss=loss, seed=derive_seed(cfg.seed, "update", step, wg))
                 for wg in names))
             updates = dict(zip(names, results))
             update_s = time.perf_counter() - t0
 
-            # 5. sync the rollout engines with the new weights
+            # 6. sync the rollout engines with the new weights
             t0 = time.perf_counter()
             await asyncio.gather(*(workers[wg].sync_weights() for wg in names))
             sync_s = time.perf_counter() - t0
 
-            # 6. log
+            # 7. log
             skipped = sum(u["skipped_steps"] for u in updates.values())
             skipped_total += skipped
             record = step_metrics(step, cursor_before, batch, trajs, rb, scores, adv, updates, wf.agents, plan)
+            record.update(token_record)
+            record.update(corr_record)
             record.update({N.SKIPPED_STEPS: skipped, N.SKIPPED_STEPS_TOTAL: skipped_total,
-                           N.TIME_GEN: rollout_s, N.TIME_UPDATE: update_s, N.TIME_SYNC: sync_s,
-                           N.TIME_STEP: time.perf_counter() - t_step})
+                           N.TIME_GEN: rollout_s, N.TIME_OLD_LOGPROB: old_s, N.TIME_UPDATE: update_s,
+                           N.TIME_SYNC: sync_s, N.TIME_STEP: time.perf_counter() - t_step})
             metrics.write(record)
             bar.set_postfix(reward=f"{record[N.SCORE]:.3f}", refresh=False)
             bar.update(1)
 
-            # 7. checkpoint
+            # 8. checkpoint
             if step == n_steps or (cfg.save_every and step % cfg.save_every == 0):
                 await save_checkpoint(run, cfg, plan, workers, wf, step=step, cursor=cursor, skipped_total=skipped_total)
         bar.close()
@@ -291,10 +307,11 @@ def next_prompts(tasks: list[Task], cursor: int, k: int, data: Any) -> list[Task
 
 
 async def rollout(batch: list[Task], cfg: TrainConfig, runtime: TeamRuntime, wf: WorkflowSpec,
-                  retriever: Any = None) -> list[Trajectory]:
-    """n graded episodes per prompt, in (prompt, sample) order, with token ids and log-probs."""
+                  retriever: Any = None, step: int = 0) -> list[Trajectory]:
+    """n graded episodes per prompt, in (prompt, sample) order, with token ids and log-probs; every
+    call's sampling seed is ``sample_seed(cfg.seed, step, prompt, sample, agent, turn)``."""
     got: list[Trajectory] = []
-    await run_episodes(batch, cfg.rollout.n, runtime, wf, None, seed=cfg.seed, retriever=retriever,
+    await run_episodes(batch, cfg.rollout.n, runtime, wf, None, seed=cfg.seed, step=step, retriever=retriever,
                        workflow_options=cfg.workflow_options, concurrency=cfg.rollout.concurrency,
                        flush_every=len(batch) * cfg.rollout.n, progress=False, want_logprobs=True,
                        on_finished=got.extend)
@@ -315,7 +332,8 @@ def make_rows(trajs: list[Trajectory], batch: list[Task], agents: tuple[str, ...
             if c.token_ids and (c.logprobs is None or len(c.logprobs) != len(c.token_ids)):
                 raise UserError(f"worker group {turn.wg}: its engine returned no log-probs for the response "
                                 f"tokens; the trainer needs them (old policy)")
-            rows.append(Row(turn.agent, list(c.prompt_ids), list(c.token_ids), list(c.logprobs or []), 0.0))
+            # token-in/token-out: the row holds the engine's own ids (never a re-tokenisation of c.text)
+            rows.append(Row(turn.agent, list(c.prompt_ids), list(c.token_ids), list(c.logprobs or []), 0.0, text=c.text))
             wg.append(turn.wg)
             uid.append(pos[t.task.id])
             traj.append(ti)
@@ -327,6 +345,62 @@ def make_rows(trajs: list[Trajectory], batch: list[Task], agents: tuple[str, ...
     return {"rows": rows, "wg": wg, "uid": torch.tensor(uid), "traj": torch.tensor(traj),
             "agent": torch.tensor(agent), "reward": torch.tensor(reward, dtype=torch.float64),
             "valid": torch.tensor(valid)}
+
+
+def check_tokens(by_wg: dict[str, list[Row]], scored: dict[str, dict[str, Any]], max_share: float,
+                 step: int) -> dict[str, Any]:
+    """The token-in/token-out check's record (``rollout/token_mismatch`` per step and per group);
+    a group with more than ``max_share`` of its rows mismatched stops the run with one line naming
+    the agent and the first differing token (before this step updates anything)."""
+    rec: dict[str, Any] = {}
+    total = 0
+    for wg, rows in by_wg.items():
+        bad = [m for m in scored[wg]["mismatch"] if m is not None]
+        rec[N.wg(wg, N.TOKEN_MISMATCH)] = len(bad)
+        total += len(bad)
+        if bad and len(bad) > max_share * len(rows):
+            m = bad[0]
+            raise UserError(f"step {step}, worker group {wg}: {len(bad)} of {len(rows)} rows have response token ids "
+                            f"that do not decode to the text the workflow used (more than rollout.max_token_mismatch "
+                            f"{max_share:g}); first: agent {rows[m['row']].agent}, response token {m['position']} "
+                            f"(engine id {m['engine_id']}, the text re-tokenises to {m['text_id']}); the engine's ids "
+                            f"and text disagree: check its tokenizer and detokenizer")
+    rec[N.TOKEN_MISMATCH] = total
+    return rec
+
+
+def correct_rows(by_wg: dict[str, list[Row]], scored: dict[str, dict[str, Any]], rc: Any) -> dict[str, Any]:
+    """With recomputed old log-probs: the rows' old log-probs become the trainer's (the engine's are
+    kept in ``engine_logprobs``), each row gets the correction's per-token weights (``rollout.correction``,
+    per agent since a row is one agent's call), and the record gets the engine-vs-trainer metrics
+    ``rollout_corr/*`` for the team, each agent and each worker group (real response tokens only)."""
+    from drmas_trainer.rollout_correction import correction_weights, mismatch_metrics, pad_lists
+
+    if all(scored[wg]["logprobs"] is None for wg in by_wg):
+        return {}  # old = the engine's: no gap to measure or correct
+    for wg, rows in by_wg.items():
+        for r, lp in zip(rows, scored[wg]["logprobs"]):
+            r.engine_logprobs, r.old_logprobs = r.old_logprobs, lp
+        if rc.correction != "none" and rows:
+            old, mask = pad_lists([r.old_logprobs for r in rows])
+            eng, _ = pad_lists([r.engine_logprobs for r in rows])
+            w = correction_weights(rc.correction, old, eng, mask, rc.correction_threshold)
+            for b, r in enumerate(rows):
+                r.is_weights = w[b, : len(r.old_logprobs)].tolist()
+
+    def metrics(rows: list[Row]) -> dict[str, float]:
+        old, mask = pad_lists([r.old_logprobs for r in rows])
+        eng, _ = pad_lists([r.engine_logprobs or [] for r in rows])
+        m = mismatch_metrics(old, eng, mask, rc.correction, rc.correction_threshold)
+        return {N.rollout_corr(k): m[k] for k in N.ROLLOUT_CORR_KEYS if k in m}
+
+    every = [r for rows in by_wg.values() for r in rows]
+    rec = metrics(every)
+    for wg, rows in by_wg.items():
+        rec.update({N.wg(wg, k): v for k, v in metrics(rows).items()})
+    for a in dict.fromkeys(r.agent for r in every):
+        rec.update({N.agent(a, k): v for k, v in metrics([r for r in every if r.agent == a]).items()})
+    return rec
 
 
 def _has_ray() -> bool:

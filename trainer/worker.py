@@ -90,6 +90,10 @@ class Row:
     response_ids: list[int]
     old_logprobs: list[float]  # one per response token (rollout policy, temperature 1)
     advantage: float
+    # --- rollout correction and the token check (trainer.py fills them; None = not used) ---
+    engine_logprobs: list[float] | None = None  # the engine's, kept when old_logprobs were recomputed
+    is_weights: list[float] | None = None  # rollout-correction weight of each response token (None: all 1)
+    text: str | None = None  # the completion's text, what the workflow and grader used (token check)
 
 
 @dataclass
@@ -116,6 +120,18 @@ class LossSettings:
     def token_level(self) -> bool:
         agg = self.agg or ("token-mean" if self.mode == "ppo" else "seq-mean-token-mean")
         return agg == "token-mean"
+
+
+def _row_weights(rows: list[Row], like: Tensor) -> Tensor | None:
+    """The rows' rollout-correction weights as a [B, T] tensor like ``like`` (None: no row has any)."""
+    if all(r.is_weights is None for r in rows):
+        return None
+    w = torch.ones_like(like, dtype=torch.float32)
+    T = like.shape[1]
+    for b, r in enumerate(rows):
+        if r.is_weights is not None:
+            w[b, : len(r.is_weights[:T])] = torch.tensor(r.is_weights[:T], dtype=torch.float32)
+    return w
 
 
 def _chunks(items: list, size: int) -> list[list]:
@@ -310,7 +326,7 @@ class WorkerGroup:
                 adv = torch.tensor([r.advantage for r in micro], dtype=torch.float32, device=self.device)
                 loss_t, m = policy_loss(logp, old, adv, batch["mask"], mode=loss.mode, clip_low=loss.clip_low,
                                         clip_high=loss.clip_high, dual_clip=loss.dual_clip, agg=loss.agg,
-                                        entropy=ent, entropy_coef=loss.entropy_coef)
+                                        entropy=ent, entropy_coef=loss.entropy_coef, pg_weights=_row_weights(micro, logp))
                 if not math.isfinite(m["loss"]):
                     finite = False
                     break
@@ -369,7 +385,7 @@ class WorkerGroup:
         """
         loss = loss or LossSettings()
         t0 = time.perf_counter()
-        if self.settings.sleep_engine and self.engine is not None:
+        if self.settings.sleep_engine and self.engine is not None and self.engine.is_awake:
             await self.engine.sleep()
         rows = [r for r in rows if r.response_ids]
         rng = random.Random(seed)
@@ -401,6 +417,63 @@ class WorkerGroup:
         out["lr"] = float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else float("nan")
         out["update_s"] = time.perf_counter() - t0
         return out
+
+    # ------------------------------------------------------------------ rollout rows: old log-probs, token check
+
+    async def score_rows(self, rows: list[Row], *, recompute: bool = True) -> dict[str, Any]:
+        """Before the step's first update: the trainer's own old log-probs of the rows (``recompute``)
+        and the token-in/token-out check.
+
+        Recompute is one no-grad forward of the current policy over the rows, ``micro_batch_size``
+        rows at a time, in the update's dtype and mode (so on-policy rows start at ratio 1 in the
+        update). The check decodes each row's response ids with the group's tokenizer: they must give
+        back the text the workflow used (``Row.text``); the ids themselves are trained on as the
+        engine returned them, never re-tokenised.
+
+        Returns ``{"logprobs": [[float] per row] | None, "mismatch": [None | {"row", "position",
+        "engine_id", "text_id"} per row], "old_logprob_s"}``: ``position`` is the first response token
+        where the engine's ids and the text's re-tokenisation differ."""
+        t0 = time.perf_counter()
+        if recompute and self.settings.sleep_engine and self.engine is not None and self.engine.is_awake:
+            await self.engine.sleep()  # the forward's memory, as the update's
+        mismatch = [self._token_mismatch(k, r) for k, r in enumerate(rows)]
+        logprobs = self._old_logprobs(rows) if recompute else None
+        return {"logprobs": logprobs, "mismatch": mismatch, "old_logprob_s": time.perf_counter() - t0}
+
+    def _old_logprobs(self, rows: list[Row]) -> list[list[float]]:
+        """The current policy's log-probs of each row's response tokens (no grad, micro-batched)."""
+        out: list[list[float]] = [[] for _ in rows]
+        by_agent: dict[str, list[int]] = {}
+        for k, r in enumerate(rows):
+            if r.response_ids:
+                by_agent.setdefault(r.agent, []).append(k)
+        micros = []
+        for agent, ks in by_agent.items():  # per agent, as the update forms its micro-batches
+            micros += [(agent, m) for m in _chunks(ks, self.settings.micro_batch_size)]
+        use_agent = getattr(self, "_use_agent", None)  # per-agent LoRA adapters (branch lora): the agent's adapter
+        with torch.no_grad():
+            for agent, micro in micros:
+                if use_agent is not None:
+                    use_agent(agent)
+                batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
+                                  self.pad_id, self.device)
+                with self._autocast():
+                    logp, _ = token_logprobs(self.policy, batch, chunk=self.settings.logprob_chunk)
+                logp = logp.float().cpu()
+                for b, k in enumerate(micro):
+                    out[k] = logp[b, : len(rows[k].response_ids)].tolist()
+        return out
+
+    def _token_mismatch(self, k: int, r: Row) -> dict[str, Any] | None:
+        """None when row ``r``'s response ids decode to its text (or it carries none), else where the
+        engine's ids and the re-tokenised text first differ."""
+        if r.text is None or self.tokenizer.decode(r.response_ids, skip_special_tokens=True) == r.text:
+            return None
+        text_ids = list(self.tokenizer(r.text, add_special_tokens=False)["input_ids"])
+        pos = next((i for i, (a, b) in enumerate(zip(r.response_ids, text_ids)) if a != b),
+                   min(len(r.response_ids), len(text_ids)))
+        return {"row": k, "position": pos, "engine_id": r.response_ids[pos] if pos < len(r.response_ids) else None,
+                "text_id": text_ids[pos] if pos < len(text_ids) else None}
 
     async def sft(self, examples: list[SFTExample], *, steps: int, lr: float, batch_size: int, seed: int = 0,
                   template_kwargs: dict[str, Any] | None = None,

@@ -6,8 +6,9 @@
 
 `ep.<agent>(messages)` sends one request to the engine serving that agent, records the call as a
 `Turn` (agent, worker group, step, request, completion, validity) and returns it. The request's
-seed is derived from (run seed, benchmark, task id, sample index, step), so a sample's text does not
-depend on what else was batched with it: a resumed run reproduces an uninterrupted one.
+seed is `sample_seed(run seed, training step, prompt, sample index, agent, turn)`, so a sample's
+text does not depend on what else was batched with it (a resumed run reproduces an uninterrupted
+one) and the n samples of one prompt (GRPO's group) never share a seed.
 
 Adding a workflow = one module with a function decorated by `@workflow(...)`, imported in
 `drmas_bench/workflows/__init__.py`.
@@ -111,11 +112,20 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
 
 
+def sample_seed(run_seed: int, step: int, prompt: str, sample_idx: int, agent: str, turn: int) -> int:
+    """The sampling seed of one agent call: a stable 63-bit hash of (run seed, training step (0 outside
+    training), prompt id, sample index, agent, turn). Every engine that takes a seed gets it (hf: the
+    request's own generator; sglang: ``sampling_seed``; openai: ``seed``)."""
+    h = hashlib.sha256("\x1f".join(str(p) for p in ("sample", run_seed, step, prompt, sample_idx, agent, turn)).encode())
+    return int.from_bytes(h.digest()[:8], "little") & (2**63 - 1)
+
+
 class Episode:
-    """One run of a workflow on one task (one of its n samples)."""
+    """One run of a workflow on one task (one of its n samples); ``step`` is the training step (0 in eval)."""
 
     def __init__(self, task: Task, sample_idx: int, backend: AgentBackend, agents: tuple[str, ...],
-                 seed: int = 0, retriever: Any = None, want_logprobs: bool = False):
+                 seed: int = 0, retriever: Any = None, want_logprobs: bool = False, step: int = 0):
+        self.step = step
         self.task = task
         self.traj = Trajectory(task=task, sample_idx=sample_idx)
         self.retriever = retriever
@@ -149,7 +159,8 @@ class Episode:
             raise UserError(f"workflow called unknown agent {agent!r}; team agents: {', '.join(self._agents)}")
         step = len(self.traj.turns)
         sampling = replace(self._backend.sampling(agent),
-                           seed=derive_seed(self._seed, self.task.benchmark, self.task.id, self.traj.sample_idx, step))
+                           seed=sample_seed(self._seed, self.step, f"{self.task.benchmark}:{self.task.id}",
+                                            self.traj.sample_idx, agent, step))
         limit, side = self._prompt_limit
         req = Request(agent=agent, messages=messages, sampling=sampling, want_logprobs=self._want_logprobs,
                       max_prompt_tokens=limit, truncate=side)
