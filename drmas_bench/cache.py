@@ -163,12 +163,12 @@ class CallCache:
             raise _refuse(path, e) from None
         try:
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}  # reads only
+            if tables and not {"meta", "calls"} <= tables:
+                raise _refuse(path, f"its tables are {', '.join(sorted(tables))}, not a call cache's")
             if con.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
                 raise _refuse(path, "the file system does not support SQLite's WAL mode")
             con.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed write survives a killed process
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables and not {"meta", "calls"} <= tables:
-                raise _refuse(path, f"its tables are {', '.join(sorted(tables))}, not a call cache's")
             if not tables:  # one transaction: another process sees no tables or all of them
                 try:
                     con.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}INSERT OR IGNORE INTO meta VALUES ('schema', "
