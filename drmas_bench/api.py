@@ -123,6 +123,8 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
     cfg, team, wf = p.cfg, p.team, p.wf
 
     ray_opts = {"address": cfg.ray_address} if cfg.pool == "ray" else {}
+    if p.cache is not None:  # an engine loads when a call misses the cache: a fully cached run loads no model
+        ray_opts["preload"] = False
     pool = make_pool(cfg.pool, specs_from_team(team), budget_models=cfg.pool_budget, **ray_opts)
     try:
         await pool.__aenter__()  # loads the engines that fit the budget

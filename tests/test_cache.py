@@ -287,7 +287,9 @@ def test_a_second_eval_through_the_cache_is_all_hits_with_the_same_results(tmp_p
     second = _eval(tmp_path, "second", cache=cache, prices=prices)
     calls = first["protocol"]["calls"]
     assert (first["cache"]["hits"], first["cache"]["misses"]) == (0, calls)
-    assert (second["cache"]["hits"], second["cache"]["misses"]) == (calls, 0)  # no call reached the engine
+    assert (second["cache"]["hits"], second["cache"]["misses"]) == (calls, 0)
+    assert second["pool"]["requests"] == 0 and second["pool"]["loads"] == 0  # no call reached an engine, none loaded
+    assert first["pool"]["requests"] == calls
     a, b, c = _samples(plain.run_dir), _samples(first.run_dir), _samples(second.run_dir)
     assert {k: _outcome(v) for k, v in a.items()} == {k: _outcome(v) for k, v in b.items()} == \
         {k: _outcome(v) for k, v in c.items()}
