@@ -405,3 +405,13 @@ def test_the_cache_costs_far_under_two_percent_of_an_hf_call():
     r = lookup_overhead("tiny-random", calls=4, prompt_words=100, max_new_tokens=16)
     assert r["miss_ratio"] < 0.02 and r["hit_ratio"] < 0.02, r  # issue 26 item 4 (measured ~0.1% on tiny-random)
     assert r["hit_speedup"] > 50
+
+
+def test_eval_flag_cache_reaches_the_config():
+    from drmas_bench.cli import build_parser
+    from drmas_bench.commands.eval import config_from_args
+
+    args = build_parser().parse_args(["eval", "--model", "tiny-random", "--suite", "toy", "--cache", "runs/cache"])
+    assert config_from_args(args).cache == "runs/cache"
+    args = build_parser().parse_args(["eval", "--model", "tiny-random", "--suite", "toy"])
+    assert config_from_args(args).cache is None  # off unless asked
