@@ -35,8 +35,10 @@ does not depend on the other requests in its batch**: prompts are left-padded wi
 ``Sampling.seed`` (one uniform number per token, inverse-CDF sampling in vocabulary order, so tiny
 float differences rarely matter); rows finish independently and leave the batch. Temperature 0 is
 greedy. On CPU float32 the logits of a row in a padded batch can differ from the row alone in the
-last bits (BLAS reduces in a different order for other shapes), so exact equality holds in
-practice, not by construction: a token would flip only if two candidates were within ~1e-7.
+last bits (BLAS reduces in a different order for other shapes; measured up to 4e-7 on tiny-random,
+4e-5 on smollm2-135m), so equality holds in practice, not by construction: a token flips only when a
+row's uniform or its top-p cut falls that close to a step of its distribution, which short calls
+almost never see and long ones can (1 of 64 tiny-random calls of 256 tokens; docs/sweep.md).
 
 ``Completion.logprobs`` (when ``Request.want_logprobs``) are ``log_softmax(raw logits)`` of the
 sampled token: the policy's log-probability at temperature 1, whatever the sampling temperature or
@@ -104,6 +106,23 @@ class HFEngine(EngineBase):
 
     name: ClassVar[str] = "hf"
     Options: ClassVar[type] = HFOptions
+    output_neutral_options: ClassVar[tuple[str, ...]] = ("max_batch", "max_wait_ms", "sleep_mode", "auto_wake")
+
+    @classmethod
+    def resolved_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """``device`` as its kind (``cuda:1`` computes what ``cuda`` does) and ``"auto"`` device / dtype
+        as they resolve in this process (CUDA: bfloat16, CPU: float32), as ``__init__`` resolves them:
+        a CPU float32 completion and a GPU bfloat16 one are not the same call."""
+        out = dict(options)
+        device = str(out.get("device", "auto"))
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        out["device"] = device.split(":", 1)[0]
+        if out.get("dtype", "auto") == "auto":
+            out["dtype"] = "bfloat16" if out["device"] == "cuda" else "float32"
+        return out
 
     def __init__(self, model: str, **options: Any) -> None:
         import torch
