@@ -181,8 +181,11 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: (points[i][0], -points[i][1]))
 
 
-def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", prices_source: str = "price sheet") -> Path:
-    """Accuracy vs $ per 1k questions and vs p50 latency, one marker per team, the Pareto front marked."""
+def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", prices_source: str = "price sheet",
+                latency_label: str = "latency per question: p50 trajectory wall time (s)") -> Path:
+    """Accuracy vs $ per 1k questions and vs p50 latency, one marker per team, the Pareto front marked.
+    Reads of each team only ``label``, ``avg``, ``usd_per_1k`` and ``latency_p50`` (a sweep passes
+    its own points, with ``latency_label`` saying what its latency is)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,7 +199,7 @@ def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", pr
     panels = [  # an unknown cost (calls without usage) is left out of the cost panel, not drawn at $0
         ([float("nan") if c.usd_per_1k is None else c.usd_per_1k for c in costs],
          f"cost: $ per 1,000 questions (USD, {prices_source})"),
-        ([c.latency_p50 for c in costs], "latency per question: p50 trajectory wall time (s)"),
+        ([c.latency_p50 for c in costs], latency_label),
     ]
     acc = [100 * c.avg for c in costs]
     for ax, (xs, xlabel) in zip(axes, panels):
