@@ -248,45 +248,12 @@ def label(assignment: dict[str, str]) -> str:
 # =================================================================================== figures
 
 
-def cache_hit(turn: dict[str, Any]) -> bool:
-    """Whether a recorded call was served from the call cache (``cache_hit: true`` on the call)."""
-    c = turn.get("completion") or {}
-    return bool(c.get("cache_hit") or turn.get("cache_hit"))
-
-
-def _cached_field(turn: dict[str, Any], key: str) -> Any:
-    c = turn.get("completion") or {}
-    return c.get(key, turn.get(key))
-
-
-def alone_latency(turn: dict[str, Any]) -> float:
-    """A call's latency as if its assignment had run alone: a cached call's original latency
-    (``cached_latency_s``), else its own."""
-    c = turn.get("completion") or {}
-    if cache_hit(turn) and _cached_field(turn, "cached_latency_s") is not None:
-        return float(_cached_field(turn, "cached_latency_s"))
-    return float(c.get("latency_s") or 0.0)
-
-
-def alone_usd(turn: dict[str, Any], prices: Any, key: str) -> float | None:
-    """A call's dollars as if its assignment had run alone: the price sheet on its tokens and its
-    original latency (what a GPU-hour price needs); None when its usage is unknown. Without a
-    price sheet, a cached call's recorded ``cached_usd`` (None when absent)."""
-    from drmas_bench import metrics
-
-    if prices is None:
-        v = _cached_field(turn, "cached_usd") if cache_hit(turn) else None
-        return None if v is None else float(v)
-    c = dict(turn.get("completion") or {})
-    c["latency_s"] = alone_latency(turn)
-    return metrics.turn_cost({**turn, "completion": c}, prices, key)
-
-
 def assignment_figures(run: Any, prices: Any = None) -> dict[str, Any]:
     """One assignment's figures from its run (``report.runs.Run``): avg@n, pass@k, calls, cache hits,
     tokens, latency (mean per question of its calls' summed latency) and dollars as if alone, and
     the dollars the sweep paid (cached calls cost nothing)."""
     from drmas_bench import metrics
+    from drmas_bench.report.cost import alone_latency, cache_hit, turn_cost
 
     qs = list(metrics.questions(run.records).values())
     n_min = min(q.n for q in qs)
@@ -308,7 +275,7 @@ def assignment_figures(run: Any, prices: Any = None) -> dict[str, Any]:
             else:
                 tokens_known = False
             if prices is not None:
-                cost = alone_usd(t, prices, run.price_key(str(t.get("wg", ""))))
+                cost = turn_cost(run, t, prices, as_alone=True)
                 usd = None if cost is None or usd is None else usd + cost
                 paid = None if cost is None or paid is None else paid + (0.0 if hit else cost)
         latencies.append(lat)
