@@ -95,7 +95,12 @@ def evaluate(config: EvalConfig) -> Summary:
     if not isinstance(config, EvalConfig):
         raise UserError(f"evaluate() takes an EvalConfig, got {type(config).__name__}")
     p = plan(config)  # everything is checked here, before the run directory is touched
-    store = RunDir(p.out, p.config_doc, fresh=config.fresh)  # takes RUN/.lock, then writes the identity
+    try:
+        store = RunDir(p.out, p.config_doc, fresh=config.fresh)  # takes RUN/.lock, then writes the identity
+    except BaseException:
+        if p.cache is not None:
+            p.cache.close()
+        raise
     try:
         stats, pool_stats = asyncio.run(run(p, store))
         return summarize(p, store, stats, pool_stats)
@@ -105,6 +110,8 @@ def evaluate(config: EvalConfig) -> Summary:
         raise unexpected(e, log=store.log_error(e), hint=f"finished samples are kept in {store.samples_path}") from None
     finally:
         store.close()
+        if p.cache is not None:
+            p.cache.close()
 
 
 async def run(p: Plan, store) -> tuple[Any, dict]:
@@ -127,7 +134,14 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
         raise UnexpectedError(f"cannot load the team's models ({models}): {one_line(e)} ({traceback_note(log)})",
                               e, log) from None
     try:
-        runtime = TeamRuntime(team, pool.views(), p.sampling)
+        engines = pool.views()
+        if p.cache is not None:  # the one call site every engine and pool shares (drmas_bench.cache.CachedEngine)
+            from drmas_bench.cache import wrap_engines
+
+            engines = wrap_engines(engines, p.cache, team, p.config_doc["identity"]["models"], here=cfg.pool != "ray",
+                                   price=p.call_cost if p.prices else None)
+            logger.info(f"[eval] call cache {p.cache.path}")
+        runtime = TeamRuntime(team, engines, p.sampling)
         logger.info(f"[eval] {len(p.tasks)} questions x {cfg.n} samples, workflow {wf.name}, run dir {store.path}")
         try:
             stats = await run_episodes(
@@ -152,6 +166,7 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     from drmas_bench.report.markdown import format_summary_markdown
 
     from drmas_bench import metrics
+    from drmas_bench.cache import cache_markdown, cache_summary
     from drmas_bench.provenance import hardware, utc_now
     from drmas_bench.tasks.registry import get_benchmark
 
@@ -171,6 +186,7 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     summary["pool"] = pool_stats
     summary["protocol"] = protocol_summary(records, p.protocol_info)
     summary["grader"] = p.grader
+    summary["cache"] = cache_summary(records, p.cache_dir)  # None when off (and no kept call came from a cache)
     # the engines have imported torch by now: the GPUs are known without a probe of their own
     summary["provenance"] = {**p.provenance, "hardware": hardware(), "finished_at": utc_now(),
                              "duration_s": round(time.monotonic() - p.t0, 2)}
@@ -182,6 +198,7 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
                f"{pr['prompt_truncated_calls']} of {pr['calls']} calls"
                + (f"; limit NOT enforced on {pr['prompt_limit_unenforced_calls']} calls (no tokenizer here or on the "
                   "server)" if pr["prompt_limit_unenforced_calls"] else "") + "\n")
+    md += cache_markdown(summary["cache"])
     store.write_summary(summary, md)
     logger.info(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "
                 f"summary in {out}/summary.md")

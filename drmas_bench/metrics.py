@@ -235,6 +235,9 @@ def turn_cost(turn: dict[str, Any], prices: PriceSheet, key: str | None = None) 
     if not usage_known(turn):
         prices.cost(name, 0, 0)  # an unpriced model is still an error (or listed as unpriced)
         return None
+    if c.get("cache_hit"):  # served by the call cache: this run paid nothing (the original $ is cached_usd)
+        prices.cost(name, 0, 0)
+        return 0.0
     return prices.cost(name, int(c.get("prompt_tokens", 0)), int(c.get("completion_tokens", 0)),
                        float(c.get("latency_s", 0.0)))
 

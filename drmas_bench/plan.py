@@ -76,6 +76,8 @@ class EvalConfig:
     pool_budget: float | None = None  # memory budget in models; None: unlimited
     ray_address: str | None = None  # pool "ray": attach to this cluster; None: $RAY_ADDRESS, else start one (docs/scaling.md)
     flush_every: int = 16  # append finished trajectories in batches of N
+    cache: str | None = None  # call cache directory (drmas_bench.cache; DIR/calls.sqlite3); None: the team file's, else off.
+    # Not part of the run's identity: a cached and an uncached run of one configuration are one experiment
     progress: bool = True  # progress bar on stderr
     argv: list[str] | None = None  # the command line that asked for this run (provenance; the CLI sets it)
 
@@ -339,11 +341,19 @@ class Plan:
     protocol_info: dict | None  # summary.json's protocol header
     prices: Any  # a PriceSheet or None
     t0: float  # time.monotonic() when planning began
+    cache: Any = None  # an open drmas_bench.cache.CallCache, or None (off)
+    cache_dir: str | None = None  # where it is (the flag's, else the team file's)
 
     def cost(self, traj) -> float:
         """The known calls' dollars (the summary says when some were unknown)."""
-        return sum(self.prices.cost(t.wg, t.completion.prompt_tokens, t.completion.completion_tokens, t.completion.latency_s)
-                   for t in traj.turns if t.completion.usage != "unknown")
+        return sum(self.call_cost(t.wg, t.completion) or 0.0 for t in traj.turns)
+
+    def call_cost(self, wg: str, c) -> float | None:
+        """One call's dollars under the price sheet (None: no sheet, or the call's usage is unknown); a
+        call served by the cache cost this run nothing (its original dollars are ``cached_usd``)."""
+        if self.prices is None or c.usage == "unknown":
+            return None
+        return 0.0 if c.cache_hit else self.prices.cost(wg, c.prompt_tokens, c.completion_tokens, c.latency_s)
 
 
 def plan(cfg: EvalConfig) -> Plan:
@@ -428,5 +438,11 @@ def plan(cfg: EvalConfig) -> Plan:
     }
     prices = _load_prices(cfg.prices, team) if cfg.prices else None
     retriever = open_retriever(retriever_spec) if retriever_spec else None  # a down server fails here
+    cache_dir = cfg.cache or team.cache
+    cache = None
+    if cache_dir:  # opened (and checked: a damaged file is refused) before any model loads
+        from drmas_bench.cache import CallCache
+
+        cache = CallCache.open(cache_dir)
     return Plan(cfg, r.suite, r.benches, wf, team, sampling, tasks, data_dir, retriever, out, config_doc, provenance,
-                grader, protocol_opts, protocol_info, prices, t0)
+                grader, protocol_opts, protocol_info, prices, t0, cache, str(cache_dir) if cache_dir else None)

@@ -60,6 +60,8 @@ class Request:
     # the middle, search 4096 cut from the left); None = no limit. Every engine applies it.
     max_prompt_tokens: int | None = None
     truncate: str = "left"  # which tokens go when the prompt is too long: "left" | "middle" | "right"
+    sample_idx: int | None = None  # which of its task's n samples the call belongs to (the episode sets it): the
+    # call cache keys on it, so two samples are never served one completion
 
 
 @dataclass
@@ -83,6 +85,14 @@ class Completion:
     # here and no /tokenize on its server): the prompt went out uncut
     prompt_limit_unenforced: bool = False
     notes: list[str] = field(default_factory=list)  # what the engine corrected or doubts in this reply (one line each)
+    # served by the call cache (drmas_bench.cache): latency_s and this run's dollars are what the lookup cost;
+    # the original call's latency and dollars are kept here. Written to records only on a hit.
+    cache_hit: bool = False
+    cached_latency_s: float | None = None
+    cached_usd: float | None = None
+
+
+CACHE_FIELDS = ("cache_hit", "cached_latency_s", "cached_usd")  # Completion's call-cache fields
 
 
 @dataclass
@@ -102,6 +112,9 @@ class Turn:
             d["completion"].pop("token_ids", None)
             d["completion"].pop("prompt_ids", None)
             d["completion"].pop("logprobs", None)
+        if not d["completion"].get("cache_hit"):  # records of uncached calls keep the shape they always had
+            for key in CACHE_FIELDS:
+                d["completion"].pop(key, None)
         return d
 
     @classmethod

@@ -129,6 +129,8 @@ class TeamFileSchema(Schema):
     protocol: Optional[ProtocolSchema] = Field(None, description="prompt-length limit and truncation side")
     retriever: Optional[dict[str, Any]] = Field(None, description="written by the trainer: the retriever trained with {kind, identity}")
     trained: Optional[dict[str, Any]] = Field(None, description="written by the trainer: provenance of the checkpoint")
+    cache: Optional[str] = Field(None, min_length=1, description="call cache directory, relative to this file (like --cache; "
+                                 "docs/sweep.md); not part of the run's identity")
 
     @field_validator("prompts")
     @classmethod
@@ -180,6 +182,7 @@ class TeamSpec:
     retriever: dict[str, Any] | None = None  # a trained team's retriever record: {kind, identity}
     # the user's explicit sampling flags / EvalConfig values: win over the team file's (not in to_dict)
     flag_sampling: dict[str, Any] = field(default_factory=dict)
+    cache: str | None = None  # the team file's call cache directory (not in to_dict: not part of the identity)
 
     def sampling_for(self, agent: str, defaults: Sampling) -> Sampling:
         """An agent's sampling: ``defaults`` < team ``sampling:`` < the agent's ``sampling:`` < ``flag_sampling``."""
@@ -219,6 +222,9 @@ def validate_sampling(d: dict[str, Any], where: str) -> dict[str, Any]:
 def check_untrusted(team: "TeamSpec", where: str, trust_remote_code: bool = False) -> None:
     """Refuse a team read from inside a model/checkpoint folder that asks for a trusted-only key
     (see ``TRUSTED_ONLY`` / ``TRUSTED_ONLY_OPTIONS``); one line naming the flag that allows it."""
+    if team.cache:  # a folder of someone else's choosing written to: the user names it
+        raise UserError(f"{where}: sets cache, which a team.yaml inside a model folder may not set; pass --cache DIR "
+                        "yourself, or that team file with --team if you trust it")
     for name, g in team.worker_groups.items():
         if "://" in str(g.model):  # an fsspec URL would be fetched with the user's credentials from wherever it says
             raise UserError(f"{where}: worker group {name!r} names its model by URL ({g.model}), which a team.yaml "
@@ -292,6 +298,8 @@ def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], defau
         prompts_source=prompts_source,
         protocol=f.protocol.model_dump(exclude_none=True) if f.protocol else {},
         retriever=dict(f.retriever) if f.retriever else None,
+        cache=(f.cache if base_dir is None or Path(f.cache).expanduser().is_absolute() else str(base_dir / f.cache))
+        if f.cache else None,
     )
 
 

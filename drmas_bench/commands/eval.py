@@ -108,6 +108,10 @@ def add_eval_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     g.add_argument("--ray-address", metavar="ADDR",
                    help="--pool ray: attach to this Ray cluster (auto, host:port, ray://host:port); default "
                         "$RAY_ADDRESS, else a local Ray is started. The code is shipped (docs/scaling.md)")
+    g.add_argument("--cache", metavar="DIR",
+                   help="call cache: reuse a completion when the call is the same (model content, engine options, prompt, "
+                        "sampling, seed, sample index); DIR/calls.sqlite3 is shared safely by concurrent evals. Off by "
+                        "default (a team file's cache:); not part of the run's identity (docs/sweep.md)")
     g.add_argument("--flush-every", type=int, default=16, help="append finished trajectories to disk in batches of N (default 16)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
 

@@ -55,6 +55,24 @@ def traits(kind: str) -> Traits:
                   getattr(cls, "gpu_memory_fraction", None))
 
 
+def output_options(kind: str, options: dict[str, Any], *, here: bool = True) -> dict[str, Any]:
+    """The options of a ``kind`` engine that can change its completions, for the call cache's key:
+    every option (its default where not given, so "not set" and "set to the default" are one call)
+    but the backend's ``output_neutral_options``. ``here``: the engine runs in this process (or on
+    this machine), so an ``"auto"`` is resolved as it will act (``resolved_options``); engines on
+    other nodes (a Ray pool) keep ``"auto"`` as written. An unknown option is an EngineError."""
+    import dataclasses
+
+    from drmas_bench.engines.base import parse_options
+
+    cls = engine_class(kind)
+    full = dataclasses.asdict(parse_options(cls.Options, dict(options), kind=kind))
+    if here:
+        full = cls.resolved_options(full)
+    neutral = set(getattr(cls, "output_neutral_options", ()))
+    return {k: v for k, v in sorted(full.items()) if k not in neutral}
+
+
 def make_engine(kind: str, model: str, **options: Any) -> Engine:
     """Create an engine of backend ``kind`` serving ``model`` (alias, folder or hub id).
 
@@ -64,4 +82,4 @@ def make_engine(kind: str, model: str, **options: Any) -> Engine:
     return engine_class(kind)(model, **options)
 
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "Engine", "EngineError", "Traits", "engine_class", "make_engine", "traits"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "Engine", "EngineError", "Traits", "engine_class", "make_engine", "output_options", "traits"]

@@ -69,6 +69,15 @@ class EngineBase:
     process_wide: ClassVar[bool] = False  # process-wide state: hosted in a child process (engines.hosting)
     gpu_memory_fraction: ClassVar[tuple[str, float] | None] = None  # (option, default): a static share of
     # GPU memory it reserves when it starts (the trainer's memory estimate reads it)
+    output_neutral_options: ClassVar[tuple[str, ...]] = ()  # options that never change a completion (batching,
+    # timeouts, sleep, secrets): left out of the call cache's key (drmas_bench.cache); every other option is in it
+
+    @classmethod
+    def resolved_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` as they will act in this process (an ``"auto"`` replaced by what it means here),
+        for the call cache's key. The default: unchanged. A backend whose "auto" depends on the machine
+        (the hf engine's device and dtype) says what it resolves to."""
+        return dict(options)
 
     model: str
 

@@ -104,6 +104,23 @@ class HFEngine(EngineBase):
 
     name: ClassVar[str] = "hf"
     Options: ClassVar[type] = HFOptions
+    output_neutral_options: ClassVar[tuple[str, ...]] = ("max_batch", "max_wait_ms", "sleep_mode", "auto_wake")
+
+    @classmethod
+    def resolved_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """``device`` as its kind (``cuda:1`` computes what ``cuda`` does) and ``"auto"`` device / dtype
+        as they resolve in this process (CUDA: bfloat16, CPU: float32), as ``__init__`` resolves them:
+        a CPU float32 completion and a GPU bfloat16 one are not the same call."""
+        out = dict(options)
+        device = str(out.get("device", "auto"))
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        out["device"] = device.split(":", 1)[0]
+        if out.get("dtype", "auto") == "auto":
+            out["dtype"] = "bfloat16" if out["device"] == "cuda" else "float32"
+        return out
 
     def __init__(self, model: str, **options: Any) -> None:
         import torch

@@ -352,6 +352,8 @@ class OpenAIEngine(EngineBase):
     name: ClassVar[str] = "openai"
     Options: ClassVar[type] = OpenAIOptions
     remote: ClassVar[bool] = True  # a server elsewhere serves the model
+    output_neutral_options: ClassVar[tuple[str, ...]] = ("api_key", "max_concurrency", "max_retries", "timeout_s",
+                                                         "backoff_s", "backoff_max_s")
 
     def __init__(self, model: str, **options: Any) -> None:
         self.model = model

@@ -158,6 +158,8 @@ class SGLangEngine(EngineBase):
     Options: ClassVar[type] = SGLangOptions
     process_wide: ClassVar[bool] = True  # one per process: drmas_bench.engines.hosting gives it a child
     gpu_memory_fraction: ClassVar[tuple[str, float] | None] = ("mem_fraction_static", DEFAULT_MEM_FRACTION)
+    output_neutral_options: ClassVar[tuple[str, ...]] = ("mem_fraction_static", "enable_memory_saver", "release_tags",
+                                                         "auto_wake")
 
     def __init__(self, model: str, **options: Any) -> None:
         from transformers import AutoTokenizer

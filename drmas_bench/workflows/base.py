@@ -152,7 +152,7 @@ class Episode:
                            seed=derive_seed(self._seed, self.task.benchmark, self.task.id, self.traj.sample_idx, step))
         limit, side = self._prompt_limit
         req = Request(agent=agent, messages=messages, sampling=sampling, want_logprobs=self._want_logprobs,
-                      max_prompt_tokens=limit, truncate=side)
+                      max_prompt_tokens=limit, truncate=side, sample_idx=self.traj.sample_idx)
         completion = await self._backend.generate(agent, req)
         turn = Turn(agent=agent, wg=self._backend.worker_group(agent), step=step, request=req, completion=completion)
         self.traj.turns.append(turn)
