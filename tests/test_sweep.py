@@ -202,9 +202,10 @@ def _essence(run: Path) -> dict:
 @pytest.mark.slow
 def test_files_written(tmp_path, tiny_b, capsys):
     out = tmp_path / "sw"
+    cache = ["--cache", str(tmp_path / "cache")] if _cache_supported() else []
     assert main(["sweep", *TOY, "--limit", "2", "--candidates", f"solver=tiny-random,{tiny_b}",
                  "--candidates", f"checker=tiny-random,{tiny_b}", "--prices", str(_prices(tmp_path)),
-                 "--out", str(out)]) == 0
+                 "--out", str(out), *cache]) == 0
     doc = json.loads((out / "sweep.json").read_text())
     assert doc["suite"] == "toy" and doc["complete"] and len(doc["assignments"]) == 4
     assert doc["baseline"] == {"solver": "tiny-random", "checker": "tiny-random"}
@@ -217,6 +218,12 @@ def test_files_written(tmp_path, tiny_b, capsys):
     # the cheaper model everywhere is cheapest: the $ front holds the baseline
     assert doc["assignments"][0]["pareto_usd"]
     assert doc["calls_without_cache"] == sum(a["model_calls"] for a in doc["assignments"])
+    assert doc["model_calls"] == doc["calls_without_cache"] - sum(a["cache_hits"] for a in doc["assignments"])
+    if cache:  # a cached call costs its original $ as if alone, nothing in what the sweep paid
+        assert doc["model_calls"] < doc["calls_without_cache"]
+        for a in doc["assignments"]:
+            assert (a["usd_paid"] < a["usd"]) if a["cache_hits"] else (a["usd_paid"] == a["usd"])
+        assert doc["usd_paid"] < doc["usd"]
     md = (out / "sweep.md").read_text()
     assert md.count("\n| ") == 5 and "★" in md and md in capsys.readouterr().out
     png = (out / "pareto.png").read_bytes()
@@ -232,7 +239,8 @@ def test_files_written(tmp_path, tiny_b, capsys):
 def test_sigkill_mid_sweep_then_rerun_finishes_and_reruns_nothing_finished(tmp_path, tiny_b):
     out = tmp_path / "sw"
     args = [sys.executable, "-m", "drmas_bench", "sweep", *TOY, "--limit", "12", "--concurrency", "2",
-            "--flush-every", "1", "--candidates", f"solver=tiny-random,{tiny_b}", "--out", str(out)]
+            "--flush-every", "1", "--candidates", f"solver=tiny-random,{tiny_b}", "--out", str(out),
+            *(["--cache", str(tmp_path / "cache")] if _cache_supported() else [])]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     first, second = (out / "runs" / n for n in sweep.run_names([{"solver": "tiny-random", "checker": "tiny-random"},
                                                                  {"solver": str(tiny_b), "checker": "tiny-random"}]))
@@ -281,8 +289,10 @@ def test_sweep_numbers_equal_independent_evals_on_hf(tmp_path, tiny_b):
     common = ["--suite", "math", "--benchmarks", "math500", "--limit", "2", "--n", "2", "--max-new-tokens", "12",
               "--data-dir", str(data), "--no-progress"]
     cache = ["--cache", str(tmp_path / "cache")] if _cache_supported() else []
+    prices = _prices(tmp_path)
     assert main(["sweep", *common, "--model", "tiny-random", "--candidates", f"solver=tiny-random,{tiny_b}",
-                 "--candidates", f"verifier=tiny-random,{tiny_b}", "--out", str(out), *cache]) == 0
+                 "--candidates", f"verifier=tiny-random,{tiny_b}", "--out", str(out), "--prices", str(prices),
+                 *cache]) == 0
     doc = json.loads((out / "sweep.json").read_text())
     assert len(doc["assignments"]) == 4
     if cache:  # assignments keeping the solver's model reuse its first call
@@ -294,3 +304,10 @@ def test_sweep_numbers_equal_independent_evals_on_hf(tmp_path, tiny_b):
         assert _essence(Path(a["run"])) == _essence(alone), a["label"]
         assert s["micro"]["avg@n"] == a["avg@n"]
         assert s["micro"]["pass@k"] == a["pass@k"]
+        # as if alone: the same tokens and dollars as the independent eval, though the sweep paid less
+        from drmas_bench.pricing import load_prices
+        from drmas_bench.report.runs import load_run
+
+        ind = sweep.assignment_figures(load_run(alone), load_prices(str(prices)))
+        assert (ind["tokens"], ind["model_calls"]) == (a["tokens"], a["model_calls"])
+        assert ind["usd"] == pytest.approx(a["usd"], rel=1e-12) and ind["cache_hits"] == 0
