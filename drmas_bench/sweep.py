@@ -459,6 +459,19 @@ def finished(p: Any) -> bool:
     return all((str(t.benchmark), str(t.id), i) in done for t in p.tasks for i in range(p.cfg.n))
 
 
+def check_assignment(cfg: Any) -> None:
+    """What ``plan.plan`` checks of one assignment's team, without its data or retriever (the same
+    for every assignment, checked once): the team built, each local model resolved and checked,
+    the price sheet holding every model."""
+    from drmas_bench.plan import _load_prices, check_team_models, resolve, resolve_local_models, validate_config
+
+    validate_config(cfg)
+    team = resolve(cfg).team
+    check_team_models(team, resolve_local_models(team, on_nodes=cfg.pool == "ray"))
+    if cfg.prices:
+        _load_prices(cfg.prices, team)
+
+
 def check_models(d: Design, engine: str | None) -> None:
     """Each distinct model of the design resolved once (an unknown model is one line naming it)
     before the first assignment runs; models served over HTTP are left to their servers."""
@@ -492,12 +505,16 @@ def run_sweep(base: Any, d: Design, out: str | Path, *, n_boot: int = 2000, boot
     t0 = time.monotonic()
     rows, runs, ran, skipped = [], [], 0, 0
     doc: dict[str, Any] = {}
-    # every assignment checked (models, prices, data, retriever) before the first one runs
     cfgs = [assignment_config(base, asg, out / "runs" / name) for asg, name in zip(d.assignments, names)]
-    plans = [plan(cfg) for cfg in cfgs]
-    for i, (asg, cfg, p) in enumerate(zip(d.assignments, cfgs, plans), 1):
-        run_dir = p.out
-        if finished(p):
+    # every assignment checked before the first one runs: the first in full (data, retriever, ...),
+    # the others in what differs between assignments (their team, its models and prices)
+    suite = plan(cfgs[0]).suite
+    for cfg in cfgs[1:]:
+        check_assignment(cfg)
+    for i, (asg, cfg) in enumerate(zip(d.assignments, cfgs), 1):
+        run_dir = Path(cfg.out)
+        # a run dir with a summary may be finished: planned (no engine loads) to check it is this configuration
+        if (run_dir / "summary.json").is_file() and finished(plan(cfg)):
             skipped += 1
             logger.info(f"[sweep] {i}/{len(names)} {label(asg)}: finished earlier, kept ({run_dir})")
         else:
@@ -507,7 +524,7 @@ def run_sweep(base: Any, d: Design, out: str | Path, *, n_boot: int = 2000, boot
         run = load_run(run_dir)
         rows.append({"assignment": dict(asg), "run": str(run_dir), **assignment_figures(run, prices)})
         runs.append(run)
-        doc = sweep_document(d, rows, runs, suite=p.suite, prices=base.prices, cache=cache, n_boot=n_boot,
+        doc = sweep_document(d, rows, runs, suite=suite, prices=base.prices, cache=cache, n_boot=n_boot,
                              seed=boot_seed, extra={"seed": base.seed, "n": base.n, "limit": base.limit,
                                                     "wall_s": round(time.monotonic() - t0, 2),
                                                     "assignments_run": ran, "assignments_kept": skipped})

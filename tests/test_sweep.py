@@ -235,6 +235,17 @@ def test_files_written(tmp_path, tiny_b, capsys):
     assert "tiny-b" in capsys.readouterr().out
 
 
+def test_a_model_the_price_sheet_lacks_is_refused_before_anything_runs(tmp_path, tiny_b, capsys):
+    prices = tmp_path / "p.yaml"
+    prices.write_text("currency: USD\ndefault: error\nmodels:\n  tiny-random: {input_per_1m: 0.1, output_per_1m: 0.1}\n")
+    out = tmp_path / "sw"
+    rc = main(["sweep", *TOY, "--limit", "1", "--candidates", f"solver=tiny-random,{tiny_b}", "--prices", str(prices),
+               "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "tiny-b" in err and "no price" in err
+    assert not (out / "runs").exists()
+
+
 @pytest.mark.slow
 def test_sigkill_mid_sweep_then_rerun_finishes_and_reruns_nothing_finished(tmp_path, tiny_b):
     out = tmp_path / "sw"
