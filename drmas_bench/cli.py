@@ -22,6 +22,7 @@ COMMANDS = [
     "drmas_bench.commands.models",  # models list / prepare / chat
     "drmas_bench.commands.retrieval",  # retrieval index / eval / serve
     "drmas_bench.commands.eval",  # eval: a team over benchmarks, resumable
+    "drmas_bench.commands.sweep",  # sweep: many agent -> model assignments on one suite, paired, Pareto table
     "drmas_bench.commands.runs",  # runs repair: quarantine unreadable lines of a run's samples.jsonl
     "drmas_bench.commands.cache",  # cache stats / prune: the call cache (drmas_bench.cache)
     "drmas_bench.commands.report",  # leaderboard / compare / cost

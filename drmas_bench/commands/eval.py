@@ -32,12 +32,26 @@ Python: `from drmas_bench import evaluate, EvalConfig` (docs/eval.md).
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a team of agents on benchmarks (resumable)", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_eval_flags(p)
+    p.set_defaults(func=cmd_eval)
+
+
+# the flags a command built on eval (sweep) may leave out: it sets them itself per run
+TEAM_FLAGS = ("model_for", "team", "compute_matched")
+RUN_DIR_FLAGS = ("out", "fresh")
+
+
+def add_eval_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """Every `eval` flag on parser ``p`` (one definition for `eval` and the commands that run evals
+    the same way), but the flags whose dest is in ``skip`` (``TEAM_FLAGS``, ``RUN_DIR_FLAGS``)."""
     g = p.add_argument_group("team")
     g.add_argument("--model", help="model for every agent: alias (smollm2-135m-instruct, tiny-random), local dir, "
                                    "hub id, a checkpoint dir holding team.yaml, or a checkpoint URL (s3://bucket/run1/latest: "
                                    "downloaded to the cache first; docs/scaling.md)")
-    g.add_argument("--model-for", action="append", metavar="AGENT=MODEL", help="give one agent its own model (repeatable)")
-    g.add_argument("--team", help="team YAML file (keys: `drmas-bench config-schema team`, docs/teams.md)")
+    if "model_for" not in skip:
+        g.add_argument("--model-for", action="append", metavar="AGENT=MODEL", help="give one agent its own model (repeatable)")
+    if "team" not in skip:
+        g.add_argument("--team", help="team YAML file (keys: `drmas-bench config-schema team`, docs/teams.md)")
     g.add_argument("--engine", choices=list(ENGINES), help="engine of every worker group (default hf; with a team file: its own)")
     g.add_argument("--base-url", help="OpenAI-compatible server URL for --engine openai")
     g.add_argument("--tokenizer", help="--engine openai with --model/--model-for: a local tokenizer (folder, alias, cached hub id) to template "
@@ -47,9 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "or mem_fraction_static=0.7 (values read as YAML; see docs/engines.md); win over a team file's options")
     g.add_argument("--workflow", help="workflow name (default: the team file's, else the suite's: math_refine, "
                                       "search_route, toy; single-agent baselines: math_single, search_single)")
-    g.add_argument("--compute-matched", metavar="TEAM_RUN",
-                   help="single-agent workflows: give the agent the team run's measured tokens per question "
-                        "(n_team x k samples, k = team tokens / single tokens; scored by majority vote; docs/eval.md)")
+    if "compute_matched" not in skip:
+        g.add_argument("--compute-matched", metavar="TEAM_RUN",
+                       help="single-agent workflows: give the agent the team run's measured tokens per question "
+                            "(n_team x k samples, k = team tokens / single tokens; scored by majority vote; docs/eval.md)")
     g.add_argument("--prompts", metavar="FILE", help="prompt templates YAML replacing the packaged ones (all or some "
                                                      "roles; keys: `drmas-bench config-schema prompts`, docs/protocol.md); "
                                                      "overrides a team file's prompts")
@@ -79,8 +94,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--retriever", help="bm25:DIR | lucene:DIR | dense:DIR | http://HOST:PORT (default: an in-process BM25 "
                                        "index of <data dir>/corpus/mini_corpus.jsonl, built once and cached)")
     g = p.add_argument_group("run")
-    g.add_argument("--out", "--output-dir", dest="out", help="run directory (default: runs/<suite>-<model>-<config hash>)")
-    g.add_argument("--fresh", action="store_true", help="discard an existing run in --out instead of resuming")
+    if "out" not in skip:
+        g.add_argument("--out", "--output-dir", dest="out", help="run directory (default: runs/<suite>-<model>-<config hash>)")
+    if "fresh" not in skip:
+        g.add_argument("--fresh", action="store_true", help="discard an existing run in --out instead of resuming")
     g.add_argument("--prices", help="price sheet YAML for $ columns (keys: `drmas-bench config-schema prices`, docs/pricing.md)")
     g.add_argument("--concurrency", type=int, default=256, help="episodes in flight (default 256)")
     g.add_argument("--max-batch", type=int, help="engine micro-batch size (default 32; a team file's own)")
@@ -97,7 +114,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default (a team file's cache:); not part of the run's identity (docs/sweep.md)")
     g.add_argument("--flush-every", type=int, default=16, help="append finished trajectories to disk in batches of N (default 16)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_eval)
 
 
 

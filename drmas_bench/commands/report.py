@@ -41,6 +41,8 @@ COST_EPILOG = """examples:
   # run each team (eval, resumable) and compare
   drmas-bench cost --team examples/teams/toy-smollm2.yaml --team examples/teams/toy-hetero.yaml \\
       --suite toy --limit 16 --n 4 --max-new-tokens 24 --prices leaderboards/prices.example.yaml --out reports/toy-cost
+  # the run dirs of a sweep (drmas-bench sweep), read from its sweep.json instead of running again
+  drmas-bench cost --sweep studies/search-sweep --prices my-prices.yaml --out studies/search-sweep/cost
   # every assignment of two models to the search agents: write the team files (add --suite ... to run them too)
   drmas-bench cost --assign verifier,searcher,answerer --models Qwen/Qwen2.5-7B-Instruct,meta-llama/Llama-3.2-3B-Instruct \\
       --out studies/which-agent-gets-7b
@@ -83,6 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--runs", nargs="+", metavar="RUN_DIR", help="existing run directories (the first is the baseline)")
     mode.add_argument("--team", action="append", metavar="FILE", help="team YAML to evaluate (repeatable; the first is the baseline)")
+    mode.add_argument("--sweep", metavar="SWEEP_DIR", help="the run dirs of a finished `drmas-bench sweep` (its sweep.json; "
+                                                           "the baseline first; cached calls at their original $ and latency)")
     mode.add_argument("--assign", metavar="AGENTS", help="comma-separated agents: write a team file for every assignment "
                                                          "of --models to them (and run them with --suite)")
     p.add_argument("--models", help="with --assign: comma-separated models (aliases, dirs or hub ids)")
@@ -265,12 +269,14 @@ def cmd_cost(args: argparse.Namespace) -> int:
             _check_team_prices(f, prices)
         run_dirs = run_teams(team_files, args, out)
         default_labels = [d.name for d in run_dirs]
+    elif args.sweep:
+        run_dirs, default_labels = sweep_runs(args.sweep)
     else:
         run_dirs = report.expand_run_dirs(args.runs)
         default_labels = None
     runs = [report.load_run(d) for d in run_dirs]
     labels = _split(args.labels, "--labels") if args.labels else default_labels
-    costs = report.cost_study(runs, prices, labels)
+    costs = report.cost_study(runs, prices, labels, as_alone=bool(args.sweep))
     md = report.cost_markdown(costs, prices_source=f"the price sheet {args.prices}", unpriced=prices.unpriced)
     print(md)
     if out:
@@ -284,6 +290,22 @@ def cmd_cost(args: argparse.Namespace) -> int:
                                  title=f"Cost study ({suite} suite): accuracy vs cost and latency; up and left is better")
         logger.info(f"[cost] wrote {out / 'cost.md'}, cost.csv, cost.json and {png}")
     return 0
+
+
+def sweep_runs(sweep_dir: str) -> tuple[list[Path], list[str]]:
+    """A sweep's run dirs (the baseline first, then the sweep's order) and labels, from its sweep.json;
+    a run dir recorded relative to another working directory is found under SWEEP_DIR/runs/."""
+    from drmas_bench.sweep import read_sweep
+
+    doc = read_sweep(sweep_dir)
+    entries = sorted(doc["assignments"], key=lambda a: not a.get("baseline"))
+    if not entries:
+        raise UserError(f"{sweep_dir}: the sweep has no finished assignment yet")
+    dirs = []
+    for a in entries:
+        d = Path(a["run"])
+        dirs.append(d if d.is_dir() else Path(sweep_dir) / "runs" / d.name)
+    return dirs, [str(a.get("label") or Path(a["run"]).name) for a in entries]
 
 
 def cost_json(costs, prices_path: str) -> dict:

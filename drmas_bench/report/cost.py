@@ -82,14 +82,41 @@ class TeamCost:
         return float(a.usd * 1000 / self.trajectories) if a.known else None
 
 
-def turn_cost(run: Run, turn: dict[str, Any], prices: Any) -> float | None:
+def turn_cost(run: Run, turn: dict[str, Any], prices: Any, as_alone: bool = False) -> float | None:
     """One call's dollars (`metrics.turn_cost`), priced as the run's worker group's model
-    (`Run.price_key`); None when the call's usage is unknown."""
-    return metrics.turn_cost(turn, prices, run.price_key(str(turn.get("wg", ""))))
+    (`Run.price_key`); None when the call's usage is unknown. ``as_alone``: a call the call cache
+    served costs what it cost when it was made (`alone_cost`), not the $0 this run paid."""
+    key = run.price_key(str(turn.get("wg", "")))
+    return alone_cost(turn, prices, key) if as_alone else metrics.turn_cost(turn, prices, key)
 
 
-def team_cost(run: Run, prices: Any, label: str | None = None) -> TeamCost:
-    """The cost-study numbers of one run, recomputed from its recorded turns with `prices`."""
+def cache_hit(turn: dict[str, Any]) -> bool:
+    """Whether a recorded call was served by the call cache (``completion.cache_hit``)."""
+    return bool((turn.get("completion") or {}).get("cache_hit"))
+
+
+def alone_latency(turn: dict[str, Any]) -> float:
+    """A call's latency as if its run had made it: a cached call's original latency
+    (``completion.cached_latency_s``), else its own ``latency_s``."""
+    c = turn.get("completion") or {}
+    if cache_hit(turn) and c.get("cached_latency_s") is not None:
+        return float(c["cached_latency_s"])
+    return float(c.get("latency_s") or 0.0)
+
+
+def alone_cost(turn: dict[str, Any], prices: Any, key: str) -> float | None:
+    """A call's dollars as if its run had made it: the price sheet on its tokens and its original
+    latency (what a GPU-hour price multiplies), whether or not the cache served it; None when its
+    usage is unknown."""
+    c = {k: v for k, v in (turn.get("completion") or {}).items() if k != "cache_hit"}
+    c["latency_s"] = alone_latency(turn)
+    return metrics.turn_cost({**turn, "completion": c}, prices, key)
+
+
+def team_cost(run: Run, prices: Any, label: str | None = None, as_alone: bool = False) -> TeamCost:
+    """The cost-study numbers of one run, recomputed from its recorded turns with `prices`;
+    ``as_alone`` (a sweep's runs): calls the call cache served count their original latency and
+    dollars (`alone_latency`, `alone_cost`)."""
     qs = questions(run.records)
     agents: dict[str, AgentCost] = {a: AgentCost(a, []) for a in run.agents}
     total = Fraction(0)
@@ -104,10 +131,11 @@ def team_cost(run: Run, prices: Any, label: str | None = None) -> TeamCost:
             if key not in ac.price_keys:
                 ac.price_keys.append(key)
             c = t.get("completion") or {}
-            cost = turn_cost(run, t, prices)
+            cost = turn_cost(run, t, prices, as_alone)
+            latency = alone_latency(t) if as_alone else float(c.get("latency_s", 0.0))
             ac.calls += 1
-            ac.latency_s += float(c.get("latency_s", 0.0))
-            lat += float(c.get("latency_s", 0.0))
+            ac.latency_s += latency
+            lat += latency
             if cost is None:  # no usage: neither its tokens nor its dollars are known
                 ac.unknown_calls += 1
                 continue
@@ -133,12 +161,13 @@ def team_cost(run: Run, prices: Any, label: str | None = None) -> TeamCost:
     )
 
 
-def cost_study(runs: Sequence[Run], prices: Any, labels: Sequence[str] | None = None) -> list[TeamCost]:
+def cost_study(runs: Sequence[Run], prices: Any, labels: Sequence[str] | None = None,
+               as_alone: bool = False) -> list[TeamCost]:
     """`team_cost` for each run (labels default to the run names)."""
     labels = list(labels) if labels else [r.name for r in runs]
     if len(labels) != len(runs):
         raise UserError(f"--labels: {len(labels)} labels for {len(runs)} runs")
-    return [team_cost(r, prices, lab) for r, lab in zip(runs, labels)]
+    return [team_cost(r, prices, lab, as_alone) for r, lab in zip(runs, labels)]
 
 
 def cost_notes(costs: Sequence[TeamCost]) -> list[str]:
@@ -181,8 +210,11 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: (points[i][0], -points[i][1]))
 
 
-def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", prices_source: str = "price sheet") -> Path:
-    """Accuracy vs $ per 1k questions and vs p50 latency, one marker per team, the Pareto front marked."""
+def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", prices_source: str = "price sheet",
+                latency_label: str = "latency per question: p50 trajectory wall time (s)") -> Path:
+    """Accuracy vs $ per 1k questions and vs p50 latency, one marker per team, the Pareto front marked.
+    Reads of each team only ``label``, ``avg``, ``usd_per_1k`` and ``latency_p50`` (a sweep passes
+    its own points, with ``latency_label`` saying what its latency is)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,7 +228,7 @@ def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", pr
     panels = [  # an unknown cost (calls without usage) is left out of the cost panel, not drawn at $0
         ([float("nan") if c.usd_per_1k is None else c.usd_per_1k for c in costs],
          f"cost: $ per 1,000 questions (USD, {prices_source})"),
-        ([c.latency_p50 for c in costs], "latency per question: p50 trajectory wall time (s)"),
+        ([c.latency_p50 for c in costs], latency_label),
     ]
     acc = [100 * c.avg for c in costs]
     for ax, (xs, xlabel) in zip(axes, panels):
