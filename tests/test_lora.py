@@ -137,3 +137,190 @@ def test_update_steps_each_adapter_with_its_own_lr_and_zero_lr_freezes_it():
     assert all(torch.equal(ad0[k], ad1[k]) for k in ad0 if ".checker." in k)  # lr 0: its adapter never moves
     lrs = {g["adapter"]: g["lr"] for g in wg.optimizer.param_groups}
     assert lrs == {"solver": 1e-2, "checker": 0.0}
+
+
+# ------------------------------------------------------------------ engines
+
+
+def _adapter_folder(tmp_path, agents=AGENTS, seed=0):
+    """A worker group's adapter folder with random (non-zero) adapters, one per agent."""
+    from drmas_bench.models import resolve_model
+    from drmas_bench.models.adapters import save_adapter
+    from drmas_bench.models.loading import load_causal_lm
+    from drmas_trainer.config import AgentConfig
+    from drmas_trainer.lora import attach
+
+    torch.manual_seed(seed)
+    base = str(resolve_model("tiny-random"))
+    pm = attach(load_causal_lm(base), {a: AgentConfig(lora=LORA) for a in agents})
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    folder = tmp_path / "adapters"
+    for a in agents:
+        save_adapter(pm, a, folder / a, "tiny-random")
+    (folder / "base.json").write_text(json.dumps({"name": "tiny-random"}))
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(base).save_pretrained(folder)
+    return folder, pm
+
+
+def _req(agent, i=0, tokens=6):
+    from drmas_bench.types import Request, Sampling
+
+    return Request(agent, [{"role": "user", "content": f"What is {i} + 2?"}], Sampling(max_new_tokens=tokens, seed=i,
+                                                                                      temperature=0), want_logprobs=True)
+
+
+def test_hf_engine_serves_each_agent_its_adapter_in_one_batch(tmp_path):
+    from drmas_bench.engines import make_engine, traits
+
+    assert traits("hf").serves_adapters and traits("sglang").serves_adapters and not traits("openai").serves_adapters
+    folder, _ = _adapter_folder(tmp_path)
+    base = make_engine("hf", "tiny-random", device="cpu", max_batch=8)
+    eng = make_engine("hf", str(folder), device="cpu", max_batch=8)
+
+    async def main():
+        mixed = await eng.generate([_req("solver", 1), _req("checker", 1), _req("nobody", 1), _req("solver", 2)])
+        alone = [(await eng.generate([r]))[0] for r in (_req("solver", 1), _req("checker", 1), _req("nobody", 1))]
+        plain = (await base.generate([_req("x", 1)]))[0]
+        return mixed, alone, plain
+
+    mixed, alone, plain = asyncio.run(main())
+    assert [c.token_ids for c in mixed[:3]] == [c.token_ids for c in alone]  # a batch never mixes adapters
+    assert mixed[0].logprobs != mixed[1].logprobs  # two adapters, two policies
+    assert mixed[2].token_ids == plain.token_ids and mixed[2].logprobs == pytest.approx(plain.logprobs, abs=1e-5)
+    assert mixed[0].logprobs != pytest.approx(plain.logprobs, abs=1e-3)
+    asyncio.run(eng.close())
+    asyncio.run(base.close())
+
+
+def test_hf_engine_update_adapter_changes_only_that_agent(tmp_path):
+    from drmas_bench.engines import EngineError, make_engine
+    from drmas_trainer.lora import adapter_tensors
+
+    folder, pm = _adapter_folder(tmp_path)
+    eng = make_engine("hf", str(folder), device="cpu")
+    base_before = {k: v.clone() for k, v in eng._hf_model.state_dict().items() if "lora_" not in k}
+
+    async def main():
+        before = await eng.generate([_req("solver"), _req("checker")])
+        zeroed = {k: torch.zeros_like(v) if "lora_B" in k else v for k, v in adapter_tensors(pm, "solver").items()}
+        await eng.update_adapter("solver", {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"}, zeroed)
+        after = await eng.generate([_req("solver"), _req("checker")])
+        with pytest.raises(EngineError, match="unknown tensor"):
+            await eng.update_adapter("checker", {}, {"bogus.lora_A.weight": torch.zeros(2)})
+        return before, after
+
+    before, after = asyncio.run(main())
+    assert after[1].logprobs == before[1].logprobs and after[0].logprobs != before[0].logprobs
+    plain = make_engine("hf", "tiny-random", device="cpu")
+    (ref,) = asyncio.run(plain.generate([_req("solver")]))
+    assert after[0].logprobs == pytest.approx(ref.logprobs, abs=1e-5)  # B = 0: the adapter is the identity
+    assert all(torch.equal(v, base_before[k]) for k, v in eng._hf_model.state_dict().items() if "lora_" not in k)
+
+
+def test_trainer_sync_pushes_only_adapter_tensors(tmp_path):
+    wg = _group(_cfg())
+    sent = []
+
+    class Spy:
+        is_awake = True
+
+        async def update_adapter(self, name, config, tensors):
+            sent.append((name, config, tensors))
+
+        async def update_weights(self, named):  # pragma: no cover - must not be called
+            raise AssertionError("full weights pushed")
+
+    wg.engine = Spy()
+    asyncio.run(wg.sync_weights())
+    assert [n for n, _, _ in sent] == ["solver", "checker"]
+    for name, config, tensors in sent:
+        assert config["r"] == 4 and config["peft_type"] == "LORA"
+        assert tensors and all(".lora_A." in k or ".lora_B." in k for k in tensors)
+    n_adapter = sum(t.numel() for _, _, ts in sent for t in ts.values())
+    assert n_adapter == sum(p.numel() for p in wg.params) < sum(p.numel() for p in wg.policy.parameters()) / 4
+
+
+def test_sglang_lora_args_and_lora_path_per_request(tmp_path):
+    from drmas_bench.engines.sglang import generate_kwargs, lora_server_args
+    from drmas_bench.models.adapters import adapter_layout
+
+    folder, _ = _adapter_folder(tmp_path)
+    layout = adapter_layout(folder)
+    args = lora_server_args(layout)
+    assert args["enable_lora"] is True and args["max_lora_rank"] == 4
+    assert args["lora_target_modules"] == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                  "down_proj"])  # "all-linear" as peft resolved it
+    assert args["lora_paths"] == {a: str(folder / a) for a in sorted(AGENTS)} and args["max_loras_per_batch"] >= 3
+    assert args["model_path"].endswith("tiny-random")
+    kw = generate_kwargs([[1], [2], [3]], [_req("solver"), _req("nobody"), _req("checker")], layout)
+    assert kw["lora_path"] == ["solver", None, "checker"]
+    assert "lora_path" not in generate_kwargs([[1]], [_req("solver")])
+
+
+@pytest.fixture
+def fake_sglang(monkeypatch):
+    from test_engines_sglang import FAKE_ROOT, _drop_sglang_modules
+
+    _drop_sglang_modules()
+    monkeypatch.syspath_prepend(str(FAKE_ROOT))
+    import sglang
+
+    sglang.CALLS.clear()
+    yield sglang
+    _drop_sglang_modules()
+
+
+def test_sglang_engine_serves_and_updates_adapters_on_the_fake(fake_sglang, tmp_path):
+    from drmas_bench.engines import EngineError
+    from drmas_bench.engines.sglang import SGLangEngine
+    from drmas_trainer.lora import adapter_tensors
+
+    folder, pm = _adapter_folder(tmp_path)
+    eng = SGLangEngine(str(folder))
+
+    async def main():
+        a = await eng.generate([_req("solver"), _req("checker"), _req("nobody")])
+        assert len({tuple(c.token_ids) for c in a}) == 3  # each adapter (and the base) its own outputs
+        started = next(d for op, d in fake_sglang.CALLS if op == "Engine")
+        assert started["enable_lora"] and set(started["lora_paths"]) == set(AGENTS)
+        fake_sglang.CALLS.clear()
+        t = {k: v * 2 for k, v in adapter_tensors(pm, "solver", torch.bfloat16).items()}
+        await eng.update_adapter("solver", {"r": 4, "lora_alpha": 8, "peft_type": "LORA"}, t)
+        ops = [op for op, _ in fake_sglang.CALLS]
+        assert ops == ["unload_lora_adapter", "load_lora_adapter_from_tensors"]
+        b = await eng.generate([_req("solver"), _req("checker"), _req("nobody")])
+        assert b[0].token_ids != a[0].token_ids and [c.token_ids for c in b[1:]] == [c.token_ids for c in a[1:]]
+        with pytest.raises(EngineError, match="max rank"):  # SGLang's memory pool was sized by the adapters
+            await eng.update_adapter("solver", {"r": 64}, t)
+        await eng.close()
+
+    asyncio.run(main())
+
+
+def test_trainer_lora_worker_on_sglang_child(fake_sglang, tmp_path):
+    """start_engine (adapters saved, SGLang started on the base with them, in a child), generate per
+    agent, update, sync (adapter tensors through the child): outputs move for the trained agent."""
+    from drmas_bench.engines.hosting import ChildEngine
+    from drmas_trainer.worker import LossSettings, Row
+
+    wg = _group(_cfg(agent_defaults={"lora": dict(LORA), "engine": "sglang", "micro_batch_size": 4,
+                                     "lr": 5e-2}, agents={"checker": {"lr": 0.0}}))
+
+    async def main():
+        await wg.start_engine()
+        assert isinstance(wg.engine, ChildEngine)
+        first = await wg.generate([_req("solver"), _req("checker")])
+        rows = [Row(a, c.prompt_ids, c.token_ids, c.logprobs, adv) for a, c in zip(AGENTS, first) for adv in (1.0, -1.0)]
+        await wg.update(rows, loss=LossSettings())
+        await wg.sync_weights()
+        after = await wg.generate([_req("solver"), _req("checker")])
+        await wg.close()
+        return first, after
+
+    first, after = asyncio.run(main())
+    assert after[0].token_ids != first[0].token_ids and after[1].token_ids == first[1].token_ids
