@@ -324,3 +324,77 @@ def test_trainer_lora_worker_on_sglang_child(fake_sglang, tmp_path):
 
     first, after = asyncio.run(main())
     assert after[0].token_ids != first[0].token_ids and after[1].token_ids == first[1].token_ids
+
+
+# ------------------------------------------------------------------ eval of adapter checkpoints
+
+
+def _texts(run_dir):
+    """Every recorded turn's completion text, per trajectory."""
+    recs = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    return [[t["completion"]["text"] for t in rec["turns"]] for rec in recs]
+
+
+@pytest.mark.slow
+def test_train_tiny_lora_then_eval_its_adapters(tmp_path):
+    """2 RL steps of a 2-agent shared-base LoRA run (short warm start), then eval of the step folder
+    (each agent its own adapter), of one adapter folder, and of the bare base: the adapters are used."""
+    from drmas_bench.api import evaluate
+    from drmas_bench.plan import EvalConfig
+    from drmas_trainer.trainer import train
+
+    cfg = load_config("tiny_lora", {"steps": 2, "save_every": 0, "rollout.prompts_per_step": 2, "rollout.n": 2,
+                                    "sft.steps": 60, "sft.agent_steps": {"checker": 10}})
+    train(cfg, tmp_path / "run", progress=False)
+    step = tmp_path / "run" / "ckpt" / "step_2"
+    assert (step / "models" / "shared" / "solver" / "adapter_config.json").is_file()
+    assert not (step / "models" / "shared" / "config.json").exists()  # the base is referenced, not copied
+
+    common = dict(suite="toy", limit=4, n=2, max_new_tokens=12, progress=False)
+    runs = {}
+    for label, model in (("team", step), ("solver", step / "models" / "shared" / "solver"), ("base", "tiny-random")):
+        s = evaluate(EvalConfig(model=str(model), out=str(tmp_path / label), **common))
+        runs[label] = (s, _texts(tmp_path / label))
+    team, base = runs["team"][1], runs["base"][1]
+    assert team != base
+    said = lambda texts: sum("<answer>" in (t or "") for rec in texts for t in rec)  # noqa: E731
+    assert said(team) > said(base)  # the solver adapter taught the answer format the base never writes
+    assert said(runs["solver"][1]) > said(base)
+
+
+# ------------------------------------------------------------------ the memory plan
+
+
+@pytest.mark.parametrize("targets", ["all-linear", ["q_proj", "v_proj", "lm_head"]])
+def test_plan_adapter_size_matches_peft(targets):
+    from drmas_bench.models import resolve_model
+    from drmas_bench.models.loading import load_causal_lm
+    from drmas_trainer.config import AgentConfig
+    from drmas_trainer.lora import adapter_params, attach
+    from drmas_trainer.memory import lora_params, model_shape
+
+    pm = attach(load_causal_lm(str(resolve_model("tiny-random"))),
+                {"a": AgentConfig(lora={"rank": 8, "target_modules": targets})})
+    assert lora_params(model_shape("tiny-random"), 8, targets) == sum(p.numel() for p in adapter_params(pm, "a"))
+
+
+def test_lora_recipe_fits_one_h200_without_offload_and_beats_full_weights(capsys):
+    from drmas_bench.cli import main
+    from drmas_trainer.memory import GIB, memory_plan, model_shape
+
+    assert main(["train", "--recipe", "math_qwen3_4b_lora", "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "adapter solver: rank 64" in out and "adapter verifier: rank 64" in out
+    assert "gradients fp32" not in out.replace("adapter gradients fp32", "")  # no gradients for the base
+    cfg = load_config("math_qwen3_4b_lora")
+    assert cfg.shared_base and cfg.agent_defaults.get("optimizer_offload", "none") == "none"
+    shape = model_shape("Qwen/Qwen3-4B")
+
+    def peak(c):
+        groups = plan_worker_groups(c, ("solver", "verifier"))
+        return memory_plan(c, groups, {g: shape for g in groups}, use_ray=True).peak.bytes / GIB
+
+    lora = peak(cfg)
+    full_1gpu = peak(load_config("math_qwen3_4b_1gpu", {"agent_defaults.optimizer_offload": "none"}))
+    assert lora < 70 < 140 < full_1gpu  # 2 full copies + AdamW on one GPU do not fit; 2 adapters on one base do
+    assert main(["train", "--recipe", "math_qwen3_4b_lora", "--plan", "--gpu-memory", "79"]) == 0  # even 80 GB

@@ -253,7 +253,9 @@ class WorkerGroup:
         if not traits(self.settings.engine).serves_adapters:
             raise UserError(f"worker group {self.name}: lora needs a rollout engine that serves LoRA adapters; "
                             f"engine {self.settings.engine} does not")
-        self.policy, saved_base = lora.load_policy(self.model_path, self.adapters, dtype=torch.float32)
+        # the frozen base in the compute dtype (bf16: 2 bytes per parameter, no master copy: it never
+        # changes); the adapters in float32 (peft upcasts them), as full-weight master weights are
+        self.policy, saved_base = lora.load_policy(self.model_path, self.adapters, dtype=self.compute_dtype)
         self._base_path = self.model_path  # the base's local folder (or hub id), for the engine
         if saved_base is not None:  # resumed: the base the checkpoint names, not its folder
             self.base_ref = saved_base
