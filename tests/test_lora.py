@@ -349,6 +349,10 @@ def test_train_tiny_lora_then_eval_its_adapters(tmp_path):
     step = tmp_path / "run" / "ckpt" / "step_2"
     assert (step / "models" / "shared" / "solver" / "adapter_config.json").is_file()
     assert not (step / "models" / "shared" / "config.json").exists()  # the base is referenced, not copied
+    from safetensors.torch import load_file
+
+    saved = load_file(str(step / "models" / "shared" / "solver" / "adapter_model.safetensors"))
+    assert any("lm_head.lora_" in k for k in saved) and all(".lora_" in k for k in saved)  # no copy of the head
 
     common = dict(suite="toy", limit=4, n=2, max_new_tokens=12, progress=False)
     runs = {}

@@ -107,5 +107,5 @@ def adapter_tensors(model: Any, adapter: str, dtype: Any = None) -> dict[str, An
     ``adapter_model.safetensors`` holds and what an engine's ``update_adapter`` takes."""
     from peft import get_peft_model_state_dict
 
-    state = get_peft_model_state_dict(model, adapter_name=adapter)
+    state = get_peft_model_state_dict(model, adapter_name=adapter, save_embedding_layers=False)
     return {k: (v.detach() if dtype is None else v.detach().to(dtype)) for k, v in state.items()}

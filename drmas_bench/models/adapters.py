@@ -152,7 +152,9 @@ def save_adapter(model: Any, name: str, folder: str | os.PathLike, base: str,
         if isinstance(v, set):
             cfg_dict[k] = sorted(v)
     (out / ADAPTER_CONFIG).write_text(json.dumps(cfg_dict, indent=2, sort_keys=True, default=str), encoding="utf-8")
-    state = get_peft_model_state_dict(model, adapter_name=name)
+    # only the adapter: the frozen base's embedding / output layers are never copied into it (peft would
+    # add them whenever lm_head or embed_tokens is a target)
+    state = get_peft_model_state_dict(model, adapter_name=name, save_embedding_layers=False)
     save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, str(out / ADAPTER_WEIGHTS),
               metadata={"format": "pt"})
     if record is not None:
