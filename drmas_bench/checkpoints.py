@@ -163,10 +163,12 @@ def group_files_present(folder: str, name: str) -> bool:
     """checkpoint.group_files_present through fsspec: config.json and a *.safetensors under
     ``models/<name>/`` (a LoRA group: base.json and ``*/adapter_model.safetensors``) and
     ``optim/<name>.pt``."""
+    from drmas_bench.models.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
+
     fs, path = filesystem(folder)
     model = join(path, "models", name)
     full = fs.isfile(join(model, "config.json")) and bool(fs.glob(join(model, "*.safetensors")))
-    lora = fs.isfile(join(model, "base.json")) and bool(fs.glob(join(model, "*", "adapter_model.safetensors")))
+    lora = fs.isfile(join(model, BASE_FILE)) and bool(fs.glob(join(model, "*", ADAPTER_WEIGHTS)))
     return (full or lora) and fs.isfile(join(path, "optim", f"{name}.pt"))
 
 

@@ -402,3 +402,17 @@ def test_lora_recipe_fits_one_h200_without_offload_and_beats_full_weights(capsys
     full_1gpu = peak(load_config("math_qwen3_4b_1gpu", {"agent_defaults.optimizer_offload": "none"}))
     assert lora < 70 < 140 < full_1gpu  # 2 full copies + AdamW on one GPU do not fit; 2 adapters on one base do
     assert main(["train", "--recipe", "math_qwen3_4b_lora", "--plan", "--gpu-memory", "79"]) == 0  # even 80 GB
+
+
+def test_checkpoint_presence_check_knows_adapter_folders(tmp_path):
+    from drmas_bench import checkpoints as store
+    from drmas_trainer.checkpoint import group_files_present
+
+    step = tmp_path / "step_3"
+    (step / "models" / "shared" / "solver").mkdir(parents=True)
+    (step / "optim").mkdir()
+    (step / "optim" / "shared.pt").write_bytes(b"x")
+    (step / "models" / "shared" / "base.json").write_text("{}")
+    assert not group_files_present(step, "shared") and not store.group_files_present(f"file://{step}", "shared")
+    (step / "models" / "shared" / "solver" / "adapter_model.safetensors").write_bytes(b"x")
+    assert group_files_present(step, "shared") and store.group_files_present(f"file://{step}", "shared")

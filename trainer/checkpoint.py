@@ -136,7 +136,7 @@ def group_files_present(folder: Location, name: str) -> bool:
     (for a URL: as fsspec lists them)."""
     if is_url(folder):
         return store.group_files_present(folder, name)
-    from drmas_bench.models.adapters import ADAPTER_WEIGHTS, BASE_FILE
+    from drmas_bench.models.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
 
     model = Path(folder) / "models" / name
     full = (model / "config.json").is_file() and any(model.glob("*.safetensors"))

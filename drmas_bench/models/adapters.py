@@ -32,9 +32,11 @@ from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-BASE_FILE = "base.json"
+from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_FILE, is_adapter_folder
+
+__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "BASE_FILE", "AdapterLayout", "adapter_config_dict", "adapter_layout",
+           "attach_saved",
+           "base_record", "is_adapter_folder", "load_adapted_lm", "resolve_base", "save_adapter", "tokenizer_source"]
 
 
 @dataclass
@@ -51,11 +53,6 @@ class AdapterLayout:
         if agent is not None and agent in self.adapters:
             return agent
         return next(iter(self.adapters)) if len(self.adapters) == 1 else None
-
-
-def is_adapter_folder(path: str | os.PathLike) -> bool:
-    p = Path(path)
-    return p.is_dir() and ((p / ADAPTER_CONFIG).is_file() or (p / BASE_FILE).is_file())
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:

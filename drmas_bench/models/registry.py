@@ -168,7 +168,7 @@ def resolve_model(name_or_path: str | os.PathLike[str], prepare: bool = True,
         return prepare_model(name, log=log)
     path = Path(name).expanduser()
     if path.is_dir():
-        from drmas_bench.models.adapters import is_adapter_folder
+        from drmas_bench.models.adapter_names import is_adapter_folder
 
         if (path / "config.json").is_file() or (path / "team.yaml").is_file() or is_adapter_folder(path):
             return path
