@@ -416,3 +416,25 @@ def test_checkpoint_presence_check_knows_adapter_folders(tmp_path):
     assert not group_files_present(step, "shared") and not store.group_files_present(f"file://{step}", "shared")
     (step / "models" / "shared" / "solver" / "adapter_model.safetensors").write_bytes(b"x")
     assert group_files_present(step, "shared") and store.group_files_present(f"file://{step}", "shared")
+
+
+def test_hf_engine_drop_sleep_keeps_updated_adapters(tmp_path):
+    from drmas_bench.engines import make_engine
+    from drmas_trainer.lora import adapter_tensors
+
+    folder, pm = _adapter_folder(tmp_path)
+    eng = make_engine("hf", str(folder), device="cpu", sleep_mode="drop")
+
+    async def main():
+        t = {k: v * 3 for k, v in adapter_tensors(pm, "checker").items()}
+        await eng.update_adapter("checker", {}, t)
+        before = await eng.generate([_req("solver"), _req("checker")])
+        await eng.sleep()
+        assert not eng.is_awake
+        after = await eng.generate([_req("solver"), _req("checker")])  # woken from the saved adapters
+        await eng.close()
+        return before, after
+
+    before, after = asyncio.run(main())
+    for a, b in zip(after, before):
+        assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-5)

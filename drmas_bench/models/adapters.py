@@ -112,16 +112,12 @@ def base_record(base: str) -> dict[str, Any]:
 def resolve_base(layout: AdapterLayout) -> str:
     """The local folder (or hub id, while the hub may be reached) of ``layout``'s base; a recorded
     identity that differs from the base found now is logged as a warning (the adapters were trained
-    on other weights). A relative local reference is taken from the adapter folder first."""
+    on other weights). The reference resolves as a ``--model`` value would (alias, folder, hub id)."""
     from drmas_bench.models import resolve_model
     from drmas_bench.store import model_identity
 
-    ref = layout.base
-    near = layout.folder / ref
-    if not Path(ref).is_absolute() and not ref.startswith(".") and near.is_dir() and (near / "config.json").is_file():
-        ref = str(near)
     try:
-        where = resolve_model(ref)
+        where = resolve_model(layout.base)
     except UserError as e:
         raise UserError(f"the adapters in {layout.folder} need their base model {layout.base!r}: {e}") from None
     if isinstance(where, Path) and layout.identity.get("content"):
