@@ -305,7 +305,10 @@ def check_team_models(team, resolved: dict) -> None:
         if is_url(str(g.model)) or not (isinstance(where, Path) and where.is_dir()):
             continue
         refuse_incomplete(where)
-        check_tokenizer_dir(where, f"worker group {name!r}", trust_remote_code=bool(g.options.get("trust_remote_code")))
+        from drmas_bench.models.adapters import tokenizer_source  # an adapter folder without one: its base's
+
+        check_tokenizer_dir(tokenizer_source(where), f"worker group {name!r}",
+                            trust_remote_code=bool(g.options.get("trust_remote_code")))
 
 
 def _load_prices(path: str, team):

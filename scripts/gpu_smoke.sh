@@ -25,6 +25,8 @@
 #                log-probs, old log-probs recomputed by the group (bf16 autocast), rollout.correction tis_token, one
 #                update: rollout_corr/* mismatch metrics, token check, seconds and peak memory of recompute and update
 #   train-offload (test_train[offload]) the train step with optimizer_offload: cpu (AdamW state in host memory)
+#   train-lora   (test_train_lora) LoRA on the 0.5B-shaped model: 2 agents on one frozen base, a rank-16 adapter +
+#                AdamW each, 3 steps on rows of both, adapter-only sync; peak memory next to the plan's estimate
 #   cli          `drmas-bench train --recipe tiny` for 3 RL steps on CUDA (rollouts, update, sync, checkpoint)
 #   pytest-gpu   the gpu-marked tests of tests/test_memory.py and tests/test_losses.py
 # Exit status: 0 when no step FAILed (SKIPs are fine), 1 otherwise.
@@ -135,6 +137,8 @@ if [[ "$MODE" == cpu ]]; then ENC=(--device cpu --n 8 --batch-sizes 8 --arch min
   ENC=(--device cuda --n 16384 --batch-sizes 512 --dtypes float16,bfloat16); fi
 run_step encoder 60 "$PY" scripts/bench_encoder.py "${ENC[@]}"
 run_step train-offload 100 "${SMOKE[@]}" "$T::test_train[offload]"
+# per-agent LoRA (issue 27): 2 agents, one frozen base, an adapter + AdamW each; adapter-only sync
+run_step train-lora 100 "${SMOKE[@]}" "$T::test_train_lora"
 DEV=cuda; STEPS_SFT=20; [[ "$MODE" == cpu ]] && { DEV=cpu; STEPS_SFT=5; }
 run_step cli 120 "$PY" -m drmas_bench train --recipe tiny --estimator drmas --steps 3 --local --no-progress \
   --out "$WORK/run-tiny" --set model="$MODELS/tiny" --set device=$DEV --set sft.steps=$STEPS_SFT \

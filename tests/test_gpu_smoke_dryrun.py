@@ -21,6 +21,6 @@ def test_gpu_smoke_cpu_dry_run_passes(tmp_path):
                        timeout=600)
     log = p.stdout + p.stderr
     assert p.returncode == 0, log[-4000:]
-    for step in ("build", "engine", "pool", "train", "train-tis", "faiss", "encoder", "cli"):
+    for step in ("build", "engine", "pool", "train", "train-tis", "faiss", "encoder", "train-lora", "cli"):
         assert f"PASS {step} " in log, (step, log[-4000:])
     assert "gpu_smoke: PASSED" in (tmp_path / "out" / "gpu_smoke.log").read_text()

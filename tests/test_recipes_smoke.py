@@ -22,7 +22,7 @@ from drmas_trainer.config import RECIPES_DIR
 
 pytestmark = [pytest.mark.slow, pytest.mark.data]
 
-RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml") if p.stem not in ("tiny", "tiny_single"))
+RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml") if p.stem not in ("tiny", "tiny_single", "tiny_lora"))
 
 # the shrink: sizes and the CPU engine only (engine_options are the sglang engine's, so they go too)
 SHRINK = ["model=tiny-random", "device=cpu", "agent_defaults.engine=hf", "agent_defaults.engine_options={}",
@@ -66,9 +66,13 @@ def test_recipe_one_step_then_eval_the_checkpoint(recipe, data_dir, tmp_path):
     ckpt = run / "ckpt" / "step_1"
     team = yaml.safe_load((ckpt / "team.yaml").read_text())
     assert team["workflow"] == workflow and team["trained"]["recipe"] == recipe
+    lora = bool(shipped["agent_defaults"].get("lora"))  # a LoRA group's folder: base.json + one adapter per agent
     for wg in team["worker_groups"]:
-        assert (ckpt / "models" / wg / "model.safetensors").is_file()
-    assert len(team["worker_groups"]) == (1 if shipped.get("shared") else len(team["agents"]))
+        assert (ckpt / "models" / wg / ("base.json" if lora else "model.safetensors")).is_file()
+    if lora:
+        assert {p.parent.name for p in (ckpt / "models").glob("*/*/adapter_model.safetensors")} == set(team["agents"])
+    one_group = shipped.get("shared") or shipped.get("shared_base")
+    assert len(team["worker_groups"]) == (1 if one_group else len(team["agents"]))
 
     suite, bench = EVAL_ON[workflow]
     out = tmp_path / "eval"

@@ -22,6 +22,14 @@ Per worker group (P = parameters, from config.json or the built-in table :data:`
   ``max_batch`` sequences of ``seq`` tokens. ``sleep_engine: true`` releases it during updates;
 - per process: CUDA context and allocator slack, :data:`PROCESS_OVERHEAD_GIB`.
 
+A **LoRA** group (``lora:``, ``shared_base``) instead keeps the frozen base once in the compute dtype
+(2P in bf16, 4P in fp32) with no gradients and no optimiser state for it, and per adapter (A =
+its parameters, :func:`lora_params`, from the rank and the target modules) fp32 weights 4A and its
+AdamW state 8A; during the update gradients 4A, autocast's bf16 copies of the adapters 2A, the
+snapshot of a group serving several agents 4A, and the activations and output layer as above (the
+frozen output head needs no gradient accumulator unless it is a LoRA target). Its engine also holds
+the adapters (bf16, 2A each).
+
 Phases per GPU: **rollout** (every resident state + every engine awake: the trainer's rollouts keep
 all engines awake), **update** (resident states + the updating group's extras + engines that do not
 sleep; groups sharing a GPU as Ray actors update at the same time, in-process groups one after the
@@ -150,6 +158,8 @@ class GroupMemory:
     engine_sleeps: bool = False  # released during updates
     host: dict[str, int] = field(default_factory=dict)  # host memory (offloaded optimiser)
     notes: list[str] = field(default_factory=list)
+    adapters: list[str] = field(default_factory=list)  # LoRA: one line per adapter
+    sync_bytes: int = 0  # LoRA: the largest adapter's bf16 tensors, what one sync message carries
 
 
 @dataclass
@@ -179,6 +189,47 @@ class MemoryPlan:
         return self.peak.bytes <= self.gpu_bytes
 
 
+#: the linear layers peft's "all-linear" adapts in a decoder layer (every linear but the output head)
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_params(shape: ModelShape, rank: int, target_modules: Any) -> int:
+    """Parameters of one LoRA adapter of ``rank`` on ``target_modules`` ("all-linear" or names):
+    rank x (fan-in + fan-out) per adapted linear layer, every decoder layer (``lm_head`` once)."""
+    h, hd = shape.hidden, shape.hd
+    dims = {"q_proj": (h, shape.heads * hd), "k_proj": (h, shape.kv_heads * hd), "v_proj": (h, shape.kv_heads * hd),
+            "o_proj": (shape.heads * hd, h), "gate_proj": (h, shape.intermediate), "up_proj": (h, shape.intermediate),
+            "down_proj": (shape.intermediate, h)}
+    names = ALL_LINEAR if isinstance(target_modules, str) else tuple(target_modules)
+    n = sum(rank * sum(dims[m]) for m in names if m in dims) * shape.layers
+    if "lm_head" in names:
+        n += rank * (h + shape.vocab)
+    return n
+
+
+def _lora_resident(g: GroupMemory, plan: WorkerGroupPlan, P: int, bf16: bool) -> int:
+    """A LoRA group's resident and update items (module docstring); returns the adapters' total A."""
+    s = plan.settings
+    g.resident[f"base weights {'bf16' if bf16 else 'fp32'} (frozen)"] = (2 if bf16 else 4) * P
+    A = 0
+    for name, a in plan.adapters.items():
+        n = lora_params(g.shape, a.lora.rank, a.lora.target_modules)
+        A += n
+        g.adapters.append(f"adapter {name}: rank {a.lora.rank}, {n / 1e6:.1f}M parameters")
+        g.sync_bytes = max(g.sync_bytes, 2 * n)
+    g.resident[f"adapters fp32 ({len(plan.adapters)})"] = 4 * A
+    if s.optimizer_offload == "cpu":
+        g.host["adapter optimizer + fp32 master (host)"] = (OPTIMIZERS[s.optimizer] + 8) * A
+    else:
+        g.resident[f"adapter optimizer {s.optimizer}"] = OPTIMIZERS[s.optimizer] * A
+    g.update["adapter gradients fp32"] = 4 * A
+    if bf16:
+        g.update["bf16 adapter copies (autocast)"] = 2 * A
+    if len(plan.agents) > 1:
+        g.update["adapter gradient snapshot (several agents)"] = 4 * A
+    return A
+
+
 def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: int, response: int,
                  gpu_bytes: int) -> GroupMemory:
     """The memory items of one worker group (see the module docstring)."""
@@ -186,17 +237,21 @@ def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: in
     P = shape.params
     bf16 = s.dtype == "bfloat16"
     g = GroupMemory(name, list(plan.agents), str(s.model), shape)
-    g.resident["weights fp32"] = 4 * P
-    opt = OPTIMIZERS[s.optimizer] * P
-    if s.optimizer_offload == "cpu":
-        g.host["optimizer + fp32 master (host)"] = (OPTIMIZERS[s.optimizer] + 4 + 4) * P
-    else:
-        g.resident[f"optimizer {s.optimizer}"] = opt
-    g.update["gradients fp32"] = 4 * P
-    if bf16:
-        g.update["bf16 weight copies (autocast)"] = 2 * P
-    if len(plan.agents) > 1:
-        g.update["gradient snapshot (shared group)"] = 4 * P
+    A = _lora_resident(g, plan, P, bf16) if plan.lora else 0
+    head_trains = not plan.lora or any("lm_head" in (a.lora.target_modules if not isinstance(a.lora.target_modules, str)
+                                                       else ()) for a in plan.adapters.values())
+    if not plan.lora:
+        g.resident["weights fp32"] = 4 * P
+        opt = OPTIMIZERS[s.optimizer] * P
+        if s.optimizer_offload == "cpu":
+            g.host["optimizer + fp32 master (host)"] = (OPTIMIZERS[s.optimizer] + 4 + 4) * P
+        else:
+            g.resident[f"optimizer {s.optimizer}"] = opt
+        g.update["gradients fp32"] = 4 * P
+        if bf16:
+            g.update["bf16 weight copies (autocast)"] = 2 * P
+        if len(plan.agents) > 1:
+            g.update["gradient snapshot (shared group)"] = 4 * P
     tokens = s.micro_batch_size * seq
     h, inter = shape.hidden, shape.intermediate
     act_b = 2 if bf16 else 4
@@ -206,9 +261,12 @@ def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: in
     else:
         g.update["activations (all layers, est.)"] = shape.layers * one_layer
     V, resp = shape.vocab, s.micro_batch_size * response  # only response tokens reach the output layer
-    if s.logprob_chunk > 0:
+    if s.logprob_chunk > 0 and head_trains and plan.lora:  # an adapted head runs the full-logits path
+        g.update["output layer (full logits: lm_head adapted)"] = resp * V * (act_b + 4 + 4 + 4)
+    elif s.logprob_chunk > 0:
         c = min(s.logprob_chunk, resp)
-        g.update[f"output layer (chunks of {s.logprob_chunk})"] = c * V * (4 + 4 + act_b) + V * h * (4 + act_b)
+        head_grad = V * h * (4 + act_b) if head_trains else 0  # a frozen head accumulates no gradient
+        g.update[f"output layer (chunks of {s.logprob_chunk})"] = c * V * (4 + 4 + act_b) + head_grad
     else:  # the model's logits (compute dtype), their float32 copy, and two float32 buffers of backward
         g.update["output layer (full logits)"] = resp * V * (act_b + 4 + 4 + 4) + V * h * act_b
     reserved = traits(s.engine).gpu_memory_fraction  # an engine that reserves a static share of the GPU
@@ -219,8 +277,8 @@ def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: in
         g.notes.append(f"{s.engine} {option} {frac}")
     else:
         kv = int(s.engine_options.get("max_batch", 32)) * seq * shape.layers * 2 * shape.kv_heads * shape.hd * 2
-        g.engine = 2 * P + kv
-        g.notes.append("hf engine: bf16 weights + KV cache")
+        g.engine = 2 * P + kv + 2 * A
+        g.notes.append("hf engine: bf16 weights + KV cache" + (" + adapters" if A else ""))
     g.engine_sleeps = bool(s.sleep_engine)
     return g
 
@@ -265,7 +323,7 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
             for m in gm:
                 phases.append(GPUPhase(i, f"update {m.name}", base + resident + awake + sum(m.update.values()),
                                        f"resident + {m.name}'s update extras + engines that do not sleep"))
-        bucket = max(groups[m.name].settings.sync_bucket_mb for m in gm) << 20
+        bucket = max(m.sync_bytes or groups[m.name].settings.sync_bucket_mb << 20 for m in gm)  # LoRA: one adapter
         phases.append(GPUPhase(i, "sync", base + resident + engines + bucket, "rollout memory + one weight bucket"))
     return MemoryPlan(gpu_bytes, mems, gpus, placement, seq, phases, one_engine)
 
@@ -281,6 +339,7 @@ def format_plan(plan: MemoryPlan, recipe: str = "") -> str:
     for m in plan.groups:
         out.append(f"\nworker group {m.name} (agents {', '.join(m.agents)}): {m.model}, "
                    f"{m.shape.params / 1e9:.2f}B parameters [{m.shape.source}]")
+        out.extend(f"  {line} (LoRA; the base frozen)" for line in m.adapters)
         out.append(f"  {'item':<50} {'GiB':>7}  when")
         for k, v in m.resident.items():
             out.append(f"  {k:<50} {_g(v)}  always")

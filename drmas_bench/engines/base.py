@@ -78,6 +78,8 @@ class EngineBase:
         for the call cache's key. The default: unchanged. A backend whose "auto" depends on the machine
         (the hf engine's device and dtype) says what it resolves to."""
         return dict(options)
+    serves_adapters: ClassVar[bool] = False  # serves LoRA adapter folders (drmas_bench.models.adapters), the
+    # request's agent choosing the adapter, and takes adapter updates: update_adapter(name, config, tensors)
 
     model: str
 

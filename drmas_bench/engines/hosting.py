@@ -18,7 +18,9 @@
   waits until the child has built its engine (``start_timeout_s``), so the footprint is known then.
   ``update_weights`` streams buckets of ``bucket_bytes``: CPU tensors as raw bytes, CUDA tensors as
   CUDA IPC handles (copied on the child's GPU before use, so the parent's memory is free to go);
-  one bucket is in flight at a time. A child that dies fails every pending call with an
+  one bucket is in flight at a time. ``update_adapter(name, config, tensors)`` (engines that serve
+  LoRA adapters) sends one adapter's tensors the same way, in one message (adapters are small).
+  A child that dies fails every pending call with an
   ``EngineError``; closing one child never touches another.
 """
 
@@ -198,6 +200,9 @@ async def _serve(conn: Any, kind: str, model: str, options: dict[str, Any]) -> N
                 break
             if method in _CALLS:
                 spawn(run(call_id, getattr(engine, method)(*a, **kw)))
+            elif method == "update_adapter" and hasattr(engine, "update_adapter"):
+                name, config, (kind_, data) = a
+                spawn(run(call_id, engine.update_adapter(name, config, dict(_decode_bucket(kind_, data)))))
             else:
                 reply(call_id, False, EngineError(f"engine process: unknown call {method!r}"))
         elif op == "update_begin":
@@ -424,6 +429,10 @@ class ChildEngine:
         if not done.done():
             await self._send(("update_end", next(self._ids), update_id, False))
         await done
+
+    async def update_adapter(self, name: str, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        """The child's ``update_adapter`` with ``tensors`` encoded as one weight bucket."""
+        await self._call("update_adapter", name, dict(config), _encode_bucket(list(tensors.items())))
 
     async def close(self, timeout_s: float = 120.0) -> None:
         """Close the child's engine and wait for the process to exit; after ``timeout_s`` (or 60 s

@@ -48,6 +48,17 @@ answer is an ``EngineError`` with SGLang's message; the session is ended in ever
 Tensors are serialised with ``Engine._serialize_tensors_per_rank`` (private, 0.5.17+), falling
 back to ``MultiprocessingSerializer`` once per tensor-parallel rank when it is missing.
 
+**LoRA adapters** (trait ``serves_adapters``; SGLang 0.5.23's multi-LoRA serving): ``model`` may be an
+adapter folder (``drmas_bench.models.adapters``). SGLang then starts on the base with
+``enable_lora=True``, ``lora_paths={name: folder}``, ``max_lora_rank`` and ``lora_target_modules`` from
+the adapters' configs (so adapters of that shape can be loaded later) and ``max_loras_per_batch`` of at
+least adapters + 1 (the base); each request is sent with ``lora_path`` = its agent's adapter name
+(``None``: the base). ``update_adapter(name, config, tensors)`` replaces an adapter as 0.5.23 offers it:
+``unload_lora_adapter`` (when loaded) then ``load_lora_adapter_from_tensors`` (the peft config as
+``config_dict``, the tensors serialised per tensor-parallel rank), both through the tokenizer manager
+under the same lock as weight updates, so no request runs while an adapter is missing. Not run on a
+GPU here (the API double in tests/fake_sglang follows the 0.5.23 source).
+
 **Footprint**: ``footprint_bytes()`` is known before SGLang starts: the larger of the weights
 (parameter count from the folder's safetensors headers or config.json, times the bytes of
 ``dtype``) and the static pool SGLang reserves (``mem_fraction_static`` x GPU memory x
@@ -112,12 +123,41 @@ def sampling_params(s: Sampling) -> dict[str, Any]:
     return p
 
 
-def generate_kwargs(prompts: list[list[int]], requests: list[Request]) -> dict[str, Any]:
-    """Keyword arguments of ``sglang.Engine.async_generate`` for one batch of requests."""
-    return {
+def generate_kwargs(prompts: list[list[int]], requests: list[Request], layout: Any = None) -> dict[str, Any]:
+    """Keyword arguments of ``sglang.Engine.async_generate`` for one batch of requests; with an
+    adapter ``layout`` (models.adapters) each request names its agent's adapter in ``lora_path``."""
+    kw: dict[str, Any] = {
         "input_ids": [list(p) for p in prompts],
         "sampling_params": [sampling_params(r.sampling) for r in requests],
         "return_logprob": [bool(r.want_logprobs) for r in requests],
+    }
+    if layout is not None:
+        kw["lora_path"] = [layout.adapter_for(r.agent) for r in requests]
+    return kw
+
+
+def lora_server_args(layout: Any) -> dict[str, Any]:
+    """The LoRA ``ServerArgs`` for serving (and later updating) ``layout``'s adapters (pure): the
+    base as ``model_path``, ``enable_lora``, ``lora_paths``, the largest rank, the union of the
+    target modules (peft's names; ``all-linear`` -> SGLang's ``all``), room for every adapter and the
+    base in one batch."""
+    import json
+
+    from drmas_bench.models.adapters import ADAPTER_CONFIG, resolve_base
+
+    ranks, targets = [], set()
+    for folder in layout.adapters.values():
+        cfg = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+        ranks.append(int(cfg.get("r", 8)))
+        t = cfg.get("target_modules") or []
+        targets |= {"all"} if t in ("all-linear", "all") else set([t] if isinstance(t, str) else t)
+    return {
+        "model_path": resolve_base(layout),
+        "enable_lora": True,
+        "lora_paths": {n: str(f) for n, f in layout.adapters.items()},
+        "max_lora_rank": max(ranks),
+        "lora_target_modules": ["all"] if "all" in targets else sorted(targets),
+        "max_loras_per_batch": max(8, len(layout.adapters) + 1),
     }
 
 
@@ -160,6 +200,7 @@ class SGLangEngine(EngineBase):
     gpu_memory_fraction: ClassVar[tuple[str, float] | None] = ("mem_fraction_static", DEFAULT_MEM_FRACTION)
     output_neutral_options: ClassVar[tuple[str, ...]] = ("mem_fraction_static", "enable_memory_saver", "release_tags",
                                                          "auto_wake")
+    serves_adapters: ClassVar[bool] = True
 
     def __init__(self, model: str, **options: Any) -> None:
         from transformers import AutoTokenizer
@@ -168,9 +209,14 @@ class SGLangEngine(EngineBase):
         self.options: SGLangOptions = parse_options(SGLangOptions, options, kind=self.name)
         if self.options.dtype not in DTYPES:
             raise EngineError(f"sglang engine: unknown dtype {self.options.dtype!r}; choose one of: {', '.join(DTYPES)}")
+        from drmas_bench.models.adapters import adapter_layout, is_adapter_folder, tokenizer_source
+
         self.path = resolve_model_path(model)
+        self._layout = adapter_layout(self.path) if is_adapter_folder(self.path) else None
+        self._loaded_adapters: set[str] = set(self._layout.adapters) if self._layout is not None else set()
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=self.options.trust_remote_code)
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(self.path),
+                                                           trust_remote_code=self.options.trust_remote_code)
         except (OSError, ValueError) as exc:
             raise EngineError(f"sglang engine: cannot load the tokenizer of {model!r} ({self.path}): {squeeze(exc)}") from exc
         self.chat_template_kwargs = extra_template_kwargs(self.options.chat_template_kwargs, kind=self.name)
@@ -195,6 +241,8 @@ class SGLangEngine(EngineBase):
         }
         if o.mem_fraction_static is not None:
             args["mem_fraction_static"] = o.mem_fraction_static
+        if self._layout is not None:
+            args.update(lora_server_args(self._layout))
         args.update(o.engine_args or {})
         return args
 
@@ -237,9 +285,10 @@ class SGLangEngine(EngineBase):
         """The footprint before start (module docstring); ``gpu_total_bytes`` per GPU defaults to
         device 0's memory (0 without CUDA: weights only)."""
         from drmas_bench.engines.footprint import weight_bytes
+        from drmas_bench.models.adapters import resolve_base
 
         o = self.options
-        weights = weight_bytes(self.path, o.dtype)
+        weights = weight_bytes(self.path if self._layout is None else resolve_base(self._layout), o.dtype)  # LoRA: the base's
         total = _cuda_total_bytes() if gpu_total_bytes is None else gpu_total_bytes
         frac = o.mem_fraction_static if o.mem_fraction_static is not None else DEFAULT_MEM_FRACTION
         return max(weights, int(frac * total * o.tp_size))
@@ -306,6 +355,29 @@ class SGLangEngine(EngineBase):
                 if session:
                     await self._end_session(tm, io, quiet=failed)
 
+    async def update_adapter(self, name: str, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        """Replace (or add) LoRA adapter ``name`` from ``tensors`` (names as peft saves them) and its
+        peft ``config``: unload, then load from tensors (module docstring). Refused: EngineError."""
+        if self._layout is None:
+            raise EngineError(f"sglang engine: {self.model!r} was started without adapters; start it from an "
+                              f"adapter folder to serve and update LoRA adapters")
+        await self.start()
+        if not self._awake:
+            await self.wake()
+        assert self._state_lock is not None and self._idle is not None
+        tm, io = self._tm_and_io()
+        async with self._state_lock:
+            await self._idle.wait()
+            if name in self._loaded_adapters:
+                _check(await tm.unload_lora_adapter(io.UnloadLoRAAdapterReqInput(lora_name=name), None),
+                       f"unload_lora_adapter {name}")
+                self._loaded_adapters.discard(name)
+            req = io.LoadLoRAAdapterFromTensorsReqInput(lora_name=name, config_dict=dict(config),
+                                                         serialized_named_tensors=self._serialize(dict(tensors)))
+            _check(await tm.load_lora_adapter_from_tensors(req, None), f"load_lora_adapter_from_tensors {name}")
+            self._loaded_adapters.add(name)
+            self._layout.adapters.setdefault(name, self._layout.folder / name)
+
     @staticmethod
     async def _end_session(tm: Any, io: Any, *, quiet: bool) -> None:
         """Close the weight-update session; ``quiet``: an update already failed, so a failure to
@@ -321,7 +393,7 @@ class SGLangEngine(EngineBase):
         obj = io.UpdateWeightsFromTensorReqInput(serialized_named_tensors=payload, load_format=None, flush_cache=flush_cache)
         _check(await tm.update_weights_from_tensor(obj, None), "update_weights_from_tensor")
 
-    def _serialize(self, bucket: list[tuple[str, Any]]) -> list[bytes]:
+    def _serialize(self, bucket: Any) -> list[bytes]:
         """One payload per tensor-parallel rank: SGLang's private ``_serialize_tensors_per_rank``
         (0.5.17+), else ``MultiprocessingSerializer`` per rank (what that method does)."""
         own = getattr(self._engine, "_serialize_tensors_per_rank", None)
@@ -360,7 +432,7 @@ class SGLangEngine(EngineBase):
             self._idle.clear()
         t0 = time.perf_counter()
         try:
-            outs = await self._engine.async_generate(**generate_kwargs(prompts, requests))
+            outs = await self._engine.async_generate(**generate_kwargs(prompts, requests, self._layout))
         finally:
             self._inflight -= 1
             if self._inflight == 0:
@@ -382,8 +454,9 @@ def _check(result: Any, what: str) -> None:
     failure is an ``EngineError`` carrying the message."""
     if isinstance(result, tuple):
         ok, msg = bool(result[0]), (result[1] if len(result) > 1 else "")
-    else:
-        ok, msg = bool(getattr(result, "success", True)), getattr(result, "message", "")
+    else:  # RpcReqOutput (message) or LoRAUpdateOutput (error_message)
+        ok = bool(getattr(result, "success", True))
+        msg = getattr(result, "message", None) or getattr(result, "error_message", None) or ""
     if not ok:
         raise EngineError(f"sglang engine: {what} failed: {squeeze(str(msg))}")
 

@@ -18,6 +18,13 @@ What it mirrors (from sglang 0.5.23 ``srt/entrypoints/engine.py``, ``srt/manager
   ``update_weights_from_tensor`` returning ``(success, message)`` with the real messages (an
   update outside a session is refused, as since 0.5.21), ``flush_cache()``.
 - ``Engine._serialize_tensors_per_rank(tensors, load_format)`` (private, 0.5.17+).
+- LoRA (``srt/arg_groups/fields/lora.py``, ``srt/managers/tokenizer_control_mixin.py``,
+  ``srt/lora/lora_manager.py``): ``enable_lora``, ``lora_paths`` (``{name: path}``), ``max_lora_rank``,
+  ``lora_target_modules``, ``max_loras_per_batch``; ``async_generate(lora_path=[name|None, ...])``
+  (an adapter never loaded is a ``ValueError``, LoRA not enabled too); the tokenizer manager's
+  ``load_lora_adapter_from_tensors`` / ``unload_lora_adapter`` answering ``LoRAUpdateOutput`` (a name
+  already loaded is refused with the real message, a rank above ``max_lora_rank`` too). An adapter's
+  checksum enters the tokens of the requests that name it.
 - Process-wide state: the configuration of the LAST ``Engine`` created in a process is the one in
   force (the fake makes an older engine raise instead of silently misbehaving), and ``shutdown()``
   kills every engine of the process (real: ``kill_process_tree(os.getpid())``).
@@ -30,6 +37,7 @@ weights, so a weight update changes the outputs and the same weights give the sa
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from pathlib import Path
@@ -43,6 +51,8 @@ SERVER_ARGS_FIELDS = frozenset({
     "disable_cuda_graph", "max_running_requests", "context_length", "device", "base_gpu_id",
     "chunked_prefill_size", "max_total_tokens", "max_prefill_tokens", "sampling_backend", "load_format",
     "kv_cache_dtype", "quantization", "disable_radix_cache", "enable_deterministic_inference",
+    "enable_lora", "lora_paths", "max_lora_rank", "lora_target_modules", "max_loras_per_batch",
+    "max_loaded_loras", "lora_backend", "lora_eviction_policy",
 })
 SAMPLING_PARAMS_FIELDS = frozenset({
     "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
@@ -137,6 +147,39 @@ class TokenizerManager:
         CALLS.append(("update_weights_from_tensor", {"names": [n for n, _ in named], "flush_cache": obj.flush_cache}))
         return True, "Success"
 
+    async def load_lora_adapter_from_tensors(self, obj: Any, _: Optional[Any] = None) -> Any:
+        from sglang.srt.managers.io_struct import LoadLoRAAdapterFromTensorsReqInput, LoRAUpdateOutput
+        from sglang.srt.utils import MultiprocessingSerializer
+
+        assert isinstance(obj, LoadLoRAAdapterFromTensorsReqInput), type(obj)
+        eng = self._engine
+        eng._alive()
+        if not eng.server_args.get("enable_lora"):
+            return LoRAUpdateOutput(success=False, error_message="LoRA is not enabled. Please set `--enable-lora` to enable LoRA.")
+        tp = eng.server_args.get("tp_size", 1)
+        if len(obj.serialized_named_tensors) != tp:
+            return LoRAUpdateOutput(success=False, error_message=f"expected {tp} payloads, got {len(obj.serialized_named_tensors)}")
+        tensors = [MultiprocessingSerializer.deserialize(p) for p in obj.serialized_named_tensors][0]
+        if not isinstance(tensors, dict):
+            return LoRAUpdateOutput(success=False, error_message="FAKE sglang: tensors must be a dict name -> tensor")
+        err = eng._add_lora(obj.lora_name, dict(obj.config_dict), tensors)
+        CALLS.append(("load_lora_adapter_from_tensors", {"name": obj.lora_name, "names": sorted(tensors)}))
+        if err:
+            return LoRAUpdateOutput(success=False, error_message=err)
+        return LoRAUpdateOutput(success=True, loaded_adapters={n: "__tensor__" for n in eng.loras})
+
+    async def unload_lora_adapter(self, obj: Any, _: Optional[Any] = None) -> Any:
+        from sglang.srt.managers.io_struct import LoRAUpdateOutput, UnloadLoRAAdapterReqInput
+
+        assert isinstance(obj, UnloadLoRAAdapterReqInput), type(obj)
+        eng = self._engine
+        eng._alive()
+        CALLS.append(("unload_lora_adapter", obj.lora_name))
+        if obj.lora_name not in eng.loras:  # real: the registry's unregister raises
+            return LoRAUpdateOutput(success=False, error_message=f"LoRA adapter {obj.lora_name} is not registered")
+        del eng.loras[obj.lora_name]
+        return LoRAUpdateOutput(success=True, loaded_adapters={n: "__tensor__" for n in eng.loras})
+
     async def flush_cache(self, timeout_s: Optional[float] = None) -> Any:
         CALLS.append(("flush_cache", None))
         return True
@@ -164,6 +207,14 @@ class Engine:
         for f in files:
             self.weights.update({k: v.float() for k, v in load_file(str(f)).items()})
         self.checksum = _checksum(self.weights)
+        self.loras: dict[str, str] = {}  # adapter name -> checksum of its tensors
+        if args.get("enable_lora") is None and args.get("lora_paths"):  # real: implied by lora_paths
+            args["enable_lora"] = True
+        for name, folder in _lora_paths(args.get("lora_paths")).items():
+            cfg = json.loads((Path(folder) / "adapter_config.json").read_text())
+            err = self._add_lora(name, cfg, load_file(str(Path(folder) / "adapter_model.safetensors")), init=True)
+            if err:
+                raise ValueError(err)
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         self.vocab = len(self.tokenizer)
         self.tokenizer_manager = TokenizerManager(self)
@@ -173,6 +224,19 @@ class Engine:
         _PROCESS["current"] = self
         _PROCESS["engines"].append(self)
         CALLS.append(("Engine", dict(args)))
+
+    def _add_lora(self, name: str, cfg: dict[str, Any], tensors: dict[str, Any], init: bool = False) -> str | None:
+        """lora_manager.validate_new_adapter + load, on names, ranks and target modules."""
+        if name in self.loras:
+            return f"Failed to load LoRA adapter {name} because it is already loaded"
+        rank = int(cfg.get("r", 0))
+        cap = self.server_args.get("max_lora_rank")
+        if cap is not None and rank > cap and not init:
+            return f"LoRA adapter {name} with rank {rank} is incompatible with the current LoRA memory pool (max rank {cap})"
+        if not tensors or not all(".lora_A." in k or ".lora_B." in k for k in tensors):
+            return f"FAKE sglang: adapter {name}: tensors must be peft's lora_A / lora_B weights"
+        self.loras[name] = _checksum({k: v.float() for k, v in tensors.items()})
+        return None
 
     def _alive(self) -> None:
         if self.dead:
@@ -233,21 +297,30 @@ class Engine:
             unknown = sorted(set(sp) - SAMPLING_PARAMS_FIELDS)
             if unknown:
                 raise TypeError(f"SamplingParams: unexpected keyword argument {unknown[0]!r}")
+        loras = lora_path if isinstance(lora_path, list) else [lora_path] * n
+        if len(loras) != n:
+            raise ValueError(f"lora_path list length ({len(loras)}) must match batch size ({n})")
+        if any(loras) and not self.server_args.get("enable_lora"):
+            raise ValueError(f"LoRA adapter '{next(a for a in loras if a)}' was requested, but LoRA is not enabled.")
+        for a in loras:
+            if a is not None and a not in self.loras:
+                raise ValueError(f"Got LoRA adapter that has never been loaded: {a}\nAll loaded adapters: {list(self.loras)}.")
         self.running += 1
         try:
-            outs = [self._one(ids, sp, lp) for ids, sp, lp in zip(batch, sps, lps)]
+            outs = [self._one(ids, sp, lp, None if a is None else self.loras[a])
+                    for ids, sp, lp, a in zip(batch, sps, lps, loras)]
         finally:
             self.running -= 1
         CALLS.append(("async_generate", n))
         return outs[0] if single else outs
 
-    def _one(self, ids: list[int], sp: dict[str, Any], want_lp: bool) -> dict[str, Any]:
+    def _one(self, ids: list[int], sp: dict[str, Any], want_lp: bool, lora: str | None = None) -> dict[str, Any]:
         max_new = int(sp.get("max_new_tokens", 128))
         seed = sp.get("sampling_seed")
         eos = self.tokenizer.eos_token_id
         out: list[int] = []
         for step in range(max_new):
-            h = hashlib.sha256(f"{ids}|{seed}|{step}|{self.checksum}".encode()).digest()
+            h = hashlib.sha256(f"{ids}|{seed}|{step}|{self.checksum}|{lora}".encode()).digest()
             tok = int.from_bytes(h[:4], "little") % self.vocab
             out.append(tok)
             if tok == eos:
@@ -272,6 +345,24 @@ class Engine:
         for eng in _PROCESS["engines"]:
             eng.dead = True
         CALLS.append(("shutdown", None))
+
+
+def _lora_paths(v: Any) -> dict[str, str]:
+    """``lora_paths`` in the forms ServerArgs accepts: {name: path}, ["name=path" | path], [{lora_name, lora_path}]."""
+    if not v:
+        return {}
+    if isinstance(v, dict):
+        return {str(k): str(p) for k, p in v.items()}
+    out = {}
+    for item in v:
+        if isinstance(item, dict):
+            out[item["lora_name"]] = item["lora_path"]
+        elif "=" in str(item):
+            k, p = str(item).split("=", 1)
+            out[k] = p
+        else:
+            out[str(item)] = str(item)
+    return out
 
 
 def _checksum(weights: dict[str, Any]) -> str:

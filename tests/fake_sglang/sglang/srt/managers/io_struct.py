@@ -5,7 +5,7 @@ unknown fields are a ``TypeError``, as with these dataclasses)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Union
 
 
 @dataclass(kw_only=True)
@@ -37,3 +37,28 @@ class ReleaseMemoryOccupationReqInput:
 @dataclass(kw_only=True)
 class ResumeMemoryOccupationReqInput:
     tags: Optional[List[str]] = None
+
+
+@dataclass(kw_only=True)
+class LoadLoRAAdapterFromTensorsReqInput:
+    lora_name: str
+    config_dict: Dict[str, Any]
+    serialized_named_tensors: List[bytes]
+    pinned: bool = False
+    added_tokens_config: Optional[Dict[str, int]] = None
+    lora_id: Optional[str] = None
+    load_format: Optional[str] = None
+    expected_checksums: Optional[Dict[str, str]] = None
+
+
+@dataclass(kw_only=True)
+class UnloadLoRAAdapterReqInput:
+    lora_name: str
+    lora_id: Optional[str] = None
+
+
+@dataclass(kw_only=True)
+class LoRAUpdateOutput:
+    success: bool
+    error_message: Optional[str] = None
+    loaded_adapters: Optional[Dict[str, Union[str, Any]]] = None
