@@ -18,7 +18,9 @@ calls the same (:func:`call_key`, sha256 of one canonical JSON):
   is why the key need not template the prompt (a tokenizer load and a templating pass per lookup);
 - the sampling (temperature, top_p, top_k, max new tokens, the per-call seed: every field of
   ``Sampling``, so a field added later joins the key), whether log-probs were asked for, and the
-  sample's index, so two independent samples are never served one completion.
+  sample's index, so two independent samples are never served one completion;
+- the calling agent: an engine that serves LoRA adapters picks the adapter by the request's agent
+  (one model folder, one adapter per agent), so the same prompt from two agents is two calls.
 
 A store of the value (:class:`CallCache`): SQLite in WAL mode with a busy timeout, one transaction
 per write, so several evals may share one directory and a kill -9 leaves either the whole entry or
@@ -51,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 DB_NAME = "calls.sqlite3"
 SCHEMA_VERSION = 1  # of the table; a key change bumps KEY_VERSION (old rows then simply never match)
-KEY_VERSION = 1
+KEY_VERSION = 2  # 2: the agent joined the key (per-agent adapters)
 BUSY_TIMEOUT_MS = 60_000  # a writer waits this long for another process's transaction
 _COMPLETION_FIELDS = tuple(f.name for f in fields(Completion) if f.name not in CACHE_FIELDS and f.name != "latency_s")
 
@@ -112,6 +114,7 @@ def call_key(group: str, request: Request) -> str:
     limit = request.max_prompt_tokens if request.max_prompt_tokens else None
     doc = {
         "group": group,
+        "agent": request.agent,
         "messages": request.messages,
         "sampling": vars(request.sampling),  # its fields are scalars: no deep copy needed
         "logprobs": bool(request.want_logprobs),

@@ -63,6 +63,7 @@ def test_every_part_of_the_call_changes_the_key_and_nothing_else_does():
         "seed": call_key(g, _request(sampling=replace(s, seed=8))),
         "enable_thinking": call_key(g, _request(sampling=replace(s, enable_thinking=True))),
         "sample index": call_key(g, _request(sample_idx=1)),
+        "agent (adapter per agent)": call_key(g, _request(agent="checker")),
         "logprobs asked": call_key(g, _request(want_logprobs=True)),
         "prompt limit": call_key(g, _request(max_prompt_tokens=16)),
     }
@@ -75,7 +76,8 @@ def test_every_part_of_the_call_changes_the_key_and_nothing_else_does():
     assert call_key(_group(options={"dtype": "float32", "device": "cuda:0"}), r) == \
         call_key(_group(options={"dtype": "float32", "device": "cuda:1"}), r)
     assert call_key(_group(model_id={"path": "/elsewhere/copy", "content": "abc123"}), r) == key
-    assert call_key(g, _request(agent="checker")) == key  # two agents on one model asking the same thing
+    # the agent is part of the call: an engine serving LoRA adapters answers with the agent's adapter
+    # (tested above); and each agent's calls draw their own seeds (workflows.base.sample_seed) anyway
     assert call_key(g, _request(truncate="middle")) == key  # no limit: the side means nothing
     # a server's API key and timeouts never enter the key; its URL and served model do
     srv = dict(kind="openai", model="m", model_id=None)
