@@ -1,0 +1,145 @@
+"""Remake the committed search warm-start adapter of the demo model ``smollm2-135m-search``.
+
+    python scripts/make_search_warmstart.py --data-dir ../shared/data     # ~20-30 min on 2 CPU cores
+
+What it does (issue 21, docs/models.md "smollm2-135m-search"): the supervised examples of the
+``search_route`` warm start (`drmas_trainer.sft.search_sft_examples`: the workflow's own prompts on
+training-side questions, real BM25 passages of the mini corpus, targets in the protocol's tags) for
+the three agents, one LoRA adapter on smollm2-135m-instruct that all three share, trained with the
+settings of ``trainer/recipes/search_warmstart.yaml`` (its ``sft:`` and ``lora:`` sections), then
+saved in peft's format as bfloat16 safetensors with ``made.json`` (recipe, seed, steps, losses,
+sha256) into ``drmas_bench/models/adapters/smollm2-135m-search/``. `drmas-bench models prepare
+smollm2-135m-search` merges it into the base; a changed adapter changes the prepared model's hash.
+
+It trains with peft directly: the loss is the trainer's (token-mean cross-entropy of the targets plus
+the end-of-text token, AdamW, gradients clipped at 1), on the tokens of the chat template the engines
+use (`drmas_bench.engines.prompt.encode_chat`). Only the target positions go through the output
+layer, and the layers below the first adapted one need no backward pass: both save CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_RECIPE = REPO / "trainer" / "recipes" / "search_warmstart.yaml"
+AGENTS = ("verifier", "searcher", "answerer")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", help="benchmark data dir with the training-side files (default $DRMAS_DATA_DIR)")
+    ap.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="the recipe whose sft: and lora: settings are used")
+    ap.add_argument("--out", help="adapter folder (default drmas_bench/models/adapters/smollm2-135m-search)")
+    ap.add_argument("--steps", type=int, help="override sft.steps (optimiser steps per agent)")
+    args = ap.parse_args(argv)
+
+    import torch
+    import yaml
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from drmas_bench.engines.prompt import encode_chat
+    from drmas_bench.models import resolve_model
+    from drmas_bench.models.smollm2 import SEARCH_ADAPTER, adapter_dir, adapter_sha256
+    from drmas_trainer.sft import search_sft_examples
+    from drmas_bench.workflows.base import derive_seed
+
+    recipe = yaml.safe_load(Path(args.recipe).read_text(encoding="utf-8"))
+    sft, lora = recipe["sft"], recipe["lora"]
+    steps_per_agent = args.steps if args.steps is not None else int(sft["steps"])
+    bs, lr, seed = int(sft["batch_size"]), float(sft["lr"]), int(sft.get("seed", 0))
+    data_dir = args.data_dir or (recipe.get("data") or {}).get("data_dir") or os.environ.get("DRMAS_DATA_DIR")
+    out = Path(args.out) if args.out else adapter_dir(SEARCH_ADAPTER)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+
+    t0 = time.perf_counter()
+    examples = []
+    for a in AGENTS:  # as the trainer's warm start: steps x batch examples per agent, each agent its own seed
+        examples += search_sft_examples([a], steps_per_agent * bs, seed=derive_seed(seed, "sft", a), data_dir=data_dir,
+                                        workflow_options=recipe.get("workflow_options") or {})
+    print(f"[warmstart] {len(examples)} examples in {time.perf_counter() - t0:.0f} s", flush=True)
+
+    base = resolve_model(recipe.get("model", "smollm2-135m-instruct"))
+    tok = AutoTokenizer.from_pretrained(base)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    n_layers = model.config.num_hidden_layers
+    first = int(lora.get("first_layer", 0))
+    cfg = LoraConfig(r=int(lora["rank"]), lora_alpha=float(lora.get("alpha", 2 * int(lora["rank"]))), lora_dropout=0.0,
+                     target_modules=list(lora["target_modules"]), layers_to_transform=list(range(first, n_layers)),
+                     task_type="CAUSAL_LM")
+    model = get_peft_model(model, cfg)
+    params = [p for p in model.parameters() if p.requires_grad]
+    eos = tok.eos_token_id
+    rows = []
+    for ex in examples:
+        prompt = encode_chat(tok, ex.messages, {"enable_thinking": False}, model="smollm2")
+        rows.append((prompt, list(tok(ex.target, add_special_tokens=False)["input_ids"]) + [eos]))
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    inner = model.base_model.model  # the causal LM: its body and output layer, called apart
+    rng = random.Random(derive_seed(seed, "sft-order", "shared"))
+    order: list[int] = []
+    losses: list[float] = []
+    total_steps = steps_per_agent * len(AGENTS)  # one shared adapter: the sum of the agents' steps
+    model.train()
+    t_train = time.perf_counter()
+    for step in range(total_steps):
+        if len(order) < bs:
+            more = list(range(len(rows)))
+            rng.shuffle(more)
+            order += more
+        idx, order = order[:bs], order[bs:]
+        n_tok = sum(len(rows[i][1]) for i in idx)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for i in idx:
+            prompt, target = rows[i]
+            ids = torch.tensor([prompt + target])
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                hidden = inner.model(input_ids=ids).last_hidden_state[:, len(prompt) - 1:-1]
+                logits = inner.lm_head(hidden).float()
+            nll = torch.nn.functional.cross_entropy(logits[0], torch.tensor(target), reduction="sum") / n_tok
+            nll.backward()
+            total += float(nll.detach())
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(total)
+        print(f"[warmstart] step {step + 1}/{total_steps} loss {total:.3f} ({time.perf_counter() - t_train:.0f} s)", flush=True)
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    weights = out / "adapter_model.safetensors"
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in load_file(weights).items()}, weights)
+    (out / "README.md").unlink(missing_ok=True)  # peft's generic model card; made.json and docs/models.md say what this is
+    k = max(1, min(10, len(losses) // 5))
+    made = {
+        "recipe": Path(args.recipe).stem, "command": "python scripts/make_search_warmstart.py", "seed": seed,
+        "base": recipe.get("model", "smollm2-135m-instruct"), "agents": list(AGENTS), "shared_adapter": True,
+        "examples": len(examples), "steps": total_steps, "batch_size": bs, "lr": lr,
+        "lora": {"rank": cfg.r, "alpha": cfg.lora_alpha, "target_modules": sorted(cfg.target_modules),
+                 "layers": [first, n_layers - 1]},
+        "loss_first": round(sum(losses[:k]) / k, 4), "loss_last": round(sum(losses[-k:]) / k, 4),
+        "train_s": round(time.perf_counter() - t_train), "dtype": "bfloat16",
+        "sha256": {f.name: _sha256(f) for f in sorted(out.iterdir()) if f.name.startswith("adapter_")},
+        "adapter_sha256": adapter_sha256(out),
+    }
+    (out / "made.json").write_text(json.dumps(made, indent=1) + "\n")
+    print(f"[warmstart] adapter in {out}: loss {made['loss_first']} -> {made['loss_last']}, {made['train_s']} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
