@@ -161,11 +161,13 @@ def clear(root: str) -> None:
 
 def group_files_present(folder: str, name: str) -> bool:
     """checkpoint.group_files_present through fsspec: config.json and a *.safetensors under
-    ``models/<name>/`` and ``optim/<name>.pt``."""
+    ``models/<name>/`` (a LoRA group: base.json and ``*/adapter_model.safetensors``) and
+    ``optim/<name>.pt``."""
     fs, path = filesystem(folder)
     model = join(path, "models", name)
-    return (fs.isfile(join(model, "config.json")) and bool(fs.glob(join(model, "*.safetensors")))
-            and fs.isfile(join(path, "optim", f"{name}.pt")))
+    full = fs.isfile(join(model, "config.json")) and bool(fs.glob(join(model, "*.safetensors")))
+    lora = fs.isfile(join(model, "base.json")) and bool(fs.glob(join(model, "*", "adapter_model.safetensors")))
+    return (full or lora) and fs.isfile(join(path, "optim", f"{name}.pt"))
 
 
 def begin(root: str, step: int) -> str:

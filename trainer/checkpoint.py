@@ -132,12 +132,16 @@ def clear(ckpt_root: Location) -> None:
 
 def group_files_present(folder: Location, name: str) -> bool:
     """Worker group ``name``'s part of checkpoint ``folder``: its model folder (config.json and a
-    safetensors file) and its optimiser state (for a URL: as fsspec lists them)."""
+    safetensors file; a LoRA group: base.json and its adapters' safetensors) and its optimiser state
+    (for a URL: as fsspec lists them)."""
     if is_url(folder):
         return store.group_files_present(folder, name)
+    from drmas_bench.models.adapters import ADAPTER_WEIGHTS, BASE_FILE
+
     model = Path(folder) / "models" / name
-    return ((model / "config.json").is_file() and any(model.glob("*.safetensors"))
-            and (Path(folder) / "optim" / f"{name}.pt").is_file())
+    full = (model / "config.json").is_file() and any(model.glob("*.safetensors"))
+    lora = (model / BASE_FILE).is_file() and any(model.glob(f"*/{ADAPTER_WEIGHTS}"))
+    return (full or lora) and (Path(folder) / "optim" / f"{name}.pt").is_file()
 
 
 def missing_groups(folder: Location, names: Any) -> list[str]:

@@ -17,12 +17,20 @@ optimiser and its rollout engine). By default each agent gets its own group (non
 ``shared: true`` puts agents that use the same model into one group; an agent's ``wg`` names its
 group explicitly. The per-agent optimisation settings (:data:`WG_SETTINGS`) attach to the group, so
 agents sharing a group must agree on them, or loading fails with a line that names both agents.
+
+Per-agent LoRA (``lora:`` per agent, ``shared_base: true``): a third mode between shared and separate
+weights. ``shared_base`` groups agents by model exactly as ``shared`` does (one worker group, one
+frozen copy of the base in memory), but every agent of the group trains its own LoRA adapter with
+its own optimiser state and its own :data:`ADAPTER_SETTINGS` (lr, warm-up, weight decay, betas, grad
+clip, the adapter's shape), which may therefore differ between the agents of the group. ``lora:``
+without ``shared_base`` trains one adapter per worker group (its agents share it, like ``shared``
+shares full weights); ``shared`` and ``shared_base`` together are refused (pick one meaning).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
@@ -45,6 +53,27 @@ RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 OPTIMIZERS = {"adamw": 8, "adamw_8bit": 2}
 #: optimizer_offload choices
 OFFLOADS = ("none", "cpu")
+
+
+class LoraConfig(CoercingSchema):
+    """One LoRA adapter's shape (``lora:`` of ``agent_defaults`` or an agent; peft's LoraConfig,
+    built by ``drmas_trainer.lora``)."""
+
+    rank: Int = RANGES["positive_count"].field(16, description="LoRA rank r (peft `r`), >= 1")
+    alpha: Float = Field(32.0, gt=0, allow_inf_nan=False, description="LoRA alpha (scale alpha / rank), > 0")
+    target_modules: Any = Field("all-linear", description='modules that get an adapter: "all-linear" (every linear '
+                                'layer but the output head, peft\'s shortcut) or a list of module names, e.g. '
+                                '[q_proj, k_proj, v_proj, o_proj]')
+    dropout: Float = RANGES["share"].field(0.0, description="dropout on the adapter's input, in [0, 1]")
+
+    @field_validator("target_modules")
+    @classmethod
+    def _targets(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip():
+            return v.strip()
+        if isinstance(v, (list, tuple)) and v and all(isinstance(m, str) and m.strip() for m in v):
+            return [m.strip() for m in v]
+        raise ValueError(f'must be "all-linear" or a non-empty list of module names, got {v!r}')
 
 
 class AgentConfig(ModelOnEngine):
@@ -77,6 +106,8 @@ class AgentConfig(ModelOnEngine):
     sync_bucket_mb: Int = Field(1024, ge=1, description="weight sync to the engine in buckets of about this many MiB")
     sampling: dict[str, Any] = Field(default_factory=dict,
                                      description="this agent's sampling overrides: temperature, top_p, max_new_tokens")
+    lora: Optional[LoraConfig] = Field(None, description="train a LoRA adapter over the frozen model instead of all "
+                                       "its weights (null = full weights); with shared_base one adapter per agent")
 
     @field_validator("engine")
     @classmethod
@@ -108,7 +139,9 @@ class AgentConfig(ModelOnEngine):
 #: AgentConfig fields that belong to the worker group: agents sharing a group must agree on them.
 WG_SETTINGS = ("model", "lr", "lr_warmup_steps", "weight_decay", "betas", "grad_clip", "micro_batch_size", "engine",
                "engine_options", "dtype", "gradient_checkpointing", "sleep_engine", "logprob_chunk", "optimizer",
-               "optimizer_offload", "sync_bucket_mb")
+               "optimizer_offload", "sync_bucket_mb", "lora")
+#: the WG_SETTINGS that belong to an agent's own adapter in a ``shared_base`` group (may differ per agent)
+ADAPTER_SETTINGS = ("lr", "lr_warmup_steps", "weight_decay", "betas", "grad_clip", "lora")
 
 
 class DataConfig(CoercingSchema):
@@ -223,6 +256,8 @@ class TrainConfig(CoercingSchema):
     retriever: Optional[str] = Field(None, description="search workflows: bm25:DIR | dense:DIR | http://HOST:PORT")
     model: str = Field("tiny-random", description="the default model of every agent")
     shared: bool = Field(False, description="agents with the same model share one worker group")
+    shared_base: bool = Field(False, description="agents with the same model share one worker group and its frozen "
+                              "base weights, each training its own LoRA adapter (needs lora; not with shared)")
     agent_defaults: dict[str, Any] = Field(default_factory=dict, description="agent settings (the agent table) applied to every agent")
     agents: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                               description="agent name -> agent settings (the agent table), over agent_defaults")
@@ -263,6 +298,13 @@ class TrainConfig(CoercingSchema):
         if self.algo.mini_batches > per_step:
             raise ValueError(f"algo.mini_batches {self.algo.mini_batches} is more than the {per_step} trajectories of "
                              f"one iteration (rollout.prompts_per_step x rollout.n); each mini-batch needs some")
+        return self
+
+    @model_validator(mode="after")
+    def _shared_base(self) -> "TrainConfig":
+        if self.shared and self.shared_base:
+            raise ValueError("shared (one set of weights for the group's agents) and shared_base (one frozen base, "
+                             "an adapter per agent) exclude each other; set one of them")
         return self
 
     @field_validator("device")
@@ -375,6 +417,12 @@ class WorkerGroupPlan:
     name: str
     agents: list[str]
     settings: AgentConfig  # the group's settings (model resolved; sampling/wg of the first agent)
+    adapters: dict[str, AgentConfig] = field(default_factory=dict)  # LoRA: adapter name -> its settings
+    adapter_of: dict[str, str] = field(default_factory=dict)  # LoRA: agent -> the adapter serving it
+
+    @property
+    def lora(self) -> bool:
+        return bool(self.adapters)
 
 
 def agent_config(cfg: TrainConfig, agent: str) -> AgentConfig:
@@ -390,7 +438,9 @@ def _slug(s: str) -> str:
 
 
 def plan_worker_groups(cfg: TrainConfig, workflow_agents: tuple[str, ...]) -> dict[str, WorkerGroupPlan]:
-    """Map the workflow's agents to worker groups (see the module docstring); validate agreement."""
+    """Map the workflow's agents to worker groups (see the module docstring); validate agreement.
+    With LoRA, each group also gets its adapters: one per agent under ``shared_base`` (named after
+    the agent, with the agent's own :data:`ADAPTER_SETTINGS`), else one per group (named after it)."""
     unknown = sorted(set(cfg.agents) - set(workflow_agents))
     if unknown:
         raise UserError(f"agents: unknown agent(s) {', '.join(unknown)} for workflow {cfg.workflow!r}; "
@@ -398,22 +448,33 @@ def plan_worker_groups(cfg: TrainConfig, workflow_agents: tuple[str, ...]) -> di
     settings = {a: agent_config(cfg, a) for a in workflow_agents}
     models = {s.model for s in settings.values()}
     groups: dict[str, WorkerGroupPlan] = {}
+    own = ADAPTER_SETTINGS if cfg.shared_base else ()
     for agent in workflow_agents:
         s = settings[agent]
+        if cfg.shared_base and s.lora is None:
+            raise UserError(f"shared_base: true trains one LoRA adapter per agent, but agent {agent} has no lora "
+                            f"settings; set agent_defaults.lora (e.g. {{rank: 16, alpha: 32}}) or agents.{agent}.lora")
         if s.wg:
             name = safe_name(s.wg, f"agents.{agent}.wg: worker group")  # it names models/<wg>, optim/<wg>.pt
-        elif cfg.shared:
+        elif cfg.shared or cfg.shared_base:
             name = "shared" if len(models) == 1 else _slug(s.model)
         else:
             name = agent
         if name not in groups:
             groups[name] = WorkerGroupPlan(name, [agent], s)
-            continue
+        else:
+            g = groups[name]
+            for key in WG_SETTINGS:
+                if key in own:
+                    continue
+                mine, theirs = getattr(s, key), getattr(g.settings, key)
+                if mine != theirs:
+                    raise UserError(f"agents {g.agents[0]} and {agent} share worker group {name!r} but disagree on "
+                                    f"{key} ({theirs!r} vs {mine!r}); give them the same {key} or separate groups")
+            g.agents.append(agent)
         g = groups[name]
-        for key in WG_SETTINGS:
-            mine, theirs = getattr(s, key), getattr(g.settings, key)
-            if mine != theirs:
-                raise UserError(f"agents {g.agents[0]} and {agent} share worker group {name!r} but disagree on "
-                                f"{key} ({theirs!r} vs {mine!r}); give them the same {key} or separate groups")
-        g.agents.append(agent)
+        if s.lora is not None:
+            adapter = safe_name(agent if cfg.shared_base else name, f"agent {agent}: LoRA adapter")
+            g.adapters.setdefault(adapter, s)
+            g.adapter_of[agent] = adapter
     return groups

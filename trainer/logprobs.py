@@ -181,7 +181,10 @@ def full_head_logprobs(h: Tensor, weight: Tensor, bias: Tensor | None, targets: 
 
 def _trunk_and_head(model: Any) -> tuple[Any, Any] | None:
     """(base model returning hidden states, output layer) of a causal LM whose logits are exactly
-    ``lm_head(last_hidden_state)``; None when that cannot be relied on (then the full path runs)."""
+    ``lm_head(last_hidden_state)``; None when that cannot be relied on (then the full path runs).
+    A peft model (LoRA) is looked through: its adapters live inside the base model's layers."""
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
     cfg = getattr(model, "config", None)
     if cfg is not None and (getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None)
                             or getattr(cfg, "logits_scaling", None)):

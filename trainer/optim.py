@@ -16,7 +16,7 @@ from torch import Tensor
 from drmas_bench.types import UserError
 from drmas_trainer.config import OFFLOADS, OPTIMIZERS
 
-__all__ = ["CPUOffloadAdamW", "make_optimizer", "release_cached_memory"]
+__all__ = ["AdapterOptimizers", "CPUOffloadAdamW", "make_optimizer", "release_cached_memory"]
 
 
 def release_cached_memory(device: torch.device | str) -> None:
@@ -96,3 +96,55 @@ def make_optimizer(params: list[Tensor], *, kind: str = "adamw", offload: str = 
     if offload == "cpu":
         return CPUOffloadAdamW(params, **kw)
     return torch.optim.AdamW(params, **kw)
+
+
+class AdapterOptimizers:
+    """One optimiser per LoRA adapter of a worker group (``shared_base``: one per agent), behind the
+    interface the worker group uses for its single optimiser. Each adapter keeps its own state and
+    its own lr, warm-up, betas and weight decay: every param group carries ``base_lr`` and
+    ``warmup_steps`` (the warm-up in ``WorkerGroup`` reads them), so an agent's lr never leaks into
+    another's. ``step`` steps every optimiser; one whose adapter got no gradient (no rows of its
+    agents in the mini-batch) changes nothing, as torch's AdamW skips parameters without a gradient.
+    The state dict is ``{adapter: that optimiser's state dict}``."""
+
+    def __init__(self, optimizers: dict[str, Any], settings: dict[str, Any]) -> None:
+        self.optimizers = dict(optimizers)
+        for name, opt in self.optimizers.items():
+            for g in opt.param_groups:
+                g["adapter"] = name
+                g["base_lr"] = float(settings[name].lr)
+                g["warmup_steps"] = int(settings[name].lr_warmup_steps)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [g for opt in self.optimizers.values() for g in opt.param_groups]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        for opt in self.optimizers.values():
+            opt.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: opt.state_dict() for name, opt in self.optimizers.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = sorted(set(self.optimizers) - set(state))
+        if missing:
+            raise UserError(f"the checkpoint's optimiser state has no adapter(s) {', '.join(missing)}")
+        for name, opt in self.optimizers.items():
+            opt.load_state_dict(state[name])
+            for g in opt.param_groups:  # torch restores the saved groups' keys; keep today's settings
+                g["adapter"] = name
+
+
+def make_adapter_optimizers(params: dict[str, list[Tensor]], settings: dict[str, Any], *, kind: str = "adamw",
+                            offload: str = "none") -> AdapterOptimizers:
+    """:class:`AdapterOptimizers` for adapter name -> its parameters, each optimiser made by
+    :func:`make_optimizer` from that adapter's settings (lr, betas, weight decay)."""
+    return AdapterOptimizers({name: make_optimizer(ps, kind=kind, offload=offload, lr=settings[name].lr,
+                                                   betas=tuple(settings[name].betas),
+                                                   weight_decay=settings[name].weight_decay)
+                              for name, ps in params.items()}, settings)

@@ -117,6 +117,8 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
             got = resolve_model(g.settings.model)
             path = str(getattr(got, "path", got))
         kwargs = dict(device=cfg.device, seed=derive_seed(cfg.seed, "wg", name), torch_threads=cfg.torch_threads)
+        if g.lora:  # per-agent (shared_base) or per-group LoRA adapters over the frozen base
+            kwargs.update(adapters=dict(g.adapters), adapter_of=dict(g.adapter_of))
         if use_ray:
             from drmas_trainer.ray_workers import RayWorkerHandle
 

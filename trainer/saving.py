@@ -76,7 +76,7 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
         **protocol,
         "trained": {"recipe": cfg.recipe, "estimator": cfg.algo.estimator, **_group_index(cfg), "loss": cfg.algo.loss,
                     "step": step,
-                    "seed": cfg.seed, "shared": cfg.shared,
+                    "seed": cfg.seed, "shared": cfg.shared, **({"shared_base": True} if cfg.shared_base else {}),
                     "base_models": {g.name: g.settings.model for g in plan.values()}},
     }
 

@@ -167,10 +167,15 @@ class WorkerGroup:
         torch_threads: torch intra-op threads for this process.
         max_batch: default engine micro-batch size, for engines that batch (``engine_options`` may
             override it).
+        adapters: LoRA (``drmas_trainer.lora``): adapter name -> its settings (lr, betas, ..., ``lora``);
+            the base stays frozen and each adapter has its own optimiser. ``model_path`` is then the
+            base model, or a checkpoint's adapter folder to resume from. None: full weights.
+        adapter_of: LoRA: agent -> the adapter its rows train and its requests are served with.
     """
 
     def __init__(self, name: str, agents: list[str], settings: AgentConfig, model_path: str, *,
-                 device: str = "auto", seed: int = 0, torch_threads: int | None = None, max_batch: int = 64) -> None:
+                 device: str = "auto", seed: int = 0, torch_threads: int | None = None, max_batch: int = 64,
+                 adapters: dict[str, AgentConfig] | None = None, adapter_of: dict[str, str] | None = None) -> None:
         from transformers import AutoTokenizer
 
         from drmas_bench.models.loading import load_causal_lm
@@ -195,9 +200,15 @@ class WorkerGroup:
         # fp32 master weights and AdamW state always; dtype bfloat16 = compute under autocast (an update
         # of lr 1e-6 would round away in bf16 weights), and the engine gets bf16 copies
         self.compute_dtype = getattr(torch, settings.dtype)
+        self.adapters = dict(adapters or {})
+        self.adapter_of = dict(adapter_of or {})
+        self.base_ref = settings.model or self.model_path  # LoRA: what a checkpoint names as the base
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-            self.policy = load_causal_lm(self.model_path, dtype=torch.float32)  # one load at a time (base.py)
+            if self.adapters:
+                self._load_lora_policy()
+            else:
+                self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+                self.policy = load_causal_lm(self.model_path, dtype=torch.float32)  # one load at a time (base.py)
         except (OSError, ValueError) as e:
             raise UserError(f"worker group {name}: cannot load {model_path!r}: {' '.join(str(e).split())[:200]}") from None
         self.policy.to(self.device)
@@ -205,7 +216,7 @@ class WorkerGroup:
         if settings.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable()
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.params = [p for p in self.policy.parameters() if p.requires_grad]  # LoRA: the adapters' only
         self.optimizer = self._make_optimizer(settings.lr)
         self.engine: Any = None
         # generic options go only to engines that take them (max_batch: hf; dtype: hf and sglang, so the
@@ -218,10 +229,85 @@ class WorkerGroup:
         self.skipped_steps = 0
 
     def _make_optimizer(self, lr: float) -> Any:
-        """The group's optimiser per ``optimizer`` / ``optimizer_offload`` (see :func:`make_optimizer`)."""
+        """The group's optimiser per ``optimizer`` / ``optimizer_offload`` (see :func:`make_optimizer`);
+        LoRA: one per adapter, each with its own settings (``optim.AdapterOptimizers``)."""
         s = self.settings
+        if self.adapters:
+            from drmas_trainer.optim import make_adapter_optimizers
+
+            return make_adapter_optimizers(self.adapter_params, self.adapters, kind=s.optimizer, offload=s.optimizer_offload)
         return make_optimizer(self.params, kind=s.optimizer, offload=s.optimizer_offload, lr=lr,
                               betas=tuple(s.betas), weight_decay=s.weight_decay)
+
+    # ------------------------------------------------------------------ LoRA (drmas_trainer.lora)
+
+    def _load_lora_policy(self) -> None:
+        """The frozen base with this group's adapters (fresh, or a checkpoint's), its tokenizer (a
+        checkpoint's adapter folder carries the one the group trained with, else the base's)."""
+        from transformers import AutoTokenizer
+
+        from drmas_bench.engines import traits
+        from drmas_bench.models.adapters import adapter_layout, resolve_base, tokenizer_source
+        from drmas_trainer import lora
+
+        if not traits(self.settings.engine).serves_adapters:
+            raise UserError(f"worker group {self.name}: lora needs a rollout engine that serves LoRA adapters; "
+                            f"engine {self.settings.engine} does not")
+        self.policy, saved_base = lora.load_policy(self.model_path, self.adapters, dtype=torch.float32)
+        self._base_path = self.model_path  # the base's local folder (or hub id), for the engine
+        if saved_base is not None:  # resumed: the base the checkpoint names, not its folder
+            self.base_ref = saved_base
+            self._base_path = resolve_base(adapter_layout(self.model_path))
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(self.model_path))
+        self.adapter_params = {n: lora.adapter_params(self.policy, n) for n in self.adapters}
+        self._engine_dir: str | None = None
+
+    def _use_agent(self, agent: str) -> None:
+        """Forwards from here on are ``agent``'s: its adapter active (LoRA); a no-op otherwise."""
+        if self.adapters:
+            from drmas_trainer.lora import activate
+
+            activate(self.policy, self.adapter_of[agent], self.params)
+
+    def _clip_grads(self) -> float:
+        """Clip the gradients and return the pre-clip global norm. Full weights: the group's norm
+        against ``grad_clip``. LoRA: each adapter against its own ``grad_clip`` (the agents' updates
+        stay as independent as in separate groups); the returned norm is over all adapters."""
+        if not self.adapters:
+            clip = self.settings.grad_clip if self.settings.grad_clip > 0 else float("inf")
+            return float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+        sq = 0.0
+        for name, ps in self.adapter_params.items():
+            c = self.adapters[name].grad_clip
+            n = float(torch.nn.utils.clip_grad_norm_(ps, c if c > 0 else float("inf")))
+            sq += n * n
+        return math.sqrt(sq)
+
+    def adapter_weights(self) -> Iterator[tuple[str, dict[str, Any], dict[str, Tensor]]]:
+        """(adapter, its peft config as JSON, its tensors in the compute dtype) per adapter: what
+        ``sync_weights`` hands a LoRA-serving engine (``update_adapter``), never the base."""
+        from drmas_bench.models.adapters import adapter_config_dict
+        from drmas_trainer.lora import adapter_tensors
+
+        for name in self.adapters:
+            yield name, adapter_config_dict(self.policy, name, str(self.base_ref)), adapter_tensors(
+                self.policy, name, self.compute_dtype)
+
+    def _save_adapters(self, folder: str, base: str | None = None) -> None:
+        """A LoRA group's model folder (``drmas_bench.models.adapters``): ``base.json`` (the base's
+        name and content identity; ``base`` overrides the name), the tokenizer, one peft folder
+        per adapter."""
+        import json as _json
+
+        from drmas_bench.models.adapters import BASE_FILE, base_record, save_adapter
+
+        record = base_record(str(base or self.base_ref))
+        os.makedirs(folder, exist_ok=True)
+        for name in self.adapters:
+            save_adapter(self.policy, name, os.path.join(folder, name), record["name"], record)
+        self.tokenizer.save_pretrained(folder)
+        with open(os.path.join(folder, BASE_FILE), "w", encoding="utf-8") as f:
+            _json.dump(record, f, indent=1, sort_keys=True)
 
     # ------------------------------------------------------------------ engine
 
@@ -230,7 +316,12 @@ class WorkerGroup:
         from drmas_bench.engines.hosting import host_engine  # sglang: in a child process of its own
 
         if self.engine is None:
-            self.engine = await asyncio.to_thread(host_engine, self.settings.engine, self.model_path, **self.engine_options)
+            where = self.model_path
+            if self.adapters:  # the engine starts from the base and this group's adapters, as saved
+                self._engine_dir = tempfile.mkdtemp(prefix=f"drmas-adapters-{self.name}-")
+                self._save_adapters(self._engine_dir, base=self._base_path)
+                where = self._engine_dir
+            self.engine = await asyncio.to_thread(host_engine, self.settings.engine, where, **self.engine_options)
             await self.sync_weights()
 
     async def generate(self, requests: list[Request]) -> list[Completion]:
@@ -257,6 +348,10 @@ class WorkerGroup:
             release_cached_memory(self.device)  # the update's freed blocks go back before the engine wakes
             if not self.engine.is_awake:
                 await self.engine.wake()
+            if self.adapters:  # LoRA: only the adapters move; the engine's base is the frozen one
+                for name, config, tensors in self.adapter_weights():
+                    await self.engine.update_adapter(name, config, tensors)
+                return time.perf_counter() - t0
             update = self.engine.update_weights
             if "bucket_bytes" in inspect.signature(update).parameters:
                 await update(self.named_weights(), bucket_bytes=self.settings.sync_bucket_mb << 20)
@@ -268,6 +363,11 @@ class WorkerGroup:
         if self.engine is not None:
             await self.engine.close()
             self.engine = None
+        if getattr(self, "_engine_dir", None):
+            import shutil
+
+            shutil.rmtree(self._engine_dir, ignore_errors=True)
+            self._engine_dir = None
 
     # ------------------------------------------------------------------ training
 
@@ -298,6 +398,7 @@ class WorkerGroup:
         step_acc = _Acc()
         finite = True
         for k, (agent, arows) in enumerate(by_agent.items()):
+            self._use_agent(agent)
             for micro in _chunks(arows, self.settings.micro_batch_size):
                 batch = pack_rows([r.prompt_ids for r in micro], [r.response_ids for r in micro], self.pad_id, self.device)
                 with self._autocast():
@@ -327,17 +428,16 @@ class WorkerGroup:
         prev = None
         total = float("nan")
         if finite:
-            clip = self.settings.grad_clip if self.settings.grad_clip > 0 else float("inf")
-            total = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+            total = self._clip_grads()
         if not finite or not math.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped_steps += 1
             return False
         if not multi:
             step_agent_norms[next(iter(by_agent))] = total
-        warm = self.settings.lr_warmup_steps
-        for group in self.optimizer.param_groups:  # linear warm-up from the group's step count
-            group["lr"] = self.settings.lr * (min(1.0, (self.optimizer_steps + 1) / warm) if warm > 0 else 1.0)
+        for group in self.optimizer.param_groups:  # linear warm-up from the group's step count (LoRA: per adapter)
+            warm = group.get("warmup_steps", self.settings.lr_warmup_steps)
+            group["lr"] = group.get("base_lr", self.settings.lr) * (min(1.0, (self.optimizer_steps + 1) / warm) if warm > 0 else 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.optimizer_steps += 1
@@ -430,7 +530,7 @@ class WorkerGroup:
             if key not in cache:
                 cache[key] = encode_chat(self.tokenizer, ex.messages, tk, model=self.name)
             tgt = list(self.tokenizer(ex.target, add_special_tokens=False)["input_ids"]) + ([eos] if eos is not None else [])
-            data.append((cache[key], tgt))
+            data.append((cache[key], tgt, ex.agent))
         opt = torch.optim.AdamW(self.params, lr=lr, betas=tuple(self.settings.betas), weight_decay=self.settings.weight_decay)
         rng = random.Random(seed)
         order: list[int] = []
@@ -450,11 +550,12 @@ class WorkerGroup:
                 order += more
             idx, order = order[:batch_size], order[batch_size:]
             batch_rows = [data[i] for i in idx]
-            n_tok = sum(len(t) for _, t in batch_rows)
+            n_tok = sum(len(t) for _, t, _ in batch_rows)
             opt.zero_grad(set_to_none=True)
             total = 0.0
-            for micro in _chunks(batch_rows, self.settings.micro_batch_size):
-                b = pack_rows([p for p, _ in micro], [t for _, t in micro], self.pad_id, self.device)
+            for agent, micro in self._sft_micro_batches(batch_rows):
+                self._use_agent(agent)
+                b = pack_rows([p for p, _, _ in micro], [t for _, t, _ in micro], self.pad_id, self.device)
                 with self._autocast():
                     logp, _ = token_logprobs(self.policy, b, chunk=self.settings.logprob_chunk)
                 nll = -(logp * b["mask"]).sum() / n_tok
@@ -464,8 +565,7 @@ class WorkerGroup:
                 nll.backward()
             norm = float("nan")
             if math.isfinite(total):
-                clip = self.settings.grad_clip if self.settings.grad_clip > 0 else float("inf")
-                norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+                norm = self._clip_grads()
             if not math.isfinite(norm):  # a non-finite loss or gradient: drop it, do not step
                 opt.zero_grad(set_to_none=True)
                 skipped += 1
@@ -490,6 +590,17 @@ class WorkerGroup:
             out["sft_aborted"] = aborted
         return out
 
+    def _sft_micro_batches(self, rows: list[tuple]) -> list[tuple[str | None, list[tuple]]]:
+        """(agent, micro-batch) pairs of a warm-start batch. LoRA: formed per agent (in the order the
+        agents first appear), so each forward runs with one agent's adapter; full weights: the
+        batch as it came (agent None), as before."""
+        if not self.adapters:
+            return [(None, m) for m in _chunks(rows, self.settings.micro_batch_size)]
+        by_agent: dict[str, list[tuple]] = {}
+        for r in rows:
+            by_agent.setdefault(r[2], []).append(r)
+        return [(a, m) for a, rs in by_agent.items() for m in _chunks(rs, self.settings.micro_batch_size)]
+
     # ------------------------------------------------------------------ state
 
     def weights_finite(self) -> bool:
@@ -509,8 +620,11 @@ class WorkerGroup:
             return
         if not self.weights_finite():
             raise RuntimeError(f"worker group {self.name}: refusing to checkpoint non-finite weights")
-        self.policy.save_pretrained(folder, safe_serialization=True)
-        self.tokenizer.save_pretrained(folder)
+        if self.adapters:  # the adapters in peft's format and a reference to the base, not the base
+            self._save_adapters(folder)
+        else:
+            self.policy.save_pretrained(folder, safe_serialization=True)
+            self.tokenizer.save_pretrained(folder)
         if optimizer_path is not None:
             torch.save({"optimizer": self.optimizer.state_dict(), "optimizer_steps": self.optimizer_steps,
                         "skipped_steps": self.skipped_steps}, optimizer_path)

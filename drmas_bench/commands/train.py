@@ -132,7 +132,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UserError("--fresh and --resume exclude each other")
     use_ray = True if args.ray or getattr(args, "ray_address", None) else False if args.local else None
     logger.info(f"[train] recipe {cfg.recipe}, estimator {cfg.algo.estimator}, loss {cfg.algo.loss}, "
-                f"{'shared' if cfg.shared else 'non-shared'}, run dir {out}")
+                f"{'shared' if cfg.shared else 'shared base, an adapter per agent' if cfg.shared_base else 'non-shared'}, "
+                f"run dir {out}")
     try:  # --fresh deletes the old run inside train(), under the run dir's lock
         summary = train(cfg, out, resume=args.resume, fresh=args.fresh, use_ray=use_ray, progress=not args.no_progress)
     except (UserError, KeyboardInterrupt):

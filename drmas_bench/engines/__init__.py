@@ -8,7 +8,7 @@
 
 Adding a backend = one entry in ``ENGINES`` ("module:Class", imported only when asked for) and a
 class that implements ``base.Engine`` with an ``Options`` dataclass and declares its traits
-(``base.EngineBase``: ``remote``, ``process_wide``, ``gpu_memory_fraction``). Code outside this
+(``base.EngineBase``: ``remote``, ``process_wide``, ``gpu_memory_fraction``, ``serves_adapters``). Code outside this
 package asks :func:`traits` or the options (``hosting.option_names``), never an engine's name.
 """
 
@@ -46,13 +46,14 @@ class Traits:
     remote: bool
     process_wide: bool
     gpu_memory_fraction: tuple[str, float] | None
+    serves_adapters: bool = False
 
 
 def traits(kind: str) -> Traits:
     """Backend ``kind``'s traits (imports its module); an unknown kind is an EngineError."""
     cls = engine_class(kind)
     return Traits(bool(getattr(cls, "remote", False)), bool(getattr(cls, "process_wide", False)),
-                  getattr(cls, "gpu_memory_fraction", None))
+                  getattr(cls, "gpu_memory_fraction", None), bool(getattr(cls, "serves_adapters", False)))
 
 
 def make_engine(kind: str, model: str, **options: Any) -> Engine:

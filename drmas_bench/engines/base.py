@@ -69,6 +69,8 @@ class EngineBase:
     process_wide: ClassVar[bool] = False  # process-wide state: hosted in a child process (engines.hosting)
     gpu_memory_fraction: ClassVar[tuple[str, float] | None] = None  # (option, default): a static share of
     # GPU memory it reserves when it starts (the trainer's memory estimate reads it)
+    serves_adapters: ClassVar[bool] = False  # serves LoRA adapter folders (drmas_bench.models.adapters), the
+    # request's agent choosing the adapter, and takes adapter updates: update_adapter(name, config, tensors)
 
     model: str
 

@@ -22,6 +22,15 @@ Options (``HFOptions``):
 - ``auto_wake``: ``generate`` on a sleeping engine wakes it first (True) or raises (False).
 - ``trust_remote_code``: passed to ``from_pretrained``.
 
+**LoRA adapters** (trait ``serves_adapters``): ``model`` may be an adapter folder
+(``drmas_bench.models.adapters``: one peft adapter, or a trainer checkpoint's ``models/<wg>/`` with
+one adapter per agent). The base is loaded once and the adapters attached with peft; a request is
+served with the adapter of its ``agent`` (the only adapter when there is one; the bare base when
+the agent has none). A batch holding requests of several adapters is decoded one adapter at a time
+(peft switches the active adapter per forward), so a forward never mixes adapters.
+``update_adapter(name, config, tensors)`` replaces (or adds) one adapter's weights, the trainer's
+sync after each update: only adapter tensors travel, the base never changes.
+
 Prompts follow the reference's protocol (REFERENCE.md §2b, ``prompt.encode_request``): the chat
 template with the generation prompt and ``enable_thinking=Sampling.enable_thinking`` (templates
 that do not use the variable ignore it), tokenized, then cut to ``Request.max_prompt_tokens`` on
@@ -104,6 +113,7 @@ class HFEngine(EngineBase):
 
     name: ClassVar[str] = "hf"
     Options: ClassVar[type] = HFOptions
+    serves_adapters: ClassVar[bool] = True
 
     def __init__(self, model: str, **options: Any) -> None:
         import torch
@@ -129,8 +139,10 @@ class HFEngine(EngineBase):
         self.sleep_mode = o.sleep_mode
         if self.sleep_mode == "auto":
             self.sleep_mode = "offload" if self.device.type == "cuda" else "drop"
+        from drmas_bench.models.adapters import tokenizer_source
+
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=o.trust_remote_code)
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(self.path), trust_remote_code=o.trust_remote_code)
         except (OSError, ValueError) as exc:
             raise EngineError(f"hf engine: cannot load the tokenizer of {model!r} ({self.path}): {squeeze(exc)}") from exc
         if not getattr(self.tokenizer, "chat_template", None):
@@ -143,6 +155,7 @@ class HFEngine(EngineBase):
         self._awake = False
         self._hf_model: Any = None
         self._footprint = 0
+        self._layout: Any = None  # an adapter folder's layout (models.adapters), when serving adapters
         self._load()
         self.eos_ids = self._eos_ids()
         pad = self.tokenizer.pad_token_id
@@ -158,8 +171,13 @@ class HFEngine(EngineBase):
         kwargs: dict[str, Any] = {"dtype": self.dtype, "trust_remote_code": self.options.trust_remote_code}
         if self.options.attn_implementation:
             kwargs["attn_implementation"] = self.options.attn_implementation
+        from drmas_bench.models.adapters import is_adapter_folder, load_adapted_lm
+
         try:
-            m = load_causal_lm(self._load_path, **kwargs)
+            if is_adapter_folder(self._load_path):
+                m, self._layout = load_adapted_lm(self._load_path, **kwargs)
+            else:
+                m = load_causal_lm(self._load_path, **kwargs)
         except (OSError, ValueError) as exc:
             raise EngineError(f"hf engine: cannot load model {self.model!r} ({self._load_path}): {squeeze(exc)}") from exc
         m.to(self.device)
@@ -167,7 +185,8 @@ class HFEngine(EngineBase):
         m.requires_grad_(False)
         self._hf_model = m
         self._awake = True
-        sig = inspect.signature(m.forward).parameters
+        inner = m.get_base_model() if self._layout is not None else m  # peft's forward takes **kwargs
+        sig = inspect.signature(inner.forward).parameters
         # transformers 5.x renamed past_key_values -> cache and num_logits_to_keep -> logits_to_keep
         self._cache_kw = "cache" if "cache" in sig else "past_key_values"
         self._logits_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in sig), None)
@@ -233,6 +252,11 @@ class HFEngine(EngineBase):
         a training step. Shapes must match; an unknown name is an error."""
         await asyncio.to_thread(self._update_sync, list(named_tensors))
 
+    async def update_adapter(self, name: str, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        """Replace adapter ``name``'s weights with ``tensors`` (names as peft saves them), adding the
+        adapter from its peft ``config`` when this engine does not serve it yet."""
+        await asyncio.to_thread(self._update_adapter_sync, name, dict(config), dict(tensors))
+
     async def close(self) -> None:
         await self.batcher.close()
         with self._lock:
@@ -260,7 +284,10 @@ class HFEngine(EngineBase):
                 if self._dirty:
                     if self._tmpdir is None:
                         self._tmpdir = tempfile.mkdtemp(prefix="drmas-hf-weights-")
-                    m.save_pretrained(self._tmpdir)
+                    if self._layout is not None:
+                        self._save_adapters(self._tmpdir)
+                    else:
+                        m.save_pretrained(self._tmpdir)
                     self._load_path = self._tmpdir
                     self._dirty = False
                 self._hf_model = None
@@ -299,6 +326,44 @@ class HFEngine(EngineBase):
                     sd[name].copy_(value.to(sd[name].device, sd[name].dtype))
             self._dirty = True
 
+    def _update_adapter_sync(self, name: str, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        from peft import LoraConfig, set_peft_model_state_dict
+
+        from drmas_bench.store import safe_name
+
+        safe_name(name, "hf engine: adapter")
+        with self._lock:
+            if self._hf_model is None:
+                self._wake_sync()
+            m = self._hf_model
+            if self._layout is None:
+                raise EngineError(f"hf engine: {self.model!r} was started without adapters; start it from an "
+                                  f"adapter folder to serve and update LoRA adapters")
+            if name not in m.peft_config:
+                known = {k for k in LoraConfig.__dataclass_fields__}
+                m.add_adapter(name, LoraConfig(**{k: v for k, v in config.items() if k in known}))
+                m.to(self.device)
+                m.requires_grad_(False)
+                self._layout.adapters[name] = None
+            out = set_peft_model_state_dict(m, {k: v.to(self.device) for k, v in tensors.items()}, adapter_name=name)
+            unexpected = list(getattr(out, "unexpected_keys", []) or [])
+            if unexpected:
+                raise EngineError(f"hf engine: update_adapter {name!r} got unknown tensor(s) {', '.join(unexpected[:3])}")
+            self._dirty = True
+
+    def _save_adapters(self, folder: str) -> None:
+        """The served adapters, as they are now, as an adapter folder (drop-mode sleep reloads it)."""
+        import json
+        import os
+
+        from drmas_bench.models.adapters import BASE_FILE, resolve_base, save_adapter
+
+        base = resolve_base(self._layout)
+        for n in self._hf_model.peft_config:
+            save_adapter(self._hf_model, n, os.path.join(folder, n), base)
+        with open(os.path.join(folder, BASE_FILE), "w", encoding="utf-8") as f:
+            json.dump({"name": base, "identity": self._layout.identity}, f)
+
     # ------------------------------------------------------------------ decoding (worker thread)
 
     def _run_batch(self, items: list[_Item]) -> list[Completion]:
@@ -310,7 +375,29 @@ class HFEngine(EngineBase):
                     raise EngineError(f"hf engine {self.model!r} is asleep; call wake() first")
                 self._wake_sync()
             with torch.inference_mode():
-                return self._decode(items)
+                if self._layout is None:
+                    return self._decode(items)
+                return self._decode_per_adapter(items)
+
+    def _decode_per_adapter(self, items: list[_Item]) -> list[Completion]:
+        """Decode ``items`` one adapter at a time (module docstring), results in the given order."""
+        groups: dict[str | None, list[int]] = {}
+        for i, it in enumerate(items):
+            groups.setdefault(self._layout.adapter_for(it.request.agent), []).append(i)
+        m = self._hf_model
+        results: list[Any] = [None] * len(items)
+        for adapter, idx in groups.items():
+            if adapter is None:
+                with m.disable_adapter():
+                    outs = self._decode([items[i] for i in idx])
+            else:
+                if m.active_adapter != adapter:
+                    m.set_adapter(adapter)
+                    m.requires_grad_(False)
+                outs = self._decode([items[i] for i in idx])
+            for i, c in zip(idx, outs):
+                results[i] = c
+        return results
 
     def _decode(self, items: list[_Item]) -> list[Completion]:
         import torch

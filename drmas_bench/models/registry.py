@@ -198,9 +198,12 @@ def resolve_model(name_or_path: str | os.PathLike[str], prepare: bool = True,
         return prepare_model(name, log=log)
     path = Path(name).expanduser()
     if path.is_dir():
-        if (path / "config.json").is_file() or (path / "team.yaml").is_file():
+        from drmas_bench.models.adapters import is_adapter_folder
+
+        if (path / "config.json").is_file() or (path / "team.yaml").is_file() or is_adapter_folder(path):
             return path
-        raise UserError(f"{name}: directory has neither config.json (a model checkpoint) nor team.yaml (a trained team)")
+        raise UserError(f"{name}: directory has neither config.json (a model checkpoint), adapter_config.json "
+                        f"(a LoRA adapter) nor team.yaml (a trained team)")
     if path.exists():
         raise UserError(f"{name}: not a directory; pass a checkpoint directory, a hub id or one of: {', '.join(ALIASES)}")
     if _HUB_ID.match(name):
