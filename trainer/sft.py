@@ -36,7 +36,7 @@ from drmas_bench.workflows.toy import checker_prompt, solver_prompt
 from drmas_trainer.worker import SFTExample
 
 __all__ = ["SEARCH_TRAIN_SOURCES", "SFT_EXAMPLES", "math_single_sft_examples", "search_sft_examples",
-           "search_train_tasks", "toy_sft_examples"]
+           "search_train_tasks", "DEFAULT_SOURCES", "SOURCE_DATASET", "toy_sft_examples"]
 
 
 def _near_miss(rng: random.Random, right: int, avoid: int | None = None) -> int:
@@ -115,6 +115,14 @@ SEARCH_TRAIN_SOURCES = {
     "musique_train": "corpus/musique_train_hipporag100/musique_train.json",
     "nq_dev": "qa/nq/dev.jsonl",
 }
+#: the evaluated benchmark each source is another split of: ids are compared within a dataset only
+#: (2Wiki's "dev_0" is not NQ's "dev_0"); question texts are compared with every benchmark
+SOURCE_DATASET = {"hotpotqa_train": "hotpotqa", "musique_train": "musique", "nq_dev": "nq"}
+#: the sources a warm start draws from by default: the two multi-hop sets, whose passages are in the
+#: mini corpus, so the answerer's gold is often in the observation it is shown. NQ dev is opt-in
+#: (``sources=``): the mini corpus has no NQ passages, and an answerer taught to name a gold that no
+#: passage holds learns to answer from nothing.
+DEFAULT_SOURCES = ("hotpotqa_train", "musique_train")
 # the verifier's, searcher's and answerer's targets: short (every token costs CPU time at eval) and
 # in the protocol's format (workflows/protocol.py: valid(), search_verdict(), the action tags)
 VERIFY_NO = "Nothing has been retrieved yet. <verify>no</verify>"
@@ -145,29 +153,30 @@ def _question_key(question: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def eval_question_keys(data_dir: str) -> tuple[frozenset[str], frozenset[str]]:
-    """(ids, normalised question texts) of every search-suite benchmark file present in `data_dir`:
-    the questions a warm start must never see."""
+def eval_question_keys(data_dir: str) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
+    """({benchmark: ids}, normalised question texts) of every search-suite benchmark file present in
+    `data_dir`: the questions a warm start must never see."""
     from drmas_bench.tasks.registry import benchmarks_of_suite
     from drmas_bench.tasks.registry import _tasks_from_file
 
-    ids: set[str] = set()
+    ids: dict[str, set[str]] = {}
     texts: set[str] = set()
     for b in benchmarks_of_suite("search"):
         for rel in b.files:  # every file of the benchmark (popqa has two), not only the one eval reads
             p = Path(data_dir) / rel
             if p.is_file():
                 tasks = _tasks_from_file(b, p, None)
-                ids.update(t.id for t in tasks)
+                ids.setdefault(b.name, set()).update(t.id for t in tasks)
                 texts.update(_question_key(t.question) for t in tasks)
-    return frozenset(ids), frozenset(texts)
+    return {k: frozenset(v) for k, v in ids.items()}, frozenset(texts)
 
 
 @lru_cache(maxsize=4)
 def search_train_tasks(data_dir: str | None = None) -> tuple:
     """The warm start's question pool (`Task`s, benchmark = the source's key), from the training-side
-    files only, with every question whose id or normalised text occurs in a search-suite benchmark
-    file dropped (NQ repeats a few question texts across its splits)."""
+    files only, with every question dropped whose id occurs in the evaluated split of the same
+    dataset or whose normalised text occurs in any search-suite benchmark file (NQ repeats a few
+    question texts across its splits)."""
     from drmas_bench.tasks.search import normalize_question
     from drmas_bench.types import Task
 
@@ -187,7 +196,8 @@ def search_train_tasks(data_dir: str | None = None) -> tuple:
                 rows.append(Task(str(rec["id"]), "nq_dev", normalize_question(rec["question"]),
                                  [str(a) for a in rec["golden_answers"]]))
     return tuple(t for t in rows if t.answers and t.answers[0].strip()
-                 and t.id not in eval_ids and _question_key(t.question) not in eval_texts)
+                 and t.id not in eval_ids.get(SOURCE_DATASET[t.benchmark], ())
+                 and _question_key(t.question) not in eval_texts)
 
 
 class _ScriptedTeam:
@@ -251,7 +261,7 @@ def _run_apart(coro: Any) -> Any:
 
 def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: str | os.PathLike | None = None,
                         retriever: str | None = None, workflow_options: dict[str, Any] | None = None,
-                        **_: Any) -> list[SFTExample]:
+                        sources: tuple[str, ...] = DEFAULT_SOURCES, **_: Any) -> list[SFTExample]:
     """``n`` examples per agent in ``agents`` (verifier, searcher, answerer) of the ``search_route``
     protocol warm start (issue 21: a 135M model never writes the tags on its own).
 
@@ -264,15 +274,19 @@ def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: s
     and then answers; the format is what is taught, not knowledge (the golds of NQ questions are often
     not in the mini corpus).
 
-    Questions come from `search_train_tasks` only (training-side files, eval overlap removed): each
-    episode picks a source (a third each), then the next question of that source's shuffled pass, by
-    ``random.Random(seed)``; the same seed gives the same examples. The toy
+    Questions come from `search_train_tasks` only (training-side files, eval overlap removed), of
+    ``sources`` (default `DEFAULT_SOURCES`): each episode picks a source (equal shares), then the next
+    question of that source's shuffled pass, by ``random.Random(seed)``; the same seed gives the same
+    examples. The toy
     options the trainer passes to every maker are ignored."""
     unknown = sorted(set(agents) - {"verifier", "searcher", "answerer"})
     if unknown:
         raise ValueError(f"the search_route warm start knows the agents verifier, searcher and answerer, "
                          f"not {', '.join(unknown)}")
-    pool = search_train_tasks(None if data_dir is None else str(data_dir))
+    unknown = sorted(set(sources) - set(SEARCH_TRAIN_SOURCES))
+    if unknown or not sources:
+        raise ValueError(f"search warm-start sources are {', '.join(SEARCH_TRAIN_SOURCES)}, not {', '.join(unknown) or 'none'}")
+    pool = [t for t in search_train_tasks(None if data_dir is None else str(data_dir)) if t.benchmark in sources]
     d = str(_search_data_dir(data_dir))
     ret = _open_search_retriever(retriever, d)
     by_source: dict[str, list[Any]] = {}
@@ -283,7 +297,7 @@ def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: s
     queues: dict[str, list[Any]] = {k: [] for k in sources}
     out: list[SFTExample] = []
     for _ in range(n):
-        src = rng.choice(sources)  # each source a third: NQ alone would outnumber the multi-hop sets 40:1
+        src = rng.choice(sources)  # equal shares: NQ alone would outnumber the multi-hop sets 40:1
         if not queues[src]:
             queues[src] = list(by_source[src])
             rng.shuffle(queues[src])
