@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", help="benchmark data dir with the training-side files (default $DRMAS_DATA_DIR)")
     ap.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="the recipe whose sft: and lora: settings are used")
     ap.add_argument("--out", help="adapter folder (default drmas_bench/models/adapters/smollm2-135m-search)")
-    ap.add_argument("--steps", type=int, help="override sft.steps (optimiser steps per agent)")
+    ap.add_argument("--steps", type=int, help="override sft.steps (optimiser steps per agent without an sft.agent_steps entry)")
     ap.add_argument("--via-trainer", action="store_true", help="train with `drmas-bench train --recipe` instead of peft here")
     args = ap.parse_args(argv)
     if args.via_trainer:
@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     examples = []
+    agent_steps = {a: int((sft.get("agent_steps") or {}).get(a, steps_per_agent)) for a in AGENTS}
     for a in AGENTS:  # as the trainer's warm start: steps x batch examples per agent, each agent its own seed
-        examples += search_sft_examples([a], steps_per_agent * bs, seed=derive_seed(seed, "sft", a), data_dir=data_dir,
+        examples += search_sft_examples([a], agent_steps[a] * bs, seed=derive_seed(seed, "sft", a), data_dir=data_dir,
                                         workflow_options=recipe.get("workflow_options") or {})
     print(f"[warmstart] {len(examples)} examples in {time.perf_counter() - t0:.0f} s", flush=True)
 
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(derive_seed(seed, "sft-order", "shared"))
     order: list[int] = []
     losses: list[float] = []
-    total_steps = steps_per_agent * len(AGENTS)  # one shared adapter: the sum of the agents' steps
+    total_steps = sum(agent_steps.values())  # one shared adapter: the sum of the agents' steps
     model.train()
     t_train = time.perf_counter()
     for step in range(total_steps):
@@ -132,11 +133,13 @@ def main(argv: list[str] | None = None) -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
-    finish(out, {"recipe": Path(args.recipe).stem, "command": "python scripts/make_search_warmstart.py", "path": "peft",
+    finish(out, {"recipe": Path(args.recipe).stem, "command": "python scripts/make_search_warmstart.py --data-dir ../shared/data",
+                 "path": "peft",
                  "seed": seed, "base": recipe.get("model", BASE), "agents": list(AGENTS), "shared_adapter": True,
-                 "examples": len(examples), "steps": total_steps, "batch_size": bs, "lr": lr,
+                 "examples": len(examples), "steps": total_steps, "agent_steps": agent_steps, "batch_size": bs, "lr": lr,
                  "lora": {"rank": cfg.r, "alpha": cfg.lora_alpha, "target_modules": sorted(cfg.target_modules),
-                          "layers": [first, n_layers - 1]}}, losses, time.perf_counter() - t_train)
+                          "layers": [first, n_layers - 1]},
+                 "losses": [round(x, 4) for x in losses]}, losses, time.perf_counter() - t_train)
     return 0
 
 
