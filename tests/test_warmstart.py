@@ -65,13 +65,30 @@ def test_search_examples_speak_the_protocol(examples):
         action = P.project("searcher", ex.target)
         assert P.env_query(action).strip() == _question(ex).rstrip("?").strip()
         assert 'The output of "Verifier Agent": ' in _user(ex) and "<verify>no</verify>" in _user(ex)
+    from drmas_trainer.sft import search_train_tasks
+
+    golds = {t.question: t.answers for t in search_train_tasks(str(DATA))}
     for ex in by_agent["answerer"]:
         assert P.valid("answerer", ex.target) and not P.has_cjk(ex.target)
         # the observation is real BM25 output over the mini corpus, in the env's layout
         assert "Step 1:<search>" in _user(ex) and "<information>" in _user(ex) and '"result": "Doc 1: ' in _user(ex)
-        assert P.last_answer(P.project("answerer", ex.target))
+        assert P.last_answer(P.project("answerer", ex.target)) == golds[_question(ex)][0]
     lengths = [len(e.target) for e in examples]
     assert max(lengths) < 400  # short targets: every token costs time at eval
+
+
+@needs_data
+def test_yes_no_questions_get_their_share():
+    """HotpotQA's yes/no comparisons (9 of its 100 train questions) are drawn at yes_no_share, not at
+    their ~4 % of the pool; yes_no_share=0 leaves them to their natural share."""
+    from drmas_trainer.sft import search_sft_examples
+
+    def share(k: float) -> float:
+        ex = search_sft_examples(["answerer"], 200, seed=0, data_dir=DATA, yes_no_share=k)
+        return sum(P.last_answer(e.target).lower() in ("yes", "no") for e in ex) / len(ex)
+
+    assert 0.12 <= share(0.2) <= 0.3 and share(0.15) > share(0.0)
+    assert 0.0 < share(0.0) <= 0.1
 
 
 @needs_data

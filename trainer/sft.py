@@ -128,7 +128,8 @@ DEFAULT_SOURCES = ("hotpotqa_train", "musique_train")
 VERIFY_NO = "Nothing has been retrieved yet. <verify>no</verify>"
 VERIFY_YES = "The retrieved information is enough. <verify>yes</verify>"
 SEARCH_THINK = "I need to look up the facts of the question."
-ANSWER_THINK = "The information points to the answer."
+ANSWER_THINK = "The passages say the answer is {answer}."  # the packaged prompt's own example's pattern
+YES_NO = ("yes", "no")
 
 
 def _search_data_dir(data_dir: str | os.PathLike | None) -> Path:
@@ -228,7 +229,7 @@ class _ScriptedTeam:
         elif agent == "searcher":
             text = f"<think>{SEARCH_THINK}</think><search>{self.question.rstrip('?').strip()}</search>"
         else:
-            text = f"<think>{ANSWER_THINK}</think><answer>{self.gold}</answer>"
+            text = f"<think>{ANSWER_THINK.format(answer=self.gold)}</think><answer>{self.gold}</answer>"
         return Completion(text)
 
 
@@ -261,7 +262,8 @@ def _run_apart(coro: Any) -> Any:
 
 def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: str | os.PathLike | None = None,
                         retriever: str | None = None, workflow_options: dict[str, Any] | None = None,
-                        sources: tuple[str, ...] = DEFAULT_SOURCES, **_: Any) -> list[SFTExample]:
+                        sources: tuple[str, ...] = DEFAULT_SOURCES, yes_no_share: float = 0.15,
+                        **_: Any) -> list[SFTExample]:
     """``n`` examples per agent in ``agents`` (verifier, searcher, answerer) of the ``search_route``
     protocol warm start (issue 21: a 135M model never writes the tags on its own).
 
@@ -277,7 +279,9 @@ def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: s
     Questions come from `search_train_tasks` only (training-side files, eval overlap removed), of
     ``sources`` (default `DEFAULT_SOURCES`): each episode picks a source (equal shares), then the next
     question of that source's shuffled pass, by ``random.Random(seed)``; the same seed gives the same
-    examples. The toy
+    examples. Questions answered yes / no (HotpotQA's comparisons: 9 of its 100) are a queue of their
+    own, drawn with probability ``yes_no_share``: at their natural share (~4 %) a handful of examples
+    would never teach the answerer that such a question is answered "yes" or "no". The toy
     options the trainer passes to every maker are ignored."""
     unknown = sorted(set(agents) - {"verifier", "searcher", "answerer"})
     if unknown:
@@ -289,15 +293,18 @@ def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: s
     pool = [t for t in search_train_tasks(None if data_dir is None else str(data_dir)) if t.benchmark in sources]
     d = str(_search_data_dir(data_dir))
     ret = _open_search_retriever(retriever, d)
+    apart = yes_no_share > 0  # 0: yes/no questions stay in their sources, at their natural share
     by_source: dict[str, list[Any]] = {}
     for t in pool:
-        by_source.setdefault(t.benchmark, []).append(t)
-    sources = sorted(by_source)
+        yn = apart and t.answers[0].strip().lower() in YES_NO
+        by_source.setdefault("yes/no" if yn else t.benchmark, []).append(t)
+    sources = sorted(k for k in by_source if k != "yes/no")
     rng = random.Random(seed)
-    queues: dict[str, list[Any]] = {k: [] for k in sources}
+    queues: dict[str, list[Any]] = {k: [] for k in by_source}
     out: list[SFTExample] = []
     for _ in range(n):
-        src = rng.choice(sources)  # equal shares: NQ alone would outnumber the multi-hop sets 40:1
+        # equal shares of the sources (NQ alone would outnumber the multi-hop sets 40:1), yes/no apart
+        src = "yes/no" if "yes/no" in by_source and rng.random() < yes_no_share else rng.choice(sources)
         if not queues[src]:
             queues[src] = list(by_source[src])
             rng.shuffle(queues[src])
