@@ -263,7 +263,7 @@ def _run_apart(coro: Any) -> Any:
 def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: str | os.PathLike | None = None,
                         retriever: str | None = None, workflow_options: dict[str, Any] | None = None,
                         sources: tuple[str, ...] = DEFAULT_SOURCES, yes_no_share: float = 0.15,
-                        **_: Any) -> list[SFTExample]:
+                        first_verdict_share: float = 2 / 3, **_: Any) -> list[SFTExample]:
     """``n`` examples per agent in ``agents`` (verifier, searcher, answerer) of the ``search_route``
     protocol warm start (issue 21: a 135M model never writes the tags on its own).
 
@@ -271,7 +271,8 @@ def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: s
     (`search_episode_turns`): the packaged prompts, the real BM25 passages of the mini corpus for the
     observation (``retriever``: a spec, else the default index of ``data_dir``), and a target in the
     protocol's format: the verifier's ``<verify>no</verify>`` before any search and
-    ``<verify>yes</verify>`` after one (half each), the searcher's ``<think>..</think><search>QUESTION</search>``,
+    ``<verify>yes</verify>`` after one (``first_verdict_share`` of them the first), the searcher's
+    ``<think>..</think><search>QUESTION</search>``,
     the answerer's ``<think>..</think><answer>GOLD</answer>``. So the warm-started team searches once
     and then answers; the format is what is taught, not knowledge (the golds of NQ questions are often
     not in the mini corpus).
@@ -310,7 +311,9 @@ def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: s
             rng.shuffle(queues[src])
         turns = search_episode_turns(queues[src].pop(), ret, workflow_options)
         verifier = [t for t in turns if t.agent == "verifier"]
-        pick = {"verifier": verifier[rng.randrange(len(verifier))]}
+        # the step-1 verdict (search first) in 2 of 3 verifier examples: a verifier that answers before
+        # any search ends the episode on nothing; one that asks for a second search only costs a step
+        pick = {"verifier": verifier[0] if rng.random() < first_verdict_share else verifier[-1]}
         pick.update((t.agent, t) for t in turns if t.agent != "verifier")
         for agent in agents:
             t = pick[agent]
