@@ -1,6 +1,6 @@
 """Remake the committed search warm-start adapter of the demo model ``smollm2-135m-search``.
 
-    python scripts/make_search_warmstart.py --data-dir ../shared/data                 # peft, ~20-40 min on 2 CPU cores
+    python scripts/make_search_warmstart.py --data-dir ../shared/data                 # peft, minutes on 2 CPU cores
     python scripts/make_search_warmstart.py --data-dir ../shared/data --via-trainer   # the trainer's warm start
 
 What it does (issue 21, docs/models.md "smollm2-135m-search"): the supervised examples of the
@@ -17,8 +17,8 @@ the end-of-text token, AdamW, gradients clipped at 1, on the tokens of the engin
 
 - default: peft directly, here. Only the target positions go through the output layer, the adapter
   sits on layers ``FIRST_LAYER``..29 only, so the lower layers need no backward pass, and the body
-  runs in bfloat16 autocast: ~5x less CPU time per example than the trainer's warm start, which is
-  what made the committed adapter fit on a shared 2-core machine.
+  runs in bfloat16 autocast: less CPU time per example than the trainer's warm start (not measured
+  side by side here). The committed adapter was made this way (81 s on 2 quiet CPU cores).
 - ``--via-trainer``: ``drmas-bench train --recipe search_warmstart`` (the trainer's ``sft:`` stage with
   ``lora:``, every layer adapted, float32), then the adapter of its ``ckpt/step_0`` is taken (the
   trainer needs one RL step; its ``step_1`` is not used).
