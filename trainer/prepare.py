@@ -70,8 +70,16 @@ def _task_file(p: Path, source: str) -> list[Task]:
 def rollout_retriever(cfg: TrainConfig, wf: WorkflowSpec) -> Any:
     if not wf.needs_retriever:
         return None
-    if not cfg.retriever:
-        raise UserError(f"workflow {wf.name} needs a retriever: set `retriever:` in the recipe (bm25:DIR | dense:DIR | URL)")
+    if not cfg.retriever:  # as eval: the embedded BM25 index of the data dir's mini corpus, else say what to set
+        from drmas_bench.retrievers import default_spec
+        from drmas_bench.tasks.registry import resolve_data_dir
+
+        try:
+            spec = default_spec(resolve_data_dir(cfg.data.data_dir))
+        except UserError:
+            raise UserError(f"workflow {wf.name} needs a retriever: set `retriever:` in the recipe (bm25:DIR | dense:DIR | URL), "
+                            "or data.data_dir / DRMAS_DATA_DIR to a data dir with corpus/mini_corpus.jsonl") from None
+        return open_retriever(spec)
     return open_retriever(cfg.retriever, hint=" (the recipe's `retriever:`; set it with "
                           "--set retriever=bm25:DIR|dense:DIR|http://HOST:PORT)")
 
@@ -153,7 +161,9 @@ async def warm_start(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers
         for a, k in per_agent.items():
             examples += make_examples([a], k * s.batch_size, seed=derive_seed(s.seed, "sft", a),
                                       solver_accuracy=s.solver_accuracy, checker_accuracy=s.checker_accuracy,
-                                      max_operand=s.max_operand, retry_share=s.retry_share)
+                                      max_operand=s.max_operand, retry_share=s.retry_share,
+                                      data_dir=cfg.data.data_dir, retriever=cfg.retriever,  # what search_route's maker reads
+                                      workflow_options=cfg.workflow_options)
         jobs.append(workers[name].sft(examples, steps=steps, lr=s.lr, batch_size=s.batch_size,
                                       seed=derive_seed(s.seed, "sft-order", name)))
     results = await asyncio.gather(*jobs)

@@ -172,7 +172,7 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                 logger.info(f"[train] supervised warm start (sft): {cfg.sft.steps} steps per agent"
                             + (" (" + ", ".join(f"{a}: {k}" for a, k in cfg.sft.agent_steps.items()) + ")"
                                if cfg.sft.agent_steps else "")
-                            + f", batch {cfg.sft.batch_size}, on generated toy examples")
+                            + f", batch {cfg.sft.batch_size}, on generated {cfg.workflow} examples")
                 sft_info = await warm_start(cfg, plan, workers)
                 logger.info(f"[train] warm start done in {time.perf_counter() - t_sft:.0f} s")
                 (run / "sft.json").write_text(json_line(sft_info, indent=1))

