@@ -18,7 +18,7 @@ the end-of-text token, AdamW, gradients clipped at 1, on the tokens of the engin
 - default: peft directly, here. Only the target positions go through the output layer, the adapter
   sits on layers ``FIRST_LAYER``..29 only, so the lower layers need no backward pass, and the body
   runs in bfloat16 autocast: less CPU time per example than the trainer's warm start (not measured
-  side by side here). The committed adapter was made this way (81 s on 2 quiet CPU cores).
+  side by side here). The committed adapter was made this way (173-188 s on 2 quiet CPU cores; bit-identical when remade).
 - ``--via-trainer``: ``drmas-bench train --recipe search_warmstart`` (the trainer's ``sft:`` stage with
   ``lora:``, every layer adapted, float32), then the adapter of its ``ckpt/step_0`` is taken (the
   trainer needs one RL step; its ``step_1`` is not used).
