@@ -4,8 +4,10 @@
 
 Clock fields are the ones a rerun of the same code on the same machine changes: every JSON key
 ending in ``_s`` (latency_s, wall_s, load_s, queue_s, duration_s, ...) or ``_at`` (started_at,
-finished_at), peak memory (``peak_*_bytes``), the run folder's own path, and in summary.md the cells of columns whose header names seconds, and the lines that
-print a duration or a time stamp. Exit status 0 when every pair matches, 1 otherwise (the first
+finished_at), peak memory (``peak_*_bytes``), the run folder's own path, the code's own identity
+(provenance ``git`` and the workflow's ``code_sha256``: that is what a refactor changes), and in
+summary.md the cells of columns whose header names seconds and the lines that print a duration or a
+time stamp. Exit status 0 when every pair matches, 1 otherwise (the first
 differences are printed).
 """
 
@@ -19,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 CLOCK_KEY = re.compile(r"(_s|_at)$|^peak_\w+_bytes$")
+CODE_KEYS = ("git", "code_sha256")  # provenance of the code itself: what a refactor changes
 CLOCK_HEADER = re.compile(r"\(s\)|latency|seconds|wall|/ s\b|per s\b", re.IGNORECASE)
 CLOCK_LINE = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d)?( UTC|Z)?|\b\d+(\.\d+)? ?s\b")
 
 
 def scrub(value: Any) -> Any:
-    """``value`` with every clock key's value replaced by a marker."""
+    """``value`` with every clock key's value, and the code's own identity, replaced by a marker."""
     if isinstance(value, dict):
-        return {k: ("<clock>" if CLOCK_KEY.search(str(k)) else scrub(v)) for k, v in value.items()}
+        return {k: ("<clock>" if CLOCK_KEY.search(str(k)) or k in CODE_KEYS else scrub(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [scrub(v) for v in value]
     return value
