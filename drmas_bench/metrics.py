@@ -433,8 +433,8 @@ ACTORS = ("searcher", "answerer")  # the format rules of agents whose responses 
 
 
 def _workflows() -> dict[str, Any]:
-    # the registry, imported when first asked: the workflow modules import this one for their effects
-    from drmas_bench.workflows import WORKFLOWS
+    # the registry, imported when first asked (importing the package registers the built-ins)
+    from drmas_bench.workflows.base import WORKFLOWS
 
     return WORKFLOWS
 
@@ -454,7 +454,10 @@ def rule_name(rule: Any) -> str | None:
 def workflow_effects(workflow: str | None) -> tuple[str, Any] | None:
     """(key, fn) of the effects block that workflow ``workflow`` declares, None when it has none."""
     spec = _workflows().get(workflow or "")
-    return spec.effects if spec is not None else None
+    if spec is None or spec.effects is None:
+        return None
+    key, fn = spec.effects
+    return key, (globals()[fn] if isinstance(fn, str) else fn)
 
 
 def infer_workflow(records: Iterable[dict[str, Any]]) -> str | None:

@@ -12,12 +12,11 @@ default 8192 tokens cut in the middle).
 from __future__ import annotations
 
 import drmas_bench.workflows.protocol as P
-from drmas_bench.metrics import math_effects
 from drmas_bench.workflows.base import Episode, workflow
 
 
 @workflow("math_refine", agents=("solver", "verifier"), grader="math",
-          rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", math_effects))
+          rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", "math_effects"))
 async def math_refine(ep: Episode, rounds: int = 2, prompts: P.Templates | None = None,
                       protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("math_refine")
