@@ -425,37 +425,52 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
 
 # ------------------------------------------------------------------------------ protocol compliance
 
-# the format rule each agent's responses must pass, per workflow: a protocol role (`protocol.valid`,
-# REFERENCE §2b) for the paper's workflows, the toy's own tags for the toy
-ROLE_RULES: dict[str, dict[str, str]] = {
-    "math_refine": {"solver": "solver", "verifier": "math_verifier"},
-    "search_route": {"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
-    "toy": {"solver": "toy_answer", "checker": "toy_verdict"},
-    "math_single": {"solver": "solver"},
-    "search_single": {"agent": "single_action"},  # workflows/search_single.py: single_valid
-}
 # every reason a response can fail its rule, in the order tables show them
 REASONS = ("missing_verify_tag", "missing_action_tag", "think_count", "think_order", "missing_boxed",
            "unbalanced_boxed", "missing_answer_tag", "missing_verdict_tag", "cjk")
 ACTION_KINDS = ("search", "answer", "empty")
-ACTORS = ("searcher", "answerer")  # search_route's agents whose responses are env actions
+ACTORS = ("searcher", "answerer")  # the format rules of agents whose responses are search env actions
+
+
+def _workflows() -> dict[str, Any]:
+    # the registry, imported when first asked (importing the package registers the built-ins)
+    from drmas_bench.workflows.base import WORKFLOWS
+
+    return WORKFLOWS
+
+
+def role_rules(workflow: str | None) -> dict[str, Any]:
+    """{agent: format rule} that workflow ``workflow`` declares (`WorkflowSpec.rules`); {} for an
+    unknown or unnamed workflow."""
+    spec = _workflows().get(workflow or "")
+    return dict(spec.rules) if spec is not None else {}
+
+
+def rule_name(rule: Any) -> str | None:
+    """How a format rule is shown: its name, or a rule function's own name."""
+    return rule if rule is None or isinstance(rule, str) else getattr(rule, "__name__", repr(rule))
+
+
+def workflow_effects(workflow: str | None) -> tuple[str, Any] | None:
+    """(key, fn) of the effects block that workflow ``workflow`` declares, None when it has none."""
+    spec = _workflows().get(workflow or "")
+    if spec is None or spec.effects is None:
+        return None
+    key, fn = spec.effects
+    return key, (globals()[fn] if isinstance(fn, str) else fn)
 
 
 def infer_workflow(records: Iterable[dict[str, Any]]) -> str | None:
     """The workflow that wrote `records`, from the agents its turns name (samples record no
-    workflow): a searcher or answerer -> search_route, a checker -> toy, a solver -> math_refine;
-    None when no turn names one of them."""
+    workflow): the first registered workflow whose agents include every agent named; None when no
+    turn names an agent or no workflow has them all."""
     agents = {str(t.get("agent")) for r in records for t in r.get("turns", [])}
-    if agents & {"searcher", "answerer"}:
-        return "search_route"
-    if "checker" in agents:
-        return "toy"
-    if "solver" in agents:
-        return "math_refine"
-    return None
+    if not agents:
+        return None
+    return next((name for name, spec in _workflows().items() if agents <= set(spec.agents)), None)
 
 
-def invalid_reasons(rule: str, text: str) -> list[str]:
+def invalid_reasons(rule: Any, text: str) -> list[str]:
     """Every reason `text` fails format rule `rule` (empty: it passes), so that
     ``not invalid_reasons(role, t) == protocol.valid(role, t)`` for the five protocol roles:
 
@@ -470,9 +485,12 @@ def invalid_reasons(rule: str, text: str) -> list[str]:
     - single_action (search_single's agent): missing_action_tag (no complete search or answer pair),
       think_count, think_order, cjk, so that ``not invalid_reasons(...) == search_single.single_valid``.
 
-    cjk = a character in U+4E00..U+9FFF (`protocol.has_cjk`)."""
+    cjk = a character in U+4E00..U+9FFF (`protocol.has_cjk`). A rule function (a workflow's own,
+    `WorkflowSpec.rules`) gives its reasons itself."""
     from drmas_bench.workflows import protocol as P
 
+    if callable(rule):
+        return list(rule(text))
     out: list[str] = []
     if rule in ("search_verifier", "math_verifier"):
         if P.VERIFY_OPEN not in text or P.VERIFY_CLOSE not in text:
@@ -560,7 +578,7 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
 
     workflow: the workflow that wrote the records (None: `infer_workflow`). Per agent (``agents``):
 
-    - rule (`ROLE_RULES`); calls; valid = turns recorded valid (``Turn.valid``, what the run
+    - rule (the workflow's `WorkflowSpec.rules`); calls; valid = turns recorded valid (``Turn.valid``, what the run
       applied); valid_rate = valid / calls;
     - invalid_reasons {reason: turns}: `invalid_reasons` of each response under the agent's rule,
       every failing reason counted (a turn can have several; recomputed from the text with the
@@ -569,7 +587,7 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
       other rules, or by hand; None for an agent without a rule);
     - length_cut = turns whose generation stopped at max_new_tokens (``finish == "length"``);
       empty_responses = turns whose text is blank;
-    - search_route's searcher / answerer: actions {search, answer, empty} = `action_kind` of each
+    - agents whose rule is a search action (searcher / answerer): actions {search, answer, empty} = `action_kind` of each
       response (how the env reads it as an action); answer_tag_rate = answer / calls;
     - verifiers: verdicts {verdict: turns} (`protocol.search_verdict`, `protocol.math_verdict`).
 
@@ -588,7 +606,7 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
 
     recs = [_as_dict(r) for r in records]
     wf = workflow or infer_workflow(recs)
-    rules = ROLE_RULES.get(wf or "", {})
+    rules = role_rules(wf)
     acc: dict[str, dict[str, Any]] = {}
 
     def slot(name: str) -> dict[str, Any]:
@@ -607,7 +625,7 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
                 why = invalid_reasons(rules[name], text)
                 a["reasons"].update(why)
                 a["by_rules"] += not why
-            if wf == "search_route" and name in ACTORS:
+            if rules.get(name) in ACTORS:
                 a["actions"][action_kind(name, text)] += 1
             if rules.get(name) == "search_verifier":
                 a["verdicts"][P.search_verdict(text)] += 1
@@ -616,28 +634,30 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
     agents: dict[str, dict[str, Any]] = {}
     for name, a in sorted(acc.items()):
         out: dict[str, Any] = {
-            "rule": rules.get(name), "calls": a["calls"], "valid": a["valid"],
+            "rule": rule_name(rules.get(name)), "calls": a["calls"], "valid": a["valid"],
             "valid_rate": a["valid"] / a["calls"] if a["calls"] else None,
-            "invalid_reasons": {k: a["reasons"][k] for k in REASONS if a["reasons"][k]},
+            "invalid_reasons": {k: a["reasons"][k] for k in (*REASONS, *sorted(set(a["reasons"]) - set(REASONS)))
+                                if a["reasons"][k]},
             "valid_by_rules": a["by_rules"] if name in rules else None,
             "valid_by_rules_rate": a["by_rules"] / a["calls"] if name in rules and a["calls"] else None,
             "length_cut": a["length_cut"], "empty_responses": a["empty_responses"],
         }
-        if wf == "search_route" and name in ACTORS:
+        if rules.get(name) in ACTORS:
             out["actions"] = {k: a["actions"][k] for k in ACTION_KINDS}
             out["answer_tag_rate"] = a["actions"]["answer"] / a["calls"] if a["calls"] else None
         if a["verdicts"]:
             out["verdicts"] = dict(sorted(a["verdicts"].items()))
         agents[name] = out
-    return {"workflow": wf, "agents": agents, "episodes": _episode_compliance(recs, wf)}
+    return {"workflow": wf, "agents": agents, "episodes": _episode_compliance(recs, rules)}
 
 
-def _episode_compliance(recs: list[dict[str, Any]], wf: str | None) -> dict[str, Any]:
-    """The per-episode half of `compliance` (see its docstring)."""
+def _episode_compliance(recs: list[dict[str, Any]], rules: dict[str, Any]) -> dict[str, Any]:
+    """The per-episode half of `compliance` (see its docstring): env steps when an agent's rule is a
+    search action, rounds when one is the math verifier's."""
     from drmas_bench.workflows import protocol as P
 
     out: dict[str, Any] = {"episodes": len(recs)}
-    if wf == "search_route":
+    if any(rule in ACTORS for rule in rules.values()):
         steps, searches, empty, answered = [], [], [], []
         for r in recs:
             kinds = _search_steps(r)
@@ -652,7 +672,7 @@ def _episode_compliance(recs: list[dict[str, Any]], wf: str | None) -> dict[str,
                    empty_steps_per_episode=_mean(empty), answer_tag_rate=rate,
                    no_answer_rate=None if rate is None else 1.0 - rate,
                    searches_distribution={str(k): v for k, v in sorted(Counter(searches).items())})
-    elif wf == "math_refine":
+    elif "math_verifier" in rules.values():
         rounds = [sum(t.get("agent") == "solver" for t in r.get("turns", [])) for r in recs]
         verdicts = [P.math_verdict(_text(t)) for r in recs for t in r.get("turns", []) if t.get("agent") == "verifier"]
         out.update(rounds_per_episode=_mean(rounds),
@@ -800,7 +820,7 @@ def search_effects(records: Iterable[Any]) -> dict[str, Any]:
             at_answer.append((ev, record_correct(r)))
     with_ev = [ok for ev, ok in at_answer if ev]
     without = [ok for ev, ok in at_answer if not ev]
-    ep = _episode_compliance(recs, "search_route")
+    ep = _episode_compliance(recs, {"searcher": "searcher", "answerer": "answerer"})
     return {
         "episodes": len(recs), "env_recorded": len(anywhere), "answerer_episodes": len(at_answer),
         "evidence_recall": _rate(len(with_ev), len(at_answer)),
@@ -812,14 +832,12 @@ def search_effects(records: Iterable[Any]) -> dict[str, Any]:
     }
 
 
-SUITE_EFFECTS = {"math_refine": ("math", math_effects), "search_route": ("search", search_effects)}
-
-
 def effects(records: Iterable[Any], workflow: str | None = None,
             agents: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """What each agent contributes, from the recorded turns: {"workflow", "agents": {agent: figures},
-    and for the paper's workflows "math" (`math_effects`) or "search" (`search_effects`) over every
-    record, "benchmarks": {benchmark: {"math" | "search": the same block over its records}}}.
+    and for a workflow that declares effects (`WorkflowSpec.effects`: math_refine's "math",
+    `math_effects`; search_route's "search", `search_effects`) that block over every record,
+    "benchmarks": {benchmark: {key: the same block over its records}}}.
 
     agents: the per-agent figures `summarize` computed (`_agents` over every record; computed here
     when None): calls, calls_per_question, latency_s {p50, p95} of the calls' ``latency_s``, prompt /
@@ -832,8 +850,9 @@ def effects(records: Iterable[Any], workflow: str | None = None,
         agents = _agents(recs, None, len(questions(recs)))
     out: dict[str, Any] = {"workflow": wf,
                            "agents": {name: {k: a[k] for k in AGENT_EFFECT_KEYS if k in a} for name, a in agents.items()}}
-    if wf in SUITE_EFFECTS:
-        key, fn = SUITE_EFFECTS[wf]
+    declared = workflow_effects(wf)
+    if declared is not None:
+        key, fn = declared
         out[key] = fn(recs)
         by_bench: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in recs:

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from drmas_bench.metrics import REASONS, ROLE_RULES, action_kind, compliance, infer_workflow, invalid_reasons, summarize
+from drmas_bench.metrics import REASONS, action_kind, compliance, infer_workflow, invalid_reasons, role_rules, summarize
 from drmas_bench.report.markdown import format_summary_markdown
 from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import protocol as P
@@ -90,7 +90,7 @@ def plain_search_route(recs: list[dict]) -> dict:
             a["calls"] += 1
             a["valid"] += t["valid"]
             a["cut"] += t["completion"]["finish"] == "length"
-            a["reasons"].update(plain_reasons(ROLE_RULES["search_route"][name], text))
+            a["reasons"].update(plain_reasons(role_rules("search_route")[name], text))
             if name == "verifier":
                 t_now += 1
                 continue
@@ -198,7 +198,7 @@ def test_search_compliance_matches_the_plain_implementation(seed):
 def test_recorded_validity_is_the_plain_rule(seed):
     for r in random_search_run(50 + seed, episodes=10):
         for t in r["turns"]:
-            assert t["valid"] == (not plain_reasons(ROLE_RULES["search_route"][t["agent"]], t["completion"]["text"]))
+            assert t["valid"] == (not plain_reasons(role_rules("search_route")[t["agent"]], t["completion"]["text"]))
 
 
 def test_verdicts_follow_the_router():

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from drmas_bench.metrics import (MACRO, MICRO, SUITE_EFFECTS, Question, avg_values, bootstrap_mean_ci, pass_values,
+from drmas_bench.metrics import (MACRO, MICRO, Question, avg_values, bootstrap_mean_ci, pass_values, workflow_effects,
                                  questions, seed_for)
 from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
 from drmas_bench.types import UserError
@@ -135,9 +135,10 @@ def effect_label(records: list[dict[str, Any]], workflow: str) -> str:
     (`metrics.math_effects` / `metrics.search_effects`; "–" for other workflows): math, how often
     the verifier sent the solver to round 2 and the round-1 -> final flips; search, evidence recall
     and accuracy with / without evidence."""
-    if workflow not in SUITE_EFFECTS:
+    declared = workflow_effects(workflow)
+    if declared is None:
         return "–"
-    key, fn = SUITE_EFFECTS[workflow]
+    key, fn = declared
     e = fn(records)
 
     def pct(x: float | None) -> str:

@@ -51,7 +51,7 @@ def _short(s: Any, n: int = SHORT) -> str:
 
 def parsed(rule: str | None, text: str) -> tuple[str | None, str | None]:
     """(parsed action, verdict) of one response under its agent's format rule
-    (`metrics.ROLE_RULES`), both from the protocol's own functions; None where the rule has none."""
+    (the workflow's `WorkflowSpec.rules`), both from the protocol's own functions; None where the rule has none."""
     from drmas_bench.workflows import protocol as P
 
     if rule in P.ROLES:
@@ -89,7 +89,7 @@ def turns_view(rec: dict[str, Any], workflow: str | None) -> list[dict[str, Any]
     """Each turn as the page shows it. In search_route each env step opens with a verifier turn;
     the step's env record (action, query, observation, done, reward) goes on the step's last turn
     (the searcher's or answerer's, or the verifier's when nobody acted)."""
-    rules = metrics.ROLE_RULES.get(workflow or "", {})
+    rules = metrics.role_rules(workflow)
     steps = _env_steps(rec) if workflow == "search_route" else None
     out: list[dict[str, Any]] = []
     step_no = 0
@@ -163,7 +163,7 @@ def _order(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def run_data(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
     """(the index entry of one run, its compressed detail chunks)."""
     recs = _order(run.records)
-    wf = run.workflow if run.workflow in metrics.ROLE_RULES else metrics.infer_workflow(recs)
+    wf = run.workflow if metrics.role_rules(run.workflow) else metrics.infer_workflow(recs)
     summ = summary if summary is not None else metrics.summarize(recs, workflow=wf)
     chunks = [_packed([trajectory_detail(r, wf) for r in recs[i:i + CHUNK]]) for i in range(0, len(recs), CHUNK)]
     entry = {"name": run.name, "path": run.path.name, "workflow": wf, "suite": run.suite, "model": run.model_label,

@@ -35,26 +35,41 @@ class AgentBackend(Protocol):
     async def generate(self, agent: str, request: Request) -> Completion: ...
 
 
+# A format rule: a rule name that `metrics.invalid_reasons` knows (the protocol's roles, the toy's
+# tags), or a function from a response's text to every reason it fails (empty: it passes).
+Rule = str | Callable[[str], list[str]]
+# A workflow's effects: (the summary block's key, a function over its records returning the block,
+# or the name of such a function in `drmas_bench.metrics`, which this layer does not import).
+Effects = tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]] | str]
+
+
 @dataclass
 class WorkflowSpec:
     name: str
     fn: Callable[..., Awaitable[None]]
     agents: tuple[str, ...]  # logical agents, in the order they first speak
-    grader: str  # "math" | "qa" | "toy"
+    grader: str  # the grading family: "math" | "qa" | "toy"
     needs_retriever: bool = False
     defaults: dict[str, Any] = field(default_factory=dict)  # keyword options and their defaults
+    rules: dict[str, Rule] = field(default_factory=dict)  # agent -> the format rule its responses must pass
+    effects: Effects | None = None
 
 
 WORKFLOWS: dict[str, WorkflowSpec] = {}
 
 
-def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False):
+def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False,
+             rules: dict[str, Rule] | None = None, effects: Effects | None = None):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
         agents: the logical agents, in the order they first speak.
-        grader: "math" | "qa" | "toy".
+        grader: the grading family, "math" | "qa" | "toy".
         needs_retriever: the workflow searches (the runner loads a retriever).
+        rules: {agent: format rule} that compliance checks each agent's responses against (a rule
+            name of `metrics.invalid_reasons`, or a function text -> reasons it fails).
+        effects: (key, fn): ``fn(records)`` returns the workflow's block of the summary's effects,
+            stored under ``key`` for the whole run and per benchmark.
 
     The workflow's options and their defaults are read from ``fn``'s keyword parameters (those
     after the episode, each with a default), so they are written once, in the signature."""
@@ -62,7 +77,8 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
     def deco(fn):
         if name in WORKFLOWS:
             raise ValueError(f"workflow {name!r} registered twice")
-        WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, signature_defaults(fn))
+        WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, signature_defaults(fn),
+                                       dict(rules or {}), effects)
         return fn
 
     return deco

@@ -15,7 +15,8 @@ import drmas_bench.workflows.protocol as P
 from drmas_bench.workflows.base import Episode, workflow
 
 
-@workflow("math_refine", agents=("solver", "verifier"), grader="math")
+@workflow("math_refine", agents=("solver", "verifier"), grader="math",
+          rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", "math_effects"))
 async def math_refine(ep: Episode, rounds: int = 2, prompts: P.Templates | None = None,
                       protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("math_refine")

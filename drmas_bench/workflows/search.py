@@ -29,7 +29,9 @@ import drmas_bench.workflows.protocol as P
 from drmas_bench.workflows.base import Episode, workflow
 
 
-@workflow("search_route", agents=("verifier", "searcher", "answerer"), grader="qa", needs_retriever=True)
+@workflow("search_route", agents=("verifier", "searcher", "answerer"), grader="qa", needs_retriever=True,
+          rules={"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
+          effects=("search", "search_effects"))
 async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
                        protocol: P.ProtocolOptions | None = None, last_step: str = "end") -> None:
     if last_step not in ("end", "answer"):

@@ -64,7 +64,7 @@ def single_valid(text: str) -> bool:
             and text.find(P.THINK_OPEN) < text.find(P.THINK_CLOSE))
 
 
-@workflow("search_single", agents=("agent",), grader="qa", needs_retriever=True)
+@workflow("search_single", agents=("agent",), grader="qa", needs_retriever=True, rules={"agent": "single_action"})
 async def search_single(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
                         protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("search_single")

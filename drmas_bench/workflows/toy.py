@@ -35,7 +35,7 @@ def checker_prompt(question: str, proposed: str) -> list[dict[str, str]]:
     return chat(CHECKER_SYSTEM, f"{question}\nProposed answer: {proposed}")
 
 
-@workflow("toy", agents=("solver", "checker"), grader="toy")
+@workflow("toy", agents=("solver", "checker"), grader="toy", rules={"solver": "toy_answer", "checker": "toy_verdict"})
 async def toy(ep: Episode, rounds: int = 2) -> None:
     previous = None
     for r in range(rounds):

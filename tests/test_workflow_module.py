@@ -1,0 +1,109 @@
+"""A workflow is one module: one defined here, with its format rules and its effects, gets compliance,
+effects and the viewer's per-turn reasons from the harness with no edit anywhere else."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from drmas_bench import metrics
+from drmas_bench.report.view import turns_view
+from drmas_bench.types import Completion, Sampling, Task
+from drmas_bench.workflows import WORKFLOWS, get_workflow
+from drmas_bench.workflows.base import Episode, workflow
+
+
+def shout_rule(text: str) -> list[str]:
+    """The caller's rule: a response must be upper case and end with '!'."""
+    out = []
+    if text != text.upper():
+        out.append("not_upper")
+    if not text.endswith("!"):
+        out.append("no_bang")
+    return out
+
+
+def echo_effects(records: list[dict]) -> dict:
+    """How often the echoer repeated the caller's last word."""
+    hits = 0
+    for r in records:
+        said = [t["completion"]["text"] for t in r["turns"]]
+        hits += len(said) == 2 and said[1].lower().startswith(said[0].rstrip("!").split()[-1].lower())
+    return {"episodes": len(records), "echo_rate": hits / len(records) if records else None}
+
+
+@pytest.fixture(scope="module")
+def shout_echo():
+    @workflow("test_shout_echo", agents=("caller", "echoer"), grader="toy",
+              rules={"caller": shout_rule}, effects=("echo", echo_effects))
+    async def shout_echo(ep: Episode) -> None:
+        first = await ep.caller([{"role": "user", "content": ep.task.question}])
+        first.valid = not shout_rule(first.completion.text)
+        second = await ep.echoer([{"role": "user", "content": first.completion.text}])
+        ep.final_answer = second.completion.text
+
+    yield get_workflow("test_shout_echo")
+    del WORKFLOWS["test_shout_echo"]
+
+
+class FakeBackend:
+    """A fake: each agent answers from its own list of texts, chosen at random."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def worker_group(self, agent: str) -> str:
+        return "shared"
+
+    def sampling(self, agent: str) -> Sampling:
+        return Sampling(max_new_tokens=8)
+
+    async def generate(self, agent: str, request) -> Completion:
+        texts = {"caller": ["HELLO THERE!", "hello there!", "HELLO THERE", "quiet"],
+                 "echoer": ["there", "nope", "THERE again"]}[agent]
+        return Completion(self.rng.choice(texts), prompt_tokens=3, completion_tokens=2, latency_s=0.1, finish="stop")
+
+
+def run_episodes(spec, n: int, seed: int) -> list[dict]:
+    backend = FakeBackend(seed)
+
+    async def one(i: int) -> dict:
+        ep = Episode(Task(id=str(i), benchmark="toy", question="say hi", answers=["hi"]), 0, backend, spec.agents)
+        await spec.fn(ep)
+        return ep.finish().to_dict()
+
+    async def all_() -> list[dict]:
+        return [await one(i) for i in range(n)]
+
+    return asyncio.run(all_())
+
+
+def test_a_workflow_defined_here_gets_compliance_effects_and_viewer_reasons(shout_echo):
+    recs = run_episodes(shout_echo, 40, seed=3)
+    texts = [r["turns"][0]["completion"]["text"] for r in recs]
+    comp = metrics.compliance(recs, workflow="test_shout_echo")
+    caller = comp["agents"]["caller"]
+    assert caller["rule"] == "shout_rule"
+    assert caller["calls"] == 40
+    assert caller["valid_by_rules"] == sum(not shout_rule(t) for t in texts)
+    assert caller["valid"] == caller["valid_by_rules"]
+    assert caller["invalid_reasons"] == {k: v for k in ("not_upper", "no_bang")
+                                         if (v := sum(k in shout_rule(t) for t in texts))}
+    assert comp["agents"]["echoer"]["rule"] is None and comp["agents"]["echoer"]["valid_by_rules"] is None
+
+    eff = metrics.effects(recs, workflow="test_shout_echo")
+    assert eff["echo"] == echo_effects(recs)
+    assert eff["benchmarks"] == {"toy": {"echo": echo_effects(recs)}}
+    assert set(eff["agents"]) == {"caller", "echoer"}
+
+    view = turns_view(recs[0], "test_shout_echo")
+    assert view[0]["reasons"] == shout_rule(texts[0])
+    assert view[1]["reasons"] == []
+
+
+def test_records_name_the_workflow_they_came_from(shout_echo):
+    recs = run_episodes(shout_echo, 3, seed=0)
+    assert metrics.infer_workflow(recs) == "test_shout_echo"
+    assert metrics.compliance(recs)["workflow"] == "test_shout_echo"
