@@ -80,6 +80,7 @@ def _vector_rules() -> dict[str, int]:
 
 
 def pytest_terminal_summary(terminalreporter):
+    _report_time_limit(terminalreporter)
     if PARITY:
         terminalreporter.section("parity with the reference's own outputs (cases agreeing / cases)")
         for rule in sorted(PARITY):
@@ -89,7 +90,11 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_sessionfinish(session, exitstatus):
     """A whole-suite run (no paths, -k or -m) must have checked every rule of the folder: a family
-    that no test reads any more fails the session instead of passing unseen."""
+    that no test reads any more fails the session instead of passing unseen. Under
+    DRMAS_TEST_LIMIT_S a test over the limit fails the session too."""
+    limit = _time_limit_s()
+    if limit is not None and _over_limit(limit) and session.exitstatus == 0:
+        session.exitstatus = 1
     opt = session.config.option
     if session.config.args != [str(REPO / "tests")] and session.config.args not in ([], ["tests"]):
         return
@@ -117,6 +122,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    _deselect_slow(config, items)
     try:
         import torch
 
@@ -138,3 +144,86 @@ def _cli_logging():
     from drmas_bench import log
 
     log.setup()
+
+
+# --- the two tiers and the fast tier's time limit ---------------------------------------------------
+#
+# `python -m pytest -q` is the fast tier: tests marked `slow` are deselected unless the run names a
+# marker expression (`-m slow`: the end-to-end tier; `-m "slow or not slow"`: everything) or picks
+# tests by node id (`pytest tests/test_x.py::test_y` runs that test whatever its mark).
+#
+# DRMAS_TEST_LIMIT_S=10 (what .ci/run sets for the fast tier) fails the session when a test's wall
+# time is over the limit, naming each one. A test's time is its call phase plus its setup phase less
+# the session-scoped fixtures set up for it (those are built once for many tests; they are listed
+# separately with their seconds so their cost stays visible).
+
+import time as _time
+
+_SESSION_FIXTURE_S: dict[str, float] = {}  # session-scoped fixture -> seconds of its one set-up
+_ITEM_SHARED_S: dict[str, float] = {}  # nodeid -> seconds of session fixtures set up in its setup
+_ITEM_S: dict[str, float] = {}  # nodeid -> setup (less session fixtures) + call seconds
+_CURRENT: list[str] = []  # nodeid of the test being set up
+
+
+def _time_limit_s() -> float | None:
+    v = os.environ.get("DRMAS_TEST_LIMIT_S", "").strip()
+    return float(v) if v else None
+
+
+def _picks_by_node_id(config) -> bool:
+    return any("::" in str(a) for a in config.args)
+
+
+def _deselect_slow(config, items) -> None:
+    if getattr(config.option, "markexpr", "") or _picks_by_node_id(config):
+        return
+    keep, slow = [], []
+    for item in items:
+        (slow if "slow" in item.keywords else keep).append(item)
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = keep
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    _CURRENT[:] = [item.nodeid]
+    yield
+    _CURRENT.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    t0 = _time.perf_counter()
+    yield
+    if fixturedef.scope == "session" and _CURRENT:
+        dt = _time.perf_counter() - t0
+        _SESSION_FIXTURE_S[fixturedef.argname] = _SESSION_FIXTURE_S.get(fixturedef.argname, 0.0) + dt
+        _ITEM_SHARED_S[_CURRENT[0]] = _ITEM_SHARED_S.get(_CURRENT[0], 0.0) + dt
+
+
+def pytest_runtest_logreport(report):
+    if report.when in ("setup", "call"):
+        d = report.duration - (_ITEM_SHARED_S.get(report.nodeid, 0.0) if report.when == "setup" else 0.0)
+        _ITEM_S[report.nodeid] = _ITEM_S.get(report.nodeid, 0.0) + max(d, 0.0)
+
+
+def _over_limit(limit: float) -> list[tuple[str, float]]:
+    return sorted(((n, s) for n, s in _ITEM_S.items() if s > limit), key=lambda x: -x[1])
+
+
+def _report_time_limit(terminalreporter) -> None:
+    limit = _time_limit_s()
+    if limit is None:
+        return
+    over = _over_limit(limit)
+    terminalreporter.section(f"fast-tier time limit: {limit:g} s per test (DRMAS_TEST_LIMIT_S)")
+    for name, s in sorted(_SESSION_FIXTURE_S.items(), key=lambda x: -x[1]):
+        terminalreporter.write_line(f"session fixture {name}: {s:.1f} s (once)")
+    for nodeid, s in over:
+        terminalreporter.write_line(f"OVER {s:6.1f} s  {nodeid}", red=True)
+    if over:
+        terminalreporter.write_line(f"{len(over)} test(s) over {limit:g} s: the session fails (mark them slow "
+                                    "or make them cheaper)", red=True)
+    else:
+        terminalreporter.write_line(f"every test took at most {limit:g} s", green=True)
