@@ -117,6 +117,7 @@ def data_dir() -> Path:
 
 
 def pytest_configure(config):
+    config.pluginmanager.register(_TestTimer(), "drmas-test-timer")
     config.addinivalue_line("markers", "gpu_smoke: a scripts/gpu_smoke.sh step; also runs on CPU at tiny sizes "
                                        "when GPU_SMOKE_CPU=1 (the dry run)")
 
@@ -185,27 +186,29 @@ def _deselect_slow(config, items) -> None:
         items[:] = keep
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item):
-    _CURRENT[:] = [item.nodeid]
-    yield
-    _CURRENT.clear()
+class _TestTimer:
+    """Registered as a plugin (pytest_configure), not as conftest hooks: a session-scoped fixture is
+    set up through the session node's hooks, which a conftest below the rootdir does not receive."""
 
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item):
+        _CURRENT[:] = [item.nodeid]
+        yield
+        _CURRENT.clear()
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef, request):
-    t0 = _time.perf_counter()
-    yield
-    if fixturedef.scope == "session" and _CURRENT:
-        dt = _time.perf_counter() - t0
-        _SESSION_FIXTURE_S[fixturedef.argname] = _SESSION_FIXTURE_S.get(fixturedef.argname, 0.0) + dt
-        _ITEM_SHARED_S[_CURRENT[0]] = _ITEM_SHARED_S.get(_CURRENT[0], 0.0) + dt
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        t0 = _time.perf_counter()
+        yield
+        if fixturedef.scope == "session" and _CURRENT:
+            dt = _time.perf_counter() - t0
+            _SESSION_FIXTURE_S[fixturedef.argname] = _SESSION_FIXTURE_S.get(fixturedef.argname, 0.0) + dt
+            _ITEM_SHARED_S[_CURRENT[0]] = _ITEM_SHARED_S.get(_CURRENT[0], 0.0) + dt
 
-
-def pytest_runtest_logreport(report):
-    if report.when in ("setup", "call"):
-        d = report.duration - (_ITEM_SHARED_S.get(report.nodeid, 0.0) if report.when == "setup" else 0.0)
-        _ITEM_S[report.nodeid] = _ITEM_S.get(report.nodeid, 0.0) + max(d, 0.0)
+    def pytest_runtest_logreport(self, report):
+        if report.when in ("setup", "call"):
+            d = report.duration - (_ITEM_SHARED_S.get(report.nodeid, 0.0) if report.when == "setup" else 0.0)
+            _ITEM_S[report.nodeid] = _ITEM_S.get(report.nodeid, 0.0) + max(d, 0.0)
 
 
 def _over_limit(limit: float) -> list[tuple[str, float]]:

@@ -44,6 +44,7 @@ def requests(g: str) -> list[Request]:
             for i in range(3)]
 
 
+@pytest.mark.slow  # a Ray cluster with three hf engine actors: the end-to-end tier
 def test_placement_group_third_actor_waits_for_a_free_gpu(ray_session):
     """The mechanism RayPool relies on, with trivial actors: inside the pool's placement group over
     two GPUs, a third num_gpus=1 actor does not start until one of the first two is gone."""
@@ -76,6 +77,7 @@ def test_placement_group_third_actor_waits_for_a_free_gpu(ray_session):
     asyncio.run(main())
 
 
+@pytest.mark.slow  # a Ray cluster with three hf engine actors: the end-to-end tier
 def test_three_worker_groups_on_two_gpus(ray_session):
     """Three worker groups, two GPUs: two actors start, the third waits (the pool's policy says Wait:
     both GPUs are held by serving groups), then runs on the GPU the least recently used group
@@ -120,6 +122,7 @@ def test_three_worker_groups_on_two_gpus(ray_session):
     assert st["peak_rss_bytes"] > 0 and st["requests"] == 12
 
 
+@pytest.mark.slow  # a Ray cluster with three hf engine actors: the end-to-end tier
 def test_actor_errors_and_placement_limits(ray_session):
     from drmas_bench.pool.ray_pool import RayPool
 
