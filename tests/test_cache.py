@@ -379,6 +379,7 @@ CONCURRENT_EVAL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # two eval processes at once plus two more evals: the end-to-end tier
 def test_two_concurrent_evals_sharing_one_cache_stay_correct(tmp_path):
     script = tmp_path / "ev.py"
     script.write_text(CONCURRENT_EVAL)

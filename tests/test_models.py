@@ -81,8 +81,7 @@ def test_tiny_random_is_deterministic_across_processes(tiny_dir, tmp_path):
     c = file_hashes(seeded)
     assert c["model.safetensors"] != a["model.safetensors"]
     assert c["tokenizer.json"] == a["tokenizer.json"]  # the tokenizer does not depend on the seed
-    M.build_tiny_random(tmp_path / "seed1-again", seed=1, log=lambda m: None)
-    assert file_hashes(tmp_path / "seed1-again") == c
+    # (same seed -> same bytes is the cross-process comparison above: a third build adds nothing)
 
 
 def test_tiny_random_loads_chats_and_generates(tiny_dir, monkeypatch):

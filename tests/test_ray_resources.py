@@ -72,6 +72,7 @@ def test_unplaceable_actor_times_out_with_one_line(one_gpu):
         ray.kill(holder)
 
 
+@pytest.mark.slow  # Ray actors failing in a real cluster: the end-to-end tier
 def test_actor_failures_are_one_line_and_reach_the_driver_log(one_gpu, capfd):
     from drmas_trainer.config import AgentConfig
     from drmas_trainer.ray_workers import RayWorkerHandle
