@@ -156,7 +156,8 @@ def _cli_logging():
 # DRMAS_TEST_LIMIT_S=10 (what .ci/run sets for the fast tier) fails the session when a test's wall
 # time is over the limit, naming each one. A test's time is its call phase plus its setup phase less
 # the session-scoped fixtures set up for it (those are built once for many tests; they are listed
-# separately with their seconds so their cost stays visible).
+# separately with their seconds so their cost stays visible). DRMAS_TEST_TIMES=FILE appends each
+# test's seconds and node id to FILE as it finishes.
 
 import time as _time
 
@@ -209,6 +210,10 @@ class _TestTimer:
         if report.when in ("setup", "call"):
             d = report.duration - (_ITEM_SHARED_S.get(report.nodeid, 0.0) if report.when == "setup" else 0.0)
             _ITEM_S[report.nodeid] = _ITEM_S.get(report.nodeid, 0.0) + max(d, 0.0)
+        if report.when == "teardown" and os.environ.get("DRMAS_TEST_TIMES"):
+            # one line per finished test, written as it finishes (readable while a long run goes on)
+            with open(os.environ["DRMAS_TEST_TIMES"], "a", encoding="utf-8") as f:
+                f.write(f"{_ITEM_S.get(report.nodeid, 0.0):8.2f} {report.nodeid}\n")
 
 
 def _over_limit(limit: float) -> list[tuple[str, float]]:
