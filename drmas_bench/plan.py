@@ -209,6 +209,11 @@ def resolve(cfg: EvalConfig) -> Resolved:
         model, step_url = local_copy(cfg.model, on_nodes=cfg.pool == "ray")
         cfg = replace(cfg, model=model)
     if cfg.model and Path(cfg.model).is_dir():
+        from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
+
+        if is_reference_checkpoint(cfg.model):  # the reference trainer's: merged into a team folder (cached)
+            folder, ref = team_folder(cfg.model, workflow=cfg.workflow, suite=cfg.suite, show_progress=cfg.progress)
+            cfg = replace(cfg, model=str(folder), suite=cfg.suite or (None if cfg.benchmarks else ref.suite))
         refuse_incomplete(cfg.model)  # before its team.yaml is read
     benches = select_benchmarks(cfg.suite, cfg.benchmarks)
     suites = {b.suite for b in benches}
