@@ -347,3 +347,4 @@ def test_eval_of_a_lora_checkpoint_equals_base_plus_adapter(sharded, tmp_path, c
             "agents": {"solver": "s", "verifier": "v"}}
     (tmp_path / "lora-team.yaml").write_text(yaml.safe_dump(team))
     assert got == _eval(tmp_path, "orig", "--team", str(tmp_path / "lora-team.yaml"), "--suite", "math")
+    assert got != _eval(tmp_path, "bases", "--model", str(sharded / "math_split"))  # same bases, no adapters
