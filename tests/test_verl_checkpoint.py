@@ -348,3 +348,53 @@ def test_eval_of_a_lora_checkpoint_equals_base_plus_adapter(sharded, tmp_path, c
     (tmp_path / "lora-team.yaml").write_text(yaml.safe_dump(team))
     assert got == _eval(tmp_path, "orig", "--team", str(tmp_path / "lora-team.yaml"), "--suite", "math")
     assert got != _eval(tmp_path, "bases", "--model", str(sharded / "math_split"))  # same bases, no adapters
+
+
+# ------------------------------------------------------------------------------ models export
+
+
+def _same_tree(a: Path, b: Path, skip=()) -> None:
+    fa = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file() and p.name not in skip)
+    fb = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert fa == fb
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in fa)
+
+
+def test_export_of_a_reference_checkpoint_round_trips(tmp_path, cache, capsys):
+    root = _plain_checkpoint(tmp_path / "ck", {"tiny_Solver Agent": 1, "tiny_Verifier Agent": 2})
+    assert main(["models", "export", str(root), "--out", str(tmp_path / "exp")]) == 0
+    merged, _ = team_folder(root, show_progress=False)
+    _same_tree(merged, tmp_path / "exp", skip=("source.json",))
+    r = resolve(EvalConfig(model=str(tmp_path / "exp"), suite="math"))  # the export evaluates as the checkpoint does
+    assert r.suite == "math" and r.team.agents == resolve(EvalConfig(model=str(root))).team.agents
+    assert main(["models", "export", str(root), "--out", str(tmp_path / "exp")]) == 2  # never over an export
+    assert "exists and is not empty" in capsys.readouterr().err
+
+
+def test_export_of_our_checkpoint_leaves_the_optimiser_out(tmp_path, cache):
+    step = tmp_path / "run" / "step_2"
+    shutil.copytree(TINY, step / "models" / "g")
+    (step / "optim").mkdir()
+    torch.save({}, step / "optim" / "g.pt")
+    (step / "trainer_state.json").write_text("{}")
+    team = {"workflow": "toy", "worker_groups": {"g": {"model": "models/g"}}, "agents": {"solver": "g", "checker": "g"}}
+    (step / "team.yaml").write_text(yaml.safe_dump(team))
+    from drmas_bench.models.export import export
+
+    with pytest.raises(UserError, match="an incomplete checkpoint"):
+        export(str(step), tmp_path / "exp")
+    assert not (tmp_path / "exp").exists()
+    (step / "COMPLETE").write_text("step 2\n")
+    assert main(["models", "export", str(step), "--out", str(tmp_path / "exp")]) == 0
+    _same_tree(step / "models", tmp_path / "exp" / "models")
+    assert not (tmp_path / "exp" / "optim").exists()
+    assert yaml.safe_load((tmp_path / "exp" / "team.yaml").read_text()) == team
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_data_dir() is None, reason="benchmark files not found (DRMAS_DATA_DIR)")
+def test_an_exported_lora_checkpoint_evaluates_as_the_checkpoint(sharded, tmp_path, cache):
+    assert main(["models", "export", str(sharded / "math_lora"), "--out", str(tmp_path / "exp")]) == 0
+    shutil.rmtree(cache)  # the export stands alone: the merge cache is gone
+    got = _eval(tmp_path, "exp-run", "--model", str(tmp_path / "exp"), "--suite", "math")
+    assert got == _eval(tmp_path, "ckpt-run", "--model", str(sharded / "math_lora"))
