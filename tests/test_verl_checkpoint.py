@@ -262,6 +262,7 @@ def test_real_fsdp_shards_merge_bit_for_bit_with_their_dtype(sharded, cache):
             got = load_file(str(sub / "model.safetensors"))
             ref = load_file(str(sharded / "originals" / orig / "model.safetensors"))
             assert set(got) == set(ref), case
+            assert (sub / "config.json").is_file() and not (sub / "fsdp_config.json").exists()
             for k in ref:
                 assert got[k].dtype == ref[k].dtype and torch.equal(got[k], ref[k]), (case, wg_id, k)
             if spec.get("lora"):
@@ -398,3 +399,47 @@ def test_an_exported_lora_checkpoint_evaluates_as_the_checkpoint(sharded, tmp_pa
     shutil.rmtree(cache)  # the export stands alone: the merge cache is gone
     got = _eval(tmp_path, "exp-run", "--model", str(tmp_path / "exp"), "--suite", "math")
     assert got == _eval(tmp_path, "ckpt-run", "--model", str(sharded / "math_lora"))
+
+
+# ------------------------------------------------------------------------------ verl's own merger as the oracle
+
+_VERL_MERGE = """
+import sys
+from verl.model_merger.base_model_merger import ModelMergerConfig
+from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+cfg = ModelMergerConfig(operation='merge', backend='fsdp', local_dir=sys.argv[1], hf_model_config_path=sys.argv[2],
+                        target_dir=sys.argv[3])
+FSDPModelMerger(cfg).merge_and_save()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("DRMAS_VERL_PYTHON"),
+                    reason="DRMAS_VERL_PYTHON names no interpreter with the PyPI verl package (docs/eval.md)")
+def test_verls_own_merger_reads_the_fixtures_to_the_same_weights(sharded, tmp_path, cache):
+    """The PyPI verl package's FSDP merger (it casts every tensor to bfloat16) on the same shards:
+    its weights equal ours cast to bfloat16, which shows the fixtures are the format verl reads."""
+    import subprocess
+
+    from verl_fixtures import CASES
+
+    for case, spec in CASES.items():
+        if spec.get("lora"):
+            continue  # verl's merger writes the peft-wrapped names; the adapter path is tested above
+        folder, team = team_folder(sharded / case, show_progress=False)
+        names = _names(folder)
+        for wg_id in spec["groups"]:
+            src = tmp_path / "src" / case / wg_id  # verl's merger reads the world size from fsdp_config.json
+            shutil.copytree(team.step / "actor" / wg_id, src)
+            if not (src / "fsdp_config.json").is_file():
+                (src / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 2}))
+            target = tmp_path / case / names[wg_id]
+            subprocess.run([os.environ["DRMAS_VERL_PYTHON"], "-c", _VERL_MERGE, str(src),
+                            str(verl_merge.config_source(src)), str(target)], check=True, capture_output=True)
+            theirs = {}
+            for f in sorted(target.glob("*.safetensors")):
+                theirs.update(load_file(str(f)))
+            ours = load_file(str(folder / "models" / names[wg_id] / "model.safetensors"))
+            assert set(theirs) == set(ours), (case, set(theirs) ^ set(ours))
+            for k in ours:
+                assert torch.equal(theirs[k], ours[k].to(torch.bfloat16)), (case, wg_id, k)

@@ -7,7 +7,8 @@
 - ``<case>/`` reference roots, each saved by two ``torch.distributed`` gloo processes exactly as
   the reference trainer saves (``torch.save`` of each rank's sharded state dict as
   ``actor/<wg_id>/model_world_size_2_rank_R.pt``, config and tokenizer from rank 0, the
-  ``latest_checkpointed_iteration.txt`` tracker, ``data.pt``):
+  ``latest_checkpointed_iteration.txt`` tracker, ``data.pt``; where the config is in
+  ``huggingface/``, also the ``fsdp_config.json`` that newer verl writes):
 
   ============== ======================================== ============================================
   case           worker groups (wg_id naming)             sharding
@@ -125,6 +126,9 @@ def _save_group(rank: int, ws: int, how: str, src: Path, folder: Path, config: s
                folder / f"extra_state_world_size_{ws}_rank_{rank}.pt")
     if rank == 0:
         where = folder / "huggingface" if config == "huggingface" else folder
+        if config == "huggingface":  # the newer verl layout also records the FSDP version and world size
+            (folder / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 1 if how == "fsdp1" else 2,
+                                                                 "world_size": ws}, indent=4))
         where.mkdir(parents=True, exist_ok=True)
         for f in src.iterdir():
             if f.is_file() and not f.name.endswith(".safetensors"):

@@ -41,6 +41,7 @@ HF_SUBDIR = "huggingface"
 WEIGHTS = "model.safetensors"
 # files of a config/tokenizer folder that are not weights (everything else there is left behind)
 _WEIGHT_SUFFIXES = (".pt", ".safetensors", ".bin", ".pth", ".ckpt", ".pkl")
+_RUNTIME_FILES = ("fsdp_config.json",)  # newer verl: the FSDP version and world size of the save
 
 
 def allowed_classes() -> list[type]:
@@ -218,7 +219,8 @@ def copy_config(src: Path, dest: Path) -> list[str]:
     for f in sorted(src.iterdir()):
         if f.is_symlink() or not f.is_file() or f.name.endswith(_WEIGHT_SUFFIXES) or SHARD.match(f.name):
             continue
-        if f.name.startswith(("optim_world_size_", "extra_state_world_size_")) or f.name.endswith(".index.json"):
+        if f.name.startswith(("optim_world_size_", "extra_state_world_size_")) or f.name.endswith(".index.json") \
+                or f.name in _RUNTIME_FILES:
             continue
         shutil.copyfile(f, dest / f.name)
         copied.append(f.name)
