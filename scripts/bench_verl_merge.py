@@ -64,8 +64,9 @@ def _worker(rank: int, ws: int, root: str, cfg: dict) -> None:
             folder.mkdir(parents=True, exist_ok=True)
         dist.barrier()
         torch.save(model.state_dict(), folder / f"model_world_size_{ws}_rank_{rank}.pt")
-        if rank == 0:
+        if rank == 0:  # as newer verl saves: config in huggingface/, the world size in fsdp_config.json
             config.save_pretrained(folder / "huggingface")
+            (folder / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": ws}))
         dist.barrier()
         del model
     if rank == 0:
