@@ -443,3 +443,12 @@ def test_verls_own_merger_reads_the_fixtures_to_the_same_weights(sharded, tmp_pa
             assert set(theirs) == set(ours), (case, set(theirs) ^ set(ours))
             for k in ours:
                 assert torch.equal(theirs[k], ours[k].to(torch.bfloat16)), (case, wg_id, k)
+
+
+@pytest.mark.parametrize("wg, name", [("Qwen2.5-7B_Verifier Agent", "Qwen2.5-7B_Verifier_Agent"),
+                                      ("a...b_SolverAgent", "a.b_SolverAgent"), ("../x y", "x_y")])
+def test_worker_group_names_become_safe_file_names(wg, name):
+    from drmas_bench.store import safe_name
+
+    assert verl_ckpt.group_name(wg, set()) == name == safe_name(name, "wg")
+    assert verl_ckpt.group_name(wg, {name}) == f"{name}-2"

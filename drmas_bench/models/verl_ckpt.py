@@ -162,8 +162,7 @@ def _no_fit(step: Path, holder: dict, suite: str | None):
 
 def group_name(wg_id: str, taken: set[str]) -> str:
     """A worker-group name for the team file (letters, digits, ``_ - .``) from a reference wg_id."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", wg_id).strip("._") or "wg"
-    name = name.replace("..", ".")
+    name = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "_", wg_id)).strip("._") or "wg"
     base, i = name, 2
     while name in taken:
         name, i = f"{base}-{i}", i + 1
