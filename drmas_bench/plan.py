@@ -3,8 +3,9 @@ loads and before the run directory is touched (a mistake leaves no config behind
 
 The precedence rule (``drmas_bench.api``'s docstring): built-in defaults < team file / a checkpoint's
 team.yaml < explicit values. In order: the numeric ranges and choices (:func:`validate_config`), a
-checkpoint URL's local copy, the benchmarks, the workflow (chosen before the team is validated), the
-team with its engines and options (:func:`resolve`), the prompts and prompt limit
+checkpoint URL's local copy, a reference-trainer (verl) checkpoint merged into a team folder
+(``models.verl_ckpt``; its suite inferred from its agents), the benchmarks, the workflow (chosen
+before the team is validated), the team with its engines and options (:func:`resolve`), the prompts and prompt limit
 (:func:`resolve_protocol`), the tasks, the retriever, each local model checked once (incomplete
 checkpoint, broken tokenizer) and identified, then the run's identity, provenance and default name.
 Engine knowledge is asked of ``drmas_bench.engines`` (traits, options), never by an engine's name.
