@@ -3,8 +3,9 @@ loads and before the run directory is touched (a mistake leaves no config behind
 
 The precedence rule (``drmas_bench.api``'s docstring): built-in defaults < team file / a checkpoint's
 team.yaml < explicit values. In order: the numeric ranges and choices (:func:`validate_config`), a
-checkpoint URL's local copy, the benchmarks, the workflow (chosen before the team is validated), the
-team with its engines and options (:func:`resolve`), the prompts and prompt limit
+checkpoint URL's local copy, a reference-trainer (verl) checkpoint merged into a team folder
+(``models.verl_ckpt``; its suite inferred from its agents), the benchmarks, the workflow (chosen
+before the team is validated), the team with its engines and options (:func:`resolve`), the prompts and prompt limit
 (:func:`resolve_protocol`), the tasks, the retriever, each local model checked once (incomplete
 checkpoint, broken tokenizer) and identified, then the run's identity, provenance and default name.
 Engine knowledge is asked of ``drmas_bench.engines`` (traits, options), never by an engine's name.
@@ -209,6 +210,11 @@ def resolve(cfg: EvalConfig) -> Resolved:
         model, step_url = local_copy(cfg.model, on_nodes=cfg.pool == "ray")
         cfg = replace(cfg, model=model)
     if cfg.model and Path(cfg.model).is_dir():
+        from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
+
+        if is_reference_checkpoint(cfg.model):  # the reference trainer's: merged into a team folder (cached)
+            folder, ref = team_folder(cfg.model, workflow=cfg.workflow, suite=cfg.suite, show_progress=cfg.progress)
+            cfg = replace(cfg, model=str(folder), suite=cfg.suite or (None if cfg.benchmarks else ref.suite))
         refuse_incomplete(cfg.model)  # before its team.yaml is read
     benches = select_benchmarks(cfg.suite, cfg.benchmarks)
     suites = {b.suite for b in benches}

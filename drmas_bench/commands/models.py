@@ -1,4 +1,5 @@
-"""`drmas-bench models list | prepare | chat`: the offline model aliases (see docs/models.md)."""
+"""`drmas-bench models list | prepare | chat | export`: the offline model aliases (see docs/models.md),
+and a checkpoint's agents exported as plain folders (docs/eval.md)."""
 
 from __future__ import annotations
 
@@ -68,11 +69,20 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a checkpoint's worker groups as Hugging Face / adapter folders plus a team.yaml."""
+    from drmas_bench.models.export import export
+
+    dest = export(args.ckpt, args.out, log=logger.info)
+    logger.info(f"exported {args.ckpt} -> {dest} (evaluate it with: drmas-bench eval --model {dest})")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `models` with its `list`, `prepare` and `chat` sub-commands."""
     fmt = argparse.RawDescriptionHelpFormatter
     p = subparsers.add_parser(
-        "models", help="offline model aliases: list / prepare / chat",
+        "models", help="offline model aliases: list / prepare / chat; export a checkpoint",
         description="Offline model aliases (smollm2-135m-instruct, tiny-random) kept in the user cache "
                     "($DRMAS_CACHE_DIR, else $XDG_CACHE_HOME/drmas-bench, else ~/.cache/drmas-bench).",
         epilog="example:\n  drmas-bench models prepare smollm2-135m-instruct tiny-random\n"
@@ -115,3 +125,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pc.add_argument("--device", default="cpu", help="torch device (default cpu)")
     pc.add_argument("--dtype", default=None, help="auto, float32, bfloat16 or float16 (default: the checkpoint's)")
     pc.set_defaults(func=cmd_chat)
+
+    pe = sub.add_parser("export", help="write a checkpoint's agents as HF folders plus a team.yaml",
+                        description="Export a checkpoint: the reference trainer's (ROOT or ROOT/global_step_N, "
+                                    "its FSDP shards merged) or this project's (ROOT/step_K, ROOT/latest, or a "
+                                    "URL). DIR gets team.yaml and models/<wg>/ per worker group: a Hugging Face "
+                                    "folder or a LoRA adapter folder. Optimiser state is left out; DIR must be "
+                                    "new or empty.",
+                        epilog="example:\n  drmas-bench models export ckpt/search_run/global_step_150 --out export/\n"
+                               "  drmas-bench eval --model export/ --suite search --limit 10",
+                        formatter_class=fmt)
+    pe.add_argument("ckpt", metavar="CKPT", help="checkpoint folder or URL")
+    pe.add_argument("--out", required=True, metavar="DIR", help="the folder to write (new or empty)")
+    pe.set_defaults(func=cmd_export)

@@ -1,0 +1,286 @@
+"""A checkpoint written by the reference trainer (the verl fork of Dr. MAS), read as a team.
+
+The reference saves, for each step it checkpoints::
+
+    ROOT/latest_checkpointed_iteration.txt       the newest step, e.g. "150"
+    ROOT/global_step_N/actor/<wg_id>/            one folder per worker group: the model shards
+                                                 (verl_merge), the config and tokenizer (beside them
+                                                 or in huggingface/), with LoRA lora_adapter/
+    ROOT/global_step_N/data.pt                   the dataloader state (not read here)
+
+``wg_id`` names the model and its agents: one agent per group ``"<model>_<agent id>"`` (spaces
+kept: ``"Qwen2.5-7B_Verifier Agent"``), a shared group ``"<model>_" + "_".join(agent ids without
+spaces)`` (``"Qwen2.5-7B_VerifierAgent_SearchAgent_AnswerAgent"``). The agent ids are the
+reference's agent registry names, mapped here to this project's workflows and agents
+(:data:`REFERENCE_AGENTS`); the workflow (and so the suite) is the one whose agents the checkpoint
+holds exactly.
+
+:func:`team_folder` turns ``ROOT`` or ``ROOT/global_step_N`` into a team folder in the model cache,
+``<cache>/checkpoints/verl-<key>/``: ``team.yaml`` plus ``models/<wg>/`` (a merged Hugging Face
+folder, or for LoRA an adapter folder beside its merged base ``models/<wg>.base/``). ``key`` hashes
+the shards' content identity (names, sizes, modification times, and the first and last MiB of each
+file), so a second eval finds the folder at once and a changed shard merges again; one lock per
+key (``<cache>/locks``) makes two evals at once merge once; the merge is written into a temp folder
+renamed into place, so a failed merge leaves nothing behind. The team folder is then evaluated like
+any checkpoint folder holding a ``team.yaml``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drmas_bench.types import UserError
+
+logger = logging.getLogger("drmas_bench.models")
+
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+LORA_DIR = "lora_adapter"
+MERGE_VERSION = 1  # part of the cache key: a change to how groups are merged merges them again
+
+# workflow -> {the reference's agent id: this workflow's agent}. The ids are the names in the
+# reference's agent registry (agent_system/agent/agents/*).
+REFERENCE_AGENTS: dict[str, dict[str, str]] = {
+    "math_refine": {"Solver Agent": "solver", "Verifier Agent": "verifier"},
+    "math_single": {"Solver Agent": "solver"},
+    "search_route": {"Verifier Agent": "verifier", "Search Agent": "searcher", "Answer Agent": "answerer"},
+}
+
+
+def known_ids() -> list[str]:
+    return sorted({a for m in REFERENCE_AGENTS.values() for a in m})
+
+
+def is_reference_checkpoint(path: str | os.PathLike) -> bool:
+    """``ROOT`` (with ``latest_checkpointed_iteration.txt``) or ``ROOT/global_step_N`` (with
+    ``actor/<wg>/model_world_size_*_rank_*.pt``) of the reference trainer."""
+    p = Path(path)
+    if not p.is_dir():
+        return False
+    if (p / LATEST_FILE).is_file():
+        return True
+    actor = p / "actor"
+    return actor.is_dir() and any(d.is_dir() and any(d.glob("model_world_size_*_rank_*.pt")) for d in actor.iterdir())
+
+
+def step_folder(path: str | os.PathLike) -> Path:
+    """``ROOT`` -> ``ROOT/global_step_N`` (N from ``latest_checkpointed_iteration.txt``); a step folder as it is."""
+    p = Path(path)
+    if not (p / LATEST_FILE).is_file():
+        return p
+    text = (p / LATEST_FILE).read_text(encoding="utf-8", errors="replace").strip()
+    if not text.isdigit():
+        raise UserError(f"{p / LATEST_FILE}: expected a step number, got {text[:40]!r}")
+    step = p / f"global_step_{int(text)}"
+    if not (step / "actor").is_dir():
+        raise UserError(f"{p / LATEST_FILE} names step {int(text)}, but {step}/actor does not exist")
+    return step
+
+
+def agents_of(wg_id: str) -> list[str]:
+    """The reference agent ids a worker-group name holds (module docstring); an id the workflows do not know is one line naming it and the known ones."""
+    spaced = {a: a for a in known_ids()} | {a.replace(" ", ""): a for a in known_ids()}
+    found, rest = [], wg_id
+    while True:
+        hit = next((s for s in sorted(spaced, key=len, reverse=True) if rest.endswith("_" + s)), None)
+        if hit is None:
+            break
+        found.append(spaced[hit])
+        rest = rest[: -len(hit) - 1]
+        if " " in hit:  # a group of one agent names it with its spaces, and only it
+            break
+    if not found or "_" not in wg_id:
+        tail = wg_id.rsplit("_", 1)[-1]
+        raise UserError(f"worker group {wg_id!r}: agent id {tail!r} is not one the workflows know "
+                        f"(known: {', '.join(known_ids())})")
+    return list(reversed(found))
+
+
+@dataclass
+class ReferenceTeam:
+    step: Path  # ROOT/global_step_N
+    workflow: str
+    suite: str
+    groups: dict[str, Path]  # wg_id -> actor/<wg_id>
+    agents: dict[str, str]  # this workflow's agent -> wg_id
+
+
+def read_team(path: str | os.PathLike, workflow: str | None = None, suite: str | None = None) -> ReferenceTeam:
+    """The worker groups, agents and workflow of a reference checkpoint (nothing merged yet).
+    ``workflow`` / ``suite`` (the flags, when given) choose among the workflows that fit."""
+    from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
+
+    step = step_folder(path)
+    actor = step / "actor"
+    groups = {d.name: d for d in sorted(actor.iterdir()) if d.is_dir() and not d.is_symlink()} if actor.is_dir() else {}
+    if not groups:
+        raise UserError(f"{step}: no worker group folders under actor/")
+    holder: dict[str, str] = {}
+    for wg in groups:
+        for a in agents_of(wg):
+            if a in holder:
+                raise UserError(f"{step}: agent {a!r} is in two worker groups ({holder[a]!r}, {wg!r})")
+            holder[a] = wg
+    fits = [w for w, m in REFERENCE_AGENTS.items() if set(m) == set(holder)]
+    if workflow:
+        if workflow not in fits:
+            raise UserError(f"{step}: --workflow {workflow} does not take the checkpoint's agents "
+                            f"({', '.join(sorted(holder))})")
+        fits = [workflow]
+    suites = {w: _suite_of(get_workflow(w)) for w in fits}
+    if suite:
+        fits = [w for w in fits if suites[w] == suite]
+    if not fits:
+        _no_fit(step, holder, suite)
+    # several fit: the suite's default workflow first
+    w = next((w for w in fits if w in SUITE_WORKFLOW.values()), fits[0])
+    return ReferenceTeam(step, w, suites[w], groups, {REFERENCE_AGENTS[w][a]: wg for a, wg in holder.items()})
+
+
+def _suite_of(wf: Any) -> str | None:
+    """The suite whose benchmarks are graded as ``wf`` grades (a workflow names its grader)."""
+    from drmas_bench.tasks.registry import benchmarks_of_suite
+    from drmas_bench.workflows import SUITE_WORKFLOW
+
+    return next((s for s in SUITE_WORKFLOW if any(b.grader == wf.grader for b in benchmarks_of_suite(s))), None)
+
+
+def _no_fit(step: Path, holder: dict, suite: str | None):
+    wants = "; ".join(f"{w}: {' + '.join(m)}" for w, m in REFERENCE_AGENTS.items())
+    where = f" in suite {suite}" if suite else ""
+    raise UserError(f"{step}: no workflow{where} has exactly the agents {', '.join(sorted(holder))} ({wants})")
+
+
+def group_name(wg_id: str, taken: set[str]) -> str:
+    """A worker-group name for the team file (letters, digits, ``_ - .``) from a reference wg_id."""
+    name = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "_", wg_id)).strip("._") or "wg"
+    base, i = name, 2
+    while name in taken:
+        name, i = f"{base}-{i}", i + 1
+    return name
+
+
+# ------------------------------------------------------------------------------ the cache key
+
+
+def _file_identity(f: Path, h: Any) -> None:
+    st = f.stat()
+    h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    with open(f, "rb") as fh:
+        h.update(fh.read(1 << 20))
+        if st.st_size > 2 << 20:
+            fh.seek(-(1 << 20), os.SEEK_END)
+            h.update(fh.read(1 << 20))
+
+
+def content_key(team: ReferenceTeam) -> str:
+    """The key of the merged team (module docstring)."""
+    h = hashlib.sha256(f"verl-merge {MERGE_VERSION} {team.workflow}\0".encode())
+    for wg, folder in sorted(team.groups.items()):
+        h.update(f"group {wg}\0".encode())
+        for sub in (folder, folder / "huggingface", folder / LORA_DIR):
+            if sub.is_dir():
+                for f in sorted(sub.iterdir()):
+                    if f.is_file() and not f.name.startswith(("optim_world_size_", "extra_state_world_size_")):
+                        _file_identity(f, h)
+    return h.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------ merging
+
+
+class _Bar:
+    """A progress bar on stderr for one worker group's tensors (quiet when stderr is not a tty)."""
+
+    def __init__(self, label: str, show: bool):
+        self.label, self.show = label, show and sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.show:
+            width = 30
+            fill = width * done // max(total, 1)
+            sys.stderr.write(f"\r[merge] {self.label} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}")
+            if done == total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _peft_base_name(key: str) -> str | None:
+    """A LoRA model's shard key -> the base model's name (``base_model.model.`` and ``.base_layer``
+    removed), or None for the adapter's own tensors."""
+    if ".lora_" in key or "lora_embedding" in key:
+        return None
+    key = key.removeprefix("base_model.model.")
+    return key.replace(".base_layer.", ".")
+
+
+def _write_group(wg_id: str, folder: Path, tmp: Path, name: str, final: Path, show: bool) -> dict[str, Any]:
+    from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+    from drmas_bench.models.verl_merge import merge_group
+
+    lora = folder / LORA_DIR
+    if lora.is_dir():
+        if not (lora / ADAPTER_CONFIG).is_file() or not (lora / ADAPTER_WEIGHTS).is_file():
+            raise UserError(f"{lora}: a LoRA adapter folder needs {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS}")
+        base = tmp / "models" / f"{name}.base"
+        info = merge_group(folder, base, rename=_peft_base_name, progress=_Bar(f"{wg_id} (base)", show))
+        adapter = tmp / "models" / name
+        adapter.mkdir(parents=True)
+        try:
+            cfg = json.loads((lora / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise UserError(f"{lora / ADAPTER_CONFIG}: cannot read ({type(e).__name__})") from None
+        if not isinstance(cfg, dict):
+            raise UserError(f"{lora / ADAPTER_CONFIG}: not a JSON object")
+        cfg["base_model_name_or_path"] = str(final / "models" / f"{name}.base")  # the merged base, in the cache
+        (adapter / ADAPTER_CONFIG).write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+        shutil.copyfile(lora / ADAPTER_WEIGHTS, adapter / ADAPTER_WEIGHTS)
+        return {**info, "lora": True}
+    return merge_group(folder, tmp / "models" / name, progress=_Bar(wg_id, show))
+
+
+def team_folder(path: str | os.PathLike, workflow: str | None = None, suite: str | None = None,
+                show_progress: bool = True) -> tuple[Path, ReferenceTeam]:
+    """The merged team folder of reference checkpoint ``path`` (module docstring), merged if needed."""
+    import yaml
+
+    from drmas_bench.models.cache import cache_dir
+    from drmas_retrieval.locks import file_lock
+
+    team = read_team(path, workflow=workflow, suite=suite)
+    key = content_key(team)
+    base = cache_dir() / "checkpoints"
+    final = base / f"verl-{key}"
+    with file_lock(cache_dir() / "locks" / f"verl-{key}.lock"):
+        if (final / "team.yaml").is_file():
+            return final, team
+        tmp = base / f".tmp-verl-{key}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            names: dict[str, str] = {}
+            for wg_id, folder in team.groups.items():
+                names[wg_id] = group_name(wg_id, set(names.values()))
+                logger.info(f"[merge] {team.step.name}/actor/{wg_id} -> models/{names[wg_id]}")
+                _write_group(wg_id, folder, tmp, names[wg_id], final, show_progress)
+            doc = {"workflow": team.workflow,
+                   "worker_groups": {names[wg]: {"model": f"models/{names[wg]}"} for wg in team.groups},
+                   "agents": {agent: names[wg] for agent, wg in team.agents.items()}}
+            (tmp / "team.yaml").write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+            (tmp / "source.json").write_text(json.dumps(
+                {"kind": "verl", "step": str(team.step), "groups": {names[wg]: wg for wg in team.groups}}, indent=2))
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return final, team
