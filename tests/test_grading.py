@@ -244,6 +244,20 @@ def test_math_verify_backend():
     assert grade_math("no box", "4", backend="math_verify") is False
 
 
+def test_math_verify_reads_escaped_dollars_and_percent():
+    """The wrapper drops `\\$` whole (a bare `$` removal left `\\10`, so every escaped-dollar answer
+    was wrong); `\\%` is math-verify's own to read."""
+    pytest.importorskip("math_verify")
+    right = [("\\boxed{\\$10}", "10"), ("\\boxed{204\\$}", "204"), ("\\boxed{\\$1,000.50}", "1000.5"),
+             ("\\boxed{10}", "\\$10"), ("\\boxed{$\\$3.25$}", "3.25"), ("\\boxed{50\\%}", "50"),
+             ("\\boxed{7}", "7\\%")]
+    wrong = [("\\boxed{\\$11}", "10"), ("\\boxed{\\$10}", "100"), ("\\boxed{51\\%}", "50")]
+    for response, gold in right:
+        assert grade_math(response, gold, backend="math_verify") is True, (response, gold)
+    for response, gold in wrong:
+        assert grade_math(response, gold, backend="math_verify") is False, (response, gold)
+
+
 def test_nested_boxes_and_thousands_in_braces_grade_right():
     """Issue 12: `\\boxed{\\boxed{7}}` against 7, and `1{,}000` against 1000, were graded wrong."""
     for name in GRADERS:

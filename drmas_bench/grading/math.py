@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from drmas_bench.grading.latex import MAX_ANSWER_CHARS, to_sympy
-from drmas_bench.grading.normalize import normalize_answer, split_top_level
+from drmas_bench.grading.normalize import normalize_answer, split_top_level, strip_dollars
 
 REL_TOL = 1e-9
 # sample points for identity testing of expressions with symbols: positive, irrational-looking,
@@ -348,7 +348,10 @@ def math_verify_equal(extracted: str, gold: str) -> bool:
     # it warns once per process that its own timeouts are off: they are, on purpose (see above)
     for name in ("math_verify.parser", "math_verify.grader"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    wrap = lambda s: "\\boxed{" + s.replace("$", "") + "}"  # noqa: E731
+    # `$` delimiters and escaped `\\$` signs go as normalize_answer drops them (a bare
+    # `s.replace("$", "")` would leave the backslash of `\\$10` behind: `\\boxed{\\10}`); `\\%` stays,
+    # math-verify reads a percentage itself (`50\\%` equals both 50 and 0.5 there)
+    wrap = lambda s: "\\boxed{" + strip_dollars(s) + "}"  # noqa: E731
     g = parse(wrap(gold), parsing_timeout=None)
     p = parse(wrap(extracted), parsing_timeout=None)
     return bool(g) and bool(p) and verify(g, p, timeout_seconds=None)

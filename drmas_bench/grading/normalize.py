@@ -151,6 +151,17 @@ def _replace_command(s: str, old: str, new: str) -> str:
     return re.sub(re.escape(old) + r"(?![a-zA-Z])", lambda _: new, s)
 
 
+def strip_dollars(s: str) -> str:
+    """Drop `$` math delimiters and escaped dollar signs `\\$` (the escape first, so no stray
+    backslash is left behind: `\\$10` -> `10`, not `\\10`)."""
+    return s.replace("\\$", "").replace("$", "")
+
+
+def strip_percent(s: str) -> str:
+    """Drop percent signs, escaped (`\\%`) or not (the escape first, for the same reason)."""
+    return s.replace("\\%", "").replace("%", "")
+
+
 def strip_leading_assignment(item: str) -> str:
     """`x=5` -> `5`, `f(x)=2x` -> `2x`, `x \\in [1,2]` -> `[1,2]`; other items unchanged."""
     m = _IN_LHS.match(item)
@@ -191,7 +202,7 @@ def normalize_answer(s: str | None, join_thousands: bool = True) -> str:
 @lru_cache(maxsize=16384)
 def _normalize(s: str, join_thousands: bool = True) -> str:
     s = s.replace("\n", " ").strip()
-    s = s.replace("\\$", "").replace("$", "")
+    s = strip_dollars(s)
     s = s.replace("{,}", ",")  # `1{,}000`: a comma in braces (LaTeX's no-space comma) is a comma
     s = s.replace("\\!", "")
     s = _SPACING.sub(lambda m: m.group(0) if m.group(0) == "\\\\" else " ", s)  # keep row breaks
@@ -200,7 +211,7 @@ def _normalize(s: str, join_thousands: bool = True) -> str:
     for old, new in _ALIASES:
         s = _replace_command(s, old, new)
     s = _DEGREES.sub("", s)
-    s = s.replace("\\%", "").replace("%", "")
+    s = strip_percent(s)
     s = re.sub(r"\\text\s*\{\s*degrees?\s*\}|\\text\s*\{\s*percent\s*\}", "", s).strip()
     while True:  # trailing units, possibly several (`5 \text{m} \text{per second}`)
         t = _TRAILING_UNIT.sub("", s)

@@ -102,7 +102,8 @@ register(MathGrader("careful", "3", _careful, extract_boxed,
 register(MathGrader("reference_compat", "2", _compat, extract_boxed_strict,
                     "the reference grader (RewardMathFn), flaws included (REFERENCE.md 2b)",
                     grades_blank=True))
-register(MathGrader("math_verify", f"1+math-verify-{_dist_version('math-verify')}", _math_verify, extract_boxed,
+# math_verify v2: `\\$` in an answer is dropped whole (v1 left its backslash, so `\\$10` was never right)
+register(MathGrader("math_verify", f"2+math-verify-{_dist_version('math-verify')}", _math_verify, extract_boxed,
                     "the math-verify package on the careful extraction (extra: mathverify)"))
 
 
