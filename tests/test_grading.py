@@ -20,6 +20,7 @@ from drmas_bench.grading import (
     extract_boxed,
     grade_math,
     grade_math_many,
+    QAScore,
     grade_qa,
     grade_toy,
     normalize_answer,
@@ -543,6 +544,28 @@ def test_grade_qa_scores():
     assert grade_qa(None, ["x"]) == grade_qa("x", []) == grade_qa("", ["x"])
     assert grade_qa("", ["x"]).f1 == 0.0
     assert grade_qa("Paris", "paris").em == 1.0
+
+
+@pytest.mark.parametrize("gold", ["The The", "!!!", "A+", "*", "'A", "a", "An the", "+-*/", "(a", " "])
+@pytest.mark.parametrize("answer", ["", " ", "the", "A", "The The", "!!!", "an", "?"])
+def test_a_gold_that_normalises_to_empty_is_never_matched(gold, answer):
+    """Such a gold (real ones: `The The`, `!!!`, `A+` in HotpotQA, NQ, TriviaQA) would give EM 1 to
+    any blank or article-only answer, and EM is the RL reward."""
+    assert normalize_qa(gold) == ""
+    assert grade_qa(answer, [gold]) == QAScore(0.0, 0.0, 0.0)
+    # another gold of the task still counts; the empty one adds nothing
+    assert grade_qa("Matt Johnson", [gold, "Matt Johnson"]) == QAScore(1.0, 1.0, 1.0)
+    assert grade_qa(answer, [gold, "Matt Johnson"]) == QAScore(0.0, 0.0, 0.0)
+
+
+def test_empty_gold_reward_in_the_search_env_is_zero():
+    from drmas_bench.workflows.protocol import SearchEnv
+
+    for gold in (["The The"], ["!!!"], ["A+", "*"]):
+        for action in ("<answer></answer>", "<answer>The</answer>", "<answer>The The The</answer>"):
+            env = SearchEnv(golds=gold)
+            assert env.act(action).reward == 0.0, (gold, action)
+    assert SearchEnv(golds=["The The", "Matt Johnson"]).act("<answer>matt johnson</answer>").reward == 1.0
 
 
 def test_grade_toy():
