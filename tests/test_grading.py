@@ -296,7 +296,7 @@ def test_registry_names_versions_and_defaults():
     assert list(GRADERS)[:2] == ["careful", "reference_compat"]
     for name, g in GRADERS.items():
         assert g.name == name and g.version and g.identity() == {"name": name, "version": g.version}
-    assert get_grader("careful").version == "3"
+    assert get_grader("careful").version == "4"
 
 
 @pytest.mark.parametrize(
@@ -692,15 +692,15 @@ def test_eval_refuses_the_old_grader_name_before_loading_models(tmp_path, data_d
 
 
 def test_a_search_episode_without_an_answer_scores_zero_even_against_a_gold_that_normalises_to_nothing():
-    """No answer is 0 (the reference's env finds no answer match); an empty string would have
-    matched the gold "The" after SQuAD normalisation (articles removed)."""
+    """No answer is 0 (the reference's env finds no answer match); an empty answer tag scores 0
+    too: the gold "The" normalises to nothing and is never matched (the reference gave it EM 1)."""
     from drmas_bench.runner import grade_trajectories
     from drmas_bench.types import Task, Trajectory
 
     none, empty = (Trajectory(Task("q", "hotpotqa", "?", ["The"]), final_answer=a) for a in (None, ""))
     grade_trajectories([none, empty], "qa")
     assert (none.correct, none.extra["em"]) == (False, 0.0)
-    assert (empty.correct, empty.extra["em"]) == (True, 1.0)  # an empty answer tag: the reference's EM
+    assert (empty.correct, empty.extra["em"], empty.extra["f1"]) == (False, 0.0, 0.0)
 
 
 def test_grader_agreement_script_compares_with_the_reference_verdicts(tmp_path, capsys):
@@ -726,3 +726,66 @@ def test_grader_agreement_script_compares_with_the_reference_verdicts(tmp_path, 
     vectors.write_text(json.dumps({"rule": "qa_em", "input": {}, "reference": 1}) + "\n")
     with pytest.raises(SystemExit, match="not a math_grade case"):
         script.main(["--vectors", str(vectors), "--graders", "careful"])
+
+
+# ------------------------------------------------------------------ careful v4, class by class
+
+# (gold, prediction) pairs that must be graded wrong: each false-positive class in several forms
+CAREFUL_V4_WRONG = {
+    "complex infinity / nan equal nothing": [
+        ("\\frac10", "\\frac20"), ("\\frac{1}{0}", "\\frac{5}{0}"), ("\\frac{x}{0}", "\\frac{y}{0}"),
+        ("1/0", "2/0"), ("\\frac{0}{0}", "\\frac{0}{0}+1"), ("\\frac{3}{0}", "\\infty")],
+    "a time of day is a time": [
+        ("1:00", "12:00"), ("3:00", "9:00"), ("9:00", "3:00"), ("7:30", "6:30"), ("10:15", "10:45"),
+        ("9:00 \\text{ a.m.}", "21:00"), ("9:00 PM", "9:00 AM"), ("12:00", "12")],
+    "thousands only in valid groups without spaces": [
+        ("32349", "32, 349"), ("0111", "0,111"), ("12345", "12, 345"), ("1000", "1, 000"),
+        ("7111", "7,11,1"), ("4567", "45,67")],
+    "a label is not a free pass": [
+        ("(p,q)=(3,2)", "(2,3)"), ("AB=5", "6"), ("x+y=5", "5"), ("(a,b)=(1,2)", "(1,2,3)")],
+    "inequalities keep their direction": [
+        ("x\\leq5", "x\\geq5"), ("x<1", "x>1"), ("x<1", "x\\le1"), ("x\\ge-2", "-x\\ge-2"),
+        ("1<x<3", "1<x<4"), ("x>0", "x<0")],
+    "unit words stay with a number": [("28", "29 percent"), ("125", "12.5\\textnormal{ miles}"),
+                                      ("5", "5x"), ("\\frac13", "\\frac14\\textbf{meters}")],
+    "and / or lists are sets": [("6,8", "6 \\text{ and } 9"), ("1,2,3", "1 and 2"), ("2,3", "2 or 3 or 4"),
+                                ("6", "6 and 8")],
+    "bare-brace sets": [("2,3,5", "{2, 3, 7}"), ("{1,2}", "1,2,3")],
+}
+
+CAREFUL_V4_RIGHT = {
+    "a time of day is a time": [
+        ("9:00", "9:00"), ("9:00 \\text{ p.m.}", "21:00"), ("9:00 PM", "21:00"), ("9:00", "9:00 \\text{ a.m.}"),
+        ("12:30\\text{ p.m.}", "12:30"), ("0:15", "12:15 AM")],
+    "thousands in valid groups": [("1000", "1,000"), ("1234567", "1,234,567"), ("11111111100", "11,\\! 111,\\! 111,\\! 100"),
+                                  ("10080", "10,\\!080"), ("1000", "1{,}000")],
+    "a gold's label may be dropped": [
+        ("(p,q)=(3,2)", "(3,2)"), ("(a,b)=(1,-4)", "(1,-4)"), ("AB=5", "5"), ("m_1=3", "3"), ("\\theta=30", "30"),
+        ("(x,y,z)=(1,2,3)", "(1,2,3)"), ("(p,q)=(3,2)", "(p,q)=(3,2)")],
+    "an equation stays an equation": [
+        ("2x+4y-3=0", "y=-\\frac12x+\\frac34"), ("y=2x+3", "2x-y+3=0"), ("x=5", "x-5=0"), ("y=-x+1", "x+y=1"),
+        ("3x-6y=9", "y=\\frac{x}{2}-\\frac{3}{2}")],
+    "inequalities as relations": [
+        ("x\\leq5", "5\\geq x"), ("x<1", "-x>-1"), ("x\\ge-2", "-x\\le2"), ("1<x<3", "3>x>1"), ("x>0", "0<x"),
+        ("2x<6", "x<3"), ("x\\le5", "x\\leqslant 5")],
+    "unit words and unit groups": [
+        ("28", "28 percent"), ("28", "28 percentage"), ("\\frac13", "\\frac13\\textbf{meters}"), ("125", "125\\textnormal{ miles}"),
+        ("480", "480 cm"), ("80", "80 inches"), ("197", "197 degrees"), ("5", "5 square units"), ("12", "12\\mathrm{ cm}")],
+    "and / or lists": [
+        ("6,8", "6 \\text{ and } 8"), ("1,2,3", "1 and 2 and 3"), ("6 \\text{ and } 8", "6,8"), ("1 and 2 and 3", "1,2,3"),
+        ("1,-2", "1 and -2"), ("22, 39", "22 or 39"), ("1,2,3", "1, 2, and 3"), ("-1,1", "1 \\text{ or } -1")],
+    "bare-brace sets": [
+        ("{2, 3, 5, 7, 13}", "2,3,5,7,13"), ("2,3,5,7,13", "{13, 7, 5, 3, 2}"), ("{1,2}", "\\{2,1\\}"), ("{5}", "5")],
+}
+
+
+@pytest.mark.parametrize("cls, gold, pred", [(c, g, p) for c, pairs in CAREFUL_V4_WRONG.items() for g, p in pairs])
+def test_careful_v4_false_positive_classes_are_wrong(cls, gold, pred):
+    assert answers_equal(gold, pred) is False
+    assert grade_math(f"so \\boxed{{{pred}}}", gold) is False
+
+
+@pytest.mark.parametrize("cls, gold, pred", [(c, g, p) for c, pairs in CAREFUL_V4_RIGHT.items() for g, p in pairs])
+def test_careful_v4_miss_classes_are_right(cls, gold, pred):
+    assert answers_equal(gold, pred) is True
+    assert grade_math(f"so \\boxed{{{pred}}}", gold) is True
