@@ -97,8 +97,9 @@ def _expand_pm(s: str) -> list[str]:
     return _expand_pm(head + first + tail) + _expand_pm(head + second + tail)
 
 
-_RELATION = re.compile(r"\\(?:le|ge|lt|gt)(?![a-zA-Z])|<|>|≤|≥")
-_LESS = {"<": (True, False), "\\lt": (True, False), "\\le": (False, False), "≤": (False, False),
+_RELATION = re.compile(r"\\(?:le|ge|lt|gt)(?![a-zA-Z])|<=|>=|<|>|≤|≥")
+_LESS = {"<": (True, False), "\\lt": (True, False), "\\le": (False, False), "≤": (False, False), "<=": (False, False),
+         ">=": (False, True),
          ">": (True, True), "\\gt": (True, True), "\\ge": (False, True), "≥": (False, True)}  # (strict, flipped)
 
 
@@ -163,12 +164,12 @@ def parse_structure(s: str) -> Node:
         return Node("matrix", items=tuple(
             Node("list", items=tuple(Node("leaf", text=c) for c in r.split("&"))) for r in rows
         ))
+    rel = _split_relation(s)  # before equations: `x<=1` holds an `=` too
+    if rel is not None:
+        return Node("rel", text=" ".join(rel[1]), items=tuple(Node("leaf", text=x) for x in rel[0]))
     sides = split_top_level(s, "=")
     if len(sides) == 2 and all(sides):
         return Node("eq", items=(Node("leaf", text=sides[0]), Node("leaf", text=sides[1])))
-    rel = _split_relation(s)
-    if rel is not None:
-        return Node("rel", text=" ".join(rel[1]), items=tuple(Node("leaf", text=x) for x in rel[0]))
     return Node("leaf", text=s)
 
 
