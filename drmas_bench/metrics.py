@@ -338,10 +338,14 @@ def _block(qs: list[Question], trajs: list[dict[str, Any]], ks: list[int] | None
         vals = [float(r["extra"][key]) for r in trajs if isinstance(r.get("extra"), dict) and key in r["extra"]]
         if vals:
             out[key] = float(np.mean(vals))
-    timeouts = sum(1 for r in trajs if isinstance(r.get("extra"), dict) and r["extra"].get("grade") == "timeout")
-    if timeouts:
-        out["grade_timeouts"] = timeouts
+    out["grading_timeouts"] = grading_timeouts(trajs)
     return out
+
+
+def grading_timeouts(records) -> int:
+    """Samples whose grading hit its CPU limit twice (`GradeResult.status == "timeout"`, the grade
+    recorded as `extra.grade`): graded wrong, so a non-zero count is shown beside the scores."""
+    return sum(1 for r in records if isinstance(r.get("extra"), dict) and r["extra"].get("grade") == "timeout")
 
 
 def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Question]], n_boot: int, seed: int) -> dict[str, Any]:

@@ -216,6 +216,18 @@ def test_summary_flags_uneven_n_and_skips_large_k():
     assert "samples per question vary" in format_summary_markdown(summarize(recs, n_boot=20))
 
 
+def test_grading_timeouts_counted_per_benchmark_and_shown_when_not_zero():
+    recs = [record("A", "q0", s, s == 0, extra={"grade": "timeout" if s in (1, 2) else "ok"}) for s in range(4)]
+    recs += [record("B", "q1", s, True, extra={"grade": "ok"}) for s in range(4)]
+    s = summarize(recs, n_boot=20)
+    assert s["benchmarks"]["A"]["grading_timeouts"] == 2 and s["benchmarks"]["B"]["grading_timeouts"] == 0
+    assert s["micro"]["grading_timeouts"] == 2
+    md = format_summary_markdown(json.loads(json.dumps(s)))
+    assert "A: 2 samples hit the grading limit twice" in md and md.count("hit the grading limit") == 1
+    clean = format_summary_markdown(summarize(recs[4:], n_boot=20))
+    assert "grading limit" not in clean
+
+
 def test_pass_at_n_with_uneven_counts_is_any_success_over_samples_present():
     """Issue 12 item 7: a partial run (q0 has 4 samples, q1 only 2) must not report pass@2 as pass@n.
     q0's only success is its 4th sample: pass@2 of q0 is 1/2, but pass@n (any success) is 1."""

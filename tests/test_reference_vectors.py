@@ -23,7 +23,7 @@ import pytest
 
 from conftest import assert_all_agree, load_reference_cases
 from drmas_bench.grading.extract import extract_boxed_strict, reference_boxed
-from drmas_bench.grading.qa import grade_qa, normalize_qa
+from drmas_bench.grading.qa import grade_qa, matchable_golds, normalize_qa
 from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows import protocol as P
@@ -302,6 +302,10 @@ def test_episodes_search():
         got = {"calls": calls, "steps": steps, "reward": env["reward"], "length": env["length"],
                "won": float(env["won"]), "answer": env["answer"]}
         want = {**ref, "steps": [{k: v for k, v in st.items() if k != "env_prompt"} for st in ref["steps"]]}
+        if not matchable_golds(i["golds"]):  # our one chosen difference: a gold that normalises to ""
+            # (`The The`) is never matched, where the reference paid EM 1 to any article-only answer
+            want = {**want, "reward": 0.0, "won": 0.0,
+                    "steps": [{**st, "reward": 0.0 if st["done"] else st["reward"]} for st in want["steps"]]}
         ok = got == want and traj.final_answer == ref["answer"]
         # the env prompt: the reference's own text holds its history and the count of earlier steps
         ok = ok and all(st["history"] in st["env_prompt"] and (st["step"] == 1 or
@@ -312,7 +316,7 @@ def test_episodes_search():
         ok = ok and len(b2.calls) == len(ref["calls"]) and all(
             hist[x["step"]] in p for x, (_, _, p) in zip(ref["calls"], b2.calls))
         # what the qa grader makes of the final answer is the env's reward
-        ok = ok and grade_qa(traj.final_answer, i["golds"]).em == ref["reward"]
+        ok = ok and grade_qa(traj.final_answer, i["golds"]).em == want["reward"]
         return ok, got
 
     assert_all_agree("episode/search", load_reference_cases("episodes_search.jsonl"), check)

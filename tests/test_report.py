@@ -278,6 +278,21 @@ def test_trained_team_estimator_and_step(runs, tmp_path):
     assert (row.estimator, row.step, row.team, row.model) == ("drmas", "40", "shared", "tiny-random")
 
 
+def test_leaderboard_notes_grading_timeouts(runs, tmp_path):
+    """Samples whose grading timed out (graded wrong) are counted in the row's notes; none, no note."""
+    run = tmp_path / "timeouts"
+    shutil.copytree(runs["A"], run)
+    lines = (run / "samples.jsonl").read_text().splitlines()
+    recs = [json.loads(line) for line in lines]
+    for r in recs[:3]:
+        r["extra"] = {**(r.get("extra") or {}), "grade": "timeout"}
+    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    row = report.build_leaderboard([report.load_run(run)], report.parse_metrics("avg@n"))[0].rows[0]
+    assert "3 grading timeouts (graded wrong)" in row.notes
+    row = report.build_leaderboard([report.load_run(runs["A"])], report.parse_metrics("avg@n"))[0].rows[0]
+    assert not any("grading timeouts" in n for n in row.notes)
+
+
 def test_trained_reference_estimator_shows_its_group_index(tmp_path):
     """A reference estimator name means nothing without group_by_agent: the report shows both."""
     from drmas_bench.report.runs import _trained_info

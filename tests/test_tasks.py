@@ -114,3 +114,15 @@ def test_data_check_cli(data_dir, tmp_path, capsys):
     assert main(["data", "check", "--data-dir", str(bad), "--suite", "math"]) == 1
     out = capsys.readouterr().out
     assert "duplicate ids" in out and "MISSING locally" in out
+
+
+@pytest.mark.data
+def test_data_check_reports_golds_that_normalise_to_empty(data_dir, capsys):
+    """`The The`, `!!!`, `A+` ... are real golds no answer can match (grade_qa never matches them):
+    the check lists them per benchmark without failing it."""
+    assert main(["data", "check", "--data-dir", str(data_dir), "--suite", "search", "--allow-missing"]) == 0
+    rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("search ")}
+    assert "2 golds normalise to empty" in rows["hotpotqa"] and "2 tasks have no other gold" in rows["hotpotqa"]
+    assert "'The The'" in rows["hotpotqa"] or "'!!!'" in rows["hotpotqa"]
+    assert "4 golds normalise to empty" in rows["nq"] and "5 golds normalise to empty" in rows["triviaqa"]
+    assert "normalise to empty" not in rows["bamboogle"]

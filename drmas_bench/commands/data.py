@@ -108,6 +108,26 @@ def check_benchmark(b, data_dir) -> tuple[str, int | None, list[str]]:
     return status, len(tasks), problems
 
 
+def empty_gold_note(b, data_dir) -> str:
+    """For a QA benchmark: how many golds normalise to the empty string (never matched, so a task
+    with no other gold scores 0 whatever the answer); "" when none or not QA-graded."""
+    if b.grader != "qa":
+        return ""
+    from drmas_bench.grading.qa import empty_golds, matchable_golds
+    from drmas_bench.tasks import registry
+
+    tasks = registry.load_tasks(b, data_dir)
+    hit = [(t, empty_golds(t.answers)) for t in tasks]
+    hit = [(t, e) for t, e in hit if e]
+    if not hit:
+        return ""
+    golds = sum(len(e) for _, e in hit)
+    dead = sum(1 for t, _ in hit if not matchable_golds(t.answers))
+    first = hit[0]
+    return (f"{golds} golds normalise to empty and are never matched ({dead} tasks have no other gold and "
+            f"score 0; first: {first[0].id} {first[1][0]!r})")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 1 when a benchmark is invalid or (without ``--allow-missing``) has no local copy: a
     missing file is what makes a later offline eval or train stop, so "all valid" must not hide it."""
@@ -122,8 +142,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         _, partial = registry.source_of(b, d)
         if status == "missing":
             problems = [f"expected {' or '.join(b.files)}" if b.files else "no local file known"]
-        table.append([b.suite, b.name, b.expected_rows, "-" if n is None else n, status.upper(),
-                      "; ".join(problems) or partial])
+        notes = problems or [x for x in (partial, empty_gold_note(b, d) if status in ("ok", "partial") else "") if x]
+        table.append([b.suite, b.name, b.expected_rows, "-" if n is None else n, status.upper(), "; ".join(notes)])
         if status == "invalid":
             bad.append(b.name)
         elif status == "missing":

@@ -25,7 +25,7 @@ def _math_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple
 
 def _qa_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple[bool, dict]]:
     """QA: SQuAD exact match against any gold (F1 and cover-EM recorded). No answer at all scores 0,
-    as the reference's env does (an empty string would match a gold that normalises to "", e.g. "The")."""
+    as the reference's env does; a gold that normalises to "" (`The The`) is never matched (`grade_qa`)."""
     from drmas_bench.grading.qa import grade_qa
 
     out = []

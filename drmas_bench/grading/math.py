@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from drmas_bench.grading.latex import MAX_ANSWER_CHARS, to_sympy
-from drmas_bench.grading.normalize import normalize_answer, split_top_level
+from drmas_bench.grading.normalize import normalize_answer, split_top_level, strip_dollars
 
 REL_TOL = 1e-9
 # sample points for identity testing of expressions with symbols: positive, irrational-looking,
@@ -57,10 +57,12 @@ _SAMPLE_POINTS = ((0.6180339, 1.3247179, 2.2360679, 0.8414709, 1.7320508, 0.3819
 
 @dataclass(frozen=True)
 class Node:
-    """A parsed answer: `kind` is leaf | list | tuple | union | matrix | eq.
+    """A parsed answer: `kind` is leaf | list | tuple | union | matrix | eq | rel.
 
     leaf: `text` holds the expression; list: unordered `items`; tuple: ordered `items` with the
-    bracket pair in `text` (e.g. "(]"); union and eq: ordered `items`; matrix: `items` are rows."""
+    bracket pair in `text` (e.g. "(]"); union and eq: ordered `items`; matrix: `items` are rows;
+    rel: a chain of inequalities, `items` the sides and `text` the operators (`<`, `\\le`, ...)
+    joined by spaces."""
 
     kind: str
     text: str = ""
@@ -95,8 +97,50 @@ def _expand_pm(s: str) -> list[str]:
     return _expand_pm(head + first + tail) + _expand_pm(head + second + tail)
 
 
+_RELATION = re.compile(r"\\(?:le|ge|lt|gt)(?![a-zA-Z])|<=|>=|<|>|≤|≥")
+_LESS = {"<": (True, False), "\\lt": (True, False), "\\le": (False, False), "≤": (False, False), "<=": (False, False),
+         ">=": (False, True),
+         ">": (True, True), "\\gt": (True, True), "\\ge": (False, True), "≥": (False, True)}  # (strict, flipped)
+
+
+def _split_relation(s: str) -> tuple[list[str], list[str]] | None:
+    """`1<x\\le3` -> (["1", "x", "3"], ["<", "\\le"]): the sides and operators of an inequality
+    chain at the top level (outside brackets), or None when `s` holds none."""
+    sides, ops, depth, start, i = [], [], 0, 0, 0
+    while i < len(s):
+        ch = s[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0:
+            m = _RELATION.match(s, i)
+            if m:
+                sides.append(s[start:i])
+                ops.append(m.group(0))
+                start = i = m.end()
+                continue
+        i += 1
+    sides.append(s[start:])
+    return (sides, ops) if ops and all(sides) else None
+
+
+def _braced(s: str) -> bool:
+    """`{...}` whose braces enclose everything (a bare-brace set such as `{2,3,5}`)."""
+    if len(s) < 2 or s[0] != "{" or s[-1] != "}":
+        return False
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += (ch == "{") - (ch == "}")
+        if depth == 0 and i != len(s) - 1:
+            return False
+    return True
+
+
 def parse_structure(s: str) -> Node:
     """A normalised answer -> Node (see `Node`)."""
+    if _braced(s):  # bare braces: a set when they hold a list, grouping otherwise
+        return parse_structure(s[1:-1])
     items = split_top_level(s, ",")
     if len(items) > 1:
         return Node("list", items=tuple(parse_structure(x) for x in items if x))
@@ -120,6 +164,9 @@ def parse_structure(s: str) -> Node:
         return Node("matrix", items=tuple(
             Node("list", items=tuple(Node("leaf", text=c) for c in r.split("&"))) for r in rows
         ))
+    rel = _split_relation(s)  # before equations: `x<=1` holds an `=` too
+    if rel is not None:
+        return Node("rel", text=" ".join(rel[1]), items=tuple(Node("leaf", text=x) for x in rel[0]))
     sides = split_top_level(s, "=")
     if len(sides) == 2 and all(sides):
         return Node("eq", items=(Node("leaf", text=sides[0]), Node("leaf", text=sides[1])))
@@ -186,9 +233,11 @@ def sympy_equal(a, b) -> bool:
     """True when sympy expressions a and b are equal (see the module docstring)."""
     import sympy
 
+    if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
+        return False  # complex infinity (`1/0`, `12:00` read as a ratio) and nan equal nothing
     if a == b:
         return True
-    if a.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or b.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
+    if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo):
         return False
     a, b = _freeze_functions(a, b)
     symbols = sorted(a.free_symbols | b.free_symbols, key=lambda x: x.name)
@@ -231,6 +280,27 @@ def _simplifies_to_zero(d) -> bool:
         return False
 
 
+def positively_proportional(a, b) -> bool:
+    """True when a = c * b for a constant c > 0 (inequalities `lhs - rhs < 0`: direction kept)."""
+    import sympy
+
+    if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
+        return False
+    if sympy_equal(a, b):
+        return True
+    symbols = sorted(a.free_symbols | b.free_symbols, key=lambda x: x.name)
+    if symbols:
+        pairs = _sample_values(a, b, symbols)
+    else:
+        va, vb = _value(a), _value(b)
+        pairs = None if va is None or vb is None else [(va, vb)]
+    if not pairs or any(abs(vb) <= 1e-12 for _, vb in pairs):
+        return False
+    ratios = [va / vb for va, vb in pairs]
+    r0 = ratios[0]
+    return r0.real > 1e-12 and abs(r0.imag) <= REL_TOL * abs(r0) and all(_close(r, r0) for r in ratios)
+
+
 def proportional(a, b) -> bool:
     """True when a = c * b for a non-zero constant c (equations `lhs - rhs`)."""
     if sympy_equal(a, b) or sympy_equal(a, -b):
@@ -246,10 +316,33 @@ def proportional(a, b) -> bool:
 # ----------------------------------------------------------------------------------- compare
 
 
+_TIME = re.compile(r"^(\d{1,2}):([0-5]\d)(?::([0-5]\d))?(am|pm)?$")
+
+
+def times_of_day(s: str) -> set[int] | None:
+    """`9:00pm` -> {seconds after midnight}; `9:00` (no a.m./p.m.) -> both readings, 9 and 21 o'clock;
+    `21:00` -> {21 o'clock}. None when `s` is not a time of day (`3:2` is a ratio)."""
+    m = _TIME.match(s)
+    if m is None:
+        return None
+    h, minutes, secs, half = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0), m.group(4)
+    if h > 24 or (half and not 1 <= h <= 12):
+        return None
+    rest = minutes * 60 + secs
+    if half:
+        return {((h % 12) + (12 if half == "pm" else 0)) * 3600 + rest}
+    hours = {h % 24} | ({(h + 12) % 24} if 1 <= h <= 12 else set())
+    return {x * 3600 + rest for x in hours}
+
+
 def leaf_equal(gold: str, pred: str) -> bool:
     """Two normalised single expressions (reference guards, then sympy)."""
     if gold == pred:
         return True
+    g_time = times_of_day(gold)
+    if g_time is not None:  # a time of day is compared as a time, never as the ratio `12:00`
+        p_time = times_of_day(pred)
+        return p_time is not None and bool(g_time & p_time)
     if gold.isalpha() and pred.isalpha():  # words (`Evelyn`, `even`): case-insensitive text
         return len(gold) > 1 and gold.lower() == pred.lower()
     g_num, p_num = plain_number(gold), plain_number(pred)
@@ -301,6 +394,8 @@ def nodes_equal(gold: Node, pred: Node) -> bool:
         if gold.items[0].text == pred.items[0].text and leaf_equal(gold.items[1].text, pred.items[1].text):
             return True
         return _equations_equal(gold, pred)
+    if gold.kind == "rel":
+        return _relations_equal(gold, pred)
     if gold.kind == "matrix":
         return len(gold.items) == len(pred.items) and all(
             len(g.items) == len(p.items) and all(nodes_equal(a, b) for a, b in zip(g.items, p.items))
@@ -309,11 +404,54 @@ def nodes_equal(gold: Node, pred: Node) -> bool:
     return len(gold.items) == len(pred.items) and all(nodes_equal(g, p) for g, p in zip(gold.items, pred.items))
 
 
+def _relations(n: Node):
+    """A chain `a < b \\le c` -> [(b - a, strict), (c - b, strict)], each meaning `expr > 0` (or
+    `>= 0` when not strict), as sympy; None when a side does not parse."""
+    sides = [to_sympy(x.text) for x in n.items]
+    if any(x is None for x in sides):
+        return None
+    out = []
+    for k, op in enumerate(n.text.split(" ")):
+        strict, flipped = _LESS[op]
+        small, big = (sides[k + 1], sides[k]) if flipped else (sides[k], sides[k + 1])
+        out.append((big - small, strict))
+    return out
+
+
+def _relations_equal(gold: Node, pred: Node) -> bool:
+    """Inequalities as relations: both sides moved to one, direction kept (`x\\le5` is `5\\ge x` and
+    `-x\\ge-5`, never `x\\ge5`); a chain's relations compare as a set."""
+    g, p = _relations(gold), _relations(pred)
+    if g is None or p is None or len(g) != len(p):
+        return False
+    unused = list(p)
+    for expr, strict in g:
+        for k, (other, other_strict) in enumerate(unused):
+            if strict == other_strict and positively_proportional(expr, other):
+                del unused[k]
+                break
+        else:
+            return False
+    return True
+
+
 def _equations_equal(gold: Node, pred: Node) -> bool:
     sides = [to_sympy(x.text) for x in (*gold.items, *pred.items)]
     if any(x is None for x in sides):
         return False
     return proportional(sides[0] - sides[1], sides[2] - sides[3])
+
+
+# a gold's label, which an answer may leave out: `(p,q)=`, `AB=`, `m_1=`, `\\theta=`
+_NAME = r"(?:[a-zA-Z](?:_(?:\{[a-zA-Z0-9]+\}|[a-zA-Z0-9]))?|\\[a-zA-Z]+)"
+_LABEL = re.compile(rf"^(?:\({_NAME}(?:,{_NAME})+\)|[A-Za-z]{{1,4}}|{_NAME})$")
+
+
+def _unlabelled(n: Node) -> Node | None:
+    """The right-hand side of a labelled gold (`(p,q)=(3,2)` -> `(3,2)`), or None."""
+    if n.kind == "eq" and _LABEL.match(n.items[0].text):
+        return parse_structure(n.items[1].text)
+    return None
 
 
 def answers_equal(gold: str, pred: str) -> bool:
@@ -325,8 +463,17 @@ def answers_equal(gold: str, pred: str) -> bool:
         return True
     if len(g) > MAX_ANSWER_CHARS or len(p) > MAX_ANSWER_CHARS:
         return False
-    if nodes_equal(parse_structure(g), parse_structure(p)):
+    g_node, p_node = parse_structure(g), parse_structure(p)
+    if nodes_equal(g_node, p_node):
         return True
+    if p_node.kind != "eq":
+        rhs = _unlabelled(g_node)
+        if rhs is not None and nodes_equal(rhs, p_node):
+            return True
+    if (g_node.kind == "eq") != (p_node.kind == "eq"):  # an equation is never compared as an expression:
+        g_eq, p_eq = (parse_structure(normalize_answer(x, keep_assignment=True)) for x in (gold, pred))
+        if g_eq.kind == p_eq.kind == "eq" and nodes_equal(g_eq, p_eq):  # keep `y=` and compare equations
+            return True
     # a list gold (`221, 8`) against `8, 221`, which reads as the number 8221: compare as a list too
     p_list = normalize_answer(pred, join_thousands=False)
     if p_list != p and len(split_top_level(g, ",")) > 1:
@@ -348,7 +495,10 @@ def math_verify_equal(extracted: str, gold: str) -> bool:
     # it warns once per process that its own timeouts are off: they are, on purpose (see above)
     for name in ("math_verify.parser", "math_verify.grader"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    wrap = lambda s: "\\boxed{" + s.replace("$", "") + "}"  # noqa: E731
+    # `$` delimiters and escaped `\\$` signs go as normalize_answer drops them (a bare
+    # `s.replace("$", "")` would leave the backslash of `\\$10` behind: `\\boxed{\\10}`); `\\%` stays,
+    # math-verify reads a percentage itself (`50\\%` equals both 50 and 0.5 there)
+    wrap = lambda s: "\\boxed{" + strip_dollars(s) + "}"  # noqa: E731
     g = parse(wrap(gold), parsing_timeout=None)
     p = parse(wrap(extracted), parsing_timeout=None)
     return bool(g) and bool(p) and verify(g, p, timeout_seconds=None)

@@ -8,9 +8,14 @@ spellings compare equal as strings:
 - `\\dfrac` / `\\tfrac` / `\\cfrac` -> `\\frac`, `\\dbinom` / `\\tbinom` -> `\\binom`, `\\frac 59` ->
   `\\frac{5}{9}`, `\\sqrt2` -> `\\sqrt{2}`, `x^{2}` -> `x^2` (single-character groups);
 - degrees (`^\\circ`, `^{\\circ}`, `°`) and percent (`\\%`, `%`) marks are dropped;
-- a trailing unit in `\\text{...}` / `\\mbox{...}` (`5.4 \\text{ cents}`, `15\\mbox{ cm}^2`) is
-  dropped; any other `\\text{X}` / `\\mathrm{X}` / `\\textbf{X}` ... becomes X;
-- thousands separators (`1,000`, `10,\\!080`, `1{,}000`) are removed when the whole answer is one number;
+- a trailing unit in `\\text{...}` / `\\mbox{...}` / `\\textbf{...}` / `\\textnormal{...}` / `\\mathrm{...}`
+  (`5.4 \\text{ cents}`, `15\\mbox{ cm}^2`) is dropped; any other `\\text{X}` / `\\mathrm{X}` /
+  `\\textbf{X}` ... becomes X;
+- thousands separators (`1,000`, `10,\\!080`, `1{,}000`) are removed when the whole answer is one number
+  in valid three-digit groups with no space after a comma (`32, 349` and `0,111` stay lists);
+- bare unit words after a number (`28 percent`, `480 cm`, `5 square units`) are dropped, and `and` /
+  `or` between items (`6 \\text{ and } 8`, `1 and 2 and 3`) becomes a comma;
+- a time's `a.m.` / `p.m.` (`9:00 \\text{ p.m.}`) becomes a suffix (`9:00pm`);
 - a trailing `.` is removed, a leading `.5` becomes `0.5`, `np.` prefixes go;
 - a leading assignment to a single variable or function (`x=5`, `f(x)=2x`, `m_{\\max}=3`,
   `x \\in [-2,7]`) keeps only its right-hand side (per comma-separated item);
@@ -126,12 +131,32 @@ def unwrap_macro(s: str, macro: str) -> str:
 _SPACING = re.compile(r"\\\\|\\[,;: ]|\\quad(?![a-zA-Z])|\\qquad(?![a-zA-Z])|~")
 _SIZING = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|Biggl|Biggr|big|Big|bigg|Bigg)(?![a-zA-Z])\.?")
 _DEGREES = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ(?![a-zA-Z])|°|\^\s*\{\s*\\degree\s*\}|\\degree(?![a-zA-Z])")
+_TEXT_MACROS = r"(?:text|mbox|textrm|textnormal|textbf|textit|mathrm|mathbf)"
 _TRAILING_UNIT = re.compile(
-    r"(?<=\S)\s*\\(?:text|mbox|textrm|mathrm)\s*\{\s*[a-zA-Z][a-zA-Z .,/]*\}(?:\s*\^\s*\{?\s*\d\s*\}?)?\s*$"
+    r"(?<=\S)\s*\\" + _TEXT_MACROS + r"\s*\{\s*[a-zA-Z][a-zA-Z .,/]*\}(?:\s*\^\s*\{?\s*\d\s*\}?)?\s*$"
 )
-_UNWRAP = ("\\text", "\\mbox", "\\textrm", "\\textbf", "\\textit", "\\mathrm", "\\mathbf", "\\mathit",
-           "\\boldsymbol", "\\mathbb", "\\mathcal")
-_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+# unit words written bare after a number (`28 percent`, `480 cm`, `5 square units`): ours, broader
+# than the reference's list (compat.UNIT_WORDS), and only after a space behind a digit or a group
+UNIT_WORDS = (
+    "percent", "percentage", "per cent", "pct", "degrees?", "radians?", "units?", "cents?", "dollars?",
+    "mm", "cm", "km", "m", "millimet(?:er|re)s?", "centimet(?:er|re)s?", "kilomet(?:er|re)s?", "met(?:er|re)s?",
+    "inch(?:es)?", "feet", "foot", "ft", "yards?", "yd", "miles?", "mph", "km/h", "m/s",
+    "seconds?", "secs?", "minutes?", "mins?", "hours?", "hrs?", "days?", "weeks?", "months?", "years?",
+    "g", "kg", "mg", "grams?", "kilograms?", "pounds?", "lbs?", "ounces?", "oz", "liters?", "litres?", "ml",
+)
+_BARE_UNIT = re.compile(r"(?<=[\d}.])\s+(?:(?:square|sq\.?|cubic)\s+)?(?:" + "|".join(UNIT_WORDS)
+                        + r")\.?(?:\s*\^\s*\{?\s*\d\s*\}?)?\s*$", re.IGNORECASE)
+# `6 \text{ and } 8`, `1 and 2 and 3`, `2 or 3`: a list (compared as a set)
+_TEXT_JOINER = re.compile(r"\s*,?\s*\\" + _TEXT_MACROS + r"\s*\{\s*(?:and|or)\s*\}\s*")
+_WORD_JOINER = re.compile(r"\s*,?\s+(?:and|or)\s+")
+# a time of day with a.m./p.m. in a text group, kept as a suffix before text groups are dropped
+_TIME_SUFFIX = re.compile(r"(\d:\d\d)\s*(?:\\" + _TEXT_MACROS + r"\s*\{\s*([aApP])\.?\s*[mM]\.?\s*\}|([aApP])\.?\s*[mM]\.?(?![a-zA-Z]))")
+_UNWRAP = ("\\text", "\\mbox", "\\textrm", "\\textnormal", "\\textbf", "\\textit", "\\mathrm", "\\mathbf",
+           "\\mathit", "\\boldsymbol", "\\mathbb", "\\mathcal")
+# thousands separators: only valid three-digit groups behind a first group that has no leading
+# zero (`0,111` is not 111), and only when no space follows a comma (`32, 349` is a list)
+_THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
+_SPACED_COMMA = re.compile(r",\s")
 _ASSIGN_LHS = re.compile(
     r"^\s*(?:[a-zA-Z]|\\[a-zA-Z]+)(?:\s*_\s*(?:\{[^{}]*\}|[a-zA-Z0-9]))?(?:\s*\(\s*[a-zA-Z]\s*\))?\s*$"
 )
@@ -149,6 +174,17 @@ _ALIASES = (
 
 def _replace_command(s: str, old: str, new: str) -> str:
     return re.sub(re.escape(old) + r"(?![a-zA-Z])", lambda _: new, s)
+
+
+def strip_dollars(s: str) -> str:
+    """Drop `$` math delimiters and escaped dollar signs `\\$` (the escape first, so no stray
+    backslash is left behind: `\\$10` -> `10`, not `\\10`)."""
+    return s.replace("\\$", "").replace("$", "")
+
+
+def strip_percent(s: str) -> str:
+    """Drop percent signs, escaped (`\\%`) or not (the escape first, for the same reason)."""
+    return s.replace("\\%", "").replace("%", "")
 
 
 def strip_leading_assignment(item: str) -> str:
@@ -179,20 +215,22 @@ def _mixed_number(s: str) -> str:
     return f"{'-' if sign == '-' else ''}\\frac{{{whole * den + num}}}{{{den}}}"
 
 
-def normalize_answer(s: str | None, join_thousands: bool = True) -> str:
+def normalize_answer(s: str | None, join_thousands: bool = True, keep_assignment: bool = False) -> str:
     """The canonical string form of a math answer (see the module docstring for every rule).
 
-    join_thousands=False keeps `8,221` as the two-item list it may also be."""
+    join_thousands=False keeps `8,221` as the two-item list it may also be; keep_assignment=True
+    keeps a leading `y=` (for comparing an equation with an equation)."""
     if s is None:
         return ""
-    return _normalize(str(s), join_thousands)
+    return _normalize(str(s), join_thousands, keep_assignment)
 
 
 @lru_cache(maxsize=16384)
-def _normalize(s: str, join_thousands: bool = True) -> str:
+def _normalize(s: str, join_thousands: bool = True, keep_assignment: bool = False) -> str:
     s = s.replace("\n", " ").strip()
-    s = s.replace("\\$", "").replace("$", "")
+    s = strip_dollars(s)
     s = s.replace("{,}", ",")  # `1{,}000`: a comma in braces (LaTeX's no-space comma) is a comma
+    s = re.sub(r",\\!\s*", ",", s)  # `11,\! 111`: LaTeX's thousands comma, whatever spaces follow it
     s = s.replace("\\!", "")
     s = _SPACING.sub(lambda m: m.group(0) if m.group(0) == "\\\\" else " ", s)  # keep row breaks
     s = _SIZING.sub("", s)
@@ -200,10 +238,12 @@ def _normalize(s: str, join_thousands: bool = True) -> str:
     for old, new in _ALIASES:
         s = _replace_command(s, old, new)
     s = _DEGREES.sub("", s)
-    s = s.replace("\\%", "").replace("%", "")
+    s = strip_percent(s)
     s = re.sub(r"\\text\s*\{\s*degrees?\s*\}|\\text\s*\{\s*percent\s*\}", "", s).strip()
-    while True:  # trailing units, possibly several (`5 \text{m} \text{per second}`)
-        t = _TRAILING_UNIT.sub("", s)
+    s = _TIME_SUFFIX.sub(lambda m: m.group(1) + (m.group(2) or m.group(3)).lower() + "m", s)
+    s = _TEXT_JOINER.sub(",", s)
+    while True:  # trailing units, possibly several (`5 \text{m} \text{per second}`, `5 square units`)
+        t = _BARE_UNIT.sub("", _TRAILING_UNIT.sub("", s))
         if t == s:
             break
         s = t
@@ -215,10 +255,13 @@ def _normalize(s: str, join_thousands: bool = True) -> str:
     s = brace_macro_arguments(s, "\\frac", 2)
     s = brace_macro_arguments(s, "\\binom", 2)
     s = brace_macro_arguments(s, "\\sqrt", 1)
+    s = _WORD_JOINER.sub(",", s)
+    spaced_commas = bool(_SPACED_COMMA.search(s))
     s = squeeze_spaces(s)
-    if join_thousands and _THOUSANDS.match(s):
+    if join_thousands and not spaced_commas and _THOUSANDS.match(s):
         s = s.replace(",", "")
-    s = ",".join(strip_leading_assignment(item) for item in split_top_level(s, ","))
+    if not keep_assignment:
+        s = ",".join(strip_leading_assignment(item) for item in split_top_level(s, ","))
     s = re.sub(r"([_^])\{([a-zA-Z0-9])\}", r"\1\2", s)
     s = re.sub(r"(?<![\d}a-zA-Z])\.(\d)", r"0.\1", s)
     s = _CHOICE.sub(lambda m: m.group(1).upper(), s)

@@ -1,10 +1,16 @@
 """Batch math grading in worker processes with a hard per-item timeout.
 
 `grade_math_many(pairs)` grades `(response, gold)` pairs with `grade_math` in a small pool of
-worker processes and returns one `GradeResult` per pair, in input order. An item that runs longer
-than `timeout_s` (a pathological expression that makes sympy hang) has its worker killed: the item
-is recorded as `status="timeout"`, counted incorrect, the worker is replaced, and the rest of the
-batch carries on. No signals are used, so it works from any thread, a Ray actor, or a notebook.
+worker processes and returns one `GradeResult` per pair, in input order. An item that uses more
+than `timeout_s` seconds of its worker's **CPU time** (a pathological expression that makes sympy
+hang) has its worker killed and is retried once, alone, with `RETRY_FACTOR` times the limit; only
+an item that hits that too is recorded as `status="timeout"` and counted incorrect. The worker is
+replaced and the rest of the batch carries on. CPU time, not wall time: on a loaded machine a
+worker gets a fraction of a core and an item takes longer on the clock but not in CPU seconds,
+so a verdict does not depend on what else the machine is doing. (Where a process's CPU time cannot
+be read, `/proc` missing, wall time is the limit.) A worker that neither finishes nor uses CPU
+(stopped, swapped out) is still killed after `WALL_CAP_FACTOR` times the limit in wall time. No
+signals are used, so it works from any thread, a Ray actor, or a notebook.
 
 How the pool works (`GradingPool`):
 
@@ -14,9 +20,10 @@ How the pool works (`GradingPool`):
   process that holds torch or CUDA threads is unsafe. Items with the same gold answer travel in
   the same chunks (`group_by_gold`), so each worker parses a gold once and reuses it from cache. The parent cuts the batch into chunks (a few to a few dozen
   items, to keep pipe traffic low) and sends a chunk to each idle worker.
-- Before each item a worker writes (chunk id, position, start time) into a small shared-memory
-  heartbeat. The parent reads the heartbeats to find any item past its deadline, so the deadline
-  is per item even though work travels in chunks. Results come back at the end of a chunk, or
+- Before each item a worker writes (chunk id, position, start time, its CPU time) into a small
+  shared-memory heartbeat. The parent reads the heartbeats and each busy worker's CPU time
+  (`process_cpu_seconds`) to find any item past its limit, so the limit is per item even though
+  work travels in chunks. Results come back at the end of a chunk, or
   every `FLUSH_S` seconds within a long chunk, so a kill loses little finished work.
 - A stuck worker is killed (SIGKILL); its unfinished items (except the stuck one) go back to the
   front of the queue, and a fresh worker is spawned. A worker that dies by itself (a crash, the
@@ -57,6 +64,9 @@ FLUSH_S = 0.1  # a worker sends partial chunk results at least this often
 POLL_S = 0.05  # the parent re-reads heartbeats at least this often
 STARTUP_TIMEOUT_S = 120.0  # a worker that never starts an item within this is considered broken
 MAX_STARTUP_FAILURES = 3
+RETRY_FACTOR = 4.0  # an item past its CPU limit is graded once more, alone, with this many times the limit
+WALL_CAP_FACTOR = 20.0  # wall-clock backstop per item, as a multiple of its CPU limit
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass
@@ -66,8 +76,9 @@ class GradeResult:
     correct: the answer is right (always False unless status is "ok").
     status: "ok" | "timeout" (killed after timeout_s) | "error" (the grader raised, or its worker died).
     extracted: the answer the grader extracted from the response (None when there is none).
-    seconds: grading time of this item (for a timeout: the time until the kill).
-    detail: the error message for status "error", else "".
+    seconds: grading time of this item (for a timeout: the wall time until the last kill).
+    detail: the error message for status "error" or "timeout", else "".
+    attempts: 2 when the item hit its CPU limit once and was graded again, alone (`RETRY_FACTOR`).
     """
 
     correct: bool
@@ -75,6 +86,7 @@ class GradeResult:
     extracted: str | None
     seconds: float
     detail: str = ""
+    attempts: int = 1
 
 
 def grade_one(response: str, gold: str, backend: str | Callable[[str, str], bool] = "careful") -> GradeResult:
@@ -95,6 +107,17 @@ def grade_one(response: str, gold: str, backend: str | Callable[[str, str], bool
 # ------------------------------------------------------------------------------ worker process
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds used so far by process `pid` (all its threads), from
+    `/proc/PID/stat`; None where that cannot be read (no /proc, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (fields 14, 15)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _worker_main(conn, heartbeat) -> None:
     """Worker loop: receive (chunk_id, backend, pairs), grade, send (chunk_id, first_pos, results)."""
     # Ctrl-C and stop signals are the parent's business: a SIGTERM sent to the whole process group
@@ -105,6 +128,7 @@ def _worker_main(conn, heartbeat) -> None:
     import drmas_bench.grading.math  # noqa: F401  (import sympy before the first deadline starts)
 
     conn.send(("ready", os.getpid()))
+    pid = os.getpid()
     while True:
         try:
             msg = conn.recv()
@@ -122,6 +146,8 @@ def _worker_main(conn, heartbeat) -> None:
             heartbeat[2] = 0.0  # seqlock-style: start time last, so readers never pair old and new
             heartbeat[0] = chunk_id
             heartbeat[1] = pos
+            cpu = process_cpu_seconds(pid)  # the same clock the parent reads (not process_time)
+            heartbeat[3] = -1.0 if cpu is None else cpu
             heartbeat[2] = time.monotonic()
             done.append(grade_one(response, gold, backend))
             if time.monotonic() - last_flush > FLUSH_S and pos + 1 < len(pairs):
@@ -150,6 +176,12 @@ class _Worker:
             return None
         return int(pos), t0
 
+    def item_cpu_seconds(self) -> float | None:
+        """CPU seconds the worker has used on its current item; None when not measurable."""
+        start = self.heartbeat[3]
+        now = process_cpu_seconds(self.proc.pid) if start >= 0 else None
+        return None if now is None else max(0.0, now - start)
+
 
 @dataclass
 class _Batch:
@@ -159,6 +191,13 @@ class _Batch:
     results: list[GradeResult | None] = field(default_factory=list)
     queue: deque = field(default_factory=deque)  # chunks of input indices
     left: int = 0
+    retried: set = field(default_factory=set)  # indices that hit their limit once: alone, larger limit
+
+    def limit(self, idx: int) -> float | None:
+        """The CPU-time limit of item `idx` (None: no limit)."""
+        if self.timeout_s is None:
+            return None
+        return self.timeout_s * (RETRY_FACTOR if idx in self.retried else 1.0)
 
 
 class GradingPool:
@@ -190,7 +229,7 @@ class GradingPool:
         self.close()
 
     def _spawn(self) -> _Worker:
-        heartbeat = self.ctx.RawArray("d", 3)
+        heartbeat = self.ctx.RawArray("d", 4)  # chunk id, position, wall start, CPU start
         parent_conn, child_conn = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(target=_worker_main, args=(child_conn, heartbeat), daemon=True, name="drmas-grader")
         _start_process(proc)
@@ -229,7 +268,8 @@ class GradingPool:
     ) -> list[GradeResult]:
         """Grade every (response, gold) pair; results in input order, one per pair.
 
-        timeout_s: hard limit per item in seconds (None: no limit).
+        timeout_s: limit per item in seconds of the worker's CPU time (None: no limit); an item past
+          it is retried once, alone, with RETRY_FACTOR times the limit before it is a "timeout".
         backend: a grader name from `registry.GRADERS` ("careful", "reference_compat", "math_verify")
           or a picklable function (extracted, gold) -> bool (given the careful extraction).
         chunk_size: items per message to a worker (default: adapted to the batch size)."""
@@ -264,7 +304,7 @@ class GradingPool:
         while batch.left:
             self._dispatch(batch)
             watched = [w for w in self.workers if w.chunk is not None or not w.ready]
-            timeout = self._wait_time(watched, batch.timeout_s)
+            timeout = self._wait_time(watched, batch)
             ready = wait([w.conn for w in watched] + [w.proc.sentinel for w in watched], timeout=timeout)
             for w in watched:
                 alive = self._drain(w, batch) if (w.conn in ready or w.proc.sentinel in ready) else True
@@ -293,13 +333,16 @@ class GradingPool:
     def _busy(self) -> int:
         return sum(w.chunk is not None for w in self.workers)
 
-    def _wait_time(self, busy: list[_Worker], timeout_s: float | None) -> float:
+    def _wait_time(self, busy: list[_Worker], batch: _Batch) -> float:
+        """Until the next poll, or sooner when an item could reach its limit (CPU seconds never run
+        faster than the clock, so the wall time left is a lower bound)."""
         now, wait_s = time.monotonic(), POLL_S
-        if timeout_s is not None:
-            for w in busy:
-                item = w.current_item()
-                if item is not None:
-                    wait_s = min(wait_s, item[1] + timeout_s - now)
+        for w in busy:
+            item = w.current_item()
+            limit = batch.limit(w.chunk[item[0]]) if item is not None and w.chunk and item[0] < len(w.chunk) else None
+            if limit is not None:
+                used = w.item_cpu_seconds()
+                wait_s = min(wait_s, limit - (now - item[1] if used is None else used))
         return max(0.0, wait_s)
 
     def _drain(self, w: _Worker, batch: _Batch) -> bool:
@@ -322,7 +365,10 @@ class GradingPool:
         if chunk_id != w.chunk_id or w.chunk is None:
             return
         for k, r in enumerate(results):
-            batch.results[w.chunk[first_pos + k]] = r
+            idx = w.chunk[first_pos + k]
+            if idx in batch.retried:
+                r.attempts = 2
+            batch.results[idx] = r
         batch.left -= len(results)
         w.received = first_pos + len(results)
         if w.received >= len(w.chunk):
@@ -334,8 +380,19 @@ class GradingPool:
                 self._lost(w, batch, "error", f"grading worker did not start within {STARTUP_TIMEOUT_S:g} s")
             return
         item = w.current_item()
-        if item is not None and batch.timeout_s is not None and time.monotonic() - item[1] > batch.timeout_s:
-            self._lost(w, batch, "timeout", f"killed after {batch.timeout_s:g} s", item)
+        if item is None or w.chunk is None or item[0] >= len(w.chunk):
+            return
+        limit = batch.limit(w.chunk[item[0]])
+        if limit is None:
+            return
+        wall = time.monotonic() - item[1]
+        cpu = w.item_cpu_seconds()
+        if cpu is None and wall > limit:  # no CPU clock here: the wall clock is the limit
+            self._lost(w, batch, "timeout", f"killed after {limit:g} s (wall clock)", item)
+        elif cpu is not None and cpu > limit:
+            self._lost(w, batch, "timeout", f"killed after {limit:g} s of CPU time", item)
+        elif wall > WALL_CAP_FACTOR * limit:
+            self._lost(w, batch, "timeout", f"killed after {wall:.3g} s wall clock ({cpu or 0:.3g} s of CPU time)", item)
 
     def _lost(self, w: _Worker, batch: _Batch, status: str, detail: str, item: tuple[int, float] | None = None) -> None:
         """Kill `w`; its current item gets `status`; its other unfinished items are re-queued."""
@@ -355,14 +412,20 @@ class GradingPool:
             return
         pos, t0 = item
         idx = chunk[pos]
-        response, _ = batch.pairs[idx]
-        from drmas_bench.grading.registry import resolve_backend
-
-        batch.results[idx] = GradeResult(False, status, resolve_backend(batch.backend)[0](response), time.monotonic() - t0, detail)
-        batch.left -= 1
         rest = chunk[w.received:pos] + chunk[pos + 1:]
         if rest:
             batch.queue.appendleft(rest)
+        if status == "timeout" and idx not in batch.retried:  # once more, alone, with a larger limit
+            batch.retried.add(idx)
+            batch.queue.append([idx])
+            return
+        response, _ = batch.pairs[idx]
+        from drmas_bench.grading.registry import resolve_backend
+
+        attempts = 2 if idx in batch.retried else 1
+        batch.results[idx] = GradeResult(False, status, resolve_backend(batch.backend)[0](response), time.monotonic() - t0,
+                                         detail, attempts)
+        batch.left -= 1
 
 
 def check_backend_importable(backend: str | Callable[[str, str], bool]) -> None:
@@ -470,8 +533,9 @@ def grade_math_many(
     """Grade (response, gold) pairs in worker processes with a hard per-item timeout.
 
     pairs: (model response, gold answer) pairs; the response's last boxed answer is graded.
-    timeout_s: seconds per item before its worker is killed and the item recorded as "timeout"
-      (None: no limit).
+    timeout_s: CPU seconds per item before its worker is killed; the item is graded once more,
+      alone, with RETRY_FACTOR times that, and recorded as "timeout" if it hits that too (None: no
+      limit).
     workers: worker processes (default: usable CPUs, at most 8).
     backend: a grader name from `registry.GRADERS`: "careful" (default) | "reference_compat" |
       "math_verify"; or a picklable module-level function (extracted answer, gold) -> bool.

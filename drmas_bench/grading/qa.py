@@ -8,6 +8,13 @@ F1 and cover-EM against a list of gold answers.
   em: the normalised answer equals a normalised gold (the reference reward);
   f1: token-level F1 between normalised answer and gold (an extra column; not in the reference);
   cover_em: a normalised gold occurs in the normalised answer as a whole-token span.
+
+A gold whose normalised text is empty (`The The`, `!!!`, `A+`, `*`: all articles or punctuation)
+is never matched: it is left out of the golds, and a task with no other gold scores 0 on all three
+whatever the answer (otherwise a blank or article-only answer, `<answer></answer>` included, would
+score EM 1 against it, and EM is the RL reward). SQuAD's and the reference's functions do match
+`""` against such a gold; on every other gold the three scores are theirs. `data check` lists the
+tasks that hold such golds (`empty_golds`).
 """
 
 from __future__ import annotations
@@ -44,15 +51,28 @@ def token_f1(pred: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def grade_qa(answer: str | None, golds: list[str] | str) -> QAScore:
-    """Best EM, F1 and cover-EM of `answer` over `golds` (None / no golds -> all zero)."""
+def matchable_golds(golds: list[str] | str) -> list[str]:
+    """The normalised golds an answer can match: those whose normalised text is not empty."""
     if isinstance(golds, str):
         golds = [golds]
-    if answer is None or not golds:
+    return [g for g in (normalize_qa(x) for x in golds) if g]
+
+
+def empty_golds(golds: list[str] | str) -> list[str]:
+    """The golds (as written) that normalise to the empty string, so nothing ever matches them."""
+    if isinstance(golds, str):
+        golds = [golds]
+    return [g for g in golds if not normalize_qa(g)]
+
+
+def grade_qa(answer: str | None, golds: list[str] | str) -> QAScore:
+    """Best EM, F1 and cover-EM of `answer` over `golds` (None, no golds, or only golds that
+    normalise to empty -> all zero)."""
+    normed = matchable_golds(golds)
+    if answer is None or not normed:
         return QAScore(0.0, 0.0, 0.0)
     pred = normalize_qa(answer)
-    normed = [normalize_qa(g) for g in golds]
     em = float(any(pred == g for g in normed))
     f1 = max(token_f1(pred, g) for g in normed)
-    cover = float(any(g and f" {g} " in f" {pred} " for g in normed))
+    cover = float(any(f" {g} " in f" {pred} " for g in normed))
     return QAScore(em, f1, cover)

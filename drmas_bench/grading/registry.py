@@ -95,14 +95,19 @@ def _dist_version(dist: str) -> str:
 
 # careful v3: a value beyond float range no longer counts as close to anything (v2 said such answers
 # were equal)
-register(MathGrader("careful", "3", _careful, extract_boxed,
+# careful v4: complex infinity / nan equal nothing; times of day compared as times; thousands only in
+# valid groups without spaces; a gold's label may be dropped; an equation stays an equation; inequalities
+# compared as relations; bare unit words and \textbf/\textnormal unit groups dropped; and/or lists and
+# bare-brace sets read as sets
+register(MathGrader("careful", "4", _careful, extract_boxed,
                     "our careful grader (default): structure-aware, exact numbers, guarded sympy"))
 # v2: the rules of REFERENCE.md 2b as rewritten from the reference's code (mathd and sympy forms,
 # tuples, integer and fraction rules); v1 followed an earlier, looser restatement
 register(MathGrader("reference_compat", "2", _compat, extract_boxed_strict,
                     "the reference grader (RewardMathFn), flaws included (REFERENCE.md 2b)",
                     grades_blank=True))
-register(MathGrader("math_verify", f"1+math-verify-{_dist_version('math-verify')}", _math_verify, extract_boxed,
+# math_verify v2: `\\$` in an answer is dropped whole (v1 left its backslash, so `\\$10` was never right)
+register(MathGrader("math_verify", f"2+math-verify-{_dist_version('math-verify')}", _math_verify, extract_boxed,
                     "the math-verify package on the careful extraction (extra: mathverify)"))
 
 

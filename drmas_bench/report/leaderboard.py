@@ -24,8 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from drmas_bench.metrics import (MACRO, MICRO, Question, avg_values, bootstrap_mean_ci, pass_values, workflow_effects,
-                                 questions, seed_for)
+from drmas_bench.metrics import (MACRO, MICRO, Question, avg_values, bootstrap_mean_ci, grading_timeouts, pass_values,
+                                 workflow_effects, questions, seed_for)
 from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
@@ -193,6 +193,9 @@ def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
     incomplete = sum(1 for q in qs.values() if q.n < run.n)
     if incomplete:
         flags.append(f"{incomplete} questions have fewer than n={run.n} samples (run unfinished?)")
+    timeouts = grading_timeouts(run.records)
+    if timeouts:
+        flags.append(f"{timeouts} grading timeouts (graded wrong)")
     row.notes = flags
     return row
 

@@ -401,6 +401,9 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
                          f"pass@n is the any-success rate over the samples present (as the reference)")
         if blk.get("duplicate_samples"):
             notes.append(f"{name}: {blk['duplicate_samples']} duplicate (task, sample_idx) records")
+        if blk.get("grading_timeouts") and name in blocks:
+            notes.append(f"{name}: {blk['grading_timeouts']} samples hit the grading limit twice (CPU time, "
+                         "retried alone with a larger limit) and are graded wrong")
     usage = summary["micro"].get("usage") or {}
     if usage.get("unknown"):
         notes.append(f"{usage['unknown']} of {usage['calls']} calls came back without token usage and no tokenizer "
