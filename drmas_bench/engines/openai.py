@@ -198,6 +198,7 @@ class ServerDialect:
     off (the run summary lists them per worker group)."""
 
     top_k_off: int | None = -1
+    has_top_k: bool = True  # False: the server's schema has no top_k (a requested top-k cannot be honoured)
     token_prompt: bool = True
     neutral: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -262,7 +263,7 @@ def dialect_from_schema(props_completions: dict | None, props_chat: dict | None,
     if o.top_k_off == "auto":
         tk = props.get("top_k")
         if tk is None:
-            dialect.top_k_off = None
+            dialect.top_k_off, dialect.has_top_k = None, False
             dialect.notes.append("the server's schema has no top_k: none is sent (it has no top-k sampling)")
         else:
             low = tk.get("minimum", tk.get("exclusiveMinimum"))
@@ -729,6 +730,9 @@ class OpenAIEngine(EngineBase):
         unenforced = False
         url = self.url
         await self._learn_dialect()
+        if request.sampling.top_k != -1 and not self.dialect.has_top_k:
+            raise EngineError(f"openai engine: the server at {self.base_url} has no top_k field (its schema), so "
+                              f"top_k={request.sampling.top_k} cannot be honoured")
         async with self._sem:
             t0 = time.perf_counter()
             if self.mode == "chat" and request.max_prompt_tokens is not None:
