@@ -260,7 +260,7 @@ def dialect_from_schema(props_completions: dict | None, props_chat: dict | None,
     props = {**(props_chat or {}), **(props_completions or {})}
     if not props:
         return
-    if o.top_k_off == "auto":
+    if o.top_k_off == "auto" and o.server_extras:  # (server_extras=False sends no top_k at all)
         tk = props.get("top_k")
         if tk is None:
             dialect.top_k_off, dialect.has_top_k = None, False
