@@ -24,8 +24,9 @@ Two ways to send a prompt, chosen once at engine start:
   summary.json ``protocol.prompt_limit_unenforced_calls``). ``tokenize_endpoint=False`` skips the
   question (no limit is enforced without a local tokenizer).
 
-Both send ``temperature``, ``top_p``, ``top_k`` (always, -1 = none: vLLM/SGLang would otherwise
-fill in the model's ``generation_config`` default, e.g. Qwen3's top_k=20), the length field,
+Both send ``temperature``, ``top_p``, ``top_k`` (-1 = none: vLLM/SGLang would otherwise fill in
+the model's ``generation_config`` default, e.g. Qwen3's top_k=20; how "none" is said is learned per
+server, see below), the length field,
 ``seed`` when set, and log-probs when ``Request.want_logprobs`` (chat: ``logprobs: true``;
 completions: ``logprobs: 0``, the sampled token's only). Calls run concurrently, at most
 ``max_concurrency`` at a time. A 429, a 5xx, a timeout or a connection error is retried with
@@ -33,6 +34,17 @@ exponential backoff (honouring ``Retry-After``), the project's one retry policy
 (``drmas_retrieval.retry``); so is a 200 answer whose body is unusable (not JSON, an HTML page
 from a proxy, no ``choices``). After ``max_retries`` retries, or at once on another 4xx, the call
 fails with a one-line ``EngineError`` naming the URL.
+
+The server's dialect (``ServerDialect``), learned once per engine before its first call: the
+request schemas of ``{server root}/openapi.json`` when the server publishes one (``server_schema``),
+else the first refusal (a 400/422/500 validation error naming ``top_k`` or ``prompt``; the call is
+then sent again). It fixes how "no top-k" is sent (-1; 0 where ``top_k`` must be >= 0, llama.cpp's
+"off"; nothing where the server has no ``top_k``, and then a requested top-k is an ``EngineError``),
+whether token ids can be the prompt (else the prompt templated and cut here goes as text), and which
+sampling defaults of the server's own (``NEUTRAL_SAMPLING``: llama.cpp's min_p 0.05, repeat_penalty
+1.1) are sent switched off (with ``server_extras=False`` they are named as applying instead). Each
+fact is one warning and one line of ``server_notes`` (summary.json ``pool.groups.<wg>.engine_notes``).
+A 500 that repeats the same validation error is the server's answer, not retried further.
 
 What a server reports is checked, not trusted (``settle_usage``): a reply without ``usage`` is
 counted here with the local tokenizer when there is one (``Completion.usage = "counted"``), else
@@ -75,6 +87,9 @@ Options (``OpenAIOptions``):
   when no tokenizer is here (True).
 - ``max_response_chars``: the longest reply text kept; ``None`` (default): 64 characters per
   requested token plus 4096 (a token is rarely longer than 16 characters).
+- ``top_k_off``: how "no top-k" is sent: ``"auto"`` (default: -1, or what the server's schema or a
+  refusal teaches), ``-1``, ``0``, or ``"omit"`` (no top_k field).
+- ``server_schema``: read the server's ``/openapi.json`` once to learn its dialect (True).
 
 ``Completion.prompt_tokens`` / ``completion_tokens`` come from the response's ``usage`` (see above);
 ``latency_s`` is the request's own time on the wire, retries included (not its wait for a
