@@ -346,3 +346,20 @@ def test_eval_through_a_real_llama_cpp_server_with_the_defaults(llamacpp_server,
     if tokenizer is None:  # token mode: the model's own tokenizer is here
         assert any("takes no token ids" in n for n in notes)
     assert "engine notes" in (out / "summary.md").read_text()
+
+
+def test_an_eval_through_the_double_names_the_dialect_in_its_summary(double, tmp_path, capsys):
+    """`drmas-bench eval --engine openai` against the double (token mode: tiny-random's tokenizer is
+    here): it finishes with the defaults, and summary.json / summary.md carry the engine notes."""
+    from drmas_bench.cli import main
+
+    out = tmp_path / "run"
+    n0 = len(double.status)
+    assert main(["eval", "--engine", "openai", "--base-url", double.url, "--model", "tiny-random", "--suite", "toy",
+                 "--n", "1", "--limit", "2", "--max-new-tokens", "4", "--no-progress", "--out", str(out)]) == 0
+    assert double.status[n0:] and set(double.status[n0:]) == {200}  # nothing refused: the schema was read first
+    s = json.loads((out / "summary.json").read_text())
+    notes = [n for g in s["pool"]["groups"].values() for n in g.get("engine_notes", [])]
+    assert any("top_k=0" in n for n in notes) and any("takes no token ids" in n for n in notes)
+    md = (out / "summary.md").read_text()
+    assert "engine notes (the server's dialect)" in md and "min_p=0.05 switched off" in md
