@@ -85,6 +85,14 @@ def protocol_summary(records: list[dict], info: dict | None) -> dict:
             "prompt_limit_unenforced_calls": unenforced}
 
 
+def engine_notes_markdown(pool_stats: dict) -> str:
+    """summary.md's lines for what the server engines learned about their servers (summary.json:
+    ``pool.groups.<wg>.engine_notes``): how a field was sent, sampling a server applies unasked."""
+    lines = [f"  - {wg}: {note}" for wg, g in ((pool_stats or {}).get("groups") or {}).items()
+             for note in g.get("engine_notes") or []]
+    return ("\n- engine notes (the server's dialect):\n" + "\n".join(lines) + "\n") if lines else ""
+
+
 def evaluate(config: EvalConfig) -> Summary:
     """Run (or resume) one evaluation and return its summary (see the module docstring).
 
@@ -201,6 +209,7 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
                + (f"; limit NOT enforced on {pr['prompt_limit_unenforced_calls']} calls (no tokenizer here or on the "
                   "server)" if pr["prompt_limit_unenforced_calls"] else "") + "\n")
     md += cache_markdown(summary["cache"])
+    md += engine_notes_markdown(pool_stats)
     store.write_summary(summary, md)
     logger.info(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "
                 f"summary in {out}/summary.md")

@@ -19,6 +19,9 @@ A dead server therefore costs at most ``(retries + 1) x timeout + the waits`` pe
   failed. ``check(response)`` (optional) looks into a 2xx answer and returns a reason when its body
   is unusable (not JSON, an HTML error page, no choices): such an answer is retried like a 5xx, since
   an overloaded proxy or a restarting server produces them and the next attempt usually works.
+  ``final(response)`` (optional) marks a retryable answer (a 5xx) as the server's considered reply
+  when it comes twice in a row with the same body: it is returned then, not retried further (a
+  server that reports a rejected request field as HTTP 500 answers the same way every time).
 """
 
 from __future__ import annotations
@@ -119,13 +122,27 @@ def send_with_retries(send: Callable[[], Any], policy: RetryPolicy,
     raise RetriesExhausted(policy.attempts, reason)
 
 
+def _repeated_final(outcome: Any, previous: str | None, final: Callable[[Any], bool] | None) -> tuple[bool, str | None]:
+    """(return it now?, its body for the next comparison): a retryable response that ``final``
+    accepts and whose body equals the previous attempt's is the server's considered answer."""
+    import httpx
+
+    if final is None or not isinstance(outcome, httpx.Response):
+        return False, None
+    body = outcome.text
+    return (previous is not None and body == previous and final(outcome)), body
+
+
 async def asend_with_retries(send: Callable[[], Awaitable[Any]], policy: RetryPolicy,
                              on_attempt: Callable[[], None] | None = None,
-                             check: Callable[[Any], str | None] | None = None) -> Any:
-    """``await send()`` under ``policy`` (asyncio waits); the first non-retryable response."""
+                             check: Callable[[Any], str | None] | None = None,
+                             final: Callable[[Any], bool] | None = None) -> Any:
+    """``await send()`` under ``policy`` (asyncio waits); the first non-retryable response (or a
+    repeated one ``final`` accepts)."""
     import httpx
 
     reason = ""
+    previous: str | None = None
     for attempt in range(policy.attempts):
         if on_attempt:
             on_attempt()
@@ -135,6 +152,9 @@ async def asend_with_retries(send: Callable[[], Awaitable[Any]], policy: RetryPo
             outcome = e
         fail = _failure(outcome, check)
         if fail is None:
+            return outcome
+        done, previous = _repeated_final(outcome, previous, final)
+        if done:
             return outcome
         reason, retry_after = fail
         if attempt < policy.retries:

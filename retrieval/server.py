@@ -222,14 +222,34 @@ def create_app(retriever: Retriever, default_topk: int = 3, limits: Limits | Non
 
 
 def serve(retriever: Retriever, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, default_topk: int = 3,
-          log_level: str = "info", limits: Limits | None = None) -> None:
-    """Serve ``retriever`` until interrupted. Options: ``host`` (default 127.0.0.1: this machine only;
-    0.0.0.0 exposes it to the network), ``port`` (default 8000), ``default_topk``, ``log_level``,
-    ``limits`` (:class:`Limits`)."""
+          log_level: str = "info", limits: Limits | None = None) -> int | None:
+    """Serve ``retriever`` until a stop signal. Options: ``host`` (default 127.0.0.1: this machine
+    only; 0.0.0.0 exposes it to the network), ``port`` (default 8000), ``default_topk``,
+    ``log_level``, ``limits`` (:class:`Limits`).
+
+    SIGTERM or SIGINT shuts the server down gracefully (the requests in flight are answered, the
+    port is released) and ``serve`` returns that signal's number (None when it ended otherwise).
+    uvicorn raises the caught signal again once it has shut down; under an asyncio SIGINT handler
+    that can surface as ``KeyboardInterrupt`` after the shutdown, which is the same clean stop."""
     import uvicorn
 
-    uvicorn.run(create_app(retriever, default_topk=default_topk, limits=limits), host=host, port=port,
-                log_level=log_level)
+    class _Server(uvicorn.Server):
+        stop_signal: int | None = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.stop_signal is None:
+                self.stop_signal = sig
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(create_app(retriever, default_topk=default_topk, limits=limits), host=host, port=port,
+                            log_level=log_level)
+    server = _Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        if server.stop_signal is None:  # not a stop uvicorn handled: the caller's to report
+            raise
+    return server.stop_signal
 
 
 def add_limit_arguments(ap: argparse.ArgumentParser) -> None:

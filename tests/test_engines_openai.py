@@ -47,7 +47,8 @@ class FakeServer:
     tests/test_reliability_servers.py: nousage (no usage), negusage, huge (a 5 MB reply counted as
     1,250,000 tokens), html / nochoices (a 200 HTML page / empty choices twice per prompt, then ok),
     alwayshtml / alwaysnochoices, late (negative usage after its first 4 calls). ``/<mode>/tokenize``: vLLM's chat form for modes starting with
-    "tok" (see fake_tokens), SGLang's text-only form (422 without ``prompt``) for "sgl", else 404."""
+    "tok" (see fake_tokens), SGLang's text-only form (422 without ``prompt``) for "sgl", 200 answers that are no tokenizer's
+    for "emptytok" (llama.cpp's ``{"tokens": []}``) and "counttok", else 404."""
 
     def __init__(self) -> None:
         from fastapi import FastAPI
@@ -118,6 +119,10 @@ class FakeServer:
             if mode.startswith("tok") and "messages" in body:
                 toks = fake_tokens(body["messages"])
                 return {"count": len(toks), "max_model_len": 32768, "tokens": toks}
+            if mode == "emptytok":  # llama.cpp's /tokenize: text in "content"; a chat body gets an empty list
+                return {"tokens": []}
+            if mode == "counttok":  # a 200 that is no tokenizer's answer
+                return {"count": 7}
             if mode == "sgl" and "prompt" not in body:
                 return JSONResponse({"detail": [{"loc": ["body", "prompt"], "msg": "Field required"}]}, status_code=422)
             return JSONResponse({"detail": "Not Found"}, status_code=404)

@@ -87,6 +87,11 @@ def empty_run_beside(d: Path) -> None:
     shutil.copy(d / "all" / "done" / "config.yaml", d / "all" / "started" / "config.yaml")
 
 
+def empty_folder_beside(d: Path) -> None:
+    """An empty folder (a study's runs/ before its first eval) beside a finished run."""
+    (d / "nothing").mkdir()
+
+
 def only_empty_run(d: Path) -> None:
     (d / "run" / "samples.jsonl").unlink()
 
@@ -175,6 +180,7 @@ DUP = ["eval", "--model", "tiny-random", "--benchmarks", "aime24", "--data-dir",
        "--max-new-tokens", "4", "--no-progress", "--out", "run2"]
 TOY1 = ["--suite", "toy", "--n", "1", "--limit", "1", "--no-progress", "--out", "run2"]
 REPAIR_LINE = "run `drmas-bench runs repair run` to move unreadable lines aside"
+PRICES = str(REPO / "leaderboards" / "prices.example.yaml")
 
 # (case id, damage, argv, exit code, stream, text its one line must hold, what must be kept)
 CASES: list[tuple[str, Callable[[Path], None], list[str], int, str, str, Callable]] = [
@@ -208,6 +214,12 @@ CASES: list[tuple[str, Callable[[Path], None], list[str], int, str, str, Callabl
      "warning: skipping all/started: the run has no finished samples yet", both_runs_kept),
     ("leaderboard-only-empty", only_empty_run, ["leaderboard", "run"], 2, "err",
      "none of the 1 run directories holds finished samples yet", lambda d, b: None),
+    ("cost-skips-empty-run", empty_run_beside, ["cost", "--runs", "all", "--prices", PRICES], 0, "err",
+     "[cost] warning: skipping all/started: the run has no finished samples yet", both_runs_kept),
+    ("cost-skips-empty-folder", empty_folder_beside, ["cost", "--runs", "nothing", "run", "--prices", PRICES], 0, "err",
+     "[cost] warning: skipping nothing: an empty folder (no run directory in it yet)", samples_unchanged),
+    ("cost-only-empty", only_empty_run, ["cost", "--runs", "run", "--prices", PRICES], 2, "err",
+     "cost: none of the 1 run directories holds finished samples yet", lambda d, b: None),
     ("benchmark-duplicate-ids", duplicate_ids, DUP, 2, "err",
      "test.jsonl:4: duplicate ids in aime24: '2' is already at data/math/aime24/test.jsonl:2", nothing_written),
     ("model-without-tokenizer", model_without_tokenizer, ["eval", "--model", "notok"] + TOY1, 2, "err",

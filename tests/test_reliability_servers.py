@@ -125,6 +125,8 @@ LIMIT_CASES = [
     ("vllm-tokenize-fits", "tok", 500, True, False, None),
     ("paid-api-no-tokenize", "ok", 5, False, True, None),
     ("sglang-text-only-tokenize", "sgl", 5, False, True, None),
+    ("llama-cpp-tokenize-empty-list", "emptytok", 5, False, True, None),  # a 200, not a tokenizer's answer:
+    ("tokenize-200-without-tokens", "counttok", 5, False, True, None),  # "no /tokenize", asked once, not retried
     ("no-limit-no-question", "tok2", None, False, False, None),  # --max-prompt-tokens 0: no limit, nothing asked
 ]
 

@@ -247,3 +247,37 @@ def test_split_pieces():
     assert split_pieces(qs, max_queries=2, max_chars=12) == [["aaaaa", "bbbbb"], ["c" * 20], ["d", "e"], ["f"]]
     assert split_pieces([], 4, 10) == []
     assert sum(split_pieces(qs, 16, 16_384), []) == qs
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_cli_serve_stops_cleanly_on_a_stop_signal(index, sig):
+    """`drmas-bench retrieval serve` (the CLI, a real subprocess) with a keep-alive client and a
+    request answered: the signal shuts it down gracefully, exit 0, one line naming the signal, no
+    traceback, and the port is free again."""
+    port = free_port()
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen([sys.executable, "-m", "drmas_bench", "retrieval", "serve", "--index", str(index),
+                             "--port", str(port), "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        with httpx.Client(timeout=5) as client:  # one connection, kept alive across the signal
+            while True:
+                assert proc.poll() is None and time.monotonic() < deadline, "the server did not come up"
+                try:
+                    if client.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.2)
+            r = client.post(f"http://127.0.0.1:{port}/retrieve", json={"queries": QUERIES[:1], "topk": 1})
+            assert r.status_code == 200 and len(r.json()["result"][0]) == 1
+            proc.send_signal(sig)
+            assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+    log.seek(0)
+    out = log.read().decode()
+    assert f"stopped by {sig.name}: the server shut down cleanly" in out and "Traceback" not in out, out
+    with socket.socket() as s:  # the listening socket is gone (SO_REUSEADDR: the closed connection's TIME_WAIT is not)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen()

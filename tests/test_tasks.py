@@ -95,16 +95,31 @@ def test_offline_without_local_copy_explains_both_fixes(tmp_path, monkeypatch):
 
 @pytest.mark.data
 def test_data_check_cli(data_dir, tmp_path, capsys):
-    # the shared data lacks the search training set: a missing benchmark fails the check...
-    assert main(["data", "check", "--data-dir", str(data_dir)]) == 1
+    # the shipped data has every evaluation benchmark: the default check passes, and the training
+    # sets are shown in their own section (the search mix is hub-only here)
+    assert main(["data", "check", "--data-dir", str(data_dir)]) == 0
+    out = capsys.readouterr().out
+    evals, train = out.split("training sets", 1)
+    assert "PARTIAL" in evals and "nq_hotpotqa_train" not in evals and "dapo_math_17k" not in evals
+    assert "nq_hotpotqa_train" in train and "MISSING" in train and "dapo_math_17k" in train
+    assert "all 14 present evaluation benchmarks are valid" in out and "MISSING locally" not in out
+    # --train counts the training sets: the missing mix fails the check...
+    assert main(["data", "check", "--data-dir", str(data_dir), "--train"]) == 1
     out = capsys.readouterr().out
     assert "MISSING locally (1): nq_hotpotqa_train" in out and "--allow-missing" in out
     # ...unless a partial set is what the user means
-    assert main(["data", "check", "--data-dir", str(data_dir), "--allow-missing"]) == 0
+    assert main(["data", "check", "--data-dir", str(data_dir), "--train", "--allow-missing"]) == 0
     out = capsys.readouterr().out
-    assert "PARTIAL" in out and "all 15 present benchmarks are valid" in out  # 14 + DAPO-Math-17k
-    assert main(["data", "check", "--data-dir", str(data_dir), "--suite", "math"]) == 0  # a complete suite
+    assert "all 15 present benchmarks and training sets are valid" in out  # 14 + DAPO-Math-17k
+    assert main(["data", "check", "--data-dir", str(data_dir), "--suite", "math", "--train"]) == 0  # a complete suite
     capsys.readouterr()
+    # an evaluation benchmark missing fails the default check (a missing training set does not)
+    part = tmp_path / "part"
+    shutil.copytree(data_dir / "math", part / "math", ignore=shutil.ignore_patterns("dapo_math_17k"))
+    (part / "math" / "amc23" / "test.jsonl").unlink()
+    assert main(["data", "check", "--data-dir", str(part), "--suite", "math"]) == 1
+    out = capsys.readouterr().out
+    assert "MISSING locally (1): amc23" in out and "dapo_math_17k missing" in out
     # a copy with a duplicated id is reported invalid and exits 1
     bad = tmp_path / "bad"
     shutil.copytree(data_dir / "math" / "aime24", bad / "math" / "aime24")

@@ -148,3 +148,32 @@ def test_a_retriever_that_cannot_serve_is_one_line_before_any_model_loads(data_d
     with pytest.raises(UserError, match=r"^retriever bm25:.*/none: index directory not found: .*--set retriever="):
         train(cfg, tmp_path / "run", use_ray=False, progress=False)
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_duplicate_ids_in_a_training_set_are_refused_in_one_line(tmp_path):
+    # two different prompts under one id would share a GRPO group: refused, naming both rows
+    rows = [{"data_source": "math_dapo", "prompt": [{"role": "user", "content": f"What is {k} + 1?"}],
+             "reward_model": {"ground_truth": str(k + 1)}, "extra_info": {"index": idx}}
+            for k, idx in ((1, 7), (2, 8), (3, 7))]
+    f = tmp_path / "math" / "dapo_math_17k" / "train.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(UserError) as e:
+        load_tasks("dapo_math_17k", tmp_path)
+    msg = str(e.value)
+    assert "\n" not in msg and "train.jsonl:3: duplicate ids in dapo_math_17k: '7'" in msg
+    assert "train.jsonl:1" in msg and "GRPO group" in msg
+    assert len(load_tasks("dapo_math_17k", tmp_path, limit=2)) == 2  # the rows before the repeat are fine
+
+
+def test_duplicate_ids_in_a_training_task_file_are_refused_in_one_line(tmp_path):
+    from drmas_trainer.config import load_config
+    from drmas_trainer.prepare import load_train_tasks
+
+    f = tmp_path / "tasks.jsonl"
+    f.write_text("".join(json.dumps({"id": i, "question": q, "answers": [a]}) + "\n"
+                         for i, q, a in (("a", "1+1?", "2"), ("b", "2+2?", "4"), ("a", "3+3?", "6"))))
+    with pytest.raises(UserError) as e:
+        load_train_tasks(load_config("tiny", {"data.source": str(f)}))
+    msg = str(e.value)
+    assert "\n" not in msg and "tasks.jsonl:3: duplicate id 'a' (already at line 1)" in msg

@@ -54,16 +54,23 @@ def _task_file(p: Path, source: str) -> list[Task]:
     if not p.is_file():
         raise UserError(f"data.source {source!r}: not toy, benchmark:NAME, or an existing .jsonl file")
     tasks = []
+    first_at: dict[tuple[str, str], int] = {}  # (benchmark, id) -> line: a repeated id would merge two prompts
     for lineno, rec in iter_jsonl(p):
         try:
             answers = rec["answers"] if isinstance(rec["answers"], list) else [rec["answers"]]
-            tasks.append(Task(str(rec.get("id", lineno)), str(rec.get("benchmark", "train")), rec["question"],
-                              [str(a) for a in answers], rec.get("meta", {})))
+            t = Task(str(rec.get("id", lineno)), str(rec.get("benchmark", "train")), rec["question"],
+                     [str(a) for a in answers], rec.get("meta", {}))
         except KeyError as e:
             hint = (" (rows in the verl/Search-R1 layout, with prompt and reward_model, load through the registry: "
                     "data.source: benchmark:dapo_math_17k or benchmark:nq_hotpotqa_train, with data.data_dir)"
                     if "reward_model" in rec else "")
             raise UserError(f"{p}:{lineno}: a training task needs {e.args[0]!r}{hint}") from None
+        key = (t.benchmark, t.id)
+        if key in first_at:
+            raise UserError(f"{p}:{lineno}: duplicate id {t.id!r} (already at line {first_at[key]}); task ids must be "
+                            "unique within a training set (their samples would merge into one GRPO group)")
+        first_at[key] = lineno
+        tasks.append(t)
     return tasks
 
 

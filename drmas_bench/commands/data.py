@@ -13,6 +13,7 @@ EPILOG = """examples:
   drmas-bench data list --data-dir ../shared/data
   drmas-bench data check --data-dir ../shared/data
   drmas-bench data check --data-dir ../shared/data --suite math --allow-missing
+  drmas-bench data check --data-dir ../shared/data --train       # the training sets too
   drmas-bench data show aime24 --n 3
 """
 
@@ -31,13 +32,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--suite", choices=SUITES, help="only this suite")
     q.set_defaults(func=cmd_list)
 
-    q = dsub.add_parser("check", help="validate every benchmark's local copy (exit 0 only if all are present and valid)",
+    q = dsub.add_parser("check", help="validate the evaluation benchmarks' local copies (exit 0 only if all are present "
+                                      "and valid); training sets are shown apart (--train counts them)",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(q)
     q.add_argument("--suite", choices=SUITES, help="only this suite")
     q.add_argument("--allow-missing", action="store_true",
                    help="a partial set is fine: benchmarks without a local copy are listed but do not fail "
                         "the check (invalid ones still do)")
+    q.add_argument("--train", action="store_true",
+                   help="also require the training sets (dapo_math_17k, nq_hotpotqa_train: what `train` reads): "
+                        "a missing or invalid one fails the check")
     q.set_defaults(func=cmd_check)
 
     q = dsub.add_parser("show", help="print the first N tasks of a benchmark", epilog=EPILOG,
@@ -128,16 +133,12 @@ def empty_gold_note(b, data_dir) -> str:
             f"score 0; first: {first[0].id} {first[1][0]!r})")
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    """Exit 1 when a benchmark is invalid or (without ``--allow-missing``) has no local copy: a
-    missing file is what makes a later offline eval or train stop, so "all valid" must not hide it."""
-    from tabulate import tabulate
-
+def _check_rows(benches, d) -> tuple[list[list], list[str], list[str]]:
+    """The check table of ``benches`` and the names of the invalid and the missing ones."""
     from drmas_bench.tasks import registry
 
-    d = registry.resolve_data_dir(args.data_dir)
     table, bad, missing = [], [], []
-    for b in _rows(args.suite, d):
+    for b in benches:
         status, n, problems = check_benchmark(b, d)
         _, partial = registry.source_of(b, d)
         if status == "missing":
@@ -148,17 +149,50 @@ def cmd_check(args: argparse.Namespace) -> int:
             bad.append(b.name)
         elif status == "missing":
             missing.append(b.name)
-    print(tabulate(table, headers=["suite", "benchmark", "expected", "found", "status", "notes"]))
+    return table, bad, missing
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 1 when an evaluation benchmark is invalid or (without ``--allow-missing``) has no local
+    copy: a missing file is what makes a later offline eval stop, so "all valid" must not hide it.
+    Training sets (what `train` reads) are checked and shown in their own section; they decide the
+    exit code only with ``--train`` (an eval never reads them, and the shipped data holds one of the
+    two: the search mix is hub-only unless saved locally)."""
+    from tabulate import tabulate
+
+    from drmas_bench.tasks import registry
+
+    d = registry.resolve_data_dir(args.data_dir)
+    rows = _rows(args.suite, d)
+    headers = ["suite", "benchmark", "expected", "found", "status", "notes"]
+    table, bad, missing = _check_rows([b for b in rows if b.split != "train"], d)
+    t_table, t_bad, t_missing = _check_rows([b for b in rows if b.split == "train"], d)
+    if table:
+        print("evaluation benchmarks\n")
+        print(tabulate(table, headers=headers))
+    if t_table:
+        print(("\n" if table else "") + "training sets" + ("" if args.train else " (not counted in the exit code; --train counts them)")
+              + "\n")
+        print(tabulate(t_table, headers=headers))
     if d is None:
         print("\nno data dir given (--data-dir / $DRMAS_DATA_DIR): only built-in benchmarks have a copy here")
+    if args.train:
+        bad, missing = bad + t_bad, missing + t_missing
+    elif t_bad or t_missing:
+        which = [f"{n} missing" for n in t_missing] + [f"{n} invalid" for n in t_bad]
+        print(f"\ntraining sets not ready ({', '.join(which)}): only `drmas-bench train` reads them "
+              "(check them with --train)")
+    hub = "they would load from the hub when online; "
     if missing:
-        print(f"\nMISSING locally ({len(missing)}): {', '.join(missing)} (they would load from the hub when online; "
+        print(f"\nMISSING locally ({len(missing)}): {', '.join(missing)} ({hub}"
               + ("accepted by --allow-missing)" if args.allow_missing else "--allow-missing accepts a partial set)"))
     if bad:
         print(f"\nINVALID ({len(bad)}): {', '.join(bad)}")
     if bad or (missing and not args.allow_missing):
         return 1
-    print(f"\nall {len(table) - len(missing)} present benchmarks are valid")
+    counted = len(table) + (len(t_table) if args.train else 0) - len(missing)
+    what = "benchmarks and training sets" if args.train else "evaluation benchmarks"
+    print(f"\nall {counted} present {what} are valid")
     return 0
 
 

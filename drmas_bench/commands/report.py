@@ -272,10 +272,10 @@ def cmd_cost(args: argparse.Namespace) -> int:
     elif args.sweep:
         run_dirs, default_labels = sweep_runs(args.sweep)
     else:
-        run_dirs = report.expand_run_dirs(args.runs)
+        run_dirs = given_run_dirs(args.runs)
         default_labels = None
-    runs = [report.load_run(d) for d in run_dirs]
     labels = _split(args.labels, "--labels") if args.labels else default_labels
+    runs, labels = load_finished_runs(run_dirs, labels)
     costs = report.cost_study(runs, prices, labels, as_alone=bool(args.sweep))
     md = report.cost_markdown(costs, prices_source=f"the price sheet {args.prices}", unpriced=prices.unpriced)
     print(md)
@@ -290,6 +290,44 @@ def cmd_cost(args: argparse.Namespace) -> int:
                                  title=f"Cost study ({suite} suite): accuracy vs cost and latency; up and left is better")
         logger.info(f"[cost] wrote {out / 'cost.md'}, cost.csv, cost.json and {png}")
     return 0
+
+
+def given_run_dirs(paths: list[str]) -> list[Path]:
+    """The run dirs of ``--runs``: each argument a run dir or a folder of them; an empty folder (a
+    study's runs/ before anything ran) is skipped with a warning."""
+    from drmas_bench import report
+
+    out = []
+    for a in paths:
+        p = Path(a)
+        if p.is_dir() and not any(p.iterdir()):
+            logger.warning(f"[cost] warning: skipping {p}: an empty folder (no run directory in it yet)")
+            continue
+        out.extend(report.expand_run_dirs([p]))
+    return out
+
+
+def load_finished_runs(run_dirs: list[Path], labels: list[str] | None) -> tuple[list, list[str] | None]:
+    """The runs of ``run_dirs`` that hold finished samples, and their labels; a run dir started but
+    stopped before its first sample is skipped with a warning (as `leaderboard` does). None left is
+    a UserError."""
+    from drmas_bench import report
+    from drmas_bench.report.runs import NoSamples
+
+    if labels is not None and len(labels) != len(run_dirs):
+        raise UserError(f"--labels: {len(labels)} labels for {len(run_dirs)} runs")
+    runs, kept = [], []
+    for i, d in enumerate(run_dirs):
+        try:
+            runs.append(report.load_run(d))
+        except NoSamples:
+            logger.warning(f"[cost] warning: skipping {d}: the run has no finished samples yet")
+            continue
+        kept.append(i)
+    if not runs:
+        raise UserError(f"cost: none of the {len(run_dirs)} run directories holds finished samples yet"
+                        if run_dirs else "cost: no run directory to read (every folder given is empty)")
+    return runs, None if labels is None else [labels[i] for i in kept]
 
 
 def sweep_runs(sweep_dir: str) -> tuple[list[Path], list[str]]:

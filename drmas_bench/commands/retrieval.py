@@ -57,6 +57,7 @@ SERVE_EPILOG = """example:
 
 Accepts {"query": str, ...} and {"queries": [str], ...}; answers {"result": [[{"document":
 {"id", "contents"}, "score"}, ...]]} (bare documents when return_scores is false, as the reference).
+SIGTERM or Ctrl-C shuts it down gracefully (requests in flight answered, port released) and exits 0.
 Binds 127.0.0.1 unless --host says otherwise. A body over --max-body-bytes, a query over
 --max-query-chars or more than --max-batch queries gets HTTP 413 with the reason; big requests are
 searched piece by piece, taking turns with the others, so they cannot starve small ones.
@@ -308,5 +309,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     r = _open(args.index, args.device, args.threads, args)
     kind, _ = parse_spec(args.index)
     print(f"serving {kind} index {args.index} ({r.info().get('n_passages')} passages) on http://{args.host}:{args.port}/retrieve")
-    serve(r, host=args.host, port=args.port, default_topk=args.topk, log_level=args.log_level, limits=limits)
+    sig = serve(r, host=args.host, port=args.port, default_topk=args.topk, log_level=args.log_level, limits=limits)
+    if sig is not None:  # a stop signal is how a server ends: a clean exit, not a failure
+        from drmas_bench.signals import signal_name
+
+        print(f"stopped by {signal_name(sig)}: the server shut down cleanly")
     return 0

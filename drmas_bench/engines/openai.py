@@ -24,8 +24,9 @@ Two ways to send a prompt, chosen once at engine start:
   summary.json ``protocol.prompt_limit_unenforced_calls``). ``tokenize_endpoint=False`` skips the
   question (no limit is enforced without a local tokenizer).
 
-Both send ``temperature``, ``top_p``, ``top_k`` (always, -1 = none: vLLM/SGLang would otherwise
-fill in the model's ``generation_config`` default, e.g. Qwen3's top_k=20), the length field,
+Both send ``temperature``, ``top_p``, ``top_k`` (-1 = none: vLLM/SGLang would otherwise fill in
+the model's ``generation_config`` default, e.g. Qwen3's top_k=20; how "none" is said is learned per
+server, see below), the length field,
 ``seed`` when set, and log-probs when ``Request.want_logprobs`` (chat: ``logprobs: true``;
 completions: ``logprobs: 0``, the sampled token's only). Calls run concurrently, at most
 ``max_concurrency`` at a time. A 429, a 5xx, a timeout or a connection error is retried with
@@ -33,6 +34,17 @@ exponential backoff (honouring ``Retry-After``), the project's one retry policy
 (``drmas_retrieval.retry``); so is a 200 answer whose body is unusable (not JSON, an HTML page
 from a proxy, no ``choices``). After ``max_retries`` retries, or at once on another 4xx, the call
 fails with a one-line ``EngineError`` naming the URL.
+
+The server's dialect (``ServerDialect``), learned once per engine before its first call: the
+request schemas of ``{server root}/openapi.json`` when the server publishes one (``server_schema``),
+else the first refusal (a 400/422/500 validation error naming ``top_k`` or ``prompt``; the call is
+then sent again). It fixes how "no top-k" is sent (-1; 0 where ``top_k`` must be >= 0, llama.cpp's
+"off"; nothing where the server has no ``top_k``, and then a requested top-k is an ``EngineError``),
+whether token ids can be the prompt (else the prompt templated and cut here goes as text), and which
+sampling defaults of the server's own (``NEUTRAL_SAMPLING``: llama.cpp's min_p 0.05, repeat_penalty
+1.1) are sent switched off (with ``server_extras=False`` they are named as applying instead). Each
+fact is one warning and one line of ``server_notes`` (summary.json ``pool.groups.<wg>.engine_notes``).
+A 500 that repeats the same validation error is the server's answer, not retried further.
 
 What a server reports is checked, not trusted (``settle_usage``): a reply without ``usage`` is
 counted here with the local tokenizer when there is one (``Completion.usage = "counted"``), else
@@ -75,6 +87,9 @@ Options (``OpenAIOptions``):
   when no tokenizer is here (True).
 - ``max_response_chars``: the longest reply text kept; ``None`` (default): 64 characters per
   requested token plus 4096 (a token is rarely longer than 16 characters).
+- ``top_k_off``: how "no top-k" is sent: ``"auto"`` (default: -1, or what the server's schema or a
+  refusal teaches), ``-1``, ``0``, or ``"omit"`` (no top_k field).
+- ``server_schema``: read the server's ``/openapi.json`` once to learn its dialect (True).
 
 ``Completion.prompt_tokens`` / ``completion_tokens`` come from the response's ``usage`` (see above);
 ``latency_s`` is the request's own time on the wire, retries included (not its wait for a
@@ -89,8 +104,9 @@ import asyncio
 import logging
 import math
 import os
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from drmas_bench.engines.base import (
@@ -135,6 +151,8 @@ class OpenAIOptions:
     max_tokens_field: str = "max_tokens"
     tokenize_endpoint: bool = True
     max_response_chars: int | None = None
+    top_k_off: Any = "auto"
+    server_schema: bool = True
 
 
 # body fields this engine fills from the Request / options; extra_body may not set them
@@ -142,19 +160,26 @@ _OWN_FIELDS = ("model", "messages", "prompt", "temperature", "top_p", "top_k", "
                "max_tokens", "return_token_ids", "chat_template_kwargs")
 
 
-def build_body(request: Request, model: str, o: OpenAIOptions, prompt_ids: list[int] | None = None) -> dict[str, Any]:
+def build_body(request: Request, model: str, o: OpenAIOptions, prompt_ids: list[int] | None = None,
+               dialect: "ServerDialect | None" = None, prompt_text: str | None = None) -> dict[str, Any]:
     """The JSON body of one call (pure; tested directly): a completions body with ``prompt_ids``
-    (already templated and cut), else a chat body with the request's messages."""
+    (already templated and cut; sent as ``prompt_text`` instead when given: a server that takes no
+    token ids), else a chat body with the request's messages. ``dialect``: what this server takes
+    (how "no top-k" is sent, the server defaults switched off); None = the defaults."""
     s = request.sampling
+    d = dialect or ServerDialect()
     body: dict[str, Any] = {"model": model}
     if prompt_ids is not None:
-        body["prompt"] = list(prompt_ids)
+        body["prompt"] = prompt_text if prompt_text is not None else list(prompt_ids)
     else:
         body["messages"] = request.messages
     body["temperature"] = s.temperature
     body["top_p"] = s.top_p
     if o.server_extras:
-        body["top_k"] = s.top_k
+        top_k = d.top_k_off if s.top_k == -1 else s.top_k
+        if top_k is not None:
+            body["top_k"] = top_k
+        body.update(d.neutral)
     body["max_tokens" if prompt_ids is not None else o.max_tokens_field] = s.max_new_tokens
     if s.seed is not None:
         body["seed"] = s.seed
@@ -167,6 +192,117 @@ def build_body(request: Request, model: str, o: OpenAIOptions, prompt_ids: list[
     if o.extra_body:
         body.update(o.extra_body)
     return body
+
+
+# sampling knobs some servers add with a default that is not "off" (llama.cpp: min_p 0.05,
+# repeat_penalty 1.1), and the value that switches each off; a Sampling never asks for them
+NEUTRAL_SAMPLING: dict[str, float] = {"min_p": 0.0, "repeat_penalty": 1.0, "repetition_penalty": 1.0,
+                                      "typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0,
+                                      "presence_penalty": 0.0, "frequency_penalty": 0.0}
+TOP_K_OFF = {"auto": -1, -1: -1, 0: 0, "omit": None}  # option top_k_off -> what "no top-k" sends (None: nothing)
+_VALIDATION = re.compile(r"validation error|input should|field required|greater than or equal|less than or equal|"
+                         r"extra inputs|not permitted|unrecognized request argument|\bloc\b", re.I)
+
+
+@dataclass
+class ServerDialect:
+    """What one server takes, learned once (its OpenAPI schema, or a request it refused):
+    ``top_k_off`` how "no top-k" is sent (-1, 0, or None: no top_k field at all), ``token_prompt``
+    whether ``/completions`` takes token ids, ``neutral`` server-default knobs sent switched off, and
+    ``notes``: one line per fact learned or per sampling the server applies that cannot be switched
+    off (the run summary lists them per worker group)."""
+
+    top_k_off: int | None = -1
+    has_top_k: bool = True  # False: the server's schema has no top_k (a requested top-k cannot be honoured)
+    token_prompt: bool = True
+    neutral: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def looks_like_validation_error(resp: Any) -> bool:
+    """A 500 whose body names a rejected request field (llama-cpp-python reports its pydantic
+    validation errors as HTTP 500): the same request gets the same answer, retrying cannot help."""
+    return getattr(resp, "status_code", 0) == 500 and bool(_VALIDATION.search(resp.text or ""))
+
+
+def _schema_types(schema: Any, defs: dict[str, Any], depth: int = 0) -> set[str]:
+    """Every JSON type a (sub)schema allows, items of arrays as ``array<T>``."""
+    if not isinstance(schema, dict) or depth > 8:
+        return set()
+    if "$ref" in schema:
+        return _schema_types(defs.get(schema["$ref"].rsplit("/", 1)[-1]), defs, depth + 1)
+    out: set[str] = set()
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(key) or []:
+            out |= _schema_types(sub, defs, depth + 1)
+    t = schema.get("type")
+    for one in ([t] if isinstance(t, str) else list(t or [])):
+        if one == "array":
+            out |= {f"array<{x}>" for x in _schema_types(schema.get("items"), defs, depth + 1)} or {"array"}
+        else:
+            out.add(one)
+    return out
+
+
+def request_properties(doc: Any, path_suffix: str, exclude: str | None = None) -> dict[str, Any] | None:
+    """The request-body properties of ``POST ...{path_suffix}`` (not ``...{exclude}``) in an OpenAPI
+    document (pure), None when the document does not describe that endpoint's body."""
+    if not isinstance(doc, dict):
+        return None
+    defs = ((doc.get("components") or {}).get("schemas")) or {}
+    for path, item in (doc.get("paths") or {}).items():
+        path = str(path)
+        if not path.endswith(path_suffix) or (exclude and path.endswith(exclude)) or not isinstance(item, dict):
+            continue
+        content = (((item.get("post") or {}).get("requestBody") or {}).get("content") or {})
+        schema = (content.get("application/json") or {}).get("schema")
+        for _ in range(8):  # follow $ref / a single anyOf wrapper to the object
+            if isinstance(schema, dict) and "$ref" in schema:
+                schema = defs.get(schema["$ref"].rsplit("/", 1)[-1])
+            elif isinstance(schema, dict) and len(schema.get("anyOf") or schema.get("allOf") or []) == 1:
+                schema = (schema.get("anyOf") or schema.get("allOf"))[0]
+            else:
+                break
+        if isinstance(schema, dict) and isinstance(schema.get("properties"), dict):
+            return {k: {**v, "_types": _schema_types(v, defs)} for k, v in schema["properties"].items()
+                    if isinstance(v, dict)}
+    return None
+
+
+def dialect_from_schema(props_completions: dict | None, props_chat: dict | None, o: OpenAIOptions,
+                        dialect: ServerDialect) -> None:
+    """Fill ``dialect`` from a server's request schemas (pure; tested directly)."""
+    props = {**(props_chat or {}), **(props_completions or {})}
+    if not props:
+        return
+    if o.top_k_off == "auto" and o.server_extras:  # (server_extras=False sends no top_k at all)
+        tk = props.get("top_k")
+        if tk is None:
+            dialect.top_k_off, dialect.has_top_k = None, False
+            dialect.notes.append("the server's schema has no top_k: none is sent (it has no top-k sampling)")
+        else:
+            low = tk.get("minimum", tk.get("exclusiveMinimum"))
+            if isinstance(low, (int, float)) and low >= 0:
+                if low == 0 and "exclusiveMinimum" not in tk:
+                    dialect.top_k_off = 0
+                    dialect.notes.append("the server's schema takes top_k >= 0 only: \"no top-k\" is sent as top_k=0")
+                else:
+                    dialect.top_k_off = None
+                    dialect.notes.append(f"the server's top_k must be > 0 (default {tk.get('default')}): top-k cannot "
+                                         "be switched off there")
+    prompt = (props_completions or {}).get("prompt")
+    if prompt is not None and not any(t in prompt["_types"] for t in ("array<integer>", "array<array<integer>>")):
+        dialect.token_prompt = False
+    for name, off in NEUTRAL_SAMPLING.items():
+        d = props.get(name, {}).get("default")
+        if isinstance(d, (int, float)) and not isinstance(d, bool) and d != off:
+            if o.server_extras:
+                dialect.neutral[name] = off
+                dialect.notes.append(f"server default {name}={d} switched off (sent {name}={off})")
+            else:
+                dialect.notes.append(f"server default {name}={d} APPLIES (server_extras=False sends no {name})")
+    if not o.server_extras and "top_k" in props and props["top_k"].get("default") not in (None, -1, 0):
+        dialect.notes.append(f"server default top_k={props['top_k']['default']} APPLIES (server_extras=False sends no top_k)")
 
 
 def parse_response(data: dict[str, Any], want_logprobs: bool) -> Completion:
@@ -313,7 +449,9 @@ def tokenize_problem(resp: Any) -> str | None:
     except ValueError:
         return f"a /tokenize answer that is not JSON: {' '.join(resp.text.split())[:120]!r}"
     toks = data.get("tokens") if isinstance(data, dict) else None
-    if not isinstance(toks, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
+    if not isinstance(toks, list) or not toks or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks):
+        # an empty list too: a templated chat is never zero tokens (llama.cpp's /tokenize answers
+        # {"tokens": []} to a body without its "content" field)
         return f"a /tokenize answer without a token id list: {' '.join(str(data).split())[:160]}"
     return None
 
@@ -382,10 +520,19 @@ class OpenAIEngine(EngineBase):
         self.tokenize_url = f"{server_root(self.base_url)}/tokenize"
         if o.max_response_chars is not None and o.max_response_chars < 1:
             raise EngineError(f"openai engine: max_response_chars must be >= 1, got {o.max_response_chars}")
+        if o.top_k_off not in TOP_K_OFF or isinstance(o.top_k_off, bool):
+            raise EngineError(f"openai engine: top_k_off must be auto, -1, 0 or omit, got {o.top_k_off!r}")
+        self.dialect = ServerDialect(top_k_off=TOP_K_OFF[o.top_k_off])
+        if o.top_k_off == "omit":
+            self.dialect.notes.append("top_k_off=omit: no top_k is sent for \"no top-k\" (the server's own default applies)")
+        self._dialect_known = not o.server_schema  # the server's schema read (or not to be read)
+        self._dialect_lock: asyncio.Lock | None = None
+        self._warned_notes = 0
         # chat mode: does the server answer the chat form of /tokenize? None = not asked yet
         self.server_tokenize: bool | None = None if o.tokenize_endpoint else False
         self._tokenize_lock: asyncio.Lock | None = None
         self._warned_unenforced = False
+        self._tokenize_why = ""  # why the server's /tokenize is not used, when it answered something else
         self.attempts = 0  # HTTP attempts made (for tests and benchmarks)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
@@ -446,6 +593,7 @@ class OpenAIEngine(EngineBase):
             self._client = httpx.AsyncClient(timeout=self.options.timeout_s, headers=headers, limits=limits)
             self._sem = asyncio.Semaphore(self.options.max_concurrency)
             self._tokenize_lock = asyncio.Lock()
+            self._dialect_lock = asyncio.Lock()
             self._loop = loop
 
     @property
@@ -459,7 +607,8 @@ class OpenAIEngine(EngineBase):
         assert self._client is not None
         try:
             return await asend_with_retries(lambda: self._client.post(url, json=body), self.retry_policy,
-                                            on_attempt=self._count_attempt, check=check)
+                                            on_attempt=self._count_attempt, check=check,
+                                            final=looks_like_validation_error)
         except RetriesExhausted as e:
             n = e.attempts
             raise EngineError(f"openai engine: {url} failed after {n} attempt{'s' if n > 1 else ''}: {e.reason}") from None
@@ -478,11 +627,17 @@ class OpenAIEngine(EngineBase):
         return await self._tokenize(request, first=False)
 
     async def _tokenize(self, request: Request, first: bool) -> list[int] | None:
-        resp = await self._post(self.tokenize_url, tokenize_body(request, self.served_model, self.options),
-                                tokenize_problem)
+        # no check= here: a 200 that is not a tokenizer's answer (llama.cpp's /tokenize takes text
+        # in another field and answers an empty list) is final, not retried
+        resp = await self._post(self.tokenize_url, tokenize_body(request, self.served_model, self.options), None)
         if resp.status_code == 200:
-            self.server_tokenize = True
-            return list(resp.json()["tokens"])
+            bad = tokenize_problem(resp)
+            if bad is None:
+                self.server_tokenize = True
+                return list(resp.json()["tokens"])
+            self.server_tokenize = False  # answers, but not the chat form of /tokenize: asked no more
+            self._tokenize_why = f"{self.tokenize_url} answered {bad}"
+            return None
         if first and resp.status_code in _NO_TOKENIZE:  # no such endpoint, or not its chat form (SGLang)
             self.server_tokenize = False
             return None
@@ -494,15 +649,105 @@ class OpenAIEngine(EngineBase):
             self._warned_unenforced = True
             logger.warning(
                 f"[eval] warning: openai engine: {self._no_tokenizer_why}, and "
-                + (f"{self.tokenize_url} does not tokenize chats" if self.options.tokenize_endpoint
+                + ((self._tokenize_why or f"{self.tokenize_url} does not tokenize chats") if self.options.tokenize_endpoint
                    else "the option tokenize_endpoint=False") + ", so prompts go out uncut (limit "
                 f"max_prompt_tokens={request.max_prompt_tokens} not enforced); such calls are counted in summary.json "
                 "protocol.prompt_limit_unenforced_calls (pass tokenizer=PATH|ALIAS|HUB_ID, eval --tokenizer, to enforce it)")
+
+    @property
+    def server_notes(self) -> list[str]:
+        """What this engine learned about its server and any sampling the server applies that the
+        request did not ask for (one line each; the run summary lists them per worker group)."""
+        return list(self.dialect.notes)
+
+    def _note(self, line: str) -> None:
+        if line not in self.dialect.notes:
+            self.dialect.notes.append(line)
+        self._flush_notes()
+
+    def _flush_notes(self) -> None:
+        for line in self.dialect.notes[self._warned_notes:]:
+            logger.warning(f"[eval] warning: openai engine ({self.base_url}): {line}")
+        self._warned_notes = len(self.dialect.notes)
+
+    async def _learn_dialect(self) -> None:
+        """Read the server's OpenAPI schema once (``{server root}/openapi.json``: vLLM, SGLang and
+        llama-cpp-python publish one; a paid API does not, and that is fine): which request fields
+        it takes, how "no top-k" is said there, whether ``/completions`` takes token ids, and the
+        sampling defaults it would add (switched off). No schema: the defaults stand, and a request
+        the server refuses for one of these fields teaches the same (``_adapt``)."""
+        if self._dialect_known:
+            return
+        assert self._dialect_lock is not None and self._client is not None
+        async with self._dialect_lock:
+            if self._dialect_known:
+                return
+            import httpx
+
+            try:
+                resp = await self._client.get(f"{server_root(self.base_url)}/openapi.json",
+                                              timeout=min(10.0, self.options.timeout_s))
+                doc = resp.json() if resp.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                doc = None
+            if doc is not None:
+                had = len(self.dialect.notes)
+                dialect_from_schema(request_properties(doc, "/completions", exclude="/chat/completions"),
+                                    request_properties(doc, "/chat/completions"), self.options, self.dialect)
+                if not self.dialect.token_prompt and self.tokenizer is not None:
+                    self.dialect.notes.append(
+                        "the server's /completions takes no token ids: the prompt templated and cut here is sent as "
+                        "text (the server tokenizes it again)")
+                if len(self.dialect.notes) > had:
+                    logger.debug(f"openai engine: learned from {server_root(self.base_url)}/openapi.json")
+            self._dialect_known = True
+            self._flush_notes()
+
+    def _adapt(self, resp: Any, body: dict[str, Any], request: Request, url: str) -> bool:
+        """A refusal that names a field this engine can do without: learn it for the server and say
+        to send again (True); anything else is the caller's error (False). Concurrent calls refused
+        for a field another call has already learned are sent again too."""
+        text = resp.text or ""
+        if resp.status_code not in (400, 422, 500) or not _VALIDATION.search(text):
+            return False
+        snippet = " ".join(text.split())[:200]
+        changed = False
+        if "top_k" in text and "top_k" in body:
+            sent = body["top_k"]
+            if request.sampling.top_k != -1:
+                raise EngineError(f"openai engine: {url} refused top_k={sent} (HTTP {resp.status_code}: {snippet}); "
+                                  "this server cannot honour the requested top-k")
+            if sent != self.dialect.top_k_off:
+                changed = True  # learned meanwhile by another call
+            elif self.options.top_k_off == "auto" and sent == -1:
+                self.dialect.top_k_off = 0
+                self._note(f"the server refused top_k=-1 (HTTP {resp.status_code}): \"no top-k\" is sent as top_k=0")
+                changed = True
+            elif self.options.top_k_off == "auto" and sent == 0:
+                self.dialect.top_k_off = None
+                self._note(f"the server refused top_k=-1 and top_k=0 (HTTP {resp.status_code}): no top_k is sent; "
+                           "a top-k default of the server's own, if it has one, APPLIES")
+                changed = True
+        if "prompt" in text and isinstance(body.get("prompt"), list) and self.tokenizer is not None:
+            if self.dialect.token_prompt:
+                self.dialect.token_prompt = False
+                self._note(f"the server refused a prompt of token ids (HTTP {resp.status_code}: {snippet[:120]}): the "
+                           "prompt templated and cut here is sent as text from now on (the server tokenizes it again)")
+            changed = True
+        return changed
+
+    def _prompt_text(self, ids: list[int]) -> str:
+        """Token ids as the text a server tokenizes back (special tokens kept: the chat template's markers)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     async def _one(self, request: Request, prompt_ids: list[int] | None, truncated: bool) -> Completion:
         assert self._sem is not None and self._client is not None
         unenforced = False
         url = self.url
+        await self._learn_dialect()
+        if request.sampling.top_k != -1 and not self.dialect.has_top_k:
+            raise EngineError(f"openai engine: the server at {self.base_url} has no top_k field (its schema), so "
+                              f"top_k={request.sampling.top_k} cannot be honoured")
         async with self._sem:
             t0 = time.perf_counter()
             if self.mode == "chat" and request.max_prompt_tokens is not None:
@@ -514,8 +759,14 @@ class OpenAIEngine(EngineBase):
                     prompt_ids = truncate_ids(full, request.max_prompt_tokens, request.truncate)
                     truncated = len(prompt_ids) < len(full)
                     url = self.completions_url
-            body = build_body(request, self.served_model, self.options, prompt_ids)
-            resp = await self._post(url, body, response_problem)
+            for _ in range(4):  # each pass may learn one more field the server refuses (top_k -1, 0; token ids)
+                as_text = None
+                if prompt_ids is not None and not self.dialect.token_prompt and self.tokenizer is not None:
+                    as_text = self._prompt_text(prompt_ids)
+                body = build_body(request, self.served_model, self.options, prompt_ids, self.dialect, as_text)
+                resp = await self._post(url, body, response_problem)
+                if resp.status_code == 200 or not self._adapt(resp, body, request, url):
+                    break
             if resp.status_code != 200:  # a final answer that is not a success: the request's fault
                 snippet = " ".join(resp.text.split())[:200]
                 raise EngineError(f"openai engine: {url} rejected the request (HTTP {resp.status_code}: {snippet})")

@@ -365,6 +365,9 @@ class PoolBase:
                 "queue_s": round(c.queue_s, 4),
                 "errors": c.errors,
             }
+            notes = getattr(g.handle, "server_notes", None) if g.handle is not None else None
+            if isinstance(notes, list) and notes:  # what a server engine learned / could not switch off
+                groups[name]["engine_notes"] = list(notes)
         tot = lambda k: sum(v[k] for v in groups.values())  # noqa: E731
         mem = self._memory_stats()
         cuda = mem.get("peak_cuda_bytes")

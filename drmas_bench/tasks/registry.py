@@ -147,10 +147,10 @@ def _dedupe_key(t: Task) -> tuple[str, tuple[str, ...]]:
 def _to_tasks(b: Benchmark, records: Iterator[tuple[Any, dict[str, Any]]], where: Callable[[Any], str],
               limit: int | None, dedupe: bool = False) -> list[Task]:
     """Records -> Tasks (up to ``limit``; ``dedupe`` drops repeats); a bad record is one UserError
-    naming ``where(position)``. In an evaluation benchmark so is a task id seen before (naming both
-    places): results are kept per (benchmark, task id), so two questions under one id would be
-    merged into one. Training sets are not checked here (the reference's NQ + HotpotQA mix may
-    reuse ids across its two sources; `data check` reports them)."""
+    naming ``where(position)``. So is a task id seen before (naming both places): an evaluation keeps
+    results per (benchmark, task id) and the trainer groups a prompt's samples by task id (GRPO), so
+    two questions under one id would be merged into one. (The reference's NQ + HotpotQA mix repeats
+    ids across its two sources; ``_qa_task`` prefixes them with the source.)"""
     tasks: list[Task] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()
     first_at: dict[str, Any] = {}
@@ -166,9 +166,10 @@ def _to_tasks(b: Benchmark, records: Iterator[tuple[Any, dict[str, Any]]], where
             if key in seen:
                 continue
             seen.add(key)
-        if b.split == "test" and t.id in first_at:
+        if t.id in first_at:
+            why = " (their samples would merge into one GRPO group)" if b.split == "train" else ""
             raise UserError(f"{where(pos)}: duplicate ids in {b.name}: {t.id!r} is already at {where(first_at[t.id])}; "
-                            f"task ids must be unique within a benchmark")
+                            f"task ids must be unique within a {b.kind}{why}")
         first_at[t.id] = pos
         tasks.append(t)
     return tasks
