@@ -82,7 +82,7 @@ def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 
     the workflow's; math_grader: the math grader's name in `grading.GRADERS` (default
     `grading.DEFAULT_GRADER`). Math also grades the first solver answer of an episode with more than
     one solver turn (extra round1_correct, round1_grade), in the same batch: the verifier's effect
-    (`metrics.math_effects`) needs it, and only here is the run's grader at hand."""
+    (`workflows.math.math_effects`) needs it, and only here is the run's grader at hand."""
     from drmas_bench.grading.families import grade_family
     from drmas_bench.tasks.registry import BENCHMARKS, known_names
 

@@ -14,7 +14,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from drmas_bench.metrics import FLIPS, effects, math_effects, search_effects, summarize
+from drmas_bench.metrics import effects, summarize
+from drmas_bench.workflows.math import FLIPS, math_effects
+from drmas_bench.workflows.search import search_effects
 from drmas_bench.pricing import ModelPrice, PriceSheet
 from drmas_bench.report.markdown import format_summary_markdown
 from drmas_bench.runner import grade_trajectories

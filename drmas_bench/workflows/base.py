@@ -38,9 +38,9 @@ class AgentBackend(Protocol):
 # A format rule: a rule name that `metrics.invalid_reasons` knows (the protocol's roles, the toy's
 # tags), or a function from a response's text to every reason it fails (empty: it passes).
 Rule = str | Callable[[str], list[str]]
-# A workflow's effects: (the summary block's key, a function over its records returning the block,
-# or the name of such a function in `drmas_bench.metrics`, which this layer does not import).
-Effects = tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]] | str]
+# A workflow's effects: (the summary block's key, a function over its records returning the block;
+# the workflow's module defines it).
+Effects = tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]]]
 
 
 @dataclass

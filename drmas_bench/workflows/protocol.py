@@ -174,7 +174,7 @@ def observation(hits: Iterable[Any] | None) -> str:
 
 def observation_passages(obs: str) -> str:
     """The passages' own text in an `observation` (the JSON's ``result``, newlines and quotes
-    unescaped), for reading what was retrieved (`metrics.search_effects`); a text not in that
+    unescaped), for reading what was retrieved (`workflows.search.search_effects`); a text not in that
     layout (hand-made records) is returned as it is."""
     inner = obs.strip()
     if inner.startswith("<information>") and inner.endswith("</information>"):
