@@ -468,69 +468,12 @@ def infer_workflow(records: Iterable[dict[str, Any]]) -> str | None:
 
 
 def invalid_reasons(rule: Any, text: str) -> list[str]:
-    """Every reason `text` fails format rule `rule` (empty: it passes), so that
-    ``not invalid_reasons(role, t) == protocol.valid(role, t)`` for the five protocol roles:
+    """Every reason `text` fails format rule `rule` (empty: it passes): the rule's own function
+    (`workflows.base.rule_reasons`: a workflow's rule function, or a registered rule name such as a
+    protocol role, `protocol.reasons`), the one the workflow's recorded validity comes from."""
+    from drmas_bench.workflows.base import rule_reasons
 
-    - search_verifier, math_verifier: missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk;
-    - searcher, answerer: missing_action_tag (its own pair, ``<search>`` / ``<answer>``, absent),
-      think_count (``<think>`` or ``</think>`` not exactly once), think_order (each once, closing
-      first), cjk;
-    - solver: missing_boxed (no ``\\boxed`` at all), unbalanced_boxed (there is one, but the
-      reference's extraction finds no answer: the last one is not ``\\boxed{`` with its closing brace);
-      the solver has no CJK rule;
-    - toy_answer / toy_verdict: missing_answer_tag / missing_verdict_tag (the toy's own tags);
-    - single_action (search_single's agent): missing_action_tag (no complete search or answer pair),
-      think_count, think_order, cjk, so that ``not invalid_reasons(...) == search_single.single_valid``.
-
-    cjk = a character in U+4E00..U+9FFF (`protocol.has_cjk`). A rule function (a workflow's own,
-    `WorkflowSpec.rules`) gives its reasons itself."""
-    import drmas_bench.workflows.protocol as P
-
-    if callable(rule):
-        return list(rule(text))
-    out: list[str] = []
-    if rule in ("search_verifier", "math_verifier"):
-        if P.VERIFY_OPEN not in text or P.VERIFY_CLOSE not in text:
-            out.append("missing_verify_tag")
-    elif rule in P.ACTION_TAGS:
-        tag = P.ACTION_TAGS[rule]
-        if f"<{tag}>" not in text or f"</{tag}>" not in text:
-            out.append("missing_action_tag")
-        if text.count(P.THINK_OPEN) != 1 or text.count(P.THINK_CLOSE) != 1:
-            out.append("think_count")
-        elif text.find(P.THINK_OPEN) > text.find(P.THINK_CLOSE):
-            out.append("think_order")
-    elif rule == "single_action":  # search_single's agent: a search or an answer, one think block
-        from drmas_bench.workflows.search_single import single_action
-
-        if not single_action(text)[0]:
-            out.append("missing_action_tag")
-        if text.count(P.THINK_OPEN) != 1 or text.count(P.THINK_CLOSE) != 1:
-            out.append("think_count")
-        elif text.find(P.THINK_OPEN) > text.find(P.THINK_CLOSE):
-            out.append("think_order")
-    elif rule == "solver":
-        from drmas_bench.grading.extract import has_boxed_answer
-
-        if "\\boxed" not in text:
-            out.append("missing_boxed")
-        elif not has_boxed_answer(text):
-            out.append("unbalanced_boxed")
-    elif rule == "toy_answer":
-        from drmas_bench.workflows.toy import ANSWER
-
-        if not ANSWER.search(text):
-            out.append("missing_answer_tag")
-    elif rule == "toy_verdict":
-        from drmas_bench.workflows.toy import parse_verdict
-
-        if parse_verdict(text) is None:
-            out.append("missing_verdict_tag")
-    else:
-        raise ValueError(f"unknown format rule {rule!r}")
-    if rule in ("search_verifier", "math_verifier", "single_action", *P.ACTION_TAGS) and P.has_cjk(text):
-        out.append("cjk")
-    return out
+    return rule_reasons(rule, text)
 
 
 def action_kind(role: str, text: str) -> str:

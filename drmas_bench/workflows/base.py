@@ -35,9 +35,34 @@ class AgentBackend(Protocol):
     async def generate(self, agent: str, request: Request) -> Completion: ...
 
 
-# A format rule: a rule name that `metrics.invalid_reasons` knows (the protocol's roles, the toy's
-# tags), or a function from a response's text to every reason it fails (empty: it passes).
+# A format rule: a function from a response's text to every reason it fails (empty: it passes), or
+# the name it is registered under in `RULES` (`format_rule`: the protocol's roles, the toy's tags).
+# The one implementation of a rule: the workflow records ``turn.valid = not rule(text)`` and
+# compliance and the viewer count and show the same function's reasons.
 Rule = str | Callable[[str], list[str]]
+RULES: dict[str, Callable[[str], list[str]]] = {}
+
+
+def format_rule(name: str) -> Callable[[Callable[[str], list[str]]], Callable[[str], list[str]]]:
+    """Register a rule function ``text -> [reasons]`` under ``name`` (how workflows may name it)."""
+
+    def deco(fn: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+        if name in RULES:
+            raise ValueError(f"format rule {name!r} registered twice")
+        RULES[name] = fn
+        return fn
+
+    return deco
+
+
+def rule_reasons(rule: Rule, text: str) -> list[str]:
+    """Every reason ``text`` fails ``rule`` (a rule function or a registered rule name)."""
+    if callable(rule):
+        return list(rule(text))
+    if rule not in RULES:
+        raise ValueError(f"unknown format rule {rule!r}")
+    return RULES[rule](text)
+
 # A workflow's effects: (the summary block's key, a function over its records returning the block;
 # the workflow's module defines it).
 Effects = tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]]]
@@ -67,7 +92,7 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
         grader: the grading family, "math" | "qa" | "toy".
         needs_retriever: the workflow searches (the runner loads a retriever).
         rules: {agent: format rule} that compliance checks each agent's responses against (a rule
-            name of `metrics.invalid_reasons`, or a function text -> reasons it fails).
+            name registered with `format_rule`, or a function text -> reasons it fails).
         effects: (key, fn): ``fn(records)`` returns the workflow's block of the summary's effects,
             stored under ``key`` for the whole run and per benchmark.
 

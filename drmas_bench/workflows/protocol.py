@@ -6,7 +6,8 @@ docs/protocol.md):
 
 - projection (what a response becomes: the team-context text and, for the searcher and answerer, the
   env action): `project(role, text)`, built on `verify_splice` and `tag_action`;
-- validity (the c_inv format penalty): `valid(role, text)`, `has_cjk`;
+- validity (the c_inv format penalty): `reasons(role, text)` (every reason a response fails; each
+  role is registered as a format rule of that name), `valid(role, text)`, `has_cjk`;
 - verdicts: `math_verdict`, `search_verdict` (on the spliced response);
 - the search environment: `SearchEnv` (done test, reward = EM of the last answer match in the
   episode's text, query extraction), `observation` (``<information>`` + JSON + ``</information>``);
@@ -50,6 +51,7 @@ from pydantic import Field
 from drmas_bench.engines.prompt import TRUNCATE_SIDES
 from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
+from drmas_bench.workflows.base import format_rule
 
 # ------------------------------------------------------------------------------ roles and tags
 
@@ -105,25 +107,57 @@ def project(role: str, text: str) -> str:
     raise ValueError(f"unknown protocol role {role!r}; roles: {', '.join(ROLES)}")
 
 
-def valid(role: str, text: str) -> bool:
-    """The row's is_action_valid (REFERENCE §2b "Validity"; invalid costs the row c_inv).
+def reasons(role: str, text: str) -> list[str]:
+    """Every reason `role`'s response fails its validity rule, the row's is_action_valid (REFERENCE
+    §2b "Validity"; invalid costs the row c_inv); empty: valid. One implementation: `valid` is its
+    negation and compliance counts these reasons.
 
-    solver: the reference's boxed extraction on the whole response returns a string (no CJK rule);
-    verifiers: `<verify>` and `</verify>` both occur and no CJK; searcher / answerer: its own two
-    tags occur, no CJK, `<think>` and `</think>` each exactly once with `<think>` first (where the
-    action sits is not checked)."""
+    - solver: the reference's boxed extraction on the whole response returns a string (no CJK
+      rule); missing_boxed (no ``\\boxed`` at all), unbalanced_boxed (there is one, but the
+      extraction finds no answer: the last one is not ``\\boxed{`` with its closing brace);
+    - verifiers: missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk;
+    - searcher / answerer: missing_action_tag (its own pair, ``<search>`` / ``<answer>``, absent),
+      think_count (``<think>`` or ``</think>`` not exactly once), think_order (each once, closing
+      first), cjk (where the action sits is not checked).
+
+    cjk = a character in U+4E00..U+9FFF (`has_cjk`)."""
+    out: list[str] = []
     if role == "solver":
         from drmas_bench.grading.extract import has_boxed_answer
 
-        return has_boxed_answer(text)
+        if not has_boxed_answer(text):
+            out.append("missing_boxed" if "\\boxed" not in text else "unbalanced_boxed")
+        return out
     if role in ("math_verifier", "search_verifier"):
-        return VERIFY_OPEN in text and VERIFY_CLOSE in text and not has_cjk(text)
-    if role in ACTION_TAGS:
+        if VERIFY_OPEN not in text or VERIFY_CLOSE not in text:
+            out.append("missing_verify_tag")
+    elif role in ACTION_TAGS:
         tag = ACTION_TAGS[role]
-        return (f"<{tag}>" in text and f"</{tag}>" in text and not has_cjk(text)
-                and text.count(THINK_OPEN) == 1 and text.count(THINK_CLOSE) == 1
-                and text.find(THINK_OPEN) < text.find(THINK_CLOSE))
-    raise ValueError(f"unknown protocol role {role!r}; roles: {', '.join(ROLES)}")
+        if f"<{tag}>" not in text or f"</{tag}>" not in text:
+            out.append("missing_action_tag")
+        out += think_reasons(text)
+    else:
+        raise ValueError(f"unknown protocol role {role!r}; roles: {', '.join(ROLES)}")
+    if has_cjk(text):
+        out.append("cjk")
+    return out
+
+
+def think_reasons(text: str) -> list[str]:
+    """think_count (``<think>`` or ``</think>`` not exactly once) or think_order (each once, the
+    closing tag first): the think-block part of the searcher's and answerer's rule."""
+    if text.count(THINK_OPEN) != 1 or text.count(THINK_CLOSE) != 1:
+        return ["think_count"]
+    return ["think_order"] if text.find(THINK_OPEN) > text.find(THINK_CLOSE) else []
+
+
+def valid(role: str, text: str) -> bool:
+    """Whether `role`'s response passes its validity rule: `reasons` finds none."""
+    return not reasons(role, text)
+
+
+for _role in ROLES:  # each protocol role is a format rule workflows name
+    format_rule(_role)(lambda text, _role=_role: reasons(_role, text))
 
 
 def math_verdict(text: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from drmas_bench.workflows.base import Episode, chat, workflow
+from drmas_bench.workflows.base import Episode, chat, format_rule, workflow
 
 ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 VERDICT = re.compile(r"<verdict>\s*(approve|reject)\s*</verdict>", re.IGNORECASE)
@@ -24,6 +24,18 @@ def parse_verdict(text: str) -> str | None:
     format; the paper's workflows follow REFERENCE §2b in protocol.py)."""
     found = VERDICT.findall(text)
     return found[-1].lower() if found else None
+
+
+@format_rule("toy_answer")
+def answer_reasons(text: str) -> list[str]:
+    """The toy solver's rule: an ``<answer>...</answer>`` pair (missing_answer_tag)."""
+    return [] if ANSWER.search(text) else ["missing_answer_tag"]
+
+
+@format_rule("toy_verdict")
+def verdict_reasons(text: str) -> list[str]:
+    """The toy checker's rule: a ``<verdict>`` tag holding approve or reject (missing_verdict_tag)."""
+    return [] if parse_verdict(text) is not None else ["missing_verdict_tag"]
 
 
 def solver_prompt(question: str, previous: str | None) -> list[dict[str, str]]:
@@ -41,13 +53,13 @@ async def toy(ep: Episode, rounds: int = 2) -> None:
     for r in range(rounds):
         sol = await ep.solver(solver_prompt(ep.task.question, previous))
         found = ANSWER.findall(sol.completion.text)
-        sol.valid = bool(found)
+        sol.valid = not answer_reasons(sol.completion.text)
         previous = found[-1] if found else sol.completion.text.strip()[:20]
         ep.final_answer = sol.completion.text
         if r == rounds - 1:
             break
         chk = await ep.checker(checker_prompt(ep.task.question, previous))
         verdict = parse_verdict(chk.completion.text)
-        chk.valid = verdict is not None
+        chk.valid = not verdict_reasons(chk.completion.text)
         if verdict in (None, "approve"):
             break
