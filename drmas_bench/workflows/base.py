@@ -78,13 +78,19 @@ class WorkflowSpec:
     defaults: dict[str, Any] = field(default_factory=dict)  # keyword options and their defaults
     rules: dict[str, Rule] = field(default_factory=dict)  # agent -> the format rule its responses must pass
     effects: Effects | None = None
+    # role prompt -> (placeholders it may use, those it must use) of the packaged
+    # ``<name>.prompts.yaml``; empty: the workflow has no prompt templates (`protocol.Templates`)
+    placeholders: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
+    prompt_limit: tuple[int, str] = (0, "left")  # (prompt-length limit in tokens, 0 = none; the side cut)
 
 
 WORKFLOWS: dict[str, WorkflowSpec] = {}
 
 
 def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False,
-             rules: dict[str, Rule] | None = None, effects: Effects | None = None):
+             rules: dict[str, Rule] | None = None, effects: Effects | None = None,
+             placeholders: dict[str, tuple[set[str], set[str]]] | None = None,
+             prompt_limit: tuple[int, str] = (0, "left")):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
@@ -95,6 +101,11 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
             name registered with `format_rule`, or a function text -> reasons it fails).
         effects: (key, fn): ``fn(records)`` returns the workflow's block of the summary's effects,
             stored under ``key`` for the whole run and per benchmark.
+        placeholders: {role: (allowed, required)} placeholders of each prompt in the workflow's
+            packaged ``<name>.prompts.yaml`` (a prompts file is checked against them); None: the
+            workflow has no prompt templates.
+        prompt_limit: (max prompt tokens, 0 = none; the truncation side, left | middle | right) when
+            the run sets neither (`protocol.ProtocolOptions.resolve`).
 
     The workflow's options and their defaults are read from ``fn``'s keyword parameters (those
     after the episode, each with a default), so they are written once, in the signature."""
@@ -103,7 +114,7 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
         if name in WORKFLOWS:
             raise ValueError(f"workflow {name!r} registered twice")
         WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, signature_defaults(fn),
-                                       dict(rules or {}), effects)
+                                       dict(rules or {}), effects, dict(placeholders or {}), prompt_limit)
         return fn
 
     return deco

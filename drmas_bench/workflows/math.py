@@ -91,8 +91,14 @@ def math_effects(records: Iterable[Any]) -> dict[str, Any]:
 
 
 
+# each role prompt's placeholders: (those it may use, those it must use)
+SEEN = {"question", "team_context", "round", "rounds"}
+PLACEHOLDERS = {"solver": (SEEN, {"question", "team_context"}), "verifier": (SEEN, {"question", "team_context"})}
+
+
 @workflow("math_refine", agents=("solver", "verifier"), grader="math",
-          rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", math_effects))
+          rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", math_effects),
+          placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"))  # REFERENCE §2b / §3
 async def math_refine(ep: Episode, rounds: int = 2, prompts: P.Templates | None = None,
                       protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("math_refine")

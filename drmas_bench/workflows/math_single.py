@@ -14,7 +14,8 @@ import drmas_bench.workflows.protocol as P
 from drmas_bench.workflows.base import Episode, workflow
 
 
-@workflow("math_single", agents=("solver",), grader="math", rules={"solver": "solver"})
+@workflow("math_single", agents=("solver",), grader="math", rules={"solver": "solver"},
+          placeholders={"solver": ({"question"}, {"question"})}, prompt_limit=(8192, "middle"))
 async def math_single(ep: Episode, prompts: P.Templates | None = None,
                       protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("math_single")

@@ -31,7 +31,8 @@ Template files (YAML)::
       history_entry: "Step {{step}}:{{action}} {{observation}}\\n"
 
 A file given with ``--prompts`` or ``prompts:`` may hold only some roles / parts; the others keep the
-packaged defaults. Placeholders per workflow are listed in `PLACEHOLDERS` (and docs/protocol.md);
+packaged defaults. Placeholders per workflow are declared by the workflow (`WorkflowSpec.placeholders`,
+`placeholders(workflow)`; docs/protocol.md);
 an unknown one, or a required one a role lacks, is a one-line UserError naming file, role and
 placeholder. Literal braces (``\\boxed{}``) need no escaping: only ``{{name}}`` is substituted.
 """
@@ -51,7 +52,7 @@ from pydantic import Field
 from drmas_bench.engines.prompt import TRUNCATE_SIDES
 from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
-from drmas_bench.workflows.base import format_rule
+from drmas_bench.workflows.base import WORKFLOWS, format_rule
 
 # ------------------------------------------------------------------------------ roles and tags
 
@@ -341,27 +342,8 @@ def team_context(tpl: "Templates", outputs: list[tuple[str, str]]) -> str:
 
 _PH = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
-# placeholders each role prompt may use, and those it must use, per workflow. In search_route,
-# team_context is this step's context: "" for the verifier (the reference's verifier template has no
-# slot), the verifier's entry for the searcher (required) and the answerer (the reference passes it
-# to the answerer but its template has no slot, so the packaged answerer prompt leaves it out);
-# verifier_output is the verifier's projected response of this step; prior_steps = step - 1.
-_SEARCH_SEEN = {"question", "history", "step", "max_steps", "prior_steps", "team_context"}
-PLACEHOLDERS: dict[str, dict[str, tuple[set[str], set[str]]]] = {
-    "math_refine": {
-        "solver": ({"question", "team_context", "round", "rounds"}, {"question", "team_context"}),
-        "verifier": ({"question", "team_context", "round", "rounds"}, {"question", "team_context"}),
-    },
-    "search_route": {
-        "verifier": (_SEARCH_SEEN, {"question", "history"}),
-        "searcher": (_SEARCH_SEEN | {"verifier_output"}, {"question", "history", "team_context"}),
-        "answerer": (_SEARCH_SEEN | {"verifier_output"}, {"question", "history"}),
-    },
-    # the single-agent baselines (math_single.py, search_single.py): no team, no team context
-    "math_single": {"solver": ({"question"}, {"question"})},
-    "search_single": {"agent": ({"question", "max_steps", "max_searches"}, {"question"}),
-                      "no_action": ({"step", "max_steps"}, set())},
-}
+# the placeholders each role prompt may use and must use are declared by each workflow
+# (`WorkflowSpec.placeholders`, read by `placeholders`)
 # rendering parts (same for every workflow) and their placeholders
 PARTS: dict[str, set[str]] = {
     "context_entry": {"agent", "Agent", "agent_name", "turn", "text"},
@@ -403,12 +385,18 @@ def packaged_path(workflow: str) -> Path:
     return Path(__file__).with_name(f"{workflow}.prompts.yaml")
 
 
+def placeholders(workflow: str) -> dict[str, tuple[set[str], set[str]]]:
+    """{role: (allowed, required) placeholders} that `workflow` declares; {} for one without templates."""
+    spec = WORKFLOWS.get(workflow)
+    return spec.placeholders if spec is not None else {}
+
+
 @lru_cache(maxsize=None)
 def _packaged(workflow: str) -> Templates:
     import yaml
 
     p = packaged_path(workflow)
-    if workflow not in PLACEHOLDERS or not p.is_file():
+    if not placeholders(workflow) or not p.is_file():
         raise UserError(f"workflow {workflow!r} has no prompt templates")
     d = yaml.safe_load(p.read_text(encoding="utf-8"))
     return _merge(Templates(workflow, "", {}, {}), d, where=p.name, source="packaged", complete=True)
@@ -451,7 +439,7 @@ def _merge(base: Templates, d: Any, *, where: str, source: str, complete: bool =
     if f.workflow not in (None, wf):
         raise UserError(f"{where}: workflow: prompts are for workflow {f.workflow!r}, this run uses {wf!r}")
     roles, parts = dict(base.roles), dict(base.parts)
-    spec = PLACEHOLDERS[wf]
+    spec = placeholders(wf)
     for role, text in (f.roles or {}).items():
         if role not in spec:
             raise UserError(f"{where}: roles.{role}: unknown role {role!r} for workflow {wf}; roles: {', '.join(spec)}")
@@ -484,15 +472,10 @@ def load_templates(workflow: str, *overrides: tuple[Any, str]) -> Templates:
 
 
 def has_templates(workflow: str) -> bool:
-    return workflow in PLACEHOLDERS
+    return bool(placeholders(workflow))
 
 
 # ------------------------------------------------------------------------------ chat layout
-
-# REFERENCE §2b / §3: prompt-length limit and the side cut when a prompt is longer, per workflow
-PROMPT_LIMITS: dict[str, tuple[int, str]] = {"math_refine": (8192, "middle"), "search_route": (4096, "left"),
-                                             "math_single": (8192, "middle"), "search_single": (4096, "left")}
-
 
 def chat(tpl: Templates, role: str, **values: Any) -> list[dict[str, str]]:
     """The messages of one call: `chat_messages` of the templates' system line and the rendered
@@ -536,7 +519,8 @@ class ProtocolOptions:
 
     def resolve(self, workflow: str) -> tuple[int | None, str]:
         """(max_prompt_tokens or None for no limit, truncation side) for `workflow`."""
-        limit, side = PROMPT_LIMITS.get(workflow, (0, "left"))
+        spec = WORKFLOWS.get(workflow)  # the workflow's reference limit (`WorkflowSpec.prompt_limit`)
+        limit, side = spec.prompt_limit if spec is not None else (0, "left")
         m = limit if self.max_prompt_tokens is None else self.max_prompt_tokens
         return (m or None), (self.truncate or side)
 

@@ -98,9 +98,21 @@ def search_effects(records: Iterable[Any]) -> dict[str, Any]:
 
 
 
+# each role prompt's placeholders: (those it may use, those it must use). team_context is this
+# step's context: "" for the verifier (the reference's verifier template has no slot), the
+# verifier's entry for the searcher (required) and the answerer (the reference passes it to the
+# answerer but its template has no slot, so the packaged answerer prompt leaves it out);
+# verifier_output is the verifier's projected response of this step; prior_steps = step - 1.
+SEEN = {"question", "history", "step", "max_steps", "prior_steps", "team_context"}
+PLACEHOLDERS = {"verifier": (SEEN, {"question", "history"}),
+                "searcher": (SEEN | {"verifier_output"}, {"question", "history", "team_context"}),
+                "answerer": (SEEN | {"verifier_output"}, {"question", "history"})}
+
+
 @workflow("search_route", agents=("verifier", "searcher", "answerer"), grader="qa", needs_retriever=True,
           rules={"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
-          effects=("search", search_effects))
+          effects=("search", search_effects), placeholders=PLACEHOLDERS,
+          prompt_limit=(4096, "left"))  # REFERENCE §2b / §3
 async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
                        protocol: P.ProtocolOptions | None = None, last_step: str = "end") -> None:
     if last_step not in ("end", "answer"):
