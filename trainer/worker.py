@@ -65,7 +65,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from drmas_bench.types import Completion, Request, UserError
+from drmas_bench.types import Completion, Request, SFTExample, UserError
 from drmas_bench.checkpoints import is_url, node_copy, upload
 from drmas_trainer.config import AgentConfig
 from drmas_trainer.logprobs import pack_rows, token_logprobs
@@ -94,15 +94,6 @@ class Row:
     engine_logprobs: list[float] | None = None  # the engine's, kept when old_logprobs were recomputed
     is_weights: list[float] | None = None  # rollout-correction weight of each response token (None: all 1)
     text: str | None = None  # the completion's text, what the workflow and grader used (token check)
-
-
-@dataclass
-class SFTExample:
-    """One supervised example: the agent's chat prompt and the response to imitate."""
-
-    agent: str
-    messages: list[dict[str, str]]
-    target: str
 
 
 @dataclass

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Protocol
 
-from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory, Turn, UserError
+from drmas_bench.types import Completion, Request, Sampling, SFTExample, Task, Trajectory, Turn, UserError
 
 
 class AgentBackend(Protocol):
@@ -66,6 +66,9 @@ def rule_reasons(rule: Rule, text: str) -> list[str]:
 # A workflow's effects: (the summary block's key, a function over its records returning the block;
 # the workflow's module defines it).
 Effects = tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]]]
+# A warm start's example maker: ``fn(agents, n, seed, **the recipe's sft options)`` -> n examples per
+# agent in agents (options it has no use for are ignored).
+SFTMaker = Callable[..., list[SFTExample]]
 
 
 @dataclass
@@ -82,6 +85,7 @@ class WorkflowSpec:
     # ``<name>.prompts.yaml``; empty: the workflow has no prompt templates (`protocol.Templates`)
     placeholders: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
     prompt_limit: tuple[int, str] = (0, "left")  # (prompt-length limit in tokens, 0 = none; the side cut)
+    sft: SFTMaker | None = None  # the examples of its supervised warm start (None: it has none)
 
 
 WORKFLOWS: dict[str, WorkflowSpec] = {}
@@ -90,7 +94,7 @@ WORKFLOWS: dict[str, WorkflowSpec] = {}
 def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False,
              rules: dict[str, Rule] | None = None, effects: Effects | None = None,
              placeholders: dict[str, tuple[set[str], set[str]]] | None = None,
-             prompt_limit: tuple[int, str] = (0, "left")):
+             prompt_limit: tuple[int, str] = (0, "left"), sft: SFTMaker | None = None):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
@@ -106,6 +110,7 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
             workflow has no prompt templates.
         prompt_limit: (max prompt tokens, 0 = none; the truncation side, left | middle | right) when
             the run sets neither (`protocol.ProtocolOptions.resolve`).
+        sft: the example maker of the workflow's supervised warm start (the trainer's ``sft:`` stage).
 
     The workflow's options and their defaults are read from ``fn``'s keyword parameters (those
     after the episode, each with a default), so they are written once, in the signature."""
@@ -114,7 +119,7 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
         if name in WORKFLOWS:
             raise ValueError(f"workflow {name!r} registered twice")
         WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, signature_defaults(fn),
-                                       dict(rules or {}), effects, dict(placeholders or {}), prompt_limit)
+                                       dict(rules or {}), effects, dict(placeholders or {}), prompt_limit, sft)
         return fn
 
     return deco

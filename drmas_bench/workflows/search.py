@@ -30,6 +30,7 @@ from drmas_bench.grading.qa import grade_qa
 from drmas_bench.metrics import as_dict, episode_compliance, rate, record_extra
 from drmas_bench.types import UserError, record_correct
 from drmas_bench.workflows.base import Episode, workflow
+from drmas_bench.workflows.search_sft import search_sft_examples
 
 # the per-episode figures of `compliance` the search effects block repeats (one definition:
 # `metrics.episode_compliance`)
@@ -112,7 +113,7 @@ PLACEHOLDERS = {"verifier": (SEEN, {"question", "history"}),
 @workflow("search_route", agents=("verifier", "searcher", "answerer"), grader="qa", needs_retriever=True,
           rules={"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
           effects=("search", search_effects), placeholders=PLACEHOLDERS,
-          prompt_limit=(4096, "left"))  # REFERENCE §2b / §3
+          prompt_limit=(4096, "left"), sft=search_sft_examples)  # REFERENCE §2b / §3
 async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
                        protocol: P.ProtocolOptions | None = None, last_step: str = "end") -> None:
     if last_step not in ("end", "answer"):
