@@ -86,6 +86,9 @@ class WorkflowSpec:
     placeholders: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
     prompt_limit: tuple[int, str] = (0, "left")  # (prompt-length limit in tokens, 0 = none; the side cut)
     sft: SFTMaker | None = None  # the examples of its supervised warm start (None: it has none)
+    # an episode's round-1 answer when a later round replaced it (None: the final answer is round 1's),
+    # graded beside the final answer by the same family (extra round1_correct; `runner.grade_trajectories`)
+    round1_answer: Callable[[Trajectory], str | None] | None = None
 
 
 WORKFLOWS: dict[str, WorkflowSpec] = {}
@@ -94,7 +97,8 @@ WORKFLOWS: dict[str, WorkflowSpec] = {}
 def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False,
              rules: dict[str, Rule] | None = None, effects: Effects | None = None,
              placeholders: dict[str, tuple[set[str], set[str]]] | None = None,
-             prompt_limit: tuple[int, str] = (0, "left"), sft: SFTMaker | None = None):
+             prompt_limit: tuple[int, str] = (0, "left"), sft: SFTMaker | None = None,
+             round1_answer: Callable[[Trajectory], str | None] | None = None):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
@@ -111,6 +115,8 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
         prompt_limit: (max prompt tokens, 0 = none; the truncation side, left | middle | right) when
             the run sets neither (`protocol.ProtocolOptions.resolve`).
         sft: the example maker of the workflow's supervised warm start (the trainer's ``sft:`` stage).
+        round1_answer: ``fn(trajectory)`` -> the round-1 answer a later round replaced, or None; the
+            run grades it too (``extra["round1_correct"]``), for the workflow's effects.
 
     The workflow's options and their defaults are read from ``fn``'s keyword parameters (those
     after the episode, each with a default), so they are written once, in the signature."""
@@ -119,7 +125,8 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
         if name in WORKFLOWS:
             raise ValueError(f"workflow {name!r} registered twice")
         WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, signature_defaults(fn),
-                                       dict(rules or {}), effects, dict(placeholders or {}), prompt_limit, sft)
+                                       dict(rules or {}), effects, dict(placeholders or {}), prompt_limit, sft,
+                                       round1_answer)
         return fn
 
     return deco

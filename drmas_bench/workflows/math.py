@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import drmas_bench.workflows.protocol as P
 from drmas_bench.metrics import as_dict, mean_or_none, rate, record_extra, turn_text
-from drmas_bench.types import record_correct
+from drmas_bench.types import Trajectory, record_correct
 from drmas_bench.workflows.base import Episode, workflow
 
 FLIPS = ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")
@@ -91,6 +91,13 @@ def math_effects(records: Iterable[Any]) -> dict[str, Any]:
 
 
 
+def round1_answer(traj: Trajectory) -> str | None:
+    """The first solver answer of an episode with more than one solver turn (a later round replaced
+    it); None with one (the final answer is round 1's)."""
+    solver = [t.completion.text for t in traj.turns if t.agent == "solver"]
+    return solver[0] if len(solver) > 1 else None
+
+
 # each role prompt's placeholders: (those it may use, those it must use)
 SEEN = {"question", "team_context", "round", "rounds"}
 PLACEHOLDERS = {"solver": (SEEN, {"question", "team_context"}), "verifier": (SEEN, {"question", "team_context"})}
@@ -98,7 +105,8 @@ PLACEHOLDERS = {"solver": (SEEN, {"question", "team_context"}), "verifier": (SEE
 
 @workflow("math_refine", agents=("solver", "verifier"), grader="math",
           rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", math_effects),
-          placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"))  # REFERENCE §2b / §3
+          placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),  # REFERENCE §2b / §3
+          round1_answer=round1_answer)
 async def math_refine(ep: Episode, rounds: int = 2, prompts: P.Templates | None = None,
                       protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("math_refine")
