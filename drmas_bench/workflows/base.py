@@ -89,6 +89,9 @@ class WorkflowSpec:
     # an episode's round-1 answer when a later round replaced it (None: the final answer is round 1's),
     # graded beside the final answer by the same family (extra round1_correct; `runner.grade_trajectories`)
     round1_answer: Callable[[Trajectory], str | None] | None = None
+    # the agent whose turn opens each env step (``extra["env"]``: the viewer numbers the steps by it
+    # and shows each step's env record); None: the workflow's env steps are not shown per turn
+    env_step_agent: str | None = None
 
 
 WORKFLOWS: dict[str, WorkflowSpec] = {}
@@ -98,7 +101,8 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
              rules: dict[str, Rule] | None = None, effects: Effects | None = None,
              placeholders: dict[str, tuple[set[str], set[str]]] | None = None,
              prompt_limit: tuple[int, str] = (0, "left"), sft: SFTMaker | None = None,
-             round1_answer: Callable[[Trajectory], str | None] | None = None):
+             round1_answer: Callable[[Trajectory], str | None] | None = None,
+             env_step_agent: str | None = None):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
@@ -117,6 +121,8 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
         sft: the example maker of the workflow's supervised warm start (the trainer's ``sft:`` stage).
         round1_answer: ``fn(trajectory)`` -> the round-1 answer a later round replaced, or None; the
             run grades it too (``extra["round1_correct"]``), for the workflow's effects.
+        env_step_agent: the agent whose turn opens each step of the env the workflow records in
+            ``extra["env"]`` (the viewer shows the steps).
 
     The workflow's options and their defaults are read from ``fn``'s keyword parameters (those
     after the episode, each with a default), so they are written once, in the signature."""
@@ -126,7 +132,7 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
             raise ValueError(f"workflow {name!r} registered twice")
         WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, signature_defaults(fn),
                                        dict(rules or {}), effects, dict(placeholders or {}), prompt_limit, sft,
-                                       round1_answer)
+                                       round1_answer, env_step_agent)
         return fn
 
     return deco

@@ -113,7 +113,7 @@ PLACEHOLDERS = {"verifier": (SEEN, {"question", "history"}),
 @workflow("search_route", agents=("verifier", "searcher", "answerer"), grader="qa", needs_retriever=True,
           rules={"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
           effects=("search", search_effects), placeholders=PLACEHOLDERS,
-          prompt_limit=(4096, "left"), sft=search_sft_examples)  # REFERENCE §2b / §3
+          prompt_limit=(4096, "left"), sft=search_sft_examples, env_step_agent="verifier")  # REFERENCE §2b / §3
 async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
                        protocol: P.ProtocolOptions | None = None, last_step: str = "end") -> None:
     if last_step not in ("end", "answer"):
