@@ -192,17 +192,16 @@ def _model_for_list(v: list[str] | dict[str, str] | None) -> list[str] | None:
 
 def resolve(cfg: EvalConfig) -> Resolved:
     """Benchmarks, workflow (chosen before the team is validated), team and sampling for ``cfg``."""
-    from drmas_bench.agents.explicit import Explicit
-    from drmas_bench.agents.team import build_team, validate_sampling
-    from drmas_bench.engines.hosting import fit_options
-    from drmas_bench.tasks import select_benchmarks
-    from drmas_bench.types import Sampling
-    from drmas_bench.tasks.registry import get_suite
-    from drmas_bench.workflows import get_workflow
-
     from dataclasses import replace
 
+    from drmas_bench.agents.explicit import Explicit
+    from drmas_bench.agents.team import build_team, validate_sampling
     from drmas_bench.checkpoints import local_copy, refuse_incomplete
+    from drmas_bench.engines.hosting import fit_options
+    from drmas_bench.tasks import select_benchmarks
+    from drmas_bench.tasks.registry import get_suite
+    from drmas_bench.types import Sampling
+    from drmas_bench.workflows import get_workflow
 
     step_url = None
     if cfg.model:  # a checkpoint URL: a local copy first (with a Ray pool only its team file)
@@ -362,7 +361,13 @@ class Plan:
 def plan(cfg: EvalConfig) -> Plan:
     """Check and resolve ``cfg`` into a :class:`Plan` (module docstring)."""
     from drmas_bench.provenance import (
-        collect, data_identity, grader_record, models_identity, redact_argv, utc_now, workflow_record,
+        collect,
+        data_identity,
+        grader_record,
+        models_identity,
+        redact_argv,
+        utc_now,
+        workflow_record,
     )
     from drmas_bench.retrievers import default_spec, note_trained_retriever, open_retriever
     from drmas_bench.store import fingerprint

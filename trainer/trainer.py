@@ -59,10 +59,27 @@ from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer import metric_names as N
 from drmas_trainer.advantages import compute_advantages, row_scores
 from drmas_trainer.config import TrainConfig, plan_worker_groups
-from drmas_trainer.prepare import (load_train_tasks, rollout_retriever, rollout_sampling,
-                                   rollout_team, start_workers, warm_start)
-from drmas_trainer.runlog import (CKPT_CACHE, METRICS, RUN_FILES, MetricsLog, check_run_config, clear_run, json_line,
-                                  never_updated, read_metrics, step_metrics, summarize)
+from drmas_trainer.prepare import (
+    load_train_tasks,
+    rollout_retriever,
+    rollout_sampling,
+    rollout_team,
+    start_workers,
+    warm_start,
+)
+from drmas_trainer.runlog import (
+    CKPT_CACHE,
+    METRICS,
+    RUN_FILES,
+    MetricsLog,
+    check_run_config,
+    clear_run,
+    json_line,
+    never_updated,
+    read_metrics,
+    step_metrics,
+    summarize,
+)
 from drmas_trainer.saving import local_checkpoint, save_checkpoint
 from drmas_trainer.trackers import check_tracker
 from drmas_trainer.worker import LossSettings, Row

@@ -24,8 +24,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from drmas_bench.metrics import (MACRO, MICRO, Question, avg_values, bootstrap_mean_ci, pass_values, workflow_effects,
-                                 questions, seed_for)
+from drmas_bench.metrics import (
+    MACRO,
+    MICRO,
+    Question,
+    avg_values,
+    bootstrap_mean_ci,
+    pass_values,
+    questions,
+    seed_for,
+    workflow_effects,
+)
 from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml

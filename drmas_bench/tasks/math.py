@@ -11,7 +11,16 @@ import ast
 import re
 from typing import Any
 
-from drmas_bench.tasks.base import Benchmark, HubSource, Suite, answer_text, first_field, record_id, register, register_suite
+from drmas_bench.tasks.base import (
+    Benchmark,
+    HubSource,
+    Suite,
+    answer_text,
+    first_field,
+    record_id,
+    register,
+    register_suite,
+)
 from drmas_bench.types import Task
 
 # the math suite: math_refine by default, long reasoning (4096 new tokens), graded as math

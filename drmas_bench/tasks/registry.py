@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from drmas_bench.tasks.base import (  # noqa: F401  (the definitions; importable from here as before)
-    BENCHMARKS, SPLITS, SUITES, Benchmark, HubSource, Suite, answer_text, first_field, record_id, register,
+    BENCHMARKS,
+    SPLITS,
+    SUITES,
+    Benchmark,
+    HubSource,
+    Suite,
+    answer_text,
+    first_field,
+    record_id,
+    register,
     register_suite,
 )
 from drmas_bench.types import Task, UserError

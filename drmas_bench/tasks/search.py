@@ -14,7 +14,16 @@ import ast
 import json
 from typing import Any
 
-from drmas_bench.tasks.base import Benchmark, HubSource, Suite, answer_text, first_field, record_id, register, register_suite
+from drmas_bench.tasks.base import (
+    Benchmark,
+    HubSource,
+    Suite,
+    answer_text,
+    first_field,
+    record_id,
+    register,
+    register_suite,
+)
 from drmas_bench.types import Task
 
 # the search suite: search_route by default, 800 new tokens a call, graded by QA exact match

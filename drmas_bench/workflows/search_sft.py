@@ -65,8 +65,7 @@ def _question_key(question: str) -> str:
 def eval_question_keys(data_dir: str) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
     """({benchmark: ids}, normalised question texts) of every search-suite benchmark file present in
     `data_dir`: the questions a warm start must never see."""
-    from drmas_bench.tasks.registry import benchmarks_of_suite
-    from drmas_bench.tasks.registry import _tasks_from_file
+    from drmas_bench.tasks.registry import _tasks_from_file, benchmarks_of_suite
 
     ids: dict[str, set[str]] = {}
     texts: set[str] = set()
