@@ -42,7 +42,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from drmas_bench.pricing import PriceSheet
+from drmas_bench.records import as_dict, turn_text
 from drmas_bench.types import record_correct, record_reward
+from drmas_bench.workflows.episodes import ACTION_KINDS, ACTORS, action_kind, episode_compliance
 
 MICRO = "all (micro)"
 MACRO = "mean of benchmarks (macro)"
@@ -151,10 +153,6 @@ class Question:
     c: int
     text: str = ""
     duplicates: int = 0
-
-
-def as_dict(r: Any) -> dict[str, Any]:
-    return r if isinstance(r, dict) else r.to_dict()
 
 
 def questions(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Question]:
@@ -426,8 +424,6 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
 # every reason a response can fail its rule, in the order tables show them
 REASONS = ("missing_verify_tag", "missing_action_tag", "think_count", "think_order", "missing_boxed",
            "unbalanced_boxed", "missing_answer_tag", "missing_verdict_tag", "cjk")
-ACTION_KINDS = ("search", "answer", "empty")
-ACTORS = ("searcher", "answerer")  # the format rules of agents whose responses are search env actions
 
 
 def _workflows() -> dict[str, Any]:
@@ -474,43 +470,6 @@ def invalid_reasons(rule: Any, text: str) -> list[str]:
     from drmas_bench.workflows.base import rule_reasons
 
     return rule_reasons(rule, text)
-
-
-def action_kind(role: str, text: str) -> str:
-    """What the search env makes of a searcher's / answerer's response: 'answer' (its projected
-    action holds ``<answer>`` and ``</answer>``: the episode ends), 'search' (a query), or 'empty'
-    (neither: the step passes). For records without the env's own account (``extra["env"]``)."""
-    import drmas_bench.workflows.protocol as P
-
-    action = P.project(role, text)
-    if "<answer>" in action and "</answer>" in action:
-        return "answer"
-    return "search" if P.env_query(action) is not None else "empty"
-
-
-def turn_text(turn: dict[str, Any]) -> str:
-    return str((turn.get("completion") or {}).get("text") or "")
-
-
-def mean_or_none(xs: Sequence[float]) -> float | None:
-    return float(np.mean(xs)) if len(xs) else None
-
-
-def _step_kind(step: dict[str, Any]) -> str:
-    """An env step's kind from the env's record (`protocol.SearchEnv.record`)."""
-    if step.get("done"):
-        return "answer" if "<answer>" in str(step.get("action")) and "</answer>" in str(step.get("action")) else "end"
-    return "search" if step.get("query") is not None else "empty"
-
-
-def _search_steps(r: dict[str, Any]) -> list[str]:
-    """The kind of each env step of one search_route episode: from the env's own account when it is
-    recorded (``extra["env"]``: search / empty / answer / end, end = done without an answer), else
-    from the searcher's and answerer's texts (`action_kind`; records from before the env record)."""
-    env = (r.get("extra") or {}).get("env") if isinstance(r.get("extra"), dict) else None
-    if isinstance(env, dict) and isinstance(env.get("steps"), list):
-        return [_step_kind(s) for s in env["steps"]]
-    return [action_kind(t["agent"], turn_text(t)) for t in r.get("turns", []) if t.get("agent") in ACTORS]
 
 
 def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str, Any]:
@@ -591,48 +550,11 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
     return {"workflow": wf, "agents": agents, "episodes": episode_compliance(recs, rules)}
 
 
-def episode_compliance(recs: list[dict[str, Any]], rules: dict[str, Any]) -> dict[str, Any]:
-    """The per-episode half of `compliance` (see its docstring): env steps when an agent's rule is a
-    search action, rounds when one is the math verifier's."""
-    import drmas_bench.workflows.protocol as P
-
-    out: dict[str, Any] = {"episodes": len(recs)}
-    if any(rule in ACTORS for rule in rules.values()):
-        steps, searches, empty, answered = [], [], [], []
-        for r in recs:
-            kinds = _search_steps(r)
-            env = (r.get("extra") or {}).get("env") if isinstance(r.get("extra"), dict) else None
-            steps.append(len(env["steps"]) if isinstance(env, dict) and isinstance(env.get("steps"), list)
-                         else sum(t.get("agent") == "verifier" for t in r.get("turns", [])))
-            searches.append(kinds.count("search"))
-            empty.append(kinds.count("empty"))
-            answered.append(float(r.get("final_answer") is not None))
-        answer_rate = mean_or_none(answered)
-        out.update(steps_per_episode=mean_or_none(steps), searches_per_episode=mean_or_none(searches),
-                   empty_steps_per_episode=mean_or_none(empty), answer_tag_rate=answer_rate,
-                   no_answer_rate=None if answer_rate is None else 1.0 - answer_rate,
-                   searches_distribution={str(k): v for k, v in sorted(Counter(searches).items())})
-    elif "math_verifier" in rules.values():
-        rounds = [sum(t.get("agent") == "solver" for t in r.get("turns", [])) for r in recs]
-        verdicts = [P.math_verdict(turn_text(t)) for r in recs for t in r.get("turns", []) if t.get("agent") == "verifier"]
-        out.update(rounds_per_episode=mean_or_none(rounds),
-                   approve_rate=verdicts.count("approve") / len(verdicts) if verdicts else None)
-    return out
-
-
 # ------------------------------------------------------------------------------ per-agent effects
 
 # the per-agent figures `effects` shows (computed by `_agents`, the one definition of them)
 AGENT_EFFECT_KEYS = ("calls", "calls_per_question", "latency_s", "prompt_tokens_per_call", "completion_tokens_per_call",
                      "tokens_per_question", "usd_per_call", "usd_per_question")
-
-
-def record_extra(r: dict[str, Any]) -> dict[str, Any]:
-    return r["extra"] if isinstance(r.get("extra"), dict) else {}
-
-
-def rate(num: int | float, den: int) -> float | None:
-    return num / den if den else None
 
 
 def effects(records: Iterable[Any], workflow: str | None = None,

@@ -125,6 +125,16 @@ def test_the_harness_does_not_import_the_trainer():
     assert bad == []
 
 
+def test_workflows_import_nothing_of_the_run_layer():
+    """A workflow's effects and rules read records through `records` and `workflows.episodes`, not
+    metrics: the workflows sit below the run layer (docs/architecture.md). Not yet checked:
+    `retrievers`, which the search warm start (`workflows/search_sft.py`) opens its index with."""
+    run_layer = {"drmas_bench.runner", "drmas_bench.store", "drmas_bench.metrics", "drmas_bench.cache"}
+    bad = sorted((m, t) for m, ts in import_graph().items() for t in ts
+                 if m.startswith("drmas_bench.workflows") and t in run_layer)
+    assert bad == []
+
+
 def code_strings(path: Path) -> set[str]:
     """The string constants of a file's code (docstrings left out: prose may name anything)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))

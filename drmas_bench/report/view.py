@@ -32,6 +32,7 @@ from typing import Any, Sequence
 from drmas_bench import metrics
 from drmas_bench.report.runs import Run, load_run
 from drmas_bench.types import UserError, record_correct, record_reward
+from drmas_bench.workflows.episodes import ACTORS, search_steps
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def turns_view(rec: dict[str, Any], workflow: str | None) -> list[dict[str, Any]
             "completion_tokens": comp.get("completion_tokens"), "latency_s": comp.get("latency_s"),
             "prompt_truncated": bool(comp.get("prompt_truncated")),
         })
-        if steps is not None and agent in metrics.ACTORS and 0 < step_no <= len(steps):
+        if steps is not None and agent in ACTORS and 0 < step_no <= len(steps):
             out[-1]["env"] = steps[step_no - 1]
     if steps is not None:  # a step where nobody acted: its record goes on its verifier turn
         with_env = {o["env_step"] for o in out if "env" in o}
@@ -138,7 +139,7 @@ def trajectory_row(rec: dict[str, Any], workflow: str | None) -> dict[str, Any]:
     """One trajectory's list row: what the filters and the search box need, nothing more."""
     turns = rec.get("turns", [])
     route = "→".join(str(t.get("agent", "?")) for t in turns)
-    searches = metrics._search_steps(rec).count("search") if _env_step_agent(workflow) else None
+    searches = search_steps(rec).count("search") if _env_step_agent(workflow) else None
     return {"b": str(rec["task"]["benchmark"]), "id": str(rec["task"]["id"]), "s": int(rec["sample_idx"]),
             "q": _short(rec["task"].get("question")), "c": record_correct(rec), "r": record_reward(rec),
             "nv": sum(not bool(t.get("valid", True)) for t in turns), "n": len(turns),

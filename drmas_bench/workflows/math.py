@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any, Iterable
 
 import drmas_bench.workflows.protocol as P
-from drmas_bench.metrics import as_dict, mean_or_none, rate, record_extra, turn_text
+from drmas_bench.records import as_dict, mean_or_none, rate, record_extra, turn_text
 from drmas_bench.types import Trajectory, record_correct
 from drmas_bench.workflows.base import Episode, workflow
 

@@ -27,13 +27,14 @@ from typing import Any, Iterable
 
 import drmas_bench.workflows.protocol as P
 from drmas_bench.grading.qa import grade_qa
-from drmas_bench.metrics import as_dict, episode_compliance, rate, record_extra
+from drmas_bench.records import as_dict, rate, record_extra
 from drmas_bench.types import UserError, record_correct
 from drmas_bench.workflows.base import Episode, workflow
+from drmas_bench.workflows.episodes import episode_compliance
 from drmas_bench.workflows.search_sft import search_sft_examples
 
 # the per-episode figures of `compliance` the search effects block repeats (one definition:
-# `metrics.episode_compliance`)
+# `workflows.episodes.episode_compliance`)
 SEARCH_EPISODE_KEYS = ("steps_per_episode", "searches_per_episode", "searches_distribution", "no_answer_rate")
 
 
