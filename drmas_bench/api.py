@@ -11,9 +11,9 @@ precedence rule tells an explicit value from a default:
     built-in defaults  <  team file / a checkpoint's team.yaml  <  explicit EvalConfig values (flags)
 
 - sampling (``temperature``, ``top_p``, ``max_new_tokens``, ``enable_thinking``): REFERENCE.md §3
-  defaults (``SAMPLING_DEFAULTS``, ``DEFAULT_MAX_NEW`` per suite) < the team file's ``sampling:``
+  defaults (``SAMPLING_DEFAULTS``, the suite's ``max_new_tokens``) < the team file's ``sampling:``
   (team-wide, then per agent) < the explicit values, which hold for every agent;
-- workflow: the suite's (``SUITE_WORKFLOW``) < the team file's ``workflow:`` < ``workflow``; it is
+- workflow: the suite's (``Suite.workflow``) < the team file's ``workflow:`` < ``workflow``; it is
   chosen first and the team is validated against *its* agents;
 - prompts / prompt limit: packaged < team file's ``prompts:`` / ``protocol:`` < ``prompts`` /
   ``max_prompt_tokens``;
@@ -47,9 +47,16 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.log import UnexpectedError, one_line, traceback_note, unexpected
+
 # the config and its resolution live in drmas_bench.plan; importable from here as before
 from drmas_bench.plan import (  # noqa: F401
-    DEFAULT_MAX_BATCH, DEFAULT_MAX_NEW, SAMPLING_DEFAULTS, EvalConfig, Plan, parse_engine_args, plan, resolve,
+    DEFAULT_MAX_BATCH,
+    SAMPLING_DEFAULTS,
+    EvalConfig,
+    Plan,
+    parse_engine_args,
+    plan,
+    resolve,
     validate_config,
 )
 from drmas_bench.types import UserError
@@ -173,11 +180,10 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
 def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     """summary.json / summary.md of the run directory's selected records (metrics.summarize), with the
     run, pool, protocol, grader and provenance sections."""
-    from drmas_bench.report.markdown import format_summary_markdown
-
     from drmas_bench import metrics
     from drmas_bench.cache import cache_markdown, cache_summary
     from drmas_bench.provenance import hardware, utc_now
+    from drmas_bench.report.markdown import format_summary_markdown
     from drmas_bench.tasks.registry import get_benchmark
 
     cfg, team, wf, tasks = p.cfg, p.team, p.wf, p.tasks

@@ -362,7 +362,6 @@ def node_copy(url: str) -> Path:
     """A local copy, on this node, of one part of a checkpoint (a worker group's model folder or
     optimiser file): ``<drmas cache dir>/checkpoints/parts/<hash of url>``, downloaded afresh."""
     from drmas_bench.models.cache import cache_dir
-
     from drmas_retrieval.locks import file_lock
 
     base = cache_dir() / "checkpoints" / "parts" / _cache_key(url)

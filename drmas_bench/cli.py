@@ -13,8 +13,7 @@ import logging
 import os
 import sys
 
-from drmas_bench import __version__
-from drmas_bench import log, signals
+from drmas_bench import __version__, log, signals
 from drmas_bench.types import UserError
 
 COMMANDS = [

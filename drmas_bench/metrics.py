@@ -26,10 +26,8 @@ call the functions below; nothing here formats text (Markdown lives in `drmas_be
   action, verdicts) and per-episode searches, empty steps and answer-tag rate: why a run scored what
   it scored. `invalid_reasons(rule, text)` is its per-response test.
 - `effects(records, workflow=None)`: what each agent contributes: per agent latency p50/p95, tokens
-  and dollars per call and per question; math_refine: the verifier's effect (`math_effects`: how
-  often round 2 ran, the round-1 -> final flip table, the verifier's approve rate on right and wrong
-  first answers, round-1 vs final accuracy); search_route: what retrieval gave the answerer
-  (`search_effects`: evidence recall, accuracy with and without evidence, searches, steps, no answer).
+  and dollars per call and per question; and the block of the workflow's own effects, which its
+  module declares (`WorkflowSpec.effects`).
 - `summarize(records, prices=None, ks=None, n_boot=1000, seed=0, workflow=None)`: the summary dict
   described in `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`).
 """
@@ -44,7 +42,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from drmas_bench.pricing import PriceSheet
+from drmas_bench.records import as_dict, turn_text
 from drmas_bench.types import record_correct, record_reward
+from drmas_bench.workflows.episodes import ACTION_KINDS, ACTORS, action_kind, episode_compliance
 
 MICRO = "all (micro)"
 MACRO = "mean of benchmarks (macro)"
@@ -153,10 +153,6 @@ class Question:
     c: int
     text: str = ""
     duplicates: int = 0
-
-
-def _as_dict(r: Any) -> dict[str, Any]:
-    return r if isinstance(r, dict) else r.to_dict()
 
 
 def questions(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Question]:
@@ -401,7 +397,7 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     had no usage), usd_source, and the mean em / f1 / cover_em of
     `extra` when present. "micro" pools every question; "macro" is the unweighted mean over
     benchmarks (CIs from resampling within each benchmark)."""
-    recs = sorted((_as_dict(r) for r in records), key=_record_key)  # the summary must not depend on line order
+    recs = sorted((as_dict(r) for r in records), key=_record_key)  # the summary must not depend on line order
     if not recs:
         raise ValueError("summarize needs at least one record")
     qs = questions(recs)
@@ -432,8 +428,6 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
 # every reason a response can fail its rule, in the order tables show them
 REASONS = ("missing_verify_tag", "missing_action_tag", "think_count", "think_order", "missing_boxed",
            "unbalanced_boxed", "missing_answer_tag", "missing_verdict_tag", "cjk")
-ACTION_KINDS = ("search", "answer", "empty")
-ACTORS = ("searcher", "answerer")  # the format rules of agents whose responses are search env actions
 
 
 def _workflows() -> dict[str, Any]:
@@ -460,8 +454,7 @@ def workflow_effects(workflow: str | None) -> tuple[str, Any] | None:
     spec = _workflows().get(workflow or "")
     if spec is None or spec.effects is None:
         return None
-    key, fn = spec.effects
-    return key, (globals()[fn] if isinstance(fn, str) else fn)
+    return spec.effects
 
 
 def infer_workflow(records: Iterable[dict[str, Any]]) -> str | None:
@@ -475,106 +468,12 @@ def infer_workflow(records: Iterable[dict[str, Any]]) -> str | None:
 
 
 def invalid_reasons(rule: Any, text: str) -> list[str]:
-    """Every reason `text` fails format rule `rule` (empty: it passes), so that
-    ``not invalid_reasons(role, t) == protocol.valid(role, t)`` for the five protocol roles:
+    """Every reason `text` fails format rule `rule` (empty: it passes): the rule's own function
+    (`workflows.base.rule_reasons`: a workflow's rule function, or a registered rule name such as a
+    protocol role, `protocol.reasons`), the one the workflow's recorded validity comes from."""
+    from drmas_bench.workflows.base import rule_reasons
 
-    - search_verifier, math_verifier: missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk;
-    - searcher, answerer: missing_action_tag (its own pair, ``<search>`` / ``<answer>``, absent),
-      think_count (``<think>`` or ``</think>`` not exactly once), think_order (each once, closing
-      first), cjk;
-    - solver: missing_boxed (no ``\\boxed`` at all), unbalanced_boxed (there is one, but the
-      reference's extraction finds no answer: the last one is not ``\\boxed{`` with its closing brace);
-      the solver has no CJK rule;
-    - toy_answer / toy_verdict: missing_answer_tag / missing_verdict_tag (the toy's own tags);
-    - single_action (search_single's agent): missing_action_tag (no complete search or answer pair),
-      think_count, think_order, cjk, so that ``not invalid_reasons(...) == search_single.single_valid``.
-
-    cjk = a character in U+4E00..U+9FFF (`protocol.has_cjk`). A rule function (a workflow's own,
-    `WorkflowSpec.rules`) gives its reasons itself."""
-    from drmas_bench.workflows import protocol as P
-
-    if callable(rule):
-        return list(rule(text))
-    out: list[str] = []
-    if rule in ("search_verifier", "math_verifier"):
-        if P.VERIFY_OPEN not in text or P.VERIFY_CLOSE not in text:
-            out.append("missing_verify_tag")
-    elif rule in P.ACTION_TAGS:
-        tag = P.ACTION_TAGS[rule]
-        if f"<{tag}>" not in text or f"</{tag}>" not in text:
-            out.append("missing_action_tag")
-        if text.count(P.THINK_OPEN) != 1 or text.count(P.THINK_CLOSE) != 1:
-            out.append("think_count")
-        elif text.find(P.THINK_OPEN) > text.find(P.THINK_CLOSE):
-            out.append("think_order")
-    elif rule == "single_action":  # search_single's agent: a search or an answer, one think block
-        from drmas_bench.workflows.search_single import single_action
-
-        if not single_action(text)[0]:
-            out.append("missing_action_tag")
-        if text.count(P.THINK_OPEN) != 1 or text.count(P.THINK_CLOSE) != 1:
-            out.append("think_count")
-        elif text.find(P.THINK_OPEN) > text.find(P.THINK_CLOSE):
-            out.append("think_order")
-    elif rule == "solver":
-        from drmas_bench.grading.extract import has_boxed_answer
-
-        if "\\boxed" not in text:
-            out.append("missing_boxed")
-        elif not has_boxed_answer(text):
-            out.append("unbalanced_boxed")
-    elif rule == "toy_answer":
-        from drmas_bench.workflows.toy import ANSWER
-
-        if not ANSWER.search(text):
-            out.append("missing_answer_tag")
-    elif rule == "toy_verdict":
-        from drmas_bench.workflows.toy import parse_verdict
-
-        if parse_verdict(text) is None:
-            out.append("missing_verdict_tag")
-    else:
-        raise ValueError(f"unknown format rule {rule!r}")
-    if rule in ("search_verifier", "math_verifier", "single_action", *P.ACTION_TAGS) and P.has_cjk(text):
-        out.append("cjk")
-    return out
-
-
-def action_kind(role: str, text: str) -> str:
-    """What the search env makes of a searcher's / answerer's response: 'answer' (its projected
-    action holds ``<answer>`` and ``</answer>``: the episode ends), 'search' (a query), or 'empty'
-    (neither: the step passes). For records without the env's own account (``extra["env"]``)."""
-    from drmas_bench.workflows import protocol as P
-
-    action = P.project(role, text)
-    if "<answer>" in action and "</answer>" in action:
-        return "answer"
-    return "search" if P.env_query(action) is not None else "empty"
-
-
-def _text(turn: dict[str, Any]) -> str:
-    return str((turn.get("completion") or {}).get("text") or "")
-
-
-def _mean(xs: Sequence[float]) -> float | None:
-    return float(np.mean(xs)) if len(xs) else None
-
-
-def _step_kind(step: dict[str, Any]) -> str:
-    """An env step's kind from the env's record (`protocol.SearchEnv.record`)."""
-    if step.get("done"):
-        return "answer" if "<answer>" in str(step.get("action")) and "</answer>" in str(step.get("action")) else "end"
-    return "search" if step.get("query") is not None else "empty"
-
-
-def _search_steps(r: dict[str, Any]) -> list[str]:
-    """The kind of each env step of one search_route episode: from the env's own account when it is
-    recorded (``extra["env"]``: search / empty / answer / end, end = done without an answer), else
-    from the searcher's and answerer's texts (`action_kind`; records from before the env record)."""
-    env = (r.get("extra") or {}).get("env") if isinstance(r.get("extra"), dict) else None
-    if isinstance(env, dict) and isinstance(env.get("steps"), list):
-        return [_step_kind(s) for s in env["steps"]]
-    return [action_kind(t["agent"], _text(t)) for t in r.get("turns", []) if t.get("agent") in ACTORS]
+    return rule_reasons(rule, text)
 
 
 def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str, Any]:
@@ -606,9 +505,9 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
       verifier turns.
 
     Turns without a text (hand-made or old records) count as blank responses."""
-    from drmas_bench.workflows import protocol as P
+    import drmas_bench.workflows.protocol as P
 
-    recs = [_as_dict(r) for r in records]
+    recs = [as_dict(r) for r in records]
     wf = workflow or infer_workflow(recs)
     rules = role_rules(wf)
     acc: dict[str, dict[str, Any]] = {}
@@ -620,7 +519,7 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
     for r in recs:
         for t in r.get("turns", []):
             name = str(t.get("agent", "?"))
-            a, text = slot(name), _text(t)
+            a, text = slot(name), turn_text(t)
             a["calls"] += 1
             a["valid"] += bool(t.get("valid", True))
             a["length_cut"] += (t.get("completion") or {}).get("finish") == "length"
@@ -652,195 +551,21 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
         if a["verdicts"]:
             out["verdicts"] = dict(sorted(a["verdicts"].items()))
         agents[name] = out
-    return {"workflow": wf, "agents": agents, "episodes": _episode_compliance(recs, rules)}
-
-
-def _episode_compliance(recs: list[dict[str, Any]], rules: dict[str, Any]) -> dict[str, Any]:
-    """The per-episode half of `compliance` (see its docstring): env steps when an agent's rule is a
-    search action, rounds when one is the math verifier's."""
-    from drmas_bench.workflows import protocol as P
-
-    out: dict[str, Any] = {"episodes": len(recs)}
-    if any(rule in ACTORS for rule in rules.values()):
-        steps, searches, empty, answered = [], [], [], []
-        for r in recs:
-            kinds = _search_steps(r)
-            env = (r.get("extra") or {}).get("env") if isinstance(r.get("extra"), dict) else None
-            steps.append(len(env["steps"]) if isinstance(env, dict) and isinstance(env.get("steps"), list)
-                         else sum(t.get("agent") == "verifier" for t in r.get("turns", [])))
-            searches.append(kinds.count("search"))
-            empty.append(kinds.count("empty"))
-            answered.append(float(r.get("final_answer") is not None))
-        rate = _mean(answered)
-        out.update(steps_per_episode=_mean(steps), searches_per_episode=_mean(searches),
-                   empty_steps_per_episode=_mean(empty), answer_tag_rate=rate,
-                   no_answer_rate=None if rate is None else 1.0 - rate,
-                   searches_distribution={str(k): v for k, v in sorted(Counter(searches).items())})
-    elif "math_verifier" in rules.values():
-        rounds = [sum(t.get("agent") == "solver" for t in r.get("turns", [])) for r in recs]
-        verdicts = [P.math_verdict(_text(t)) for r in recs for t in r.get("turns", []) if t.get("agent") == "verifier"]
-        out.update(rounds_per_episode=_mean(rounds),
-                   approve_rate=verdicts.count("approve") / len(verdicts) if verdicts else None)
-    return out
+    return {"workflow": wf, "agents": agents, "episodes": episode_compliance(recs, rules)}
 
 
 # ------------------------------------------------------------------------------ per-agent effects
 
-FLIPS = ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")
 # the per-agent figures `effects` shows (computed by `_agents`, the one definition of them)
 AGENT_EFFECT_KEYS = ("calls", "calls_per_question", "latency_s", "prompt_tokens_per_call", "completion_tokens_per_call",
                      "tokens_per_question", "usd_per_call", "usd_per_question")
-# the per-episode figures of `compliance` a search effects block repeats (one definition: `_episode_compliance`)
-SEARCH_EPISODE_KEYS = ("steps_per_episode", "searches_per_episode", "searches_distribution", "no_answer_rate")
-
-
-def _extra(r: dict[str, Any]) -> dict[str, Any]:
-    return r["extra"] if isinstance(r.get("extra"), dict) else {}
-
-
-def _rate(num: int | float, den: int) -> float | None:
-    return num / den if den else None
-
-
-def round1_correct(r: dict[str, Any]) -> bool | None:
-    """Whether an episode's round-1 answer (its first solver turn) was graded correct: with one solver
-    turn that answer is the final one, so the final grade (``correct``); with more, the grade
-    recorded at grading time (``extra["round1_correct"]``, `runner.grade_trajectories`). None when
-    the solver never spoke, or a later round ran in a run recorded before round-1 grades were kept."""
-    n = sum(t.get("agent") == "solver" for t in r.get("turns", []))
-    if n == 0:
-        return None
-    if n == 1:
-        return record_correct(r)
-    v = _extra(r).get("round1_correct")
-    return None if v is None else bool(v)
-
-
-def math_effects(records: Iterable[Any]) -> dict[str, Any]:
-    """The verifier's effect in a math_refine run (solver -> verifier -> solver ...), over E episodes.
-
-    - round2_ran = episodes with more than one solver turn; round2_rate = round2_ran / E;
-    - flips {wrong_to_right, right_to_wrong, wrong_to_wrong, right_to_right}: over the round2_ran
-      episodes whose round-1 grade is known, (round-1 answer graded correct?) -> (final answer graded
-      correct?); round1_ungraded = round2_ran episodes without a recorded round-1 grade (older runs);
-    - the verifier as a judge of the round-1 answer (its first verdict, `protocol.math_verdict`;
-      anything but a reject approves), over the `judged` episodes with a verdict and a known round-1
-      grade: approve_rate_on_right = P(approve | right), approve_rate_on_wrong = P(approve | wrong),
-      judge_precision = P(right | approve), judge_recall = approve_rate_on_right, judge_accuracy =
-      (right approved + wrong rejected) / judged;
-    - graded_episodes = episodes with a known round-1 grade; over them round1_accuracy = mean
-      round-1 correctness, final_accuracy = mean final correctness, accuracy_change = final - round 1
-      (= (wrong_to_right - right_to_wrong) / graded_episodes).
-
-    right / wrong = graded correct or not by the run's grader. Rates are None when their
-    denominator is 0."""
-    from drmas_bench.workflows import protocol as P
-
-    recs = [_as_dict(r) for r in records]
-    flips: Counter = Counter()
-    ran = ungraded = 0
-    graded: list[tuple[bool, bool]] = []
-    judged: list[tuple[bool, bool]] = []  # (round-1 right, approved)
-    for r in recs:
-        turns = r.get("turns", [])
-        r1, final = round1_correct(r), record_correct(r)
-        if r1 is not None:
-            graded.append((r1, final))
-        if sum(t.get("agent") == "solver" for t in turns) > 1:
-            ran += 1
-            if r1 is None:
-                ungraded += 1
-            else:
-                flips[f"{'right' if r1 else 'wrong'}_to_{'right' if final else 'wrong'}"] += 1
-        verdicts = [P.math_verdict(_text(t)) for t in turns if t.get("agent") == "verifier"]
-        if verdicts and r1 is not None:
-            judged.append((r1, verdicts[0] == "approve"))
-    right = [ok for r1, ok in judged if r1]
-    wrong = [ok for r1, ok in judged if not r1]
-    approved = [r1 for r1, ok in judged if ok]
-    r1_acc = _mean([float(a) for a, _ in graded])
-    fin_acc = _mean([float(b) for _, b in graded])
-    return {
-        "episodes": len(recs), "round2_ran": ran, "round2_rate": _rate(ran, len(recs)),
-        "flips": {k: flips[k] for k in FLIPS}, "round1_ungraded": ungraded,
-        "judged": len(judged), "approve_rate_on_right": _rate(sum(right), len(right)),
-        "approve_rate_on_wrong": _rate(sum(wrong), len(wrong)),
-        "judge_precision": _rate(sum(approved), len(approved)), "judge_recall": _rate(sum(right), len(right)),
-        "judge_accuracy": _rate(sum(right) + len(wrong) - sum(wrong), len(judged)),
-        "graded_episodes": len(graded), "round1_accuracy": r1_acc, "final_accuracy": fin_acc,
-        "accuracy_change": None if r1_acc is None or fin_acc is None else fin_acc - r1_acc,
-    }
-
-
-def evidence_at_answer(r: dict[str, Any]) -> tuple[bool | None, bool | None]:
-    """(evidence when the answerer was called, evidence anywhere in the episode) of one search_route
-    episode: whether a gold answer occurs, SQuAD-normalised as a whole-token span (`grade_qa`'s
-    cover-EM), in the passages (`protocol.observation_passages`) the env showed before the answerer's last call (the observations of
-    the steps before its step; step t = the t-th verifier turn), resp. in every observation of the
-    episode. First None: the answerer never acted; both None: no env record (``extra["env"]``,
-    runs from before it)."""
-    from drmas_bench.grading.qa import grade_qa
-    from drmas_bench.workflows.protocol import observation_passages
-
-    env = _extra(r).get("env")
-    if not isinstance(env, dict) or not isinstance(env.get("steps"), list):
-        return None, None
-    golds = list((r.get("task") or {}).get("answers") or [])
-    obs = [observation_passages(str(s.get("observation") or "")) for s in env["steps"]]
-    step = answer_step = 0
-    for t in r.get("turns", []):
-        if t.get("agent") == "verifier":
-            step += 1
-        elif t.get("agent") == "answerer":
-            answer_step = step
-
-    def seen(texts: list[str]) -> bool:
-        return bool(grade_qa("\n".join(texts), golds).cover_em)
-
-    return (seen(obs[:answer_step - 1]) if answer_step else None), seen(obs)
-
-
-def search_effects(records: Iterable[Any]) -> dict[str, Any]:
-    """What retrieval gave a search_route run's answerer, over E episodes (`evidence_at_answer`):
-
-    - env_recorded = episodes with the env's record (older runs have none: evidence figures None);
-    - answerer_episodes = of those, episodes where the answerer acted; evidence_recall = share of
-      them with a gold answer in the passages retrieved before its last call;
-    - accuracy_with_evidence / accuracy_without_evidence = mean correctness (EM) of the answerer
-      episodes with / without that evidence (with_evidence / without_evidence: their counts);
-    - evidence_retrieved_rate = share of env_recorded episodes whose retrieved passages (all steps)
-      contain a gold answer: what the searcher found, whether or not the answerer used it;
-    - steps_per_episode, searches_per_episode, searches_distribution, no_answer_rate: `compliance`'s
-      per-episode figures (the same definitions)."""
-    recs = [_as_dict(r) for r in records]
-    at_answer: list[tuple[bool, bool]] = []  # (evidence present, correct)
-    anywhere: list[bool] = []
-    for r in recs:
-        ev, ev_any = evidence_at_answer(r)
-        if ev_any is None:
-            continue
-        anywhere.append(ev_any)
-        if ev is not None:
-            at_answer.append((ev, record_correct(r)))
-    with_ev = [ok for ev, ok in at_answer if ev]
-    without = [ok for ev, ok in at_answer if not ev]
-    ep = _episode_compliance(recs, {"searcher": "searcher", "answerer": "answerer"})
-    return {
-        "episodes": len(recs), "env_recorded": len(anywhere), "answerer_episodes": len(at_answer),
-        "evidence_recall": _rate(len(with_ev), len(at_answer)),
-        "with_evidence": len(with_ev), "without_evidence": len(without),
-        "accuracy_with_evidence": _rate(sum(with_ev), len(with_ev)),
-        "accuracy_without_evidence": _rate(sum(without), len(without)),
-        "evidence_retrieved_rate": _rate(sum(anywhere), len(anywhere)),
-        **{k: ep[k] for k in SEARCH_EPISODE_KEYS},
-    }
 
 
 def effects(records: Iterable[Any], workflow: str | None = None,
             agents: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """What each agent contributes, from the recorded turns: {"workflow", "agents": {agent: figures},
-    and for a workflow that declares effects (`WorkflowSpec.effects`: math_refine's "math",
-    `math_effects`; search_route's "search", `search_effects`) that block over every record,
+    and for a workflow that declares effects (`WorkflowSpec.effects`: its key and a function over
+    the records, defined in the workflow's module) that block over every record,
     "benchmarks": {benchmark: {key: the same block over its records}}}.
 
     agents: the per-agent figures `summarize` computed (`_agents` over every record; computed here
@@ -848,7 +573,7 @@ def effects(records: Iterable[Any], workflow: str | None = None,
     completion tokens per call (calls with known usage), tokens_per_question = (prompt + completion
     tokens) / questions (None when a call's usage is unknown), and with a price sheet usd_per_call,
     usd_per_question. workflow: as in `compliance` (None: `infer_workflow`)."""
-    recs = [_as_dict(r) for r in records]
+    recs = [as_dict(r) for r in records]
     wf = workflow or infer_workflow(recs)
     if agents is None:
         agents = _agents(recs, None, len(questions(recs)))

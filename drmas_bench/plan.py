@@ -28,9 +28,8 @@ from drmas_bench.workflows.base import check_workflow_options
 
 logger = logging.getLogger("drmas_bench.api")  # the [eval] lines keep the logger they always had
 
-# REFERENCE.md §3: eval sampling; max new tokens per call per suite
+# REFERENCE.md §3: eval sampling (max new tokens per call: the suite's, `Suite.max_new_tokens`)
 SAMPLING_DEFAULTS = {"temperature": 0.6, "top_p": 0.95, "enable_thinking": False}
-DEFAULT_MAX_NEW = {"math": 4096, "search": 800, "toy": 32}
 DEFAULT_MAX_BATCH = 32  # engine micro-batch of worker groups built from `model` / `model_for`
 
 
@@ -59,7 +58,7 @@ class EvalConfig:
     limit: int | None = None  # first N questions per benchmark
     n: int = 16  # samples per question
     grader: str | None = None  # math grader (drmas_bench.grading.registry.GRADERS); None: the default
-    # --- sampling (None: team file's, else SAMPLING_DEFAULTS / DEFAULT_MAX_NEW[suite])
+    # --- sampling (None: team file's, else SAMPLING_DEFAULTS / the suite's max_new_tokens)
     temperature: float | None = None
     top_p: float | None = None
     max_new_tokens: int | None = None
@@ -101,9 +100,9 @@ def choices() -> dict[str, tuple[str, ...]]:
     """The fields with a fixed set of values, from their registries."""
     from drmas_bench.engines import ENGINES
     from drmas_bench.pool import POOLS
-    from drmas_bench.workflows import SUITE_WORKFLOW
+    from drmas_bench.tasks.registry import suite_names
 
-    return {"engine": tuple(ENGINES), "pool": POOLS, "suite": tuple(SUITE_WORKFLOW)}
+    return {"engine": tuple(ENGINES), "pool": POOLS, "suite": suite_names()}
 
 
 def flag(name: str) -> str:
@@ -194,16 +193,16 @@ def _model_for_list(v: list[str] | dict[str, str] | None) -> list[str] | None:
 
 def resolve(cfg: EvalConfig) -> Resolved:
     """Benchmarks, workflow (chosen before the team is validated), team and sampling for ``cfg``."""
-    from drmas_bench.agents.explicit import Explicit
-    from drmas_bench.agents.team import build_team, validate_sampling
-    from drmas_bench.engines.hosting import fit_options
-    from drmas_bench.tasks import select_benchmarks
-    from drmas_bench.types import Sampling
-    from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
-
     from dataclasses import replace
 
+    from drmas_bench.agents.explicit import Explicit
+    from drmas_bench.agents.team import build_team, validate_sampling
     from drmas_bench.checkpoints import local_copy, refuse_incomplete
+    from drmas_bench.engines.hosting import fit_options
+    from drmas_bench.tasks import select_benchmarks
+    from drmas_bench.tasks.registry import get_suite
+    from drmas_bench.types import Sampling
+    from drmas_bench.workflows import get_workflow
 
     step_url = None
     if cfg.model:  # a checkpoint URL: a local copy first (with a Ray pool only its team file)
@@ -227,7 +226,7 @@ def resolve(cfg: EvalConfig) -> Resolved:
     if not (cfg.model or cfg.model_for or cfg.team):
         raise UserError("choose a team: --model M, --model-for AGENT=M, or --team FILE")
     from_file = team_file_workflow(cfg)
-    wf_name = cfg.workflow or from_file or SUITE_WORKFLOW[suite]
+    wf_name = cfg.workflow or from_file or get_suite(suite).workflow
     wf = get_workflow(wf_name)
     if cfg.workflow and from_file and from_file != cfg.workflow:
         logger.info(f"[eval] --workflow {cfg.workflow} overrides the team file's workflow {from_file}")
@@ -247,7 +246,7 @@ def resolve(cfg: EvalConfig) -> Resolved:
         recorded = {team.sampling.get(key)} | {s.get(key) for s in team.agent_sampling.values()}
         if recorded - {None, v}:
             logger.info(f"[eval] {flag(key)} {v} overrides the team file's {key}")
-    sampling = Sampling(**{**SAMPLING_DEFAULTS, "max_new_tokens": DEFAULT_MAX_NEW[suite], **explicit})
+    sampling = Sampling(**{**SAMPLING_DEFAULTS, "max_new_tokens": get_suite(suite).max_new_tokens, **explicit})
     return Resolved(suite, benches, wf, team, sampling)
 
 
@@ -368,7 +367,13 @@ class Plan:
 def plan(cfg: EvalConfig) -> Plan:
     """Check and resolve ``cfg`` into a :class:`Plan` (module docstring)."""
     from drmas_bench.provenance import (
-        collect, data_identity, grader_record, models_identity, redact_argv, utc_now, workflow_record,
+        collect,
+        data_identity,
+        grader_record,
+        models_identity,
+        redact_argv,
+        utc_now,
+        workflow_record,
     )
     from drmas_bench.retrievers import default_spec, note_trained_retriever, open_retriever
     from drmas_bench.store import fingerprint
@@ -413,7 +418,7 @@ def plan(cfg: EvalConfig) -> Plan:
     families = sorted({b.grader for b in r.benches})
     family = families[0] if len(families) == 1 else "+".join(families)
     grader = grader_record(family, cfg.grader)
-    if family == "math":  # a resume with another math grader (or version) is refused
+    if "name" in grader:  # a family that takes --grader: a resume with another grader (or version) is refused
         identity["grader"] = {k: grader[k] for k in ("name", "version")}
     model_label = team.worker_groups[next(iter(team.worker_groups))].model if len(team.worker_groups) == 1 else "team"
     label = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model_label.rstrip("/")).name).strip(".") or "model"

@@ -187,11 +187,13 @@ def workflow_record(wf) -> dict[str, str]:
 
 
 def grader_record(family: str, math_grader: str | None) -> dict:
-    """What grades this run: {"family": "math" | "qa" | "toy", and for math "name", "version"}.
-    `--grader` on benchmarks that are not graded as math is a UserError."""
+    """What grades this run: {"family": "math" | "qa" | "toy", and for a family that takes
+    ``--grader`` (`grading.families.Family.takes_grader`: math) the grader's "name", "version"}.
+    `--grader` on benchmarks whose family does not take it is a UserError."""
+    from drmas_bench.grading.families import takes_grader
     from drmas_bench.grading.registry import DEFAULT_GRADER, get_grader
 
-    if family != "math":  # --grader picks among math graders only
+    if not takes_grader(family):  # --grader picks among math graders only
         if math_grader is not None:
             raise UserError(f"--grader picks a math grader; this run's benchmarks are graded by {family!r}")
         return {"family": family}

@@ -74,15 +74,17 @@ class RunStats:
 
 
 def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 5.0,
-                       math_grader: str | None = None) -> None:
+                       math_grader: str | None = None,
+                       round1_answer: Callable[[Trajectory], str | None] | None = None) -> None:
     """Fill reward / correct / extra of finished trajectories, each by its benchmark's grading family
     (``Benchmark.grader``, grading.registry.FAMILIES; math in a process pool with timeouts).
 
     grader: the family of trajectories whose benchmark is not in the registry (a trainer's task file):
     the workflow's; math_grader: the math grader's name in `grading.GRADERS` (default
-    `grading.DEFAULT_GRADER`). Math also grades the first solver answer of an episode with more than
-    one solver turn (extra round1_correct, round1_grade), in the same batch: the verifier's effect
-    (`metrics.math_effects`) needs it, and only here is the run's grader at hand."""
+    `grading.DEFAULT_GRADER`). round1_answer: the workflow's `WorkflowSpec.round1_answer`; the
+    round-1 answer it reads from a trajectory (one a later round replaced) is graded by the same
+    family in the same batch (extra round1_correct, round1_grade): the workflow's effects need it
+    (math_refine's verifier effect), and only here is the run's grader at hand."""
     from drmas_bench.grading.families import grade_family
     from drmas_bench.tasks.registry import BENCHMARKS, known_names
 
@@ -93,12 +95,12 @@ def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 
         by_family.setdefault(b.grader if b is not None else grader, []).append(t)
     for family, group in by_family.items():
         pairs = [(t.final_answer, t.task.answers) for t in group]
-        # a round-1 answer that a later round replaced; with one solver turn the final grade is round 1's
+        # a round-1 answer that a later round replaced (None: the final answer is round 1's)
         firsts: list[tuple[int, str]] = []
-        for i, t in enumerate(group if family == "math" else []):
-            solver = [tu.completion.text for tu in t.turns if tu.agent == "solver"]
-            if len(solver) > 1:
-                firsts.append((i, solver[0]))
+        for i, t in enumerate(group if round1_answer is not None else []):
+            first = round1_answer(t)
+            if first is not None:
+                firsts.append((i, first))
         graded = grade_family(family, pairs + [(text, group[i].task.answers) for i, text in firsts], timeout_s, math_grader)
         for t, (correct, extra) in zip(group, graded):
             t.reward = 1.0 if correct else 0.0  # the one outcome; t.correct derives from it
@@ -176,7 +178,8 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
             return
         batch = list(buffer)
         buffer.clear()
-        grading = asyncio.ensure_future(asyncio.to_thread(grade_trajectories, batch, wf.grader, 5.0, math_grader))
+        grading = asyncio.ensure_future(asyncio.to_thread(grade_trajectories, batch, wf.grader, 5.0, math_grader,
+                                                               wf.round1_answer))
         try:
             await asyncio.shield(grading)
         except asyncio.CancelledError:  # stopped (Ctrl-C, SIGTERM) while grading: finish this batch and keep it

@@ -206,3 +206,13 @@ class Trajectory:
             wall_s=d.get("wall_s", 0.0),
             cost_usd=d.get("cost_usd", 0.0),
         )
+
+
+@dataclass
+class SFTExample:
+    """One supervised example of a warm start: the agent's chat prompt and the response to imitate
+    (a workflow's declared SFT examples, `WorkflowSpec.sft`)."""
+
+    agent: str
+    messages: list[dict[str, str]]
+    target: str

@@ -69,9 +69,10 @@ def bench_suite(suite: str, out: Path, models: list[str], args: argparse.Namespa
     from drmas_bench import sweep
     from drmas_bench.api import EvalConfig, evaluate
     from drmas_bench.report.runs import load_run
-    from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
+    from drmas_bench.tasks.registry import get_suite
+    from drmas_bench.workflows import get_workflow
 
-    wf = get_workflow(SUITE_WORKFLOW[suite])
+    wf = get_workflow(get_suite(suite).workflow)
     d = sweep.design(wf.name, wf.agents, "tiny-random", candidates={a: list(models) for a in CANDIDATES[suite]})
     base = EvalConfig(model="tiny-random", suite=suite, benchmarks=BENCHMARKS[suite], limit=args.limit, n=args.n,
                       max_new_tokens=args.max_new_tokens, data_dir=args.data_dir, seed=args.seed, progress=False,

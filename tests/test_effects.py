@@ -14,7 +14,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from drmas_bench.metrics import FLIPS, effects, math_effects, search_effects, summarize
+from drmas_bench.metrics import effects, summarize
+from drmas_bench.workflows.math import FLIPS, math_effects, round1_answer
+from drmas_bench.workflows.search import search_effects
 from drmas_bench.pricing import ModelPrice, PriceSheet
 from drmas_bench.report.markdown import format_summary_markdown
 from drmas_bench.runner import grade_trajectories
@@ -59,7 +61,7 @@ def random_math_run(seed: int, episodes: int = 24, rounds: int = 2) -> list[dict
         ep = Episode(task, i % 3, ScriptedBackend(rng, MATH_TEXTS), ("solver", "verifier"))
         asyncio.run(math_refine(ep, rounds=rounds))
         trajs.append(ep.finish())
-    grade_trajectories(trajs, "math")
+    grade_trajectories(trajs, "math", round1_answer=round1_answer)
     return [json.loads(json.dumps(t.to_dict())) for t in trajs]
 
 

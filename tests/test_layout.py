@@ -2,7 +2,9 @@
 
 - no import circle between files, lazy imports included, and the harness (``drmas_bench`` outside
   ``commands/``) never imports the trainer;
-- no engine kind is compared by name outside ``drmas_bench/engines/``;
+- no engine kind is compared by name outside ``drmas_bench/engines/``; ``metrics.py`` names no
+  workflow, and the runner, plan and provenance name no suite or grading family (they ask the
+  declarations);
 - adding a backend is one class plus one ``ENGINES`` entry: a backend defined in this file runs a
   toy evaluation end to end.
 """
@@ -121,6 +123,51 @@ def test_the_harness_does_not_import_the_trainer():
                  if m.startswith("drmas_bench") and not m.startswith("drmas_bench.commands")
                  and t.startswith("drmas_trainer"))
     assert bad == []
+
+
+def test_workflows_import_nothing_of_the_run_layer():
+    """A workflow's effects and rules read records through `records` and `workflows.episodes`, not
+    metrics: the workflows sit below the run layer (docs/architecture.md). Not yet checked:
+    `retrievers`, which the search warm start (`workflows/search_sft.py`) opens its index with."""
+    run_layer = {"drmas_bench.runner", "drmas_bench.store", "drmas_bench.metrics", "drmas_bench.cache"}
+    bad = sorted((m, t) for m, ts in import_graph().items() for t in ts
+                 if m.startswith("drmas_bench.workflows") and t in run_layer)
+    assert bad == []
+
+
+def code_strings(path: Path) -> set[str]:
+    """The string constants of a file's code (docstrings left out: prose may name anything)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs}
+
+
+def test_code_strings_finds_a_name_but_not_a_docstring(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('"""about search_route"""\ndef g():\n    """toy"""\n    return g == "math_refine"\n')
+    assert code_strings(f) == {"math_refine"}
+
+
+def test_metrics_names_no_workflow():
+    """metrics.py keeps the numbers and one generic compliance loop; what a workflow knows (its
+    rules, effects, env) it declares on its WorkflowSpec."""
+    from drmas_bench.workflows import WORKFLOWS
+
+    assert sorted(code_strings(REPO / "drmas_bench" / "metrics.py") & set(WORKFLOWS)) == []
+
+
+def test_no_suite_or_family_is_compared_by_name_in_the_run_layer():
+    """runner, plan and provenance ask the Suite and the grading family (`Family.takes_grader`) rather
+    than naming one."""
+    from drmas_bench.grading.families import FAMILIES
+    from drmas_bench.tasks.registry import suite_names
+
+    names = set(FAMILIES) | set(suite_names())
+    for f in ("runner.py", "plan.py", "provenance.py"):
+        assert sorted(code_strings(REPO / "drmas_bench" / f) & names) == [], f
 
 
 def test_no_engine_kind_is_compared_by_name_outside_engines():

@@ -209,7 +209,7 @@ SEP = "\x1e"  # a separator no vector text holds (checked when the prompt is spl
 def _markers(workflow: str) -> P.Templates:
     """Templates whose role prompts are every allowed slot, each after SEP + its name + SEP."""
     roles = {role: "".join(f"{SEP}{name}{SEP}{{{{{name}}}}}" for name in sorted(allowed))
-             for role, (allowed, _) in P.PLACEHOLDERS[workflow].items()}
+             for role, (allowed, _) in P.placeholders(workflow).items()}
     return P.load_templates(workflow, ({"roles": roles}, "markers"))
 
 

@@ -173,11 +173,11 @@ def test_registries_are_the_one_list_of_names():
     from drmas_bench.agents.team import ENGINE_KINDS
     from drmas_bench.commands import report as report_cmd
     from drmas_bench.engines import ENGINES
-    from drmas_bench.tasks.registry import SUITES
+    from drmas_bench.tasks.registry import suite_names
 
     assert ENGINE_KINDS == tuple(ENGINES)
     parser = argparse.ArgumentParser()
     report_cmd.register(parser.add_subparsers())
     cost = parser._subparsers._group_actions[0].choices["cost"]  # noqa: SLF001 (argparse has no public lookup)
     choices = {a.dest: a.choices for a in cost._actions if a.choices}
-    assert list(choices["suite"]) == list(SUITES) and list(choices["engine"]) == list(ENGINES)
+    assert list(choices["suite"]) == list(suite_names()) and list(choices["engine"]) == list(ENGINES)

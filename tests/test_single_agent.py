@@ -224,9 +224,10 @@ def test_math_single_warm_start_examples_are_the_workflows_own_prompts_with_boxe
     import re
 
     import drmas_bench.workflows.protocol as P
-    from drmas_trainer.sft import SFT_EXAMPLES, math_single_sft_examples
+    from drmas_bench.workflows import get_workflow
+    from drmas_bench.workflows.math_single import math_single_sft_examples
 
-    assert SFT_EXAMPLES["math_single"] is math_single_sft_examples
+    assert get_workflow("math_single").sft is math_single_sft_examples
     ex = math_single_sft_examples(["solver"], 200, seed=3, solver_accuracy=0.5, max_operand=9)
     assert ex == math_single_sft_examples(["solver"], 200, seed=3, solver_accuracy=0.5, max_operand=9)
     tpl = P.default_templates("math_single")

@@ -138,7 +138,7 @@ def test_records_from_before_the_env_account_still_render(tmp_path, runs):
     (d / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     entry, chunks = V.run_data(load_run(d))
     assert not any("env" in t for c in chunks for dd in unpack(c) for t in dd["turns"])
-    assert [r["k"] for r in entry["rows"]] == [V.metrics._search_steps(r).count("search") for r in V._order(recs)]
+    assert [r["k"] for r in entry["rows"]] == [V.search_steps(r).count("search") for r in V._order(recs)]
 
 
 def test_more_than_two_runs_is_a_user_error(runs):

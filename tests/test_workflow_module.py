@@ -107,3 +107,44 @@ def test_records_name_the_workflow_they_came_from(shout_echo):
     recs = run_episodes(shout_echo, 3, seed=0)
     assert metrics.infer_workflow(recs) == "test_shout_echo"
     assert metrics.compliance(recs)["workflow"] == "test_shout_echo"
+
+
+# ------------------------------------------------------------------ a suite is one module too
+
+
+@pytest.fixture(scope="module")
+def echo_suite(shout_echo):
+    """A suite declared here, as a tasks/<suite>.py module would: its default workflow (the one above),
+    its generation limit and its grading family, and one built-in benchmark."""
+    from drmas_bench.tasks.base import BENCHMARKS, SUITES, Benchmark, Suite, register, register_suite
+
+    suite = register_suite(Suite("test_echo_suite", workflow="test_shout_echo", max_new_tokens=7, grader="toy"))
+    bench = register(Benchmark(
+        "test_echo_bench", "test_echo_suite", "Echo (a test suite)", 3, to_task=lambda rec, i, b: Task.from_dict(rec),
+        generate=lambda: [Task(id=str(i), benchmark="test_echo_bench", question="say hi", answers=["3"]) for i in range(3)]))
+    yield suite, bench
+    del BENCHMARKS["test_echo_bench"], SUITES["test_echo_suite"]
+
+
+def test_a_suite_defined_here_picks_its_workflow_token_limit_and_grading(echo_suite):
+    from drmas_bench.plan import EvalConfig, choices, resolve
+    from drmas_bench.provenance import grader_record
+    from drmas_bench.runner import grade_trajectories
+    from drmas_bench.tasks.registry import suite_names
+    from drmas_bench.types import Trajectory, UserError
+
+    suite, bench = echo_suite
+    assert bench.grader == "toy"  # the suite's family, not named by the benchmark
+    assert "test_echo_suite" in suite_names() and "test_echo_suite" in choices()["suite"]
+    r = resolve(EvalConfig(model="tiny-random", suite="test_echo_suite"))
+    assert r.suite == "test_echo_suite" and [b.name for b in r.benches] == ["test_echo_bench"]
+    assert r.wf.name == "test_shout_echo" and r.sampling.max_new_tokens == 7
+    assert set(r.team.agents) == {"caller", "echoer"}
+
+    trajs = [Trajectory(task=t, sample_idx=0, final_answer=a)
+             for t, a in zip(bench.generate(), ["3", "4", None])]
+    grade_trajectories(trajs, "math")  # by the benchmark's family (toy), not the fallback
+    assert [t.correct for t in trajs] == [True, False, False]
+    with pytest.raises(UserError, match="--grader"):
+        grader_record(bench.grader, "careful")  # the toy family takes no --grader
+    assert grader_record(bench.grader, None) == {"family": "toy"}

@@ -42,7 +42,12 @@ from typing import Any, Iterator
 import torch
 
 from drmas_bench import checkpoints as store
-from drmas_bench.checkpoints import LATEST, MARKER, STEP_NAME, is_url  # one layout for local and URL roots (the harness's)
+from drmas_bench.checkpoints import (  # one layout for local and URL roots (the harness's)
+    LATEST,
+    MARKER,
+    STEP_NAME,
+    is_url,
+)
 
 Location = Path | str  # a local folder, or an fsspec URL (scheme://...)
 

@@ -37,8 +37,18 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from drmas_bench.schema import (COERCING, RANGES, CoercingSchema, Float, Int, ModelOnEngine, Rate, TrainSamplingSchema,
-                                 parse, registered)
+from drmas_bench.schema import (
+    COERCING,
+    RANGES,
+    CoercingSchema,
+    Float,
+    Int,
+    ModelOnEngine,
+    Rate,
+    TrainSamplingSchema,
+    parse,
+    registered,
+)
 from drmas_bench.store import safe_name
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml

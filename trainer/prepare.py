@@ -152,11 +152,11 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
 
 async def warm_start(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers: dict[str, Any]) -> dict[str, Any]:
     """The ``sft:`` stage: each worker group imitates generated examples of its agents (the
-    workflow's maker in `drmas_trainer.sft.SFT_EXAMPLES`), then its engine gets the new weights."""
-    from drmas_trainer.sft import SFT_EXAMPLES
+    workflow's declared maker, `WorkflowSpec.sft`), then its engine gets the new weights."""
+    from drmas_bench.workflows import get_workflow
 
     s = cfg.sft
-    make_examples = SFT_EXAMPLES[cfg.workflow]  # a workflow without one is refused before any model loads (trainer.py)
+    make_examples = get_workflow(cfg.workflow).sft  # a workflow without one is refused before any model loads (trainer.py)
     jobs, names = [], []
     for name, g in plan.items():
         per_agent = {a: s.agent_steps.get(a, s.steps) for a in g.agents}

@@ -53,7 +53,8 @@ def init_ray(num_cpus: int | None = None, num_gpus: int | None = None, address: 
     in the runtime_env (None: when attaching). Actor stdout/stderr reach the driver
     (``log_to_driver``): a failing actor's traceback is seen."""
     require_ray()
-    from drmas_bench.pool.cluster import init_ray as cluster_init, ray_address
+    from drmas_bench.pool.cluster import init_ray as cluster_init
+    from drmas_bench.pool.cluster import ray_address
 
     return cluster_init(ray_address(address), ship_code, num_cpus=num_cpus, num_gpus=num_gpus)
 

@@ -54,17 +54,33 @@ import torch
 
 from drmas_bench.runner import TeamRuntime, run_episodes
 from drmas_bench.types import Task, Trajectory, UserError
-from drmas_bench.workflows.base import WorkflowSpec, check_workflow_options, derive_seed, get_workflow
+from drmas_bench.workflows.base import WORKFLOWS, WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer import metric_names as N
 from drmas_trainer.advantages import compute_advantages, row_scores
 from drmas_trainer.config import TrainConfig, plan_worker_groups
-from drmas_trainer.prepare import (load_train_tasks, rollout_retriever, rollout_sampling,
-                                   rollout_team, start_workers, warm_start)
-from drmas_trainer.runlog import (CKPT_CACHE, METRICS, RUN_FILES, MetricsLog, check_run_config, clear_run, json_line,
-                                  never_updated, read_metrics, step_metrics, summarize)
+from drmas_trainer.prepare import (
+    load_train_tasks,
+    rollout_retriever,
+    rollout_sampling,
+    rollout_team,
+    start_workers,
+    warm_start,
+)
+from drmas_trainer.runlog import (
+    CKPT_CACHE,
+    METRICS,
+    RUN_FILES,
+    MetricsLog,
+    check_run_config,
+    clear_run,
+    json_line,
+    never_updated,
+    read_metrics,
+    step_metrics,
+    summarize,
+)
 from drmas_trainer.saving import local_checkpoint, save_checkpoint
-from drmas_trainer.sft import SFT_EXAMPLES
 from drmas_trainer.trackers import check_tracker
 from drmas_trainer.worker import LossSettings, Row
 
@@ -124,8 +140,9 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
     n_steps = total_steps(cfg, len(tasks))
     if cfg.rollout.prompts_per_step > len(tasks):
         raise UserError(f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the {len(tasks)} training tasks")
-    if (cfg.sft.steps or any(cfg.sft.agent_steps.values())) and cfg.workflow not in SFT_EXAMPLES:
-        raise UserError(f"the sft warm start has examples for {', '.join(SFT_EXAMPLES)} only; set sft.steps: 0 "
+    if (cfg.sft.steps or any(cfg.sft.agent_steps.values())) and wf.sft is None:
+        with_sft = [name for name, spec in WORKFLOWS.items() if spec.sft is not None]
+        raise UserError(f"the sft warm start has examples for {', '.join(with_sft)} only; set sft.steps: 0 "
                         f"for workflow {cfg.workflow!r}")
 
     # --- the run directory: config, latest checkpoint, metrics --------------------------------

@@ -65,8 +65,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from drmas_bench.types import Completion, Request, UserError
 from drmas_bench.checkpoints import is_url, node_copy, upload
+from drmas_bench.types import Completion, Request, SFTExample, UserError
 from drmas_trainer.config import AgentConfig
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.losses import policy_loss
@@ -94,15 +94,6 @@ class Row:
     engine_logprobs: list[float] | None = None  # the engine's, kept when old_logprobs were recomputed
     is_weights: list[float] | None = None  # rollout-correction weight of each response token (None: all 1)
     text: str | None = None  # the completion's text, what the workflow and grader used (token check)
-
-
-@dataclass
-class SFTExample:
-    """One supervised example: the agent's chat prompt and the response to imitate."""
-
-    agent: str
-    messages: list[dict[str, str]]
-    target: str
 
 
 @dataclass
@@ -193,11 +184,10 @@ class WorkerGroup:
                  device: str = "auto", seed: int = 0, torch_threads: int | None = None, max_batch: int = 64,
                  adapters: dict[str, AgentConfig] | None = None, adapter_of: dict[str, str] | None = None) -> None:
         from transformers import AutoTokenizer
-
-        from drmas_bench.models.loading import load_causal_lm
         from transformers.utils import logging as hf_logging
 
         from drmas_bench.engines.base import resolve_model_path
+        from drmas_bench.models.loading import load_causal_lm
 
         hf_logging.disable_progress_bar()  # no "Loading weights" / "Writing model shards" bars per step
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import textwrap
 
-from drmas_bench.tasks.registry import SUITES
+from drmas_bench.tasks.registry import suite_names
 from drmas_bench.types import UserError
 
 EPILOG = """examples:
@@ -29,14 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = dsub.add_parser("list", help="table of benchmarks: suite, expected rows, found rows, source", epilog=EPILOG,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     common(q)
-    q.add_argument("--suite", choices=SUITES, help="only this suite")
+    q.add_argument("--suite", choices=suite_names(), help="only this suite")
     q.set_defaults(func=cmd_list)
 
     q = dsub.add_parser("check", help="validate the evaluation benchmarks' local copies (exit 0 only if all are present "
                                       "and valid); training sets are shown apart (--train counts them)",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     common(q)
-    q.add_argument("--suite", choices=SUITES, help="only this suite")
+    q.add_argument("--suite", choices=suite_names(), help="only this suite")
     q.add_argument("--allow-missing", action="store_true",
                    help="a partial set is fine: benchmarks without a local copy are listed but do not fail "
                         "the check (invalid ones still do)")

@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from drmas_bench.engines import ENGINES
 from drmas_bench.grading.registry import DEFAULT_GRADER, GRADERS
-from drmas_bench.tasks.registry import SUITES
+from drmas_bench.tasks.registry import suite_names
 
 EPILOG = """examples:
   drmas-bench eval --model smollm2-135m-instruct --suite toy --n 4
@@ -75,7 +75,7 @@ def add_eval_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
                    help="let transformers run Python files shipped inside the model folders (hf, sglang); "
                         "off by default, and a checkpoint's team.yaml cannot turn it on (docs/security.md)")
     g = p.add_argument_group("benchmarks")
-    g.add_argument("--suite", choices=SUITES, help="benchmark suite")
+    g.add_argument("--suite", choices=suite_names(), help="benchmark suite")
     g.add_argument("--benchmarks", help="comma-separated benchmark names (default: the whole suite)")
     g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
     g.add_argument("--limit", type=int, help="first N questions per benchmark (quick sets: 30)")

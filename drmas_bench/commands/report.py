@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from drmas_bench.engines import ENGINES
-from drmas_bench.tasks.registry import SUITES
+from drmas_bench.tasks.registry import suite_names
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", help="comma-separated team labels (default: team file stems / run dir names)")
     g = p.add_argument_group("evaluation (with --team, or --assign plus --suite; as `drmas-bench eval`'s flags, "
                              "through drmas_bench.evaluate)")
-    g.add_argument("--suite", choices=SUITES, help="benchmark suite")
+    g.add_argument("--suite", choices=suite_names(), help="benchmark suite")
     g.add_argument("--benchmarks", help="comma-separated benchmark names (default: the whole suite)")
     g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
     g.add_argument("--limit", type=int, help="first N questions per benchmark")

@@ -61,12 +61,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def design_from_args(args: argparse.Namespace):
     """The flags' design (``drmas_bench.sweep.design``), checked against the suite's workflow."""
     from drmas_bench import sweep
+    from drmas_bench.tasks.registry import get_suite
     from drmas_bench.types import UserError
-    from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
+    from drmas_bench.workflows import get_workflow
 
     if not args.suite:
         raise UserError("sweep needs --suite (one suite, one seed schedule for every assignment)")
-    wf = get_workflow(args.workflow or SUITE_WORKFLOW[args.suite])
+    wf = get_workflow(args.workflow or get_suite(args.suite).workflow)
     if args.candidates and args.assignments:
         raise UserError("pass --candidates or --assignments, not both")
     return sweep.design(

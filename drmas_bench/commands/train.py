@@ -7,8 +7,8 @@ The trainer (``drmas_trainer``) is imported inside the command functions only, s
 from __future__ import annotations
 
 import argparse
-import logging
 import json
+import logging
 from pathlib import Path
 from typing import Any
 

@@ -75,8 +75,8 @@ from drmas_bench.engines.base import (
     parse_options,
     resolve_model_path,
 )
-from drmas_bench.engines.prompt import encode_chat, encode_request, extra_template_kwargs
 from drmas_bench.engines.batcher import MicroBatcher
+from drmas_bench.engines.prompt import encode_chat, encode_request, extra_template_kwargs
 from drmas_bench.log import squeeze
 from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import Completion, Request

@@ -87,8 +87,9 @@ def _encode_bucket(bucket: list[tuple[str, Any]]) -> tuple[str, bytes]:
     import torch
 
     if any(getattr(t, "is_cuda", False) for _, t in bucket):
-        import torch.multiprocessing  # noqa: F401 - registers the CUDA IPC reductions
         from multiprocessing.reduction import ForkingPickler
+
+        import torch.multiprocessing  # noqa: F401 - registers the CUDA IPC reductions
 
         return "ipc", bytes(ForkingPickler.dumps(bucket))
     rows = []

@@ -116,7 +116,11 @@ from drmas_bench.engines.base import (
     parse_options,
 )
 from drmas_bench.engines.prompt import (
-    check_request, encode_request, extra_template_kwargs, template_kwargs_for, truncate_ids,
+    check_request,
+    encode_request,
+    extra_template_kwargs,
+    template_kwargs_for,
+    truncate_ids,
 )
 from drmas_bench.log import squeeze
 from drmas_bench.types import Completion, Request

@@ -23,7 +23,7 @@ _EXPORTS = {
     "normalize": ("normalize_answer",),
     "pool": ("GradeResult", "GradingPool", "grade_math_many", "grade_one", "shutdown_shared_pools"),
     "qa": ("QAScore", "grade_qa", "normalize_qa"),
-    "families": ("FAMILIES", "grade_family"),
+    "families": ("FAMILIES", "Family", "grade_family", "takes_grader"),
     "registry": ("DEFAULT_GRADER", "GRADERS", "MathGrader", "get_grader", "grade_math"),
     "toy": ("grade_toy",),
 }

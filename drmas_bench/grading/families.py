@@ -8,6 +8,7 @@ Adding a family = one function and one ``FAMILIES`` entry here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from drmas_bench.grading.registry import DEFAULT_GRADER
@@ -44,11 +45,26 @@ def _toy_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple[
     return [(bool(grade_toy(answer or "", golds[0])), {}) for answer, golds in pairs]
 
 
-FAMILIES: dict[str, Callable] = {"math": _math_family, "qa": _qa_family, "toy": _toy_family}
+@dataclass(frozen=True)
+class Family:
+    """A grading family: ``grade(pairs, timeout_s, math_grader)`` and whether ``--grader`` picks how
+    it grades (then the math grader's name and version enter the run's identity)."""
+
+    grade: Callable[..., list[tuple[bool, dict]]]
+    takes_grader: bool = False
+
+
+FAMILIES: dict[str, Family] = {"math": Family(_math_family, takes_grader=True), "qa": Family(_qa_family),
+                               "toy": Family(_toy_family)}
+
+
+def takes_grader(family: str) -> bool:
+    """Whether grading family ``family`` (unknown or mixed ones: no) takes ``--grader``."""
+    return family in FAMILIES and FAMILIES[family].takes_grader
 
 
 def grade_family(family: str, pairs, timeout_s: float = 5.0, math_grader: str | None = None) -> list[tuple[bool, dict]]:
     """Grade ``pairs`` ((final answer or None, gold answers), ...) by grading family ``family``."""
     if family not in FAMILIES:
         raise ValueError(f"unknown grading family {family!r}; known: {', '.join(FAMILIES)}")
-    return FAMILIES[family](pairs, timeout_s, math_grader)
+    return FAMILIES[family].grade(pairs, timeout_s, math_grader)

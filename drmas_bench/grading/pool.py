@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterable, Sequence
 
-
 # "forkserver" where the platform has it: one clean server process imports sympy once and forks
 # each worker from it (fast start and restart, no inherited threads); "spawn" elsewhere.
 START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"

@@ -30,14 +30,36 @@ The package, by concern: ``cache`` (the cache folder, the marker, ChatML; a leaf
 
 from __future__ import annotations
 
-from drmas_bench.models.loading import chat, load_causal_lm, load_model_and_tokenizer
 from drmas_bench.models.cache import CHATML_TEMPLATE, MARKER, cache_dir, models_dir, progress, read_marker
-from drmas_bench.models.registry import ALIASES, ModelAlias, alias_path, dir_size, hub_offline, is_prepared, prepare_model, resolve_model
-from drmas_bench.models.smollm2 import (
-    SMOLLM2_CHAT_TEMPLATE, SMOLLM2_GGUF, SMOLLM2_GGUF_SHA256, SMOLLM2_PACKAGE, SMOLLM2_VERSION,
-    SMOLLM2_WHEEL_ENV, build_smollm2, find_smollm2_gguf, smollm2_wheel_dir,
+from drmas_bench.models.loading import chat, load_causal_lm, load_model_and_tokenizer
+from drmas_bench.models.registry import (
+    ALIASES,
+    ModelAlias,
+    alias_path,
+    dir_size,
+    hub_offline,
+    is_prepared,
+    prepare_model,
+    resolve_model,
 )
-from drmas_bench.models.tiny import TINY_DEFAULT_SEED, TINY_SPECIAL_TOKENS, build_tiny_random, tiny_corpus, train_tiny_tokenizer
+from drmas_bench.models.smollm2 import (
+    SMOLLM2_CHAT_TEMPLATE,
+    SMOLLM2_GGUF,
+    SMOLLM2_GGUF_SHA256,
+    SMOLLM2_PACKAGE,
+    SMOLLM2_VERSION,
+    SMOLLM2_WHEEL_ENV,
+    build_smollm2,
+    find_smollm2_gguf,
+    smollm2_wheel_dir,
+)
+from drmas_bench.models.tiny import (
+    TINY_DEFAULT_SEED,
+    TINY_SPECIAL_TOKENS,
+    build_tiny_random,
+    tiny_corpus,
+    train_tiny_tokenizer,
+)
 
 __all__ = [
     "ALIASES", "CHATML_TEMPLATE", "MARKER", "ModelAlias", "SMOLLM2_CHAT_TEMPLATE", "SMOLLM2_GGUF",

@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_FILE, is_adapter_folder
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
-
-from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_FILE, is_adapter_folder
 
 __all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "BASE_FILE", "AdapterLayout", "adapter_config_dict", "adapter_layout",
            "attach_saved",

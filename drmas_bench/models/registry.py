@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.types import UserError
 from drmas_bench.models.cache import MARKER, models_dir, progress, read_marker
+from drmas_bench.types import UserError
 from drmas_retrieval.locks import file_lock
 
 logger = logging.getLogger("drmas_bench.models")

@@ -117,7 +117,8 @@ class ReferenceTeam:
 def read_team(path: str | os.PathLike, workflow: str | None = None, suite: str | None = None) -> ReferenceTeam:
     """The worker groups, agents and workflow of a reference checkpoint (nothing merged yet).
     ``workflow`` / ``suite`` (the flags, when given) choose among the workflows that fit."""
-    from drmas_bench.workflows import SUITE_WORKFLOW, get_workflow
+    from drmas_bench.tasks.registry import get_suite, suite_names
+    from drmas_bench.workflows import get_workflow
 
     step = step_folder(path)
     actor = step / "actor"
@@ -142,16 +143,16 @@ def read_team(path: str | os.PathLike, workflow: str | None = None, suite: str |
     if not fits:
         _no_fit(step, holder, suite)
     # several fit: the suite's default workflow first
-    w = next((w for w in fits if w in SUITE_WORKFLOW.values()), fits[0])
+    defaults = {get_suite(s).workflow for s in suite_names()}
+    w = next((w for w in fits if w in defaults), fits[0])
     return ReferenceTeam(step, w, suites[w], groups, {REFERENCE_AGENTS[w][a]: wg for a, wg in holder.items()})
 
 
 def _suite_of(wf: Any) -> str | None:
-    """The suite whose benchmarks are graded as ``wf`` grades (a workflow names its grader)."""
-    from drmas_bench.tasks.registry import benchmarks_of_suite
-    from drmas_bench.workflows import SUITE_WORKFLOW
+    """The suite whose grading family is the one ``wf`` grades with (a workflow names its family)."""
+    from drmas_bench.tasks.registry import get_suite, suite_names
 
-    return next((s for s in SUITE_WORKFLOW if any(b.grader == wf.grader for b in benchmarks_of_suite(s))), None)
+    return next((s for s in suite_names() if get_suite(s).grader == wf.grader), None)
 
 
 def _no_fit(step: Path, holder: dict, suite: str | None):

@@ -24,8 +24,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from drmas_bench.metrics import (MACRO, MICRO, Question, avg_values, bootstrap_mean_ci, grading_timeouts, pass_values,
-                                 workflow_effects, questions, seed_for)
+from drmas_bench.metrics import (
+    MACRO,
+    MICRO,
+    Question,
+    avg_values,
+    bootstrap_mean_ci,
+    grading_timeouts,
+    pass_values,
+    questions,
+    seed_for,
+    workflow_effects,
+)
 from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
@@ -132,7 +142,7 @@ def suite_order(suite: str) -> list[str]:
 
 def effect_label(records: list[dict[str, Any]], workflow: str) -> str:
     """What the team's other agents did to the score, in one phrase for a leaderboard cell
-    (`metrics.math_effects` / `metrics.search_effects`; "–" for other workflows): math, how often
+    (`workflows.math.math_effects` / `workflows.search.search_effects`; "–" for other workflows): math, how often
     the verifier sent the solver to round 2 and the round-1 -> final flips; search, evidence recall
     and accuracy with / without evidence."""
     declared = workflow_effects(workflow)

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 from drmas_bench import metrics
 from drmas_bench.report.runs import Run, load_run
 from drmas_bench.types import UserError, record_correct, record_reward
+from drmas_bench.workflows.episodes import ACTORS, search_steps
 
 logger = logging.getLogger(__name__)
 
@@ -85,12 +86,23 @@ def _env_steps(rec: dict[str, Any]) -> list[dict[str, Any]] | None:
     return env["steps"] if isinstance(env, dict) and isinstance(env.get("steps"), list) else None
 
 
+def _env_step_agent(workflow: str | None) -> str | None:
+    """The agent that opens each env step of ``workflow`` (`WorkflowSpec.env_step_agent`), None when
+    it declares none or is unknown."""
+    from drmas_bench.workflows.base import WORKFLOWS
+
+    spec = WORKFLOWS.get(workflow or "")
+    return spec.env_step_agent if spec is not None else None
+
+
 def turns_view(rec: dict[str, Any], workflow: str | None) -> list[dict[str, Any]]:
-    """Each turn as the page shows it. In search_route each env step opens with a verifier turn;
-    the step's env record (action, query, observation, done, reward) goes on the step's last turn
-    (the searcher's or answerer's, or the verifier's when nobody acted)."""
+    """Each turn as the page shows it. In a workflow that declares an env step agent
+    (`WorkflowSpec.env_step_agent`; search_route: the verifier) each env step opens with that agent's
+    turn; the step's env record (action, query, observation, done, reward) goes on the step's last
+    turn (the searcher's or answerer's, or the opener's when nobody acted)."""
     rules = metrics.role_rules(workflow)
-    steps = _env_steps(rec) if workflow == "search_route" else None
+    opener = _env_step_agent(workflow)
+    steps = _env_steps(rec) if opener else None
     out: list[dict[str, Any]] = []
     step_no = 0
     for t in rec.get("turns", []):
@@ -99,7 +111,7 @@ def turns_view(rec: dict[str, Any], workflow: str | None) -> list[dict[str, Any]
         comp = t.get("completion") or {}
         rule = rules.get(agent)
         action, verdict = parsed(rule, text)
-        if workflow == "search_route" and agent == "verifier":
+        if opener and agent == opener:
             step_no += 1
         msgs = (t.get("request") or {}).get("messages") or []
         out.append({
@@ -111,13 +123,13 @@ def turns_view(rec: dict[str, Any], workflow: str | None) -> list[dict[str, Any]
             "completion_tokens": comp.get("completion_tokens"), "latency_s": comp.get("latency_s"),
             "prompt_truncated": bool(comp.get("prompt_truncated")),
         })
-        if steps is not None and agent in metrics.ACTORS and 0 < step_no <= len(steps):
+        if steps is not None and agent in ACTORS and 0 < step_no <= len(steps):
             out[-1]["env"] = steps[step_no - 1]
     if steps is not None:  # a step where nobody acted: its record goes on its verifier turn
         with_env = {o["env_step"] for o in out if "env" in o}
         for o in reversed(out):
             n = o["env_step"]
-            if o["agent"] == "verifier" and n not in with_env and n and n <= len(steps):
+            if o["agent"] == opener and n not in with_env and n and n <= len(steps):
                 o["env"] = steps[n - 1]
                 with_env.add(n)
     return out
@@ -127,7 +139,7 @@ def trajectory_row(rec: dict[str, Any], workflow: str | None) -> dict[str, Any]:
     """One trajectory's list row: what the filters and the search box need, nothing more."""
     turns = rec.get("turns", [])
     route = "→".join(str(t.get("agent", "?")) for t in turns)
-    searches = metrics._search_steps(rec).count("search") if workflow == "search_route" else None
+    searches = search_steps(rec).count("search") if _env_step_agent(workflow) else None
     return {"b": str(rec["task"]["benchmark"]), "id": str(rec["task"]["id"]), "s": int(rec["sample_idx"]),
             "q": _short(rec["task"].get("question")), "c": record_correct(rec), "r": record_reward(rec),
             "nv": sum(not bool(t.get("valid", True)) for t in turns), "n": len(turns),

@@ -9,10 +9,13 @@ from drmas_bench.tasks.registry import (  # noqa: F401
     SUITES,
     Benchmark,
     HubSource,
+    Suite,
     benchmarks_of_suite,
     get_benchmark,
+    get_suite,
     known_names,
     load_tasks,
     resolve_data_dir,
     select_benchmarks,
+    suite_names,
 )

@@ -7,7 +7,7 @@ record helpers the suites' ``to_task`` functions share. Loading, selecting and t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from drmas_bench.types import Task
@@ -37,13 +37,14 @@ class HubSource:
 @dataclass(frozen=True)
 class Benchmark:
     name: str  # registry key, used on the command line
-    suite: str  # "math" | "search" | "toy": the workflow family whose prompts it feeds
+    suite: str  # the `Suite` it belongs to (math | search | toy): the workflow family whose prompts it feeds
     title: str
     expected_rows: int  # the full benchmark's size (REFERENCE.md §3)
     to_task: Callable[[dict[str, Any], int, str], Task]  # (record, row index, benchmark name)
     files: tuple[str, ...] = ()  # candidate paths under the data dir; the first that exists wins
     hub: HubSource | None = None
-    grader: str = "math"  # its grading family, a key of drmas_bench.grading.families.FAMILIES (math | qa | toy)
+    # its grading family, a key of drmas_bench.grading.families.FAMILIES (math | qa | toy); "" = its suite's
+    grader: str = ""
     # files known to hold only part of the benchmark: path -> human note (shown wherever counts are)
     partial_files: dict[str, str] = field(default_factory=dict)
     generate: Callable[[], list[Task]] | None = None  # for built-in suites that need no files
@@ -58,9 +59,27 @@ class Benchmark:
         return "training set" if self.split == "train" else "benchmark"
 
 
+@dataclass(frozen=True)
+class Suite:
+    """A benchmark suite, declared by its module (``tasks/<suite>.py``, before its benchmarks): what
+    a run of its benchmarks uses unless a flag or a team file says otherwise."""
+
+    name: str  # used on the command line (``--suite``)
+    workflow: str  # the default workflow, a key of drmas_bench.workflows.WORKFLOWS
+    max_new_tokens: int  # the default generation limit of each call
+    grader: str  # the grading family of its benchmarks (a key of grading.families.FAMILIES)
+
+
 BENCHMARKS: dict[str, Benchmark] = {}
-SUITES = ("math", "search", "toy")
+SUITES: dict[str, Suite] = {}
 SPLITS = ("test", "train")
+
+
+def register_suite(s: Suite) -> Suite:
+    if s.name in SUITES:
+        raise ValueError(f"suite {s.name!r} registered twice")
+    SUITES[s.name] = s
+    return s
 
 
 def register(b: Benchmark) -> Benchmark:
@@ -70,6 +89,8 @@ def register(b: Benchmark) -> Benchmark:
         raise ValueError(f"benchmark {b.name!r}: unknown suite {b.suite!r}")
     if b.split not in SPLITS:
         raise ValueError(f"benchmark {b.name!r}: unknown split {b.split!r}")
+    if not b.grader:
+        b = replace(b, grader=SUITES[b.suite].grader)
     BENCHMARKS[b.name] = b
     return b
 

@@ -11,8 +11,20 @@ import ast
 import re
 from typing import Any
 
-from drmas_bench.tasks.base import Benchmark, HubSource, answer_text, first_field, record_id, register
+from drmas_bench.tasks.base import (
+    Benchmark,
+    HubSource,
+    Suite,
+    answer_text,
+    first_field,
+    record_id,
+    register,
+    register_suite,
+)
 from drmas_bench.types import Task
+
+# the math suite: math_refine by default, long reasoning (4096 new tokens), graded as math
+register_suite(Suite("math", workflow="math_refine", max_new_tokens=4096, grader="math"))
 
 
 def _math_task(rec: dict[str, Any], i: int, bench: str) -> Task:

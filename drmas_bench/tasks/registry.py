@@ -15,22 +15,56 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from drmas_bench.tasks.base import (  # noqa: F401  (the definitions; importable from here as before)
-    BENCHMARKS, SPLITS, SUITES, Benchmark, HubSource, answer_text, first_field, record_id, register,
+    BENCHMARKS,
+    SPLITS,
+    SUITES,
+    Benchmark,
+    HubSource,
+    Suite,
+    answer_text,
+    first_field,
+    record_id,
+    register,
+    register_suite,
 )
 from drmas_bench.types import Task, UserError
 
 ENV_DATA_DIR = "DRMAS_DATA_DIR"
 
 
-def _ensure_loaded() -> None:
-    # importing the suite modules registers their benchmarks (they import only tasks.base); keep the
-    # order suite by suite whichever module was imported first
-    import drmas_bench.tasks.math, drmas_bench.tasks.search, drmas_bench.tasks.toy  # noqa: F401, E401
+SUITE_MODULES = Path(__file__).parent  # every module here but base and registry declares one suite
 
-    order = sorted(BENCHMARKS.values(), key=lambda b: SUITES.index(b.suite))
+
+def _ensure_loaded() -> None:
+    # importing the suite modules registers their suites and benchmarks (they import only tasks.base);
+    # suites are kept in name order, benchmarks suite by suite, whichever module was imported first
+    import importlib
+
+    for f in sorted(SUITE_MODULES.glob("*.py")):
+        if f.stem not in ("__init__", "base", "registry"):
+            importlib.import_module(f"drmas_bench.tasks.{f.stem}")
+    if list(SUITES) != sorted(SUITES):
+        items = sorted(SUITES.items())
+        SUITES.clear()
+        SUITES.update(items)
+    names = list(SUITES)
+    order = sorted(BENCHMARKS.values(), key=lambda b: names.index(b.suite))
     if list(BENCHMARKS) != [b.name for b in order]:
         BENCHMARKS.clear()
         BENCHMARKS.update((b.name, b) for b in order)
+
+
+def suite_names() -> tuple[str, ...]:
+    """The registered suites' names (``--suite``'s choices)."""
+    _ensure_loaded()
+    return tuple(SUITES)
+
+
+def get_suite(name: str) -> Suite:
+    _ensure_loaded()
+    if name not in SUITES:
+        raise UserError(f"unknown suite {name!r}; known: {', '.join(SUITES)}")
+    return SUITES[name]
 
 
 def known_names() -> list[str]:
@@ -47,9 +81,7 @@ def get_benchmark(name: str) -> Benchmark:
 
 def benchmarks_of_suite(suite: str, split: str = "test") -> list[Benchmark]:
     """The suite's evaluation benchmarks (``split="test"``) or its training sets (``"train"``)."""
-    _ensure_loaded()
-    if suite not in SUITES:
-        raise UserError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
+    get_suite(suite)
     return [b for b in BENCHMARKS.values() if b.suite == suite and b.split == split]
 
 

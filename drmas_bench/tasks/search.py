@@ -14,8 +14,20 @@ import ast
 import json
 from typing import Any
 
-from drmas_bench.tasks.base import Benchmark, HubSource, answer_text, first_field, record_id, register
+from drmas_bench.tasks.base import (
+    Benchmark,
+    HubSource,
+    Suite,
+    answer_text,
+    first_field,
+    record_id,
+    register,
+    register_suite,
+)
 from drmas_bench.types import Task
+
+# the search suite: search_route by default, 800 new tokens a call, graded by QA exact match
+register_suite(Suite("search", workflow="search_route", max_new_tokens=800, grader="qa"))
 
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
 
@@ -57,7 +69,7 @@ def _qa_task(rec: dict[str, Any], i: int, bench: str) -> Task:
 def _qa(name: str, title: str, rows: int, rel: str, split: str, **kw: Any) -> Benchmark:
     return register(Benchmark(
         name, "search", title, rows, _qa_task, files=(rel,) + kw.pop("more_files", ()),
-        hub=HubSource(FLASHRAG, split=split, config=kw.pop("config", name)), grader="qa", **kw,
+        hub=HubSource(FLASHRAG, split=split, config=kw.pop("config", name)), **kw,
     ))
 
 
@@ -79,5 +91,5 @@ _qa("bamboogle", "Bamboogle (test)", 125, "qa/bamboogle/test.jsonl", "test")
 register(Benchmark(
     "nq_hotpotqa_train", "search", "NQ + HotpotQA training mix (Search-R1)", 169615, _qa_task,
     files=("qa/nq_hotpotqa_train/train.parquet", "qa/nq_hotpotqa_train/train.jsonl"),
-    hub=HubSource("PeterJinGo/nq_hotpotqa_train", split="train"), grader="qa", split="train",
+    hub=HubSource("PeterJinGo/nq_hotpotqa_train", split="train"), split="train",
 ))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from drmas_bench.tasks.base import Benchmark, register
+from drmas_bench.tasks.base import Benchmark, Suite, register, register_suite
 from drmas_bench.types import Task
 
 TOY_EVAL_SEED = 1234
@@ -25,7 +25,10 @@ def make_toy_tasks(n: int = TOY_EVAL_SIZE, seed: int = TOY_EVAL_SEED, max_operan
     return tasks
 
 
+# the toy suite: the toy workflow, 32 new tokens a call (an answer tag), graded by the toy's own check
+register_suite(Suite("toy", workflow="toy", max_new_tokens=32, grader="toy"))
+
 register(Benchmark(
     "toy", "toy", "Toy addition (built-in)", TOY_EVAL_SIZE, to_task=lambda rec, i, b: Task.from_dict(rec),
-    grader="toy", generate=make_toy_tasks, note=f"generated from seed {TOY_EVAL_SEED}",
+    generate=make_toy_tasks, note=f"generated from seed {TOY_EVAL_SEED}",
 ))

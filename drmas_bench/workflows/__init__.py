@@ -2,6 +2,3 @@
 
 from drmas_bench.workflows import math, math_single, search, search_single, toy  # noqa: F401  (registers the built-ins)
 from drmas_bench.workflows.base import WORKFLOWS, Episode, WorkflowSpec, get_workflow, workflow  # noqa: F401
-
-# which workflow evaluates which suite by default
-SUITE_WORKFLOW = {"math": "math_refine", "search": "search_route", "toy": "toy"}

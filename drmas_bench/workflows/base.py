@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Protocol
 
-from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory, Turn, UserError
+from drmas_bench.types import Completion, Request, Sampling, SFTExample, Task, Trajectory, Turn, UserError
 
 
 class AgentBackend(Protocol):
@@ -35,12 +35,40 @@ class AgentBackend(Protocol):
     async def generate(self, agent: str, request: Request) -> Completion: ...
 
 
-# A format rule: a rule name that `metrics.invalid_reasons` knows (the protocol's roles, the toy's
-# tags), or a function from a response's text to every reason it fails (empty: it passes).
+# A format rule: a function from a response's text to every reason it fails (empty: it passes), or
+# the name it is registered under in `RULES` (`format_rule`: the protocol's roles, the toy's tags).
+# The one implementation of a rule: the workflow records ``turn.valid = not rule(text)`` and
+# compliance and the viewer count and show the same function's reasons.
 Rule = str | Callable[[str], list[str]]
-# A workflow's effects: (the summary block's key, a function over its records returning the block,
-# or the name of such a function in `drmas_bench.metrics`, which this layer does not import).
-Effects = tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]] | str]
+RULES: dict[str, Callable[[str], list[str]]] = {}
+
+
+def format_rule(name: str) -> Callable[[Callable[[str], list[str]]], Callable[[str], list[str]]]:
+    """Register a rule function ``text -> [reasons]`` under ``name`` (how workflows may name it)."""
+
+    def deco(fn: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+        if name in RULES:
+            raise ValueError(f"format rule {name!r} registered twice")
+        RULES[name] = fn
+        return fn
+
+    return deco
+
+
+def rule_reasons(rule: Rule, text: str) -> list[str]:
+    """Every reason ``text`` fails ``rule`` (a rule function or a registered rule name)."""
+    if callable(rule):
+        return list(rule(text))
+    if rule not in RULES:
+        raise ValueError(f"unknown format rule {rule!r}")
+    return RULES[rule](text)
+
+# A workflow's effects: (the summary block's key, a function over its records returning the block;
+# the workflow's module defines it).
+Effects = tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]]]
+# A warm start's example maker: ``fn(agents, n, seed, **the recipe's sft options)`` -> n examples per
+# agent in agents (options it has no use for are ignored).
+SFTMaker = Callable[..., list[SFTExample]]
 
 
 @dataclass
@@ -53,13 +81,28 @@ class WorkflowSpec:
     defaults: dict[str, Any] = field(default_factory=dict)  # keyword options and their defaults
     rules: dict[str, Rule] = field(default_factory=dict)  # agent -> the format rule its responses must pass
     effects: Effects | None = None
+    # role prompt -> (placeholders it may use, those it must use) of the packaged
+    # ``<name>.prompts.yaml``; empty: the workflow has no prompt templates (`protocol.Templates`)
+    placeholders: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
+    prompt_limit: tuple[int, str] = (0, "left")  # (prompt-length limit in tokens, 0 = none; the side cut)
+    sft: SFTMaker | None = None  # the examples of its supervised warm start (None: it has none)
+    # an episode's round-1 answer when a later round replaced it (None: the final answer is round 1's),
+    # graded beside the final answer by the same family (extra round1_correct; `runner.grade_trajectories`)
+    round1_answer: Callable[[Trajectory], str | None] | None = None
+    # the agent whose turn opens each env step (``extra["env"]``: the viewer numbers the steps by it
+    # and shows each step's env record); None: the workflow's env steps are not shown per turn
+    env_step_agent: str | None = None
 
 
 WORKFLOWS: dict[str, WorkflowSpec] = {}
 
 
 def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False,
-             rules: dict[str, Rule] | None = None, effects: Effects | None = None):
+             rules: dict[str, Rule] | None = None, effects: Effects | None = None,
+             placeholders: dict[str, tuple[set[str], set[str]]] | None = None,
+             prompt_limit: tuple[int, str] = (0, "left"), sft: SFTMaker | None = None,
+             round1_answer: Callable[[Trajectory], str | None] | None = None,
+             env_step_agent: str | None = None):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
@@ -67,9 +110,19 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
         grader: the grading family, "math" | "qa" | "toy".
         needs_retriever: the workflow searches (the runner loads a retriever).
         rules: {agent: format rule} that compliance checks each agent's responses against (a rule
-            name of `metrics.invalid_reasons`, or a function text -> reasons it fails).
+            name registered with `format_rule`, or a function text -> reasons it fails).
         effects: (key, fn): ``fn(records)`` returns the workflow's block of the summary's effects,
             stored under ``key`` for the whole run and per benchmark.
+        placeholders: {role: (allowed, required)} placeholders of each prompt in the workflow's
+            packaged ``<name>.prompts.yaml`` (a prompts file is checked against them); None: the
+            workflow has no prompt templates.
+        prompt_limit: (max prompt tokens, 0 = none; the truncation side, left | middle | right) when
+            the run sets neither (`protocol.ProtocolOptions.resolve`).
+        sft: the example maker of the workflow's supervised warm start (the trainer's ``sft:`` stage).
+        round1_answer: ``fn(trajectory)`` -> the round-1 answer a later round replaced, or None; the
+            run grades it too (``extra["round1_correct"]``), for the workflow's effects.
+        env_step_agent: the agent whose turn opens each step of the env the workflow records in
+            ``extra["env"]`` (the viewer shows the steps).
 
     The workflow's options and their defaults are read from ``fn``'s keyword parameters (those
     after the episode, each with a default), so they are written once, in the signature."""
@@ -78,7 +131,8 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
         if name in WORKFLOWS:
             raise ValueError(f"workflow {name!r} registered twice")
         WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, signature_defaults(fn),
-                                       dict(rules or {}), effects)
+                                       dict(rules or {}), effects, dict(placeholders or {}), prompt_limit, sft,
+                                       round1_answer, env_step_agent)
         return fn
 
     return deco

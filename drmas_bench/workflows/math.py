@@ -11,12 +11,102 @@ default 8192 tokens cut in the middle).
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any, Iterable
+
 import drmas_bench.workflows.protocol as P
+from drmas_bench.records import as_dict, mean_or_none, rate, record_extra, turn_text
+from drmas_bench.types import Trajectory, record_correct
 from drmas_bench.workflows.base import Episode, workflow
+
+FLIPS = ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")
+
+
+def round1_correct(r: dict[str, Any]) -> bool | None:
+    """Whether an episode's round-1 answer (its first solver turn) was graded correct: with one solver
+    turn that answer is the final one, so the final grade (``correct``); with more, the grade
+    recorded at grading time (``extra["round1_correct"]``, `runner.grade_trajectories`). None when
+    the solver never spoke, or a later round ran in a run recorded before round-1 grades were kept."""
+    n = sum(t.get("agent") == "solver" for t in r.get("turns", []))
+    if n == 0:
+        return None
+    if n == 1:
+        return record_correct(r)
+    v = record_extra(r).get("round1_correct")
+    return None if v is None else bool(v)
+
+
+def math_effects(records: Iterable[Any]) -> dict[str, Any]:
+    """The verifier's effect in a math_refine run (solver -> verifier -> solver ...), over E episodes.
+
+    - round2_ran = episodes with more than one solver turn; round2_rate = round2_ran / E;
+    - flips {wrong_to_right, right_to_wrong, wrong_to_wrong, right_to_right}: over the round2_ran
+      episodes whose round-1 grade is known, (round-1 answer graded correct?) -> (final answer graded
+      correct?); round1_ungraded = round2_ran episodes without a recorded round-1 grade (older runs);
+    - the verifier as a judge of the round-1 answer (its first verdict, `protocol.math_verdict`;
+      anything but a reject approves), over the `judged` episodes with a verdict and a known round-1
+      grade: approve_rate_on_right = P(approve | right), approve_rate_on_wrong = P(approve | wrong),
+      judge_precision = P(right | approve), judge_recall = approve_rate_on_right, judge_accuracy =
+      (right approved + wrong rejected) / judged;
+    - graded_episodes = episodes with a known round-1 grade; over them round1_accuracy = mean
+      round-1 correctness, final_accuracy = mean final correctness, accuracy_change = final - round 1
+      (= (wrong_to_right - right_to_wrong) / graded_episodes).
+
+    right / wrong = graded correct or not by the run's grader. Rates are None when their
+    denominator is 0."""
+    recs = [as_dict(r) for r in records]
+    flips: Counter = Counter()
+    ran = ungraded = 0
+    graded: list[tuple[bool, bool]] = []
+    judged: list[tuple[bool, bool]] = []  # (round-1 right, approved)
+    for r in recs:
+        turns = r.get("turns", [])
+        r1, final = round1_correct(r), record_correct(r)
+        if r1 is not None:
+            graded.append((r1, final))
+        if sum(t.get("agent") == "solver" for t in turns) > 1:
+            ran += 1
+            if r1 is None:
+                ungraded += 1
+            else:
+                flips[f"{'right' if r1 else 'wrong'}_to_{'right' if final else 'wrong'}"] += 1
+        verdicts = [P.math_verdict(turn_text(t)) for t in turns if t.get("agent") == "verifier"]
+        if verdicts and r1 is not None:
+            judged.append((r1, verdicts[0] == "approve"))
+    right = [ok for r1, ok in judged if r1]
+    wrong = [ok for r1, ok in judged if not r1]
+    approved = [r1 for r1, ok in judged if ok]
+    r1_acc = mean_or_none([float(a) for a, _ in graded])
+    fin_acc = mean_or_none([float(b) for _, b in graded])
+    return {
+        "episodes": len(recs), "round2_ran": ran, "round2_rate": rate(ran, len(recs)),
+        "flips": {k: flips[k] for k in FLIPS}, "round1_ungraded": ungraded,
+        "judged": len(judged), "approve_rate_on_right": rate(sum(right), len(right)),
+        "approve_rate_on_wrong": rate(sum(wrong), len(wrong)),
+        "judge_precision": rate(sum(approved), len(approved)), "judge_recall": rate(sum(right), len(right)),
+        "judge_accuracy": rate(sum(right) + len(wrong) - sum(wrong), len(judged)),
+        "graded_episodes": len(graded), "round1_accuracy": r1_acc, "final_accuracy": fin_acc,
+        "accuracy_change": None if r1_acc is None or fin_acc is None else fin_acc - r1_acc,
+    }
+
+
+
+def round1_answer(traj: Trajectory) -> str | None:
+    """The first solver answer of an episode with more than one solver turn (a later round replaced
+    it); None with one (the final answer is round 1's)."""
+    solver = [t.completion.text for t in traj.turns if t.agent == "solver"]
+    return solver[0] if len(solver) > 1 else None
+
+
+# each role prompt's placeholders: (those it may use, those it must use)
+SEEN = {"question", "team_context", "round", "rounds"}
+PLACEHOLDERS = {"solver": (SEEN, {"question", "team_context"}), "verifier": (SEEN, {"question", "team_context"})}
 
 
 @workflow("math_refine", agents=("solver", "verifier"), grader="math",
-          rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", "math_effects"))
+          rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", math_effects),
+          placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),  # REFERENCE §2b / §3
+          round1_answer=round1_answer)
 async def math_refine(ep: Episode, rounds: int = 2, prompts: P.Templates | None = None,
                       protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("math_refine")

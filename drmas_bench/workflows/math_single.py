@@ -10,11 +10,36 @@ the middle) are math_refine's, so the two differ only in the team. Prompts:
 
 from __future__ import annotations
 
+import random
+
 import drmas_bench.workflows.protocol as P
+from drmas_bench.types import SFTExample
 from drmas_bench.workflows.base import Episode, workflow
+from drmas_bench.workflows.toy import near_miss
 
 
-@workflow("math_single", agents=("solver",), grader="math", rules={"solver": "solver"})
+def math_single_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accuracy: float = 0.5,
+                             max_operand: int = 9, **_: float) -> list[SFTExample]:
+    """``n`` examples for the single solver of ``math_single``: its packaged prompt on "What is a + b?"
+    and the target ``\\boxed{N}``, N right with probability ``solver_accuracy`` (else a near miss).
+    The toy team's checker and retry options have no meaning here and are ignored."""
+    unknown = sorted(set(agents) - {"solver"})
+    if unknown:
+        raise ValueError(f"the math_single warm start knows the agent solver, not {', '.join(unknown)}")
+    tpl = P.default_templates("math_single")
+    rng = random.Random(seed)
+    out: list[SFTExample] = []
+    for _ in range(n):
+        a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+        right = a + b
+        ans = right if rng.random() < solver_accuracy else near_miss(rng, right)
+        out.append(SFTExample("solver", P.chat(tpl, "solver", question=f"What is {a} + {b}?"), f"\\boxed{{{ans}}}"))
+    return out
+
+
+@workflow("math_single", agents=("solver",), grader="math", rules={"solver": "solver"},
+          placeholders={"solver": ({"question"}, {"question"})}, prompt_limit=(8192, "middle"),
+          sft=math_single_sft_examples)
 async def math_single(ep: Episode, prompts: P.Templates | None = None,
                       protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("math_single")

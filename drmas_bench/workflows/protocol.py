@@ -6,7 +6,8 @@ docs/protocol.md):
 
 - projection (what a response becomes: the team-context text and, for the searcher and answerer, the
   env action): `project(role, text)`, built on `verify_splice` and `tag_action`;
-- validity (the c_inv format penalty): `valid(role, text)`, `has_cjk`;
+- validity (the c_inv format penalty): `reasons(role, text)` (every reason a response fails; each
+  role is registered as a format rule of that name), `valid(role, text)`, `has_cjk`;
 - verdicts: `math_verdict`, `search_verdict` (on the spliced response);
 - the search environment: `SearchEnv` (done test, reward = EM of the last answer match in the
   episode's text, query extraction), `observation` (``<information>`` + JSON + ``</information>``);
@@ -30,7 +31,8 @@ Template files (YAML)::
       history_entry: "Step {{step}}:{{action}} {{observation}}\\n"
 
 A file given with ``--prompts`` or ``prompts:`` may hold only some roles / parts; the others keep the
-packaged defaults. Placeholders per workflow are listed in `PLACEHOLDERS` (and docs/protocol.md);
+packaged defaults. Placeholders per workflow are declared by the workflow (`WorkflowSpec.placeholders`,
+`placeholders(workflow)`; docs/protocol.md);
 an unknown one, or a required one a role lacks, is a one-line UserError naming file, role and
 placeholder. Literal braces (``\\boxed{}``) need no escaping: only ``{{name}}`` is substituted.
 """
@@ -50,6 +52,7 @@ from pydantic import Field
 from drmas_bench.engines.prompt import TRUNCATE_SIDES
 from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
+from drmas_bench.workflows.base import WORKFLOWS, format_rule
 
 # ------------------------------------------------------------------------------ roles and tags
 
@@ -105,25 +108,57 @@ def project(role: str, text: str) -> str:
     raise ValueError(f"unknown protocol role {role!r}; roles: {', '.join(ROLES)}")
 
 
-def valid(role: str, text: str) -> bool:
-    """The row's is_action_valid (REFERENCE §2b "Validity"; invalid costs the row c_inv).
+def reasons(role: str, text: str) -> list[str]:
+    """Every reason `role`'s response fails its validity rule, the row's is_action_valid (REFERENCE
+    §2b "Validity"; invalid costs the row c_inv); empty: valid. One implementation: `valid` is its
+    negation and compliance counts these reasons.
 
-    solver: the reference's boxed extraction on the whole response returns a string (no CJK rule);
-    verifiers: `<verify>` and `</verify>` both occur and no CJK; searcher / answerer: its own two
-    tags occur, no CJK, `<think>` and `</think>` each exactly once with `<think>` first (where the
-    action sits is not checked)."""
+    - solver: the reference's boxed extraction on the whole response returns a string (no CJK
+      rule); missing_boxed (no ``\\boxed`` at all), unbalanced_boxed (there is one, but the
+      extraction finds no answer: the last one is not ``\\boxed{`` with its closing brace);
+    - verifiers: missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk;
+    - searcher / answerer: missing_action_tag (its own pair, ``<search>`` / ``<answer>``, absent),
+      think_count (``<think>`` or ``</think>`` not exactly once), think_order (each once, closing
+      first), cjk (where the action sits is not checked).
+
+    cjk = a character in U+4E00..U+9FFF (`has_cjk`)."""
+    out: list[str] = []
     if role == "solver":
         from drmas_bench.grading.extract import has_boxed_answer
 
-        return has_boxed_answer(text)
+        if not has_boxed_answer(text):
+            out.append("missing_boxed" if "\\boxed" not in text else "unbalanced_boxed")
+        return out
     if role in ("math_verifier", "search_verifier"):
-        return VERIFY_OPEN in text and VERIFY_CLOSE in text and not has_cjk(text)
-    if role in ACTION_TAGS:
+        if VERIFY_OPEN not in text or VERIFY_CLOSE not in text:
+            out.append("missing_verify_tag")
+    elif role in ACTION_TAGS:
         tag = ACTION_TAGS[role]
-        return (f"<{tag}>" in text and f"</{tag}>" in text and not has_cjk(text)
-                and text.count(THINK_OPEN) == 1 and text.count(THINK_CLOSE) == 1
-                and text.find(THINK_OPEN) < text.find(THINK_CLOSE))
-    raise ValueError(f"unknown protocol role {role!r}; roles: {', '.join(ROLES)}")
+        if f"<{tag}>" not in text or f"</{tag}>" not in text:
+            out.append("missing_action_tag")
+        out += think_reasons(text)
+    else:
+        raise ValueError(f"unknown protocol role {role!r}; roles: {', '.join(ROLES)}")
+    if has_cjk(text):
+        out.append("cjk")
+    return out
+
+
+def think_reasons(text: str) -> list[str]:
+    """think_count (``<think>`` or ``</think>`` not exactly once) or think_order (each once, the
+    closing tag first): the think-block part of the searcher's and answerer's rule."""
+    if text.count(THINK_OPEN) != 1 or text.count(THINK_CLOSE) != 1:
+        return ["think_count"]
+    return ["think_order"] if text.find(THINK_OPEN) > text.find(THINK_CLOSE) else []
+
+
+def valid(role: str, text: str) -> bool:
+    """Whether `role`'s response passes its validity rule: `reasons` finds none."""
+    return not reasons(role, text)
+
+
+for _role in ROLES:  # each protocol role is a format rule workflows name
+    format_rule(_role)(lambda text, _role=_role: reasons(_role, text))
 
 
 def math_verdict(text: str) -> str:
@@ -174,7 +209,7 @@ def observation(hits: Iterable[Any] | None) -> str:
 
 def observation_passages(obs: str) -> str:
     """The passages' own text in an `observation` (the JSON's ``result``, newlines and quotes
-    unescaped), for reading what was retrieved (`metrics.search_effects`); a text not in that
+    unescaped), for reading what was retrieved (`workflows.search.search_effects`); a text not in that
     layout (hand-made records) is returned as it is."""
     inner = obs.strip()
     if inner.startswith("<information>") and inner.endswith("</information>"):
@@ -307,27 +342,8 @@ def team_context(tpl: "Templates", outputs: list[tuple[str, str]]) -> str:
 
 _PH = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
-# placeholders each role prompt may use, and those it must use, per workflow. In search_route,
-# team_context is this step's context: "" for the verifier (the reference's verifier template has no
-# slot), the verifier's entry for the searcher (required) and the answerer (the reference passes it
-# to the answerer but its template has no slot, so the packaged answerer prompt leaves it out);
-# verifier_output is the verifier's projected response of this step; prior_steps = step - 1.
-_SEARCH_SEEN = {"question", "history", "step", "max_steps", "prior_steps", "team_context"}
-PLACEHOLDERS: dict[str, dict[str, tuple[set[str], set[str]]]] = {
-    "math_refine": {
-        "solver": ({"question", "team_context", "round", "rounds"}, {"question", "team_context"}),
-        "verifier": ({"question", "team_context", "round", "rounds"}, {"question", "team_context"}),
-    },
-    "search_route": {
-        "verifier": (_SEARCH_SEEN, {"question", "history"}),
-        "searcher": (_SEARCH_SEEN | {"verifier_output"}, {"question", "history", "team_context"}),
-        "answerer": (_SEARCH_SEEN | {"verifier_output"}, {"question", "history"}),
-    },
-    # the single-agent baselines (math_single.py, search_single.py): no team, no team context
-    "math_single": {"solver": ({"question"}, {"question"})},
-    "search_single": {"agent": ({"question", "max_steps", "max_searches"}, {"question"}),
-                      "no_action": ({"step", "max_steps"}, set())},
-}
+# the placeholders each role prompt may use and must use are declared by each workflow
+# (`WorkflowSpec.placeholders`, read by `placeholders`)
 # rendering parts (same for every workflow) and their placeholders
 PARTS: dict[str, set[str]] = {
     "context_entry": {"agent", "Agent", "agent_name", "turn", "text"},
@@ -369,12 +385,18 @@ def packaged_path(workflow: str) -> Path:
     return Path(__file__).with_name(f"{workflow}.prompts.yaml")
 
 
+def placeholders(workflow: str) -> dict[str, tuple[set[str], set[str]]]:
+    """{role: (allowed, required) placeholders} that `workflow` declares; {} for one without templates."""
+    spec = WORKFLOWS.get(workflow)
+    return spec.placeholders if spec is not None else {}
+
+
 @lru_cache(maxsize=None)
 def _packaged(workflow: str) -> Templates:
     import yaml
 
     p = packaged_path(workflow)
-    if workflow not in PLACEHOLDERS or not p.is_file():
+    if not placeholders(workflow) or not p.is_file():
         raise UserError(f"workflow {workflow!r} has no prompt templates")
     d = yaml.safe_load(p.read_text(encoding="utf-8"))
     return _merge(Templates(workflow, "", {}, {}), d, where=p.name, source="packaged", complete=True)
@@ -417,7 +439,7 @@ def _merge(base: Templates, d: Any, *, where: str, source: str, complete: bool =
     if f.workflow not in (None, wf):
         raise UserError(f"{where}: workflow: prompts are for workflow {f.workflow!r}, this run uses {wf!r}")
     roles, parts = dict(base.roles), dict(base.parts)
-    spec = PLACEHOLDERS[wf]
+    spec = placeholders(wf)
     for role, text in (f.roles or {}).items():
         if role not in spec:
             raise UserError(f"{where}: roles.{role}: unknown role {role!r} for workflow {wf}; roles: {', '.join(spec)}")
@@ -450,15 +472,10 @@ def load_templates(workflow: str, *overrides: tuple[Any, str]) -> Templates:
 
 
 def has_templates(workflow: str) -> bool:
-    return workflow in PLACEHOLDERS
+    return bool(placeholders(workflow))
 
 
 # ------------------------------------------------------------------------------ chat layout
-
-# REFERENCE §2b / §3: prompt-length limit and the side cut when a prompt is longer, per workflow
-PROMPT_LIMITS: dict[str, tuple[int, str]] = {"math_refine": (8192, "middle"), "search_route": (4096, "left"),
-                                             "math_single": (8192, "middle"), "search_single": (4096, "left")}
-
 
 def chat(tpl: Templates, role: str, **values: Any) -> list[dict[str, str]]:
     """The messages of one call: `chat_messages` of the templates' system line and the rendered
@@ -502,7 +519,8 @@ class ProtocolOptions:
 
     def resolve(self, workflow: str) -> tuple[int | None, str]:
         """(max_prompt_tokens or None for no limit, truncation side) for `workflow`."""
-        limit, side = PROMPT_LIMITS.get(workflow, (0, "left"))
+        spec = WORKFLOWS.get(workflow)  # the workflow's reference limit (`WorkflowSpec.prompt_limit`)
+        limit, side = spec.prompt_limit if spec is not None else (0, "left")
         m = limit if self.max_prompt_tokens is None else self.max_prompt_tokens
         return (m or None), (self.truncate or side)
 

@@ -23,15 +23,98 @@ behaviour: an episode the verifier would let run out still gets an answer).
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Iterable
 
-from drmas_bench.types import UserError
 import drmas_bench.workflows.protocol as P
+from drmas_bench.grading.qa import grade_qa
+from drmas_bench.records import as_dict, rate, record_extra
+from drmas_bench.types import UserError, record_correct
 from drmas_bench.workflows.base import Episode, workflow
+from drmas_bench.workflows.episodes import episode_compliance
+from drmas_bench.workflows.search_sft import search_sft_examples
+
+# the per-episode figures of `compliance` the search effects block repeats (one definition:
+# `workflows.episodes.episode_compliance`)
+SEARCH_EPISODE_KEYS = ("steps_per_episode", "searches_per_episode", "searches_distribution", "no_answer_rate")
+
+
+def evidence_at_answer(r: dict[str, Any]) -> tuple[bool | None, bool | None]:
+    """(evidence when the answerer was called, evidence anywhere in the episode) of one search_route
+    episode: whether a gold answer occurs, SQuAD-normalised as a whole-token span (`grade_qa`'s
+    cover-EM), in the passages (`protocol.observation_passages`) the env showed before the answerer's last call (the observations of
+    the steps before its step; step t = the t-th verifier turn), resp. in every observation of the
+    episode. First None: the answerer never acted; both None: no env record (``extra["env"]``,
+    runs from before it)."""
+    env = record_extra(r).get("env")
+    if not isinstance(env, dict) or not isinstance(env.get("steps"), list):
+        return None, None
+    golds = list((r.get("task") or {}).get("answers") or [])
+    obs = [P.observation_passages(str(s.get("observation") or "")) for s in env["steps"]]
+    step = answer_step = 0
+    for t in r.get("turns", []):
+        if t.get("agent") == "verifier":
+            step += 1
+        elif t.get("agent") == "answerer":
+            answer_step = step
+
+    def seen(texts: list[str]) -> bool:
+        return bool(grade_qa("\n".join(texts), golds).cover_em)
+
+    return (seen(obs[:answer_step - 1]) if answer_step else None), seen(obs)
+
+
+def search_effects(records: Iterable[Any]) -> dict[str, Any]:
+    """What retrieval gave a search_route run's answerer, over E episodes (`evidence_at_answer`):
+
+    - env_recorded = episodes with the env's record (older runs have none: evidence figures None);
+    - answerer_episodes = of those, episodes where the answerer acted; evidence_recall = share of
+      them with a gold answer in the passages retrieved before its last call;
+    - accuracy_with_evidence / accuracy_without_evidence = mean correctness (EM) of the answerer
+      episodes with / without that evidence (with_evidence / without_evidence: their counts);
+    - evidence_retrieved_rate = share of env_recorded episodes whose retrieved passages (all steps)
+      contain a gold answer: what the searcher found, whether or not the answerer used it;
+    - steps_per_episode, searches_per_episode, searches_distribution, no_answer_rate: `compliance`'s
+      per-episode figures (the same definitions)."""
+    recs = [as_dict(r) for r in records]
+    at_answer: list[tuple[bool, bool]] = []  # (evidence present, correct)
+    anywhere: list[bool] = []
+    for r in recs:
+        ev, ev_any = evidence_at_answer(r)
+        if ev_any is None:
+            continue
+        anywhere.append(ev_any)
+        if ev is not None:
+            at_answer.append((ev, record_correct(r)))
+    with_ev = [ok for ev, ok in at_answer if ev]
+    without = [ok for ev, ok in at_answer if not ev]
+    ep = episode_compliance(recs, {"searcher": "searcher", "answerer": "answerer"})
+    return {
+        "episodes": len(recs), "env_recorded": len(anywhere), "answerer_episodes": len(at_answer),
+        "evidence_recall": rate(len(with_ev), len(at_answer)),
+        "with_evidence": len(with_ev), "without_evidence": len(without),
+        "accuracy_with_evidence": rate(sum(with_ev), len(with_ev)),
+        "accuracy_without_evidence": rate(sum(without), len(without)),
+        "evidence_retrieved_rate": rate(sum(anywhere), len(anywhere)),
+        **{k: ep[k] for k in SEARCH_EPISODE_KEYS},
+    }
+
+
+
+# each role prompt's placeholders: (those it may use, those it must use). team_context is this
+# step's context: "" for the verifier (the reference's verifier template has no slot), the
+# verifier's entry for the searcher (required) and the answerer (the reference passes it to the
+# answerer but its template has no slot, so the packaged answerer prompt leaves it out);
+# verifier_output is the verifier's projected response of this step; prior_steps = step - 1.
+SEEN = {"question", "history", "step", "max_steps", "prior_steps", "team_context"}
+PLACEHOLDERS = {"verifier": (SEEN, {"question", "history"}),
+                "searcher": (SEEN | {"verifier_output"}, {"question", "history", "team_context"}),
+                "answerer": (SEEN | {"verifier_output"}, {"question", "history"})}
 
 
 @workflow("search_route", agents=("verifier", "searcher", "answerer"), grader="qa", needs_retriever=True,
           rules={"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
-          effects=("search", "search_effects"))
+          effects=("search", search_effects), placeholders=PLACEHOLDERS,
+          prompt_limit=(4096, "left"), sft=search_sft_examples, env_step_agent="verifier")  # REFERENCE §2b / §3
 async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
                        protocol: P.ProtocolOptions | None = None, last_step: str = "end") -> None:
     if last_step not in ("end", "answer"):

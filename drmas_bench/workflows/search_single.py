@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 
 import drmas_bench.workflows.protocol as P
-from drmas_bench.workflows.base import Episode, workflow
+from drmas_bench.workflows.base import Episode, format_rule, workflow
 
 ACTIONS = ("search", "answer")
 
@@ -56,15 +56,24 @@ def single_action(text: str) -> tuple[str, int]:
     return f"<{tag}>{inner.strip()}</{tag}>", end
 
 
+@format_rule("single_action")
+def single_reasons(text: str) -> list[str]:
+    """The single agent's rule (module docstring): missing_action_tag (no complete search or answer
+    pair, `single_action`), think_count / think_order (`protocol.think_reasons`), cjk."""
+    out = [] if single_action(text)[0] else ["missing_action_tag"]
+    out += P.think_reasons(text)
+    return out + ["cjk"] if P.has_cjk(text) else out
+
+
 def single_valid(text: str) -> bool:
-    """The single agent's validity rule (module docstring): an action, no CJK, one ``<think>`` before
-    one ``</think>``."""
-    return (single_action(text)[0] != "" and not P.has_cjk(text)
-            and text.count(P.THINK_OPEN) == 1 and text.count(P.THINK_CLOSE) == 1
-            and text.find(P.THINK_OPEN) < text.find(P.THINK_CLOSE))
+    """Whether a reply passes the single agent's rule (`single_reasons` finds none)."""
+    return not single_reasons(text)
 
 
-@workflow("search_single", agents=("agent",), grader="qa", needs_retriever=True, rules={"agent": "single_action"})
+@workflow("search_single", agents=("agent",), grader="qa", needs_retriever=True, rules={"agent": "single_action"},
+          placeholders={"agent": ({"question", "max_steps", "max_searches"}, {"question"}),
+                        "no_action": ({"step", "max_steps"}, set())},
+          prompt_limit=(4096, "left"))
 async def search_single(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
                         protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("search_single")
