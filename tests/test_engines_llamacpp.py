@@ -20,12 +20,12 @@ import os
 import signal
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import List, Optional, Union
 
 import pytest
+from threaded_server import ThreadedServer
 
 from drmas_bench.engines import EngineError, make_engine
 from drmas_bench.engines.openai import OpenAIOptions, ServerDialect, dialect_from_schema, request_properties
@@ -124,22 +124,12 @@ class LlamaCppDouble:
 
             app.openapi = openapi
 
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 20
-        while not self.server.started:
-            assert time.time() < deadline, "the double did not start"
-            time.sleep(0.02)
+        self._http = ThreadedServer(app)
+        self.port = self._http.port
         self.url = f"http://127.0.0.1:{self.port}/v1"
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self._http.stop()
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections import Counter
 
 import pytest
+from threaded_server import ThreadedServer
 
 from drmas_bench.engines import EngineError, make_engine
 from drmas_bench.engines.openai import OpenAIOptions, build_body, parse_response
@@ -143,25 +143,14 @@ class FakeServer:
                 del out["usage"]
             return out
 
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 20
-        while not self.server.started:
-            if time.time() > deadline:
-                raise RuntimeError("fake server did not start")
-            time.sleep(0.02)
+        self._http = ThreadedServer(app)
+        self.port = self._http.port
 
     def url(self, mode: str) -> str:
         return f"http://127.0.0.1:{self.port}/{mode}/v1"
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self._http.stop()
 
 
 @pytest.fixture(scope="module")
@@ -307,10 +296,10 @@ def thinking_tok(tmp_path_factory):
 
 
 def test_token_mode_sends_the_cut_templated_prompt(server, thinking_tok):
+    from test_engines_fixtures import EMPTY_THINK
     from transformers import AutoTokenizer
 
     from drmas_bench.engines.prompt import truncate_ids
-    from test_engines_fixtures import EMPTY_THINK
 
     tok = AutoTokenizer.from_pretrained(thinking_tok)
     eng = make_engine("openai", "served", base_url=server.url("ok"), tokenizer=str(thinking_tok), **fast())
