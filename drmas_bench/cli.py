@@ -26,6 +26,7 @@ COMMANDS = [
     "drmas_bench.commands.cache",  # cache stats / prune: the call cache (drmas_bench.cache)
     "drmas_bench.commands.report",  # leaderboard / compare / cost
     "drmas_bench.commands.view",  # view: one self-contained HTML page of a run's summary and trajectories
+    "drmas_bench.commands.export",  # export: a finished run as an Inspect AI log or a Hugging Face model card
     "drmas_bench.commands.train",  # train / regress / plot (imports the trainer lazily)
     "drmas_bench.commands.config_schema",  # config-schema: the keys of team / prices / prompts / train files
 ]

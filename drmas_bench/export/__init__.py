@@ -1,0 +1,67 @@
+"""A finished run directory exported to the formats other tools read (`drmas-bench export`).
+
+``FORMATS`` is the registry: a format's name -> its writer, its default output path inside the run
+directory and what it writes. Each writer writes into a scratch path beside the output, which is
+moved into place only once complete, so a failed export leaves nothing half-written and an existing
+output is replaced only with ``force``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from drmas_bench.export.hub import write_hub
+from drmas_bench.export.inspect_log import require_inspect, write_inspect
+from drmas_bench.export.source import FinishedRun, load_finished
+from drmas_bench.types import UserError
+
+
+@dataclass(frozen=True)
+class Format:
+    write: Callable[[FinishedRun, Path], list[Path]]
+    default_out: str  # relative to the run directory
+    is_dir: bool  # the output is a folder (else one file)
+    what: str
+    check: Callable[[], None] = lambda: None  # raises a UserError when the format's extra is missing
+
+
+FORMATS: dict[str, Format] = {
+    "inspect": Format(write_inspect, "export/inspect.eval", False,
+                      "an Inspect AI log (.eval): one sample per trajectory, every agent's turns, scores, usage",
+                      require_inspect),
+    "hub": Format(write_hub, "export/hub", True,
+                  "a Hugging Face model card (README.md with model-index eval results) + samples.parquet"),
+}
+
+
+def export_run(run_dir: str | os.PathLike, fmt: str, out: str | os.PathLike | None = None,
+               force: bool = False) -> list[Path]:
+    """Export ``run_dir`` as ``fmt`` to ``out`` (default: the format's path inside the run dir);
+    returns the files written. An existing ``out`` is refused unless ``force``."""
+    if fmt not in FORMATS:
+        raise UserError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+    f = FORMATS[fmt]
+    f.check()
+    dest = Path(out) if out is not None else Path(run_dir) / f.default_out
+    if dest.exists() and not force:
+        raise UserError(f"{dest} exists; pass --force to replace it or --out to write elsewhere")
+    if dest.exists() and f.is_dir != dest.is_dir():
+        raise UserError(f"{dest} exists and is a {'file' if dest.is_file() else 'folder'}; "
+                        f"--format {fmt} writes a {'folder' if f.is_dir else 'file'}")
+    run = load_finished(run_dir)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        tmp = scratch / dest.name
+        written = f.write(run, tmp)
+        if dest.exists():
+            shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return [dest / p.relative_to(tmp) if p != tmp else dest for p in written]
