@@ -5,7 +5,7 @@ The mapping:
 - the eval spec: task = ``drmas-bench/<suite>``, dataset = the run's benchmarks, model = the team's
   model (``drmas-bench/<a>+<b>`` when the agents' models differ), ``model_roles`` = each agent and its
   model with its sampling, epochs = the run's n, the package's git revision and versions;
-- one sample per trajectory: id ``<benchmark>/<task id>``, epoch = sample index + 1; its messages are
+- one sample per trajectory: id ``<benchmark>:<task id>``, epoch = sample index + 1; its messages are
   every agent's turns in order (the prompt messages the agent had not yet seen, then its reply), each
   message's metadata naming its ``agent``, ``turn`` and ``worker_group``; one model event per call
   (role = the agent) with the call's tokens and latency; scores ``correct`` (the project's grade,
@@ -110,7 +110,7 @@ def sample_from_record(rec: dict[str, Any], run: FinishedRun) -> Any:
     last = next((m for m in reversed(messages) if m.role == "assistant"), None)
     answers = [str(a) for a in task.get("answers") or []]
     return EvalSample(
-        id=f"{task['benchmark']}/{task['id']}", epoch=int(rec["sample_idx"]) + 1, input=str(task.get("question") or ""),
+        id=f"{task['benchmark']}:{task['id']}", epoch=int(rec["sample_idx"]) + 1, input=str(task.get("question") or ""),
         target=answers if len(answers) != 1 else answers[0], messages=messages,
         output=ModelOutput.from_content(last.model or "", last.text) if last is not None else ModelOutput(),
         scores=scores, events=events,
@@ -168,6 +168,10 @@ def build_log(run: FinishedRun) -> Any:
              for a in (run.team.get("agents") or {})}
     ids = list(dict.fromkeys(s.id for s in samples))
     pkg = prov.get("package") or {}
+    # the run's own facts, in the spec's metadata and the log's (inspect_ai reads the log's back from the spec's)
+    meta = {"run": run.name, "suite": run.suite, "workflow": run.workflow, "n": run.n, "team": run.team,
+            "argv": prov.get("argv"), "grader": run.summary.get("grader"), "stopped": run.stopped,
+            "partial": bool(run.stopped or run.unreadable_lines), "unreadable_lines": run.unreadable_lines}
     spec = EvalSpec(
         created=run.started_at or run.finished_at or "1970-01-01T00:00:00Z", task=f"drmas-bench/{run.suite}",
         task_id=str((run.records[0].get("run") or {}).get("identity") or run.name), run_id=run.name,
@@ -181,8 +185,7 @@ def build_log(run: FinishedRun) -> Any:
         revision=EvalRevision(type="git", origin="drmas-bench", commit=str(git["commit"]), dirty=git.get("dirty"))
         if git.get("commit") else None,
         packages={"drmas-bench": str(pkg.get("version"))} if pkg.get("version") else {},
-        metadata={"drmas": {"run": run.name, "argv": prov.get("argv"), "grader": run.summary.get("grader"),
-                            "team": run.team, "n": run.n}},
+        metadata={"drmas": meta},
     )
     micro = run.summary.get("micro") or {}
     results = EvalResults(
@@ -199,11 +202,8 @@ def build_log(run: FinishedRun) -> Any:
     stats = EvalStats(started_at=run.started_at or "", completed_at=run.finished_at or "",
                       model_usage={_model_id(k): _usage(u) for k, u in run.usage("model").items()},
                       role_usage={k: _usage(u) for k, u in run.usage("agent").items()})
-    meta: dict[str, Any] = {"drmas": {"run": run.name, "suite": run.suite, "workflow": run.workflow,
-                                      "stopped": run.stopped, "partial": bool(run.stopped or run.unreadable_lines),
-                                      "unreadable_lines": run.unreadable_lines}}
     return EvalLog(status="cancelled" if run.stopped else "success", eval=spec, results=results, stats=stats,
-                   samples=samples, metadata=meta)
+                   samples=samples, metadata={"drmas": meta})
 
 
 def write_inspect(run: FinishedRun, out: Path) -> list[Path]:
