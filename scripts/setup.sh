@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${DRMAS_VENV:-.venv}
 TORCH_SPEC=${DRMAS_TORCH:-torch==2.13.0}
-EXTRAS=${DRMAS_EXTRAS:-dense,ray,mathverify,lucene,test}
+EXTRAS=${DRMAS_EXTRAS:-dense,ray,mathverify,lucene,inspect,test}
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating virtualenv $VENV"

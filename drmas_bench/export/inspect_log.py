@@ -134,8 +134,10 @@ def _metrics(run: FinishedRun) -> dict[str, Any]:
     for group, block in blocks:
         for shown, (name, v) in named_figures(block, run.n).items():
             ci = metric_ci(block, name)
+            # a benchmark's figure carries the benchmark in its name too: Inspect's header shows names only
             out[shown if group is None else f"{group}/{shown}"] = EvalMetric(
-                name=shown, group=group, value=v, metadata={"ci95": list(ci)} if ci else None)
+                name=shown if group is None else f"{group} {shown}", group=group, value=v,
+                metadata={"ci95": list(ci)} if ci else None)
     return out
 
 
