@@ -268,6 +268,15 @@ def test_a_run_stopped_by_a_limit_is_exported_flagged(tmp_path):
     assert log.metadata["drmas"]["partial"] is True
 
 
+def test_stop_reason_reads_the_ways_a_summary_may_record_a_limit():
+    from drmas_bench.export.source import stop_reason
+
+    assert stop_reason({"micro": {}}) is None and stop_reason({"run": {"stopped": None}}) is None
+    assert stop_reason({"stopped": "max-tokens 1000"}) == "max-tokens 1000"
+    assert stop_reason({"run": {"stopped_by": {"limit": "max-usd 2"}}}) == "max-usd 2"
+    assert stop_reason({"limit_reached": {"kind": "usd"}}) == '{"kind": "usd"}'
+
+
 def test_formats_registry_and_help():
     assert set(FORMATS) == {"inspect", "hub"}
     with pytest.raises(SystemExit):

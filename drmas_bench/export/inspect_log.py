@@ -117,7 +117,7 @@ def sample_from_record(rec: dict[str, Any], run: FinishedRun) -> Any:
         metadata={"benchmark": task["benchmark"], "task_id": str(task["id"]), "sample_idx": int(rec["sample_idx"]),
                   "workflow": run.workflow, "cost_usd": rec.get("cost_usd"), "task_meta": task.get("meta") or {}},
         model_usage={k: _usage(u) for k, u in by_model.items()}, role_usage={k: _usage(u) for k, u in by_agent.items()},
-        total_time=rec.get("wall_s"), working_time=working, completed=True,
+        total_time=rec.get("wall_s"), working_time=working,
     )
 
 
@@ -163,7 +163,7 @@ def build_log(run: FinishedRun) -> Any:
     git = prov.get("git") or {}
     models = [_model_id(m) for m in dict.fromkeys(run.models)]
     model = models[0] if len(models) == 1 else "drmas-bench/" + "+".join(m.split("/", 1)[1] for m in models)
-    roles = {a: ModelConfig(model=_model_id(run.agent_model(a)),
+    roles: dict[str, ModelConfig | list[ModelConfig]] = {a: ModelConfig(model=_model_id(run.agent_model(a)),
                             config=GenerateConfig(temperature=(sampling.get(a) or {}).get("temperature"),
                                                   top_p=(sampling.get(a) or {}).get("top_p"),
                                                   max_tokens=(sampling.get(a) or {}).get("max_new_tokens")))

@@ -184,16 +184,23 @@ def benchmark_source(name: str) -> dict[str, str | None]:
     return {"type": f"drmas-bench/{name}", "split": b.split, "config": None}
 
 
+#: the summary keys that may record a stop by a limit (at the top or under ``run``)
+STOP_KEYS = ("stopped", "stopped_by", "stop_reason", "limit_reached")
+
+
 def stop_reason(summary: dict[str, Any]) -> str | None:
     """Why a run stopped before its selection was done, as its summary records it (a spending or
-    token limit), else None. Read defensively: ``stopped`` at the top or under ``run``, a string
-    or a mapping with a ``reason`` / ``limit``."""
+    token limit), else None. Read defensively: any of :data:`STOP_KEYS` at the top or under
+    ``run``, a string or a mapping with a ``reason`` / ``limit`` (else the mapping as JSON)."""
     for holder in (summary, summary.get("run") or {}):
-        v = holder.get("stopped") if isinstance(holder, dict) else None
-        if isinstance(v, dict):
-            v = v.get("reason") or v.get("limit") or json.dumps(v, sort_keys=True)
-        if v:
-            return str(v)
+        if not isinstance(holder, dict):
+            continue
+        for key in STOP_KEYS:
+            v = holder.get(key)
+            if isinstance(v, dict):
+                v = v.get("reason") or v.get("limit") or json.dumps(v, sort_keys=True)
+            if v:
+                return str(v)
     return None
 
 
