@@ -114,6 +114,34 @@ def test_inspect_log_reads_back_with_the_runs_counts_scores_and_usage(search_run
 
 
 @needs_inspect
+def test_a_heterogeneous_team_reports_usage_per_model(copy, tmp_path):
+    import yaml
+    from huggingface_hub import ModelCard
+    from inspect_ai.log import read_eval_log
+
+    cfg = yaml.safe_load((copy / "config.yaml").read_text())
+    cfg["identity"]["team"]["worker_groups"]["big"] = {"model": "org/Big-7B", "engine": "hf"}
+    cfg["identity"]["team"]["agents"]["answerer"] = "big"
+    (copy / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    recs = records(copy)
+    for r in recs:
+        for t in r["turns"]:
+            if t["agent"] == "answerer":
+                t["wg"] = "big"
+    (copy / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    export_run(copy, "inspect", tmp_path / "x.eval")
+    log = read_eval_log(str(tmp_path / "x.eval"))
+    model = {"shared": "drmas-bench/scripted", "big": "drmas-bench/Big-7B"}
+    assert {k: (u.input_tokens, u.output_tokens) for k, u in log.stats.model_usage.items()} == token_sums(
+        recs, lambda t: model[t["wg"]])
+    assert len(log.stats.model_usage) == 2 and log.eval.model == "drmas-bench/scripted+Big-7B"
+    assert log.eval.model_roles["answerer"].model == "drmas-bench/Big-7B"
+    export_run(copy, "hub", tmp_path / "hub")
+    card = ModelCard.load(tmp_path / "hub" / "README.md")
+    assert card.data.model_name == "scripted+Big-7B" and card.data.base_model == ["org/Big-7B"]
+
+
+@needs_inspect
 def test_a_growing_conversation_is_shown_once_not_repeated_per_turn(search_run):
     from drmas_bench.export.inspect_log import sample_from_record
 
@@ -277,10 +305,19 @@ def test_stop_reason_reads_the_ways_a_summary_may_record_a_limit():
     assert stop_reason({"limit_reached": {"kind": "usd"}}) == '{"kind": "usd"}'
 
 
-def test_formats_registry_and_help():
+def test_help_has_an_example_and_names_each_format(capsys):
     assert set(FORMATS) == {"inspect", "hub"}
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as e:
         cli.main(["export", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "examples:" in out and "drmas-bench export" in out
+    assert all(f"{k}:" in out for k in FORMATS) and "drmas-bench[inspect]" in out
+
+
+def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    assert cli.main(["export", str(tmp_path), "--format", "hub"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a run directory" in err[0]
 
 
 # ------------------------------------------------------------------- a real eval, exported
