@@ -312,6 +312,9 @@ def test_help_has_an_example_and_names_each_format(capsys):
     out = capsys.readouterr().out
     assert e.value.code == 0 and "examples:" in out and "drmas-bench export" in out
     assert all(f"{k}:" in out for k in FORMATS) and "drmas-bench[inspect]" in out
+    from drmas_bench.export import _resolve
+
+    assert all(callable(_resolve(f.write)) and (f.check is None or callable(_resolve(f.check))) for f in FORMATS.values())
 
 
 def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):

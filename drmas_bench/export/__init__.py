@@ -1,42 +1,45 @@
 """A finished run directory exported to the formats other tools read (`drmas-bench export`).
 
-``FORMATS`` is the registry: a format's name -> its writer, its default output path inside the run
-directory and what it writes. Each writer writes into a scratch path beside the output, which is
+``FORMATS`` is the registry: a format's name -> its writer (``module:function``, imported when used,
+so the CLI's parser stays light), its default output path inside the run directory and what it writes. Each writer writes into a scratch path beside the output, which is
 moved into place only once complete, so a failed export leaves nothing half-written and an existing
 output is replaced only with ``force``.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
-from drmas_bench.export.hub import write_hub
-from drmas_bench.export.inspect_log import require_inspect, write_inspect
-from drmas_bench.export.source import FinishedRun, load_finished
 from drmas_bench.types import UserError
 
 
 @dataclass(frozen=True)
 class Format:
-    write: Callable[[FinishedRun, Path], list[Path]]
+    write: str  # "module:function" taking (FinishedRun, output path) -> the files written
     default_out: str  # relative to the run directory
     is_dir: bool  # the output is a folder (else one file)
     what: str
-    check: Callable[[], None] = lambda: None  # raises a UserError when the format's extra is missing
+    check: str | None = None  # "module:function" raising a UserError when the format's extra is missing
 
 
 FORMATS: dict[str, Format] = {
-    "inspect": Format(write_inspect, "export/inspect.eval", False,
+    "inspect": Format("drmas_bench.export.inspect_log:write_inspect", "export/inspect.eval", False,
                       "an Inspect AI log (.eval): one sample per trajectory, every agent's turns, scores, usage",
-                      require_inspect),
-    "hub": Format(write_hub, "export/hub", True,
+                      "drmas_bench.export.inspect_log:require_inspect"),
+    "hub": Format("drmas_bench.export.hub:write_hub", "export/hub", True,
                   "a Hugging Face model card (README.md with model-index eval results) + samples.parquet"),
 }
+
+
+def _resolve(ref: str) -> Any:
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def export_run(run_dir: str | os.PathLike, fmt: str, out: str | os.PathLike | None = None,
@@ -45,8 +48,11 @@ def export_run(run_dir: str | os.PathLike, fmt: str, out: str | os.PathLike | No
     returns the files written. An existing ``out`` is refused unless ``force``."""
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+    from drmas_bench.export.source import load_finished
+
     f = FORMATS[fmt]
-    f.check()
+    if f.check:
+        _resolve(f.check)()
     dest = Path(out) if out is not None else Path(run_dir) / f.default_out
     if dest.exists() and not force:
         raise UserError(f"{dest} exists; pass --force to replace it or --out to write elsewhere")
@@ -58,7 +64,7 @@ def export_run(run_dir: str | os.PathLike, fmt: str, out: str | os.PathLike | No
     scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         tmp = scratch / dest.name
-        written = f.write(run, tmp)
+        written = _resolve(f.write)(run, tmp)
         if dest.exists():
             shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
         os.replace(tmp, dest)
