@@ -65,7 +65,7 @@ def card_text(run: FinishedRun) -> str:
     lines = [f"# {model_name(run)} on the {run.suite} suite ({run.workflow} workflow)", "",
              f"Evaluated with drmas-bench: {len(run.records)} trajectories, n = {run.n} samples per question. "
              f"The figures are the run's summary.json (`avg@{run.n}` is the mean score over all samples, `pass@k` "
-             "the unbiased chance that at least one of k samples is right, `pass^k` that all k are); the "
+             "the unbiased chance that at least one of k samples is right, `pass^k`, where shown, that all k are); the "
              f"per-trajectory details are in `{DETAILS}`.", ""]
     if run.stopped:
         lines += [f"**Partial run:** stopped before its selection was done ({run.stopped}).", ""]
@@ -74,10 +74,15 @@ def card_text(run: FinishedRun) -> str:
                   f"left out (lines {', '.join(map(str, run.unreadable_lines))}).", ""]
     lines += ["| agent | model |", "|---|---|"]
     lines += [f"| {a} | {short_model_name(run.agent_model(a))} |" for a in team]
-    lines += ["", "| benchmark | " + " | ".join(figures(run, run.summary.get("micro") or {})) + " |"]
-    lines += ["|---|" + "---|" * len(figures(run, run.summary.get("micro") or {}))]
-    for bench, block in (run.summary.get("benchmarks") or {}).items():
-        lines.append(f"| {bench} | " + " | ".join(f"{v:.2f}" for v in figures(run, block).values()) + " |")
+    benches = run.summary.get("benchmarks") or {}
+    cols = list(dict.fromkeys(k for block in benches.values() for k in figures(run, block)))
+    lines += ["", "| benchmark (%) | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for bench, block in benches.items():
+        fig = figures(run, block)
+        lines.append(f"| {bench} | " + " | ".join(f"{fig[c]:.2f}" if c in fig else "–" for c in cols) + " |")
+    if len(benches) > 1:
+        fig = figures(run, run.summary.get("micro") or {})
+        lines.append("| all (micro) | " + " | ".join(f"{fig[c]:.2f}" if c in fig else "–" for c in cols) + " |")
     return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n"
 
 
