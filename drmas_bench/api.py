@@ -59,6 +59,7 @@ from drmas_bench.plan import (  # noqa: F401
     resolve,
     validate_config,
 )
+from drmas_bench.records import views
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -80,14 +81,14 @@ class Summary:
         return self.data[key]
 
 
-def protocol_summary(records: list[dict], info: dict | None) -> dict:
+def protocol_summary(records: list[Any], info: dict | None) -> dict:
     """summary.json's ``protocol``: the prompts hash / source and prompt limit of the run, the number
     of recorded calls, how many had their prompt truncated by the engine, and how many carried a
     limit the engine could not apply (an HTTP model without a tokenizer here or on its server:
     ``prompt_limit_unenforced_calls``)."""
-    calls = [t for r in records for t in r["turns"]]
-    truncated = sum(bool(t["completion"].get("prompt_truncated")) for t in calls)
-    unenforced = sum(bool(t["completion"].get("prompt_limit_unenforced")) for t in calls)
+    calls = [t.call for r in views(records) for t in r.turns]
+    truncated = sum(c.prompt_truncated for c in calls)
+    unenforced = sum(c.prompt_limit_unenforced for c in calls)
     return {**(info or {}), "calls": len(calls), "prompt_truncated_calls": truncated,
             "prompt_limit_unenforced_calls": unenforced}
 

@@ -253,25 +253,24 @@ def assignment_figures(run: Any, prices: Any = None) -> dict[str, Any]:
     tokens, latency (mean per question of its calls' summed latency) and dollars as if alone, and
     the dollars the sweep paid (cached calls cost nothing)."""
     from drmas_bench import metrics
-    from drmas_bench.report.cost import alone_latency, cache_hit, turn_cost
+    from drmas_bench.report.cost import alone_latency, turn_cost
 
-    qs = list(metrics.questions(run.records).values())
+    qs = list(metrics.questions(run.views).values())
     n_min = min(q.n for q in qs)
     calls = hits = tokens = 0
     tokens_known = True
     usd: float | None = 0.0 if prices is not None else None
     paid: float | None = usd
     latencies = []
-    for r in run.records:
+    for r in run.views:
         lat = 0.0
-        for t in r.get("turns", []):
+        for t in r.turns:
             calls += 1
-            hit = cache_hit(t)
+            hit = t.call.cache_hit
             hits += hit
             lat += alone_latency(t)
-            if metrics.usage_known(t):
-                c = t.get("completion") or {}
-                tokens += int(c.get("prompt_tokens", 0)) + int(c.get("completion_tokens", 0))
+            if t.call.usage_known:
+                tokens += t.call.tokens
             else:
                 tokens_known = False
             if prices is not None:

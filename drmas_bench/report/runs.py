@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
 from drmas_bench.agents.assign import short_model_name
+from drmas_bench.records import RecordView, views
 from drmas_bench.store import SAMPLES, read_samples, select_records
 from drmas_bench.types import UserError
 
@@ -46,6 +48,11 @@ class Run:
     estimator: str | None = None  # from a trained team's team.yaml (`trained:`), when known
     step: Any = None
     base_models: dict[str, str] | None = None  # a trained team's worker group -> the model it was trained from
+
+    @cached_property
+    def views(self) -> list[RecordView]:
+        """The records as typed views (`records.RecordView`), built once."""
+        return views(self.records)
 
     @property
     def agents(self) -> list[str]:
