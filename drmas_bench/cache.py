@@ -437,16 +437,3 @@ def cache_summary(records: Iterable[Any], cache_dir: str | None) -> dict[str, An
     return {"dir": str(cache_dir) if cache_dir is not None else None,
             "hits": sum(a["hits"] for a in agents.values()), "misses": sum(a["misses"] for a in agents.values()),
             "agents": dict(sorted(agents.items()))}
-
-
-def cache_markdown(section: dict[str, Any] | None) -> str:
-    """summary.md's cache lines: the totals, then one line per agent."""
-    if not section:
-        return ""
-    lines = [f"\n- call cache {section['dir'] or '(not used this time)'}: {section['hits']} hits, "
-             f"{section['misses']} calls computed"]
-    for name, a in section["agents"].items():
-        usd = "unknown $" if a["usd_saved"] is None else f"${a['usd_saved']:.4f}"
-        lines.append(f"  - {name}: {a['hits']} hits, {a['misses']} misses; saved {a['tokens_saved']} tokens, "
-                     f"{usd}, {a['seconds_saved']:.1f} s")
-    return "\n".join(lines) + "\n"

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -246,44 +246,57 @@ def sum_usd(costs: Iterable[float | None]) -> float | None:
     return total
 
 
+@dataclass
+class _AgentCalls:
+    """One agent's recorded calls, summed (what `_agents` turns into its figures)."""
+
+    calls: int = 0
+    known: int = 0  # calls whose usage is known
+    prompt_tokens: int = 0  # over the known calls
+    completion_tokens: int = 0
+    usd: float | None = 0.0  # None once a priced call's dollars are unknown
+    models: set[str] = field(default_factory=set)
+    seen: list[TurnView] = field(default_factory=list)
+    latency: list[float] = field(default_factory=list)
+
+
 def _agents(trajs: list[RecordView], prices: PriceSheet | None, n_questions: int) -> dict[str, dict[str, Any]]:
-    acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "known": 0, "prompt": 0, "completion": 0, "usd": 0.0,
-                                                          "models": set(), "turns": [], "latency": []})
+    acc: dict[str, _AgentCalls] = defaultdict(_AgentCalls)
     for r in trajs:
         for turn in r.turns:
             a = acc[turn.agent]
             c = turn.call
-            a["calls"] += 1
-            a["turns"].append(turn)
-            a["latency"].append(c.latency_s)
-            a["models"].add(turn.wg or "")
+            a.calls += 1
+            a.seen.append(turn)
+            a.latency.append(c.latency_s)
+            a.models.add(turn.wg or "")
             if c.usage_known:  # per-call means over the calls whose counts mean something
-                a["known"] += 1
-                a["prompt"] += c.prompt_tokens
-                a["completion"] += c.completion_tokens
+                a.known += 1
+                a.prompt_tokens += c.prompt_tokens
+                a.completion_tokens += c.completion_tokens
             if prices is not None:
                 usd = turn_cost(turn, prices)
-                a["usd"] = None if usd is None or a["usd"] is None else a["usd"] + usd
+                a.usd = None if usd is None or a.usd is None else a.usd + usd
     out = {}
     for name, a in sorted(acc.items()):
-        usage = usage_counts(a["turns"])
+        usage = usage_counts(a.seen)
         out[name] = {
-            "models": sorted(a["models"]),
-            "calls": a["calls"],
-            "calls_per_traj": a["calls"] / len(trajs) if trajs else 0.0,
-            "prompt_tokens_per_call": a["prompt"] / a["known"] if a["known"] else None,
-            "completion_tokens_per_call": a["completion"] / a["known"] if a["known"] else None,
+            "models": sorted(a.models),
+            "calls": a.calls,
+            "calls_per_traj": a.calls / len(trajs) if trajs else 0.0,
+            "prompt_tokens_per_call": a.prompt_tokens / a.known if a.known else None,
+            "completion_tokens_per_call": a.completion_tokens / a.known if a.known else None,
             "usage_unknown_calls": usage["unknown"],
             "usage_counted_calls": usage["counted"],
             "usage_flagged_calls": usage["flagged"],
-            "latency_s": _percentiles(a["latency"]),
-            "calls_per_question": a["calls"] / n_questions if n_questions else 0.0,
+            "latency_s": _percentiles(a.latency),
+            "calls_per_question": a.calls / n_questions if n_questions else 0.0,
             "tokens_per_question": (None if usage["unknown"] or not n_questions
-                                    else (a["prompt"] + a["completion"]) / n_questions),
+                                    else (a.prompt_tokens + a.completion_tokens) / n_questions),
         }
         if prices is not None:
-            out[name]["usd_per_call"] = None if a["usd"] is None else a["usd"] / a["calls"]
-            out[name]["usd_per_question"] = None if a["usd"] is None else (a["usd"] / n_questions if n_questions else 0.0)
+            out[name]["usd_per_call"] = None if a.usd is None else a.usd / a.calls
+            out[name]["usd_per_question"] = None if a.usd is None else (a.usd / n_questions if n_questions else 0.0)
     return out
 
 

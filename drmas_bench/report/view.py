@@ -164,7 +164,7 @@ def _order(records: list[Any]) -> list[RecordView]:
 
 def run_data(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
     """(the index entry of one run, its compressed detail chunks)."""
-    recs = _order(run.records)
+    recs = _order(run.views)
     wf = run.workflow if metrics.role_rules(run.workflow) else metrics.infer_workflow(recs)
     summ = summary if summary is not None else metrics.summarize(recs, workflow=wf)
     chunks = [_packed([trajectory_detail(r, wf) for r in recs[i:i + CHUNK]]) for i in range(0, len(recs), CHUNK)]
