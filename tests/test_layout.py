@@ -222,6 +222,23 @@ def test_markdown_is_written_only_in_report():
     assert hits == []
 
 
+def test_a_plan_is_built_from_small_frozen_typed_parts():
+    """`plan.Plan` holds frozen parts (Resolved, Inputs, RunRecord, Prompts, Costs), each field typed
+    by what it holds; the one ``Any`` is the retriever (an in-process index or an HTTP client)."""
+    import dataclasses
+
+    from drmas_bench import plan
+
+    parts = [plan.Plan] + [f.type for f in dataclasses.fields(plan.Plan) if f.type not in ("EvalConfig", "float")]
+    parts = [getattr(plan, p) if isinstance(p, str) else p for p in parts]
+    assert [p.__name__ for p in parts] == ["Plan", "Resolved", "Inputs", "RunRecord", "Prompts", "Costs"]
+    untyped = []
+    for part in parts:
+        assert part.__dataclass_params__.frozen, part.__name__
+        untyped += [f"{part.__name__}.{f.name}" for f in dataclasses.fields(part) if f.type in ("Any", "list", "dict")]
+    assert untyped == ["Inputs.retriever"]
+
+
 def test_no_suite_or_family_is_compared_by_name_in_the_run_layer():
     """runner, plan and provenance ask the Suite and the grading family (`Family.takes_grader`) rather
     than naming one."""
