@@ -219,16 +219,100 @@ def test_the_browser_check_sees_a_broken_page(tmp_path, runs):
 
 @needs_browser
 def test_every_per_agent_block_of_the_summary_is_drawn(tmp_path, runs):
-    """Blocks other than compliance (e.g. per-agent effects) are drawn the same way, nested ones as rows."""
+    """A block other than compliance and effects with per-agent entries is drawn as a labelled table
+    too; the workflow's effects block per benchmark in its own."""
     run = load_run(runs[0])
     summary = V.metrics.summarize(run.records, workflow="search_route")
-    summary["effects"] = {"workflow": "search_route", "agents": {"verifier": {"latency_s": {"p50": 0.1, "p95": 0.2}}},
-                          "benchmarks": {"nq": {"search": {"evidence_recall": 0.5}}}}
+    summary["memory"] = {"workflow": "search_route", "agents": {"verifier": {"notes_kept": 3, "recall_rate": 0.5}}}
     page = tmp_path / "effects.html"
     page.write_text(V.render([run], [summary]), encoding="utf-8")
     res = B.open_page(page)
-    assert res["errors"] == [] and "compliance per agent" in res["headings"] and "effects per agent" in res["headings"]
-    assert "effects · benchmarks" in res["headings"]
+    assert res["errors"] == [] and "Memory of the search workflow, per agent" in res["headings"]
+    assert "Why: what the search workflow's agents did to the score" in res["headings"]
+    assert "notes kept" in res["report_text"] and "recall (%)" in res["report_text"]
+
+
+# ------------------------------------------------------------------ the report half: labels, charts, widths
+
+
+def _keys(obj, out=None):
+    """Every dict key in a summary, at any depth."""
+    out = set() if out is None else out
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.add(str(k))
+            _keys(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _keys(v, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory, runs):
+    base = tmp_path_factory.mktemp("pages")
+    return V.write_view([runs[0]], base / "one.html"), V.write_view(list(runs), base / "two.html")
+
+
+def _expected_bars(run):
+    """The bars each chart of one run must have, from its summary (not from the page)."""
+    s = V.metrics.summarize(run.records, workflow=run.workflow)
+    agents = s["micro"]["agents"]
+    comp = s["compliance"]["agents"]
+    rows = len(s["benchmarks"]) + 1 + (len(s["benchmarks"]) > 1)  # benchmarks, micro, macro
+    return s, {"score-avg": rows, "agent-calls": len(agents), "agent-tokens": 2 * len(agents),
+               "agent-latency": 2 * len(agents),
+               "compliance": sum(1 + sum(1 for k in v["invalid_reasons"].values() if k) for v in comp.values())}
+
+
+@needs_browser
+@pytest.mark.parametrize("width", [1400, 390])
+def test_the_report_fits_the_page_with_human_labels_and_charts(pages, runs, width):
+    """At a desktop's 1,400 px and a phone's 390 px nothing is wider than the page, no raw summary
+    key is visible, and each chart has a bar per agent / benchmark / reason of the run."""
+    res = B.open_page(pages[0], size=f"{width},1400", frame_width=width if width < 500 else None)
+    assert res["errors"] == [] and res["console"] == []
+    assert res["inner_width"] == width
+    assert res["scroll_width"] <= res["inner_width"] and res["too_wide"] == [], res["too_wide"]
+    summary, want = _expected_bars(load_run(runs[0]))
+    raw = {k for k in _keys(summary) if "_" in k}
+    assert {"usage_unknown_calls", "calls_per_traj", "valid_rate", "missing_verify_tag"} <= raw  # the check can bite
+    assert [k for k in raw if k in res["report_text"]] == []
+    if width > 600:  # a phone shows the column heads as each cell's CSS label, which innerText leaves out
+        assert "calls per trajectory" in res["report_text"] and "valid (%)" in res["report_text"]
+        assert "latency p50 / p95 (s)" in res["report_text"]
+    assert dict(res["charts"]) == want
+
+
+@needs_browser
+def test_two_runs_list_what_changed_and_fit_a_phone(pages, runs):
+    a = {(r["task"]["benchmark"], r["task"]["id"]): r["correct"] for r in load_run(runs[0]).records}
+    b = {(r["task"]["benchmark"], r["task"]["id"]): r["correct"] for r in load_run(runs[1]).records}
+    fixed = sum(1 for k in a if k in b and not a[k] and b[k])
+    broken = sum(1 for k in a if k in b and a[k] and not b[k])
+    assert fixed > 0
+    res = B.open_page(pages[1], size="390,1400", frame_width=390)
+    assert res["errors"] == [] and res["scroll_width"] <= res["inner_width"] == 390 and res["too_wide"] == []
+    assert res["charts"][0] == ["changes", 3]
+    assert f"fixed: {fixed}" in res["report_text"] and (broken == 0 or f"broken: {broken}" in res["report_text"])
+
+
+def test_change_kinds_match_a_plain_loop(runs):
+    ra, rb = load_run(runs[0]), load_run(runs[1])
+    cs = V.sections.changes(ra.views, rb.views)
+    a = {(r.benchmark, r.task_id): r.correct for r in ra.views}
+    b = {(r.benchmark, r.task_id): r.correct for r in rb.views}
+    want = {k: ("fixed" if not a[k] and b[k] else "broken" if a[k] and not b[k] else "unchanged") for k in a if k in b}
+    assert {(c.benchmark, c.id): c.kind for c in cs} == want
+
+
+def test_labels_and_values():
+    from drmas_bench.report.labels import label, value
+
+    assert label("usage_unknown_calls") == "calls with unknown usage" and label("calls_per_traj") == "calls per trajectory"
+    assert label("pass^4") == "pass^4 (%)" and label("some_new_key") == "some new key"
+    assert value("valid_rate", 0.25) == "25.0" and value("latency_s", {"p50": 1.0, "p95": 2.5}) == "1.00 / 2.50"
+    assert value("usd_per_question", 0.000123456) == "0.0001235" and value("calls", None) == "–"
 
 
 def test_natural_order_of_question_ids():
