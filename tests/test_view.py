@@ -318,3 +318,40 @@ def test_labels_and_values():
 def test_natural_order_of_question_ids():
     ids = ["q10", "q2", "q1", "b"]
     assert sorted(ids, key=V._natural) == ["b", "q1", "q2", "q10"]
+
+
+# ------------------------------------------------------------------ the leaderboard page
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory, runs):
+    out = tmp_path_factory.mktemp("board")
+    assert cli.main(["leaderboard", str(runs[0]), str(runs[1]), "--ci", "--n-boot", "50", "--out", str(out)]) == 0
+    from drmas_bench import report
+
+    tables = report.build_leaderboard([load_run(r) for r in runs], report.parse_metrics("avg@n,pass@n"), ci=True,
+                                      paper=report.load_paper(), n_boot=50)
+    return out / "leaderboard.html", tables
+
+
+@needs_browser
+def test_the_leaderboard_page_sorts_marks_and_plots(board):
+    page, tables = board
+    t = tables[0]
+    col = 1 + t.columns.index(V.metrics.MICRO)
+    res = B.open_page(page, f"sort=0:{col}", size="1400,1400")  # a number column sorts high to low first
+    assert res["errors"] == [] and res["console"] == [] and res["tables"] == len(tables)
+    value = {r.label: getattr(r.cells.get(V.metrics.MICRO), "value", None) for r in t.rows}
+    assert res["before"] == [r.label for r in t.rows]
+    assert res["after"] == sorted(value, key=lambda k: (value[k] is None, -(value[k] or 0.0)))
+    assert res["after"] != res["before"]  # the click reordered the rows
+    assert res["flags"] == sum(1 for tb in tables for r in tb.rows if r.source == "reproduced" and r.notes) > 0
+    assert res["charts"] == [["pareto-search", 2, 2]]  # run b: fewer tokens, lower score; both on the front
+    assert res["scroll_width"] <= res["inner_width"] and res["too_wide"] == []
+
+
+@needs_browser
+def test_the_leaderboard_page_fits_a_phone(board):
+    res = B.open_page(board[0], size="390,1400", frame_width=390)
+    assert res["errors"] == [] and res["inner_width"] == 390
+    assert res["scroll_width"] <= 390 and res["too_wide"] == [], res["too_wide"]
