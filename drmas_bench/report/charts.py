@@ -15,9 +15,9 @@ from typing import Sequence
 PALETTE = ("#4f7fd1", "#d1804f", "#3c9a5f", "#9a5fc0", "#c0a43c", "#4fb3c0", "#c04f7f", "#7f8c3c")
 GOOD, BAD, NEUTRAL = "#3c9a5f", "#d1604f", "#98a2b0"
 
-WIDTH = 420  # viewBox width; the label column and the value text take the sides
-LABEL_W = 160
-VALUE_W = 52
+WIDTH = 380  # viewBox width; the label column and the value text take the sides
+LABEL_W = 140
+VALUE_W = 50
 ROW_H = 20
 
 
@@ -36,7 +36,7 @@ def _text(x: float, y: float, s: str, anchor: str = "start", cls: str = "") -> s
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{c}>{escape(s)}</text>'
 
 
-def _clip(s: str, n: int = 23) -> str:
+def _clip(s: str, n: int = 21) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
@@ -56,7 +56,7 @@ def bars(name: str, title: str, rows: Sequence[tuple[str, Sequence[tuple[str, fl
             body.append(_text(0, y + 14, _clip(lab, 40), cls="group"))
             y += ROW_H
             continue
-        h = max(6, (ROW_H - 4) // len(ser))
+        h = 14 if len(ser) == 1 else 11  # several series: thin bars, each still tall enough for its value
         body.append(_text(LABEL_W - 6, y + (h * len(ser)) / 2 + 5, _clip(lab), "end"))
         for i, (s, v, colour) in enumerate(ser):
             yy = y + i * h

@@ -79,7 +79,7 @@ LABELS: dict[str, str] = {
     "approve_rate": "verifier approvals (%)",
     # the reasons a reply fails its format rule (workflows.protocol)
     "missing_verify_tag": "no <verify> tag",
-    "missing_action_tag": "no search / answer tag",
+    "missing_action_tag": "no search/answer tag",
     "think_count": "not one <think>",
     "think_order": "<think> not first",
     "missing_boxed": "no \\boxed{}",

@@ -67,6 +67,12 @@ def _note(text: str) -> str:
     return f'<p class="meta">{escape(text)}</p>'
 
 
+def _side(tables: str, charts: Sequence[str]) -> str:
+    """Tables and their charts side by side where the box is wide enough, else one under the other."""
+    c = f'<div class="charts">{"".join(charts)}</div>' if charts else ""
+    return f'<div class="q"><div class="tables">{tables}</div>{c}</div>'
+
+
 def _blocks(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(row label, block) for every benchmark, the micro block and, with several benchmarks, the macro one."""
     bs = summary.get("benchmarks") or {}
@@ -103,14 +109,12 @@ def scores(summary: dict[str, Any]) -> str:
         rows.append([name, _num(str(blk.get("questions", "–"))), _num(_n_text(blk)) if "n" in blk else "–"]
                     + [_num(with_ci(blk.get(k), ci.get(k))) for k in score_keys]
                     + [_num(pct(blk.get(k))) for k in qa])
-    out = [_h(caption("scores")), table(head, rows, "scores")]
     avg = [(name, blk.get("avg@n"), (blk.get("ci95") or {}).get("avg@n")) for name, blk in rows_src]
     charts = [C.ci_points("score-avg", f"{label('avg@n')}: {caption('score_chart')}", avg)]
     if any(blk.get("pass@n") != blk.get("avg@n") for _, blk in rows_src):
         pas = [(name, blk.get("pass@n"), (blk.get("ci95") or {}).get("pass@n")) for name, blk in rows_src]
         charts.append(C.ci_points("score-pass", f"{label('pass@n')}: {caption('score_chart')}", pas, C.PALETTE[2]))
-    out.append('<div class="charts">' + "".join(charts) + "</div>")
-    return "".join(out)
+    return _h(caption("scores")) + _side(table(head, rows, "scores"), charts)
 
 
 # ------------------------------------------------------------------------------ why
@@ -121,7 +125,7 @@ def _counts_text(d: dict[str, Any] | None) -> str:
 
 
 def compliance(comp: dict[str, Any] | None, colours: dict[str, str]) -> str:
-    """Protocol compliance per agent: table, the valid / reasons chart, the per-episode figures."""
+    """Protocol compliance per agent: the table and the valid / reasons chart."""
     if not comp or not comp.get("agents"):
         return ""
     wf = comp.get("workflow")
@@ -142,10 +146,16 @@ def compliance(comp: dict[str, Any] | None, colours: dict[str, str]) -> str:
         for reason, k in (v.get("invalid_reasons") or {}).items():
             if k:
                 bars.append((label(reason), [("", k / calls if calls else None, C.BAD)]))
-    out = [_h(caption("compliance", wf)), table(head, rows, "compliance"),
-           '<div class="charts">' + C.bars("compliance", caption("compliance_chart"), bars,
-                                           fmt=lambda x: f"{100 * x:.0f}%", max_value=1.0) + "</div>"]
-    ep = comp.get("episodes") or {}
+    out = [_h(caption("compliance", wf)),
+           _side(table(head, rows, "compliance"), [C.bars("compliance", caption("compliance_chart"), bars,
+                                                          fmt=lambda x: f"{100 * x:.0f}%", max_value=1.0)])]
+    return "".join(out)
+
+
+def episodes(comp: dict[str, Any] | None) -> str:
+    """What an episode did (compliance.episodes), a figure per row."""
+    ep = (comp or {}).get("episodes") or {}
+    out = []
     if len(ep) > 1:
         erows = []
         for k, x in ep.items():
@@ -154,7 +164,7 @@ def compliance(comp: dict[str, Any] | None, colours: dict[str, str]) -> str:
             else:
                 text = value(k, x)
             erows.append([label(k), _num(text)])
-        out += [_h(caption("episodes", wf)), table(["figure", "per episode"], erows, "episodes")]
+        out += [_h(caption("episodes", comp.get("workflow"))), table(["figure", "per episode"], erows, "episodes")]
     return "".join(out)
 
 
@@ -243,47 +253,46 @@ def cost(summary: dict[str, Any], order: Sequence[str], colours: dict[str, str],
         if unknown:
             r.append(_num(str(v.get("usage_unknown_calls", 0))))
         rows.append(r)
-    out = [_h(caption("cost")), table(head, rows, "cost")]
+    tables = table(head, rows, "cost")
     micro = summary.get("micro") or {}
-    if priced or micro.get("usd_per_question") is not None:
-        out.append(_note(f"{label('usd_per_question')}, all agents: {value('usd_per_question', micro.get('usd_per_question'))}"
-                         + (f" (prices: {micro['usd_source']})" if micro.get("usd_source") else "")))
+    if priced:
+        tables += _note(f"{label('usd_per_question')}, all agents: {value('usd_per_question', micro.get('usd_per_question'))}"
+                        + (f" (prices: {micro['usd_source']})" if micro.get("usd_source") else ""))
     calls = [(a, [("", agents[a].get("calls_per_traj"), colours.get(a, C.PALETTE[0]))]) for a in names]
     tokens = [(a, [("prompt", agents[a].get("prompt_tokens_per_call"), colours.get(a, C.PALETTE[0])),
                    ("completion", agents[a].get("completion_tokens_per_call"), C.NEUTRAL)]) for a in names]
-    out.append('<div class="charts">'
-               + C.bars("agent-calls", caption("calls_chart"), calls)
-               + C.bars("agent-tokens", "Tokens per call: prompt (agent's colour) and completion (grey)", tokens,
-                        fmt=lambda x: f"{x:.0f}")
-               + "</div>")
-    return "".join(out)
+    return _h(caption("cost")) + _side(tables, [
+        C.bars("agent-calls", caption("calls_chart"), calls),
+        C.bars("agent-tokens", "Tokens per call: prompt (agent's colour) and completion (grey)", tokens,
+               fmt=lambda x: f"{x:.0f}")])
 
 
 def time(summary: dict[str, Any], order: Sequence[str], colours: dict[str, str]) -> str:
     """Call latency per agent and trajectory latency per benchmark: tables and the per-agent bars."""
     agents = (summary.get("micro") or {}).get("agents") or {}
     names = _agent_order(agents, order)
-    out = [_h(caption("time"))]
+    tables, charts = "", []
     if names:
         rows = [[a, _num(value("latency_s", agents[a].get("latency_s")))] for a in names]
-        out.append(table(["agent", label("call_latency_s")], rows, "time-agents"))
+        tables += table(["agent", label("call_latency_s")], rows, "time-agents")
     blocks = _blocks(summary)
     if blocks:
         rows = [[b, _num(value("latency_s", blk.get("latency_s")))] for b, blk in blocks]
-        out.append(table(["benchmark", label("trajectory_latency_s")], rows, "time-benchmarks"))
+        tables += table(["benchmark", label("trajectory_latency_s")], rows, "time-benchmarks")
     if names:
         lat = [(a, [("p50", (agents[a].get("latency_s") or {}).get("p50"), colours.get(a, C.PALETTE[0])),
                     ("p95", (agents[a].get("latency_s") or {}).get("p95"), C.NEUTRAL)]) for a in names]
-        out.append('<div class="charts">' + C.bars("agent-latency", caption("latency_chart"), lat,
-                                                   fmt=lambda x: f"{x:.2f} s") + "</div>")
-    return "".join(out)
+        charts.append(C.bars("agent-latency", caption("latency_chart") + ": p50 in the agent's colour, p95 grey", lat,
+                             fmt=lambda x: f"{x:.2f} s"))
+    return _h(caption("time")) + _side(tables, charts)
 
 
 def run_report(summary: dict[str, Any], order: Sequence[str], colours: dict[str, str], models: dict[str, str]) -> str:
     """Every section of one run's summary, in the order a reader asks: how good, why, cost, time."""
     return (f'<section class="good">{scores(summary)}</section>'
-            f'<section class="why">{compliance(summary.get("compliance"), colours)}{effects(summary.get("effects"))}'
-            f'{other_blocks(summary)}</section>'
+            f'<section class="why">{compliance(summary.get("compliance"), colours)}'
+            f'<div class="q"><div class="tables">{episodes(summary.get("compliance"))}</div>'
+            f'<div class="tables">{effects(summary.get("effects"))}</div></div>{other_blocks(summary)}</section>'
             f'<section class="cost">{cost(summary, order, colours, models)}</section>'
             f'<section class="time">{time(summary, order, colours)}</section>')
 
