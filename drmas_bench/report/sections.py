@@ -331,10 +331,10 @@ def changes_report(cs: Sequence[Change], name_a: str, name_b: str, listed: int =
     count = {k: sum(c.kind == k for c in cs) for k in ("fixed", "broken", "unchanged")}
     colour = {"fixed": C.GOOD, "broken": C.BAD, "unchanged": C.NEUTRAL}
     bars = [(label(k), [("", float(count[k]), colour[k])]) for k in count]
-    out = [_h(caption("changes")), _note(f"A: {name_a}; B: {name_b}; {len(cs)} questions in both. A question is solved "
-                                         "when at least one of its samples is correct: fixed = solved in B only, "
-                                         "broken = solved in A only, unchanged = both or neither."),
-           '<div class="charts">' + C.bars("changes", caption("changes_chart"), bars, fmt=lambda x: f"{x:.0f}") + "</div>"]
+    head = _h(caption("changes")) + _note(f"A: {name_a}; B: {name_b}; {len(cs)} questions in both. A question is "
+                                          "solved when at least one of its samples is correct: fixed = solved in B "
+                                          "only, broken = solved in A only, unchanged = both or neither.")
+    lists = []
     for kind in ("fixed", "broken"):
         items = [c for c in cs if c.kind == kind]
         if not items:
@@ -342,8 +342,10 @@ def changes_report(cs: Sequence[Change], name_a: str, name_b: str, listed: int =
         rows = [[f"{c.benchmark} {c.id}", _num(f"{c.a[0]}/{c.a[1]}"), _num(f"{c.b[0]}/{c.b[1]}"),
                  Td(c.question if len(c.question) <= 90 else c.question[:89] + "…", c.question)]
                 for c in items[:listed]]
-        more = f" (first {listed}; the list below filters them all)" if len(items) > listed else ""
-        out += [f'<h4>{escape(label(kind))}: {len(items)}{escape(more)}</h4>',
-                table(["question", "A correct", "B correct", "text"], rows, f"changes-{kind}")]
+        more = f" (the first {listed} listed)" if len(items) > listed else ""
+        lists += [f'<h4>{escape(label(kind))}: {len(items)}{escape(more)}</h4>',
+                  table(["question", "A correct", "B correct", "text"], rows, f"changes-{kind}")]
+    chart = C.bars("changes", caption("changes_chart"), bars, fmt=lambda x: f"{x:.0f}")
+    out = [head, _side("".join(lists) or _note("No question was fixed or broken."), [chart])]
     return "".join(out)
 
