@@ -34,7 +34,7 @@ from drmas_bench import metrics
 from drmas_bench.records import RecordView, view, views
 from drmas_bench.report import sections
 from drmas_bench.report.charts import PALETTE
-from drmas_bench.report.labels import workflow_name
+from drmas_bench.report.labels import LABELS, workflow_name
 from drmas_bench.report.runs import Run, load_run
 from drmas_bench.types import UserError
 from drmas_bench.workflows.episodes import ACTORS, search_steps
@@ -246,7 +246,7 @@ def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | Non
                                        entries[1]["name"]) if len(runs) > 1 else "")
     for e in entries:  # the page's script needs the rows, not the summary (drawn above as HTML)
         e.pop("summary")
-    index = {"runs": entries, "chunk": CHUNK, "colours": colours,
+    index = {"runs": entries, "chunk": CHUNK, "colours": colours, "labels": LABELS,
              "pairs": pairs(entries[0]["rows"], entries[1]["rows"] if len(entries) > 1 else None)}
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent), autoescape=True)
     return env.get_template(TEMPLATE).render(title=" vs ".join(e["name"] for e in entries), reports=reports,
