@@ -204,7 +204,7 @@ def effects(eff: dict[str, Any] | None) -> str:
 
 def other_blocks(summary: dict[str, Any]) -> str:
     """Any other summary block with per-agent entries (beyond compliance and effects), drawn the same
-    way: a row per agent, its figures labelled; its nested per-benchmark parts transposed."""
+    way: a row per agent, its figures labelled."""
     out = []
     for name, blk in summary.items():
         if name in ("micro", "macro", "benchmarks", "compliance", "effects") or not isinstance(blk, dict):
@@ -216,7 +216,9 @@ def other_blocks(summary: dict[str, Any]) -> str:
         for v in agents.values():
             cols += [k for k in (v or {}) if k not in cols]
         rows = [[a] + [_num(value(k, (v or {}).get(k))) for k in cols] for a, v in agents.items()]
-        out += [_h(caption("block", blk.get("workflow"), name=label(name).capitalize())),
+        title = (caption("block", blk["workflow"], name=label(name).capitalize()) if blk.get("workflow")
+                 else f"{label(name).capitalize()}, per agent")
+        out += [_h(title),
                 table(["agent"] + [label(k) for k in cols], rows, f"block-{name}")]
     return "".join(out)
 
