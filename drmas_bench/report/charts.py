@@ -128,5 +128,6 @@ def scatter(name: str, title: str, points: Sequence[tuple[str, float, float, boo
         body.append(f'<circle class="bar{" on-front" if on else ""}" cx="{sx(xv):.1f}" cy="{sy(yv):.1f}" r="5" '
                     f'fill="{GOOD if on else NEUTRAL}"><title>{escape(f"{lab}: {100 * yv:.1f}% at {x_fmt(xv)}")}'
                     f'{" (on the front)" if on else ""}</title></circle>')
-        body.append(_text(sx(xv) + 7, sy(yv) - 6, _clip(lab, 22), cls="val"))
+        right = sx(xv) > WIDTH / 2  # a label on the right half reads leftwards, so it stays inside the plot
+        body.append(_text(sx(xv) + (-7 if right else 7), sy(yv) - 8, _clip(lab, 26), "end" if right else "start", cls="val"))
     return _svg(name, title, height, body)

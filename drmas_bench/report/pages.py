@@ -67,7 +67,7 @@ def table_html(t: Table, ci: bool, index: int) -> str:
         mark = ('<span class="flag" title="not comparable as is: ' + escape("; ".join(r.notes)) + '">⚠</span> '
                 if flagged else "")
         setting = " · ".join(x for x in (r.model, r.team, f"n={r.n}", r.sampling,
-                                          r.estimator, f"step {r.step}") if x and x != "–")
+                                          r.estimator, "" if r.step == "–" else f"step {r.step}") if x and x != "–")
         cls = ' class="paper"' if r.source == "reported" else (' class="flagged"' if flagged else "")
         cells = [f'<th data-v="{escape(r.label)}" data-label="run">{mark}{escape(r.label)}'
                  f'<br><small>{escape(setting)}</small></th>']
