@@ -348,10 +348,13 @@ def test_the_leaderboard_page_sorts_marks_and_plots(board):
     assert res["flags"] == sum(1 for tb in tables for r in tb.rows if r.source == "reproduced" and r.notes) > 0
     assert res["charts"] == [["pareto-search", 2, 2]]  # run b: fewer tokens, lower score; both on the front
     assert res["scroll_width"] <= res["inner_width"] and res["too_wide"] == []
+    assert res["sorters_shown"] == 0  # the heads sort on a desktop
 
 
 @needs_browser
 def test_the_leaderboard_page_fits_a_phone(board):
+    """Rows become cards (the heads hidden), so a select above each table sorts it."""
     res = B.open_page(board[0], size="390,1400", frame_width=390)
     assert res["errors"] == [] and res["inner_width"] == 390
     assert res["scroll_width"] <= 390 and res["too_wide"] == [], res["too_wide"]
+    assert res["sorters_shown"] == res["tables"] == len(board[1])
