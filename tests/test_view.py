@@ -281,6 +281,14 @@ def test_the_report_fits_the_page_with_human_labels_and_charts(pages, runs, widt
     if width > 600:  # a phone shows the column heads as each cell's CSS label, which innerText leaves out
         assert "calls per trajectory" in res["report_text"] and "valid (%)" in res["report_text"]
         assert "latency p50 / p95 (s)" in res["report_text"]
+        # one label table for the page and summary.md
+        from drmas_bench.report.labels import label
+        from drmas_bench.report.markdown import format_summary_markdown
+
+        md = format_summary_markdown(summary)
+        for k in ("calls_per_traj", "prompt_tokens_per_call", "completion_tokens_per_call", "tokens_per_question",
+                  "invalid_reasons", "length_cut", "empty_responses", "evidence_recall", "call_latency_s"):
+            assert label(k) in md and label(k) in res["report_text"], k
     assert dict(res["charts"]) == want
 
 
