@@ -19,6 +19,7 @@ import yaml
 
 from drmas_bench import report, sweep
 from drmas_bench.cli import main as cli_main
+from drmas_bench.export.source import metric_ci
 from drmas_bench.metrics import (
     MACRO,
     MICRO,
@@ -143,6 +144,9 @@ def test_summary_has_pass_hat_k_for_every_k_of_pass_at_k_with_cis():
     assert blk["ci95"]["pass^k"]["2"] == list(bootstrap_ci(pass_hat_values(qs, 2), 200, seed_for("aime24", 5)))
     alone = bootstrap_means([avg_values(qs), pass_values(qs)], 200, seed_for("aime24", 5))
     assert [blk["ci95"]["avg@n"], blk["ci95"]["pass@n"]] == [list(ci) for ci in alone]
+    # the exports (Inspect log, Hub card) name each figure flat and find its CI in the k-indexed dict
+    assert metric_ci(blk, "pass^2") == tuple(blk["ci95"]["pass^k"]["2"])
+    assert metric_ci(blk, "pass^n") == tuple(blk["ci95"]["pass^n"]) and metric_ci(blk, "pass@2") is None
 
 
 def test_summary_markdown_shows_pass_hat_k_with_cis_and_uneven_counts():
