@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.limits import LimitReached
 from drmas_bench.log import UnexpectedError, one_line, traceback_note, unexpected
 
 # the config and its resolution live in drmas_bench.plan; importable from here as before
@@ -118,8 +119,11 @@ def evaluate(config: EvalConfig) -> Summary:
         raise
     try:
         stats, pool_stats = asyncio.run(run(p, store))
-        return summarize(p, store, stats, pool_stats)
-    except (UserError, KeyboardInterrupt):
+        summary = summarize(p, store, stats, pool_stats)
+        if stats.stopped:  # a run limit: the summary of the finished samples is written, the caller told
+            raise LimitReached(stats.stopped, summary)
+        return summary
+    except (UserError, KeyboardInterrupt, LimitReached):
         raise
     except Exception as e:  # a bug, not a user mistake: keep the traceback, say so in one line
         raise unexpected(e, log=store.log_error(e), hint=f"finished samples are kept in {store.samples_path}") from None
@@ -136,6 +140,13 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
     from drmas_bench.runner import TeamRuntime, run_episodes
 
     cfg, team, wf = p.cfg, p.team, p.wf
+    meter = None
+    if p.limits is not None:  # what the kept samples (and earlier stops) spent counts; one reached: no model loads
+        from drmas_bench.limits import start_meter
+
+        meter, stats = start_meter(p, store)
+        if stats is not None:
+            return stats, {}
 
     ray_opts = {"address": cfg.ray_address} if cfg.pool == "ray" else {}
     if p.cache is not None:  # an engine loads when a call misses the cache: a fully cached run loads no model
@@ -158,6 +169,10 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
             engines = wrap_engines(engines, p.cache, team, p.config_doc["identity"]["models"], here=cfg.pool != "ray",
                                    price=p.call_cost if p.prices else None)
             logger.info(f"[eval] call cache {p.cache.path}")
+        if meter is not None:  # outside the cache: a hit is free
+            from drmas_bench.limits import wrap_engines as limit_engines
+
+            engines = limit_engines(engines, meter)
         runtime = TeamRuntime(team, engines, p.sampling)
         logger.info(f"[eval] {len(p.tasks)} questions x {cfg.n} samples, workflow {wf.name}, run dir {store.path}")
         try:
@@ -167,6 +182,8 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
                 cost_fn=p.cost if p.prices else None, progress=cfg.progress, flush_every=cfg.flush_every,
                 math_grader=cfg.grader,
             )
+            if meter is not None:
+                stats.limits = meter.record(store.selected())
         except UserError as e:
             raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
         except Exception as e:
@@ -192,6 +209,8 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     records = store.selected()  # the selection leaderboard and cost read too (store.select_records)
     summary = metrics.summarize(records, prices=p.prices, workflow=wf.name)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
+                      **({"stopped": stats.stopped} if stats.stopped else {}),
+                      **({"limits": stats.limits} if stats.limits else {}),
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2),
                       # what summary.md's header and agents table name: every agent of the team (also one
                       # never called), with its worker group and that group's model
@@ -207,6 +226,10 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     summary["provenance"] = {**p.provenance, "hardware": hardware(), "finished_at": utc_now(),
                              "duration_s": round(time.monotonic() - p.t0, 2)}
     md = format_summary_markdown(summary)
+    if stats.stopped:
+        from drmas_bench.limits import stop_markdown
+
+        md = stop_markdown(stats.stopped, len(records), len(tasks) * cfg.n) + md
     if p.protocol_info:
         pr = summary["protocol"]
         md += (f"\n- prompts: {pr['prompts_source']} (sha256 {pr['prompts_sha256'][:12]}); prompt limit "
@@ -241,4 +264,4 @@ def evaluate_compute_matched(cfg: EvalConfig, team_dir: str | Path):
     return final, compute_matched(team_dir, final.run_dir)
 
 
-__all__ = ["EvalConfig", "Plan", "Summary", "evaluate", "evaluate_compute_matched", "parse_engine_args", "plan", "run", "summarize"]
+__all__ = ["EvalConfig", "LimitReached", "Plan", "Summary", "evaluate", "evaluate_compute_matched", "parse_engine_args", "plan", "run", "summarize"]

@@ -78,6 +78,10 @@ class EvalConfig:
     flush_every: int = 16  # append finished trajectories in batches of N
     cache: str | None = None  # call cache directory (drmas_bench.cache; DIR/calls.sqlite3); None: the team file's, else off.
     # Not part of the run's identity: a cached and an uncached run of one configuration are one experiment
+    # spending limits (drmas_bench.limits): the run stops cleanly once its calls reach one; None: the team
+    # file's limits:, else none. Not part of the run's identity: a re-run with a higher limit resumes
+    max_usd: float | None = None  # dollars under the price sheet (needs `prices`)
+    max_tokens: int | None = None  # prompt + completion tokens of all calls (per call: max_new_tokens)
     progress: bool = True  # progress bar on stderr
     argv: list[str] | None = None  # the command line that asked for this run (provenance; the CLI sets it)
 
@@ -93,7 +97,7 @@ class EvalConfig:
 # the EvalConfig fields with a numeric range (drmas_bench.schema.RANGES, shared with the trainer);
 # None values (not set) are not checked. Messages name the flag.
 RANGED_FIELDS = ("n", "limit", "max_new_tokens", "max_prompt_tokens", "seed", "temperature", "top_p", "concurrency",
-                 "max_batch", "flush_every", "pool_budget")
+                 "max_batch", "flush_every", "pool_budget", "max_usd", "max_tokens")
 
 
 def choices() -> dict[str, tuple[str, ...]]:
@@ -351,6 +355,7 @@ class Plan:
     t0: float  # time.monotonic() when planning began
     cache: Any = None  # an open drmas_bench.cache.CallCache, or None (off)
     cache_dir: str | None = None  # where it is (the flag's, else the team file's)
+    limits: Any = None  # drmas_bench.limits.Limits (the flags over the team file's), or None: no limits
 
     def cost(self, traj) -> float:
         """The known calls' dollars (the summary says when some were unknown)."""
@@ -451,6 +456,9 @@ def plan(cfg: EvalConfig) -> Plan:
         "provenance": provenance,  # not part of the identity: never blocks a resume
     }
     prices = _load_prices(cfg.prices, team) if cfg.prices else None
+    from drmas_bench.limits import resolve_limits
+
+    limits = resolve_limits(cfg.max_usd, cfg.max_tokens, team, prices, cfg.team or "team.yaml")
     retriever = open_retriever(retriever_spec) if retriever_spec else None  # a down server fails here
     cache_dir = cfg.cache or team.cache
     cache = None
@@ -459,4 +467,4 @@ def plan(cfg: EvalConfig) -> Plan:
 
         cache = CallCache.open(cache_dir)
     return Plan(cfg, r.suite, r.benches, wf, team, sampling, tasks, data_dir, retriever, out, config_doc, provenance,
-                grader, protocol_opts, protocol_info, prices, t0, cache, str(cache_dir) if cache_dir else None)
+                grader, protocol_opts, protocol_info, prices, t0, cache, str(cache_dir) if cache_dir else None, limits)

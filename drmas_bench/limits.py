@@ -1,0 +1,292 @@
+"""Run limits: ``--max-usd`` and ``--max-tokens`` stop a run cleanly when its spending reaches them.
+
+    drmas-bench eval --model M --suite math --prices prices.yaml --max-usd 5 --max-tokens 2000000
+
+Where a limit comes from (the precedence of ``drmas_bench.api``): the team file's ``limits:`` <
+the flags / ``EvalConfig.max_usd`` / ``max_tokens`` for the whole run; a team file's
+``agents.NAME.limits:`` for one agent (its own calls only). ``--max-usd`` (or any ``max_usd``) needs
+a price sheet (``--prices``): without one it is refused before the run starts.
+
+What counts (:class:`Meter`): every call this run's engines computed, in dollars under the price
+sheet (``metrics.turn_cost``, the figure summary.json's ``usd`` adds up) and in tokens (prompt +
+completion). A call served by the call cache is free: $0 and 0 tokens (it spent nothing). A
+resumed run starts from what its kept samples spent (the run directory's selected records), so
+the limit is on the run directory, not on one process. A call whose token usage is unknown (a
+server that reports none, with no tokenizer here to count it) cannot be counted: under a limit
+that covers its agent the run stops with one line naming the fix (``--tokenizer``).
+
+When it is checked: before each call. Once a limit is reached no call starts, from any agent; a
+call already in flight cannot be taken back, so it finishes and counts. A run can therefore overshoot
+by the calls in flight when the limit was crossed: at most one per episode in flight
+(``--concurrency``), each at most its prompt plus ``max_new_tokens``. Episodes that finish on those
+calls are kept; an episode that needs another call is abandoned, never written half, and is run
+again by a re-run (identically: per-request seeds).
+
+What a stop leaves: every finished sample on disk, ``summary.json``'s ``run.stopped`` (``{limit,
+agent, value, used, reason}``, the key ``drmas_bench.export.source.STOP_KEYS`` reads first) and
+``run.limits`` (the limits and what was used), summary.md's first line naming the limit, and on the
+command line one line on stderr and exit code :data:`EXIT_CODE` (3). The limits are not part of the
+run's identity: a re-run with a higher limit resumes the same run directory and finishes it; a
+re-run whose limit the kept samples already reach stops before any model loads, with the same
+line, and loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from drmas_bench.types import UserError
+
+#: the exit code of a command stopped by a limit (2: a refusal, 128+N: a signal)
+EXIT_CODE = 3
+
+#: the limit keys: EvalConfig field / team-file key -> (flag, unit)
+KEYS = {"max_usd": "--max-usd", "max_tokens": "--max-tokens"}
+
+
+class LimitReached(Exception):
+    """A run stopped by a limit. ``stop``: summary.json's ``run.stopped``; ``summary``: the
+    :class:`drmas_bench.api.Summary` written for the finished samples (set by ``evaluate``)."""
+
+    def __init__(self, stop: dict[str, Any], summary: Any = None) -> None:
+        super().__init__(stop.get("reason", "a limit was reached"))
+        self.stop = stop
+        self.summary = summary
+
+    def line(self) -> str:
+        """The one line the CLI prints."""
+        where = f" in {self.summary.run_dir}" if self.summary is not None else ""
+        return (f"stopped: {self.stop['reason']}; finished samples are kept{where}; re-run with a higher limit "
+                "to resume")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits of one run: run-wide (``max_usd`` / ``max_tokens``) and per agent
+    (``agents[name] = {"max_usd": ..., "max_tokens": ...}``); ``where``: each limit's source for
+    messages (``"--max-usd"``, ``"team.yaml: limits.max_usd"``, ``"team.yaml: agents.solver.limits.max_tokens"``)."""
+
+    max_usd: float | None = None
+    max_tokens: int | None = None
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    where: dict[str, str] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """The limits as summary.json's ``run.limits`` shows them."""
+        return {"max_usd": self.max_usd, "max_tokens": self.max_tokens, "agents": self.agents}
+
+
+def resolve_limits(max_usd: float | None, max_tokens: int | None, team: Any, prices: Any,
+                   team_where: str = "team file") -> Limits | None:
+    """The run's limits: the flags (``max_usd`` / ``max_tokens``, None = not given) over the team
+    file's ``limits:``, plus its per-agent ``agents.NAME.limits:``; None when there are none. A
+    dollar limit without a price sheet is one UserError naming where it came from."""
+    run = dict(getattr(team, "limits", None) or {})
+    where = {k: f"{team_where}: limits.{k}" for k in run}
+    for key, v in (("max_usd", max_usd), ("max_tokens", max_tokens)):
+        if v is not None:
+            run[key], where[key] = v, KEYS[key]
+    agents = {a: dict(d) for a, d in (getattr(team, "agent_limits", None) or {}).items() if d}
+    for a, d in agents.items():
+        for key in d:
+            where[f"{a}.{key}"] = f"{team_where}: agents.{a}.limits.{key}"
+    if not run and not agents:
+        return None
+    if prices is None:
+        usd = [w for k, w in where.items() if k.endswith("max_usd")]
+        if usd:
+            raise UserError(f"{usd[0]} needs a price sheet to count dollars: pass --prices FILE (docs/pricing.md), "
+                            "or limit tokens with --max-tokens")
+    return Limits(run.get("max_usd"), run.get("max_tokens"), agents, where)
+
+
+def _usage_of(turn: dict[str, Any], prices: Any) -> tuple[int, float | None, bool]:
+    """(tokens, dollars, usage known) of one recorded call (``{"wg", "completion": {...}}``) as this
+    run spent it: a cache hit spent nothing; dollars from ``metrics.turn_cost`` (None without prices)."""
+    from drmas_bench.metrics import turn_cost, usage_known
+
+    c = turn.get("completion") or {}
+    if not usage_known(turn):
+        return 0, None, False
+    if c.get("cache_hit"):
+        return 0, 0.0, True
+    tokens = int(c.get("prompt_tokens") or 0) + int(c.get("completion_tokens") or 0)
+    return tokens, (turn_cost(turn, prices) if prices is not None else None), True
+
+
+def _fmt(key: str, v: float) -> str:
+    return f"${v:.4f}" if key == "max_usd" else f"{int(v):,} tokens"
+
+
+class Meter:
+    """Counts what a run spent, per agent and in all, and says when a limit is reached (module
+    docstring). ``prices``: the run's price sheet (with its worker-group aliases), or None."""
+
+    def __init__(self, limits: Limits, prices: Any = None) -> None:
+        self.limits = limits
+        self.prices = prices
+        self.agents: dict[str, dict[str, float]] = {}  # agent -> {tokens, usd, calls}
+        self.stopped: dict[str, Any] | None = None  # run.stopped once a limit is reached
+
+    @property
+    def tokens(self) -> int:
+        return int(sum(a["tokens"] for a in self.agents.values()))
+
+    @property
+    def usd(self) -> float:
+        return float(sum(a["usd"] for a in self.agents.values()))
+
+    def _tally(self, agent: str) -> dict[str, float]:
+        return self.agents.setdefault(agent, {"tokens": 0, "usd": 0.0, "calls": 0})
+
+    def add_records(self, records: Iterable[dict[str, Any]]) -> "Meter":
+        """Count the calls of kept samples (a resumed run's spending so far)."""
+        for r in records:
+            for t in r.get("turns") or []:
+                self.add(str(t.get("agent", "?")), t)
+        return self
+
+    def add_abandoned(self, summary: dict[str, Any] | None) -> "Meter":
+        """Count what earlier stops of this run directory spent on episodes they abandoned (a
+        previous summary.json's ``run.limits.used.abandoned``): spent, though on no kept sample."""
+        gone = ((((summary or {}).get("run") or {}).get("limits") or {}).get("used") or {}).get("abandoned") or {}
+        for agent, d in (gone.get("agents") or {}).items():
+            if isinstance(d, dict):
+                a = self._tally(str(agent))
+                a["tokens"] += int(d.get("tokens") or 0)
+                a["usd"] += float(d.get("usd") or 0.0)
+        return self
+
+    def covers(self, agent: str) -> bool:
+        return bool(self.limits.max_usd is not None or self.limits.max_tokens is not None
+                    or self.limits.agents.get(agent))
+
+    def add(self, agent: str, turn: dict[str, Any]) -> None:
+        """Count one call (a recorded turn: ``wg`` and ``completion``); refuse one whose usage is
+        unknown when a limit covers its agent. Does not check the limits (:meth:`check` does)."""
+        tokens, usd, known = _usage_of(turn, self.prices)
+        if not known and self.covers(agent):
+            raise UserError(f"the run's limits cannot count agent {agent!r}'s calls: worker group {turn.get('wg')!r} "
+                            "reported no token usage and no tokenizer here counts it (pass --tokenizer, or run "
+                            "without --max-usd / --max-tokens)")
+        a = self._tally(agent)
+        a["tokens"] += tokens
+        a["usd"] += usd or 0.0
+        a["calls"] += 1
+
+    def reached(self) -> dict[str, Any] | None:
+        """:attr:`stopped`, set at the first limit reached (run-wide first, then per agent in order)."""
+        if self.stopped is not None:
+            return self.stopped
+        L = self.limits
+        checks = [(None, k, getattr(L, k), self.usd if k == "max_usd" else self.tokens) for k in KEYS]
+        for agent, d in L.agents.items():
+            a = self.agents.get(agent, {"tokens": 0, "usd": 0.0})
+            checks += [(agent, k, d.get(k), a["usd"] if k == "max_usd" else a["tokens"]) for k in KEYS]
+        for agent, key, limit, used in checks:
+            if limit is not None and used >= limit:
+                src = L.where.get(f"{agent}.{key}" if agent else key, KEYS[key])
+                name = f"{KEYS[key]} {limit:g}" if src == KEYS[key] else f"{key} {limit:g} ({src})"
+                who = f"agent {agent!r}: " if agent else ""
+                self.stopped = {"limit": KEYS[key], "agent": agent, "value": limit,
+                                "used": round(used, 6) if key == "max_usd" else int(used),
+                                "reason": f"{who}{name} reached ({_fmt(key, used)} spent)"}
+                break
+        return self.stopped
+
+    def check(self) -> None:
+        """Raise :class:`LimitReached` when a limit is reached: no call starts after that."""
+        if self.reached() is not None:
+            raise LimitReached(self.stopped)
+
+    def record(self, kept: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        """summary.json's ``run.limits``: the limits, and what was used (in all and per agent)
+        including ``abandoned``: what was counted but is on none of the ``kept`` records (calls of
+        episodes a stop abandoned, in this process and in earlier stops)."""
+        on_disk = Meter(self.limits, self.prices).add_records(kept).agents
+        priced = self.prices is not None
+
+        def figures(d: dict[str, float], calls: bool = True) -> dict[str, Any]:
+            out = {"usd": round(d["usd"], 6) if priced else None, "tokens": int(d["tokens"])}
+            return {**out, "calls": int(d["calls"])} if calls else out
+
+        gone = {a: {"tokens": d["tokens"] - on_disk.get(a, {}).get("tokens", 0),
+                    "usd": d["usd"] - on_disk.get(a, {}).get("usd", 0.0)} for a, d in sorted(self.agents.items())}
+        gone = {a: d for a, d in gone.items() if d["tokens"] > 0 or d["usd"] > 1e-12}
+        return {**self.limits.record(),
+                "used": {"usd": round(self.usd, 6) if priced else None, "tokens": self.tokens,
+                         "agents": {a: figures(d) for a, d in sorted(self.agents.items())},
+                         "abandoned": {"usd": round(sum(d["usd"] for d in gone.values()), 6) if priced else None,
+                                       "tokens": int(sum(d["tokens"] for d in gone.values())),
+                                       "agents": {a: figures(d, calls=False) for a, d in gone.items()}}}}
+
+
+class LimitedEngine:
+    """One worker group's engine (a pool view, or the call cache's engine over it) under the run's
+    :class:`Meter`: each request is checked before it goes out, each completion counted when it
+    comes back."""
+
+    def __init__(self, engine: Any, meter: Meter, wg: str) -> None:
+        self.engine = engine
+        self.meter = meter
+        self.wg = wg
+
+    async def generate(self, requests: list) -> list:
+        self.meter.check()
+        got = await self.engine.generate(requests)
+        for r, c in zip(requests, got):
+            self.meter.add(r.agent, {"wg": self.wg, "completion": {
+                "usage": c.usage, "cache_hit": c.cache_hit, "prompt_tokens": c.prompt_tokens,
+                "completion_tokens": c.completion_tokens, "latency_s": c.latency_s}})
+        return got
+
+    def __getattr__(self, name: str) -> Any:  # name, model, is_awake, close: the wrapped engine's
+        return getattr(self.engine, name)
+
+
+def wrap_engines(engines: dict[str, Any], meter: Meter) -> dict[str, LimitedEngine]:
+    """``{wg: LimitedEngine}`` over a run's engines (after the call cache's wrapper: a hit is free)."""
+    return {wg: LimitedEngine(e, meter, wg) for wg, e in engines.items()}
+
+
+def _previous_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The run directory's summary.json from before this process (None: none, or unreadable)."""
+    try:
+        doc = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def start_meter(p: Any, store: Any) -> tuple[Meter, Any]:
+    """The meter of plan ``p``'s run (``p.limits`` set) over its open run directory ``store``: what
+    the kept samples and earlier stops spent counted. When that already reaches a limit and samples
+    remain to be run, also the run's ``RunStats`` (``stopped`` set, nothing run): the caller stops
+    before any model loads. -> (meter, RunStats or None)"""
+    from drmas_bench.runner import RunStats
+
+    kept = store.selected()
+    meter = Meter(p.limits, p.prices).add_records(kept).add_abandoned(_previous_summary(store.path))
+    stop = meter.reached()
+    if stop is None:
+        return meter, None
+    done = store.done_keys()
+    todo = sum((t.benchmark, t.id, i) not in done for t in p.tasks for i in range(p.cfg.n))
+    if not todo:  # every sample is finished: the limit stops nothing
+        return meter, None
+    return meter, RunStats(skipped=len(p.tasks) * p.cfg.n - todo, stopped=stop, limits=meter.record(kept))
+
+
+def stop_markdown(stop: dict[str, Any] | None, kept: int, planned: int) -> str:
+    """summary.md's first line for a run stopped by a limit ('' when it was not)."""
+    if not stop:
+        return ""
+    return (f"> **Stopped by a limit:** {stop['reason']}. {kept} of {planned} samples are finished; the figures "
+            "below cover those only. Re-run with a higher limit to resume.\n\n")
+
+
+__all__ = ["EXIT_CODE", "LimitReached", "LimitedEngine", "Limits", "Meter", "resolve_limits", "start_meter",
+           "stop_markdown", "wrap_engines"]
