@@ -144,9 +144,11 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
     if p.limits is not None:  # what the kept samples (and earlier stops) spent counts; one reached: no model loads
         from drmas_bench.limits import start_meter
 
-        meter, stats = start_meter(p, store)
-        if stats is not None:
-            return stats, {}
+        meter, stopped = start_meter(p, store)
+        if stopped is not None:
+            from drmas_bench.runner import RunStats
+
+            return RunStats(**stopped), {}
 
     ray_opts = {"address": cfg.ray_address} if cfg.pool == "ray" else {}
     if p.cache is not None:  # an engine loads when a call misses the cache: a fully cached run loads no model

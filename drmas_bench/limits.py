@@ -10,8 +10,9 @@ a price sheet (``--prices``): without one it is refused before the run starts.
 What counts (:class:`Meter`): every call this run's engines computed, in dollars under the price
 sheet (``metrics.turn_cost``, the figure summary.json's ``usd`` adds up) and in tokens (prompt +
 completion). A call served by the call cache is free: $0 and 0 tokens (it spent nothing). A
-resumed run starts from what its kept samples spent (the run directory's selected records), so
-the limit is on the run directory, not on one process. A call whose token usage is unknown (a
+resumed run starts from what its kept samples spent (the run directory's selected records) plus
+what earlier stops spent on episodes they abandoned (the previous summary's
+``run.limits.used.abandoned``), so the limit is on the run directory, not on one process. A call whose token usage is unknown (a
 server that reports none, with no tokenizer here to count it) cannot be counted: under a limit
 that covers its agent the run stops with one line naming the fix (``--tokenizer``).
 
@@ -261,13 +262,11 @@ def _previous_summary(run_dir: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def start_meter(p: Any, store: Any) -> tuple[Meter, Any]:
+def start_meter(p: Any, store: Any) -> tuple[Meter, dict[str, Any] | None]:
     """The meter of plan ``p``'s run (``p.limits`` set) over its open run directory ``store``: what
     the kept samples and earlier stops spent counted. When that already reaches a limit and samples
-    remain to be run, also the run's ``RunStats`` (``stopped`` set, nothing run): the caller stops
-    before any model loads. -> (meter, RunStats or None)"""
-    from drmas_bench.runner import RunStats
-
+    remain to be run, also the fields of the run's ``runner.RunStats`` (``skipped``, ``stopped``,
+    ``limits``; nothing run): the caller stops before any model loads. -> (meter, fields or None)"""
     kept = store.selected()
     meter = Meter(p.limits, p.prices).add_records(kept).add_abandoned(_previous_summary(store.path))
     stop = meter.reached()
@@ -277,7 +276,7 @@ def start_meter(p: Any, store: Any) -> tuple[Meter, Any]:
     todo = sum((t.benchmark, t.id, i) not in done for t in p.tasks for i in range(p.cfg.n))
     if not todo:  # every sample is finished: the limit stops nothing
         return meter, None
-    return meter, RunStats(skipped=len(p.tasks) * p.cfg.n - todo, stopped=stop, limits=meter.record(kept))
+    return meter, {"skipped": len(p.tasks) * p.cfg.n - todo, "stopped": stop, "limits": meter.record(kept)}
 
 
 def stop_markdown(stop: dict[str, Any] | None, kept: int, planned: int) -> str:
