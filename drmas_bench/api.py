@@ -119,6 +119,8 @@ def evaluate(config: EvalConfig) -> Summary:
         raise
     try:
         stats, pool_stats = asyncio.run(run(p, store))
+        if stats.stopped and not store.selected():  # a limit below one episode's spending: nothing to summarize
+            raise LimitReached(stats.stopped)
         summary = summarize(p, store, stats, pool_stats)
         if stats.stopped:  # a run limit: the summary of the finished samples is written, the caller told
             raise LimitReached(stats.stopped, summary)
@@ -182,7 +184,7 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
                 p.tasks, cfg.n, runtime, wf, store, seed=cfg.seed, retriever=p.retriever,
                 workflow_options={**team.workflow_options, **p.protocol_opts}, concurrency=cfg.concurrency,
                 cost_fn=p.cost if p.prices else None, progress=cfg.progress, flush_every=cfg.flush_every,
-                math_grader=cfg.grader,
+                math_grader=cfg.grader, gate=meter,
             )
             if meter is not None:
                 stats.limits = meter.record(store.selected())

@@ -16,12 +16,18 @@ what earlier stops spent on episodes they abandoned (the previous summary's
 server that reports none, with no tokenizer here to count it) cannot be counted: under a limit
 that covers its agent the run stops with one line naming the fix (``--tokenizer``).
 
-When it is checked: before each call. Once a limit is reached no call starts, from any agent; a
-call already in flight cannot be taken back, so it finishes and counts. A run can therefore overshoot
-by the calls in flight when the limit was crossed: at most one per episode in flight
-(``--concurrency``), each at most its prompt plus ``max_new_tokens``. Episodes that finish on those
-calls are kept; an episode that needs another call is abandoned, never written half, and is run
-again by a re-run (identically: per-request seeds).
+When it is checked: before each call, and before each episode starts. Once a limit is reached no
+call starts, from any agent; a call already in flight cannot be taken back, so it finishes and
+counts, and an episode that needs another call is abandoned (never written half; a re-run runs it
+again identically: per-request seeds). So that a tight limit is not spent on first calls of
+episodes it cannot finish (256 episodes in flight by default), a new episode starts only while what
+was used plus the episodes in flight and it, each at the mean spending of the finished episodes,
+stays within every limit; otherwise it waits for one to end (:meth:`Meter.start_episode`; the
+kept samples of a resumed run are the first measure, and before any episode finished one runs
+alone). A run therefore overshoots by about what its episodes in flight spend beyond that mean; the
+hard bound is the calls in flight when a limit is crossed, at most one per episode in flight, each
+at most its prompt plus ``max_new_tokens``. A limit below what one episode spends finishes nothing:
+no summary is written (there is nothing to summarize), the line says so.
 
 What a stop leaves: every finished sample on disk, ``summary.json``'s ``run.stopped`` (``{limit,
 agent, value, used, reason}``, the key ``drmas_bench.export.source.STOP_KEYS`` reads first) and
@@ -59,9 +65,11 @@ class LimitReached(Exception):
 
     def line(self) -> str:
         """The one line the CLI prints."""
-        where = f" in {self.summary.run_dir}" if self.summary is not None else ""
-        return (f"stopped: {self.stop['reason']}; finished samples are kept{where}; re-run with a higher limit "
-                "to resume")
+        if self.summary is None:
+            return (f"stopped: {self.stop['reason']} before any sample finished (the limit is below what one "
+                    "episode spends), so there is no summary; re-run with a higher limit")
+        return (f"stopped: {self.stop['reason']}; finished samples are kept in {self.summary.run_dir}; re-run with a "
+                "higher limit to resume")
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,9 @@ class Meter:
         self.prices = prices
         self.agents: dict[str, dict[str, float]] = {}  # agent -> {tokens, usd, calls}
         self.stopped: dict[str, Any] | None = None  # run.stopped once a limit is reached
+        self.running = 0  # episodes started and not ended (start_episode / end_episode)
+        self._finished: list[dict] = []  # what each finished episode spent, per limit scope
+        self._changed: Any = None  # asyncio.Condition, made on first use inside the running loop
 
     @property
     def tokens(self) -> int:
@@ -203,6 +214,72 @@ class Meter:
         if self.reached() is not None:
             raise LimitReached(self.stopped)
 
+    def _scopes(self) -> list[tuple[str | None, str, float]]:
+        """(agent or None for the run, key, limit) of every limit set."""
+        out = [(None, k, getattr(self.limits, k)) for k in KEYS if getattr(self.limits, k) is not None]
+        return out + [(a, k, d[k]) for a, d in self.limits.agents.items() for k in KEYS if d.get(k) is not None]
+
+    def _used(self, agent: str | None, key: str) -> float:
+        if agent is None:
+            return self.usd if key == "max_usd" else self.tokens
+        a = self.agents.get(agent, {"tokens": 0, "usd": 0.0})
+        return a["usd"] if key == "max_usd" else a["tokens"]
+
+    def _episode_cost(self, turns: Iterable[dict[str, Any]]) -> dict[tuple[str | None, str], float]:
+        """What one episode spent in each limit's scope."""
+        out: dict[tuple[str | None, str], float] = {}
+        for t in turns:
+            tokens, usd, _ = _usage_of(t, self.prices)
+            agent = str(t.get("agent", "?"))
+            for scope in (None, agent):
+                out[(scope, "max_tokens")] = out.get((scope, "max_tokens"), 0.0) + tokens
+                out[(scope, "max_usd")] = out.get((scope, "max_usd"), 0.0) + (usd or 0.0)
+        return out
+
+    def learn(self, records: Iterable[dict[str, Any]]) -> "Meter":
+        """Take the kept samples as the first measure of what an episode spends (:meth:`start_episode`)."""
+        for r in records:
+            self._finished.append(self._episode_cost(r.get("turns") or []))
+        return self
+
+    def _fits_another(self) -> bool:
+        """Whether what was used plus the episodes in flight and one more, each at the mean spending
+        of the finished ones, stays within every limit (no episode finished yet: only one at a time)."""
+        if not self._finished:
+            return self.running == 0
+        n = len(self._finished)
+        for scope, key, limit in self._scopes():
+            mean = sum(e.get((scope, key), 0.0) for e in self._finished) / n
+            if self._used(scope, key) + (self.running + 1) * mean > limit:
+                return False
+        return True
+
+    async def start_episode(self) -> None:
+        """Before an episode's first call (the runner's gate): raise :class:`LimitReached` once a limit
+        is reached; wait while the episodes in flight are expected to spend what is left; with none in
+        flight, start. Calls of episodes already started are only checked (:meth:`check`), so the
+        budget goes to finishing episodes rather than to first calls of episodes it cannot finish."""
+        import asyncio
+
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        async with self._changed:
+            while True:
+                self.check()
+                if self.running == 0 or self._fits_another():
+                    break
+                await self._changed.wait()
+            self.running += 1
+
+    async def end_episode(self, traj: Any) -> None:
+        """An episode left (its ``Trajectory`` when it finished, None when abandoned, failed or never
+        started): learn what it spent, wake the episodes waiting to start."""
+        async with self._changed:
+            if traj is not None:
+                self._finished.append(self._episode_cost(call_turn(t.wg, t.completion, t.agent) for t in traj.turns))
+            self.running -= 1
+            self._changed.notify_all()
+
     def record(self, kept: Iterable[dict[str, Any]]) -> dict[str, Any]:
         """summary.json's ``run.limits``: the limits, and what was used (in all and per agent)
         including ``abandoned``: what was counted but is on none of the ``kept`` records (calls of
@@ -225,6 +302,13 @@ class Meter:
                                        "agents": {a: figures(d, calls=False) for a, d in gone.items()}}}}
 
 
+def call_turn(wg: str, c: Any, agent: str) -> dict[str, Any]:
+    """A live call (a ``Completion``) as the recorded turn the meter counts."""
+    return {"agent": agent, "wg": wg, "completion": {
+        "usage": c.usage, "cache_hit": c.cache_hit, "prompt_tokens": c.prompt_tokens,
+        "completion_tokens": c.completion_tokens, "latency_s": c.latency_s}}
+
+
 class LimitedEngine:
     """One worker group's engine (a pool view, or the call cache's engine over it) under the run's
     :class:`Meter`: each request is checked before it goes out, each completion counted when it
@@ -239,9 +323,7 @@ class LimitedEngine:
         self.meter.check()
         got = await self.engine.generate(requests)
         for r, c in zip(requests, got):
-            self.meter.add(r.agent, {"wg": self.wg, "completion": {
-                "usage": c.usage, "cache_hit": c.cache_hit, "prompt_tokens": c.prompt_tokens,
-                "completion_tokens": c.completion_tokens, "latency_s": c.latency_s}})
+            self.meter.add(r.agent, call_turn(self.wg, c, r.agent))
         return got
 
     def __getattr__(self, name: str) -> Any:  # name, model, is_awake, close: the wrapped engine's
@@ -268,7 +350,7 @@ def start_meter(p: Any, store: Any) -> tuple[Meter, dict[str, Any] | None]:
     remain to be run, also the fields of the run's ``runner.RunStats`` (``skipped``, ``stopped``,
     ``limits``; nothing run): the caller stops before any model loads. -> (meter, fields or None)"""
     kept = store.selected()
-    meter = Meter(p.limits, p.prices).add_records(kept).add_abandoned(_previous_summary(store.path))
+    meter = Meter(p.limits, p.prices).add_records(kept).add_abandoned(_previous_summary(store.path)).learn(kept)
     stop = meter.reached()
     if stop is None:
         return meter, None

@@ -132,11 +132,13 @@ async def run_episodes(
     on_finished: Callable[[list[Trajectory]], None] | None = None,
     math_grader: str | None = None,
     step: int = 0,
+    gate: Any = None,
 ) -> RunStats:
     """Run every (task, sample) not yet in `store`; return counters. Raises the first episode error
     after saving everything that finished before it. An episode stopped by a run limit
     (``limits.LimitReached``, raised before a call) is abandoned, not an error: the others run on
-    until they finish or reach a call themselves, and ``stats.stopped`` says which limit. `math_grader`: the math grader's name
+    until they finish or reach a call themselves, and ``stats.stopped`` says which limit. `gate`:
+    the limits' ``Meter``, asked before each episode starts and told when it ends. `math_grader`: the math grader's name
     (default `grading.DEFAULT_GRADER`; ignored by other workflows' graders). `step`: the training step, part
 of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
     from tqdm import tqdm
@@ -168,14 +170,21 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
 
     async def one(task: Task, idx: int) -> Trajectory | None:
         async with sem:
-            ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever, want_logprobs=want_logprobs,
-                         step=step)
+            traj, started = None, False
             try:
+                if gate is not None:
+                    await gate.start_episode()
+                    started = True
+                ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever,
+                             want_logprobs=want_logprobs, step=step)
                 await wf.fn(ep, **opts)
+                traj = ep.finish()
             except LimitReached as e:  # no call starts past a limit: this episode is abandoned, never written half
                 stats.stopped = stats.stopped or e.stop
-                return None
-            return ep.finish()
+            finally:
+                if started:
+                    await gate.end_episode(traj)
+            return traj
 
     buffer: list[Trajectory] = []
     last_flush = time.perf_counter()

@@ -90,6 +90,29 @@ def test_resume_with_a_higher_limit_gives_the_unlimited_run(tmp_path):
     assert _samples(run) == _samples(plain)
 
 
+def test_many_episodes_in_flight_stop_near_the_limit(tmp_path):
+    """256 episodes may run at once; a new one starts only while the finished ones' mean spending says
+    it and those in flight fit, so a tight limit is not overrun by a wave of first calls."""
+    run = tmp_path / "run"
+    with pytest.raises(LimitReached) as e:
+        evaluate(EvalConfig(model="tiny-random", suite="toy", n=4, limit=16, max_new_tokens=12, progress=False,
+                            out=str(run), max_tokens=1500))
+    kept = _samples(run)
+    per_episode = _tokens(run) / len(kept)
+    used = e.value.summary["run"]["limits"]["used"]
+    assert 1500 <= used["tokens"] < 1500 + 2 * per_episode
+    assert used["tokens"] == _tokens(run) + used["abandoned"]["tokens"]
+    assert len(kept) >= (1500 - per_episode) // per_episode
+
+
+def test_a_limit_below_one_episode_keeps_nothing_and_says_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(TOY + ["--out", str(run), "--max-tokens", "10"]) == EXIT_CODE
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("drmas-bench: stopped: --max-tokens 10 reached (") and "before any sample finished" in err
+    assert not (run / "summary.json").exists() and not (run / "samples.jsonl").exists()
+
+
 def test_per_agent_limit_from_a_team_file(tmp_path):
     team = tmp_path / "team.yaml"
     team.write_text("worker_groups: {a: {model: tiny-random}}\n"
