@@ -64,6 +64,11 @@ def test_max_usd_stops_part_way_keeping_finished_samples(tmp_path, capsys):
     # the export layer reads the stop from the summary
     from drmas_bench.export.source import stop_reason
     assert stop_reason(summary).startswith("--max-usd 0.3 reached")
+    # the same command with a higher limit resumes and finishes the run
+    assert main(TOY + ["--out", str(run), "--prices", str(prices), "--max-usd", "100"]) == 0
+    done = json.loads((run / "summary.json").read_text())
+    assert "stopped" not in done["run"] and done["run"]["episodes_resumed"] == len(kept)
+    assert len(_samples(run)) == PLANNED and all(_samples(run)[k] == v for k, v in kept.items())
 
 
 def test_resume_with_a_higher_limit_gives_the_unlimited_run(tmp_path):
