@@ -12,9 +12,10 @@ sheet (``metrics.turn_cost``, the figure summary.json's ``usd`` adds up) and in 
 completion). A call served by the call cache is free: $0 and 0 tokens (it spent nothing). A
 resumed run starts from what its kept samples spent (the run directory's selected records) plus
 what earlier stops spent on episodes they abandoned (the previous summary's
-``run.limits.used.abandoned``), so the limit is on the run directory, not on one process. A call whose token usage is unknown (a
-server that reports none, with no tokenizer here to count it) cannot be counted: under a limit
-that covers its agent the run stops with one line naming the fix (``--tokenizer``).
+``run.limits.used.abandoned``), so the limit is on the run directory, not on one process. A call
+whose token usage is unknown (a server that reports none, with no tokenizer here to count it)
+cannot be counted: under a limit that covers its agent the run stops with one line naming the fix
+(``--tokenizer``).
 
 When it is checked: before each call, and before each episode starts. Once a limit is reached no
 call starts, from any agent; a call already in flight cannot be taken back, so it finishes and
@@ -50,7 +51,7 @@ from drmas_bench.types import UserError
 #: the exit code of a command stopped by a limit (2: a refusal, 128+N: a signal)
 EXIT_CODE = 3
 
-#: the limit keys: EvalConfig field / team-file key -> (flag, unit)
+#: the limit keys (EvalConfig fields, team-file keys) -> their flags
 KEYS = {"max_usd": "--max-usd", "max_tokens": "--max-tokens"}
 
 
@@ -140,7 +141,8 @@ class Meter:
         self.agents: dict[str, dict[str, float]] = {}  # agent -> {tokens, usd, calls}
         self.stopped: dict[str, Any] | None = None  # run.stopped once a limit is reached
         self.running = 0  # episodes started and not ended (start_episode / end_episode)
-        self._finished: list[dict] = []  # what each finished episode spent, per limit scope
+        self._finished = 0  # episodes finished (kept samples included) and what they spent, per scope and key
+        self._episode_sums: dict[tuple[str | None, str], float] = {}
         self._changed: Any = None  # asyncio.Condition, made on first use inside the running loop
 
     @property
@@ -193,14 +195,10 @@ class Meter:
         """:attr:`stopped`, set at the first limit reached (run-wide first, then per agent in order)."""
         if self.stopped is not None:
             return self.stopped
-        L = self.limits
-        checks = [(None, k, getattr(L, k), self.usd if k == "max_usd" else self.tokens) for k in KEYS]
-        for agent, d in L.agents.items():
-            a = self.agents.get(agent, {"tokens": 0, "usd": 0.0})
-            checks += [(agent, k, d.get(k), a["usd"] if k == "max_usd" else a["tokens"]) for k in KEYS]
-        for agent, key, limit, used in checks:
-            if limit is not None and used >= limit:
-                src = L.where.get(f"{agent}.{key}" if agent else key, KEYS[key])
+        for agent, key, limit in self._scopes():
+            used = self._used(agent, key)
+            if used >= limit:
+                src = self.limits.where.get(f"{agent}.{key}" if agent else key, KEYS[key])
                 name = f"{KEYS[key]} {limit:g}" if src == KEYS[key] else f"{key} {limit:g} ({src})"
                 who = f"agent {agent!r}: " if agent else ""
                 self.stopped = {"limit": KEYS[key], "agent": agent, "value": limit,
@@ -236,10 +234,15 @@ class Meter:
                 out[(scope, "max_usd")] = out.get((scope, "max_usd"), 0.0) + (usd or 0.0)
         return out
 
+    def _finish(self, cost: dict[tuple[str | None, str], float]) -> None:
+        self._finished += 1
+        for k, v in cost.items():
+            self._episode_sums[k] = self._episode_sums.get(k, 0.0) + v
+
     def learn(self, records: Iterable[dict[str, Any]]) -> "Meter":
         """Take the kept samples as the first measure of what an episode spends (:meth:`start_episode`)."""
         for r in records:
-            self._finished.append(self._episode_cost(r.get("turns") or []))
+            self._finish(self._episode_cost(r.get("turns") or []))
         return self
 
     def _fits_another(self) -> bool:
@@ -247,9 +250,8 @@ class Meter:
         of the finished ones, stays within every limit (no episode finished yet: only one at a time)."""
         if not self._finished:
             return self.running == 0
-        n = len(self._finished)
         for scope, key, limit in self._scopes():
-            mean = sum(e.get((scope, key), 0.0) for e in self._finished) / n
+            mean = self._episode_sums.get((scope, key), 0.0) / self._finished
             if self._used(scope, key) + (self.running + 1) * mean > limit:
                 return False
         return True
@@ -276,7 +278,7 @@ class Meter:
         started): learn what it spent, wake the episodes waiting to start."""
         async with self._changed:
             if traj is not None:
-                self._finished.append(self._episode_cost(call_turn(t.wg, t.completion, t.agent) for t in traj.turns))
+                self._finish(self._episode_cost(call_turn(t.wg, t.completion, t.agent) for t in traj.turns))
             self.running -= 1
             self._changed.notify_all()
 
