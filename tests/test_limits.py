@@ -223,3 +223,41 @@ def test_sweep_takes_the_limits(capsys):
         main(["sweep", "--help"])
     out = capsys.readouterr().out
     assert "--max-usd USD" in out and "--max-tokens N" in out
+
+
+def _episode(tokens: int):
+    """A finished episode as the runner hands it to the meter: one call of `tokens` tokens."""
+    from types import SimpleNamespace
+
+    c = Completion(text="x", prompt_tokens=tokens - 10, completion_tokens=10)
+    return SimpleNamespace(turns=[SimpleNamespace(agent="solver", wg="wg", completion=c)])
+
+
+def test_a_new_episode_waits_while_those_in_flight_may_spend_what_is_left():
+    meter = Meter(Limits(max_tokens=100)).learn([{"turns": [_turn("solver", "wg", 30, 10)]}])  # 40 an episode
+    started: list[int] = []
+
+    async def go():
+        async def episode(i: int):
+            await meter.start_episode()
+            started.append(i)
+
+        await meter.start_episode()
+        await meter.start_episode()  # 0 used + 2 x 40 fits 100
+        third = asyncio.ensure_future(episode(3))
+        await asyncio.sleep(0)
+        assert started == [] and meter.running == 2  # 3 x 40 would not: it waits
+        meter.add("solver", _turn("solver", "wg", 30, 10))
+        await meter.end_episode(_episode(40))  # 40 used + 2 x 40 still passes 100
+        await asyncio.sleep(0)
+        assert started == []
+        meter.add("solver", _turn("solver", "wg", 30, 10))
+        await meter.end_episode(_episode(40))  # none in flight: one more may start (80 < 100)
+        await third
+        assert started == [3] and meter.running == 1
+        meter.add("solver", _turn("solver", "wg", 30, 10))
+        await meter.end_episode(_episode(40))
+        with pytest.raises(LimitReached):  # 120 >= 100: reached, nothing starts
+            await meter.start_episode()
+
+    asyncio.run(go())
