@@ -59,7 +59,7 @@ def test_max_usd_stops_part_way_keeping_finished_samples(tmp_path, capsys):
     assert used["usd"] == pytest.approx(kept_usd + used["abandoned"]["usd"], abs=1e-6)
     assert used["usd"] - kept_usd < 0.3  # overshoot: at most the one call in flight (concurrency 1)
     md = (run / "summary.md").read_text()
-    assert md.splitlines()[0].startswith(f"> **Stopped by a limit:** --max-usd 0.3 reached") and \
+    assert md.splitlines()[0].startswith("> **Stopped by a limit:** --max-usd 0.3 reached") and \
         f"{len(kept)} of {PLANNED} samples are finished" in md.splitlines()[0]
     # the export layer reads the stop from the summary
     from drmas_bench.export.source import stop_reason
