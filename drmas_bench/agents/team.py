@@ -14,6 +14,8 @@ A team file (``--team FILE``)::
     prompts: prompts/search.yaml      # optional: role prompts (a file relative to this one, or inline);
                                       # replaces the packaged templates (docs/protocol.md)
     protocol: {max_prompt_tokens: 4096, truncate: left}   # optional: prompt-length limit and side
+    limits: {max_usd: 5}              # optional: stop the run cleanly at $5 (needs --prices; flags win;
+                                      # per agent: agents.NAME.limits; drmas_bench/limits.py)
 
 Shorthands: ``--model M`` puts every agent on one shared worker group; ``--model-for agent=M``
 gives an agent its own model (agents naming the same model share one worker group); ``--model DIR``
