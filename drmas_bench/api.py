@@ -60,6 +60,7 @@ from drmas_bench.plan import (  # noqa: F401
     resolve,
     validate_config,
 )
+from drmas_bench.records import views
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -81,24 +82,16 @@ class Summary:
         return self.data[key]
 
 
-def protocol_summary(records: list[dict], info: dict | None) -> dict:
+def protocol_summary(records: list[Any], info: dict | None) -> dict:
     """summary.json's ``protocol``: the prompts hash / source and prompt limit of the run, the number
     of recorded calls, how many had their prompt truncated by the engine, and how many carried a
     limit the engine could not apply (an HTTP model without a tokenizer here or on its server:
     ``prompt_limit_unenforced_calls``)."""
-    calls = [t for r in records for t in r["turns"]]
-    truncated = sum(bool(t["completion"].get("prompt_truncated")) for t in calls)
-    unenforced = sum(bool(t["completion"].get("prompt_limit_unenforced")) for t in calls)
+    calls = [t.call for r in views(records) for t in r.turns]
+    truncated = sum(c.prompt_truncated for c in calls)
+    unenforced = sum(c.prompt_limit_unenforced for c in calls)
     return {**(info or {}), "calls": len(calls), "prompt_truncated_calls": truncated,
             "prompt_limit_unenforced_calls": unenforced}
-
-
-def engine_notes_markdown(pool_stats: dict) -> str:
-    """summary.md's lines for what the server engines learned about their servers (summary.json:
-    ``pool.groups.<wg>.engine_notes``): how a field was sent, sampling a server applies unasked."""
-    lines = [f"  - {wg}: {note}" for wg, g in ((pool_stats or {}).get("groups") or {}).items()
-             for note in g.get("engine_notes") or []]
-    return ("\n- engine notes (the server's dialect):\n" + "\n".join(lines) + "\n") if lines else ""
 
 
 def evaluate(config: EvalConfig) -> Summary:
@@ -202,9 +195,9 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     """summary.json / summary.md of the run directory's selected records (metrics.summarize), with the
     run, pool, protocol, grader and provenance sections."""
     from drmas_bench import metrics
-    from drmas_bench.cache import cache_markdown, cache_summary
+    from drmas_bench.cache import cache_summary
     from drmas_bench.provenance import hardware, utc_now
-    from drmas_bench.report.markdown import format_summary_markdown
+    from drmas_bench.report.markdown import run_summary_markdown
     from drmas_bench.tasks.registry import get_benchmark
 
     cfg, team, wf, tasks = p.cfg, p.team, p.wf, p.tasks
@@ -213,7 +206,9 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     records = store.selected()  # the selection leaderboard and cost read too (store.select_records)
     summary = metrics.summarize(records, prices=p.prices, workflow=wf.name)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
-                      **({"stopped": stats.stopped} if stats.stopped else {}),
+                      # a run limit stopped it: which, and how many of the planned samples are finished
+                      **({"stopped": {**stats.stopped, "samples_finished": len(records),
+                                      "samples_planned": len(tasks) * cfg.n}} if stats.stopped else {}),
                       **({"limits": stats.limits} if stats.limits else {}),
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2),
                       # what summary.md's header and agents table name: every agent of the team (also one
@@ -229,20 +224,7 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     # the engines have imported torch by now: the GPUs are known without a probe of their own
     summary["provenance"] = {**p.provenance, "hardware": hardware(), "finished_at": utc_now(),
                              "duration_s": round(time.monotonic() - p.t0, 2)}
-    md = format_summary_markdown(summary)
-    if stats.stopped:
-        from drmas_bench.limits import stop_markdown
-
-        md = stop_markdown(stats.stopped, len(records), len(tasks) * cfg.n) + md
-    if p.protocol_info:
-        pr = summary["protocol"]
-        md += (f"\n- prompts: {pr['prompts_source']} (sha256 {pr['prompts_sha256'][:12]}); prompt limit "
-               f"{pr['max_prompt_tokens'] or 'none'} tokens ({pr['truncate']}); truncated prompts: "
-               f"{pr['prompt_truncated_calls']} of {pr['calls']} calls"
-               + (f"; limit NOT enforced on {pr['prompt_limit_unenforced_calls']} calls (no tokenizer here or on the "
-                  "server)" if pr["prompt_limit_unenforced_calls"] else "") + "\n")
-    md += cache_markdown(summary["cache"])
-    md += engine_notes_markdown(pool_stats)
+    md = run_summary_markdown(summary)
     store.write_summary(summary, md)
     logger.info(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "
                 f"summary in {out}/summary.md")
@@ -261,7 +243,7 @@ def evaluate_compute_matched(cfg: EvalConfig, team_dir: str | Path):
         raise UserError(f"--compute-matched: {team.path} is a {team.suite} run; this one is --suite {cfg.suite}")
     first = evaluate(replace(cfg, n=team.n))
     single = load_run(first.run_dir)
-    k = matched_k(tokens_per_trajectory(team.records), tokens_per_trajectory(single.records))
+    k = matched_k(tokens_per_trajectory(team.views), tokens_per_trajectory(single.views))
     logger.info(f"[eval] compute-matched: team {team.path} spends {k}x the single agent's tokens per trajectory; "
                 f"running {team.n * k} samples per question")
     final = evaluate(replace(cfg, n=team.n * k, out=str(first.run_dir))) if k > 1 else first

@@ -47,6 +47,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from drmas_bench.records import view
 from drmas_bench.types import CACHE_FIELDS, Completion, Request, UserError
 
 logger = logging.getLogger(__name__)
@@ -404,7 +405,7 @@ def wrap_engines(engines: dict[str, Any], cache: CallCache, team: Any, models: d
 # ------------------------------------------------------------------------------- what a run reports
 
 
-def cache_summary(records: Iterable[dict[str, Any]], cache_dir: str | None) -> dict[str, Any] | None:
+def cache_summary(records: Iterable[Any], cache_dir: str | None) -> dict[str, Any] | None:
     """summary.json's ``cache``: ``{"dir", "hits", "misses", "agents": {agent: {"hits", "misses",
     "tokens_saved", "usd_saved", "seconds_saved"}}}`` over the run's records (a resumed run's earlier
     calls included); None when no cache was asked for and no recorded call was served by one.
@@ -413,20 +414,20 @@ def cache_summary(records: Iterable[dict[str, Any]], cache_dir: str | None) -> d
     original latency minus what the lookups took."""
     agents: dict[str, dict[str, Any]] = {}
     any_hit = False
-    for r in records:
-        for t in r.get("turns", []):
-            c = t.get("completion") or {}
-            a = agents.setdefault(str(t.get("agent", "?")), {"hits": 0, "misses": 0, "tokens_saved": 0,
-                                                             "usd_saved": 0.0, "seconds_saved": 0.0})
-            if not c.get("cache_hit"):
+    for r in map(view, records):
+        for t in r.turns:
+            c = t.call
+            a = agents.setdefault(t.agent, {"hits": 0, "misses": 0, "tokens_saved": 0,
+                                            "usd_saved": 0.0, "seconds_saved": 0.0})
+            if not c.cache_hit:
                 a["misses"] += 1
                 continue
             any_hit = True
             a["hits"] += 1
-            a["tokens_saved"] += int(c.get("prompt_tokens") or 0) + int(c.get("completion_tokens") or 0)
-            usd = c.get("cached_usd")
-            a["usd_saved"] = None if usd is None or a["usd_saved"] is None else a["usd_saved"] + float(usd)
-            a["seconds_saved"] += float(c.get("cached_latency_s") or 0.0) - float(c.get("latency_s") or 0.0)
+            a["tokens_saved"] += c.tokens
+            usd = c.cached_usd
+            a["usd_saved"] = None if usd is None or a["usd_saved"] is None else a["usd_saved"] + usd
+            a["seconds_saved"] += (c.cached_latency_s or 0.0) - c.latency_s
     if cache_dir is None and not any_hit:
         return None
     for a in agents.values():
@@ -436,16 +437,3 @@ def cache_summary(records: Iterable[dict[str, Any]], cache_dir: str | None) -> d
     return {"dir": str(cache_dir) if cache_dir is not None else None,
             "hits": sum(a["hits"] for a in agents.values()), "misses": sum(a["misses"] for a in agents.values()),
             "agents": dict(sorted(agents.items()))}
-
-
-def cache_markdown(section: dict[str, Any] | None) -> str:
-    """summary.md's cache lines: the totals, then one line per agent."""
-    if not section:
-        return ""
-    lines = [f"\n- call cache {section['dir'] or '(not used this time)'}: {section['hits']} hits, "
-             f"{section['misses']} calls computed"]
-    for name, a in section["agents"].items():
-        usd = "unknown $" if a["usd_saved"] is None else f"${a['usd_saved']:.4f}"
-        lines.append(f"  - {name}: {a['hits']} hits, {a['misses']} misses; saved {a['tokens_saved']} tokens, "
-                     f"{usd}, {a['seconds_saved']:.1f} s")
-    return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ the flags / ``EvalConfig.max_usd`` / ``max_tokens`` for the whole run; a team fi
 a price sheet (``--prices``): without one it is refused before the run starts.
 
 What counts (:class:`Meter`): every call this run's engines computed, in dollars under the price
-sheet (``metrics.turn_cost``, the figure summary.json's ``usd`` adds up) and in tokens (prompt +
+sheet (``metrics.call_cost``, the figure summary.json's ``usd`` adds up) and in tokens (prompt +
 completion). A call served by the call cache is free: $0 and 0 tokens (it spent nothing). A
 resumed run starts from what its kept samples spent (the run directory's selected records) plus
 what earlier stops spent on episodes they abandoned (the previous summary's
@@ -44,9 +44,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from drmas_bench.types import UserError
+
+if TYPE_CHECKING:  # records (and numpy under it) load when a run counts, not when the CLI starts
+    from drmas_bench.records import TurnView
 
 #: the exit code of a command stopped by a limit (2: a refusal, 128+N: a signal)
 EXIT_CODE = 3
@@ -113,18 +116,17 @@ def resolve_limits(max_usd: float | None, max_tokens: int | None, team: Any, pri
     return Limits(run.get("max_usd"), run.get("max_tokens"), agents, where)
 
 
-def _usage_of(turn: dict[str, Any], prices: Any) -> tuple[int, float | None, bool]:
-    """(tokens, dollars, usage known) of one recorded call (``{"wg", "completion": {...}}``) as this
-    run spent it: a cache hit spent nothing; dollars from ``metrics.turn_cost`` (None without prices)."""
-    from drmas_bench.metrics import turn_cost, usage_known
+def _usage_of(turn: TurnView, prices: Any) -> tuple[int, float | None, bool]:
+    """(tokens, dollars, usage known) of one recorded call as this run spent it: a cache hit spent
+    nothing; dollars from ``metrics.call_cost`` (the summary's figure; None without prices)."""
+    from drmas_bench.metrics import call_cost
 
-    c = turn.get("completion") or {}
-    if not usage_known(turn):
+    c = turn.call
+    if not c.usage_known:
         return 0, None, False
-    if c.get("cache_hit"):
+    if c.cache_hit:
         return 0, 0.0, True
-    tokens = int(c.get("prompt_tokens") or 0) + int(c.get("completion_tokens") or 0)
-    return tokens, (turn_cost(turn, prices) if prices is not None else None), True
+    return c.tokens, (call_cost(c, prices, turn.wg or "") if prices is not None else None), True
 
 
 def _fmt(key: str, v: float) -> str:
@@ -158,9 +160,11 @@ class Meter:
 
     def add_records(self, records: Iterable[dict[str, Any]]) -> "Meter":
         """Count the calls of kept samples (a resumed run's spending so far)."""
-        for r in records:
-            for t in r.get("turns") or []:
-                self.add(str(t.get("agent", "?")), t)
+        from drmas_bench.records import RecordView
+
+        for r in map(RecordView.of, records):
+            for t in r.turns:
+                self.add(t)
         return self
 
     def add_abandoned(self, summary: dict[str, Any] | None) -> "Meter":
@@ -178,12 +182,16 @@ class Meter:
         return bool(self.limits.max_usd is not None or self.limits.max_tokens is not None
                     or self.limits.agents.get(agent))
 
-    def add(self, agent: str, turn: dict[str, Any]) -> None:
-        """Count one call (a recorded turn: ``wg`` and ``completion``); refuse one whose usage is
-        unknown when a limit covers its agent. Does not check the limits (:meth:`check` does)."""
+    def add(self, turn: Any) -> None:
+        """Count one call (a ``records.TurnView``, or a stored turn); refuse one whose usage is unknown
+        when a limit covers its agent. Does not check the limits (:meth:`check` does)."""
+        from drmas_bench.records import TurnView
+
+        turn = TurnView.of(turn)
+        agent = turn.agent
         tokens, usd, known = _usage_of(turn, self.prices)
         if not known and self.covers(agent):
-            raise UserError(f"the run's limits cannot count agent {agent!r}'s calls: worker group {turn.get('wg')!r} "
+            raise UserError(f"the run's limits cannot count agent {agent!r}'s calls: worker group {turn.wg!r} "
                             "reported no token usage and no tokenizer here counts it (pass --tokenizer, or run "
                             "without --max-usd / --max-tokens)")
         a = self._tally(agent)
@@ -223,13 +231,12 @@ class Meter:
         a = self.agents.get(agent, {"tokens": 0, "usd": 0.0})
         return a["usd"] if key == "max_usd" else a["tokens"]
 
-    def _episode_cost(self, turns: Iterable[dict[str, Any]]) -> dict[tuple[str | None, str], float]:
+    def _episode_cost(self, turns: Iterable[TurnView]) -> dict[tuple[str | None, str], float]:
         """What one episode spent in each limit's scope."""
         out: dict[tuple[str | None, str], float] = {}
         for t in turns:
             tokens, usd, _ = _usage_of(t, self.prices)
-            agent = str(t.get("agent", "?"))
-            for scope in (None, agent):
+            for scope in (None, t.agent):
                 out[(scope, "max_tokens")] = out.get((scope, "max_tokens"), 0.0) + tokens
                 out[(scope, "max_usd")] = out.get((scope, "max_usd"), 0.0) + (usd or 0.0)
         return out
@@ -241,8 +248,10 @@ class Meter:
 
     def learn(self, records: Iterable[dict[str, Any]]) -> "Meter":
         """Take the kept samples as the first measure of what an episode spends (:meth:`start_episode`)."""
-        for r in records:
-            self._finish(self._episode_cost(r.get("turns") or []))
+        from drmas_bench.records import RecordView
+
+        for r in map(RecordView.of, records):
+            self._finish(self._episode_cost(r.turns))
         return self
 
     def _fits_another(self) -> bool:
@@ -304,11 +313,13 @@ class Meter:
                                        "agents": {a: figures(d, calls=False) for a, d in gone.items()}}}}
 
 
-def call_turn(wg: str, c: Any, agent: str) -> dict[str, Any]:
+def call_turn(wg: str, c: Any, agent: str) -> TurnView:
     """A live call (a ``Completion``) as the recorded turn the meter counts."""
-    return {"agent": agent, "wg": wg, "completion": {
-        "usage": c.usage, "cache_hit": c.cache_hit, "prompt_tokens": c.prompt_tokens,
-        "completion_tokens": c.completion_tokens, "latency_s": c.latency_s}}
+    from drmas_bench.records import CallView, TurnView
+
+    return TurnView(agent=agent, wg=wg, call=CallView(
+        prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens, tokens_recorded=True,
+        latency_s=c.latency_s, usage=c.usage, cache_hit=c.cache_hit))
 
 
 class LimitedEngine:
@@ -325,7 +336,7 @@ class LimitedEngine:
         self.meter.check()
         got = await self.engine.generate(requests)
         for r, c in zip(requests, got):
-            self.meter.add(r.agent, call_turn(self.wg, c, r.agent))
+            self.meter.add(call_turn(self.wg, c, r.agent))
         return got
 
     def __getattr__(self, name: str) -> Any:  # name, model, is_awake, close: the wrapped engine's
@@ -363,13 +374,5 @@ def start_meter(p: Any, store: Any) -> tuple[Meter, dict[str, Any] | None]:
     return meter, {"skipped": len(p.tasks) * p.cfg.n - todo, "stopped": stop, "limits": meter.record(kept)}
 
 
-def stop_markdown(stop: dict[str, Any] | None, kept: int, planned: int) -> str:
-    """summary.md's first line for a run stopped by a limit ('' when it was not)."""
-    if not stop:
-        return ""
-    return (f"> **Stopped by a limit:** {stop['reason']}. {kept} of {planned} samples are finished; the figures "
-            "below cover those only. Re-run with a higher limit to resume.\n\n")
-
-
 __all__ = ["EXIT_CODE", "LimitReached", "LimitedEngine", "Limits", "Meter", "resolve_limits", "start_meter",
-           "stop_markdown", "wrap_engines"]
+           "wrap_engines"]

@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from drmas_bench.pricing import PriceSheet
-from drmas_bench.records import as_dict, turn_text
-from drmas_bench.types import record_correct, record_reward
+from drmas_bench.records import USAGE_SOURCES, CallView, RecordView, TurnView, view, views
 from drmas_bench.workflows.episodes import ACTION_KINDS, ACTORS, action_kind, episode_compliance
 
 MICRO = "all (micro)"
@@ -155,17 +154,17 @@ class Question:
     duplicates: int = 0
 
 
-def questions(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Question]:
-    """(benchmark, task id) -> Question, from trajectory records; sorted by (benchmark, task id), so
-    what is computed from them (bootstrap CIs included) does not depend on the order of the records."""
+def questions(records: Iterable[Any]) -> dict[tuple[str, str], Question]:
+    """(benchmark, task id) -> Question, from trajectory records (stored dicts or `records.RecordView`);
+    sorted by (benchmark, task id), so what is computed from them (bootstrap CIs included) does not
+    depend on the order of the records."""
     acc: dict[tuple[str, str], list] = {}
-    for r in records:
-        t = r["task"]
-        key = (str(t["benchmark"]), str(t["id"]))
-        slot = acc.setdefault(key, [0, 0, str(t.get("question", "")), set(), 0])
+    for r in map(view, records):
+        key = (r.benchmark, r.task_id)
+        slot = acc.setdefault(key, [0, 0, r.question, set(), 0])
         slot[0] += 1
-        slot[1] += record_correct(r)
-        idx = r.get("sample_idx")
+        slot[1] += r.correct
+        idx = r.sample_idx
         if idx in slot[3]:
             slot[4] += 1
         slot[3].add(idx)
@@ -184,14 +183,12 @@ def pass_values(qs: Sequence[Question], k: int | None = None) -> np.ndarray:
     return np.array([pass_at_k(q.n, q.c, k) for q in qs], dtype=float)
 
 
-def _record_key(r: dict[str, Any]) -> tuple:
+def _record_key(r: RecordView) -> tuple:
     """A stable order of trajectory records: (benchmark, task id, sample index), then a few recorded
     numbers for duplicates. Questions, and so the bootstrap's resamples, follow it, so the same
     records give the same summary (CIs included) whatever order samples.jsonl holds them in."""
-    t = r["task"]
-    idx = r.get("sample_idx")
-    return (str(t["benchmark"]), str(t["id"]), idx if isinstance(idx, int) else -1, record_correct(r),
-            record_reward(r), float(r.get("wall_s") or 0.0), float(r.get("cost_usd") or 0.0))
+    return (r.benchmark, r.task_id, -1 if r.sample_idx is None else r.sample_idx, r.correct, r.reward, r.wall_s,
+            r.cost_usd)
 
 
 def _percentiles(xs: list[float]) -> dict[str, float | None]:
@@ -201,41 +198,42 @@ def _percentiles(xs: list[float]) -> dict[str, float | None]:
     return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
 
 
-USAGE_SOURCES = ("server", "counted", "unknown")  # Completion.usage
-
-
-def usage_known(turn: dict[str, Any]) -> bool:
+def usage_known(turn: Any) -> bool:
     """Whether a recorded call's token counts mean something (records from before the field: yes)."""
-    return (turn.get("completion") or {}).get("usage", "server") != "unknown"
+    return TurnView.of(turn).call.usage_known
 
 
-def usage_counts(turns: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """{calls, server, counted, unknown, flagged} over recorded calls: where their token counts come
-    from (`Completion.usage`) and how many carry an engine note (a reply cut, a count over the limit)."""
+def usage_counts(turns: Iterable[Any]) -> dict[str, int]:
+    """{calls, server, counted, unknown, flagged} over recorded calls (`records.TurnView`, or stored
+    turn dicts): where their token counts come from (`Completion.usage`) and how many carry an engine
+    note (a reply cut, a count over the limit)."""
     out = {"calls": 0, **{k: 0 for k in USAGE_SOURCES}, "flagged": 0}
-    for t in turns:
-        c = t.get("completion") or {}
+    for t in map(TurnView.of, turns):
         out["calls"] += 1
-        src = c.get("usage", "server")
+        src = t.call.usage
         out[src if src in USAGE_SOURCES else "unknown"] += 1
-        out["flagged"] += bool(c.get("notes"))
+        out["flagged"] += bool(t.call.notes)
     return out
 
 
-def turn_cost(turn: dict[str, Any], prices: PriceSheet, key: str | None = None) -> float | None:
-    """One recorded call's dollars: `prices` entry `key` (default: the turn's worker group `wg`) on
-    the call's prompt / completion tokens and (for GPU-hour prices) its latency. None when the
-    call's usage is unknown (`usage_known`): such a call has no price, and $0 would be a lie."""
-    c = turn.get("completion") or {}
-    name = str(turn.get("wg", "")) if key is None else key
-    if not usage_known(turn):
+def call_cost(call: CallView, prices: PriceSheet, name: str) -> float | None:
+    """One recorded call's dollars under `prices` entry `name`: its prompt / completion tokens and (for
+    GPU-hour prices) its latency. None when its usage is unknown (`CallView.usage_known`): such a
+    call has no price, and $0 would be a lie; $0 when the call cache served it."""
+    if not call.usage_known:
         prices.cost(name, 0, 0)  # an unpriced model is still an error (or listed as unpriced)
         return None
-    if c.get("cache_hit"):  # served by the call cache: this run paid nothing (the original $ is cached_usd)
+    if call.cache_hit:  # served by the call cache: this run paid nothing (the original $ is cached_usd)
         prices.cost(name, 0, 0)
         return 0.0
-    return prices.cost(name, int(c.get("prompt_tokens", 0)), int(c.get("completion_tokens", 0)),
-                       float(c.get("latency_s", 0.0)))
+    return prices.cost(name, call.prompt_tokens, call.completion_tokens, call.latency_s)
+
+
+def turn_cost(turn: Any, prices: PriceSheet, key: str | None = None) -> float | None:
+    """One recorded call's dollars (`call_cost`): `prices` entry `key` (default: the turn's worker
+    group `wg`); the turn a `records.TurnView` or a stored turn dict."""
+    t = TurnView.of(turn)
+    return call_cost(t.call, prices, (t.wg or "") if key is None else key)
 
 
 def sum_usd(costs: Iterable[float | None]) -> float | None:
@@ -248,48 +246,61 @@ def sum_usd(costs: Iterable[float | None]) -> float | None:
     return total
 
 
-def _agents(trajs: list[dict[str, Any]], prices: PriceSheet | None, n_questions: int) -> dict[str, dict[str, Any]]:
-    acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"calls": 0, "known": 0, "prompt": 0, "completion": 0, "usd": 0.0,
-                                                          "models": set(), "turns": [], "latency": []})
+@dataclass
+class _AgentCalls:
+    """One agent's recorded calls, summed (what `_agents` turns into its figures)."""
+
+    calls: int = 0
+    known: int = 0  # calls whose usage is known
+    prompt_tokens: int = 0  # over the known calls
+    completion_tokens: int = 0
+    usd: float | None = 0.0  # None once a priced call's dollars are unknown
+    models: set[str] = field(default_factory=set)
+    seen: list[TurnView] = field(default_factory=list)
+    latency: list[float] = field(default_factory=list)
+
+
+def _agents(trajs: list[RecordView], prices: PriceSheet | None, n_questions: int) -> dict[str, dict[str, Any]]:
+    acc: dict[str, _AgentCalls] = defaultdict(_AgentCalls)
     for r in trajs:
-        for turn in r.get("turns", []):
-            a = acc[turn.get("agent", "?")]
-            c = turn.get("completion", {})
-            a["calls"] += 1
-            a["turns"].append(turn)
-            a["latency"].append(float(c.get("latency_s", 0.0) or 0.0))
-            a["models"].add(turn.get("wg", ""))
-            if usage_known(turn):  # per-call means over the calls whose counts mean something
-                a["known"] += 1
-                a["prompt"] += int(c.get("prompt_tokens", 0))
-                a["completion"] += int(c.get("completion_tokens", 0))
+        for turn in r.turns:
+            a = acc[turn.agent]
+            c = turn.call
+            a.calls += 1
+            a.seen.append(turn)
+            a.latency.append(c.latency_s)
+            a.models.add(turn.wg or "")
+            if c.usage_known:  # per-call means over the calls whose counts mean something
+                a.known += 1
+                a.prompt_tokens += c.prompt_tokens
+                a.completion_tokens += c.completion_tokens
             if prices is not None:
                 usd = turn_cost(turn, prices)
-                a["usd"] = None if usd is None or a["usd"] is None else a["usd"] + usd
+                a.usd = None if usd is None or a.usd is None else a.usd + usd
     out = {}
     for name, a in sorted(acc.items()):
-        usage = usage_counts(a["turns"])
+        usage = usage_counts(a.seen)
         out[name] = {
-            "models": sorted(a["models"]),
-            "calls": a["calls"],
-            "calls_per_traj": a["calls"] / len(trajs) if trajs else 0.0,
-            "prompt_tokens_per_call": a["prompt"] / a["known"] if a["known"] else None,
-            "completion_tokens_per_call": a["completion"] / a["known"] if a["known"] else None,
+            "models": sorted(a.models),
+            "calls": a.calls,
+            "calls_per_traj": a.calls / len(trajs) if trajs else 0.0,
+            "prompt_tokens_per_call": a.prompt_tokens / a.known if a.known else None,
+            "completion_tokens_per_call": a.completion_tokens / a.known if a.known else None,
             "usage_unknown_calls": usage["unknown"],
             "usage_counted_calls": usage["counted"],
             "usage_flagged_calls": usage["flagged"],
-            "latency_s": _percentiles(a["latency"]),
-            "calls_per_question": a["calls"] / n_questions if n_questions else 0.0,
+            "latency_s": _percentiles(a.latency),
+            "calls_per_question": a.calls / n_questions if n_questions else 0.0,
             "tokens_per_question": (None if usage["unknown"] or not n_questions
-                                    else (a["prompt"] + a["completion"]) / n_questions),
+                                    else (a.prompt_tokens + a.completion_tokens) / n_questions),
         }
         if prices is not None:
-            out[name]["usd_per_call"] = None if a["usd"] is None else a["usd"] / a["calls"]
-            out[name]["usd_per_question"] = None if a["usd"] is None else (a["usd"] / n_questions if n_questions else 0.0)
+            out[name]["usd_per_call"] = None if a.usd is None else a.usd / a.calls
+            out[name]["usd_per_question"] = None if a.usd is None else (a.usd / n_questions if n_questions else 0.0)
     return out
 
 
-def _block(qs: list[Question], trajs: list[dict[str, Any]], ks: list[int] | None, prices: PriceSheet | None,
+def _block(qs: list[Question], trajs: list[RecordView], ks: list[int] | None, prices: PriceSheet | None,
            n_boot: int, seed: int) -> dict[str, Any]:
     """Every per-population number (one benchmark, or all questions pooled)."""
     ns = Counter(q.n for q in qs)
@@ -317,31 +328,31 @@ def _block(qs: list[Question], trajs: list[dict[str, Any]], ks: list[int] | None
         "pass@n": float(top.mean()),
         "ci95": {"avg@n": [avg_lo, avg_hi], "pass@n": [pass_lo, pass_hi]},
         "ks_skipped": sorted({k for k in wanted if k > n_min}),
-        "latency_s": _percentiles([float(r.get("wall_s", 0.0)) for r in trajs]),
+        "latency_s": _percentiles([r.wall_s for r in trajs]),
         "agents": _agents(trajs, prices, len(qs)),
     }
-    usage = usage_counts(t for r in trajs for t in r.get("turns", []))
+    usage = usage_counts(t for r in trajs for t in r.turns)
     out["usage"] = usage
     if prices is not None:
-        total = sum_usd(turn_cost(t, prices) for r in trajs for t in r.get("turns", []))
+        total = sum_usd(turn_cost(t, prices) for r in trajs for t in r.turns)
         source = "price sheet"
     else:
-        total = None if usage["unknown"] else sum(float(r.get("cost_usd", 0.0) or 0.0) for r in trajs)
+        total = None if usage["unknown"] else sum(r.cost_usd for r in trajs)
         source = "recorded cost_usd"
     out.update(usd_total=total, usd_per_question=None if total is None else total / len(qs),
                usd_per_sample=None if total is None else total / len(trajs), usd_source=source)
     for key in QA_KEYS:
-        vals = [float(r["extra"][key]) for r in trajs if isinstance(r.get("extra"), dict) and key in r["extra"]]
+        vals = [float(r.extra[key]) for r in trajs if key in r.extra]
         if vals:
             out[key] = float(np.mean(vals))
     out["grading_timeouts"] = grading_timeouts(trajs)
     return out
 
 
-def grading_timeouts(records) -> int:
+def grading_timeouts(records: Iterable[Any]) -> int:
     """Samples whose grading hit its CPU limit twice (`GradeResult.status == "timeout"`, the grade
     recorded as `extra.grade`): graded wrong, so a non-zero count is shown beside the scores."""
-    return sum(1 for r in records if isinstance(r.get("extra"), dict) and r["extra"].get("grade") == "timeout")
+    return sum(1 for r in map(view, records) if r.grade == "timeout")
 
 
 def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Question]], n_boot: int, seed: int) -> dict[str, Any]:
@@ -397,16 +408,16 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     had no usage), usd_source, and the mean em / f1 / cover_em of
     `extra` when present. "micro" pools every question; "macro" is the unweighted mean over
     benchmarks (CIs from resampling within each benchmark)."""
-    recs = sorted((as_dict(r) for r in records), key=_record_key)  # the summary must not depend on line order
+    recs = sorted(views(records), key=_record_key)  # the summary must not depend on line order
     if not recs:
         raise ValueError("summarize needs at least one record")
     qs = questions(recs)
     by_bench: dict[str, list[Question]] = defaultdict(list)
     for q in qs.values():
         by_bench[q.benchmark].append(q)
-    trajs_by_bench: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    trajs_by_bench: dict[str, list[RecordView]] = defaultdict(list)
     for r in recs:
-        trajs_by_bench[r["task"]["benchmark"]].append(r)
+        trajs_by_bench[r.benchmark].append(r)
     ks_list = list(ks) if ks is not None else None
     blocks = {b: _block(by_bench[b], trajs_by_bench[b], ks_list, prices, n_boot, seed_for(b, seed)) for b in sorted(by_bench)}
     micro = _block(list(qs.values()), recs, ks_list, prices, n_boot, seed_for(MICRO, seed))
@@ -457,11 +468,11 @@ def workflow_effects(workflow: str | None) -> tuple[str, Any] | None:
     return spec.effects
 
 
-def infer_workflow(records: Iterable[dict[str, Any]]) -> str | None:
+def infer_workflow(records: Iterable[Any]) -> str | None:
     """The workflow that wrote `records`, from the agents its turns name (samples record no
     workflow): the first registered workflow whose agents include every agent named; None when no
     turn names an agent or no workflow has them all."""
-    agents = {str(t.get("agent")) for r in records for t in r.get("turns", [])}
+    agents = {t.agent for r in map(view, records) for t in r.turns}
     if not agents:
         return None
     return next((name for name, spec in _workflows().items() if agents <= set(spec.agents)), None)
@@ -507,7 +518,7 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
     Turns without a text (hand-made or old records) count as blank responses."""
     import drmas_bench.workflows.protocol as P
 
-    recs = [as_dict(r) for r in records]
+    recs = views(records)
     wf = workflow or infer_workflow(recs)
     rules = role_rules(wf)
     acc: dict[str, dict[str, Any]] = {}
@@ -517,12 +528,12 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
                                      "empty_responses": 0, "actions": Counter(), "verdicts": Counter()})
 
     for r in recs:
-        for t in r.get("turns", []):
-            name = str(t.get("agent", "?"))
-            a, text = slot(name), turn_text(t)
+        for t in r.turns:
+            name = t.agent
+            a, text = slot(name), t.text
             a["calls"] += 1
-            a["valid"] += bool(t.get("valid", True))
-            a["length_cut"] += (t.get("completion") or {}).get("finish") == "length"
+            a["valid"] += t.valid
+            a["length_cut"] += t.call.finish == "length"
             a["empty_responses"] += not text.strip()
             if name in rules:
                 why = invalid_reasons(rules[name], text)
@@ -573,7 +584,7 @@ def effects(records: Iterable[Any], workflow: str | None = None,
     completion tokens per call (calls with known usage), tokens_per_question = (prompt + completion
     tokens) / questions (None when a call's usage is unknown), and with a price sheet usd_per_call,
     usd_per_question. workflow: as in `compliance` (None: `infer_workflow`)."""
-    recs = [as_dict(r) for r in records]
+    recs = views(records)
     wf = workflow or infer_workflow(recs)
     if agents is None:
         agents = _agents(recs, None, len(questions(recs)))
@@ -583,8 +594,8 @@ def effects(records: Iterable[Any], workflow: str | None = None,
     if declared is not None:
         key, fn = declared
         out[key] = fn(recs)
-        by_bench: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        by_bench: dict[str, list[RecordView]] = defaultdict(list)
         for r in recs:
-            by_bench[str(r["task"]["benchmark"])].append(r)
+            by_bench[r.benchmark].append(r)
         out["benchmarks"] = {b: {key: fn(by_bench[b])} for b in sorted(by_bench)}
     return out

@@ -19,12 +19,19 @@ import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drmas_bench.engines import DEFAULT_ENGINE, traits
 from drmas_bench.engines.hosting import option_names
-from drmas_bench.types import UserError
-from drmas_bench.workflows.base import check_workflow_options
+from drmas_bench.limits import Limits, resolve_limits
+from drmas_bench.pricing import PriceSheet
+from drmas_bench.tasks.base import Benchmark
+from drmas_bench.types import Completion, Sampling, Task, Trajectory, UserError
+from drmas_bench.workflows.base import WorkflowSpec, check_workflow_options
+
+if TYPE_CHECKING:  # the annotations only: both modules are imported where a plan opens them
+    from drmas_bench.agents.team import TeamSpec
+    from drmas_bench.cache import CallCache
 
 logger = logging.getLogger("drmas_bench.api")  # the [eval] lines keep the logger they always had
 
@@ -163,15 +170,15 @@ def parse_engine_args(text: str) -> dict[str, Any]:
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Resolved:
     """An EvalConfig resolved against the registries and the team file (nothing loaded yet)."""
 
     suite: str
-    benches: list
-    wf: Any  # WorkflowSpec
-    team: Any  # TeamSpec
-    sampling: Any  # Sampling: the defaults with the explicit values applied (team file in between per agent)
+    benches: list[Benchmark]
+    wf: WorkflowSpec
+    team: TeamSpec
+    sampling: Sampling  # the defaults with the explicit values applied (team file in between per agent)
 
 
 def team_file_workflow(cfg: EvalConfig) -> str | None:
@@ -205,7 +212,6 @@ def resolve(cfg: EvalConfig) -> Resolved:
     from drmas_bench.engines.hosting import fit_options
     from drmas_bench.tasks import select_benchmarks
     from drmas_bench.tasks.registry import get_suite
-    from drmas_bench.types import Sampling
     from drmas_bench.workflows import get_workflow
 
     step_url = None
@@ -332,36 +338,134 @@ def _load_prices(path: str, team):
 
 
 
-@dataclass
+@dataclass(frozen=True)
+class Inputs:
+    """What the episodes run on: the questions, where their files are, the retriever (probed)."""
+
+    tasks: list[Task]
+    data_dir: Path | None
+    retriever: Any  # an open retriever (`retrievers.open_retriever`: in-process index or HTTP client), or None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the run directory records about the run: where it is, config.yaml, provenance, grader."""
+
+    out: Path  # the run directory
+    config_doc: dict[str, Any]  # config.yaml: identity, data, selection, provenance
+    provenance: dict[str, Any]
+    grader: dict[str, Any]  # provenance.grader_record
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """The workflow's prompt templates and prompt limit, as the run applies and records them."""
+
+    options: dict[str, Any]  # workflow options the protocol adds (templates, limits)
+    info: dict[str, Any] | None  # summary.json's protocol header; None: the workflow has no templates
+
+
+@dataclass(frozen=True)
+class Costs:
+    """How calls are priced, reused and limited: the price sheet, the call cache, the spending limits."""
+
+    prices: PriceSheet | None
+    cache: CallCache | None = None  # open (and checked), or None (off)
+    cache_dir: str | None = None  # where it is (the flag's, else the team file's)
+    limits: Limits | None = None  # the flags over the team file's (drmas_bench.limits), or None: no limits
+
+
+@dataclass(frozen=True)
 class Plan:
-    """One evaluation, resolved and checked (nothing loaded but the retriever, which was probed)."""
+    """One evaluation, resolved and checked (nothing loaded but the retriever, which was probed),
+    from its frozen parts; the properties name each part's fields."""
 
     cfg: EvalConfig  # as given (provenance records it; resolve() works on a local copy of a checkpoint URL)
-    suite: str
-    benches: list
-    wf: Any  # WorkflowSpec
-    team: Any  # TeamSpec
-    sampling: Any  # Sampling: defaults with the explicit values applied (team file in between per agent)
-    tasks: list
-    data_dir: Path | None
-    retriever: Any
-    out: Path  # the run directory
-    config_doc: dict  # config.yaml: identity, data, selection, provenance
-    provenance: dict
-    grader: dict  # grader_record
-    protocol_opts: dict  # workflow options the protocol adds (templates, limits)
-    protocol_info: dict | None  # summary.json's protocol header
-    prices: Any  # a PriceSheet or None
+    resolved: Resolved
+    inputs: Inputs
+    record: RunRecord
+    prompts: Prompts
+    costs: Costs
     t0: float  # time.monotonic() when planning began
-    cache: Any = None  # an open drmas_bench.cache.CallCache, or None (off)
-    cache_dir: str | None = None  # where it is (the flag's, else the team file's)
-    limits: Any = None  # drmas_bench.limits.Limits (the flags over the team file's), or None: no limits
 
-    def cost(self, traj) -> float:
+    # each part's fields by their own names (what api, sweep and the runner read)
+    @property
+    def suite(self) -> str:
+        return self.resolved.suite
+
+    @property
+    def benches(self) -> list[Benchmark]:
+        return self.resolved.benches
+
+    @property
+    def wf(self) -> WorkflowSpec:
+        return self.resolved.wf
+
+    @property
+    def team(self) -> TeamSpec:
+        return self.resolved.team
+
+    @property
+    def sampling(self) -> Sampling:
+        return self.resolved.sampling
+
+    @property
+    def tasks(self) -> list[Task]:
+        return self.inputs.tasks
+
+    @property
+    def data_dir(self) -> Path | None:
+        return self.inputs.data_dir
+
+    @property
+    def retriever(self) -> Any:
+        return self.inputs.retriever
+
+    @property
+    def out(self) -> Path:
+        return self.record.out
+
+    @property
+    def config_doc(self) -> dict[str, Any]:
+        return self.record.config_doc
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return self.record.provenance
+
+    @property
+    def grader(self) -> dict[str, Any]:
+        return self.record.grader
+
+    @property
+    def protocol_opts(self) -> dict[str, Any]:
+        return self.prompts.options
+
+    @property
+    def protocol_info(self) -> dict[str, Any] | None:
+        return self.prompts.info
+
+    @property
+    def prices(self) -> PriceSheet | None:
+        return self.costs.prices
+
+    @property
+    def cache(self) -> CallCache | None:
+        return self.costs.cache
+
+    @property
+    def cache_dir(self) -> str | None:
+        return self.costs.cache_dir
+
+    @property
+    def limits(self) -> Limits | None:
+        return self.costs.limits
+
+    def cost(self, traj: Trajectory) -> float:
         """The known calls' dollars (the summary says when some were unknown)."""
         return sum(self.call_cost(t.wg, t.completion) or 0.0 for t in traj.turns)
 
-    def call_cost(self, wg: str, c) -> float | None:
+    def call_cost(self, wg: str, c: Completion) -> float | None:
         """One call's dollars under the price sheet (None: no sheet, or the call's usage is unknown); a
         call served by the cache cost this run nothing (its original dollars are ``cached_usd``)."""
         if self.prices is None or c.usage == "unknown":
@@ -456,8 +560,6 @@ def plan(cfg: EvalConfig) -> Plan:
         "provenance": provenance,  # not part of the identity: never blocks a resume
     }
     prices = _load_prices(cfg.prices, team) if cfg.prices else None
-    from drmas_bench.limits import resolve_limits
-
     limits = resolve_limits(cfg.max_usd, cfg.max_tokens, team, prices, cfg.team or "team.yaml")
     retriever = open_retriever(retriever_spec) if retriever_spec else None  # a down server fails here
     cache_dir = cfg.cache or team.cache
@@ -466,5 +568,6 @@ def plan(cfg: EvalConfig) -> Plan:
         from drmas_bench.cache import CallCache
 
         cache = CallCache.open(cache_dir)
-    return Plan(cfg, r.suite, r.benches, wf, team, sampling, tasks, data_dir, retriever, out, config_doc, provenance,
-                grader, protocol_opts, protocol_info, prices, t0, cache, str(cache_dir) if cache_dir else None, limits)
+    return Plan(cfg, r, Inputs(tasks, data_dir, retriever), RunRecord(out, config_doc, provenance, grader),
+                Prompts(protocol_opts, protocol_info),
+                Costs(prices, cache, str(cache_dir) if cache_dir else None, limits), t0)

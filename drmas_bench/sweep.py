@@ -1,7 +1,7 @@
 """Assignment sweeps (``drmas-bench sweep``, docs/sweep.md): one suite, one seed schedule, a set of
 assignments of models to a workflow's agents, each evaluated as a normal run directory under
-``OUT/runs/`` (through the call cache when one is given), then one ``sweep.json``, one table and one
-Pareto plot over them.
+``OUT/runs/`` (through the call cache when one is given), then one ``sweep.json``, one table
+(``sweep.md``, written by ``report.markdown.sweep_markdown``) and one Pareto plot over them.
 
 Three parts, in this order in the file:
 
@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from drmas_bench.report.markdown import sweep_markdown
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -253,25 +254,24 @@ def assignment_figures(run: Any, prices: Any = None) -> dict[str, Any]:
     tokens, latency (mean per question of its calls' summed latency) and dollars as if alone, and
     the dollars the sweep paid (cached calls cost nothing)."""
     from drmas_bench import metrics
-    from drmas_bench.report.cost import alone_latency, cache_hit, turn_cost
+    from drmas_bench.report.cost import alone_latency, turn_cost
 
-    qs = list(metrics.questions(run.records).values())
+    qs = list(metrics.questions(run.views).values())
     n_min = min(q.n for q in qs)
     calls = hits = tokens = 0
     tokens_known = True
     usd: float | None = 0.0 if prices is not None else None
     paid: float | None = usd
     latencies = []
-    for r in run.records:
+    for r in run.views:
         lat = 0.0
-        for t in r.get("turns", []):
+        for t in r.turns:
             calls += 1
-            hit = cache_hit(t)
+            hit = t.call.cache_hit
             hits += hit
             lat += alone_latency(t)
-            if metrics.usage_known(t):
-                c = t.get("completion") or {}
-                tokens += int(c.get("prompt_tokens", 0)) + int(c.get("completion_tokens", 0))
+            if t.call.usage_known:
+                tokens += t.call.tokens
             else:
                 tokens_known = False
             if prices is not None:
@@ -356,53 +356,6 @@ def sweep_document(d: Design, rows: list[dict[str, Any]], runs: list[Any], *, su
         "bootstrap": {"n_boot": n_boot, "seed": seed},
         **(extra or {}),
     }
-
-
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.1f}"
-
-
-def _usd(x: float | None) -> str:
-    return "–" if x is None else f"{x:.6f}"
-
-
-def sweep_markdown(doc: dict[str, Any]) -> str:
-    """``sweep.md``: one table, an assignment per row (accuracy in %, Pareto fronts marked)."""
-    rows = doc["assignments"]
-    ks = sorted({k for r in rows for k in r["pass@k"]}, key=int)
-    top = ks[-1] if ks else "n"
-    lines = [f"# Sweep: {doc['suite']} suite, workflow {doc['workflow']}, {doc['finished']} of "
-             f"{doc['design']['planned']} assignments ({doc['design']['kind']}; {doc['design']['possible']} possible)", ""]
-    lines.append(f"| # | assignment | avg@n | pass@{top} | latency s/question | tokens | $ as alone | $ paid | calls "
-                 f"(cache hits) | Δ avg@n vs baseline [95% CI] | front $ | front latency |")
-    lines.append("|" + "---|" * 12)
-    for i, r in enumerate(rows, 1):
-        vs = r.get("vs_baseline")
-        if r.get("baseline"):
-            delta = "baseline"
-        elif vs:
-            delta = f"{100 * vs['diff']:+.1f} [{100 * vs['ci_low']:+.1f}, {100 * vs['ci_high']:+.1f}] (n={vs['n_pairs']})"
-        else:
-            delta = "–"
-        lines.append(f"| {i} | {r['label']} | {_pct(r['avg@n'])} | {_pct(r['pass@k'].get(top))} | "
-                     f"{r['latency_s']:.3f} | {r['tokens'] if r['tokens'] is not None else 'unknown'} | {_usd(r['usd'])} | "
-                     f"{_usd(r['usd_paid'])} | {r['model_calls']} ({r['cache_hits']}) | {delta} | "
-                     f"{'★' if r['pareto_usd'] else ''} | {'★' if r['pareto_latency'] else ''} |")
-    lines.append("")
-    ratio = doc.get("calls_ratio")
-    lines.append(f"- model calls sent: {doc['model_calls']} of {doc['calls_without_cache']} that independent evals "
-                 f"would send" + (f" ({100 * ratio:.1f}%)" if ratio is not None else "") +
-                 (f"; cache {doc['cache']}" if doc.get("cache") else "; no call cache"))
-    lines.append("- latency and $ are as if each assignment ran alone (a cached call counts its original latency and "
-                 "cost); `$ paid` is what this sweep paid" + (f" (prices: {doc['prices']})" if doc.get("prices") else
-                                                              " ($: pass --prices)"))
-    lines.append("- Δ: paired per question against the baseline (same questions, same seed schedule; pairs share "
-                 "their cached upstream samples, so the CI is a paired one; docs/sweep.md); ★: on the Pareto front of "
-                 "accuracy (avg@n) vs $ / vs latency")
-    if not doc.get("complete", True):
-        lines.append(f"- unfinished: {doc['design']['planned'] - doc['finished']} assignments not yet run "
-                     "(run the same command again to continue)")
-    return "\n".join(lines) + "\n"
 
 
 @dataclass

@@ -5,6 +5,9 @@
 - no engine kind is compared by name outside ``drmas_bench/engines/``; ``metrics.py`` names no
   workflow, and the runner, plan and provenance name no suite or grading family (they ask the
   declarations);
+- readers of stored trajectory records (metrics, reports, the viewer, exports, sweeps, the
+  workflows' effects) read them through `drmas_bench.records`' typed views, never by a record key;
+- Markdown is written only in ``drmas_bench/report/`` (two named exceptions below);
 - adding a backend is one class plus one ``ENGINES`` entry: a backend defined in this file runs a
   toy evaluation end to end.
 """
@@ -157,6 +160,83 @@ def test_metrics_names_no_workflow():
     from drmas_bench.workflows import WORKFLOWS
 
     assert sorted(code_strings(REPO / "drmas_bench" / "metrics.py") & set(WORKFLOWS)) == []
+
+
+# the keys of a stored trajectory record (``Trajectory.to_dict``) and of its turns that only
+# `drmas_bench.records` reads
+RECORD_KEYS = {"task", "sample_idx", "turns", "final_answer", "reward", "correct", "extra", "wall_s", "cost_usd",
+               "completion", "request"}
+# the modules that read stored records (the call cache's own rows and the store's shape check are
+# not records read for their content, so cache.py and store.py are not listed)
+RECORD_READERS = ("metrics.py", "api.py", "sweep.py", "report/*.py", "export/*.py", "workflows/*.py")
+
+
+def record_key_reads(path: Path) -> list[str]:
+    """Where a file reads a record key: ``x["turns"]``, ``x.get("extra")`` (a dict literal's keys
+    are writes and do not count)."""
+    hits = []
+    for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        key = None
+        if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant):
+            key = n.slice.value
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get" and n.args
+              and isinstance(n.args[0], ast.Constant)):
+            key = n.args[0].value
+        if key in RECORD_KEYS:
+            where = path.relative_to(REPO) if REPO in path.parents else path.name
+            hits.append(f"{where}:{n.lineno}: {ast.unparse(n)}")
+    return hits
+
+
+def test_record_key_reads_finds_a_subscript_and_a_get(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('def g(r):\n    return r["turns"], r.get("extra"), {"turns": 1}, r.turns\n')
+    assert [h.split(": ", 1)[1] for h in record_key_reads(f)] == ["r['turns']", "r.get('extra')"]
+
+
+def test_records_are_read_through_typed_views():
+    """metrics, reports, the viewer, exports, sweeps and the workflows' effects read a stored record
+    as `records.RecordView` (`records.view`), the one place that knows its keys and older shapes."""
+    hits = [h for pattern in RECORD_READERS for f in sorted((REPO / "drmas_bench").glob(pattern))
+            for h in record_key_reads(f)]
+    assert hits == []
+
+
+# Markdown outside report/: schema.py renders the config tables docs/ embeds (a docs generator),
+# export/hub.py writes the Hub model card, whose README.md is the export format itself
+MARKDOWN_ELSEWHERE = {"schema.py", "export/hub.py"}
+
+
+def test_markdown_is_written_only_in_report():
+    """A function that returns Markdown (``*_markdown``) or a string that draws a Markdown table rule
+    (``|---``) lives in ``drmas_bench/report/``."""
+    hits = []
+    for f in sorted((REPO / "drmas_bench").rglob("*.py")):
+        rel = f.relative_to(REPO / "drmas_bench").as_posix()
+        if rel.startswith("report/") or rel in MARKDOWN_ELSEWHERE:
+            continue
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        hits += [f"{rel}:{n.lineno}: def {n.name}" for n in ast.walk(tree)
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.endswith("_markdown")]
+        hits += [f"{rel}: {s!r}" for s in code_strings(f) if "|---" in s or s.startswith("---|")]
+    assert hits == []
+
+
+def test_a_plan_is_built_from_small_frozen_typed_parts():
+    """`plan.Plan` holds frozen parts (Resolved, Inputs, RunRecord, Prompts, Costs), each field typed
+    by what it holds; the one ``Any`` is the retriever (an in-process index or an HTTP client)."""
+    import dataclasses
+
+    from drmas_bench import plan
+
+    parts = [plan.Plan] + [f.type for f in dataclasses.fields(plan.Plan) if f.type not in ("EvalConfig", "float")]
+    parts = [getattr(plan, p) if isinstance(p, str) else p for p in parts]
+    assert [p.__name__ for p in parts] == ["Plan", "Resolved", "Inputs", "RunRecord", "Prompts", "Costs"]
+    untyped = []
+    for part in parts:
+        assert part.__dataclass_params__.frozen, part.__name__
+        untyped += [f"{part.__name__}.{f.name}" for f in dataclasses.fields(part) if f.type in ("Any", "list", "dict")]
+    assert untyped == ["Inputs.retriever"]
 
 
 def test_no_suite_or_family_is_compared_by_name_in_the_run_layer():

@@ -247,15 +247,15 @@ def test_a_new_episode_waits_while_those_in_flight_may_spend_what_is_left():
         third = asyncio.ensure_future(episode(3))
         await asyncio.sleep(0)
         assert started == [] and meter.running == 2  # 3 x 40 would not: it waits
-        meter.add("solver", _turn("solver", "wg", 30, 10))
+        meter.add(_turn("solver", "wg", 30, 10))
         await meter.end_episode(_episode(40))  # 40 used + 2 x 40 still passes 100
         await asyncio.sleep(0)
         assert started == []
-        meter.add("solver", _turn("solver", "wg", 30, 10))
+        meter.add(_turn("solver", "wg", 30, 10))
         await meter.end_episode(_episode(40))  # none in flight: one more may start (80 < 100)
         await third
         assert started == [3] and meter.running == 1
-        meter.add("solver", _turn("solver", "wg", 30, 10))
+        meter.add(_turn("solver", "wg", 30, 10))
         await meter.end_episode(_episode(40))
         with pytest.raises(LimitReached):  # 120 >= 100: reached, nothing starts
             await meter.start_episode()

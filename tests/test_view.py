@@ -153,13 +153,13 @@ def test_more_than_two_runs_is_a_user_error(runs):
 def test_the_page_in_chromium_filters_and_expands(tmp_path, runs):
     page = V.write_view([runs[0]], tmp_path / "one.html")
     recs = load_run(runs[0]).records
-    wrong = [r for r in V._order(recs) if not r["correct"]]
+    wrong = [r for r in V._order(recs) if not r.correct]
     assert 0 < len(wrong) < len(recs)
     shot = tmp_path / "view.png"
     res = B.open_page(page, "correct=incorrect&open=0", screenshot=shot)
     assert res["errors"] == [] and res["console"] == [], res  # the page logs nothing when all is well
     assert res["shown"] == len(wrong) and res["total"] == len(recs)
-    assert res["turns"] == len(wrong[0]["turns"])  # the first incorrect one, opened: all its turns
+    assert res["turns"] == len(wrong[0].turns)  # the first incorrect one, opened: all its turns
     assert shot.stat().st_size > 10_000
     everything = B.open_page(page)
     assert everything["shown"] == len(recs) and everything["turns"] == 0 and everything["errors"] == []

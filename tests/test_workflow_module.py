@@ -9,6 +9,7 @@ import random
 import pytest
 
 from drmas_bench import metrics
+from drmas_bench.records import RecordView, views
 from drmas_bench.report.view import turns_view
 from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import WORKFLOWS, get_workflow
@@ -25,11 +26,11 @@ def shout_rule(text: str) -> list[str]:
     return out
 
 
-def echo_effects(records: list[dict]) -> dict:
-    """How often the echoer repeated the caller's last word."""
+def echo_effects(records: list[RecordView]) -> dict:
+    """How often the echoer repeated the caller's last word (the records come as typed views)."""
     hits = 0
     for r in records:
-        said = [t["completion"]["text"] for t in r["turns"]]
+        said = [t.text for t in r.turns]
         hits += len(said) == 2 and said[1].lower().startswith(said[0].rstrip("!").split()[-1].lower())
     return {"episodes": len(records), "echo_rate": hits / len(records) if records else None}
 
@@ -94,8 +95,8 @@ def test_a_workflow_defined_here_gets_compliance_effects_and_viewer_reasons(shou
     assert comp["agents"]["echoer"]["rule"] is None and comp["agents"]["echoer"]["valid_by_rules"] is None
 
     eff = metrics.effects(recs, workflow="test_shout_echo")
-    assert eff["echo"] == echo_effects(recs)
-    assert eff["benchmarks"] == {"toy": {"echo": echo_effects(recs)}}
+    assert eff["echo"] == echo_effects(views(recs))
+    assert eff["benchmarks"] == {"toy": {"echo": echo_effects(views(recs))}}
     assert set(eff["agents"]) == {"caller", "echoer"}
 
     view = turns_view(recs[0], "test_shout_echo")

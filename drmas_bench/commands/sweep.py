@@ -94,6 +94,7 @@ def plan_text(d, names: list[str]) -> str:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from drmas_bench import sweep
     from drmas_bench.commands.eval import config_from_args
+    from drmas_bench.report.markdown import sweep_markdown
     from drmas_bench.types import UserError
 
     if args.n_boot < 1:
@@ -104,5 +105,5 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     base = config_from_args(args)
     doc = sweep.run_sweep(base, d, args.out, n_boot=args.n_boot, boot_seed=0)
-    print(sweep.sweep_markdown(doc))
+    print(sweep_markdown(doc))
     return 0

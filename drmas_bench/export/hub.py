@@ -110,25 +110,26 @@ def _arrow_type(name: str) -> Any:
 def detail_rows(run: FinishedRun) -> list[dict[str, Any]]:
     """One row per trajectory, sorted by benchmark, task id and sample index."""
     rows = []
-    for r in sorted(run.records, key=lambda r: (str(r["task"]["benchmark"]), str(r["task"]["id"]), int(r["sample_idx"]))):
+    for r in sorted(run.views, key=lambda r: (r.benchmark, r.task_id, r.sample_idx or 0)):
         turns = []
-        for t in r["turns"]:
-            c = t.get("completion") or {}
-            turns.append({"agent": str(t.get("agent")), "worker_group": None if t.get("wg") is None else str(t["wg"]),
-                          "model": short_model_name(run.agent_model(str(t.get("agent")), t.get("wg"))),
-                          "reply": str(c.get("text") or ""), "valid": t.get("valid"), "finish": c.get("finish"),
-                          "prompt_tokens": c.get("prompt_tokens"), "completion_tokens": c.get("completion_tokens"),
-                          "latency_s": c.get("latency_s")})
-        ans = r.get("final_answer")
+        for t in r.turns:
+            c = t.call
+            turns.append({"agent": t.agent, "worker_group": t.wg,
+                          "model": short_model_name(run.agent_model(t.agent, t.wg)),
+                          "reply": c.text, "valid": t.valid, "finish": c.finish,
+                          "prompt_tokens": c.prompt_tokens if c.tokens_recorded else None,
+                          "completion_tokens": c.completion_tokens if c.tokens_recorded else None,
+                          "latency_s": c.latency_s})
+        ans = r.final_answer
         rows.append({
-            "benchmark": str(r["task"]["benchmark"]), "task_id": str(r["task"]["id"]), "sample_idx": int(r["sample_idx"]),
-            "question": str(r["task"].get("question") or ""), "answers": [str(a) for a in r["task"].get("answers") or []],
-            "final_answer": None if ans is None else str(ans), "correct": bool(r.get("correct")),
-            "reward": float(r.get("reward") or 0.0), "agents": [t["agent"] for t in turns], "calls": len(turns),
-            "prompt_tokens": sum(int(t["prompt_tokens"] or 0) for t in turns),
-            "completion_tokens": sum(int(t["completion_tokens"] or 0) for t in turns),
-            "cost_usd": r.get("cost_usd"), "wall_s": r.get("wall_s"), "turns": turns,
-            "extra": json.dumps(r.get("extra") or {}, sort_keys=True, default=str)})
+            "benchmark": r.benchmark, "task_id": r.task_id, "sample_idx": r.sample_idx,
+            "question": r.question, "answers": [str(a) for a in r.answers],
+            "final_answer": None if ans is None else str(ans), "correct": r.correct,
+            "reward": r.reward, "agents": [t["agent"] for t in turns], "calls": len(turns),
+            "prompt_tokens": sum(t.call.prompt_tokens for t in r.turns),
+            "completion_tokens": sum(t.call.completion_tokens for t in r.turns),
+            "cost_usd": r.cost_usd, "wall_s": r.wall_s, "turns": turns,
+            "extra": json.dumps(dict(r.extra), sort_keys=True, default=str)})
     return rows
 
 

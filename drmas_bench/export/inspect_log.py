@@ -22,6 +22,7 @@ from typing import Any
 
 from drmas_bench.agents.assign import short_model_name
 from drmas_bench.export.source import FinishedRun, Usage, add_turn, benchmark_source, metric_ci, named_figures
+from drmas_bench.records import view
 from drmas_bench.types import UserError
 
 EXTRA = "inspect"  # the pyproject extra that installs inspect_ai
@@ -54,70 +55,71 @@ def _message(m: dict[str, Any], meta: dict[str, Any]) -> Any:
     return cls(content=str(m.get("content") or ""), source="input", metadata=meta)
 
 
-def sample_from_record(rec: dict[str, Any], run: FinishedRun) -> Any:
+def sample_from_record(record: Any, run: FinishedRun) -> Any:
     """One trajectory record as an inspect_ai ``EvalSample``."""
     from inspect_ai.event import ModelEvent
     from inspect_ai.log import EvalSample
     from inspect_ai.model import ChatMessageAssistant, GenerateConfig, ModelOutput
     from inspect_ai.scorer import Score
 
-    task = rec["task"]
+    rec = view(record)
     messages: list[Any] = []
     events: list[Any] = []
     seen: dict[str, list[dict[str, Any]]] = {}  # agent -> its conversation shown so far (prompt + reply)
     by_model: dict[str, Usage] = {}
     by_agent: dict[str, Usage] = {}
     working = 0.0
-    for i, t in enumerate(rec["turns"]):
-        agent, wg = str(t.get("agent")), t.get("wg")
+    for i, t in enumerate(rec.turns):
+        agent, wg = t.agent, t.wg
         model = _model_id(run.agent_model(agent, wg))
-        c = t.get("completion") or {}
-        text = str(c.get("text") or "")
-        meta = {"agent": agent, "turn": i, "step": t.get("step"), "worker_group": wg}
-        prompt = [m for m in ((t.get("request") or {}).get("messages") or []) if isinstance(m, dict)]
+        c = t.call
+        text = c.text
+        meta = {"agent": agent, "turn": i, "step": t.turn, "worker_group": wg}
+        prompt = list(t.messages)
         prev = seen.get(agent, [])
         new = prompt[len(prev):] if prompt[:len(prev)] == prev else prompt  # a growing conversation: only what is new
         inputs = [_message(m, {**meta, "part": "prompt"}) for m in prompt]
         messages += [_message(m, {**meta, "part": "prompt"}) for m in new]
-        reply_meta = {**meta, "part": "reply", "valid": t.get("valid"), "finish": c.get("finish"),
-                      "prompt_tokens": c.get("prompt_tokens"), "completion_tokens": c.get("completion_tokens"),
-                      "latency_s": c.get("latency_s")}
+        reply_meta = {**meta, "part": "reply", "valid": t.valid, "finish": c.finish,
+                      "prompt_tokens": c.prompt_tokens if c.tokens_recorded else None,
+                      "completion_tokens": c.completion_tokens if c.tokens_recorded else None,
+                      "latency_s": c.latency_s}
         messages.append(ChatMessageAssistant(content=text, model=model, source="generate", metadata=reply_meta))
         seen[agent] = prompt + [{"role": "assistant", "content": text}]
         call = Usage()
         add_turn(call, t)
         for key, table in ((model, by_model), (agent, by_agent)):
             add_turn(table.setdefault(key, Usage()), t)
-        sampling = (t.get("request") or {}).get("sampling") or {}
-        out = ModelOutput.from_content(model, text, stop_reason="max_tokens" if c.get("finish") == "length" else "stop")
+        sampling = t.sampling
+        out = ModelOutput.from_content(model, text, stop_reason="max_tokens" if c.finish == "length" else "stop")
         out.usage = _usage(call)
-        out.time = c.get("latency_s")
-        latency = float(c.get("latency_s") or 0.0)
+        out.time = c.latency_s
+        latency = c.latency_s
         events.append(ModelEvent(
             model=model, role=agent, input=inputs, tools=[], tool_choice="none", output=out,
             config=GenerateConfig(temperature=sampling.get("temperature"), top_p=sampling.get("top_p"),
                                   max_tokens=sampling.get("max_new_tokens"), seed=sampling.get("seed")),
-            cache="read" if c.get("cache_hit") else None, working_start=working, working_time=latency,
+            cache="read" if c.cache_hit else None, working_start=working, working_time=latency,
             metadata=meta))
         working += latency
-    answer = rec.get("final_answer")
-    extra = rec.get("extra") if isinstance(rec.get("extra"), dict) else {}
+    answer = rec.final_answer
+    extra = dict(rec.extra)
     scores = {
-        SCORER: Score(value=1.0 if rec.get("correct") else 0.0, answer=None if answer is None else str(answer),
+        SCORER: Score(value=1.0 if rec.correct else 0.0, answer=None if answer is None else str(answer),
                       metadata={"grade": extra} if extra else None),
-        "reward": Score(value=float(rec.get("reward") or 0.0)),
+        "reward": Score(value=rec.reward),
     }
     last = next((m for m in reversed(messages) if m.role == "assistant"), None)
-    answers = [str(a) for a in task.get("answers") or []]
+    answers = [str(a) for a in rec.answers]
     return EvalSample(
-        id=f"{task['benchmark']}:{task['id']}", epoch=int(rec["sample_idx"]) + 1, input=str(task.get("question") or ""),
+        id=f"{rec.benchmark}:{rec.task_id}", epoch=(rec.sample_idx or 0) + 1, input=rec.question,
         target=answers if len(answers) != 1 else answers[0], messages=messages,
         output=ModelOutput.from_content(last.model or "", last.text) if last is not None else ModelOutput(),
         scores=scores, events=events,
-        metadata={"benchmark": task["benchmark"], "task_id": str(task["id"]), "sample_idx": int(rec["sample_idx"]),
-                  "workflow": run.workflow, "cost_usd": rec.get("cost_usd"), "task_meta": task.get("meta") or {}},
+        metadata={"benchmark": rec.benchmark, "task_id": rec.task_id, "sample_idx": rec.sample_idx,
+                  "workflow": run.workflow, "cost_usd": rec.cost_usd, "task_meta": dict(rec.task_meta)},
         model_usage={k: _usage(u) for k, u in by_model.items()}, role_usage={k: _usage(u) for k, u in by_agent.items()},
-        total_time=rec.get("wall_s"), working_time=working,
+        total_time=rec.wall_s, working_time=working,
     )
 
 
@@ -155,7 +157,7 @@ def build_log(run: FinishedRun) -> Any:
     )
     from inspect_ai.model import GenerateConfig, ModelConfig
 
-    records = sorted(run.records, key=lambda r: (str(r["task"]["benchmark"]), str(r["task"]["id"]), int(r["sample_idx"])))
+    records = sorted(run.views, key=lambda r: (r.benchmark, r.task_id, r.sample_idx or 0))
     samples = [sample_from_record(r, run) for r in records]
     ident = run.config.get("identity") or {}
     sampling = ident.get("sampling") or {}
@@ -176,7 +178,7 @@ def build_log(run: FinishedRun) -> Any:
             "partial": bool(run.stopped or run.unreadable_lines), "unreadable_lines": run.unreadable_lines}
     spec = EvalSpec(
         created=run.started_at or run.finished_at or "1970-01-01T00:00:00Z", task=f"drmas-bench/{run.suite}",
-        task_id=str((run.records[0].get("run") or {}).get("identity") or run.name), run_id=run.name,
+        task_id=str(run.views[0].run.get("identity") or run.name), run_id=run.name,
         task_display_name=f"{run.suite} ({run.workflow})",
         task_args={"suite": run.suite, "workflow": run.workflow, "benchmarks": run.benchmarks},
         solver=f"drmas-bench workflow {run.workflow}",

@@ -16,11 +16,13 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from drmas_bench.records import RecordView, TurnView, views
 from drmas_bench.store import CONFIG, LOCK, SAMPLES, parse_sample_line, repair_hint, sample_key, select_records
 from drmas_bench.types import UserError
 
@@ -58,6 +60,11 @@ class FinishedRun:
     unreadable_lines: list[int] = field(default_factory=list)
     stopped: str | None = None  # why a limit stopped the run before its selection was done; None = complete
 
+    @cached_property
+    def views(self) -> list[RecordView]:
+        """The records as typed views (`records.RecordView`), built once."""
+        return views(self.records)
+
     @property
     def name(self) -> str:
         return self.path.resolve().name
@@ -72,11 +79,11 @@ class FinishedRun:
 
     @property
     def n(self) -> int:
-        return int(self.config.get("n") or max((int(r["sample_idx"]) for r in self.records), default=0) + 1)
+        return int(self.config.get("n") or max((r.sample_idx or 0 for r in self.views), default=0) + 1)
 
     @property
     def benchmarks(self) -> list[str]:
-        return list(self.summary.get("benchmarks") or {}) or sorted({str(r["task"]["benchmark"]) for r in self.records})
+        return list(self.summary.get("benchmarks") or {}) or sorted({r.benchmark for r in self.views})
 
     @property
     def team(self) -> dict[str, Any]:
@@ -103,9 +110,9 @@ class FinishedRun:
     def usage(self, by: str) -> dict[str, Usage]:
         """Summed usage of every recorded call, keyed by its ``"model"`` or its ``"agent"``."""
         out: dict[str, Usage] = {}
-        for r in self.records:
-            for t in r["turns"]:
-                key = self.agent_model(str(t.get("agent")), t.get("wg")) if by == "model" else str(t.get("agent"))
+        for r in self.views:
+            for t in r.turns:
+                key = self.agent_model(t.agent, t.wg) if by == "model" else t.agent
                 u = out.setdefault(key, Usage())
                 add_turn(u, t)
         return out
@@ -119,16 +126,15 @@ class FinishedRun:
         return (self.summary.get("provenance") or {}).get("finished_at")
 
 
-def add_turn(u: Usage, turn: dict[str, Any]) -> None:
-    """Add one recorded call's tokens and dollars to ``u``."""
-    c = turn.get("completion") or {}
+def add_turn(u: Usage, turn: Any) -> None:
+    """Add one recorded call's (`records.TurnView`, or a stored turn dict) tokens and dollars to ``u``."""
+    c = TurnView.of(turn).call
     u.calls += 1
-    p, k = c.get("prompt_tokens"), c.get("completion_tokens")
-    if p is None or k is None or c.get("usage") == "unknown":
+    if not c.tokens_recorded or not c.usage_known:
         u.unknown_calls += 1
-    u.prompt_tokens += int(p or 0)
-    u.completion_tokens += int(k or 0)
-    u.usd += float(c.get("cost_usd") or 0.0)
+    u.prompt_tokens += c.prompt_tokens
+    u.completion_tokens += c.completion_tokens
+    u.usd += c.cost_usd
 
 
 def metric_figures(block: dict[str, Any]) -> dict[str, float]:

@@ -100,7 +100,7 @@ class Comparison:
 
 def compare_runs(a: Run, b: Run, n_boot: int = 2000, seed: int = 0) -> Comparison:
     """Paired comparison of run B against run A on their shared questions (see the module docstring)."""
-    qa, qb = questions(a.records), questions(b.records)
+    qa, qb = questions(a.views), questions(b.views)
     shared = [k for k in qa if k in qb]
     if not shared:
         raise UserError(f"{a.name} and {b.name} share no questions (same benchmark and task id)")

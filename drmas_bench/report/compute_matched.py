@@ -26,23 +26,22 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from drmas_bench.types import UserError, record_correct
+from drmas_bench.records import RecordView, view, views
+from drmas_bench.types import UserError
 
 FILE = "compute_matched.json"
 
 
-def tokens_per_trajectory(records: Iterable[dict[str, Any]]) -> float:
+def tokens_per_trajectory(records: Iterable[Any]) -> float:
     """Mean over trajectories of the prompt + completion tokens of all their calls (unknown counts
     as 0; a run without any count is a UserError: nothing to match)."""
     totals, known = [], 0
-    for r in records:
+    for r in map(view, records):
         tot = 0
-        for t in r.get("turns", []):
-            c = t.get("completion") or {}
-            for key in ("prompt_tokens", "completion_tokens"):
-                if c.get(key) is not None:
-                    tot += int(c[key])
-                    known += 1
+        for t in r.turns:
+            if t.call.tokens_recorded:
+                tot += t.call.tokens
+                known += 1
         totals.append(tot)
     if not totals or not known:
         raise UserError("compute-matched: the run records no token counts")
@@ -54,40 +53,39 @@ def matched_k(team_tokens: float, single_tokens: float) -> int:
     return max(1, int(round(team_tokens / max(single_tokens, 1e-9))))
 
 
-def vote_key(r: dict[str, Any]) -> str | None:
+def vote_key(record: Any) -> str | None:
     """What a trajectory's vote is: the grader's extracted answer (math), else the SQuAD-normalised
     final answer (qa, and math without an extraction); None = no answer."""
     from drmas_bench.grading.qa import normalize_qa
 
-    extracted = (r.get("extra") or {}).get("extracted")
-    if extracted is not None:
-        return str(extracted)
-    fa = r.get("final_answer")
-    return None if fa is None else normalize_qa(str(fa))
+    r = view(record)
+    if r.extracted is not None:
+        return r.extracted
+    return None if r.final_answer is None else normalize_qa(str(r.final_answer))
 
 
-def vote(group: list[dict[str, Any]]) -> float:
+def vote(group: list[Any]) -> float:
     """1.0 when the group's majority answer (ties: the first seen) was graded right, else 0.0."""
     counts: dict[Any, int] = {}
     right: dict[Any, bool] = {}
-    for r in group:
+    for r in map(view, group):
         key = vote_key(r)
         counts[key] = counts.get(key, 0) + 1
-        right[key] = right.get(key, False) or record_correct(r)
+        right[key] = right.get(key, False) or r.correct
     best = max(counts.values())
     winner = next(k for k in counts if counts[k] == best)  # dicts keep first-seen order
     return 1.0 if right[winner] and winner is not None else 0.0
 
 
-def matched_values(records: Iterable[dict[str, Any]], k: int, groups: int) -> dict[tuple[str, str], float]:
+def matched_values(records: Iterable[Any], k: int, groups: int) -> dict[tuple[str, str], float]:
     """(benchmark, task id) -> mean over its `groups` vote groups of k samples (sample order); a
     question with fewer than k samples has no value (left out)."""
-    by_q: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        by_q[(str(r["task"]["benchmark"]), str(r["task"]["id"]))].append(r)
+    by_q: dict[tuple[str, str], list[RecordView]] = defaultdict(list)
+    for r in views(records):
+        by_q[(r.benchmark, r.task_id)].append(r)
     out = {}
     for key, recs in sorted(by_q.items()):
-        recs.sort(key=lambda r: int(r["sample_idx"]))
+        recs.sort(key=lambda r: r.sample_idx or 0)
         g = min(groups, len(recs) // k)
         if g:
             out[key] = float(np.mean([vote(recs[i * k:(i + 1) * k]) for i in range(g)]))
@@ -103,19 +101,19 @@ def compute_matched(team_dir: str | Path, single_dir: str | Path, write: bool = 
     team, single = load_run(team_dir), load_run(single_dir)
     if team.suite != single.suite:
         raise UserError(f"compute-matched: {team.path} is a {team.suite} run, {single.path} a {single.suite} run")
-    tq, sq = set(questions(team.records)), set(questions(single.records))
+    tq, sq = set(questions(team.views)), set(questions(single.views))
     if not tq <= sq:
         raise UserError(f"compute-matched: {len(tq - sq)} of the team run's {len(tq)} questions are not in {single.path} "
                         "(use the same --suite/--benchmarks/--limit as the team run)")
-    t_tok, s_tok = tokens_per_trajectory(team.records), tokens_per_trajectory(single.records)
+    t_tok, s_tok = tokens_per_trajectory(team.views), tokens_per_trajectory(single.views)
     k = matched_k(t_tok, s_tok)
-    values = {q: v for q, v in matched_values(single.records, k, team.n).items() if q in tq}
-    team_q = questions(team.records)
+    values = {q: v for q, v in matched_values(single.views, k, team.n).items() if q in tq}
+    team_q = questions(team.views)
     doc = {
         "team_run": str(team.path), "team_workflow": team.workflow, "single_workflow": single.workflow,
         "team_tokens_per_trajectory": t_tok, "single_tokens_per_trajectory": s_tok, "k": k,
         "team_n": team.n, "single_n": single.n, "groups": team.n,
-        "questions": len(tq), "questions_with_all_groups": sum(questions(single.records)[q].n >= k * team.n for q in tq),
+        "questions": len(tq), "questions_with_all_groups": sum(questions(single.views)[q].n >= k * team.n for q in tq),
         "matched": float(np.mean(list(values.values()))) if values else None,
         "team_avg": float(np.mean([team_q[q].c / team_q[q].n for q in tq])) if tq else None,
         "per_question": {f"{b}/{i}": v for (b, i), v in values.items()},

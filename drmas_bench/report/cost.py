@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,6 +19,7 @@ import numpy as np
 
 from drmas_bench import metrics
 from drmas_bench.metrics import avg_values, pass_values, questions
+from drmas_bench.records import CallView, TurnView
 from drmas_bench.report.runs import Run, differences
 from drmas_bench.types import UserError
 
@@ -82,57 +83,58 @@ class TeamCost:
         return float(a.usd * 1000 / self.trajectories) if a.known else None
 
 
-def turn_cost(run: Run, turn: dict[str, Any], prices: Any, as_alone: bool = False) -> float | None:
-    """One call's dollars (`metrics.turn_cost`), priced as the run's worker group's model
-    (`Run.price_key`); None when the call's usage is unknown. ``as_alone``: a call the call cache
-    served costs what it cost when it was made (`alone_cost`), not the $0 this run paid."""
-    key = run.price_key(str(turn.get("wg", "")))
-    return alone_cost(turn, prices, key) if as_alone else metrics.turn_cost(turn, prices, key)
+def turn_cost(run: Run, turn: Any, prices: Any, as_alone: bool = False) -> float | None:
+    """One call's dollars (`metrics.call_cost`) of a recorded turn (`records.TurnView` or a stored
+    dict), priced as the run's worker group's model (`Run.price_key`); None when the call's usage is
+    unknown. ``as_alone``: a call the call cache served costs what it cost when it was made
+    (`alone_cost`), not the $0 this run paid."""
+    t = TurnView.of(turn)
+    key = run.price_key(t.wg or "")
+    return alone_cost(t, prices, key) if as_alone else metrics.call_cost(t.call, prices, key)
 
 
-def cache_hit(turn: dict[str, Any]) -> bool:
+def cache_hit(turn: Any) -> bool:
     """Whether a recorded call was served by the call cache (``completion.cache_hit``)."""
-    return bool((turn.get("completion") or {}).get("cache_hit"))
+    return TurnView.of(turn).call.cache_hit
 
 
-def alone_latency(turn: dict[str, Any]) -> float:
+def alone_latency(turn: Any) -> float:
     """A call's latency as if its run had made it: a cached call's original latency
     (``completion.cached_latency_s``), else its own ``latency_s``."""
-    c = turn.get("completion") or {}
-    if cache_hit(turn) and c.get("cached_latency_s") is not None:
-        return float(c["cached_latency_s"])
-    return float(c.get("latency_s") or 0.0)
+    c = TurnView.of(turn).call
+    if c.cache_hit and c.cached_latency_s is not None:
+        return c.cached_latency_s
+    return c.latency_s
 
 
-def alone_cost(turn: dict[str, Any], prices: Any, key: str) -> float | None:
+def alone_cost(turn: Any, prices: Any, key: str) -> float | None:
     """A call's dollars as if its run had made it: the price sheet on its tokens and its original
     latency (what a GPU-hour price multiplies), whether or not the cache served it; None when its
     usage is unknown."""
-    c = {k: v for k, v in (turn.get("completion") or {}).items() if k != "cache_hit"}
-    c["latency_s"] = alone_latency(turn)
-    return metrics.turn_cost({**turn, "completion": c}, prices, key)
+    c: CallView = TurnView.of(turn).call
+    return metrics.call_cost(replace(c, cache_hit=False, latency_s=alone_latency(turn)), prices, key)
 
 
 def team_cost(run: Run, prices: Any, label: str | None = None, as_alone: bool = False) -> TeamCost:
     """The cost-study numbers of one run, recomputed from its recorded turns with `prices`;
     ``as_alone`` (a sweep's runs): calls the call cache served count their original latency and
     dollars (`alone_latency`, `alone_cost`)."""
-    qs = questions(run.records)
+    qs = questions(run.views)
     agents: dict[str, AgentCost] = {a: AgentCost(a, []) for a in run.agents}
     total = Fraction(0)
     prompt = completion = 0
     call_lat = []
-    for r in run.records:
+    for r in run.views:
         lat = 0.0
-        for t in r.get("turns", []):
-            name = str(t.get("agent", "?"))
+        for t in r.turns:
+            name = t.agent
             ac = agents.setdefault(name, AgentCost(name, []))
-            key = run.price_key(str(t.get("wg", "")))
+            key = run.price_key(t.wg or "")
             if key not in ac.price_keys:
                 ac.price_keys.append(key)
-            c = t.get("completion") or {}
+            c = t.call
             cost = turn_cost(run, t, prices, as_alone)
-            latency = alone_latency(t) if as_alone else float(c.get("latency_s", 0.0))
+            latency = alone_latency(t) if as_alone else c.latency_s
             ac.calls += 1
             ac.latency_s += latency
             lat += latency
@@ -140,17 +142,17 @@ def team_cost(run: Run, prices: Any, label: str | None = None, as_alone: bool = 
                 ac.unknown_calls += 1
                 continue
             usd = Fraction(cost)
-            ac.prompt_tokens += int(c.get("prompt_tokens", 0))
-            ac.completion_tokens += int(c.get("completion_tokens", 0))
+            ac.prompt_tokens += c.prompt_tokens
+            ac.completion_tokens += c.completion_tokens
             ac.usd += usd
-            prompt += int(c.get("prompt_tokens", 0))
-            completion += int(c.get("completion_tokens", 0))
+            prompt += c.prompt_tokens
+            completion += c.completion_tokens
             total += usd
         call_lat.append(lat)
     for a, ac in agents.items():  # an agent that never acted still names its model
         if not ac.price_keys and (wg := run.agent_wg(a)):
             ac.price_keys.append(run.price_key(wg))
-    walls = np.array([float(r.get("wall_s", 0.0)) for r in run.records])
+    walls = np.array([r.wall_s for r in run.views])
     return TeamCost(
         label=label or run.name, run=run, questions=len(qs), trajectories=len(run.records),
         avg=float(avg_values(list(qs.values())).mean()),

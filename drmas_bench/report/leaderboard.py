@@ -36,6 +36,7 @@ from drmas_bench.metrics import (
     seed_for,
     workflow_effects,
 )
+from drmas_bench.records import views
 from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
@@ -140,7 +141,7 @@ def suite_order(suite: str) -> list[str]:
         return []
 
 
-def effect_label(records: list[dict[str, Any]], workflow: str) -> str:
+def effect_label(records: list[Any], workflow: str) -> str:
     """What the team's other agents did to the score, in one phrase for a leaderboard cell
     (`workflows.math.math_effects` / `workflows.search.search_effects`; "–" for other workflows): math, how often
     the verifier sent the solver to round 2 and the round-1 -> final flips; search, evidence recall
@@ -149,7 +150,7 @@ def effect_label(records: list[dict[str, Any]], workflow: str) -> str:
     if declared is None:
         return "–"
     key, fn = declared
-    e = fn(records)
+    e = fn(views(records))
 
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.0f}%"
@@ -164,7 +165,7 @@ def effect_label(records: list[dict[str, Any]], workflow: str) -> str:
 
 def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
     """One leaderboard row for a run: per-benchmark, micro and macro values of `metric`."""
-    qs = questions(run.records)
+    qs = questions(run.views)
     by_bench: dict[str, list[Question]] = defaultdict(list)
     for q in qs.values():
         by_bench[q.benchmark].append(q)
@@ -172,7 +173,7 @@ def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
     row = Row(label=run.name, source="reproduced", model=run.model_label,
               team=f"single-agent ({run.workflow})" if single else run.team_label,
               estimator=run.estimator or "–", step="–" if run.step is None else str(run.step), n=str(run.n),
-              sampling=run.sampling_label, path=str(run.path), effect=effect_label(run.records, run.workflow))
+              sampling=run.sampling_label, path=str(run.path), effect=effect_label(run.views, run.workflow))
     flags: list[str] = []
     values: dict[str, np.ndarray] = {}
     for b in sorted(by_bench, key=lambda b: (run.benchmarks.index(b) if b in run.benchmarks else 99, b)):
@@ -203,7 +204,7 @@ def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
     incomplete = sum(1 for q in qs.values() if q.n < run.n)
     if incomplete:
         flags.append(f"{incomplete} questions have fewer than n={run.n} samples (run unfinished?)")
-    timeouts = grading_timeouts(run.records)
+    timeouts = grading_timeouts(run.views)
     if timeouts:
         flags.append(f"{timeouts} grading timeouts (graded wrong)")
     row.notes = flags
@@ -365,7 +366,7 @@ def build_leaderboard(runs: Sequence[Run], metrics: Sequence[Metric], ci: bool =
     tables = []
     for suite, srs in suites.items():
         order = suite_order(suite)
-        seen = {b for r in srs for b in r.benchmarks} | {q["task"]["benchmark"] for r in srs for q in r.records}
+        seen = {b for r in srs for b in r.benchmarks} | {q.benchmark for r in srs for q in r.views}
         cols = [b for b in order if b in seen] + sorted(seen - set(order))
         for metric in metrics:
             rows_runs = [(run_row(r, metric, ci, n_boot, seed), r) for r in srs]

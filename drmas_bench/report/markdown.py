@@ -7,6 +7,10 @@ come in computed (drmas_bench.metrics, report.leaderboard / compare / cost); thi
 - `table_markdown(table, ci)`, `leaderboard_markdown(tables, ci)`: leaderboard sections.
 - `compare_markdown(comparison, max_flips)`: a paired comparison and its flipped questions.
 - `cost_markdown(costs, prices_source, unpriced)`: a cost study's team and per-agent tables.
+- `run_summary_markdown(summary)`: a finished eval's summary.md: `format_summary_markdown` plus the
+  run's prompts line (`protocol_markdown`), call-cache lines (`cache_markdown`) and what the server
+  engines learned about their servers (`engine_notes_markdown`).
+- `sweep_markdown(doc)`: an assignment sweep's sweep.md.
 """
 
 from __future__ import annotations
@@ -423,3 +427,100 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
                  f"{MICRO}: every question weighted equally. CIs: {summary['n_boot']} bootstrap resamples of questions, seed {summary['seed']}.")
     parts += ["", *[f"- {n}" for n in notes]]
     return "\n".join(parts) + "\n"
+
+
+def protocol_markdown(pr: dict[str, Any]) -> str:
+    """summary.md's prompts line (summary.json's ``protocol``: the prompts' source and hash, the prompt
+    limit, how many calls had their prompt truncated or their limit not enforced); "" for a run
+    without prompt templates."""
+    if "prompts_sha256" not in pr:
+        return ""
+    return (f"\n- prompts: {pr['prompts_source']} (sha256 {pr['prompts_sha256'][:12]}); prompt limit "
+            f"{pr['max_prompt_tokens'] or 'none'} tokens ({pr['truncate']}); truncated prompts: "
+            f"{pr['prompt_truncated_calls']} of {pr['calls']} calls"
+            + (f"; limit NOT enforced on {pr['prompt_limit_unenforced_calls']} calls (no tokenizer here or on the "
+               "server)" if pr["prompt_limit_unenforced_calls"] else "") + "\n")
+
+
+def cache_markdown(section: dict[str, Any] | None) -> str:
+    """summary.md's cache lines (summary.json's ``cache``): the totals, then one line per agent."""
+    if not section:
+        return ""
+    lines = [f"\n- call cache {section['dir'] or '(not used this time)'}: {section['hits']} hits, "
+             f"{section['misses']} calls computed"]
+    for name, a in section["agents"].items():
+        usd = "unknown $" if a["usd_saved"] is None else f"${a['usd_saved']:.4f}"
+        lines.append(f"  - {name}: {a['hits']} hits, {a['misses']} misses; saved {a['tokens_saved']} tokens, "
+                     f"{usd}, {a['seconds_saved']:.1f} s")
+    return "\n".join(lines) + "\n"
+
+
+def engine_notes_markdown(pool_stats: dict[str, Any] | None) -> str:
+    """summary.md's lines for what the server engines learned about their servers (summary.json:
+    ``pool.groups.<wg>.engine_notes``): how a field was sent, sampling a server applies unasked."""
+    lines = [f"  - {wg}: {note}" for wg, g in ((pool_stats or {}).get("groups") or {}).items()
+             for note in g.get("engine_notes") or []]
+    return ("\n- engine notes (the server's dialect):\n" + "\n".join(lines) + "\n") if lines else ""
+
+
+def limit_stop_markdown(run: dict[str, Any] | None) -> str:
+    """summary.md's first line for a run a spending limit stopped (summary.json's ``run.stopped``,
+    drmas_bench.limits); '' for a run that was not."""
+    stop = (run or {}).get("stopped")
+    if not isinstance(stop, dict):
+        return ""
+    return (f"> **Stopped by a limit:** {stop.get('reason')}. {stop.get('samples_finished')} of "
+            f"{stop.get('samples_planned')} samples are finished; the figures below cover those only. Re-run with "
+            "a higher limit to resume.\n\n")
+
+
+def run_summary_markdown(summary: dict[str, Any]) -> str:
+    """A finished eval's summary.md: the line naming a spending limit that stopped it, then
+    `format_summary_markdown`, the prompts line, the call cache's lines and the engines' notes, each
+    from its section of summary.json (``run``, ``protocol``, ``cache``, ``pool``)."""
+    return (limit_stop_markdown(summary.get("run")) + format_summary_markdown(summary)
+            + protocol_markdown(summary.get("protocol") or {}) + cache_markdown(summary.get("cache"))
+            + engine_notes_markdown(summary.get("pool")))
+
+
+def _usd6(x: float | None) -> str:
+    return "–" if x is None else f"{x:.6f}"
+
+
+def sweep_markdown(doc: dict[str, Any]) -> str:
+    """``sweep.md``: one table, an assignment per row (accuracy in %, Pareto fronts marked)."""
+    rows = doc["assignments"]
+    ks = sorted({k for r in rows for k in r["pass@k"]}, key=int)
+    top = ks[-1] if ks else "n"
+    lines = [f"# Sweep: {doc['suite']} suite, workflow {doc['workflow']}, {doc['finished']} of "
+             f"{doc['design']['planned']} assignments ({doc['design']['kind']}; {doc['design']['possible']} possible)", ""]
+    lines.append(f"| # | assignment | avg@n | pass@{top} | latency s/question | tokens | $ as alone | $ paid | calls "
+                 f"(cache hits) | Δ avg@n vs baseline [95% CI] | front $ | front latency |")
+    lines.append("|" + "---|" * 12)
+    for i, r in enumerate(rows, 1):
+        vs = r.get("vs_baseline")
+        if r.get("baseline"):
+            delta = "baseline"
+        elif vs:
+            delta = f"{100 * vs['diff']:+.1f} [{100 * vs['ci_low']:+.1f}, {100 * vs['ci_high']:+.1f}] (n={vs['n_pairs']})"
+        else:
+            delta = "–"
+        lines.append(f"| {i} | {r['label']} | {_pct(r['avg@n'])} | {_pct(r['pass@k'].get(top))} | "
+                     f"{r['latency_s']:.3f} | {r['tokens'] if r['tokens'] is not None else 'unknown'} | {_usd6(r['usd'])} | "
+                     f"{_usd6(r['usd_paid'])} | {r['model_calls']} ({r['cache_hits']}) | {delta} | "
+                     f"{'★' if r['pareto_usd'] else ''} | {'★' if r['pareto_latency'] else ''} |")
+    lines.append("")
+    ratio = doc.get("calls_ratio")
+    lines.append(f"- model calls sent: {doc['model_calls']} of {doc['calls_without_cache']} that independent evals "
+                 f"would send" + (f" ({100 * ratio:.1f}%)" if ratio is not None else "") +
+                 (f"; cache {doc['cache']}" if doc.get("cache") else "; no call cache"))
+    lines.append("- latency and $ are as if each assignment ran alone (a cached call counts its original latency and "
+                 "cost); `$ paid` is what this sweep paid" + (f" (prices: {doc['prices']})" if doc.get("prices") else
+                                                              " ($: pass --prices)"))
+    lines.append("- Δ: paired per question against the baseline (same questions, same seed schedule; pairs share "
+                 "their cached upstream samples, so the CI is a paired one; docs/sweep.md); ★: on the Pareto front of "
+                 "accuracy (avg@n) vs $ / vs latency")
+    if not doc.get("complete", True):
+        lines.append(f"- unfinished: {doc['design']['planned'] - doc['finished']} assignments not yet run "
+                     "(run the same command again to continue)")
+    return "\n".join(lines) + "\n"

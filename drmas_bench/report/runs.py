@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
 from drmas_bench.agents.assign import short_model_name
+from drmas_bench.records import RecordView, views
 from drmas_bench.store import SAMPLES, read_samples, select_records
 from drmas_bench.types import UserError
 
@@ -46,6 +47,11 @@ class Run:
     estimator: str | None = None  # from a trained team's team.yaml (`trained:`), when known
     step: Any = None
     base_models: dict[str, str] | None = None  # a trained team's worker group -> the model it was trained from
+    views: list[RecordView] = field(default_factory=list, repr=False)  # the records as typed views, built once
+
+    def __post_init__(self) -> None:
+        if not self.views and self.records:
+            self.views = views(self.records)
 
     @property
     def agents(self) -> list[str]:
@@ -174,14 +180,15 @@ def load_run(path: str | Path) -> Run:
     records = select_records(read_samples(p / SAMPLES, missing_ok=True), config)
     if not records:
         raise NoSamples(f"{p}: the run has no finished samples yet")
+    recs = views(records)
     ident = config["identity"]
     sampling = {a: {k: s.get(k) for k in SAMPLING_KEYS} for a, s in (ident.get("sampling") or {}).items()}
     estimator, step, base_models = _trained_info(config, p)
     return Run(path=p, name=p.name or str(p), config=config, records=records, suite=str(config.get("suite", "?")),
-               workflow=str(config.get("workflow", "?")), n=n or max(int(r["sample_idx"]) for r in records) + 1,
-               benchmarks=benches or sorted({r["task"]["benchmark"] for r in records}),
+               workflow=str(config.get("workflow", "?")), n=n or max(r.sample_idx or 0 for r in recs) + 1,
+               benchmarks=benches or sorted({r.benchmark for r in recs}),
                team=ident.get("team") or {}, sampling=sampling, seed=ident.get("seed"),
-               estimator=estimator, step=step, base_models=base_models)
+               estimator=estimator, step=step, base_models=base_models, views=recs)
 
 
 def expand_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
@@ -247,7 +254,7 @@ def protocol_label(run: Run) -> str:
 
 def question_keys(run: Run) -> set[tuple[str, str]]:
     """(benchmark, task id) of every question the run answered."""
-    return {(str(r["task"]["benchmark"]), str(r["task"]["id"])) for r in run.records}
+    return {(r.benchmark, r.task_id) for r in run.views}
 
 
 #: what must match for two runs' numbers to be compared directly (name -> the run's value, as text)

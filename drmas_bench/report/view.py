@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from drmas_bench import metrics
+from drmas_bench.records import RecordView, view, views
 from drmas_bench.report.runs import Run, load_run
-from drmas_bench.types import UserError, record_correct, record_reward
+from drmas_bench.types import UserError
 from drmas_bench.workflows.episodes import ACTORS, search_steps
 
 logger = logging.getLogger(__name__)
@@ -39,10 +40,6 @@ logger = logging.getLogger(__name__)
 CHUNK = 100  # trajectories per compressed chunk: one expand decompresses ~1 MB of text at most
 TEMPLATE = "view.html.jinja"
 SHORT = 200  # characters of a question / answer kept in the list row
-
-
-def _text(turn: dict[str, Any]) -> str:
-    return str((turn.get("completion") or {}).get("text") or "")
 
 
 def _short(s: Any, n: int = SHORT) -> str:
@@ -81,11 +78,6 @@ def parsed(rule: str | None, text: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _env_steps(rec: dict[str, Any]) -> list[dict[str, Any]] | None:
-    env = (rec.get("extra") or {}).get("env") if isinstance(rec.get("extra"), dict) else None
-    return env["steps"] if isinstance(env, dict) and isinstance(env.get("steps"), list) else None
-
-
 def _env_step_agent(workflow: str | None) -> str | None:
     """The agent that opens each env step of ``workflow`` (`WorkflowSpec.env_step_agent`), None when
     it declares none or is unknown."""
@@ -95,33 +87,31 @@ def _env_step_agent(workflow: str | None) -> str | None:
     return spec.env_step_agent if spec is not None else None
 
 
-def turns_view(rec: dict[str, Any], workflow: str | None) -> list[dict[str, Any]]:
+def turns_view(record: Any, workflow: str | None) -> list[dict[str, Any]]:
     """Each turn as the page shows it. In a workflow that declares an env step agent
     (`WorkflowSpec.env_step_agent`; search_route: the verifier) each env step opens with that agent's
     turn; the step's env record (action, query, observation, done, reward) goes on the step's last
     turn (the searcher's or answerer's, or the opener's when nobody acted)."""
+    rec = view(record)
     rules = metrics.role_rules(workflow)
     opener = _env_step_agent(workflow)
-    steps = _env_steps(rec) if opener else None
+    steps = rec.env_steps if opener else None
     out: list[dict[str, Any]] = []
     step_no = 0
-    for t in rec.get("turns", []):
-        agent = str(t.get("agent", "?"))
-        text = _text(t)
-        comp = t.get("completion") or {}
+    for t in rec.turns:
+        agent, text, call = t.agent, t.text, t.call
         rule = rules.get(agent)
         action, verdict = parsed(rule, text)
         if opener and agent == opener:
             step_no += 1
-        msgs = (t.get("request") or {}).get("messages") or []
         out.append({
-            "agent": agent, "wg": t.get("wg"), "step": t.get("step"), "env_step": step_no or None,
-            "prompt": [{"role": str(m.get("role")), "content": str(m.get("content"))} for m in msgs if isinstance(m, dict)],
-            "response": text, "action": action, "verdict": verdict, "valid": bool(t.get("valid", True)),
+            "agent": agent, "wg": t.wg, "step": t.turn, "env_step": step_no or None,
+            "prompt": [{"role": str(m.get("role")), "content": str(m.get("content"))} for m in t.messages],
+            "response": text, "action": action, "verdict": verdict, "valid": t.valid,
             "reasons": metrics.invalid_reasons(rule, text) if rule else [],
-            "finish": comp.get("finish"), "prompt_tokens": comp.get("prompt_tokens"),
-            "completion_tokens": comp.get("completion_tokens"), "latency_s": comp.get("latency_s"),
-            "prompt_truncated": bool(comp.get("prompt_truncated")),
+            "finish": call.finish, "prompt_tokens": call.prompt_tokens if call.tokens_recorded else None,
+            "completion_tokens": call.completion_tokens if call.tokens_recorded else None,
+            "latency_s": call.latency_s, "prompt_truncated": call.prompt_truncated,
         })
         if steps is not None and agent in ACTORS and 0 < step_no <= len(steps):
             out[-1]["env"] = steps[step_no - 1]
@@ -135,25 +125,25 @@ def turns_view(rec: dict[str, Any], workflow: str | None) -> list[dict[str, Any]
     return out
 
 
-def trajectory_row(rec: dict[str, Any], workflow: str | None) -> dict[str, Any]:
+def trajectory_row(record: Any, workflow: str | None) -> dict[str, Any]:
     """One trajectory's list row: what the filters and the search box need, nothing more."""
-    turns = rec.get("turns", [])
-    route = "→".join(str(t.get("agent", "?")) for t in turns)
+    rec = view(record)
+    route = "→".join(t.agent for t in rec.turns)
     searches = search_steps(rec).count("search") if _env_step_agent(workflow) else None
-    return {"b": str(rec["task"]["benchmark"]), "id": str(rec["task"]["id"]), "s": int(rec["sample_idx"]),
-            "q": _short(rec["task"].get("question")), "c": record_correct(rec), "r": record_reward(rec),
-            "nv": sum(not bool(t.get("valid", True)) for t in turns), "n": len(turns),
-            "route": route, "k": searches, "a": _short(rec.get("final_answer"), 80)}
+    return {"b": rec.benchmark, "id": rec.task_id, "s": rec.sample_idx,
+            "q": _short(rec.question), "c": rec.correct, "r": rec.reward,
+            "nv": sum(not t.valid for t in rec.turns), "n": len(rec.turns),
+            "route": route, "k": searches, "a": _short(rec.final_answer, 80)}
 
 
-def trajectory_detail(rec: dict[str, Any], workflow: str | None) -> dict[str, Any]:
+def trajectory_detail(record: Any, workflow: str | None) -> dict[str, Any]:
     """One trajectory's expanded view: its turns and its outcome (env record kept on the turns)."""
-    extra = {k: v for k, v in (rec.get("extra") or {}).items() if k != "env"} if isinstance(rec.get("extra"), dict) else {}
-    env = (rec.get("extra") or {}).get("env") if isinstance(rec.get("extra"), dict) else None
-    return {"question": str(rec["task"].get("question", "")), "answers": rec["task"].get("answers") or [],
-            "final_answer": rec.get("final_answer"), "reward": record_reward(rec), "correct": record_correct(rec),
-            "extra": extra, "env_answer": env.get("answer") if isinstance(env, dict) else None,
-            "wall_s": rec.get("wall_s"), "cost_usd": rec.get("cost_usd"), "turns": turns_view(rec, workflow)}
+    rec = view(record)
+    extra = {k: v for k, v in rec.extra.items() if k != "env"}
+    return {"question": rec.question, "answers": list(rec.answers),
+            "final_answer": rec.final_answer, "reward": rec.reward, "correct": rec.correct,
+            "extra": extra, "env_answer": rec.env.get("answer") if rec.env is not None else None,
+            "wall_s": rec.wall_s, "cost_usd": rec.cost_usd, "turns": turns_view(rec, workflow)}
 
 
 def _packed(obj: Any) -> str:
@@ -167,14 +157,14 @@ def _natural(s: str) -> tuple:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
 
 
-def _order(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _order(records: list[Any]) -> list[RecordView]:
     """The page's order: benchmark, then question id (numbers in it compared as numbers), then sample."""
-    return sorted(records, key=lambda r: (str(r["task"]["benchmark"]), _natural(str(r["task"]["id"])), int(r["sample_idx"])))
+    return sorted(views(records), key=lambda r: (r.benchmark, _natural(r.task_id), r.sample_idx or 0))
 
 
 def run_data(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
     """(the index entry of one run, its compressed detail chunks)."""
-    recs = _order(run.records)
+    recs = _order(run.views)
     wf = run.workflow if metrics.role_rules(run.workflow) else metrics.infer_workflow(recs)
     summ = summary if summary is not None else metrics.summarize(recs, workflow=wf)
     chunks = [_packed([trajectory_detail(r, wf) for r in recs[i:i + CHUNK]]) for i in range(0, len(recs), CHUNK)]

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Protocol
 
+from drmas_bench.records import RecordView
 from drmas_bench.types import Completion, Request, Sampling, SFTExample, Task, Trajectory, Turn, UserError
 
 
@@ -63,9 +64,9 @@ def rule_reasons(rule: Rule, text: str) -> list[str]:
         raise ValueError(f"unknown format rule {rule!r}")
     return RULES[rule](text)
 
-# A workflow's effects: (the summary block's key, a function over its records returning the block;
-# the workflow's module defines it).
-Effects = tuple[str, Callable[[list[dict[str, Any]]], dict[str, Any]]]
+# A workflow's effects: (the summary block's key, a function over its records, each a
+# `records.RecordView`, returning the block; the workflow's module defines it).
+Effects = tuple[str, Callable[[list[RecordView]], dict[str, Any]]]
 # A warm start's example maker: ``fn(agents, n, seed, **the recipe's sft options)`` -> n examples per
 # agent in agents (options it has no use for are ignored).
 SFTMaker = Callable[..., list[SFTExample]]
@@ -111,7 +112,8 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
         needs_retriever: the workflow searches (the runner loads a retriever).
         rules: {agent: format rule} that compliance checks each agent's responses against (a rule
             name registered with `format_rule`, or a function text -> reasons it fails).
-        effects: (key, fn): ``fn(records)`` returns the workflow's block of the summary's effects,
+        effects: (key, fn): ``fn(records)`` (a list of `records.RecordView`) returns the workflow's
+            block of the summary's effects,
             stored under ``key`` for the whole run and per benchmark.
         placeholders: {role: (allowed, required)} placeholders of each prompt in the workflow's
             packaged ``<name>.prompts.yaml`` (a prompts file is checked against them); None: the

@@ -15,25 +15,25 @@ from collections import Counter
 from typing import Any, Iterable
 
 import drmas_bench.workflows.protocol as P
-from drmas_bench.records import as_dict, mean_or_none, rate, record_extra, turn_text
-from drmas_bench.types import Trajectory, record_correct
+from drmas_bench.records import RecordView, mean_or_none, rate, view, views
+from drmas_bench.types import Trajectory
 from drmas_bench.workflows.base import Episode, workflow
 
 FLIPS = ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")
 
 
-def round1_correct(r: dict[str, Any]) -> bool | None:
+def round1_correct(r: Any) -> bool | None:
     """Whether an episode's round-1 answer (its first solver turn) was graded correct: with one solver
     turn that answer is the final one, so the final grade (``correct``); with more, the grade
     recorded at grading time (``extra["round1_correct"]``, `runner.grade_trajectories`). None when
     the solver never spoke, or a later round ran in a run recorded before round-1 grades were kept."""
-    n = sum(t.get("agent") == "solver" for t in r.get("turns", []))
+    rec: RecordView = view(r)
+    n = len(rec.agent_turns("solver"))
     if n == 0:
         return None
     if n == 1:
-        return record_correct(r)
-    v = record_extra(r).get("round1_correct")
-    return None if v is None else bool(v)
+        return rec.correct
+    return rec.round1_correct
 
 
 def math_effects(records: Iterable[Any]) -> dict[str, Any]:
@@ -54,23 +54,22 @@ def math_effects(records: Iterable[Any]) -> dict[str, Any]:
 
     right / wrong = graded correct or not by the run's grader. Rates are None when their
     denominator is 0."""
-    recs = [as_dict(r) for r in records]
+    recs = views(records)
     flips: Counter = Counter()
     ran = ungraded = 0
     graded: list[tuple[bool, bool]] = []
     judged: list[tuple[bool, bool]] = []  # (round-1 right, approved)
     for r in recs:
-        turns = r.get("turns", [])
-        r1, final = round1_correct(r), record_correct(r)
+        r1, final = round1_correct(r), r.correct
         if r1 is not None:
             graded.append((r1, final))
-        if sum(t.get("agent") == "solver" for t in turns) > 1:
+        if len(r.agent_turns("solver")) > 1:
             ran += 1
             if r1 is None:
                 ungraded += 1
             else:
                 flips[f"{'right' if r1 else 'wrong'}_to_{'right' if final else 'wrong'}"] += 1
-        verdicts = [P.math_verdict(turn_text(t)) for t in turns if t.get("agent") == "verifier"]
+        verdicts = [P.math_verdict(t.text) for t in r.agent_turns("verifier")]
         if verdicts and r1 is not None:
             judged.append((r1, verdicts[0] == "approve"))
     right = [ok for r1, ok in judged if r1]

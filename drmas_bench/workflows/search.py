@@ -27,8 +27,8 @@ from typing import Any, Iterable
 
 import drmas_bench.workflows.protocol as P
 from drmas_bench.grading.qa import grade_qa
-from drmas_bench.records import as_dict, rate, record_extra
-from drmas_bench.types import UserError, record_correct
+from drmas_bench.records import rate, view, views
+from drmas_bench.types import UserError
 from drmas_bench.workflows.base import Episode, workflow
 from drmas_bench.workflows.episodes import episode_compliance
 from drmas_bench.workflows.search_sft import search_sft_examples
@@ -38,23 +38,23 @@ from drmas_bench.workflows.search_sft import search_sft_examples
 SEARCH_EPISODE_KEYS = ("steps_per_episode", "searches_per_episode", "searches_distribution", "no_answer_rate")
 
 
-def evidence_at_answer(r: dict[str, Any]) -> tuple[bool | None, bool | None]:
+def evidence_at_answer(r: Any) -> tuple[bool | None, bool | None]:
     """(evidence when the answerer was called, evidence anywhere in the episode) of one search_route
     episode: whether a gold answer occurs, SQuAD-normalised as a whole-token span (`grade_qa`'s
     cover-EM), in the passages (`protocol.observation_passages`) the env showed before the answerer's last call (the observations of
     the steps before its step; step t = the t-th verifier turn), resp. in every observation of the
     episode. First None: the answerer never acted; both None: no env record (``extra["env"]``,
     runs from before it)."""
-    env = record_extra(r).get("env")
-    if not isinstance(env, dict) or not isinstance(env.get("steps"), list):
+    rec = view(r)
+    if rec.env_steps is None:
         return None, None
-    golds = list((r.get("task") or {}).get("answers") or [])
-    obs = [P.observation_passages(str(s.get("observation") or "")) for s in env["steps"]]
+    golds = list(rec.answers)
+    obs = [P.observation_passages(str(s.get("observation") or "")) for s in rec.env_steps]
     step = answer_step = 0
-    for t in r.get("turns", []):
-        if t.get("agent") == "verifier":
+    for t in rec.turns:
+        if t.agent == "verifier":
             step += 1
-        elif t.get("agent") == "answerer":
+        elif t.agent == "answerer":
             answer_step = step
 
     def seen(texts: list[str]) -> bool:
@@ -75,7 +75,7 @@ def search_effects(records: Iterable[Any]) -> dict[str, Any]:
       contain a gold answer: what the searcher found, whether or not the answerer used it;
     - steps_per_episode, searches_per_episode, searches_distribution, no_answer_rate: `compliance`'s
       per-episode figures (the same definitions)."""
-    recs = [as_dict(r) for r in records]
+    recs = views(records)
     at_answer: list[tuple[bool, bool]] = []  # (evidence present, correct)
     anywhere: list[bool] = []
     for r in recs:
@@ -84,7 +84,7 @@ def search_effects(records: Iterable[Any]) -> dict[str, Any]:
             continue
         anywhere.append(ev_any)
         if ev is not None:
-            at_answer.append((ev, record_correct(r)))
+            at_answer.append((ev, r.correct))
     with_ev = [ok for ev, ok in at_answer if ev]
     without = [ok for ev, ok in at_answer if not ev]
     ep = episode_compliance(recs, {"searcher": "searcher", "answerer": "answerer"})
