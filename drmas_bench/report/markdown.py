@@ -485,12 +485,24 @@ def engine_notes_markdown(pool_stats: dict[str, Any] | None) -> str:
     return ("\n- engine notes (the server's dialect):\n" + "\n".join(lines) + "\n") if lines else ""
 
 
+def limit_stop_markdown(run: dict[str, Any] | None) -> str:
+    """summary.md's first line for a run a spending limit stopped (summary.json's ``run.stopped``,
+    drmas_bench.limits); '' for a run that was not."""
+    stop = (run or {}).get("stopped")
+    if not isinstance(stop, dict):
+        return ""
+    return (f"> **Stopped by a limit:** {stop.get('reason')}. {stop.get('samples_finished')} of "
+            f"{stop.get('samples_planned')} samples are finished; the figures below cover those only. Re-run with "
+            "a higher limit to resume.\n\n")
+
+
 def run_summary_markdown(summary: dict[str, Any]) -> str:
-    """A finished eval's summary.md: `format_summary_markdown`, then the prompts line, the call cache's
-    lines and the engines' notes, each from its section of summary.json (``protocol``, ``cache``,
-    ``pool``)."""
-    return (format_summary_markdown(summary) + protocol_markdown(summary.get("protocol") or {})
-            + cache_markdown(summary.get("cache")) + engine_notes_markdown(summary.get("pool")))
+    """A finished eval's summary.md: the line naming a spending limit that stopped it, then
+    `format_summary_markdown`, the prompts line, the call cache's lines and the engines' notes, each
+    from its section of summary.json (``run``, ``protocol``, ``cache``, ``pool``)."""
+    return (limit_stop_markdown(summary.get("run")) + format_summary_markdown(summary)
+            + protocol_markdown(summary.get("protocol") or {}) + cache_markdown(summary.get("cache"))
+            + engine_notes_markdown(summary.get("pool")))
 
 
 def _usd6(x: float | None) -> str:
