@@ -141,6 +141,23 @@ def test_records_from_before_the_env_account_still_render(tmp_path, runs):
     assert [r["k"] for r in entry["rows"]] == [V.search_steps(r).count("search") for r in V._order(recs)]
 
 
+def test_a_run_stopped_by_a_limit_says_so_on_its_page(tmp_path, runs):
+    import shutil
+
+    from drmas_bench.report.labels import stopped_text
+
+    d = tmp_path / "stopped"
+    shutil.copytree(runs[0], d)
+    assert V.stopped(load_run(d)) == ""  # no summary.json: nothing to say
+    stop = {"limit": "max_usd", "reason": "the run reached --max-usd 0.5 (0.51 spent)", "samples_finished": 24,
+            "samples_planned": 40}
+    (d / "summary.json").write_text(json.dumps({"run": {"stopped": stop}}), encoding="utf-8")
+    html = V.render([load_run(d)])
+    assert f'<p class="stopped">{stopped_text(stop)}</p>' in html and "24 of 40 samples" in html
+    (d / "summary.json").write_text("{not json", encoding="utf-8")
+    assert 'class="stopped"' not in V.render([load_run(d)])  # an unreadable summary.json: the page still builds
+
+
 def test_more_than_two_runs_is_a_user_error(runs):
     with pytest.raises(UserError):
         V.render([load_run(runs[0])] * 3)

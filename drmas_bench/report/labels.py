@@ -211,3 +211,11 @@ def value(key: str, x: Any) -> str:
             return "0" if x == 0 else f"{x:.4g}"
         return f"{x:.2f}"
     return str(x)
+
+
+def stopped_text(stop: dict[str, Any]) -> str:
+    """What a reader is told about a run a spending limit stopped (summary.json's ``run.stopped``,
+    `drmas_bench.limits`): the limit, the samples finished, how to resume."""
+    return (f"Stopped by a limit: {stop.get('reason')}. {stop.get('samples_finished')} of "
+            f"{stop.get('samples_planned')} samples are finished; the figures below cover those only. Re-run with "
+            "a higher limit to resume.")

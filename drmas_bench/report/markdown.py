@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 from drmas_bench.metrics import MACRO, MICRO, QA_KEYS
 from drmas_bench.report.compare import Comparison
 from drmas_bench.report.cost import TeamCost, cost_notes
-from drmas_bench.report.labels import caption, label, value
+from drmas_bench.report.labels import caption, label, stopped_text, value
 from drmas_bench.report.leaderboard import Cell, Table
 
 
@@ -502,9 +502,7 @@ def limit_stop_markdown(run: dict[str, Any] | None) -> str:
     stop = (run or {}).get("stopped")
     if not isinstance(stop, dict):
         return ""
-    return (f"> **Stopped by a limit:** {stop.get('reason')}. {stop.get('samples_finished')} of "
-            f"{stop.get('samples_planned')} samples are finished; the figures below cover those only. Re-run with "
-            "a higher limit to resume.\n\n")
+    return "> **" + stopped_text(stop).replace(": ", ":** ", 1) + "\n\n"
 
 
 def run_summary_markdown(summary: dict[str, Any]) -> str:

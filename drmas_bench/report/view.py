@@ -34,7 +34,7 @@ from drmas_bench import metrics
 from drmas_bench.records import RecordView, view, views
 from drmas_bench.report import sections
 from drmas_bench.report.charts import PALETTE
-from drmas_bench.report.labels import LABELS, workflow_name
+from drmas_bench.report.labels import LABELS, stopped_text, workflow_name
 from drmas_bench.report.runs import Run, load_run
 from drmas_bench.types import UserError
 from drmas_bench.workflows.episodes import ACTORS, search_steps
@@ -220,6 +220,17 @@ def _models(run: Run) -> dict[str, str]:
     return out
 
 
+def stopped(run: Run) -> str:
+    """The note of a run a spending limit stopped (its summary.json's ``run.stopped``), "" otherwise
+    or when summary.json is missing or unreadable (the page is built from the records)."""
+    try:
+        doc = json.loads((run.path / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    stop = (doc.get("run") or {}).get("stopped") if isinstance(doc, dict) else None
+    return stopped_text(stop) if isinstance(stop, dict) else ""
+
+
 def run_meta(run: Run, entry: dict[str, Any]) -> str:
     """The line under a run's name, in words."""
     n = f"{run.n} sample{'s' if run.n != 1 else ''} per question"
@@ -240,6 +251,7 @@ def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | Non
         chunks.append(c)
     colours = agent_colours(runs, entries)
     reports = [{"title": (("A: " if i == 0 else "B: ") if len(runs) > 1 else "") + e["name"], "meta": run_meta(run, e),
+                "stopped": stopped(run),
                 "html": sections.run_report(e["summary"], run.agents, colours, _models(run))}
                for i, (run, e) in enumerate(zip(runs, entries))]
     changes = (sections.changes_report(sections.changes(runs[0].views, runs[1].views), entries[0]["name"],
