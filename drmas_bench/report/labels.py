@@ -126,6 +126,9 @@ _SHARE_SUFFIXES = ("_rate", "_recall", "_precision", "_accuracy", "_on_right", "
 _SHARES = {"avg@n", "pass@n", "em", "f1", "cover_em", "evidence_recall", "round1_accuracy", "final_accuracy",
            "accuracy_with_evidence", "accuracy_without_evidence"}
 
+# where a summary's dollars come from (metrics' ``usd_source``), in words
+USD_SOURCES = {"price sheet": "the price sheet", "recorded cost_usd": "the costs recorded with each trajectory"}
+
 # workflow -> how a caption names it
 WORKFLOW_NAMES = {"search_route": "search", "search_single": "single-agent search", "math_refine": "math refinement",
                   "math_single": "single-agent math", "toy": "toy"}

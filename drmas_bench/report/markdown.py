@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 from drmas_bench.metrics import MACRO, MICRO, QA_KEYS
 from drmas_bench.report.compare import Comparison
 from drmas_bench.report.cost import TeamCost, cost_notes
-from drmas_bench.report.labels import caption, label, stopped_text, value
+from drmas_bench.report.labels import USD_SOURCES, caption, label, stopped_text, value
 from drmas_bench.report.leaderboard import Cell, Table
 
 
@@ -418,7 +418,7 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
         fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
         cost_rows.append([name, fmt(lat.get("p50")), fmt(lat.get("p95")), _usd_known(blk.get("usd_per_question"), blk)]
                          + [_pct(blk.get(k)) for k in qa])
-    source = summary["micro"].get("usd_source", "")
+    source = USD_SOURCES.get(summary["micro"].get("usd_source", ""), summary["micro"].get("usd_source", ""))
     parts += ["", f"### Cost and latency ($ from {source})", "", tabulate(cost_rows, cost_head, tablefmt="github", disable_numparse=True)]
 
     ag_head, ag_rows = _agent_rows(summary)

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 from drmas_bench.metrics import QA_KEYS, questions
 from drmas_bench.report import charts as C
-from drmas_bench.report.labels import caption, label, pct, value, with_ci
+from drmas_bench.report.labels import USD_SOURCES, caption, label, pct, value, with_ci
 
 
 @dataclass(frozen=True)
@@ -259,7 +259,8 @@ def cost(summary: dict[str, Any], order: Sequence[str], colours: dict[str, str],
     micro = summary.get("micro") or {}
     if priced:
         tables += _note(f"{label('usd_per_question')}, all agents: {value('usd_per_question', micro.get('usd_per_question'))}"
-                        + (f" (prices: {micro['usd_source']})" if micro.get("usd_source") else ""))
+                        + (f" ($ from {USD_SOURCES.get(micro['usd_source'], micro['usd_source'])})"
+                           if micro.get("usd_source") else ""))
     calls = [(a, [("", agents[a].get("calls_per_traj"), colours.get(a, C.PALETTE[0]))]) for a in names]
     tokens = [(a, [("prompt", agents[a].get("prompt_tokens_per_call"), colours.get(a, C.PALETTE[0])),
                    ("completion", agents[a].get("completion_tokens_per_call"), C.NEUTRAL)]) for a in names]
