@@ -291,6 +291,7 @@ def test_the_report_fits_the_page_with_human_labels_and_charts(pages, runs, widt
     assert res["errors"] == [] and res["console"] == []
     assert res["inner_width"] == width
     assert res["scroll_width"] <= res["inner_width"] and res["too_wide"] == [], res["too_wide"]
+    assert res["scrolls_sideways"] == []  # no table in a box of its own that scrolls sideways
     summary, want = _expected_bars(load_run(runs[0]))
     raw = {k for k in _keys(summary) if "_" in k}
     assert {"usage_unknown_calls", "calls_per_traj", "valid_rate", "missing_verify_tag"} <= raw  # the check can bite
@@ -318,6 +319,7 @@ def test_two_runs_list_what_changed_and_fit_a_phone(pages, runs):
     assert fixed > 0
     res = B.open_page(pages[1], size="390,1400", frame_width=390)
     assert res["errors"] == [] and res["scroll_width"] <= res["inner_width"] == 390 and res["too_wide"] == []
+    assert res["scrolls_sideways"] == []  # no table in a box of its own that scrolls sideways
     assert res["charts"][0] == ["changes", 3]
     assert f"fixed: {fixed}" in res["report_text"] and (broken == 0 or f"broken: {broken}" in res["report_text"])
 
@@ -373,6 +375,7 @@ def test_the_leaderboard_page_sorts_marks_and_plots(board):
     assert res["flags"] == sum(1 for tb in tables for r in tb.rows if r.source == "reproduced" and r.notes) > 0
     assert res["charts"] == [["pareto-search", 2, 2]]  # run b: fewer tokens, lower score; both on the front
     assert res["scroll_width"] <= res["inner_width"] and res["too_wide"] == []
+    assert res["scrolls_sideways"] == []  # no table in a box of its own that scrolls sideways
     assert res["sorters_shown"] == 0  # the heads sort on a desktop
 
 
@@ -382,4 +385,5 @@ def test_the_leaderboard_page_fits_a_phone(board):
     res = B.open_page(board[0], size="390,1400", frame_width=390)
     assert res["errors"] == [] and res["inner_width"] == 390
     assert res["scroll_width"] <= 390 and res["too_wide"] == [], res["too_wide"]
+    assert res["scrolls_sideways"] == []  # no table in a box of its own that scrolls sideways
     assert res["sorters_shown"] == res["tables"] == len(board[1])
