@@ -9,6 +9,7 @@
 #   OUT=/some/dir bash scripts/gpu_smoke.sh   # also writes $OUT/gpu_smoke.log (+ one .out per step)
 #   GPU_SMOKE_STEPS="build cli" bash scripts/gpu_smoke.sh --cpu   # only the named steps (the others are
 #                                        # not run and not printed); a step run without `build` builds its models
+#   GPU_SMOKE_TIME_SCALE=3 bash scripts/gpu_smoke.sh --cpu   # every timeout (and the deadline) times 3
 #
 # Steps (each with its own timeout, all under one 9-minute deadline; figures in the RESULT json):
 #   build        (test_build) tiny-random (its builder) + a random Qwen2-0.5B-shaped model (hidden 896, 24 layers,
@@ -39,6 +40,11 @@ cd "$REPO"
 MODE=gpu
 [[ "${1:-}" == "--cpu" || "${GPU_SMOKE_CPU:-}" == "1" ]] && MODE=cpu
 DEADLINE_S=${GPU_SMOKE_DEADLINE_S:-530}   # the whole script stays under 9 minutes
+# GPU_SMOKE_TIME_SCALE=N multiplies every step's timeout and the deadline: the limits are the GPU
+# machine's; a CPU dry run on a busy shared machine (tests/test_gpu_smoke_dryrun.py) stretches them
+SCALE=${GPU_SMOKE_TIME_SCALE:-1}
+if ! [[ "$SCALE" =~ ^[1-9][0-9]*$ ]]; then echo "FAIL setup: GPU_SMOKE_TIME_SCALE must be a whole number >= 1, got '$SCALE'"; exit 1; fi
+DEADLINE_S=$(( DEADLINE_S * SCALE ))
 T0=$(date +%s)
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu-smoke.XXXXXX")"
@@ -104,7 +110,7 @@ FAILED=0
 # run_step NAME TIMEOUT_S CMD...: PASS (exit 0) / SKIP (exit 3, or a pytest run whose tests all skipped) /
 # FAIL, with the RESULT line or the error tail
 run_step() {
-  local name="$1" limit="$2"; shift 2
+  local name="$1" limit="$(( $2 * SCALE ))"; shift 2
   local now left out rc t1 res
   [[ -n "${ONLY// /}" && "$ONLY" != *" $name "* ]] && return
   now=$(date +%s); left=$(( DEADLINE_S - (now - T0) ))

@@ -19,6 +19,7 @@ tier too (tests/test_gpu_smoke_script.py)."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -27,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import busy_factor
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gpu_smoke.sh"
 
@@ -34,9 +37,11 @@ SCRIPT = REPO / "scripts" / "gpu_smoke.sh"
 @pytest.mark.slow
 def test_gpu_smoke_cpu_dry_run_passes_its_steps_of_each_kind(tmp_path):
     steps = ("build", "logprob-bf16", "cli")
+    # the steps' timeouts are the GPU machine's; on a busy machine they stretch with its load
     env = dict(os.environ, OUT=str(tmp_path / "out"), PYTHON=sys.executable, OMP_NUM_THREADS="1",
-               GPU_SMOKE_STEPS=" ".join(steps))
-    p = subprocess.run(["bash", str(SCRIPT), "--cpu"], cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+               GPU_SMOKE_STEPS=" ".join(steps), GPU_SMOKE_TIME_SCALE=str(math.ceil(busy_factor())))
+    p = subprocess.run(["bash", str(SCRIPT), "--cpu"], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=400 * math.ceil(busy_factor()))
     log = p.stdout + p.stderr
     assert p.returncode == 0, log[-4000:]
     for step in steps:
@@ -51,6 +56,9 @@ def test_gpu_smoke_steps_names_an_unknown_step_in_one_line(tmp_path):
     p = subprocess.run(["bash", str(SCRIPT), "--cpu"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 1
     assert "FAIL setup: unknown step 'trian' in GPU_SMOKE_STEPS" in p.stdout, p.stdout + p.stderr
+    env["GPU_SMOKE_STEPS"], env["GPU_SMOKE_TIME_SCALE"] = "build", "1.5"
+    p = subprocess.run(["bash", str(SCRIPT), "--cpu"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "GPU_SMOKE_TIME_SCALE must be a whole number >= 1, got '1.5'" in p.stdout
 
 
 def _absent_packages_sitecustomize() -> str:
@@ -72,7 +80,7 @@ def test_every_pytest_step_passes_on_cpu_in_one_process(tmp_path):
                DRMAS_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-rA", "-p", "no:cacheprovider", "-m", "gpu",
                         "tests/test_gpu_smoke.py", "tests/test_memory.py", "tests/test_losses.py"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=400 * math.ceil(busy_factor()))
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
     assert "No module named 'ray' (absent on the GPU machine)" in out  # the sitecustomize was in force
