@@ -30,16 +30,17 @@ def test_data_show_prints_tasks_of_a_benchmark(capsys):
 
 
 def test_train_then_regress_and_eval_its_checkpoint_through_the_cli(tmp_path, capsys):
-    """CI's tiny phase in miniature, through `main` as a user types it: two RL steps of the tiny
-    recipe (a 5-step warm start, 2 prompts x 2 episodes), its bands checked, its checkpoint evaluated."""
+    """CI's tiny phase in miniature, through `main` as a user types it: one RL step of the tiny
+    recipe (a 2-step warm start of batch 8, 1 prompt x 2 episodes), its bands checked, its
+    checkpoint evaluated."""
     run = tmp_path / "t"
-    assert main(["train", "--recipe", "tiny", "--estimator", "drmas", "--steps", "2", "--local", "--no-progress",
-                 "--out", str(run), "--set", "sft.steps=5", "--set", "sft.agent_steps={}",
-                 "--set", "rollout.prompts_per_step=2", "--set", "rollout.n=2"]) == 0
+    assert main(["train", "--recipe", "tiny", "--estimator", "drmas", "--steps", "1", "--local", "--no-progress",
+                 "--out", str(run), "--set", "sft.steps=2", "--set", "sft.agent_steps={}", "--set", "sft.batch_size=8",
+                 "--set", "rollout.prompts_per_step=1", "--set", "rollout.n=2"]) == 0
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2] and (run / "ckpt" / "latest" / "team.yaml").is_file()
+    assert steps == [1] and (run / "ckpt" / "latest" / "team.yaml").is_file()
     bands = tmp_path / "bands.json"
-    for need, rc in ((2, 0), (3, 1)):  # every step ran; a third one did not
+    for need, rc in ((1, 0), (2, 1)):  # every step ran; a second one did not
         bands.write_text(json.dumps({"recipe": "tiny", "bands": [
             {"name": "ran every step", "metric": "critic/score/mean", "stat": "count", "min": need}]}))
         assert main(["regress", str(run), "--against", str(bands)]) == rc
