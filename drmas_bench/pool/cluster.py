@@ -93,11 +93,14 @@ def should_ship(address: str | None, ship_code: bool | None) -> bool:
 def init_kwargs(address: str | None, staged: Path | None = None, **local: Any) -> dict[str, Any]:
     """Keyword arguments for ``ray.init``: attach to ``address`` (then ``local`` options such as
     ``num_cpus`` are not allowed by Ray and are dropped), or start a local Ray with ``local``;
-    ``staged``: the packages to ship (:func:`stage_packages`)."""
+    ``staged``: the packages to ship (:func:`stage_packages`). A local Ray is asked for with
+    ``address="local"``: without an address, ``ray.init`` attaches to the latest cluster that
+    ``ray start`` left on this machine (/tmp/ray/ray_current_cluster) and then refuses ``num_cpus``."""
     kw: dict[str, Any] = {"runtime_env": runtime_env(staged), "log_to_driver": True}
     if address:
         kw["address"] = address
     else:
+        kw["address"] = "local"
         kw["include_dashboard"] = False
         kw.update({k: v for k, v in local.items() if v is not None})
     return kw
