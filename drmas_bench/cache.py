@@ -93,7 +93,7 @@ def group_identity(kind: str, model: str, model_id: dict[str, Any] | None, optio
     outputs (``engines.output_options``; a local ``tokenizer`` folder by its content too).
     ``here``: the engine runs on this machine (not on Ray nodes), so ``"auto"`` options resolve here."""
     from drmas_bench.engines import output_options
-    from drmas_bench.store import model_identity
+    from drmas_bench.files import model_identity
 
     mid = model_id or {}
     model_part = {"content": mid["content"]} if mid.get("content") else {"name": str(mid.get("name") or model)}

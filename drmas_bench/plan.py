@@ -465,6 +465,7 @@ class Plan:
 
 def plan(cfg: EvalConfig) -> Plan:
     """Check and resolve ``cfg`` into a :class:`Plan` (module docstring)."""
+    from drmas_bench.files import fingerprint
     from drmas_bench.provenance import (
         collect,
         data_identity,
@@ -475,7 +476,6 @@ def plan(cfg: EvalConfig) -> Plan:
         workflow_record,
     )
     from drmas_bench.retrievers import default_spec, note_trained_retriever, open_retriever
-    from drmas_bench.store import fingerprint
     from drmas_bench.tasks import load_tasks, resolve_data_dir
 
     started, t0 = utc_now(), time.monotonic()

@@ -148,10 +148,10 @@ def collect(argv: list[str] | None = None) -> dict[str, Any]:
 
 def models_identity(team, resolved: dict) -> dict[str, dict[str, str]]:
     """What each local worker group's ``model`` resolves to (``resolved``: plan.resolve_local_models,
-    each model resolved once): real path + content hash (store.model_identity). Hub ids not
+    each model resolved once): real path + content hash (files.model_identity). Hub ids not
     downloaded are identified by name, remote models not at all, and a model left to the Ray nodes
     (``None``) by name with ``resolved_on``."""
-    from drmas_bench.store import model_identity
+    from drmas_bench.files import model_identity
 
     out = {}
     for name, g in team.worker_groups.items():
@@ -167,7 +167,7 @@ def models_identity(team, resolved: dict) -> dict[str, dict[str, str]]:
 
 def data_identity(benches, data_dir) -> dict[str, str]:
     """sha256 of every benchmark file read (generated / hub benchmarks: where they come from)."""
-    from drmas_bench.store import file_sha256, load_hash_cache, save_hash_cache
+    from drmas_bench.files import file_sha256, load_hash_cache, save_hash_cache
     from drmas_bench.tasks.registry import local_file, source_of
 
     cache = load_hash_cache()

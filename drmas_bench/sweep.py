@@ -395,7 +395,8 @@ def finished(p: Any) -> bool:
     configuration (same identity and selection as ``config.yaml``): then nothing is loaded for it."""
     import yaml
 
-    from drmas_bench.store import fingerprint, read_samples, sample_key, select_records, selection_of
+    from drmas_bench.files import fingerprint
+    from drmas_bench.store import read_samples, sample_key, select_records, selection_of
 
     cfg_path, samples = p.out / "config.yaml", p.out / "samples.jsonl"
     if not ((p.out / "summary.json").is_file() and cfg_path.is_file() and samples.is_file()):
@@ -445,10 +446,10 @@ def run_sweep(base: Any, d: Design, out: str | Path, *, n_boot: int = 2000, boot
     ``OUT/runs/<name>``, resumably; write ``sweep.json`` after each, then ``sweep.md`` and
     ``pareto.png``. Returns the sweep document."""
     from drmas_bench.api import evaluate
+    from drmas_bench.files import atomic_write
     from drmas_bench.plan import plan
     from drmas_bench.pricing import load_prices
     from drmas_bench.report.runs import load_run
-    from drmas_bench.store import atomic_write
 
     out = Path(out)
     check_models(d, base.engine)

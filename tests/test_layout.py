@@ -128,6 +128,21 @@ def test_the_harness_does_not_import_the_trainer():
     assert bad == []
 
 
+# the modules that may import the run directory (`drmas_bench.store`): the run layer, the entry
+# layer, the CLI, and the trainer's loop (it opens and locks its own run directory)
+STORE_USERS = ("drmas_bench.runner", "drmas_bench.api", "drmas_bench.plan", "drmas_bench.sweep", "drmas_bench.metrics",
+               "drmas_bench.cache", "drmas_bench.report", "drmas_bench.export", "drmas_bench.commands",
+               "drmas_bench.cli", "drmas_trainer.trainer")
+
+
+def test_nothing_below_the_run_layer_imports_the_store():
+    """File names, atomic writes and identity by content live in the leaf `drmas_bench.files`; the
+    store (the run directory) is imported only by the run layer and above."""
+    bad = sorted((m, t) for m, ts in import_graph().items() for t in ts
+                 if t == "drmas_bench.store" and not m.startswith(STORE_USERS))
+    assert bad == []
+
+
 def test_workflows_import_nothing_of_the_run_layer():
     """A workflow's effects and rules read records through `records` and `workflows.episodes`, not
     metrics: the workflows sit below the run layer (docs/architecture.md). Not yet checked:

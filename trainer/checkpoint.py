@@ -170,7 +170,7 @@ def _fsync_dir(path: Path) -> None:
 def member(folder: Location, *parts: str) -> Location:
     """``folder/parts...`` resolved, refused (UserError) if a part is not a safe name or the path
     leaves ``folder``: worker-group names become ``models/<wg>`` and ``optim/<wg>.pt``."""
-    from drmas_bench.store import inside, safe_name
+    from drmas_bench.files import inside, safe_name
 
     for p in parts:
         safe_name(p.removesuffix(".pt"), "checkpoint entry")

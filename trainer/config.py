@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from drmas_bench.files import safe_name
 from drmas_bench.schema import (
     COERCING,
     RANGES,
@@ -49,7 +50,6 @@ from drmas_bench.schema import (
     parse,
     registered,
 )
-from drmas_bench.store import safe_name
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
 

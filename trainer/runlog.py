@@ -55,7 +55,7 @@ def check_run_config(run: Path, cfg: TrainConfig, resuming: bool) -> None:
             raise UserError(f"{run} was trained with another configuration (differs in: {', '.join(diff)}); "
                             f"resume with the same recipe and flags, or use another --out")
     run.mkdir(parents=True, exist_ok=True)
-    from drmas_bench.store import atomic_write
+    from drmas_bench.files import atomic_write
 
     atomic_write(path, yaml.safe_dump(new, sort_keys=False))
 
@@ -69,7 +69,7 @@ class MetricsLog:
 
     def __init__(self, run: Path, keep_until: int = 0, tracker: str = "none",
                  config: dict[str, Any] | None = None) -> None:
-        from drmas_bench.store import atomic_write
+        from drmas_bench.files import atomic_write
         from drmas_trainer.trackers import make_tracker
 
         run.mkdir(parents=True, exist_ok=True)

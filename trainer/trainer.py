@@ -103,7 +103,8 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
             CUDA GPU is present and ray is installed, else in process.
         progress: show a progress bar.
     """
-    from drmas_bench.store import RunLock, inside, make_run_dir, write_error_log
+    from drmas_bench.files import inside
+    from drmas_bench.store import RunLock, make_run_dir, write_error_log
 
     # everything that can be checked is checked before the run directory exists: names and settings,
     # workflow options, the training tasks, the retriever (a server that is down fails here)

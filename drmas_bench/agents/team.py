@@ -45,8 +45,8 @@ from pydantic import Field, field_validator, model_validator
 
 from drmas_bench.agents.explicit import Explicit, apply_explicit
 from drmas_bench.engines import ENGINES, traits
+from drmas_bench.files import safe_name
 from drmas_bench.schema import ModelOnEngine, SamplingSchema, Schema, parse, sampling_overrides
-from drmas_bench.store import safe_name
 from drmas_bench.types import Sampling, UserError
 from drmas_bench.workflows.protocol import ProtocolSchema
 from drmas_bench.yamlfile import read_yaml

@@ -132,7 +132,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     csv_paths = report.suite_csv_paths(args.out, tables, runs) if args.out else {}
     print(md)
     if args.out:
-        from drmas_bench.store import atomic_write
+        from drmas_bench.files import atomic_write
 
         out = Path(args.out)
         atomic_write(out / "leaderboard.md", md)
@@ -160,7 +160,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     md = report.compare_markdown(report.compare_runs(a, b, n_boot=args.n_boot, seed=args.seed), max_flips=args.max_flips)
     print(md)
     if args.out:
-        from drmas_bench.store import atomic_write
+        from drmas_bench.files import atomic_write
 
         atomic_write(Path(args.out), md)
         logger.info(f"[compare] wrote {args.out}")
@@ -280,7 +280,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     md = report.cost_markdown(costs, prices_source=f"the price sheet {args.prices}", unpriced=prices.unpriced)
     print(md)
     if out:
-        from drmas_bench.store import atomic_write
+        from drmas_bench.files import atomic_write
 
         atomic_write(out / "cost.md", md)
         atomic_write(out / "cost.csv", report.cost_csv(costs))

@@ -348,7 +348,7 @@ class HFEngine(EngineBase):
     def _update_adapter_sync(self, name: str, config: dict[str, Any], tensors: dict[str, Any]) -> None:
         from peft import LoraConfig, set_peft_model_state_dict
 
-        from drmas_bench.store import safe_name
+        from drmas_bench.files import safe_name
 
         safe_name(name, "hf engine: adapter")
         with self._lock:
