@@ -44,6 +44,7 @@ import sqlite3
 import time
 import zlib
 from dataclasses import fields
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -281,7 +282,8 @@ class CallCache:
         """Delete entries written more than ``older_than_days`` ago, of ``model`` (its name as the runs
         named it, or a prefix of its content hash), then the oldest until the values fit in
         ``max_size_mb``; VACUUM afterwards (the file shrinks). -> entries deleted."""
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if older_than_days is not None:
             where.append("created < ?")
             args.append(time.time() - older_than_days * 86400)
@@ -397,8 +399,7 @@ def wrap_engines(engines: dict[str, Any], cache: CallCache, team: Any, models: d
         opts = dict(g.options, **({"base_url": g.base_url} if getattr(g, "base_url", None) else {}))
         ident = group_identity(g.engine, g.model, models.get(wg), opts, here=here)
         labels = {"model": str(g.model), "content": str((models.get(wg) or {}).get("content") or ""), "engine": g.engine}
-        out[wg] = CachedEngine(engine, cache, ident, labels,
-                               (lambda c, wg=wg: price(wg, c)) if price is not None else None)
+        out[wg] = CachedEngine(engine, cache, ident, labels, partial(price, wg) if price is not None else None)
     return out
 
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the annotations only: both modules are imported where a pla
     from drmas_bench.agents.team import TeamSpec
     from drmas_bench.cache import CallCache
 
-logger = logging.getLogger("drmas_bench.api")  # the [eval] lines keep the logger they always had
+logger = logging.getLogger(__name__)
 
 # REFERENCE.md §3: eval sampling (max new tokens per call: the suite's, `Suite.max_new_tokens`)
 SAMPLING_DEFAULTS = {"temperature": 0.6, "top_p": 0.95, "enable_thinking": False}
@@ -219,7 +219,7 @@ def resolve(cfg: EvalConfig) -> Resolved:
         if is_reference_checkpoint(cfg.model):  # the reference trainer's: merged into a team folder (cached)
             folder, ref = team_folder(cfg.model, workflow=cfg.workflow, suite=cfg.suite, show_progress=cfg.progress)
             cfg = replace(cfg, model=str(folder), suite=cfg.suite or (None if cfg.benchmarks else ref.suite))
-        refuse_incomplete(cfg.model)  # before its team.yaml is read
+        refuse_incomplete(str(cfg.model))  # before its team.yaml is read
     benches = select_benchmarks(cfg.suite, cfg.benchmarks)
     suites = {b.suite for b in benches}
     if len(suites) > 1:

@@ -13,7 +13,7 @@ from typing import Any
 
 from drmas_bench.types import UserError
 
-logger = logging.getLogger("drmas_bench.api")  # the [eval] lines keep the logger they always had
+logger = logging.getLogger(__name__)
 
 
 def default_spec(data_dir) -> str:

@@ -484,15 +484,16 @@ def repair_samples(run: str | os.PathLike) -> tuple[int, list[int], Path]:
         lines = data.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()  # the newline after the last line
-        good, bad = [], []
+        good: list[tuple[int, bytes]] = []
+        bad: list[tuple[int, bytes]] = []
         for lineno, raw in enumerate(lines, 1):
             if not raw.strip():
                 continue
             (good if parse_sample_line(raw) is not None else bad).append((lineno, raw))
         if bad:
-            with open(quarantine, "ab") as f:
-                f.write(b"".join(raw + b"\n" for _, raw in bad))
-                f.flush()
-                os.fsync(f.fileno())
+            with open(quarantine, "ab") as out:
+                out.write(b"".join(raw + b"\n" for _, raw in bad))
+                out.flush()
+                os.fsync(out.fileno())
             atomic_write(samples, b"".join(raw + b"\n" for _, raw in good))
     return len(good), [n for n, _ in bad], quarantine

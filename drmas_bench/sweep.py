@@ -300,8 +300,8 @@ def pareto_flags(points: Sequence[tuple[float | None, float]]) -> list[bool]:
     (None) is off the front and not compared."""
     from drmas_bench.report.cost import pareto_front
 
-    known = [i for i, (c, _) in enumerate(points) if c is not None and c == c]
-    front = {known[j] for j in pareto_front([(float(points[i][0]), float(points[i][1])) for i in known])}
+    known = [(i, c, acc) for i, (c, acc) in enumerate(points) if c is not None and c == c]
+    front = {known[j][0] for j in pareto_front([(float(c), float(acc)) for _, c, acc in known])}
     return [i in front for i in range(len(points))]
 
 

@@ -254,6 +254,21 @@ def test_a_plan_is_built_from_small_frozen_typed_parts():
     assert untyped == ["Inputs.retriever"]
 
 
+def test_each_module_logs_under_its_own_name():
+    """A module's logger is ``logging.getLogger(__name__)`` (the CLI's handler sits on the package
+    loggers, so every child's lines show the same); another name is only a third-party logger a
+    module quiets (not assigned to a module-level name)."""
+    hits = []
+    for folder in (REPO / "drmas_bench", REPO / "trainer", REPO / "retrieval"):
+        for f in sorted(folder.rglob("*.py")):
+            for n in ast.parse(f.read_text(encoding="utf-8")).body:
+                if (isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                        and ast.unparse(n.value.func) == "logging.getLogger"
+                        and ast.unparse(n.value) != "logging.getLogger(__name__)"):
+                    hits.append(f"{f.relative_to(REPO)}:{n.lineno}: {ast.unparse(n)}")
+    assert hits == []
+
+
 def test_no_suite_or_family_is_compared_by_name_in_the_run_layer():
     """runner, plan and provenance ask the Suite and the grading family (`Family.takes_grader`) rather
     than naming one."""

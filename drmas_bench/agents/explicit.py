@@ -17,7 +17,7 @@ from drmas_bench.engines import traits
 from drmas_bench.engines.hosting import option_names
 from drmas_bench.types import UserError
 
-logger = logging.getLogger("drmas_bench.api")  # the [eval] lines keep the logger they always had
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

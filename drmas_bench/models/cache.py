@@ -13,7 +13,7 @@ from typing import Any
 
 from drmas_bench.files import cache_dir
 
-logger = logging.getLogger("drmas_bench.models")
+logger = logging.getLogger(__name__)
 
 MARKER = "drmas_model.json"  # written last into a finished model directory
 

@@ -19,7 +19,7 @@ from drmas_bench.models.cache import MARKER, models_dir, progress, read_marker
 from drmas_bench.types import UserError
 from drmas_retrieval.locks import file_lock
 
-logger = logging.getLogger("drmas_bench.models")
+logger = logging.getLogger(__name__)
 
 
 

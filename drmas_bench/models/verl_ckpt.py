@@ -40,7 +40,7 @@ from typing import Any
 
 from drmas_bench.types import UserError
 
-logger = logging.getLogger("drmas_bench.models")
+logger = logging.getLogger(__name__)
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 STEP_DIR = re.compile(r"^global_step_(\d+)$")

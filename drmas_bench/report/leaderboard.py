@@ -348,9 +348,9 @@ def _flag_settings(rows_runs: list[tuple[Row, Run]]) -> None:
     keys = [frozenset(question_keys(run)) for _, run in rows_runs]
     kc = Counter(keys)
     usual_keys = max(kc, key=lambda v: (kc[v], -keys.index(v)))
-    for (row, _), mine in zip(rows_runs, keys):  # question ids, on the benchmarks a row shares with the usual set
-        shared = {b for b, _ in mine} & {b for b, _ in usual_keys}
-        a, b = {q for q in mine if q[0] in shared}, {q for q in usual_keys if q[0] in shared}
+    for (row, _), own in zip(rows_runs, keys):  # question ids, on the benchmarks a row shares with the usual set
+        shared = {b for b, _ in own} & {b for b, _ in usual_keys}
+        a, b = {q for q in own if q[0] in shared}, {q for q in usual_keys if q[0] in shared}
         if a != b:
             row.notes.append(f"question set differs ({len(a & b)} of the table's {len(b)} questions on "
                              f"{', '.join(sorted(shared))}; {len(a - b)} others)")
