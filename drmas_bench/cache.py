@@ -1,4 +1,4 @@
-"""The call cache: a completion is reused only when it is the same call (issue 26).
+"""The call cache: a completion is reused only when it is the same call (docs/sweep.md).
 
     cache = CallCache.open("cache/")               # cache/calls.sqlite3, made when missing
     engines = wrap_engines(pool.views(), cache, groups)   # {wg: CachedEngine}; TeamRuntime takes these
@@ -48,6 +48,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from drmas_bench.engines import output_options
+from drmas_bench.files import model_identity
 from drmas_bench.records import view
 from drmas_bench.types import CACHE_FIELDS, Completion, Request, UserError
 
@@ -93,8 +95,6 @@ def group_identity(kind: str, model: str, model_id: dict[str, Any] | None, optio
     folder's path is left out, so a copy elsewhere is the same model) and the options that change
     outputs (``engines.output_options``; a local ``tokenizer`` folder by its content too).
     ``here``: the engine runs on this machine (not on Ray nodes), so ``"auto"`` options resolve here."""
-    from drmas_bench.engines import output_options
-    from drmas_bench.files import model_identity
 
     mid = model_id or {}
     model_part = {"content": mid["content"]} if mid.get("content") else {"name": str(mid.get("name") or model)}

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from drmas_bench.agents.team import TeamSpec
+from drmas_bench.grading.families import grade_family
 from drmas_bench.store import RunDir
+from drmas_bench.tasks.registry import BENCHMARKS, known_names
 from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory
 from drmas_bench.workflows.base import Episode, WorkflowSpec
 
@@ -85,8 +87,6 @@ def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 
     round-1 answer it reads from a trajectory (one a later round replaced) is graded by the same
     family in the same batch (extra round1_correct, round1_grade): the workflow's effects need it
     (math_refine's verifier effect), and only here is the run's grader at hand."""
-    from drmas_bench.grading.families import grade_family
-    from drmas_bench.tasks.registry import BENCHMARKS, known_names
 
     known_names()  # the suites are registered
     by_family: dict[str, list[Trajectory]] = {}
@@ -164,7 +164,7 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
     async def one(task: Task, idx: int) -> Trajectory:
         async with sem:
             ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever, want_logprobs=want_logprobs,
-                         step=step)
+                         training_step=step)
             await wf.fn(ep, **opts)
             return ep.finish()
 

@@ -40,7 +40,9 @@ A line that cannot be read stops every reader with one error naming ``drmas-benc
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -49,7 +51,10 @@ from typing import Any, Iterable
 import yaml
 
 from drmas_bench.files import atomic_write, fingerprint, inside
+from drmas_bench.log import write_traceback
 from drmas_bench.types import Trajectory, UserError
+
+logger = logging.getLogger(__name__)
 
 CONFIG = "config.yaml"
 SAMPLES = "samples.jsonl"
@@ -226,7 +231,6 @@ class RunLock:
     whose process died was released by the kernel and is taken over silently."""
 
     def __init__(self, run: str | os.PathLike) -> None:
-        import fcntl
 
         self.path = inside(run, Path(run) / LOCK)
         self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -282,7 +286,6 @@ def write_error_log(run: str | os.PathLike, exc: BaseException) -> Path | None:
     """Append ``exc``'s traceback to ``RUN/error.log``; returns where it went (a temporary file when
     the run directory cannot be written, e.g. a full disk: no empty error.log is left behind;
     None when it went to stderr). See ``drmas_bench.log.write_traceback``."""
-    from drmas_bench.log import write_traceback
 
     return write_traceback(exc, Path(run) / ERROR_LOG)
 
@@ -398,9 +401,7 @@ class RunDir:
                                 f"config.yaml is missing, so what made it cannot be checked; restore "
                                 f"{self.path / CONFIG}, or {fix}")
         if config_missing and kept:
-            import logging
-
-            logging.getLogger(__name__).info(
+            logger.info(
                 f"[eval] {self.path / CONFIG} was missing: rebuilt from this command, whose stamp all "
                 f"{len(kept)} kept samples carry")
 

@@ -269,6 +269,44 @@ def test_each_module_logs_under_its_own_name():
     assert hits == []
 
 
+# what a function may import when it runs rather than at the top of its module: these load a heavy or
+# optional dependency (a project module that imports one at its top counts too; the CLI's commands/
+# defer the whole harness so that `drmas-bench --help` stays light)
+LIGHT_ALWAYS = {"yaml", "numpy", "pydantic"}  # installed with the package and loaded by every command
+
+
+def function_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import that sits inside a function of ``path``."""
+    out = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, ast.Import):
+                out.extend((child.lineno, a.name) for a in child.names)
+            elif in_function and isinstance(child, ast.ImportFrom):
+                out.append((child.lineno, "." * child.level + (child.module or "")))
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return out
+
+
+def test_function_imports_finds_an_import_in_a_function(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import os\ndef g():\n    import json\n    def h():\n        from . import x\n    return h\n")
+    assert function_imports(f) == [(3, "json"), (5, ".")]
+
+
+def test_no_standard_library_module_is_imported_inside_a_function():
+    """Nothing light is deferred: a module's standard-library, yaml, numpy and pydantic imports sit
+    at its top, where a reader sees what it depends on."""
+    light = set(sys.stdlib_module_names) | LIGHT_ALWAYS
+    hits = [f"{f.relative_to(REPO)}:{line}: {mod}" for folder in (REPO / "drmas_bench", REPO / "trainer")
+            for f in sorted(folder.rglob("*.py")) for line, mod in function_imports(f)
+            if mod.split(".")[0] in light]
+    assert hits == []
+
+
 def test_no_suite_or_family_is_compared_by_name_in_the_run_layer():
     """runner, plan and provenance ask the Suite and the grading family (`Family.takes_grader`) rather
     than naming one."""

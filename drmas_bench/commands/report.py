@@ -7,9 +7,12 @@ docs/leaderboards.md and docs/cost.md).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
+
+import yaml
 
 from drmas_bench.engines import ENGINES
 from drmas_bench.tasks.registry import suite_names
@@ -190,8 +193,6 @@ def eval_config(team_file: Path, out: Path, args: argparse.Namespace):
 
 def _check_team_prices(team_file: Path, prices) -> None:
     """Fail before any evaluation on a team file whose models the price sheet lacks."""
-    import yaml
-
     try:
         d = yaml.safe_load(team_file.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
@@ -224,8 +225,6 @@ def run_teams(team_files: list[Path], args: argparse.Namespace, out: Path) -> li
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    import json
-
     from drmas_bench import report
 
     out = Path(args.out) if args.out else None

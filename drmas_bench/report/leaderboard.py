@@ -37,6 +37,7 @@ from drmas_bench.metrics import (
     workflow_effects,
 )
 from drmas_bench.records import views
+from drmas_bench.report.compute_matched import matched_line, read_matched
 from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
@@ -215,7 +216,6 @@ def matched_row(run: Run, base: Row) -> Row | None:
     """The compute-matched row of a single-agent run (`report.compute_matched`: majority vote over
     groups of k samples, k = the team's tokens / the single agent's), under the run's own row; None
     when the run dir holds no ``compute_matched.json``."""
-    from drmas_bench.report.compute_matched import matched_line, read_matched
 
     doc = read_matched(run.path)
     if not doc or not doc.get("per_question"):

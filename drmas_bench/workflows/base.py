@@ -184,20 +184,22 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
 
 
-def sample_seed(run_seed: int, step: int, prompt: str, sample_idx: int, agent: str, turn: int) -> int:
+def sample_seed(run_seed: int, training_step: int, prompt: str, sample_idx: int, agent: str, turn: int) -> int:
     """The sampling seed of one agent call: a stable 63-bit hash of (run seed, training step (0 outside
     training), prompt id, sample index, agent, turn). Every engine that takes a seed gets it (hf: the
     request's own generator; sglang: ``sampling_seed``; openai: ``seed``)."""
-    h = hashlib.sha256("\x1f".join(str(p) for p in ("sample", run_seed, step, prompt, sample_idx, agent, turn)).encode())
+    h = hashlib.sha256("\x1f".join(str(p) for p in ("sample", run_seed, training_step, prompt, sample_idx, agent, turn))
+                       .encode())
     return int.from_bytes(h.digest()[:8], "little") & (2**63 - 1)
 
 
 class Episode:
-    """One run of a workflow on one task (one of its n samples); ``step`` is the training step (0 in eval)."""
+    """One run of a workflow on one task (one of its n samples); ``training_step`` is the trainer's
+    step (0 in eval). Each call is one turn, numbered from 0 in the order the workflow makes them."""
 
     def __init__(self, task: Task, sample_idx: int, backend: AgentBackend, agents: tuple[str, ...],
-                 seed: int = 0, retriever: Any = None, want_logprobs: bool = False, step: int = 0):
-        self.step = step
+                 seed: int = 0, retriever: Any = None, want_logprobs: bool = False, training_step: int = 0):
+        self.training_step = training_step
         self.task = task
         self.traj = Trajectory(task=task, sample_idx=sample_idx)
         self.retriever = retriever
@@ -229,15 +231,15 @@ class Episode:
     async def call(self, agent: str, messages: list[dict[str, str]]) -> Turn:
         if agent not in self._agents:
             raise UserError(f"workflow called unknown agent {agent!r}; team agents: {', '.join(self._agents)}")
-        step = len(self.traj.turns)
+        turn_idx = len(self.traj.turns)
         sampling = replace(self._backend.sampling(agent),
-                           seed=sample_seed(self._seed, self.step, f"{self.task.benchmark}:{self.task.id}",
-                                            self.traj.sample_idx, agent, step))
+                           seed=sample_seed(self._seed, self.training_step, f"{self.task.benchmark}:{self.task.id}",
+                                            self.traj.sample_idx, agent, turn_idx))
         limit, side = self._prompt_limit
         req = Request(agent=agent, messages=messages, sampling=sampling, want_logprobs=self._want_logprobs,
                       max_prompt_tokens=limit, truncate=side, sample_idx=self.traj.sample_idx)
         completion = await self._backend.generate(agent, req)
-        turn = Turn(agent=agent, wg=self._backend.worker_group(agent), step=step, request=req, completion=completion)
+        turn = Turn(agent=agent, wg=self._backend.worker_group(agent), step=turn_idx, request=req, completion=completion)
         self.traj.turns.append(turn)
         return turn
 

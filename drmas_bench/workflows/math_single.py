@@ -1,4 +1,4 @@
-"""Math, one agent: the solver alone, one call (the single-agent baseline of issue 25, REFERENCE §2b).
+"""Math, one agent: the solver alone, one call (the single-agent baseline of docs/eval.md, REFERENCE §2b).
 
 The paper compares its teams with one model trained alone (single-agent GRPO). This is that model's
 episode: the solver sees the question and nothing else (no team, no team context, no second round),

@@ -1,5 +1,5 @@
 """Search, one agent: search and answer in one growing conversation (the single-agent baseline of
-issue 25, after Search-R1's protocol; REFERENCE §2b for everything the team shares).
+docs/eval.md, after Search-R1's protocol; REFERENCE §2b for everything the team shares).
 
     messages = [system, the agent's prompt]
     step t = 1..max_steps:
