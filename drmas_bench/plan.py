@@ -506,7 +506,7 @@ def plan(cfg: EvalConfig) -> Plan:
         identity["protocol"] = {k: protocol_info[k] for k in ("prompts_sha256", "max_prompt_tokens", "truncate")}
         protocol_opts = {"prompts": templates, "protocol": proto}
     # the benchmarks name their grading family (one suite per run: one family)
-    families = sorted({b.grader for b in r.benches})
+    families = sorted({b.family for b in r.benches})
     family = families[0] if len(families) == 1 else "+".join(families)
     grader = grader_record(family, cfg.grader)
     if "name" in grader:  # a family that takes --grader: a resume with another grader (or version) is refused

@@ -116,7 +116,7 @@ def check_benchmark(b, data_dir) -> tuple[str, int | None, list[str]]:
 def empty_gold_note(b, data_dir) -> str:
     """For a QA benchmark: how many golds normalise to the empty string (never matched, so a task
     with no other gold scores 0 whatever the answer); "" when none or not QA-graded."""
-    if b.grader != "qa":
+    if b.family != "qa":
         return ""
     from drmas_bench.grading.qa import empty_golds, matchable_golds
     from drmas_bench.tasks import registry

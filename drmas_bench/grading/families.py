@@ -1,4 +1,4 @@
-"""Grading families: which kind of grading a benchmark asks for (``Benchmark.grader`` names one).
+"""Grading families: which kind of grading a benchmark asks for (``Benchmark.family`` names one).
 
 A family grades finished answers of one kind: ``(final answer or None, gold answers)`` pairs ->
 ``(correct, extra fields recorded beside it)``. The runner grades each trajectory by its benchmark's

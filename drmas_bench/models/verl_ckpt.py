@@ -157,7 +157,7 @@ def read_team(path: str | os.PathLike, workflow: str | None = None, suite: str |
 def _suite_of(wf: Any) -> str | None:
     """The suite whose grading family is the one ``wf`` grades with (a workflow names its family)."""
 
-    return next((s for s in suite_names() if get_suite(s).grader == wf.grader), None)
+    return next((s for s in suite_names() if get_suite(s).family == wf.family), None)
 
 
 def _no_fit(step: Path, holder: dict, suite: str | None):

@@ -24,7 +24,7 @@ from drmas_bench.tasks.base import (
 from drmas_bench.types import Task
 
 # the math suite: math_refine by default, long reasoning (4096 new tokens), graded as math
-register_suite(Suite("math", workflow="math_refine", max_new_tokens=4096, grader="math"))
+register_suite(Suite("math", workflow="math_refine", max_new_tokens=4096, family="math"))
 
 
 def _math_task(rec: dict[str, Any], i: int, bench: str) -> Task:

@@ -27,7 +27,7 @@ from drmas_bench.tasks.base import (
 from drmas_bench.types import Task
 
 # the search suite: search_route by default, 800 new tokens a call, graded by QA exact match
-register_suite(Suite("search", workflow="search_route", max_new_tokens=800, grader="qa"))
+register_suite(Suite("search", workflow="search_route", max_new_tokens=800, family="qa"))
 
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
 

@@ -77,7 +77,7 @@ class WorkflowSpec:
     name: str
     fn: Callable[..., Awaitable[None]]
     agents: tuple[str, ...]  # logical agents, in the order they first speak
-    grader: str  # the grading family: "math" | "qa" | "toy"
+    family: str  # the grading family: "math" | "qa" | "toy"
     needs_retriever: bool = False
     defaults: dict[str, Any] = field(default_factory=dict)  # keyword options and their defaults
     rules: dict[str, Rule] = field(default_factory=dict)  # agent -> the format rule its responses must pass
@@ -98,17 +98,18 @@ class WorkflowSpec:
 WORKFLOWS: dict[str, WorkflowSpec] = {}
 
 
-def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False,
+def workflow(name: str, agents: tuple[str, ...], family: str | None = None, needs_retriever: bool = False,
              rules: dict[str, Rule] | None = None, effects: Effects | None = None,
              placeholders: dict[str, tuple[set[str], set[str]]] | None = None,
              prompt_limit: tuple[int, str] = (0, "left"), sft: SFTMaker | None = None,
              round1_answer: Callable[[Trajectory], str | None] | None = None,
-             env_step_agent: str | None = None):
+             env_step_agent: str | None = None, grader: str | None = None):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
         agents: the logical agents, in the order they first speak.
-        grader: the grading family, "math" | "qa" | "toy".
+        family: the grading family, "math" | "qa" | "toy" (``grader=`` is accepted too, for workflow
+            modules that name it so; elsewhere "grader" means a math grader, ``--grader``).
         needs_retriever: the workflow searches (the runner loads a retriever).
         rules: {agent: format rule} that compliance checks each agent's responses against (a rule
             name registered with `format_rule`, or a function text -> reasons it fails).
@@ -129,10 +130,14 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
     The workflow's options and their defaults are read from ``fn``'s keyword parameters (those
     after the episode, each with a default), so they are written once, in the signature."""
 
+    if (family is None) == (grader is None):
+        raise ValueError(f"workflow {name!r}: name its grading family once (family=...)")
+    fam: str = family if family is not None else str(grader)
+
     def deco(fn):
         if name in WORKFLOWS:
             raise ValueError(f"workflow {name!r} registered twice")
-        WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, signature_defaults(fn),
+        WORKFLOWS[name] = WorkflowSpec(name, fn, agents, fam, needs_retriever, signature_defaults(fn),
                                        dict(rules or {}), effects, dict(placeholders or {}), prompt_limit, sft,
                                        round1_answer, env_step_agent)
         return fn

@@ -37,7 +37,7 @@ def math_single_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver
     return out
 
 
-@workflow("math_single", agents=("solver",), grader="math", rules={"solver": "solver"},
+@workflow("math_single", agents=("solver",), family="math", rules={"solver": "solver"},
           placeholders={"solver": ({"question"}, {"question"})}, prompt_limit=(8192, "middle"),
           sft=math_single_sft_examples)
 async def math_single(ep: Episode, prompts: P.Templates | None = None,
