@@ -14,7 +14,7 @@ from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
 from drmas_bench.models import resolve_model
 from drmas_bench.retrievers import open_retriever
 from drmas_bench.tasks.registry import iter_jsonl
-from drmas_bench.types import Sampling, Task, UserError
+from drmas_bench.types import Sampling, SFTExample, Task, UserError
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows.base import WorkflowSpec, derive_seed
 from drmas_trainer.config import TrainConfig, WorkerGroupPlan, agent_config
@@ -163,7 +163,7 @@ async def warm_start(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers
         if steps <= 0:
             continue
         names.append(name)
-        examples = []
+        examples: list[SFTExample] = []
         for a, k in per_agent.items():
             examples += make_examples([a], k * s.batch_size, seed=derive_seed(s.seed, "sft", a),
                                       solver_accuracy=s.solver_accuracy, checker_accuracy=s.checker_accuracy,

@@ -62,7 +62,7 @@ def _qa_task(rec: dict[str, Any], i: int, bench: str) -> Task:
     answers = [a for a in (answer_text(g) for g in golds) if a]
     if not answers:
         raise ValueError("no gold answer")
-    meta = {k: rec[k] for k in ("type", "dataset", "split", "data_source") if k in rec and rec[k] is not None}
+    meta: dict[str, Any] = {k: rec[k] for k in ("type", "dataset", "split", "data_source") if k in rec and rec[k] is not None}
     return Task(record_id(rec, i, "id", "_id"), bench, question, answers, meta)
 
 
