@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.limits import LimitReached
 from drmas_bench.log import UnexpectedError, one_line, traceback_note, unexpected
 
 # the config and its resolution live in drmas_bench.plan; re-exported here for callers of drmas_bench.api
@@ -111,8 +112,13 @@ def evaluate(config: EvalConfig) -> Summary:
         raise
     try:
         stats, pool_stats = asyncio.run(run(p, store))
-        return summarize(p, store, stats, pool_stats)
-    except (UserError, KeyboardInterrupt):
+        if stats.stopped and not store.selected():  # a limit below one episode's spending: nothing to summarize
+            raise LimitReached(stats.stopped)
+        summary = summarize(p, store, stats, pool_stats)
+        if stats.stopped:  # a run limit: the summary of the finished samples is written, the caller told
+            raise LimitReached(stats.stopped, summary)
+        return summary
+    except (UserError, KeyboardInterrupt, LimitReached):
         raise
     except Exception as e:  # a bug, not a user mistake: keep the traceback, say so in one line
         raise unexpected(e, log=store.log_error(e), hint=f"finished samples are kept in {store.samples_path}") from None
@@ -129,6 +135,15 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
     from drmas_bench.runner import TeamRuntime, run_episodes
 
     cfg, team, wf = p.cfg, p.team, p.wf
+    meter = None
+    if p.limits is not None:  # what the kept samples (and earlier stops) spent counts; one reached: no model loads
+        from drmas_bench.limits import start_meter
+
+        meter, stopped = start_meter(p, store)
+        if stopped is not None:
+            from drmas_bench.runner import RunStats
+
+            return RunStats(**stopped), {}
 
     ray_opts = {"address": cfg.ray_address} if cfg.pool == "ray" else {}
     if p.cache is not None:  # an engine loads when a call misses the cache: a fully cached run loads no model
@@ -151,6 +166,10 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
             engines = wrap_engines(engines, p.cache, team, p.config_doc["identity"]["models"], here=cfg.pool != "ray",
                                    price=p.call_cost if p.prices else None)
             logger.info(f"[eval] call cache {p.cache.path}")
+        if meter is not None:  # outside the cache: a hit is free
+            from drmas_bench.limits import wrap_engines as limit_engines
+
+            engines = limit_engines(engines, meter)
         runtime = TeamRuntime(team, engines, p.sampling)
         logger.info(f"[eval] {len(p.tasks)} questions x {cfg.n} samples, workflow {wf.name}, run dir {store.path}")
         try:
@@ -158,8 +177,10 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
                 p.tasks, cfg.n, runtime, wf, store, seed=cfg.seed, retriever=p.retriever,
                 workflow_options={**team.workflow_options, **p.protocol_opts}, concurrency=cfg.concurrency,
                 cost_fn=p.cost if p.prices else None, progress=cfg.progress, flush_every=cfg.flush_every,
-                math_grader=cfg.grader,
+                math_grader=cfg.grader, gate=meter,
             )
+            if meter is not None:
+                stats.limits = meter.record(store.selected())
         except UserError as e:
             raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
         except Exception as e:
@@ -185,6 +206,10 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     records = store.selected()  # the selection leaderboard and cost read too (store.select_records)
     summary = metrics.summarize(records, prices=p.prices, workflow=wf.name)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
+                      # a run limit stopped it: which, and how many of the planned samples are finished
+                      **({"stopped": {**stats.stopped, "samples_finished": len(records),
+                                      "samples_planned": len(tasks) * cfg.n}} if stats.stopped else {}),
+                      **({"limits": stats.limits} if stats.limits else {}),
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2),
                       # what summary.md's header and agents table name: every agent of the team (also one
                       # never called), with its worker group and that group's model
@@ -225,4 +250,4 @@ def evaluate_compute_matched(cfg: EvalConfig, team_dir: str | Path):
     return final, compute_matched(team_dir, final.run_dir)
 
 
-__all__ = ["EvalConfig", "Plan", "Summary", "evaluate", "evaluate_compute_matched", "parse_engine_args", "plan", "run", "summarize"]
+__all__ = ["EvalConfig", "LimitReached", "Plan", "Summary", "evaluate", "evaluate_compute_matched", "parse_engine_args", "plan", "run", "summarize"]

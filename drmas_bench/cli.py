@@ -14,6 +14,8 @@ import os
 import sys
 
 from drmas_bench import __version__, log, signals
+from drmas_bench.limits import EXIT_CODE as LIMIT_EXIT_CODE
+from drmas_bench.limits import LimitReached
 from drmas_bench.types import UserError
 
 COMMANDS = [
@@ -143,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"drmas-bench: error: {e}", file=sys.stderr)
         return 2
+    except LimitReached as e:  # --max-usd / --max-tokens: finished work and the summary are written
+        print(f"drmas-bench: {e.line()}", file=sys.stderr)
+        return LIMIT_EXIT_CODE
     except KeyboardInterrupt:
         sig = signals.stopped_by()
         try:  # after SIGHUP the terminal may be gone

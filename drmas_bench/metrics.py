@@ -1,5 +1,5 @@
 """Metrics over recorded trajectories (REFERENCE.md §3), the one place they are computed: avg@k,
-unbiased pass@k, bootstrap CIs, macro and micro pooling, per-agent tokens, latency and dollars.
+unbiased pass@k and pass^k, bootstrap CIs, macro and micro pooling, per-agent tokens, latency and dollars.
 `summarize` (run summaries) and `drmas_bench.report` (leaderboards, comparisons, cost studies) both
 call the functions below; nothing here formats text (Markdown lives in `drmas_bench.report.markdown`).
 
@@ -8,11 +8,15 @@ call the functions below; nothing here formats text (Markdown lives in `drmas_be
 - `pass_at_n(n, c)`: pass@n at a question's own sample count, the any-success indicator (the
   reference's pass@n); with uneven counts (a partial run) each question uses the samples it has,
   and the summary flags it, rather than falling to pass@min(n).
+- `pass_hat_k(n, c, k)`: pass^k, the chance that all k of k samples (drawn without replacement
+  from n, c of them correct) succeed, `C(c, k) / C(n, k)`, unbiased like pass@k; 0 when c < k. It
+  reads reliability (does the team solve it every time) where pass@k reads coverage (at least once).
+  `pass_hat_n(n, c)`: its k = n form, the all-success indicator (c == n).
 - `avg_at_k(n, c)`: the mean success rate c/n (unbiased for avg@k at every k <= n).
 - `questions(records)`: per-question success counts (`Question`: benchmark, id, n, c, text,
   duplicates), sorted by (benchmark, task id) whatever the records' order.
-- `avg_values(qs)`, `pass_values(qs, k=None)`: the per-question values whose mean is avg@n /
-  pass@k (k None: pass@n at each question's own n).
+- `avg_values(qs)`, `pass_values(qs, k=None)`, `pass_hat_values(qs, k=None)`: the per-question
+  values whose mean is avg@n / pass@k / pass^k (k None: pass@n / pass^n at each question's own n).
 - `bootstrap_means(columns, n_boot, seed, level=0.95, strata=None)`: seeded percentile bootstrap
   CIs of column means, resampled jointly (paired); with `strata`, the macro mean of stratum means.
   `bootstrap_ci(values)` and `bootstrap_mean_ci(strata)` are its one-column forms.
@@ -73,6 +77,27 @@ def pass_at_n(n: int, c: int) -> float:
     if not (0 <= c <= n) or n < 1:
         raise ValueError(f"pass_at_n needs 0 <= c <= n and n >= 1, got n={n}, c={c}")
     return 1.0 if c > 0 else 0.0
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """Probability that all k samples (drawn without replacement from n, c of them correct) are
+    correct: `C(c, k) / C(n, k)`, computed as the product of (c - i) / (n - i) for i < k; 0 when c < k."""
+    if not (0 <= c <= n) or not (1 <= k <= n):
+        raise ValueError(f"pass_hat_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if c < k:
+        return 0.0
+    i = np.arange(k)
+    return float(np.prod((c - i) / (n - i)))
+
+
+def pass_hat_n(n: int, c: int) -> float:
+    """pass^k at k = n for a question with n samples, c correct: 1.0 when every sample succeeded.
+
+    With uneven counts across questions this is the all-success rate over the samples present
+    (the twin of `pass_at_n`, flagged `n_varies` in a summary)."""
+    if not (0 <= c <= n) or n < 1:
+        raise ValueError(f"pass_hat_n needs 0 <= c <= n and n >= 1, got n={n}, c={c}")
+    return 1.0 if c == n else 0.0
 
 
 def avg_at_k(n: int, c: int, k: int | None = None) -> float:
@@ -183,6 +208,13 @@ def pass_values(qs: Sequence[Question], k: int | None = None) -> np.ndarray:
     if k is None:
         return np.array([pass_at_n(q.n, q.c) for q in qs], dtype=float)
     return np.array([pass_at_k(q.n, q.c, k) for q in qs], dtype=float)
+
+
+def pass_hat_values(qs: Sequence[Question], k: int | None = None) -> np.ndarray:
+    """Each question's pass^k (unbiased estimator); k None: pass^n at the question's own n."""
+    if k is None:
+        return np.array([pass_hat_n(q.n, q.c) for q in qs], dtype=float)
+    return np.array([pass_hat_k(q.n, q.c, k) for q in qs], dtype=float)
 
 
 def _record_key(r: RecordView) -> tuple:
@@ -313,7 +345,12 @@ def _block(qs: list[Question], trajs: list[RecordView], ks: list[int] | None, pr
     avg = avg_values(qs)
     pass_cols = {k: pass_values(qs, k) for k in use_ks}
     top = pass_values(qs)  # each question's own n (flagged when uneven)
-    (avg_lo, avg_hi), (pass_lo, pass_hi) = bootstrap_means([avg, top], n_boot, seed)
+    hat_cols = {k: pass_hat_values(qs, k) for k in use_ks}
+    hat_top = pass_hat_values(qs)
+    # one paired bootstrap: the resamples depend on the question count only, so the pass^ columns
+    # leave avg@n's and pass@n's CIs as they are without them
+    (avg_lo, avg_hi), (pass_lo, pass_hi), hat_top_ci, *hat_cis = bootstrap_means(
+        [avg, top, hat_top, *hat_cols.values()], n_boot, seed)
     uneven = [q.id for q in qs if q.n != n_mode]
     out: dict[str, Any] = {
         "questions": len(qs),
@@ -328,7 +365,10 @@ def _block(qs: list[Question], trajs: list[RecordView], ks: list[int] | None, pr
         "avg@n": float(avg.mean()),
         "pass@k": {str(k): float(v.mean()) for k, v in pass_cols.items()},
         "pass@n": float(top.mean()),
-        "ci95": {"avg@n": [avg_lo, avg_hi], "pass@n": [pass_lo, pass_hi]},
+        "pass^k": {str(k): float(v.mean()) for k, v in hat_cols.items()},
+        "pass^n": float(hat_top.mean()),
+        "ci95": {"avg@n": [avg_lo, avg_hi], "pass@n": [pass_lo, pass_hi], "pass^n": list(hat_top_ci),
+                 "pass^k": {str(k): list(ci) for k, ci in zip(hat_cols, hat_cis)}},
         "ks_skipped": sorted({k for k in wanted if k > n_min}),
         "latency_s": _percentiles([r.wall_s for r in trajs]),
         "agents": _agents(trajs, prices, len(qs)),
@@ -367,6 +407,8 @@ def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Questi
         "avg@n": float(np.mean([blocks[b]["avg@n"] for b in names])),
         "pass@k": {k: float(np.mean([blocks[b]["pass@k"][k] for b in names])) for k in sorted(common_ks, key=int)},
         "pass@n": float(np.mean([blocks[b]["pass@n"] for b in names])),
+        "pass^k": {k: float(np.mean([blocks[b]["pass^k"][k] for b in names])) for k in sorted(common_ks, key=int)},
+        "pass^n": float(np.mean([blocks[b]["pass^n"] for b in names])),
         "usd_per_question": (None if any(blocks[b]["usd_per_question"] is None for b in names)
                              else float(np.mean([blocks[b]["usd_per_question"] for b in names]))),
         "usage": {k: sum(blocks[b]["usage"][k] for b in names) for k in blocks[names[0]]["usage"]},
@@ -378,8 +420,11 @@ def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Questi
         start += len(qs_by_bench[b])
     avg = avg_values(flat)
     top = pass_values(flat)
-    (a_lo, a_hi), (p_lo, p_hi) = bootstrap_means([avg, top], n_boot, seed, strata=strata)
-    out["ci95"] = {"avg@n": [a_lo, a_hi], "pass@n": [p_lo, p_hi]}
+    hat_ks = list(out["pass^k"])
+    (a_lo, a_hi), (p_lo, p_hi), hat_top_ci, *hat_cis = bootstrap_means(
+        [avg, top, pass_hat_values(flat), *(pass_hat_values(flat, int(k)) for k in hat_ks)], n_boot, seed, strata=strata)
+    out["ci95"] = {"avg@n": [a_lo, a_hi], "pass@n": [p_lo, p_hi], "pass^n": list(hat_top_ci),
+                   "pass^k": {k: list(ci) for k, ci in zip(hat_ks, hat_cis)}}
     for key in QA_KEYS:
         if all(key in blocks[b] for b in names):
             out[key] = float(np.mean([blocks[b][key] for b in names]))
@@ -400,7 +445,9 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     "unpriced_models": [...], "n_boot", "seed"}.
     A block holds: questions, samples, n (samples per question; the smallest when they differ),
     n_min, n_max, n_varies, questions_with_other_n (+ ids), duplicate_samples, avg@n, pass@k {"1": ..} (k <= n_min), pass@n (any success among each
-    question's samples: with uneven counts, over the samples present), ci95 {avg@n, pass@n},
+    question's samples: with uneven counts, over the samples present), pass^k {"1": ..} (all k of k
+    samples succeed; the same k as pass@k), pass^n (every one of each question's samples succeeded),
+    ci95 {avg@n, pass@n, pass^n: [lo, hi], pass^k: {"1": [lo, hi], ..}},
     ks_skipped, latency_s {p50, p95} (trajectory wall_s), agents {name: models, calls,
     calls_per_traj, prompt_tokens_per_call, completion_tokens_per_call (over calls with known usage;
     None when none), usage_unknown_calls, usage_counted_calls, usage_flagged_calls,

@@ -29,6 +29,7 @@ from drmas_bench.checkpoints import is_url, local_copy, refuse_incomplete
 from drmas_bench.engines import DEFAULT_ENGINE, ENGINES, traits
 from drmas_bench.engines.hosting import fit_options, option_names
 from drmas_bench.files import fingerprint
+from drmas_bench.limits import Limits, resolve_limits
 from drmas_bench.models import resolve_model
 from drmas_bench.models.loading import check_tokenizer_dir
 from drmas_bench.pool import POOLS
@@ -109,6 +110,10 @@ class EvalConfig:
     flush_every: int = 16  # append finished trajectories in batches of N
     cache: str | None = None  # call cache directory (drmas_bench.cache; DIR/calls.sqlite3); None: the team file's, else off.
     # Not part of the run's identity: a cached and an uncached run of one configuration are one experiment
+    # spending limits (drmas_bench.limits): the run stops cleanly once its calls reach one; None: the team
+    # file's limits:, else none. Not part of the run's identity: a re-run with a higher limit resumes
+    max_usd: float | None = None  # dollars under the price sheet (needs `prices`)
+    max_tokens: int | None = None  # prompt + completion tokens of all calls (per call: max_new_tokens)
     progress: bool = True  # progress bar on stderr
     argv: list[str] | None = None  # the command line that asked for this run (provenance; the CLI sets it)
 
@@ -124,7 +129,7 @@ class EvalConfig:
 # the EvalConfig fields with a numeric range (drmas_bench.schema.RANGES, shared with the trainer);
 # None values (not set) are not checked. Messages name the flag.
 RANGED_FIELDS = ("n", "limit", "max_new_tokens", "max_prompt_tokens", "seed", "temperature", "top_p", "concurrency",
-                 "max_batch", "flush_every", "pool_budget")
+                 "max_batch", "flush_every", "pool_budget", "max_usd", "max_tokens")
 
 
 def choices() -> dict[str, tuple[str, ...]]:
@@ -366,11 +371,12 @@ class Prompts:
 
 @dataclass(frozen=True)
 class Costs:
-    """How calls are priced and reused: the price sheet and the call cache."""
+    """How calls are priced, reused and limited: the price sheet, the call cache, the spending limits."""
 
     prices: PriceSheet | None
     cache: CallCache | None = None  # open (and checked), or None (off)
     cache_dir: str | None = None  # where it is (the flag's, else the team file's)
+    limits: Limits | None = None  # the flags over the team file's (drmas_bench.limits), or None: no limits
 
 
 @dataclass(frozen=True)
@@ -454,6 +460,10 @@ class Plan:
     @property
     def cache_dir(self) -> str | None:
         return self.costs.cache_dir
+
+    @property
+    def limits(self) -> Limits | None:
+        return self.costs.limits
 
     def cost(self, traj: Trajectory) -> float:
         """The known calls' dollars (the summary says when some were unknown)."""
@@ -542,6 +552,7 @@ def plan(cfg: EvalConfig) -> Plan:
         "provenance": provenance,  # not part of the identity: never blocks a resume
     }
     prices = _load_prices(cfg.prices, team) if cfg.prices else None
+    limits = resolve_limits(cfg.max_usd, cfg.max_tokens, team, prices, cfg.team or "team.yaml")
     retriever = open_retriever(retriever_spec) if retriever_spec else None  # a down server fails here
     cache_dir = cfg.cache or team.cache
     cache = None
@@ -550,4 +561,5 @@ def plan(cfg: EvalConfig) -> Plan:
 
         cache = CallCache.open(cache_dir)
     return Plan(cfg, r, Inputs(tasks, data_dir, retriever), RunRecord(out, config_doc, provenance, grader),
-                Prompts(protocol_opts, protocol_info), Costs(prices, cache, str(cache_dir) if cache_dir else None), t0)
+                Prompts(protocol_opts, protocol_info),
+                Costs(prices, cache, str(cache_dir) if cache_dir else None, limits), t0)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from drmas_bench.agents.team import TeamSpec
 from drmas_bench.grading.families import grade_family
+from drmas_bench.limits import LimitReached
 from drmas_bench.store import RunDir
 from drmas_bench.tasks.registry import BENCHMARKS, known_names
 from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory
@@ -73,6 +74,8 @@ class RunStats:
     wall_s: float = 0.0
     engine_calls: int = 0
     errors: list[str] = field(default_factory=list)
+    stopped: dict[str, Any] | None = None  # a run limit stopped the run (drmas_bench.limits: summary.json's run.stopped)
+    limits: dict[str, Any] | None = None  # the limits and what was used (summary.json's run.limits), when set
 
 
 def grade_trajectories(trajs: list[Trajectory], family: str, timeout_s: float = 5.0,
@@ -129,9 +132,13 @@ async def run_episodes(
     on_finished: Callable[[list[Trajectory]], None] | None = None,
     math_grader: str | None = None,
     step: int = 0,
+    gate: Any = None,
 ) -> RunStats:
     """Run every (task, sample) not yet in `store`; return counters. Raises the first episode error
-    after saving everything that finished before it. `math_grader`: the math grader's name
+    after saving everything that finished before it. An episode stopped by a run limit
+    (``limits.LimitReached``, raised before a call) is abandoned, not an error: the others run on
+    until they finish or reach a call themselves, and ``stats.stopped`` says which limit. `gate`:
+    the limits' ``Meter``, asked before each episode starts and told when it ends. `math_grader`: the math grader's name
     (default `grading.DEFAULT_GRADER`; ignored by other workflows' graders). `step`: the training step, part
 of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
     from tqdm import tqdm
@@ -161,12 +168,23 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
 
     backend = _CountingRuntime(runtime, on_call) if progress else runtime
 
-    async def one(task: Task, idx: int) -> Trajectory:
+    async def one(task: Task, idx: int) -> Trajectory | None:
         async with sem:
-            ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever, want_logprobs=want_logprobs,
-                         training_step=step)
-            await wf.fn(ep, **opts)
-            return ep.finish()
+            traj, started = None, False
+            try:
+                if gate is not None:
+                    await gate.start_episode()
+                    started = True
+                ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever,
+                             want_logprobs=want_logprobs, training_step=step)
+                await wf.fn(ep, **opts)
+                traj = ep.finish()
+            except LimitReached as e:  # no call starts past a limit: this episode is abandoned, never written half
+                stats.stopped = stats.stopped or e.stop
+            finally:
+                if started:
+                    await gate.end_episode(traj)
+            return traj
 
     buffer: list[Trajectory] = []
     last_flush = time.perf_counter()
@@ -202,6 +220,8 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
     try:
         for fut in asyncio.as_completed(pending):
             traj = await fut
+            if traj is None:  # abandoned at a run limit
+                continue
             buffer.append(traj)
             taken.add(id(traj))
             stats.episodes += 1
@@ -217,7 +237,8 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
         await asyncio.gather(*pending, return_exceptions=True)
         # episodes that finished while the loop waited elsewhere (a flush, a failed episode, a stop)
         buffer.extend(p.result() for p in pending
-                      if p.done() and not p.cancelled() and p.exception() is None and id(p.result()) not in taken)
+                      if p.done() and not p.cancelled() and p.exception() is None and p.result() is not None
+                      and id(p.result()) not in taken)
         await flush()  # keep every episode that finished, also when another one failed or the run was stopped
         bar.close()
         stats.wall_s = time.perf_counter() - t0

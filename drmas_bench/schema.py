@@ -136,6 +136,8 @@ RANGES: dict[str, Range] = {
     "max_prompt_tokens": Range(int, ge=0, text="an integer >= 0 (0 = no limit)"),
     "seed": Range(int),
     "pool_budget": Range(float, gt=0, text="a number > 0"),
+    "max_usd": Range(float, gt=0, text="a number of dollars > 0"),  # run limits (drmas_bench.limits)
+    "max_tokens": Range(int, ge=1),
     "steps": Range(int, ge=0),  # 0 = none (sft)
     "every": Range(int, ge=0),  # save_every, keep_last: 0 = only the last / keep all
     "positive_count": Range(int, ge=1),  # mini_batches, ppo_epochs, prompts_per_step, micro_batch_size, ...
@@ -265,6 +267,16 @@ def registered(value: Any, known: Any, what: str | None = None) -> Any:
         names = ", ".join(known)
         raise ValueError(f"unknown {what} {value!r}; known: {names}" if what else f"must be one of {names}, got {value!r}")
     return value
+
+
+class LimitsSchema(Schema):
+    """A team file's ``limits:`` (the whole run) or ``agents.NAME.limits:`` (one agent's own calls):
+    the run stops cleanly once what it spent reaches one (drmas_bench.limits, docs/eval.md)."""
+
+    max_usd: Optional[YamlFloat] = RANGES["max_usd"].field(
+        None, description="dollars under the price sheet (needs --prices); like --max-usd")
+    max_tokens: Optional[int] = RANGES["max_tokens"].field(
+        None, description="prompt + completion tokens of every call (not per call: that is max_new_tokens); like --max-tokens")
 
 
 class ModelOnEngine(Schema):

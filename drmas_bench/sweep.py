@@ -261,7 +261,7 @@ def label(assignment: dict[str, str]) -> str:
 
 
 def assignment_figures(run: Any, prices: Any = None) -> dict[str, Any]:
-    """One assignment's figures from its run (``report.runs.Run``): avg@n, pass@k, calls, cache hits,
+    """One assignment's figures from its run (``report.runs.Run``): avg@n, pass@k, pass^k, calls, cache hits,
     tokens, latency (mean per question of its calls' summed latency) and dollars as if alone, and
     the dollars the sweep paid (cached calls cost nothing)."""
 
@@ -294,6 +294,7 @@ def assignment_figures(run: Any, prices: Any = None) -> dict[str, Any]:
         "n": n_min,
         "avg@n": float(metrics.avg_values(qs).mean()),
         "pass@k": {str(k): float(metrics.pass_values(qs, k).mean()) for k in metrics.default_ks(n_min)},
+        "pass^k": {str(k): float(metrics.pass_hat_values(qs, k).mean()) for k in metrics.default_ks(n_min)},
         "latency_s": float(sum(latencies) / len(latencies)) if latencies else 0.0,
         "tokens": tokens if tokens_known else None,
         "usd": usd,

@@ -15,7 +15,7 @@ is measured in this process.
 Columns: ``calls sent`` (the sweep's calls that reached an engine) against ``calls alone`` (the
 independent evals' calls, which equal the sweep's recorded calls), their ratio, the wall time of
 each side and its ratio, and ``identical``: every assignment's samples (every turn's text and token
-count, the reward, the final answer) and its avg@n / pass@k equal the independent eval's. Exits 1
+count, the reward, the final answer) and its avg@n / pass@k / pass^k equal the independent eval's. Exits 1
 when any assignment differs. The JSON (``--json``, default ``OUT/bench_sweep.json``) holds every
 row and each assignment's figures.
 """
@@ -100,7 +100,7 @@ def bench_suite(suite: str, out: Path, models: list[str], args: argparse.Namespa
         ra = load_run(ind["run"])
         fa = sweep.assignment_figures(ra)
         same.append(essence(Path(a["run"])) == essence(Path(ind["run"])) and fa["avg@n"] == a["avg@n"]
-                    and fa["pass@k"] == a["pass@k"])
+                    and fa["pass@k"] == a["pass@k"] and fa["pass^k"] == a["pass^k"])
     calls_alone = sum(x["calls"] for x in alone)
     return {
         "suite": suite, "workflow": wf.name, "benchmark": BENCHMARKS[suite], "assignments": len(d.assignments),
@@ -110,7 +110,7 @@ def bench_suite(suite: str, out: Path, models: list[str], args: argparse.Namespa
         "wall_sweep_s": round(wall_sweep, 2), "wall_alone_s": round(wall_alone, 2),
         "wall_ratio": round(wall_sweep / wall_alone, 3) if wall_alone else None,
         "identical": all(same), "identical_per_assignment": same,
-        "per_assignment": [{k: a[k] for k in ("label", "avg@n", "pass@k", "model_calls", "cache_hits", "latency_s",
+        "per_assignment": [{k: a[k] for k in ("label", "avg@n", "pass@k", "pass^k", "model_calls", "cache_hits", "latency_s",
                                               "tokens", "usd", "usd_paid")} for a in doc["assignments"]],
     }
 

@@ -4,7 +4,7 @@ The run dirs are made by `drmas-bench eval` with the tiny random model (seconds 
 model never solves the toy questions, some tests also use *relabelled copies*: the same real records
 with `correct` rewritten by a fixed hash, so that every metric takes non-trivial values. Every
 number the reports print is checked against an independent recomputation written here with exact
-fractions (per-question success counts, avg, pass@k = 1 - C(n-c, k) / C(n, k)).
+fractions (per-question success counts, avg, pass@k = 1 - C(n-c, k) / C(n, k), pass^k = C(c, k) / C(n, k)).
 """
 
 from __future__ import annotations
@@ -113,11 +113,15 @@ def exact_pass(n: int, c: int, k: int) -> Fraction:
     return 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
 
 
+def exact_pass_hat(n: int, c: int, k: int) -> Fraction:
+    return Fraction(math.comb(c, k), math.comb(n, k))
+
+
 def expected(run: Path, metric: str) -> dict[str, Fraction | None]:
-    """Column -> exact value of `metric` (avg@n, pass@n, avg@K, pass@K) for one run."""
+    """Column -> exact value of `metric` (avg@n, pass@n, pass^n, avg@K, pass@K, pass^K) for one run."""
     cq = counts(run)
     run_n = yaml.safe_load((run / "config.yaml").read_text())["n"]
-    kind, k = metric.split("@")
+    kind, sep, k = re.fullmatch(r"(avg|pass)([@^])(n|\d+)", metric).groups()
     per_q: dict[tuple[str, str], Fraction] = {}
     for key, (c, n) in cq.items():
         if kind == "avg":
@@ -126,7 +130,7 @@ def expected(run: Path, metric: str) -> dict[str, Fraction | None]:
             kk = run_n if k == "n" else int(k)
             if kk > n:
                 return {}
-            per_q[key] = exact_pass(n, c, kk)
+            per_q[key] = exact_pass(n, c, kk) if sep == "@" else exact_pass_hat(n, c, kk)
     by_b: dict[str, list[Fraction]] = defaultdict(list)
     for (b, _), v in per_q.items():
         by_b[b].append(v)
@@ -165,7 +169,7 @@ def close_pct(text: str, value: Fraction, digits: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("which", [("A", "B", "C"), ("A2", "B2", "C2")])
 def test_leaderboard_every_number_matches_independent_recomputation(runs, tmp_path, which):
-    metrics = "avg@n,pass@n,pass@1,pass@2,avg@4,pass@4"
+    metrics = "avg@n,pass@n,pass@1,pass@2,avg@4,pass@4,pass^n,pass^2,pass^4"
     out = tmp_path / "lb"
     assert run_cmd(["leaderboard", *[str(runs[w]) for w in which], "--metric", metrics, "--out", str(out)]) == 0
     md = (out / "leaderboard.md").read_text()
@@ -188,13 +192,14 @@ def test_leaderboard_every_number_matches_independent_recomputation(runs, tmp_pa
                 assert abs(float(got_csv) - 100 * float(want)) <= 5e-7, (metric, name, col, got_csv, want)
                 assert close_pct(got_md, want, 1), (metric, name, col, got_md, want)
                 checked += 1
-    assert checked >= 40
+    assert checked >= 60
     # n and sampling differences are flagged, not silently mixed
     c_notes = {r["metric"]: r["notes"] for r in rows if r["run"] == runs[which[2]].name}
     assert "n=2 differs (table: n=4)" in c_notes["avg@n"]
     assert "sampling differs: temperature 1 (table: 0.6), max_new_tokens 6 (table: 8)" in c_notes["avg@n"]
     assert "avg@4 asked but n=2: shows avg@n = avg@2" in c_notes["avg@4"]
     assert "pass@4 needs at least 4 samples per question; run has n=2" in c_notes["pass@4"]
+    assert "pass^4 needs at least 4 samples per question; run has n=2" in c_notes["pass^4"]
     a_notes = {r["metric"]: r["notes"] for r in rows if r["run"] == runs[which[0]].name}
     assert a_notes["avg@n"] == ""
     if which[0] == "A2":  # the two-benchmark runs: C2 covers fewer benchmarks than the table

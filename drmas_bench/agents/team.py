@@ -14,6 +14,8 @@ A team file (``--team FILE``)::
     prompts: prompts/search.yaml      # optional: role prompts (a file relative to this one, or inline);
                                       # replaces the packaged templates (docs/protocol.md)
     protocol: {max_prompt_tokens: 4096, truncate: left}   # optional: prompt-length limit and side
+    limits: {max_usd: 5}              # optional: stop the run cleanly at $5 (needs --prices; flags win;
+                                      # per agent: agents.NAME.limits; drmas_bench/limits.py)
 
 Shorthands: ``--model M`` puts every agent on one shared worker group; ``--model-for agent=M``
 gives an agent its own model (agents naming the same model share one worker group); ``--model DIR``
@@ -46,7 +48,7 @@ from pydantic import Field, field_validator, model_validator
 from drmas_bench.agents.explicit import Explicit, apply_explicit
 from drmas_bench.engines import ENGINES, engine_class, traits
 from drmas_bench.files import safe_name
-from drmas_bench.schema import ModelOnEngine, SamplingSchema, Schema, parse, sampling_overrides
+from drmas_bench.schema import LimitsSchema, ModelOnEngine, SamplingSchema, Schema, parse, sampling_overrides
 from drmas_bench.types import Sampling, UserError
 from drmas_bench.workflows.protocol import ProtocolSchema
 from drmas_bench.yamlfile import read_yaml
@@ -108,6 +110,8 @@ class AgentSchema(Schema):
 
     wg: str = Field(min_length=1, description="the worker group serving this agent")
     sampling: Optional[SamplingSchema] = Field(None, description="this agent's sampling overrides")
+    limits: Optional[LimitsSchema] = Field(None, description="a spending limit on this agent's own calls; not part of "
+                                           "the run's identity (docs/eval.md)")
 
     @model_validator(mode="before")
     @classmethod
@@ -131,6 +135,8 @@ class TeamFileSchema(Schema):
     trained: Optional[dict[str, Any]] = Field(None, description="written by the trainer: provenance of the checkpoint")
     cache: Optional[str] = Field(None, min_length=1, description="call cache directory, relative to this file (like --cache; "
                                  "docs/sweep.md); not part of the run's identity")
+    limits: Optional[LimitsSchema] = Field(None, description="spending limits of the whole run (--max-usd / --max-tokens "
+                                           "win); not part of the run's identity (docs/eval.md)")
 
     @field_validator("prompts")
     @classmethod
@@ -183,6 +189,10 @@ class TeamSpec:
     # the user's explicit sampling flags / EvalConfig values: win over the team file's (not in to_dict)
     flag_sampling: dict[str, Any] = field(default_factory=dict)
     cache: str | None = None  # the team file's call cache directory (not in to_dict: not part of the identity)
+    # the team file's spending limits, run-wide and per agent (drmas_bench.limits; not in to_dict: not
+    # part of the identity, so a re-run with another limit resumes the same run)
+    limits: dict[str, Any] = field(default_factory=dict)
+    agent_limits: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def sampling_for(self, agent: str, defaults: Sampling) -> Sampling:
         """An agent's sampling: ``defaults`` < team ``sampling:`` < the agent's ``sampling:`` < ``flag_sampling``."""
@@ -269,13 +279,15 @@ def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], defau
             model = str(base_dir / model)
         groups[name] = WorkerGroupSpec(name=name, model=model, engine=g.engine, price=g.price or _base_price(f.trained, name),
                                        base_url=g.base_url, api_key_env=g.api_key_env, options=dict(g.options or {}))
-    agents, agent_sampling = {}, {}
+    agents, agent_sampling, agent_limits = {}, {}, {}
     for agent, v in (f.agents or {}).items():
         if agent not in agents_of_workflow:
             raise UserError(f"{where}: agents.{agent}: unknown agent {agent!r} for this workflow; "
                             f"its agents: {', '.join(agents_of_workflow)}")
         if v.sampling is not None:
             agent_sampling[agent] = v.sampling.model_dump(exclude_unset=True)
+        if v.limits is not None and v.limits.model_dump(exclude_none=True):
+            agent_limits[agent] = v.limits.model_dump(exclude_none=True)
         if v.wg not in groups:
             raise UserError(f"{where}: agents.{agent}: agent {agent!r} uses unknown worker group {v.wg!r}; "
                             f"defined: {', '.join(groups) or 'none'}")
@@ -297,6 +309,8 @@ def team_from_dict(d: dict[str, Any], agents_of_workflow: tuple[str, ...], defau
         retriever=dict(f.retriever) if f.retriever else None,
         cache=(f.cache if base_dir is None or Path(f.cache).expanduser().is_absolute() else str(base_dir / f.cache))
         if f.cache else None,
+        limits=f.limits.model_dump(exclude_none=True) if f.limits else {},
+        agent_limits=agent_limits,
     )
 
 

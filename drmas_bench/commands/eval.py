@@ -21,6 +21,8 @@ EPILOG = """examples:
   drmas-bench eval --model M --suite search --prompts my_prompts.yaml --max-prompt-tokens 8192
   drmas-bench eval --model /shared/ckpt/run1/latest --suite math --pool ray --ray-address HEAD:6379   # a Ray cluster (docs/scaling.md)
   drmas-bench eval --model s3://bucket/run1/latest --suite math   # a checkpoint under an fsspec URL root (downloaded first)
+  drmas-bench eval --team team.yaml --suite search --prices prices.yaml --max-usd 5 --max-tokens 2000000
+      # stops cleanly at $5 or 2M tokens (exit 3, finished samples kept); the same command with a higher limit resumes
 
 Re-running the same command resumes: finished (benchmark, task, sample) keys are skipped.
 
@@ -114,6 +116,15 @@ def add_eval_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
                         "default (a team file's cache:); not part of the run's identity (docs/sweep.md)")
     g.add_argument("--flush-every", type=int, default=16, help="append finished trajectories to disk in batches of N (default 16)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("limits", "the run stops cleanly at the first limit reached: finished samples and the summary "
+                             "are written, exit code 3. Not part of the run's identity: the same command with a higher "
+                             "limit resumes. Per agent: agents.NAME.limits in a team file (docs/eval.md)")
+    g.add_argument("--max-usd", type=float, metavar="USD",
+                   help="stop once the run's calls cost this many dollars under --prices (needs it); "
+                        "a resumed run counts what its kept samples cost")
+    g.add_argument("--max-tokens", type=int, metavar="N",
+                   help="stop once the run's calls used N prompt + completion tokens in all (per call: "
+                        "--max-new-tokens); calls served by --cache are free")
 
 
 
@@ -159,5 +170,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(summary.markdown)
         print(f"\n- {matched_line(doc)}")
         return 0
-    print(evaluate(config_from_args(args)).markdown)
+    from drmas_bench.limits import LimitReached
+
+    try:
+        print(evaluate(config_from_args(args)).markdown)
+    except LimitReached as e:  # the finished samples' summary, then the CLI's one line and exit code
+        if e.summary is not None:
+            print(e.summary.markdown)
+        raise
     return 0

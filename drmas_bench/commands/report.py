@@ -24,6 +24,7 @@ LEADERBOARD_EPILOG = """examples:
   drmas-bench leaderboard runs/toy-a runs/toy-b runs/toy-c
   drmas-bench leaderboard runs/ --metric avg@16,pass@16 --ci --out leaderboards/math-qwen3-8b
   drmas-bench leaderboard runs/math-* --metric pass@1,pass@8 --no-paper
+  drmas-bench leaderboard runs/math-* --metric pass@4,pass^4 --ci   # coverage and reliability at k = 4
 
 Writes (with --out DIR): DIR/leaderboard.md (every table), DIR/<suite>.csv (one line per metric and run,
 values in %) and DIR/<suite>_long.csv (one line per run, benchmark and metric: run, benchmark, metric,
@@ -63,8 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        epilog=LEADERBOARD_EPILOG, formatter_class=fmt)
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (or folders holding run directories)")
     p.add_argument("--metric", default="avg@n,pass@n",
-                   help="comma-separated avg@K / pass@K, K an integer or n (default avg@n,pass@n). avg@K needs n == K "
-                        "(else avg@n is shown and flagged); pass@K needs K <= n (unbiased estimator)")
+                   help="comma-separated avg@K / pass@K / pass^K, K an integer or n (default avg@n,pass@n). avg@K "
+                        "needs n == K (else avg@n is shown and flagged); pass@K (at least one of K succeeds) and pass^K "
+                        "(all K succeed) need K <= n (unbiased estimators)")
     p.add_argument("--out", help="folder for leaderboard.md, <suite>.csv and <suite>_long.csv (default: print only)")
     p.add_argument("--ci", action="store_true", help="add 95%% bootstrap CIs over questions")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for --ci (default 1000)")

@@ -15,6 +15,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -169,8 +170,13 @@ def named_figures(block: dict[str, Any], n: int) -> dict[str, tuple[str, float]]
 
 
 def metric_ci(block: dict[str, Any], name: str) -> tuple[float, float] | None:
-    """The 95% CI a summary block records for ``name`` (its ``ci95``), when it has one."""
-    ci = (block.get("ci95") or {}).get(name)
+    """The 95% CI a summary block records for ``name`` (its ``ci95``), when it has one; a k-indexed
+    name (``pass^2``) is read from the family's dict (``ci95["pass^k"]["2"]``)."""
+    cis = block.get("ci95") or {}
+    ci = cis.get(name)
+    m = re.fullmatch(r"(.+[@^])(\d+)", name)
+    if ci is None and m and isinstance(cis.get(f"{m.group(1)}k"), dict):
+        ci = cis[f"{m.group(1)}k"].get(m.group(2))
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci):
         return float(ci[0]), float(ci[1])
     return None

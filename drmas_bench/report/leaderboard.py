@@ -3,7 +3,8 @@ paper's *reported* rows from ``leaderboards/reference/paper.yaml``), columns are
 micro average (every question weighted equally) and the macro average (mean of benchmarks).
 
 ``avg@K`` needs a run with exactly K samples per question, else avg@n is shown and flagged;
-``pass@K`` uses the unbiased estimator for K <= n and is left empty (and flagged) for K > n. Runs
+``pass@K`` (at least one of K samples succeeds) and ``pass^K`` (all K of K succeed) use the unbiased
+estimators for K <= n and are left empty (and flagged) for K > n. Runs
 whose n, sampling, grader (name and version), prompts hash, protocol options (prompt limit,
 truncation side) or question ids differ from the table's usual ones are flagged in a notes column
 (what must match is listed once, in `report.runs.COMPARED`).
@@ -31,6 +32,7 @@ from drmas_bench.metrics import (
     avg_values,
     bootstrap_mean_ci,
     grading_timeouts,
+    pass_hat_values,
     pass_values,
     questions,
     seed_for,
@@ -50,25 +52,26 @@ PAPER_STATUS = "reported in paper, not reproduced"
 
 @dataclass(frozen=True)
 class Metric:
-    """`avg@K` / `pass@K`; K = None means the run's own n (`avg@n`, `pass@n`)."""
+    """`avg@K` / `pass@K` / `pass^K`; K = None means the run's own n (`avg@n`, `pass@n`, `pass^n`)."""
 
-    kind: str  # "avg" | "pass"
+    kind: str  # "avg" | "pass" | "pass^"
     k: int | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.kind}@{'n' if self.k is None else self.k}"
+        head = self.kind if self.kind.endswith("^") else f"{self.kind}@"
+        return f"{head}{'n' if self.k is None else self.k}"
 
 
 def parse_metrics(text: str) -> list[Metric]:
-    """`avg@16,pass@16` -> metrics; K is a positive integer or `n`. Bad names are UserErrors."""
+    """`avg@16,pass@16,pass^4` -> metrics; K is a positive integer or `n`. Bad names are UserErrors."""
     out: list[Metric] = []
     for part in [p.strip() for p in str(text).split(",") if p.strip()]:
-        m = re.fullmatch(r"(avg|pass)@(n|\d+)", part.lower())
+        m = re.fullmatch(r"(avg@|pass@|pass\^)(n|\d+)", part.lower())
         if not m or (m.group(2) != "n" and int(m.group(2)) == 0):
-            raise UserError(f"--metric: {part!r} is not a metric; use avg@K or pass@K with K a positive integer or n "
-                            "(e.g. avg@16,pass@16)")
-        metric = Metric(m.group(1), None if m.group(2) == "n" else int(m.group(2)))
+            raise UserError(f"--metric: {part!r} is not a metric; use avg@K, pass@K or pass^K with K a positive "
+                            "integer or n (e.g. avg@16,pass@16,pass^4)")
+        metric = Metric(m.group(1).rstrip("@"), None if m.group(2) == "n" else int(m.group(2)))
         if metric not in out:
             out.append(metric)
     if not out:
@@ -87,18 +90,21 @@ def per_question_values(qs: Sequence[Question], metric: Metric, run_n: int) -> t
             flag = f"{metric.name} asked but n={run_n}" + ("" if n_min == run_n else f" (some questions only {n_min})") + \
                    f": shows avg@n = {label}"
         return avg_values(qs), label, flag
-    if metric.k is None:  # pass@n: any success among each question's own samples (metrics.pass_at_n)
+    # pass@: at least one success (metrics.pass_values); pass^: every sample succeeds (metrics.pass_hat_values)
+    head, values, rate = ("pass^", pass_hat_values, "all-success") if metric.kind == "pass^" else \
+        ("pass@", pass_values, "any-success")
+    if metric.k is None:  # pass@n / pass^n over each question's own samples (metrics.pass_at_n, pass_hat_n)
         n_max = max(q.n for q in qs)
         flag = None
         if n_min != n_max or n_min != run_n:
-            flag = (f"uneven samples per question ({n_min}..{n_max}, n={run_n}): pass@n = any-success rate "
+            flag = (f"uneven samples per question ({n_min}..{n_max}, n={run_n}): {head}n = {rate} rate "
                     "over the samples present")
-        label = f"pass@{run_n}" if flag is None else f"pass@{n_min}..{n_max}"
-        return pass_values(qs), label, flag
+        label = f"{head}{run_n}" if flag is None else f"{head}{n_min}..{n_max}"
+        return values(qs), label, flag
     k = metric.k
     if k > n_min:
         return None, metric.name, f"{metric.name} needs at least {k} samples per question; run has n={n_min}"
-    return pass_values(qs, k), f"pass@{k}", None
+    return values(qs, k), f"{head}{k}", None
 
 
 @dataclass

@@ -361,6 +361,26 @@ def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def _pass_hat_markdown(rows_src: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The reliability table: pass^k (all k of k samples succeed) with its 95% CI for the k of
+    pass@k, and pass^n when samples per question are uneven; [] for a summary without pass^k."""
+    from tabulate import tabulate
+
+    if not all("pass^k" in blk for _, blk in rows_src):
+        return []
+    ks = sorted({int(k) for _, blk in rows_src for k in blk["pass^k"]})
+    uneven = any(blk.get("n_varies") for _, blk in rows_src)
+    head = ["benchmark"] + [f"pass^{k} [95% CI]" for k in ks] + (["pass^n [95% CI]"] if uneven else [])
+    rows = []
+    for name, blk in rows_src:
+        cis = blk.get("ci95", {})
+        row = [name] + [_with_ci(blk["pass^k"][str(k)], cis.get("pass^k", {}).get(str(k))) if str(k) in blk["pass^k"]
+                        else "–" for k in ks]
+        rows.append(row + ([_with_ci(blk["pass^n"], cis.get("pass^n"))] if uneven else []))
+    return ["", "### Reliability (%): pass^k, all k of k samples succeed", "",
+            tabulate(rows, head, tablefmt="github", disable_numparse=True)]
+
+
 def format_summary_markdown(summary: dict[str, Any]) -> str:
     """Markdown tables (accuracy in %, with 95% bootstrap CIs; cost and latency; agents), under a
     header naming suite, model and date when the summary carries its run (`evaluate` writes it)."""
@@ -378,6 +398,7 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
             + [_with_ci(blk["pass@n"], blk["ci95"]["pass@n"])]
         )
     parts = [*_summary_header(summary), "### Accuracy (%)", "", tabulate(acc_rows, head, tablefmt="github", disable_numparse=True)]
+    parts += _pass_hat_markdown(rows_src)
 
     qa = [k for k in QA_KEYS if any(k in blk for _, blk in rows_src)]
     cost_head = ["benchmark", "latency p50 (s)", "latency p95 (s)", "$ / question"] + [k.upper() if k != "f1" else "F1" for k in qa]
@@ -401,8 +422,9 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
     for name, blk in rows_src:
         if blk.get("n_varies"):
             notes.append(f"{name}: samples per question vary ({blk['n_min']}..{blk['n_max']}: uneven counts, a partial run?); "
-                         f"{blk['questions_with_other_n']} questions differ from the usual n; pass@k uses k <= {blk['n_min']}; "
-                         f"pass@n is the any-success rate over the samples present (as the reference)")
+                         f"{blk['questions_with_other_n']} questions differ from the usual n; pass@k and pass^k use k <= {blk['n_min']}; "
+                         f"pass@n is the any-success rate over the samples present (as the reference), "
+                         f"pass^n the all-success rate")
         if blk.get("duplicate_samples"):
             notes.append(f"{name}: {blk['duplicate_samples']} duplicate (task, sample_idx) records")
         if blk.get("grading_timeouts") and name in blocks:
@@ -463,12 +485,24 @@ def engine_notes_markdown(pool_stats: dict[str, Any] | None) -> str:
     return ("\n- engine notes (the server's dialect):\n" + "\n".join(lines) + "\n") if lines else ""
 
 
+def limit_stop_markdown(run: dict[str, Any] | None) -> str:
+    """summary.md's first line for a run a spending limit stopped (summary.json's ``run.stopped``,
+    drmas_bench.limits); '' for a run that was not."""
+    stop = (run or {}).get("stopped")
+    if not isinstance(stop, dict):
+        return ""
+    return (f"> **Stopped by a limit:** {stop.get('reason')}. {stop.get('samples_finished')} of "
+            f"{stop.get('samples_planned')} samples are finished; the figures below cover those only. Re-run with "
+            "a higher limit to resume.\n\n")
+
+
 def run_summary_markdown(summary: dict[str, Any]) -> str:
-    """A finished eval's summary.md: `format_summary_markdown`, then the prompts line, the call cache's
-    lines and the engines' notes, each from its section of summary.json (``protocol``, ``cache``,
-    ``pool``)."""
-    return (format_summary_markdown(summary) + protocol_markdown(summary.get("protocol") or {})
-            + cache_markdown(summary.get("cache")) + engine_notes_markdown(summary.get("pool")))
+    """A finished eval's summary.md: the line naming a spending limit that stopped it, then
+    `format_summary_markdown`, the prompts line, the call cache's lines and the engines' notes, each
+    from its section of summary.json (``run``, ``protocol``, ``cache``, ``pool``)."""
+    return (limit_stop_markdown(summary.get("run")) + format_summary_markdown(summary)
+            + protocol_markdown(summary.get("protocol") or {}) + cache_markdown(summary.get("cache"))
+            + engine_notes_markdown(summary.get("pool")))
 
 
 def _usd6(x: float | None) -> str:
@@ -482,9 +516,9 @@ def sweep_markdown(doc: dict[str, Any]) -> str:
     top = ks[-1] if ks else "n"
     lines = [f"# Sweep: {doc['suite']} suite, workflow {doc['workflow']}, {doc['finished']} of "
              f"{doc['design']['planned']} assignments ({doc['design']['kind']}; {doc['design']['possible']} possible)", ""]
-    lines.append(f"| # | assignment | avg@n | pass@{top} | latency s/question | tokens | $ as alone | $ paid | calls "
-                 f"(cache hits) | Δ avg@n vs baseline [95% CI] | front $ | front latency |")
-    lines.append("|" + "---|" * 12)
+    lines.append(f"| # | assignment | avg@n | pass@{top} | pass^{top} | latency s/question | tokens | $ as alone | $ paid "
+                 f"| calls (cache hits) | Δ avg@n vs baseline [95% CI] | front $ | front latency |")
+    lines.append("|" + "---|" * 13)
     for i, r in enumerate(rows, 1):
         vs = r.get("vs_baseline")
         if r.get("baseline"):
@@ -494,7 +528,7 @@ def sweep_markdown(doc: dict[str, Any]) -> str:
         else:
             delta = "–"
         lines.append(f"| {i} | {r['label']} | {_pct(r['avg@n'])} | {_pct(r['pass@k'].get(top))} | "
-                     f"{r['latency_s']:.3f} | {r['tokens'] if r['tokens'] is not None else 'unknown'} | {_usd6(r['usd'])} | "
+                     f"{_pct(r.get('pass^k', {}).get(top))} | {r['latency_s']:.3f} | {r['tokens'] if r['tokens'] is not None else 'unknown'} | {_usd6(r['usd'])} | "
                      f"{_usd6(r['usd_paid'])} | {r['model_calls']} ({r['cache_hits']}) | {delta} | "
                      f"{'★' if r['pareto_usd'] else ''} | {'★' if r['pareto_latency'] else ''} |")
     lines.append("")
