@@ -6,6 +6,8 @@ import argparse
 import json
 import textwrap
 
+from tabulate import tabulate
+
 from drmas_bench.tasks.registry import suite_names
 from drmas_bench.types import UserError
 
@@ -62,8 +64,6 @@ def _rows(suite: str | None, data_dir):
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from tabulate import tabulate
-
     from drmas_bench.tasks import registry
 
     d = registry.resolve_data_dir(args.data_dir)
@@ -158,7 +158,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     Training sets (what `train` reads) are checked and shown in their own section; they decide the
     exit code only with ``--train`` (an eval never reads them, and the shipped data holds one of the
     two: the search mix is hub-only unless saved locally)."""
-    from tabulate import tabulate
 
     from drmas_bench.tasks import registry
 
