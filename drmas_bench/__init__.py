@@ -14,6 +14,7 @@ stays cheap.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
@@ -24,7 +25,5 @@ __all__ = ["__version__", *_LAZY]
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'drmas_bench' has no attribute {name!r}")

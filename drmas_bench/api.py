@@ -49,7 +49,7 @@ from typing import Any
 from drmas_bench.limits import LimitReached
 from drmas_bench.log import UnexpectedError, one_line, traceback_note, unexpected
 
-# the config and its resolution live in drmas_bench.plan; importable from here as before
+# the config and its resolution live in drmas_bench.plan; re-exported here for callers of drmas_bench.api
 from drmas_bench.plan import (  # noqa: F401
     DEFAULT_MAX_BATCH,
     SAMPLING_DEFAULTS,

@@ -1,4 +1,4 @@
-"""The call cache: a completion is reused only when it is the same call (issue 26).
+"""The call cache: a completion is reused only when it is the same call (docs/sweep.md).
 
     cache = CallCache.open("cache/")               # cache/calls.sqlite3, made when missing
     engines = wrap_engines(pool.views(), cache, groups)   # {wg: CachedEngine}; TeamRuntime takes these
@@ -44,9 +44,12 @@ import sqlite3
 import time
 import zlib
 from dataclasses import fields
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from drmas_bench.engines import output_options
+from drmas_bench.files import model_identity
 from drmas_bench.records import view
 from drmas_bench.types import CACHE_FIELDS, Completion, Request, UserError
 
@@ -92,8 +95,6 @@ def group_identity(kind: str, model: str, model_id: dict[str, Any] | None, optio
     folder's path is left out, so a copy elsewhere is the same model) and the options that change
     outputs (``engines.output_options``; a local ``tokenizer`` folder by its content too).
     ``here``: the engine runs on this machine (not on Ray nodes), so ``"auto"`` options resolve here."""
-    from drmas_bench.engines import output_options
-    from drmas_bench.store import model_identity
 
     mid = model_id or {}
     model_part = {"content": mid["content"]} if mid.get("content") else {"name": str(mid.get("name") or model)}
@@ -281,7 +282,8 @@ class CallCache:
         """Delete entries written more than ``older_than_days`` ago, of ``model`` (its name as the runs
         named it, or a prefix of its content hash), then the oldest until the values fit in
         ``max_size_mb``; VACUUM afterwards (the file shrinks). -> entries deleted."""
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if older_than_days is not None:
             where.append("created < ?")
             args.append(time.time() - older_than_days * 86400)
@@ -397,8 +399,7 @@ def wrap_engines(engines: dict[str, Any], cache: CallCache, team: Any, models: d
         opts = dict(g.options, **({"base_url": g.base_url} if getattr(g, "base_url", None) else {}))
         ident = group_identity(g.engine, g.model, models.get(wg), opts, here=here)
         labels = {"model": str(g.model), "content": str((models.get(wg) or {}).get("content") or ""), "engine": g.engine}
-        out[wg] = CachedEngine(engine, cache, ident, labels,
-                               (lambda c, wg=wg: price(wg, c)) if price is not None else None)
+        out[wg] = CachedEngine(engine, cache, ident, labels, partial(price, wg) if price is not None else None)
     return out
 
 

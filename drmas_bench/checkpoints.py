@@ -57,7 +57,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable
 
+from drmas_bench.models.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
+from drmas_bench.models.cache import cache_dir
 from drmas_bench.types import UserError
+from drmas_retrieval.locks import file_lock
 
 MARKER = "COMPLETE"
 LATEST = "latest"
@@ -163,7 +166,6 @@ def group_files_present(folder: str, name: str) -> bool:
     """checkpoint.group_files_present through fsspec: config.json and a *.safetensors under
     ``models/<name>/`` (a LoRA group: base.json and ``*/adapter_model.safetensors``) and
     ``optim/<name>.pt``."""
-    from drmas_bench.models.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
 
     fs, path = filesystem(folder)
     model = join(path, "models", name)
@@ -306,8 +308,6 @@ def cached_model(url: str) -> Path:
     checkpoint URL is evaluated with ``--pool ray`` (each node downloads only the groups it loads).
     Inside a checkpoint the copy is reused while the step's marker is unchanged, and a step without
     its marker is refused; any other folder URL is downloaded once. One download at a time per URL."""
-    from drmas_bench.models.cache import cache_dir
-    from drmas_retrieval.locks import file_lock
 
     url = url.rstrip("/")
     m = _IN_CHECKPOINT.match(url)
@@ -342,8 +342,6 @@ def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS) -> Path:
     differs from the copy's. Only complete downloads are kept (:func:`fetch`), and only ``parts``:
     by default what eval reads (:data:`EVAL_PARTS`: the team file, the state and the models; no
     optimiser state); :data:`TEAM_PARTS` for a Ray eval, whose nodes fetch the models themselves."""
-    from drmas_bench.models.cache import cache_dir
-    from drmas_retrieval.locks import file_lock
 
     step_url = resolve_latest(url)
     dest = cache_dir() / "checkpoints" / _cache_key(step_url if parts == EVAL_PARTS else f"{step_url} {' '.join(parts)}")
@@ -361,8 +359,6 @@ def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS) -> Path:
 def node_copy(url: str) -> Path:
     """A local copy, on this node, of one part of a checkpoint (a worker group's model folder or
     optimiser file): ``<drmas cache dir>/checkpoints/parts/<hash of url>``, downloaded afresh."""
-    from drmas_bench.models.cache import cache_dir
-    from drmas_retrieval.locks import file_lock
 
     base = cache_dir() / "checkpoints" / "parts" / _cache_key(url)
     dest = base / posixpath.basename(url.rstrip("/"))

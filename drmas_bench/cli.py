@@ -91,7 +91,7 @@ FOREIGN_FLAGS["--output-path"] = FOREIGN_FLAGS["--output_path"]
 def unrecognized_message(extra: list[str]) -> str:
     """argparse's "unrecognized arguments" line, plus what each familiar foreign flag is called here."""
     msg = f"unrecognized arguments: {' '.join(extra)}"
-    hints = []
+    hints: list[str] = []
     for a in extra:
         flag = a.split("=", 1)[0]
         if flag in FOREIGN_FLAGS and not any(h.startswith(flag + " ->") for h in hints):

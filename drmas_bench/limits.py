@@ -41,6 +41,7 @@ line, and loses nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,8 +218,9 @@ class Meter:
 
     def check(self) -> None:
         """Raise :class:`LimitReached` when a limit is reached: no call starts after that."""
-        if self.reached() is not None:
-            raise LimitReached(self.stopped)
+        stop = self.reached()
+        if stop is not None:
+            raise LimitReached(stop)
 
     def _scopes(self) -> list[tuple[str | None, str, float]]:
         """(agent or None for the run, key, limit) of every limit set."""
@@ -270,8 +272,6 @@ class Meter:
         is reached; wait while the episodes in flight are expected to spend what is left; with none in
         flight, start. Calls of episodes already started are only checked (:meth:`check`), so the
         budget goes to finishing episodes rather than to first calls of episodes it cannot finish."""
-        import asyncio
-
         if self._changed is None:
             self._changed = asyncio.Condition()
         async with self._changed:

@@ -22,6 +22,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -112,7 +113,6 @@ def write_traceback(exc: BaseException, path: str | os.PathLike | None = None) -
     ``drmas-bench-error-*.log`` takes it and its path is returned, so a message can say where the
     traceback is; no empty or half-written file is left at ``path``. When no file can be written at
     all, the traceback goes to stderr and None is returned."""
-    import time
 
     text = (f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} PID {os.getpid()}\n"
             + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))

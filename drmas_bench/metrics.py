@@ -45,8 +45,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+import drmas_bench.workflows.protocol as P
 from drmas_bench.pricing import PriceSheet
 from drmas_bench.records import USAGE_SOURCES, CallView, RecordView, TurnView, view, views
+from drmas_bench.workflows.base import WORKFLOWS, rule_reasons
 from drmas_bench.workflows.episodes import ACTION_KINDS, ACTORS, action_kind, episode_compliance
 
 MICRO = "all (micro)"
@@ -490,7 +492,6 @@ REASONS = ("missing_verify_tag", "missing_action_tag", "think_count", "think_ord
 
 def _workflows() -> dict[str, Any]:
     # the registry, imported when first asked (importing the package registers the built-ins)
-    from drmas_bench.workflows.base import WORKFLOWS
 
     return WORKFLOWS
 
@@ -529,7 +530,6 @@ def invalid_reasons(rule: Any, text: str) -> list[str]:
     """Every reason `text` fails format rule `rule` (empty: it passes): the rule's own function
     (`workflows.base.rule_reasons`: a workflow's rule function, or a registered rule name such as a
     protocol role, `protocol.reasons`), the one the workflow's recorded validity comes from."""
-    from drmas_bench.workflows.base import rule_reasons
 
     return rule_reasons(rule, text)
 
@@ -563,7 +563,6 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
       verifier turns.
 
     Turns without a text (hand-made or old records) count as blank responses."""
-    import drmas_bench.workflows.protocol as P
 
     recs = views(records)
     wf = workflow or infer_workflow(recs)

@@ -17,23 +17,48 @@ import copy
 import logging
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from drmas_bench.engines import DEFAULT_ENGINE, traits
-from drmas_bench.engines.hosting import option_names
+import yaml
+
+from drmas_bench.agents.explicit import Explicit
+from drmas_bench.agents.team import build_team, validate_sampling
+from drmas_bench.checkpoints import is_url, local_copy, refuse_incomplete
+from drmas_bench.engines import DEFAULT_ENGINE, ENGINES, traits
+from drmas_bench.engines.hosting import fit_options, option_names
+from drmas_bench.files import fingerprint
 from drmas_bench.limits import Limits, resolve_limits
-from drmas_bench.pricing import PriceSheet
+from drmas_bench.models import resolve_model
+from drmas_bench.models.loading import check_tokenizer_dir
+from drmas_bench.pool import POOLS
+from drmas_bench.pricing import PriceSheet, load_prices
+from drmas_bench.provenance import (
+    collect,
+    data_identity,
+    grader_record,
+    models_identity,
+    redact_argv,
+    utc_now,
+    workflow_record,
+)
+from drmas_bench.retrievers import default_spec, note_trained_retriever, open_retriever
+from drmas_bench.schema import RANGES
+from drmas_bench.tasks import load_tasks, resolve_data_dir, select_benchmarks
 from drmas_bench.tasks.base import Benchmark
+from drmas_bench.tasks.registry import get_suite, suite_names
 from drmas_bench.types import Completion, Sampling, Task, Trajectory, UserError
+from drmas_bench.workflows import get_workflow
+from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.base import WorkflowSpec, check_workflow_options
+from drmas_bench.yamlfile import read_yaml
 
 if TYPE_CHECKING:  # the annotations only: both modules are imported where a plan opens them
     from drmas_bench.agents.team import TeamSpec
     from drmas_bench.cache import CallCache
 
-logger = logging.getLogger("drmas_bench.api")  # the [eval] lines keep the logger they always had
+logger = logging.getLogger(__name__)
 
 # REFERENCE.md §3: eval sampling (max new tokens per call: the suite's, `Suite.max_new_tokens`)
 SAMPLING_DEFAULTS = {"temperature": 0.6, "top_p": 0.95, "enable_thinking": False}
@@ -109,9 +134,6 @@ RANGED_FIELDS = ("n", "limit", "max_new_tokens", "max_prompt_tokens", "seed", "t
 
 def choices() -> dict[str, tuple[str, ...]]:
     """The fields with a fixed set of values, from their registries."""
-    from drmas_bench.engines import ENGINES
-    from drmas_bench.pool import POOLS
-    from drmas_bench.tasks.registry import suite_names
 
     return {"engine": tuple(ENGINES), "pool": POOLS, "suite": suite_names()}
 
@@ -124,7 +146,6 @@ def flag(name: str) -> str:
 def validate_config(cfg: EvalConfig) -> None:
     """Check the numeric fields (``RANGED_FIELDS``, ranges from ``drmas_bench.schema.RANGES``) and choices (``choices()``) before anything is read
     or loaded; one UserError naming the flag per mistake."""
-    from drmas_bench.schema import RANGES
 
     for name in RANGED_FIELDS:
         v = getattr(cfg, name)
@@ -144,7 +165,6 @@ def parse_engine_args(text: str) -> dict[str, Any]:
     """``--engine-args "dtype=bfloat16,max_batch=8,chat_template_kwargs={a: 1}"`` -> a dict; each
     value is read as a YAML scalar / flow value (8 -> int, true -> bool, {..} -> dict); commas inside
     brackets or braces do not split."""
-    import yaml
 
     items, depth, cur = [], 0, ""
     for ch in text:
@@ -184,7 +204,6 @@ class Resolved:
 def team_file_workflow(cfg: EvalConfig) -> str | None:
     """The ``workflow:`` named by the team file (``team``, or ``model``'s checkpoint team.yaml), if any;
     a file that cannot be read is left to the team validation to report."""
-    from drmas_bench.yamlfile import read_yaml
 
     path = Path(cfg.team) if cfg.team else (Path(cfg.model, "team.yaml") if cfg.model else None)
     if path is None or not path.is_file():
@@ -204,15 +223,6 @@ def _model_for_list(v: list[str] | dict[str, str] | None) -> list[str] | None:
 
 def resolve(cfg: EvalConfig) -> Resolved:
     """Benchmarks, workflow (chosen before the team is validated), team and sampling for ``cfg``."""
-    from dataclasses import replace
-
-    from drmas_bench.agents.explicit import Explicit
-    from drmas_bench.agents.team import build_team, validate_sampling
-    from drmas_bench.checkpoints import local_copy, refuse_incomplete
-    from drmas_bench.engines.hosting import fit_options
-    from drmas_bench.tasks import select_benchmarks
-    from drmas_bench.tasks.registry import get_suite
-    from drmas_bench.workflows import get_workflow
 
     step_url = None
     if cfg.model:  # a checkpoint URL: a local copy first (with a Ray pool only its team file)
@@ -224,7 +234,7 @@ def resolve(cfg: EvalConfig) -> Resolved:
         if is_reference_checkpoint(cfg.model):  # the reference trainer's: merged into a team folder (cached)
             folder, ref = team_folder(cfg.model, workflow=cfg.workflow, suite=cfg.suite, show_progress=cfg.progress)
             cfg = replace(cfg, model=str(folder), suite=cfg.suite or (None if cfg.benchmarks else ref.suite))
-        refuse_incomplete(cfg.model)  # before its team.yaml is read
+        refuse_incomplete(str(cfg.model))  # before its team.yaml is read
     benches = select_benchmarks(cfg.suite, cfg.benchmarks)
     suites = {b.suite for b in benches}
     if len(suites) > 1:
@@ -251,7 +261,7 @@ def resolve(cfg: EvalConfig) -> Resolved:
                       engine_options=fit_options(engine, generic, {"tokenizer": cfg.tokenizer} if cfg.tokenizer else None),
                       trust_remote_code=cfg.trust_remote_code, explicit=given)
     check_workflow_options(wf, team.workflow_options)
-    validate_sampling(explicit, "EvalConfig")  # after the team's own checks, as before
+    validate_sampling(explicit, "EvalConfig")  # after the team's own checks: a team file's error is named first
     for key, v in explicit.items():
         recorded = {team.sampling.get(key)} | {s.get(key) for s in team.agent_sampling.values()}
         if recorded - {None, v}:
@@ -265,7 +275,6 @@ def resolve_protocol(cfg: EvalConfig, team, wf):
     Order: packaged templates < the team file's ``prompts:`` < ``prompts``; the same for the
     prompt limit (team ``protocol:`` < ``max_prompt_tokens``). Says so when a flag overrides
     what a team file (e.g. a trained checkpoint's team.yaml) recorded."""
-    from drmas_bench.workflows import protocol as P
 
     prompts_flag, limit_flag = cfg.prompts, cfg.max_prompt_tokens
     if not P.has_templates(wf.name):
@@ -289,8 +298,6 @@ def resolve_local_models(team, on_nodes: bool = False) -> dict[str, Any]:
     identity: {wg: Path | hub id | None}. Remote groups are left out. ``on_nodes`` (a Ray pool,
     whose nodes resolve what they load): an alias is not prepared here, and a checkpoint URL or a
     model this machine cannot see is ``None``."""
-    from drmas_bench.checkpoints import is_url
-    from drmas_bench.models import resolve_model
 
     out: dict[str, Any] = {}
     for name, g in team.worker_groups.items():
@@ -312,8 +319,6 @@ def check_team_models(team, resolved: dict) -> None:
     """Refuse, before any call, a worker group whose local model folder is part of an incomplete
     checkpoint or has no working tokenizer (models.loading.check_tokenizer_dir). Remote groups,
     checkpoint URLs and models left to the Ray nodes are left to their engines."""
-    from drmas_bench.checkpoints import is_url, refuse_incomplete
-    from drmas_bench.models.loading import check_tokenizer_dir
 
     for name, where in resolved.items():
         g = team.worker_groups[name]
@@ -328,7 +333,6 @@ def check_team_models(team, resolved: dict) -> None:
 
 def _load_prices(path: str, team):
     """The price sheet, checked against the team's worker groups before the run starts."""
-    from drmas_bench.pricing import load_prices
 
     # turns record their worker group; price each as its model
     prices = load_prices(path).with_aliases({n: g.price_key for n, g in team.worker_groups.items()})
@@ -475,18 +479,6 @@ class Plan:
 
 def plan(cfg: EvalConfig) -> Plan:
     """Check and resolve ``cfg`` into a :class:`Plan` (module docstring)."""
-    from drmas_bench.provenance import (
-        collect,
-        data_identity,
-        grader_record,
-        models_identity,
-        redact_argv,
-        utc_now,
-        workflow_record,
-    )
-    from drmas_bench.retrievers import default_spec, note_trained_retriever, open_retriever
-    from drmas_bench.store import fingerprint
-    from drmas_bench.tasks import load_tasks, resolve_data_dir
 
     started, t0 = utc_now(), time.monotonic()
     # everything is checked before the run directory is touched: a mistake leaves no config behind
@@ -524,14 +516,14 @@ def plan(cfg: EvalConfig) -> Plan:
         identity["protocol"] = {k: protocol_info[k] for k in ("prompts_sha256", "max_prompt_tokens", "truncate")}
         protocol_opts = {"prompts": templates, "protocol": proto}
     # the benchmarks name their grading family (one suite per run: one family)
-    families = sorted({b.grader for b in r.benches})
+    families = sorted({b.family for b in r.benches})
     family = families[0] if len(families) == 1 else "+".join(families)
     grader = grader_record(family, cfg.grader)
     if "name" in grader:  # a family that takes --grader: a resume with another grader (or version) is refused
         identity["grader"] = {k: grader[k] for k in ("name", "version")}
     model_label = team.worker_groups[next(iter(team.worker_groups))].model if len(team.worker_groups) == 1 else "team"
     label = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model_label.rstrip("/")).name).strip(".") or "model"
-    named = {k: v for k, v in identity.items() if k != "models"}  # default names stay those of earlier versions
+    named = {k: v for k, v in identity.items() if k != "models"}  # the default name leaves the models' content hashes out
     out = Path(cfg.out or Path("runs") / f"{r.suite}-{label}-{fingerprint(named)[:8]}")
     data = data_identity(r.benches, data_dir)
     provenance = copy.deepcopy({  # copies: config.yaml writes no YAML aliases to the identity's values

@@ -31,6 +31,7 @@ from pydantic import Field, model_validator
 
 from drmas_bench.schema import Schema, YamlFloat, parse
 from drmas_bench.types import UserError
+from drmas_bench.yamlfile import read_yaml
 
 DEFAULTS = ("error", "zero")
 
@@ -131,6 +132,5 @@ class PriceSheet:
 
 def load_prices(path: str | Path) -> PriceSheet:
     """Read and validate a YAML price sheet (see the module docstring for the format)."""
-    from drmas_bench.yamlfile import read_yaml
 
     return PriceSheet.from_dict(read_yaml(path, "price sheet"), source=str(path))

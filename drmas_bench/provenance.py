@@ -32,6 +32,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.files import file_sha256, load_hash_cache, model_identity, save_hash_cache
+from drmas_bench.grading.families import takes_grader
+from drmas_bench.grading.registry import DEFAULT_GRADER, get_grader
+from drmas_bench.tasks.registry import local_file, source_of
 from drmas_bench.types import UserError
 
 # the libraries whose versions change results or speed; only those installed are recorded
@@ -148,10 +152,9 @@ def collect(argv: list[str] | None = None) -> dict[str, Any]:
 
 def models_identity(team, resolved: dict) -> dict[str, dict[str, str]]:
     """What each local worker group's ``model`` resolves to (``resolved``: plan.resolve_local_models,
-    each model resolved once): real path + content hash (store.model_identity). Hub ids not
+    each model resolved once): real path + content hash (files.model_identity). Hub ids not
     downloaded are identified by name, remote models not at all, and a model left to the Ray nodes
     (``None``) by name with ``resolved_on``."""
-    from drmas_bench.store import model_identity
 
     out = {}
     for name, g in team.worker_groups.items():
@@ -167,8 +170,6 @@ def models_identity(team, resolved: dict) -> dict[str, dict[str, str]]:
 
 def data_identity(benches, data_dir) -> dict[str, str]:
     """sha256 of every benchmark file read (generated / hub benchmarks: where they come from)."""
-    from drmas_bench.store import file_sha256, load_hash_cache, save_hash_cache
-    from drmas_bench.tasks.registry import local_file, source_of
 
     cache = load_hash_cache()
     out = {}
@@ -190,8 +191,6 @@ def grader_record(family: str, math_grader: str | None) -> dict:
     """What grades this run: {"family": "math" | "qa" | "toy", and for a family that takes
     ``--grader`` (`grading.families.Family.takes_grader`: math) the grader's "name", "version"}.
     `--grader` on benchmarks whose family does not take it is a UserError."""
-    from drmas_bench.grading.families import takes_grader
-    from drmas_bench.grading.registry import DEFAULT_GRADER, get_grader
 
     if not takes_grader(family):  # --grader picks among math graders only
         if math_grader is not None:

@@ -11,14 +11,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.models import cache_dir
 from drmas_bench.types import UserError
+from drmas_bench.workflows.protocol import retriever_record
+from drmas_retrieval import load_retriever
 
-logger = logging.getLogger("drmas_bench.api")  # the [eval] lines keep the logger they always had
+logger = logging.getLogger(__name__)
 
 
 def default_spec(data_dir) -> str:
     """The embedded default: BM25 over the mini corpus, cached under the user cache dir."""
-    from drmas_bench.models import cache_dir
 
     if data_dir is None or not (Path(data_dir) / "corpus" / "mini_corpus.jsonl").is_file():
         raise UserError("the search suite needs a retriever: pass --retriever bm25:DIR|lucene:DIR|dense:DIR|URL, "
@@ -34,7 +36,6 @@ def default_spec(data_dir) -> str:
 
 def note_trained_retriever(team, retriever_spec: str | None) -> None:
     """A trained team records the retriever it learned with; say so when eval uses another one."""
-    from drmas_bench.workflows.protocol import retriever_record
 
     if not team.retriever or not retriever_spec:
         return
@@ -50,7 +51,6 @@ def note_trained_retriever(team, retriever_spec: str | None) -> None:
 def open_retriever(spec: str, hint: str = "") -> Any:
     """The retriever named by ``spec`` (bm25:DIR | lucene:DIR | dense:DIR | http://HOST:PORT), probed
     with one query; any failure is one UserError ``retriever SPEC: <first line><hint>``."""
-    from drmas_retrieval import load_retriever
 
     try:
         retriever = load_retriever(spec)

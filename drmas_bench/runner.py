@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from drmas_bench.agents.team import TeamSpec
+from drmas_bench.grading.families import grade_family
 from drmas_bench.limits import LimitReached
 from drmas_bench.store import RunDir
+from drmas_bench.tasks.registry import BENCHMARKS, known_names
 from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory
 from drmas_bench.workflows.base import Episode, WorkflowSpec
 
@@ -76,26 +78,24 @@ class RunStats:
     limits: dict[str, Any] | None = None  # the limits and what was used (summary.json's run.limits), when set
 
 
-def grade_trajectories(trajs: list[Trajectory], grader: str, timeout_s: float = 5.0,
+def grade_trajectories(trajs: list[Trajectory], family: str, timeout_s: float = 5.0,
                        math_grader: str | None = None,
                        round1_answer: Callable[[Trajectory], str | None] | None = None) -> None:
     """Fill reward / correct / extra of finished trajectories, each by its benchmark's grading family
-    (``Benchmark.grader``, grading.registry.FAMILIES; math in a process pool with timeouts).
+    (``Benchmark.family``, grading.registry.FAMILIES; math in a process pool with timeouts).
 
-    grader: the family of trajectories whose benchmark is not in the registry (a trainer's task file):
+    family: the grading family of trajectories whose benchmark is not in the registry (a trainer's task file):
     the workflow's; math_grader: the math grader's name in `grading.GRADERS` (default
     `grading.DEFAULT_GRADER`). round1_answer: the workflow's `WorkflowSpec.round1_answer`; the
     round-1 answer it reads from a trajectory (one a later round replaced) is graded by the same
     family in the same batch (extra round1_correct, round1_grade): the workflow's effects need it
     (math_refine's verifier effect), and only here is the run's grader at hand."""
-    from drmas_bench.grading.families import grade_family
-    from drmas_bench.tasks.registry import BENCHMARKS, known_names
 
     known_names()  # the suites are registered
     by_family: dict[str, list[Trajectory]] = {}
     for t in trajs:
         b = BENCHMARKS.get(t.task.benchmark)
-        by_family.setdefault(b.grader if b is not None else grader, []).append(t)
+        by_family.setdefault(b.family if b is not None else family, []).append(t)
     for family, group in by_family.items():
         pairs = [(t.final_answer, t.task.answers) for t in group]
         # a round-1 answer that a later round replaced (None: the final answer is round 1's)
@@ -176,7 +176,7 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
                     await gate.start_episode()
                     started = True
                 ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever,
-                             want_logprobs=want_logprobs, step=step)
+                             want_logprobs=want_logprobs, training_step=step)
                 await wf.fn(ep, **opts)
                 traj = ep.finish()
             except LimitReached as e:  # no call starts past a limit: this episode is abandoned, never written half
@@ -196,7 +196,7 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
             return
         batch = list(buffer)
         buffer.clear()
-        grading = asyncio.ensure_future(asyncio.to_thread(grade_trajectories, batch, wf.grader, 5.0, math_grader,
+        grading = asyncio.ensure_future(asyncio.to_thread(grade_trajectories, batch, wf.family, 5.0, math_grader,
                                                                wf.round1_answer))
         try:
             await asyncio.shield(grading)

@@ -19,13 +19,18 @@ trainer config are pydantic (v2) models; this module holds the shared pieces.
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
+import types
+import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Optional
 
+import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from drmas_bench.engines import ENGINES
 from drmas_bench.types import UserError
 
 
@@ -173,7 +178,6 @@ class _DictOf:
 def _inner_model(tp: Any) -> Any:
     """The model inside a field's annotation: ``Model``, ``Model | None`` -> Model; ``dict[str, Model]``
     -> _DictOf(Model); anything else -> None."""
-    import typing
 
     if _is_model(tp):
         return tp
@@ -284,7 +288,6 @@ class ModelOnEngine(Schema):
     @field_validator("engine")
     @classmethod
     def _known_engine(cls, v: str) -> str:
-        from drmas_bench.engines import ENGINES
 
         return registered(v, ENGINES, "engine")
 
@@ -304,7 +307,6 @@ CONFIG_SCHEMAS: dict[str, tuple[tuple[str, str], ...]] = {
 
 def config_schema(name: str) -> list[tuple[str, Any]]:
     """The (title, schema class) sections of config ``name`` (a key of :data:`CONFIG_SCHEMAS`)."""
-    import importlib
 
     if name not in CONFIG_SCHEMAS:
         raise UserError(f"unknown config {name!r}; known: {', '.join(CONFIG_SCHEMAS)}")
@@ -316,8 +318,6 @@ def config_schema(name: str) -> list[tuple[str, Any]]:
 
 
 def _type_name(tp: Any) -> str:
-    import types
-    import typing
 
     if tp is type(None):
         return "null"
@@ -343,7 +343,6 @@ def _type_name(tp: Any) -> str:
 
 def _shown(default: Any) -> str:
     """A default as YAML writes it (null, true, hf, [0.9, 0.999])."""
-    import yaml
 
     if isinstance(default, tuple):
         default = list(default)
@@ -353,7 +352,6 @@ def _shown(default: Any) -> str:
 def fields_table(schema: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(key path, type, default, description) of every field; nested schemas are expanded in place
     (a ``mapping of Schema`` as ``key.NAME.field``)."""
-    import typing
 
     rows: list[tuple[str, str, str, str]] = []
     for name, f in schema.model_fields.items():

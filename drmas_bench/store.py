@@ -19,7 +19,9 @@ lock when its process dies, so a lock left by a killed run is simply taken over.
 Identity by content: ``model_identity`` (a model folder's real path and a hash of its files) and
 ``file_sha256`` (benchmark files) go into the configuration, so resuming onto other weights or
 other data is refused even when the path given is the same text. Names that become file names
-go through ``safe_name``; ``inside`` checks that a path stays within its run directory.
+go through ``safe_name``; ``inside`` checks that a path stays within its run directory (all four,
+with ``atomic_write`` and ``fingerprint``, live in the leaf ``drmas_bench.files``, which every layer
+may import).
 
 Every sample carries its run's stamp (``"run"``: the identity's fingerprint, workflow, model
 contents, data hash), and a resume checks each kept sample against the run being resumed, not only
@@ -38,44 +40,27 @@ A line that cannot be read stops every reader with one error naming ``drmas-benc
 from __future__ import annotations
 
 import errno
-import hashlib
+import fcntl
 import json
+import logging
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
+from drmas_bench.files import atomic_write, fingerprint, inside
+from drmas_bench.log import write_traceback
 from drmas_bench.types import Trajectory, UserError
+
+logger = logging.getLogger(__name__)
 
 CONFIG = "config.yaml"
 SAMPLES = "samples.jsonl"
 QUARANTINE = "samples.jsonl.quarantine"  # unreadable lines moved aside by `drmas-bench runs repair`
 LOCK = ".lock"
 ERROR_LOG = "error.log"
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-# ------------------------------------------------------------------------------- safe paths
-
-
-def safe_name(name: Any, what: str) -> str:
-    """``name`` if it may become one file name (``[A-Za-z0-9_.-]+``, no ``..``), else one UserError."""
-    s = str(name)
-    if not _SAFE_NAME.fullmatch(s) or ".." in s:
-        raise UserError(f"{what} {s!r}: not a valid name (letters, digits, '_', '-', '.'; no '..' or '/') "
-                        f"since it becomes a file name")
-    return s
-
-
-def inside(root: str | os.PathLike, path: str | os.PathLike) -> Path:
-    """``path`` resolved, if it lies within ``root`` (resolved); else one UserError."""
-    r, p = Path(root).resolve(), Path(path).resolve()
-    if p != r and r not in p.parents:
-        raise UserError(f"refusing to write {p}: it is outside the run directory {r}")
-    return p
 
 
 # ------------------------------------------------------------------------------- samples.jsonl: reading, selecting
@@ -246,7 +231,6 @@ class RunLock:
     whose process died was released by the kernel and is taken over silently."""
 
     def __init__(self, run: str | os.PathLike) -> None:
-        import fcntl
 
         self.path = inside(run, Path(run) / LOCK)
         self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -302,106 +286,8 @@ def write_error_log(run: str | os.PathLike, exc: BaseException) -> Path | None:
     """Append ``exc``'s traceback to ``RUN/error.log``; returns where it went (a temporary file when
     the run directory cannot be written, e.g. a full disk: no empty error.log is left behind;
     None when it went to stderr). See ``drmas_bench.log.write_traceback``."""
-    from drmas_bench.log import write_traceback
 
     return write_traceback(exc, Path(run) / ERROR_LOG)
-
-
-# ------------------------------------------------------------------------------- identity by content
-
-PARTIAL_HASH_OVER = 8 * 1024 * 1024  # files larger than this are hashed by size, mtime, first and last MiB
-_MIB = 1024 * 1024
-
-
-def _cache_path() -> Path:
-    from drmas_bench.models import cache_dir
-
-    return cache_dir() / "fingerprints.json"
-
-
-def load_hash_cache() -> dict[str, str]:
-    try:
-        data = json.loads(_cache_path().read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def save_hash_cache(cache: dict[str, str]) -> None:
-    try:
-        if len(cache) > 20000:  # keep the file small: drop the oldest half
-            cache = dict(list(cache.items())[-10000:])
-        atomic_write(_cache_path(), json.dumps(cache))
-    except OSError:
-        pass  # a read-only cache dir costs time, not correctness
-
-
-def file_sha256(path: str | os.PathLike, cache: dict[str, str] | None = None, partial_over: int | None = None) -> str:
-    """sha256 of a file's bytes, or, above ``partial_over`` bytes, of its size plus its first and
-    last MiB (``partial:`` prefix). ``cache`` maps "realpath|size|mtime_ns|mode" to a hash."""
-    p = Path(path).resolve()
-    st = p.stat()
-    partial = partial_over is not None and st.st_size > partial_over
-    key = f"{p}|{st.st_size}|{st.st_mtime_ns}|{'partial' if partial else 'full'}"
-    if cache is not None and key in cache:
-        return cache[key]
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        if partial:
-            h.update(str(st.st_size).encode())
-            h.update(f.read(_MIB))
-            f.seek(st.st_size - _MIB)
-            h.update(f.read(_MIB))
-        else:
-            for chunk in iter(lambda: f.read(_MIB), b""):
-                h.update(chunk)
-    digest = ("partial:" if partial else "") + h.hexdigest()
-    if cache is not None:
-        cache[key] = digest
-    return digest
-
-
-def model_identity(folder: str | os.PathLike) -> dict[str, str]:
-    """What a model folder is: its real path and one hash over its files.
-
-    Small files (config, tokenizer, weight index) are hashed in full; files over
-    ``PARTIAL_HASH_OVER`` (the weights) by size and their first and last MiB (which hold a
-    safetensors file's header: every tensor's name, dtype, shape and offset). Hashes are cached in
-    the user cache dir keyed by (real path, size, mtime), so a 7B folder costs milliseconds after
-    the first look. This tells apart two checkpoints (``latest`` moved, weights replaced, config
-    changed); it does not prove that a weight file was not edited in its middle with size and mtime
-    kept."""
-    real = Path(folder).resolve()
-    cache = load_hash_cache()
-    before = len(cache)
-    h = hashlib.sha256()
-    for f in sorted(real.rglob("*")):
-        rel = f.relative_to(real)
-        if not f.is_file() or any(part.startswith(".") for part in rel.parts):
-            continue
-        h.update(f"{rel.as_posix()}\0{file_sha256(f, cache, PARTIAL_HASH_OVER)}\n".encode())
-    if len(cache) != before:
-        save_hash_cache(cache)
-    return {"path": str(real), "content": h.hexdigest()[:32]}
-
-
-def atomic_write(path: Path, text: str | bytes) -> None:
-    """Write a file so that readers see the old or the new content, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w", **({} if isinstance(text, bytes) else {"encoding": "utf-8"})) as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def fingerprint(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def diff_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -515,9 +401,7 @@ class RunDir:
                                 f"config.yaml is missing, so what made it cannot be checked; restore "
                                 f"{self.path / CONFIG}, or {fix}")
         if config_missing and kept:
-            import logging
-
-            logging.getLogger(__name__).info(
+            logger.info(
                 f"[eval] {self.path / CONFIG} was missing: rebuilt from this command, whose stamp all "
                 f"{len(kept)} kept samples carry")
 
@@ -601,15 +485,16 @@ def repair_samples(run: str | os.PathLike) -> tuple[int, list[int], Path]:
         lines = data.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()  # the newline after the last line
-        good, bad = [], []
+        good: list[tuple[int, bytes]] = []
+        bad: list[tuple[int, bytes]] = []
         for lineno, raw in enumerate(lines, 1):
             if not raw.strip():
                 continue
             (good if parse_sample_line(raw) is not None else bad).append((lineno, raw))
         if bad:
-            with open(quarantine, "ab") as f:
-                f.write(b"".join(raw + b"\n" for _, raw in bad))
-                f.flush()
-                os.fsync(f.fileno())
+            with open(quarantine, "ab") as out:
+                out.write(b"".join(raw + b"\n" for _, raw in bad))
+                out.flush()
+                os.fsync(out.fileno())
             atomic_write(samples, b"".join(raw + b"\n" for _, raw in good))
     return len(good), [n for n, _ in bad], quarantine

@@ -30,12 +30,28 @@ import itertools
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+import yaml
+
+from drmas_bench import metrics
+from drmas_bench.agents.assign import assignment_name, short_model_name
+from drmas_bench.api import evaluate
+from drmas_bench.engines import DEFAULT_ENGINE, traits
+from drmas_bench.files import atomic_write, fingerprint
+from drmas_bench.models import resolve_model
+from drmas_bench.plan import _load_prices, check_team_models, plan, resolve, resolve_local_models, validate_config
+from drmas_bench.pricing import load_prices
+from drmas_bench.report.compare import compare_runs
+from drmas_bench.report.cost import alone_latency, pareto_front, plot_pareto, turn_cost
 from drmas_bench.report.markdown import sweep_markdown
+from drmas_bench.report.runs import load_run
+from drmas_bench.store import read_samples, sample_key, select_records, selection_of
 from drmas_bench.types import UserError
+from drmas_bench.yamlfile import read_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +118,6 @@ def parse_assignment(text: str, what: str = "--baseline") -> dict[str, str]:
 
 def read_assignments(path: str | Path) -> list[dict[str, str]]:
     """``--assignments FILE``: a YAML or JSON list of mappings agent -> model (one line per mistake)."""
-    from drmas_bench.yamlfile import read_yaml  # YAML reads JSON too
 
     data = read_yaml(path, "assignments file")
     if not isinstance(data, list) or not data:
@@ -225,9 +240,6 @@ def run_names(assignments: Sequence[dict[str, str]]) -> list[str]:
     """One run directory name per assignment (``agents.assign.assignment_name``, e.g.
     ``solver=tiny-random_verifier=tiny-b``), stable across invocations; names that collide (two
     models with the same folder name) get a short hash of the assignment."""
-    from collections import Counter
-
-    from drmas_bench.agents.assign import assignment_name
 
     base = [assignment_name(a) for a in assignments]
     counts = Counter(base)
@@ -241,7 +253,6 @@ def run_names(assignments: Sequence[dict[str, str]]) -> list[str]:
 
 def label(assignment: dict[str, str]) -> str:
     """A short readable label: ``solver=tiny-random, verifier=tiny-b``."""
-    from drmas_bench.agents.assign import short_model_name
 
     return ", ".join(f"{a}={short_model_name(m)}" for a, m in assignment.items())
 
@@ -253,8 +264,6 @@ def assignment_figures(run: Any, prices: Any = None) -> dict[str, Any]:
     """One assignment's figures from its run (``report.runs.Run``): avg@n, pass@k, pass^k, calls, cache hits,
     tokens, latency (mean per question of its calls' summed latency) and dollars as if alone, and
     the dollars the sweep paid (cached calls cost nothing)."""
-    from drmas_bench import metrics
-    from drmas_bench.report.cost import alone_latency, turn_cost
 
     qs = list(metrics.questions(run.views).values())
     n_min = min(q.n for q in qs)
@@ -299,17 +308,15 @@ def pareto_flags(points: Sequence[tuple[float | None, float]]) -> list[bool]:
     """Which points (cost, accuracy) are on the Pareto front (``report.cost.pareto_front``: no
     other point is as cheap and as accurate, one of them strictly); a point whose cost is unknown
     (None) is off the front and not compared."""
-    from drmas_bench.report.cost import pareto_front
 
-    known = [i for i, (c, _) in enumerate(points) if c is not None and c == c]
-    front = {known[j] for j in pareto_front([(float(points[i][0]), float(points[i][1])) for i in known])}
+    known = [(i, c, acc) for i, (c, acc) in enumerate(points) if c is not None and c == c]
+    front = {known[j][0] for j in pareto_front([(float(c), float(acc)) for _, c, acc in known])}
     return [i in front for i in range(len(points))]
 
 
 def paired_difference(base_run: Any, run: Any, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
     """avg@n of ``run`` minus the baseline's, paired per question (same benchmark and task id, same
     seed schedule), with the paired bootstrap CI of ``report.compare.compare_runs`` (pooled)."""
-    from drmas_bench.report.compare import compare_runs
 
     p = compare_runs(base_run, run, n_boot=n_boot, seed=seed).pooled
     return {"diff": p.avg_diff, "ci_low": p.avg_ci[0], "ci_high": p.avg_ci[1], "n_pairs": p.shared,
@@ -372,7 +379,6 @@ class _Point:
 def plot_sweep(doc: dict[str, Any], path: str | Path) -> Path:
     """``pareto.png``: accuracy vs $ per 1,000 questions and vs latency per question (as if alone),
     the fronts drawn (``report.cost.plot_pareto``)."""
-    from drmas_bench.report.cost import plot_pareto
 
     pts = [_Point(r["label"], r["avg@n"], None if r["usd"] is None else r["usd"] * 1000 / r["trajectories"],
                   r["latency_s"]) for r in doc["assignments"]]
@@ -394,9 +400,6 @@ def assignment_config(base: Any, assignment: dict[str, str], run_dir: Path) -> A
 def finished(p: Any) -> bool:
     """Whether plan ``p``'s run directory already holds a summary and every sample of exactly this
     configuration (same identity and selection as ``config.yaml``): then nothing is loaded for it."""
-    import yaml
-
-    from drmas_bench.store import fingerprint, read_samples, sample_key, select_records, selection_of
 
     cfg_path, samples = p.out / "config.yaml", p.out / "samples.jsonl"
     if not ((p.out / "summary.json").is_file() and cfg_path.is_file() and samples.is_file()):
@@ -417,7 +420,6 @@ def check_assignment(cfg: Any) -> None:
     """What ``plan.plan`` checks of one assignment's team, without its data or retriever (the same
     for every assignment, checked once): the team built, each local model resolved and checked,
     the price sheet holding every model."""
-    from drmas_bench.plan import _load_prices, check_team_models, resolve, resolve_local_models, validate_config
 
     validate_config(cfg)
     team = resolve(cfg).team
@@ -429,8 +431,6 @@ def check_assignment(cfg: Any) -> None:
 def check_models(d: Design, engine: str | None) -> None:
     """Each distinct model of the design resolved once (an unknown model is one line naming it)
     before the first assignment runs; models served over HTTP are left to their servers."""
-    from drmas_bench.engines import DEFAULT_ENGINE, traits
-    from drmas_bench.models import resolve_model
 
     if traits(engine or DEFAULT_ENGINE).remote:
         return
@@ -445,11 +445,6 @@ def run_sweep(base: Any, d: Design, out: str | Path, *, n_boot: int = 2000, boot
     """Evaluate every assignment of ``d`` with the eval flags of ``base`` (an EvalConfig) into
     ``OUT/runs/<name>``, resumably; write ``sweep.json`` after each, then ``sweep.md`` and
     ``pareto.png``. Returns the sweep document."""
-    from drmas_bench.api import evaluate
-    from drmas_bench.plan import plan
-    from drmas_bench.pricing import load_prices
-    from drmas_bench.report.runs import load_run
-    from drmas_bench.store import atomic_write
 
     out = Path(out)
     check_models(d, base.engine)

@@ -101,7 +101,7 @@ class Turn:
 
     agent: str  # logical agent id ("solver", "verifier", ...)
     wg: str  # worker group (physical model) serving the agent
-    step: int  # position of the call in the episode, 0-based
+    step: int  # the turn: position of the call in the episode, 0-based (the stored key of a turn index)
     request: Request
     completion: Completion
     valid: bool = True  # format check passed
@@ -112,7 +112,7 @@ class Turn:
             d["completion"].pop("token_ids", None)
             d["completion"].pop("prompt_ids", None)
             d["completion"].pop("logprobs", None)
-        if not d["completion"].get("cache_hit"):  # records of uncached calls keep the shape they always had
+        if not d["completion"].get("cache_hit"):  # the call-cache fields are written only on a hit
             for key in CACHE_FIELDS:
                 d["completion"].pop(key, None)
         return d

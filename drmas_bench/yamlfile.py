@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from drmas_bench.types import UserError
 
 MAX_YAML_BYTES = 8 * 1024 * 1024  # team files and price sheets are a few KiB
@@ -54,7 +56,6 @@ def expanded_size(node: Any, limit: int) -> int:
 
 def read_yaml(path: str | os.PathLike, what: str) -> Any:
     """Parse a YAML file; a missing file or bad YAML is one UserError naming `what`, the file and line."""
-    import yaml
 
     p = Path(path)
     if not p.is_file():

@@ -66,7 +66,7 @@ def lookup_overhead(model: str = "tiny-random", calls: int = 16, prompt_words: i
     from drmas_bench.cache import CachedEngine, CallCache, group_identity
     from drmas_bench.engines import make_engine
     from drmas_bench.models import resolve_model
-    from drmas_bench.store import model_identity
+    from drmas_bench.files import model_identity
 
     reqs = _requests(calls, prompt_words, max_new_tokens)
 

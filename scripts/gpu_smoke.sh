@@ -7,6 +7,9 @@
 #   bash scripts/gpu_smoke.sh            # on the GPU machine, from a copy of the repository
 #   bash scripts/gpu_smoke.sh --cpu      # dry run of the same steps on CPU at tiny sizes
 #   OUT=/some/dir bash scripts/gpu_smoke.sh   # also writes $OUT/gpu_smoke.log (+ one .out per step)
+#   GPU_SMOKE_STEPS="build cli" bash scripts/gpu_smoke.sh --cpu   # only the named steps (the others are
+#                                        # not run and not printed); a step run without `build` builds its models
+#   GPU_SMOKE_TIME_SCALE=3 bash scripts/gpu_smoke.sh --cpu   # every timeout (and the deadline) times 3
 #
 # Steps (each with its own timeout, all under one 9-minute deadline; figures in the RESULT json):
 #   build        (test_build) tiny-random (its builder) + a random Qwen2-0.5B-shaped model (hidden 896, 24 layers,
@@ -37,6 +40,11 @@ cd "$REPO"
 MODE=gpu
 [[ "${1:-}" == "--cpu" || "${GPU_SMOKE_CPU:-}" == "1" ]] && MODE=cpu
 DEADLINE_S=${GPU_SMOKE_DEADLINE_S:-530}   # the whole script stays under 9 minutes
+# GPU_SMOKE_TIME_SCALE=N multiplies every step's timeout and the deadline: the limits are the GPU
+# machine's; a CPU dry run on a busy shared machine (tests/test_gpu_smoke_dryrun.py) stretches them
+SCALE=${GPU_SMOKE_TIME_SCALE:-1}
+if ! [[ "$SCALE" =~ ^[1-9][0-9]*$ ]]; then echo "FAIL setup: GPU_SMOKE_TIME_SCALE must be a whole number >= 1, got '$SCALE'"; exit 1; fi
+DEADLINE_S=$(( DEADLINE_S * SCALE ))
 T0=$(date +%s)
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu-smoke.XXXXXX")"
@@ -68,9 +76,20 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_
 export DRMAS_CACHE_DIR="$WORK/cache" PYTHONUNBUFFERED=1
 [[ "$MODE" == cpu ]] && export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} CUDA_VISIBLE_DEVICES="" GPU_SMOKE_CPU=1
 
+# GPU_SMOKE_STEPS: the steps to run (names as below, separated by spaces or commas); empty = all
+ONLY=${GPU_SMOKE_STEPS:-}
+ONLY=" ${ONLY//,/ } "
+ALL_STEPS=" build engine pool train train-tis logprob-fp32 logprob-bf16 faiss encoder train-offload train-lora cli pytest-gpu "
+for s in $ONLY; do
+  [[ "$ALL_STEPS" == *" $s "* ]] || { say "FAIL setup: unknown step '$s' in GPU_SMOKE_STEPS (one of:$ALL_STEPS)"; exit 1; }
+done
+[[ -n "${ONLY// /}" ]] && say "steps: ${ONLY# } (GPU_SMOKE_STEPS)"
+
 PY=""
 for cand in ${PYTHON:-} python3 python; do
-  if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import torch, transformers" >/dev/null 2>&1; then PY="$cand"; break; fi
+  # find_spec, not an import: importing torch costs seconds, and the version line below imports it anyway
+  if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import importlib.util as u, sys
+sys.exit(not (u.find_spec('torch') and u.find_spec('transformers')))" >/dev/null 2>&1; then PY="$cand"; break; fi
 done
 if [[ -z "$PY" ]]; then say "FAIL setup: no python with torch and transformers"; exit 1; fi
 if ! "$PY" -c "import pytest" >/dev/null 2>&1; then say "FAIL setup: $PY has no pytest (the steps are tests)"; exit 1; fi
@@ -91,8 +110,9 @@ FAILED=0
 # run_step NAME TIMEOUT_S CMD...: PASS (exit 0) / SKIP (exit 3, or a pytest run whose tests all skipped) /
 # FAIL, with the RESULT line or the error tail
 run_step() {
-  local name="$1" limit="$2"; shift 2
+  local name="$1" limit="$(( $2 * SCALE ))"; shift 2
   local now left out rc t1 res
+  [[ -n "${ONLY// /}" && "$ONLY" != *" $name "* ]] && return
   now=$(date +%s); left=$(( DEADLINE_S - (now - T0) ))
   if (( left < 15 )); then say "SKIP $name: no time left under the ${DEADLINE_S}s deadline"; return; fi
   (( limit > left - 5 )) && limit=$(( left - 5 ))

@@ -43,6 +43,23 @@ def load_reference_cases(filename: str, rule_prefix: str = "") -> list[dict]:
     return [c for c in cases if c["rule"].startswith(rule_prefix)]
 
 
+def busy_factor() -> float:
+    """How many times over its usable cores this machine is loaded now (1-minute load average over
+    usable CPUs), at least 1. A wall-clock bound that holds on an idle machine is multiplied by it,
+    so that a busy shared machine (load 20 on 2 cores stretches a worker restart from 0.5 s to 5 s)
+    stretches the bound instead of failing the test; on an idle machine (CI) the bound is unchanged.
+    A bound on the test's own computation is better taken in CPU seconds (time.process_time)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 1.0
+    return max(1.0, load / max(cpus, 1))
+
+
 # rule -> {family: (cases, agreeing)}: every reference-vector case a test checked in this session,
 # printed as a table at the end and compared with the folder's rules (pytest_sessionfinish)
 PARITY: dict[str, dict[str, tuple[int, int]]] = {}

@@ -1,7 +1,7 @@
 """The fast-tier check of scripts/gpu_smoke.sh, in about a second: what rotted in it before (a step
 naming a test that was renamed, a `--set` key of its `cli` step that the trainer no longer takes, a
-benchmark flag that went away) fails here without running the steps. The whole script's CPU dry run
-(every step in its own process) is the slow-tier tests/test_gpu_smoke_dryrun.py."""
+benchmark flag that went away) fails here without running the steps. The CPU dry run (three steps
+through the script, every pytest step in one process) is the slow-tier tests/test_gpu_smoke_dryrun.py."""
 
 from __future__ import annotations
 
@@ -59,3 +59,12 @@ def test_every_benchmark_flag_the_script_passes_is_declared(bench):
     used = {f for ln in lines for f in re.findall(r"(--[a-z][\w-]*)", ln)}
     assert used, f"no flags found for {bench}"
     assert used <= declared, f"gpu_smoke.sh passes {sorted(used - declared)} to scripts/{bench}, which does not declare them"
+
+
+def test_the_step_list_of_gpu_smoke_steps_is_every_step_the_script_runs():
+    """GPU_SMOKE_STEPS is checked against ALL_STEPS: a step added to the script and not to the list
+    could not be picked, and a name left in the list would be accepted and run nothing."""
+    listed = re.search(r'^ALL_STEPS=" ([^"]*) "$', SCRIPT, flags=re.M)
+    assert listed, "gpu_smoke.sh has no ALL_STEPS line"
+    run = re.findall(r"^run_step ([\w-]+) ", SCRIPT, flags=re.M)
+    assert listed.group(1).split() == run

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import busy_factor
+
 from drmas_bench.grading import (
     GradeResult,
     answers_equal,
@@ -238,10 +240,10 @@ def test_no_box_is_wrong():
 
 
 def test_guards_stop_huge_numbers_quickly():
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # this process's CPU seconds: the guards' own work, whatever else runs
     assert grade_math(TOWER, "5") is False
     assert grade_math("\\boxed{100000!}", "5") is False
-    assert time.perf_counter() - t0 < 2.0
+    assert time.process_time() - t0 < 2.0
     with pytest.raises(LatexGuardError):
         latex_to_sympy("9^{9^{9^{9}}}")
 
@@ -514,7 +516,9 @@ def test_power_tower_times_out_from_a_worker_thread():
     assert results[2].extracted == "9^{9^{9^{9^{9}}}}"
     assert "CPU time" in results[2].detail
     assert RETRY_FACTOR * timeout <= results[2].seconds  # the retry's limit, in CPU seconds <= wall
-    assert wall <= (1 + RETRY_FACTOR) * timeout + 5.0  # a generous bound: the machine may be busy
+    # the two limits in CPU seconds, plus slack for killing and restarting a worker; a busy machine
+    # stretches the slack (busy_factor: at load 20 on 2 cores this batch took 9.7 s of wall time)
+    assert wall <= (1 + RETRY_FACTOR) * timeout + 5.0 * busy_factor()
 
 
 def test_the_item_limit_is_cpu_time_and_a_slow_item_is_retried_alone():

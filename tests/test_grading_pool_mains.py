@@ -93,7 +93,7 @@ def test_grading_pool_inside_a_ray_actor():
     ray = pytest.importorskip("ray")
     if ray.is_initialized():  # pragma: no cover - another module left one running
         ray.shutdown()
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)  # a new Ray, not a cluster left on this machine
     try:
         @ray.remote(num_cpus=1)
         class Grader:

@@ -128,6 +128,21 @@ def test_the_harness_does_not_import_the_trainer():
     assert bad == []
 
 
+# the modules that may import the run directory (`drmas_bench.store`): the run layer, the entry
+# layer, the CLI, and the trainer's loop (it opens and locks its own run directory)
+STORE_USERS = ("drmas_bench.runner", "drmas_bench.api", "drmas_bench.plan", "drmas_bench.sweep", "drmas_bench.metrics",
+               "drmas_bench.cache", "drmas_bench.report", "drmas_bench.export", "drmas_bench.commands",
+               "drmas_bench.cli", "drmas_trainer.trainer")
+
+
+def test_nothing_below_the_run_layer_imports_the_store():
+    """File names, atomic writes and identity by content live in the leaf `drmas_bench.files`; the
+    store (the run directory) is imported only by the run layer and above."""
+    bad = sorted((m, t) for m, ts in import_graph().items() for t in ts
+                 if t == "drmas_bench.store" and not m.startswith(STORE_USERS))
+    assert bad == []
+
+
 def test_workflows_import_nothing_of_the_run_layer():
     """A workflow's effects and rules read records through `records` and `workflows.episodes`, not
     metrics: the workflows sit below the run layer (docs/architecture.md). Not yet checked:
@@ -237,6 +252,59 @@ def test_a_plan_is_built_from_small_frozen_typed_parts():
         assert part.__dataclass_params__.frozen, part.__name__
         untyped += [f"{part.__name__}.{f.name}" for f in dataclasses.fields(part) if f.type in ("Any", "list", "dict")]
     assert untyped == ["Inputs.retriever"]
+
+
+def test_each_module_logs_under_its_own_name():
+    """A module's logger is ``logging.getLogger(__name__)`` (the CLI's handler sits on the package
+    loggers, so every child's lines show the same); another name is only a third-party logger a
+    module quiets (not assigned to a module-level name)."""
+    hits = []
+    for folder in (REPO / "drmas_bench", REPO / "trainer", REPO / "retrieval"):
+        for f in sorted(folder.rglob("*.py")):
+            for n in ast.parse(f.read_text(encoding="utf-8")).body:
+                if (isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                        and ast.unparse(n.value.func) == "logging.getLogger"
+                        and ast.unparse(n.value) != "logging.getLogger(__name__)"):
+                    hits.append(f"{f.relative_to(REPO)}:{n.lineno}: {ast.unparse(n)}")
+    assert hits == []
+
+
+# what a function may import when it runs rather than at the top of its module: these load a heavy or
+# optional dependency (a project module that imports one at its top counts too; the CLI's commands/
+# defer the whole harness so that `drmas-bench --help` stays light)
+LIGHT_ALWAYS = {"yaml", "numpy", "pydantic"}  # installed with the package and loaded by every command
+
+
+def function_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import that sits inside a function of ``path``."""
+    out = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, ast.Import):
+                out.extend((child.lineno, a.name) for a in child.names)
+            elif in_function and isinstance(child, ast.ImportFrom):
+                out.append((child.lineno, "." * child.level + (child.module or "")))
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return out
+
+
+def test_function_imports_finds_an_import_in_a_function(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import os\ndef g():\n    import json\n    def h():\n        from . import x\n    return h\n")
+    assert function_imports(f) == [(3, "json"), (5, ".")]
+
+
+def test_no_standard_library_module_is_imported_inside_a_function():
+    """Nothing light is deferred: a module's standard-library, yaml, numpy and pydantic imports sit
+    at its top, where a reader sees what it depends on."""
+    light = set(sys.stdlib_module_names) | LIGHT_ALWAYS
+    hits = [f"{f.relative_to(REPO)}:{line}: {mod}" for folder in (REPO / "drmas_bench", REPO / "trainer")
+            for f in sorted(folder.rglob("*.py")) for line, mod in function_imports(f)
+            if mod.split(".")[0] in light]
+    assert hits == []
 
 
 def test_no_suite_or_family_is_compared_by_name_in_the_run_layer():

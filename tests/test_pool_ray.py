@@ -30,7 +30,7 @@ ray = pytest.importorskip("ray")
 def ray_session():
     if ray.is_initialized():  # pragma: no cover - another module left one running
         ray.shutdown()
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)  # a new Ray, not a cluster left on this machine
     yield
     ray.shutdown()
 

@@ -37,6 +37,7 @@ def test_address_from_flag_then_environment(monkeypatch, tmp_path):
     assert all((Path(p) / "__init__.py").is_file() and not list(Path(p).rglob("__pycache__")) for p in shipped)
     local = init_kwargs(None, num_cpus=2, num_gpus=None)
     assert "py_modules" not in local["runtime_env"] and local["num_cpus"] == 2 and "num_gpus" not in local
+    assert local["address"] == "local"  # a new Ray here, not the latest `ray start` cluster of this machine
 
 
 def test_unreachable_cluster_is_one_line(monkeypatch):

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from conftest import busy_factor
 from drmas_bench.types import Request, Sampling, UserError
 
 ray = pytest.importorskip("ray")
@@ -19,7 +20,7 @@ ray = pytest.importorskip("ray")
 def one_gpu():
     if ray.is_initialized():  # pragma: no cover - another module left one running
         ray.shutdown()
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=True)
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=True)  # a new Ray, not a cluster left on this machine
     yield
     ray.shutdown()
 
@@ -34,7 +35,7 @@ def test_math_recipe_on_one_gpu_is_a_one_line_error_before_any_actor(one_gpu, da
     with pytest.raises(UserError) as e:
         train(cfg, tmp_path / "run", use_ray=True, progress=False)
     msg = str(e.value)
-    assert "\n" not in msg and time.monotonic() - t0 < 30
+    assert "\n" not in msg and time.monotonic() - t0 < 30 * busy_factor()
     assert "needs 2 GPU but the Ray cluster has 1 GPU" in msg
     assert "solver, verifier" in msg and "ray.gpus_per_worker=0.5" in msg and "--shared" in msg
     assert not ray.util.list_named_actors() and ray.available_resources().get("GPU") == 1.0  # nothing placed
@@ -130,6 +131,6 @@ def test_ray_pool_actor_demands_are_checked_and_waits_bounded(one_gpu):
         with pytest.raises(UserError, match=r"worker group 'a': Ray could not place its actor \(1 CPU\) within 2 s "
                                             r"\(cluster: 2 CPU; free now: 0 CPU\)"):
             asyncio.run(start(actor_options={"num_cpus": 1}, placement_timeout_s=2))
-        assert time.monotonic() - t0 < 15
+        assert time.monotonic() - t0 < 15 * busy_factor()
     finally:
         ray.kill(held)

@@ -416,13 +416,13 @@ def test_grpo_siblings_and_turns_get_distinct_seeds():
 
     async def go():
         for k in range(8):
-            ep = Episode(task, k, rec, wf.agents, seed=0, step=4)
+            ep = Episode(task, k, rec, wf.agents, seed=0, training_step=4)
             await wf.fn(ep)
 
     run(go())
     assert len(rec.seeds) > 8 and len(set(rec.seeds)) == len(rec.seeds)
     again = _Recorder()
-    ep = Episode(task, 0, again, wf.agents, seed=0, step=4)
+    ep = Episode(task, 0, again, wf.agents, seed=0, training_step=4)
     run(wf.fn(ep))
     assert again.seeds == rec.seeds[: len(again.seeds)]
 

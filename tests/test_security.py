@@ -23,7 +23,8 @@ import pytest
 
 from drmas_bench.agents.team import build_team
 from drmas_bench.cli import main
-from drmas_bench.store import RunDir, RunLock, inside, model_identity, safe_name
+from drmas_bench.files import inside, model_identity, safe_name
+from drmas_bench.store import RunDir, RunLock
 from drmas_bench.types import UserError
 
 AGENTS = ("solver", "checker")

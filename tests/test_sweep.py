@@ -199,7 +199,6 @@ def _essence(run: Path) -> dict:
     return out
 
 
-@pytest.mark.slow
 def test_files_written(tmp_path, tiny_b, capsys):
     out = tmp_path / "sw"
     cache = ["--cache", str(tmp_path / "cache")] if _cache_supported() else []

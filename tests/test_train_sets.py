@@ -17,7 +17,7 @@ from drmas_bench.types import UserError
 def test_training_sets_are_registry_entries_outside_the_suites():
     known_names()  # loads the suite modules
     assert BENCHMARKS["dapo_math_17k"].split == "train" and BENCHMARKS["dapo_math_17k"].suite == "math"
-    assert BENCHMARKS["nq_hotpotqa_train"].split == "train" and BENCHMARKS["nq_hotpotqa_train"].grader == "qa"
+    assert BENCHMARKS["nq_hotpotqa_train"].split == "train" and BENCHMARKS["nq_hotpotqa_train"].family == "qa"
     assert "dapo_math_17k" not in [b.name for b in select_benchmarks("math", None)]
     assert "nq_hotpotqa_train" not in [b.name for b in select_benchmarks("search", None)]
     # by name they are selectable like any benchmark (e.g. to evaluate on training prompts)

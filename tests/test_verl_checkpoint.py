@@ -448,7 +448,7 @@ def test_verls_own_merger_reads_the_fixtures_to_the_same_weights(sharded, tmp_pa
 @pytest.mark.parametrize("wg, name", [("Qwen2.5-7B_Verifier Agent", "Qwen2.5-7B_Verifier_Agent"),
                                       ("a...b_SolverAgent", "a.b_SolverAgent"), ("../x y", "x_y")])
 def test_worker_group_names_become_safe_file_names(wg, name):
-    from drmas_bench.store import safe_name
+    from drmas_bench.files import safe_name
 
     assert verl_ckpt.group_name(wg, set()) == name == safe_name(name, "wg")
     assert verl_ckpt.group_name(wg, {name}) == f"{name}-2"

@@ -195,7 +195,7 @@ def test_search_model_prepares_offline_from_an_empty_cache(tmp_path, monkeypatch
         k = "model.layers.29.self_attn.q_proj.weight"
         assert a.get_tensor(k).shape == b.get_tensor(k).shape and not a.get_tensor(k).equal(b.get_tensor(k))
         assert a.get_tensor("model.embed_tokens.weight").equal(b.get_tensor("model.embed_tokens.weight"))
-    from drmas_bench.store import model_identity
+    from drmas_bench.files import model_identity
 
     before = model_identity(path)["content"]
     alias = M.ALIASES[SEARCH_ADAPTER]

@@ -37,7 +37,7 @@ def echo_effects(records: list[RecordView]) -> dict:
 
 @pytest.fixture(scope="module")
 def shout_echo():
-    @workflow("test_shout_echo", agents=("caller", "echoer"), grader="toy",
+    @workflow("test_shout_echo", agents=("caller", "echoer"), family="toy",
               rules={"caller": shout_rule}, effects=("echo", echo_effects))
     async def shout_echo(ep: Episode) -> None:
         first = await ep.caller([{"role": "user", "content": ep.task.question}])
@@ -119,7 +119,7 @@ def echo_suite(shout_echo):
     its generation limit and its grading family, and one built-in benchmark."""
     from drmas_bench.tasks.base import BENCHMARKS, SUITES, Benchmark, Suite, register, register_suite
 
-    suite = register_suite(Suite("test_echo_suite", workflow="test_shout_echo", max_new_tokens=7, grader="toy"))
+    suite = register_suite(Suite("test_echo_suite", workflow="test_shout_echo", max_new_tokens=7, family="toy"))
     bench = register(Benchmark(
         "test_echo_bench", "test_echo_suite", "Echo (a test suite)", 3, to_task=lambda rec, i, b: Task.from_dict(rec),
         generate=lambda: [Task(id=str(i), benchmark="test_echo_bench", question="say hi", answers=["3"]) for i in range(3)]))
@@ -135,7 +135,7 @@ def test_a_suite_defined_here_picks_its_workflow_token_limit_and_grading(echo_su
     from drmas_bench.types import Trajectory, UserError
 
     suite, bench = echo_suite
-    assert bench.grader == "toy"  # the suite's family, not named by the benchmark
+    assert bench.family == "toy"  # the suite's family, not named by the benchmark
     assert "test_echo_suite" in suite_names() and "test_echo_suite" in choices()["suite"]
     r = resolve(EvalConfig(model="tiny-random", suite="test_echo_suite"))
     assert r.suite == "test_echo_suite" and [b.name for b in r.benches] == ["test_echo_bench"]
@@ -147,5 +147,22 @@ def test_a_suite_defined_here_picks_its_workflow_token_limit_and_grading(echo_su
     grade_trajectories(trajs, "math")  # by the benchmark's family (toy), not the fallback
     assert [t.correct for t in trajs] == [True, False, False]
     with pytest.raises(UserError, match="--grader"):
-        grader_record(bench.grader, "careful")  # the toy family takes no --grader
-    assert grader_record(bench.grader, None) == {"family": "toy"}
+        grader_record(bench.family, "careful")  # the toy family takes no --grader
+    assert grader_record(bench.family, None) == {"family": "toy"}
+
+
+def test_a_workflow_names_its_grading_family_once():
+    """``family=`` names the grading family; ``grader=`` is taken as the same for workflow modules that
+    spell it so; neither or both is an error (a math grader is chosen per run, with --grader)."""
+    async def episode(ep: Episode) -> None:
+        ep.final_answer = "x"
+
+    try:
+        workflow("test_family_spelled_grader", agents=("a",), grader="qa")(episode)
+        assert get_workflow("test_family_spelled_grader").family == "qa"
+    finally:
+        WORKFLOWS.pop("test_family_spelled_grader", None)
+    with pytest.raises(ValueError, match="name its grading family once"):
+        workflow("test_family_twice", agents=("a",), family="qa", grader="qa")
+    with pytest.raises(ValueError, match="name its grading family once"):
+        workflow("test_family_none", agents=("a",))

@@ -48,6 +48,8 @@ from drmas_bench.checkpoints import (  # one layout for local and URL roots (the
     STEP_NAME,
     is_url,
 )
+from drmas_bench.files import inside, safe_name
+from drmas_bench.models.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
 
 Location = Path | str  # a local folder, or an fsspec URL (scheme://...)
 
@@ -141,7 +143,6 @@ def group_files_present(folder: Location, name: str) -> bool:
     (for a URL: as fsspec lists them)."""
     if is_url(folder):
         return store.group_files_present(folder, name)
-    from drmas_bench.models.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
 
     model = Path(folder) / "models" / name
     full = (model / "config.json").is_file() and any(model.glob("*.safetensors"))
@@ -170,7 +171,6 @@ def _fsync_dir(path: Path) -> None:
 def member(folder: Location, *parts: str) -> Location:
     """``folder/parts...`` resolved, refused (UserError) if a part is not a safe name or the path
     leaves ``folder``: worker-group names become ``models/<wg>`` and ``optim/<wg>.pt``."""
-    from drmas_bench.store import inside, safe_name
 
     for p in parts:
         safe_name(p.removesuffix(".pt"), "checkpoint entry")

@@ -37,6 +37,8 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from drmas_bench.engines import ENGINES, traits
+from drmas_bench.files import safe_name
 from drmas_bench.schema import (
     COERCING,
     RANGES,
@@ -49,7 +51,6 @@ from drmas_bench.schema import (
     parse,
     registered,
 )
-from drmas_bench.store import safe_name
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
 
@@ -122,7 +123,6 @@ class AgentConfig(ModelOnEngine):
     @field_validator("engine")
     @classmethod
     def _trainable_engine(cls, v: str) -> str:
-        from drmas_bench.engines import ENGINES, traits
 
         if v in ENGINES and traits(v).remote:  # an unknown name is the registry check's to report
             raise ValueError(f"{v} serves remote models whose weights cannot be trained here; use hf or sglang")

@@ -26,6 +26,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.models import adapters as A
+from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import UserError
 from drmas_trainer.config import AgentConfig, LoraConfig
 
@@ -64,8 +66,6 @@ def load_policy(path: str, adapters: dict[str, AgentConfig], *, dtype: Any) -> t
     or from a checkpoint's adapter folder (``drmas_bench.models.adapters``: base resolved, the saved
     adapters loaded trainable). Returns (policy, the base reference a checkpoint records: None for a
     fresh start, where the caller knows the base's name)."""
-    from drmas_bench.models import adapters as A
-    from drmas_bench.models.loading import load_causal_lm
 
     layout = A.adapter_layout(path) if Path(path).is_dir() else None
     if layout is None:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.engines import traits
+from drmas_bench.types import UserError
 from drmas_trainer.config import OPTIMIZERS, AgentConfig, TrainConfig, WorkerGroupPlan
 
 GIB = 2**30
@@ -122,7 +123,6 @@ def shape_from_config(cfg: dict[str, Any], source: str) -> ModelShape:
 def model_shape(model: str) -> ModelShape:
     """The shape of ``model`` (alias, folder or hub id): its config.json when it can be read
     locally, else :data:`KNOWN_SHAPES`; ``ValueError`` naming the model otherwise."""
-    from drmas_bench.types import UserError
 
     folder: Path | None = None
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.types import UserError
+from drmas_trainer import metric_names as N
 
 _STYLES = ("-", "--", ":", "-.")
 
@@ -39,7 +40,6 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from drmas_trainer import metric_names as N
     from drmas_trainer.runlog import grad_norm_spread, read_metrics
 
     fig, (ax_r, ax_g, ax_f) = plt.subplots(1, 3, figsize=(19, 4.8))

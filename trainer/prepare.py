@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
+from drmas_bench.models import resolve_model
 from drmas_bench.retrievers import open_retriever
-from drmas_bench.types import Sampling, Task, UserError
+from drmas_bench.tasks.registry import iter_jsonl
+from drmas_bench.types import Sampling, SFTExample, Task, UserError
+from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows.base import WorkflowSpec, derive_seed
-from drmas_trainer.config import TrainConfig, WorkerGroupPlan
+from drmas_trainer.config import TrainConfig, WorkerGroupPlan, agent_config
 from drmas_trainer.saving import checkpoint_part
 
 
@@ -49,7 +52,6 @@ def load_train_tasks(cfg: TrainConfig) -> list[Task]:
 
 def _task_file(p: Path, source: str) -> list[Task]:
     """Task records from a JSON-lines file; rows in another layout get a hint to the registry."""
-    from drmas_bench.tasks.registry import iter_jsonl
 
     if not p.is_file():
         raise UserError(f"data.source {source!r}: not toy, benchmark:NAME, or an existing .jsonl file")
@@ -98,7 +100,6 @@ def rollout_sampling(cfg: TrainConfig) -> Sampling:
 
 def rollout_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: WorkflowSpec) -> TeamSpec:
     """The TeamSpec the harness runs during training (agent -> worker group, per-agent sampling)."""
-    from drmas_trainer.config import agent_config
 
     return TeamSpec(
         workflow=wf.name,
@@ -115,7 +116,6 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
     """One worker group per plan entry, from the checkpoint's folders when resuming (a local folder,
     or a checkpoint URL each group downloads its part of); engines started. Fills ``workers`` as it
     goes, so the caller can close what was started if a later one fails."""
-    from drmas_bench.models import resolve_model
 
     if use_ray:
         from drmas_trainer.ray_workers import check_worker_demand
@@ -153,7 +153,6 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
 async def warm_start(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers: dict[str, Any]) -> dict[str, Any]:
     """The ``sft:`` stage: each worker group imitates generated examples of its agents (the
     workflow's declared maker, `WorkflowSpec.sft`), then its engine gets the new weights."""
-    from drmas_bench.workflows import get_workflow
 
     s = cfg.sft
     make_examples = get_workflow(cfg.workflow).sft  # a workflow without one is refused before any model loads (trainer.py)
@@ -164,7 +163,7 @@ async def warm_start(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers
         if steps <= 0:
             continue
         names.append(name)
-        examples = []
+        examples: list[SFTExample] = []
         for a, k in per_agent.items():
             examples += make_examples([a], k * s.batch_size, seed=derive_seed(s.seed, "sft", a),
                                       solver_accuracy=s.solver_accuracy, checker_accuracy=s.checker_accuracy,

@@ -35,6 +35,9 @@ import os
 import traceback
 from typing import Any
 
+from drmas_bench.pool.cluster import init_ray as cluster_init
+from drmas_bench.pool.cluster import node_label, ray_address
+from drmas_bench.pool.ray_pool import check_demand, wait_placed
 from drmas_bench.types import UserError
 
 
@@ -53,8 +56,6 @@ def init_ray(num_cpus: int | None = None, num_gpus: int | None = None, address: 
     in the runtime_env (None: when attaching). Actor stdout/stderr reach the driver
     (``log_to_driver``): a failing actor's traceback is seen."""
     require_ray()
-    from drmas_bench.pool.cluster import init_ray as cluster_init
-    from drmas_bench.pool.cluster import ray_address
 
     return cluster_init(ray_address(address), ship_code, num_cpus=num_cpus, num_gpus=num_gpus)
 
@@ -73,7 +74,6 @@ def worker_demand(n_groups: int, gpus_per_worker: float) -> dict[str, float]:
 def check_worker_demand(ray_cfg: Any, plan: dict[str, Any]) -> None:
     """One-line UserError, before any actor is made, when the Ray cluster has fewer GPUs in total
     than the worker groups reserve; the message says how to make the recipe fit."""
-    from drmas_bench.pool.ray_pool import check_demand
 
     n, g = len(plan), float(ray_cfg.gpus_per_worker)
     ray = require_ray()
@@ -133,7 +133,6 @@ class WorkerActor:
         info = await self.wg.info()
         info["ray_gpu_ids"] = [str(g) for g in ray.get_gpu_ids()]
         info["pid"] = os.getpid()
-        from drmas_bench.pool.cluster import node_label
 
         info["node"] = node_label()
         return info
@@ -162,7 +161,6 @@ class RayWorkerHandle:
     async def ready(self, timeout_s: float | None = 60.0) -> None:
         """Wait until Ray has placed the actor (at most ``timeout_s``), then build the worker group
         in it (loading the model: no timeout)."""
-        from drmas_bench.pool.ray_pool import wait_placed
 
         await wait_placed(self.actor.ping.remote(), timeout_s, f"worker group {self.name!r}", {"GPU": self.gpus})
         self._placed = True

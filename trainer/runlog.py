@@ -21,11 +21,13 @@ from typing import Any
 import torch
 import yaml
 
+from drmas_bench.files import atomic_write
 from drmas_bench.types import Task, Trajectory, UserError
 from drmas_trainer import metric_names as N
 from drmas_trainer.advantages import advantage_stats
 from drmas_trainer.config import TrainConfig, WorkerGroupPlan
 from drmas_trainer.moment_factor import second_moment_factors
+from drmas_trainer.trackers import make_tracker
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
@@ -55,7 +57,6 @@ def check_run_config(run: Path, cfg: TrainConfig, resuming: bool) -> None:
             raise UserError(f"{run} was trained with another configuration (differs in: {', '.join(diff)}); "
                             f"resume with the same recipe and flags, or use another --out")
     run.mkdir(parents=True, exist_ok=True)
-    from drmas_bench.store import atomic_write
 
     atomic_write(path, yaml.safe_dump(new, sort_keys=False))
 
@@ -69,8 +70,6 @@ class MetricsLog:
 
     def __init__(self, run: Path, keep_until: int = 0, tracker: str = "none",
                  config: dict[str, Any] | None = None) -> None:
-        from drmas_bench.store import atomic_write
-        from drmas_trainer.trackers import make_tracker
 
         run.mkdir(parents=True, exist_ok=True)
         self.path = run / METRICS

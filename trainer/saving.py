@@ -16,9 +16,10 @@ import yaml
 
 from drmas_bench.agents.team import team_from_dict
 from drmas_bench.types import UserError
+from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.base import WorkflowSpec
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer.config import TrainConfig, WorkerGroupPlan
+from drmas_trainer.config import TrainConfig, WorkerGroupPlan, agent_config
 from drmas_trainer.runlog import CKPT_CACHE
 
 DRIVER_FILES = ("team.yaml", "trainer_state.json", "rng.pt")  # what the driver itself reads of a checkpoint
@@ -51,14 +52,12 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
     overrides of the recipe are kept. For the paper's workflows it also records the prompt templates
     (inline), the prompt limit and the retriever (kind, index identity) the rollouts used, so that
     eval of the checkpoint uses the same protocol."""
-    from drmas_trainer.config import agent_config
 
     agents: dict[str, Any] = {}
     for g in plan.values():
         for a in g.agents:
             samp = agent_config(cfg, a).sampling
             agents[a] = {"wg": g.name, "sampling": dict(samp)} if samp else g.name
-    from drmas_bench.workflows import protocol as P
 
     protocol = {}
     if P.has_templates(wf.name):  # the prompts and prompt limit the rollouts used (REFERENCE §2b)

@@ -52,7 +52,9 @@ from typing import Any
 
 import torch
 
+from drmas_bench.files import inside
 from drmas_bench.runner import TeamRuntime, run_episodes
+from drmas_bench.store import RunLock, make_run_dir, write_error_log
 from drmas_bench.types import Task, Trajectory, UserError
 from drmas_bench.workflows.base import WORKFLOWS, WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
@@ -103,7 +105,6 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
             CUDA GPU is present and ray is installed, else in process.
         progress: show a progress bar.
     """
-    from drmas_bench.store import RunLock, inside, make_run_dir, write_error_log
 
     # everything that can be checked is checked before the run directory exists: names and settings,
     # workflow options, the training tasks, the retriever (a server that is down fails here)

@@ -51,10 +51,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json as _json
 import logging
 import math
 import os
 import random
+import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -66,9 +68,25 @@ import torch
 from torch import Tensor
 
 from drmas_bench.checkpoints import is_url, node_copy, upload
+from drmas_bench.engines import traits
+from drmas_bench.engines.base import resolve_model_path
+from drmas_bench.engines.hosting import fit_options, host_engine
+from drmas_bench.engines.prompt import default_template_kwargs, encode_chat
+from drmas_bench.models.adapters import (
+    BASE_FILE,
+    adapter_config_dict,
+    adapter_layout,
+    base_record,
+    resolve_base,
+    save_adapter,
+    tokenizer_source,
+)
+from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import Completion, Request, SFTExample, UserError
+from drmas_trainer import lora
 from drmas_trainer.config import AgentConfig
 from drmas_trainer.logprobs import pack_rows, token_logprobs
+from drmas_trainer.lora import adapter_tensors
 from drmas_trainer.losses import policy_loss
 from drmas_trainer.optim import make_optimizer, release_cached_memory
 
@@ -186,9 +204,6 @@ class WorkerGroup:
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from drmas_bench.engines.base import resolve_model_path
-        from drmas_bench.models.loading import load_causal_lm
-
         hf_logging.disable_progress_bar()  # no "Loading weights" / "Writing model shards" bars per step
 
         if torch_threads:
@@ -227,7 +242,6 @@ class WorkerGroup:
         self.engine: Any = None
         # generic options go only to engines that take them (max_batch: hf; dtype: hf and sglang, so the
         # rollout engine computes in the policy's dtype); the recipe's own engine_options win
-        from drmas_bench.engines.hosting import fit_options
 
         self.engine_options = fit_options(settings.engine, {"max_batch": max_batch, "device": str(self.device),
                                                             "dtype": settings.dtype}, settings.engine_options)
@@ -251,10 +265,6 @@ class WorkerGroup:
         """The frozen base with this group's adapters (fresh, or a checkpoint's), its tokenizer (a
         checkpoint's adapter folder carries the one the group trained with, else the base's)."""
         from transformers import AutoTokenizer
-
-        from drmas_bench.engines import traits
-        from drmas_bench.models.adapters import adapter_layout, resolve_base, tokenizer_source
-        from drmas_trainer import lora
 
         if not traits(self.settings.engine).serves_adapters:
             raise UserError(f"worker group {self.name}: lora needs a rollout engine that serves LoRA adapters; "
@@ -294,8 +304,6 @@ class WorkerGroup:
     def adapter_weights(self) -> Iterator[tuple[str, dict[str, Any], dict[str, Tensor]]]:
         """(adapter, its peft config as JSON, its tensors in the compute dtype) per adapter: what
         ``sync_weights`` hands a LoRA-serving engine (``update_adapter``), never the base."""
-        from drmas_bench.models.adapters import adapter_config_dict
-        from drmas_trainer.lora import adapter_tensors
 
         for name in self.adapters:
             yield name, adapter_config_dict(self.policy, name, str(self.base_ref)), adapter_tensors(
@@ -305,9 +313,6 @@ class WorkerGroup:
         """A LoRA group's model folder (``drmas_bench.models.adapters``): ``base.json`` (the base's
         name and content identity; ``base`` overrides the name), the tokenizer, one peft folder
         per adapter."""
-        import json as _json
-
-        from drmas_bench.models.adapters import BASE_FILE, base_record, save_adapter
 
         record = base_record(str(base or self.base_ref))
         os.makedirs(folder, exist_ok=True)
@@ -321,7 +326,6 @@ class WorkerGroup:
 
     async def start_engine(self) -> None:
         """Create the rollout engine from the group's model folder and push the current weights."""
-        from drmas_bench.engines.hosting import host_engine  # sglang: in a child process of its own
 
         if self.engine is None:
             where = self.model_path
@@ -372,8 +376,6 @@ class WorkerGroup:
             await self.engine.close()
             self.engine = None
         if getattr(self, "_engine_dir", None):
-            import shutil
-
             shutil.rmtree(self._engine_dir, ignore_errors=True)
             self._engine_dir = None
 
@@ -579,7 +581,6 @@ class WorkerGroup:
 
         Returns ``sft_loss_first`` / ``sft_loss_last`` (mean over the first / last applied steps; None
         when none applied), ``sft_steps`` (applied), ``sft_skipped``, ``sft_s`` and maybe ``sft_aborted``."""
-        from drmas_bench.engines.prompt import default_template_kwargs, encode_chat
 
         if not examples or steps <= 0:
             return {}
@@ -656,7 +657,7 @@ class WorkerGroup:
     def _sft_micro_batches(self, rows: list[tuple]) -> list[tuple[str | None, list[tuple]]]:
         """(agent, micro-batch) pairs of a warm-start batch. LoRA: formed per agent (in the order the
         agents first appear), so each forward runs with one agent's adapter; full weights: the
-        batch as it came (agent None), as before."""
+        batch as it came (agent None)."""
         if not self.adapters:
             return [(None, m) for m in _chunks(rows, self.settings.micro_batch_size)]
         by_agent: dict[str, list[tuple]] = {}

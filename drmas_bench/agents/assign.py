@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import yaml
 
 from drmas_bench.types import UserError
+from drmas_bench.workflows import WORKFLOWS
 
 
 def short_model_name(model: str) -> str:
@@ -68,7 +69,6 @@ def assignment_name(assignment: dict[str, str]) -> str:
 
 def workflow_for_agents(agents: Sequence[str]) -> str | None:
     """The registered workflow whose agents are exactly `agents` (any order), or None."""
-    from drmas_bench.workflows import WORKFLOWS
 
     for name, spec in WORKFLOWS.items():
         if set(spec.agents) == set(agents):
@@ -79,7 +79,6 @@ def workflow_for_agents(agents: Sequence[str]) -> str | None:
 def write_assignment_teams(agents: Sequence[str], models: Sequence[str], out_dir: str | Path,
                            workflow: str | None = None, engine: str = "hf", base_url: str | None = None) -> list[Path]:
     """Write one team YAML per assignment into `out_dir`; returns the files in enumeration order."""
-    from drmas_bench.workflows import WORKFLOWS
 
     if workflow is not None:
         if workflow not in WORKFLOWS:

@@ -13,11 +13,12 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from drmas_bench.checkpoints import model_on_nodes
 from drmas_bench.engines import traits
 from drmas_bench.engines.hosting import option_names
 from drmas_bench.types import UserError
 
-logger = logging.getLogger("drmas_bench.api")  # the [eval] lines keep the logger they always had
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,6 @@ class Explicit:
 def models_on_nodes(groups: dict, step_url: str) -> dict:
     """Each local worker group's model as its URL under checkpoint ``step_url``
     (checkpoints.model_on_nodes), for Ray actors to fetch on their own nodes."""
-    from drmas_bench.checkpoints import model_on_nodes
 
     return {n: g if traits(g.engine).remote else replace(g, model=model_on_nodes(str(g.model), step_url))
             for n, g in groups.items()}

@@ -39,16 +39,16 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import Field, field_validator, model_validator
 
 from drmas_bench.agents.explicit import Explicit, apply_explicit
-from drmas_bench.engines import ENGINES, traits
+from drmas_bench.engines import ENGINES, engine_class, traits
+from drmas_bench.files import safe_name
 from drmas_bench.schema import LimitsSchema, ModelOnEngine, SamplingSchema, Schema, parse, sampling_overrides
-from drmas_bench.store import safe_name
 from drmas_bench.types import Sampling, UserError
 from drmas_bench.workflows.protocol import ProtocolSchema
 from drmas_bench.yamlfile import read_yaml
@@ -254,9 +254,6 @@ def check_untrusted(team: "TeamSpec", where: str, trust_remote_code: bool = Fals
 def check_engine_options(team: "TeamSpec") -> None:
     """Every worker group's engine options are known to its engine and its ``api_key_env`` is set
     (before anything loads)."""
-    from dataclasses import fields
-
-    from drmas_bench.engines import engine_class
 
     for name, g in team.worker_groups.items():
         g.engine_options()  # api_key_env must name a variable that is set

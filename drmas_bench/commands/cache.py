@@ -6,6 +6,7 @@ A missing or damaged database is one line (a damaged one is refused, never serve
 from __future__ import annotations
 
 import argparse
+import json
 from datetime import datetime, timezone
 
 EPILOG_STATS = """examples:
@@ -54,8 +55,6 @@ def _mb(n: int) -> str:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    import json
-
     from drmas_bench.cache import CallCache
 
     with CallCache.open(args.dir, create=False) as cache:

@@ -6,6 +6,8 @@ import argparse
 import json
 import textwrap
 
+from tabulate import tabulate
+
 from drmas_bench.tasks.registry import suite_names
 from drmas_bench.types import UserError
 
@@ -62,8 +64,6 @@ def _rows(suite: str | None, data_dir):
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from tabulate import tabulate
-
     from drmas_bench.tasks import registry
 
     d = registry.resolve_data_dir(args.data_dir)
@@ -116,7 +116,7 @@ def check_benchmark(b, data_dir) -> tuple[str, int | None, list[str]]:
 def empty_gold_note(b, data_dir) -> str:
     """For a QA benchmark: how many golds normalise to the empty string (never matched, so a task
     with no other gold scores 0 whatever the answer); "" when none or not QA-graded."""
-    if b.grader != "qa":
+    if b.family != "qa":
         return ""
     from drmas_bench.grading.qa import empty_golds, matchable_golds
     from drmas_bench.tasks import registry
@@ -158,7 +158,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     Training sets (what `train` reads) are checked and shown in their own section; they decide the
     exit code only with ``--train`` (an eval never reads them, and the shipped data holds one of the
     two: the search mix is hub-only unless saved locally)."""
-    from tabulate import tabulate
 
     from drmas_bench.tasks import registry
 

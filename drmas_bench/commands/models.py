@@ -10,7 +10,8 @@ import time
 logger = logging.getLogger(__name__)
 
 
-def _fmt_bytes(n: int) -> str:
+def _fmt_bytes(size: int) -> str:
+    n = float(size)
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

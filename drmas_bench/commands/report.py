@@ -7,9 +7,12 @@ docs/leaderboards.md and docs/cost.md).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
+
+import yaml
 
 from drmas_bench.engines import ENGINES
 from drmas_bench.tasks.registry import suite_names
@@ -136,7 +139,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     csv_paths = report.suite_csv_paths(args.out, tables, runs) if args.out else {}
     print(md)
     if args.out:
-        from drmas_bench.store import atomic_write
+        from drmas_bench.files import atomic_write
 
         out = Path(args.out)
         atomic_write(out / "leaderboard.md", md)
@@ -168,7 +171,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     md = report.compare_markdown(report.compare_runs(a, b, n_boot=args.n_boot, seed=args.seed), max_flips=args.max_flips)
     print(md)
     if args.out:
-        from drmas_bench.store import atomic_write
+        from drmas_bench.files import atomic_write
 
         atomic_write(Path(args.out), md)
         logger.info(f"[compare] wrote {args.out}")
@@ -198,8 +201,6 @@ def eval_config(team_file: Path, out: Path, args: argparse.Namespace):
 
 def _check_team_prices(team_file: Path, prices) -> None:
     """Fail before any evaluation on a team file whose models the price sheet lacks."""
-    import yaml
-
     try:
         d = yaml.safe_load(team_file.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
@@ -232,8 +233,6 @@ def run_teams(team_files: list[Path], args: argparse.Namespace, out: Path) -> li
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    import json
-
     from drmas_bench import report
 
     out = Path(args.out) if args.out else None
@@ -288,7 +287,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     md = report.cost_markdown(costs, prices_source=f"the price sheet {args.prices}", unpriced=prices.unpriced)
     print(md)
     if out:
-        from drmas_bench.store import atomic_write
+        from drmas_bench.files import atomic_write
 
         atomic_write(out / "cost.md", md)
         atomic_write(out / "cost.csv", report.cost_csv(costs))

@@ -14,11 +14,12 @@ package asks :func:`traits` or the options (``hosting.option_names``), never an 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from drmas_bench.engines.base import Engine, EngineError
+from drmas_bench.engines.base import Engine, EngineError, parse_options
 
 ENGINES: dict[str, str] = {
     "hf": "drmas_bench.engines.hf:HFEngine",
@@ -62,9 +63,6 @@ def output_options(kind: str, options: dict[str, Any], *, here: bool = True) -> 
     but the backend's ``output_neutral_options``. ``here``: the engine runs in this process (or on
     this machine), so an ``"auto"`` is resolved as it will act (``resolved_options``); engines on
     other nodes (a Ray pool) keep ``"auto"`` as written. An unknown option is an EngineError."""
-    import dataclasses
-
-    from drmas_bench.engines.base import parse_options
 
     cls = engine_class(kind)
     full = dataclasses.asdict(parse_options(cls.Options, dict(options), kind=kind))

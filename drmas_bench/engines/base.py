@@ -15,6 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from drmas_bench import models
 from drmas_bench.types import Completion, Request, UserError
 
 
@@ -130,7 +131,6 @@ def local_tokenizer_dir(name: str) -> Path | None:
     ``tokenizer_config.json`` or ``tokenizer.json``, a hub id ``org/name`` whose tokenizer is in the
     Hugging Face cache. ``None`` when there is none.
     """
-    from drmas_bench import models
 
     if name in models.ALIASES:
         return models.alias_path(name) if models.is_prepared(name) else None

@@ -18,7 +18,9 @@ Pure functions over files; no torch, no model load. A folder without either sour
 from __future__ import annotations
 
 import json
+import resource
 import struct
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +132,6 @@ def peak_rss_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    import resource
-    import sys
 
     scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, kilobytes on Linux
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale

@@ -60,6 +60,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
+import json
+import os
 import random
 import shutil
 import tempfile
@@ -77,7 +79,16 @@ from drmas_bench.engines.base import (
 )
 from drmas_bench.engines.batcher import MicroBatcher
 from drmas_bench.engines.prompt import encode_chat, encode_request, extra_template_kwargs
+from drmas_bench.files import safe_name
 from drmas_bench.log import squeeze
+from drmas_bench.models.adapters import (
+    BASE_FILE,
+    is_adapter_folder,
+    load_adapted_lm,
+    resolve_base,
+    save_adapter,
+    tokenizer_source,
+)
 from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import Completion, Request
 
@@ -158,7 +169,6 @@ class HFEngine(EngineBase):
         self.sleep_mode = o.sleep_mode
         if self.sleep_mode == "auto":
             self.sleep_mode = "offload" if self.device.type == "cuda" else "drop"
-        from drmas_bench.models.adapters import tokenizer_source
 
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(self.path), trust_remote_code=o.trust_remote_code)
@@ -190,7 +200,6 @@ class HFEngine(EngineBase):
         kwargs: dict[str, Any] = {"dtype": self.dtype, "trust_remote_code": self.options.trust_remote_code}
         if self.options.attn_implementation:
             kwargs["attn_implementation"] = self.options.attn_implementation
-        from drmas_bench.models.adapters import is_adapter_folder, load_adapted_lm
 
         try:
             if is_adapter_folder(self._load_path):
@@ -348,8 +357,6 @@ class HFEngine(EngineBase):
     def _update_adapter_sync(self, name: str, config: dict[str, Any], tensors: dict[str, Any]) -> None:
         from peft import LoraConfig, set_peft_model_state_dict
 
-        from drmas_bench.store import safe_name
-
         safe_name(name, "hf engine: adapter")
         with self._lock:
             if self._hf_model is None:
@@ -372,10 +379,6 @@ class HFEngine(EngineBase):
 
     def _save_adapters(self, folder: str) -> None:
         """The served adapters, as they are now, as an adapter folder (drop-mode sleep reloads it)."""
-        import json
-        import os
-
-        from drmas_bench.models.adapters import BASE_FILE, resolve_base, save_adapter
 
         base = resolve_base(self._layout)
         for n in self._hf_model.peft_config:

@@ -35,6 +35,7 @@ import multiprocessing as mp
 import pickle
 import threading
 import weakref
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Mapping
 
 from drmas_bench.engines import engine_class, make_engine, traits
@@ -87,8 +88,6 @@ def _encode_bucket(bucket: list[tuple[str, Any]]) -> tuple[str, bytes]:
     import torch
 
     if any(getattr(t, "is_cuda", False) for _, t in bucket):
-        from multiprocessing.reduction import ForkingPickler
-
         import torch.multiprocessing  # noqa: F401 - registers the CUDA IPC reductions
 
         return "ipc", bytes(ForkingPickler.dumps(bucket))

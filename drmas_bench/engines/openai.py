@@ -109,6 +109,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import httpx
+
 from drmas_bench.engines.base import (
     EngineBase,
     EngineError,
@@ -588,7 +590,6 @@ class OpenAIEngine(EngineBase):
     # ------------------------------------------------------------------ internals
 
     def _ensure_client(self) -> None:
-        import httpx
 
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
@@ -686,8 +687,6 @@ class OpenAIEngine(EngineBase):
         async with self._dialect_lock:
             if self._dialect_known:
                 return
-            import httpx
-
             try:
                 resp = await self._client.get(f"{server_root(self.base_url)}/openapi.json",
                                               timeout=min(10.0, self.options.timeout_s))

@@ -68,6 +68,7 @@ GPU here (the API double in tests/fake_sglang follows the 0.5.23 source).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -79,9 +80,17 @@ from drmas_bench.engines.base import (
     parse_options,
     resolve_model_path,
 )
+from drmas_bench.engines.footprint import weight_bytes
 from drmas_bench.engines.prompt import encode_request, extra_template_kwargs
 from drmas_bench.engines.weights import DEFAULT_BUCKET_BYTES, buckets
 from drmas_bench.log import squeeze
+from drmas_bench.models.adapters import (
+    ADAPTER_CONFIG,
+    adapter_layout,
+    is_adapter_folder,
+    resolve_base,
+    tokenizer_source,
+)
 from drmas_bench.types import Completion, Request, Sampling
 
 INSTALL_HINT = "the sglang engine needs SGLang: pip install 'drmas-bench[sglang]'"
@@ -141,9 +150,6 @@ def lora_server_args(layout: Any) -> dict[str, Any]:
     base as ``model_path``, ``enable_lora``, ``lora_paths``, the largest rank, the union of the
     target modules (peft's names; ``all-linear`` -> SGLang's ``all``), room for every adapter and the
     base in one batch."""
-    import json
-
-    from drmas_bench.models.adapters import ADAPTER_CONFIG, resolve_base
 
     ranks, targets = [], set()
     for folder in layout.adapters.values():
@@ -209,7 +215,6 @@ class SGLangEngine(EngineBase):
         self.options: SGLangOptions = parse_options(SGLangOptions, options, kind=self.name)
         if self.options.dtype not in DTYPES:
             raise EngineError(f"sglang engine: unknown dtype {self.options.dtype!r}; choose one of: {', '.join(DTYPES)}")
-        from drmas_bench.models.adapters import adapter_layout, is_adapter_folder, tokenizer_source
 
         self.path = resolve_model_path(model)
         self._layout = adapter_layout(self.path) if is_adapter_folder(self.path) else None
@@ -284,8 +289,6 @@ class SGLangEngine(EngineBase):
     def estimated_footprint(self, gpu_total_bytes: int | None = None) -> int:
         """The footprint before start (module docstring); ``gpu_total_bytes`` per GPU defaults to
         device 0's memory (0 without CUDA: weights only)."""
-        from drmas_bench.engines.footprint import weight_bytes
-        from drmas_bench.models.adapters import resolve_base
 
         o = self.options
         weights = weight_bytes(self.path if self._layout is None else resolve_base(self._layout), o.dtype)  # LoRA: the base's

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.export.source import load_finished
 from drmas_bench.types import UserError
 
 
@@ -48,7 +49,6 @@ def export_run(run_dir: str | os.PathLike, fmt: str, out: str | os.PathLike | No
     returns the files written. An existing ``out`` is refused unless ``force``."""
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
-    from drmas_bench.export.source import load_finished
 
     f = FORMATS[fmt]
     if f.check:

@@ -1,4 +1,4 @@
-"""Grading families: which kind of grading a benchmark asks for (``Benchmark.grader`` names one).
+"""Grading families: which kind of grading a benchmark asks for (``Benchmark.family`` names one).
 
 A family grades finished answers of one kind: ``(final answer or None, gold answers)`` pairs ->
 ``(correct, extra fields recorded beside it)``. The runner grades each trajectory by its benchmark's
@@ -11,13 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from drmas_bench.grading.pool import grade_math_many
+from drmas_bench.grading.qa import grade_qa
 from drmas_bench.grading.registry import DEFAULT_GRADER
+from drmas_bench.grading.toy import grade_toy
 
 
 def _math_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple[bool, dict]]:
     """Math: the boxed answer, by the ``--grader`` (default ``careful``), in a process pool with a hard
     per-item timeout; records the grade status and the extracted answer."""
-    from drmas_bench.grading.pool import grade_math_many
 
     results = grade_math_many([(answer or "", golds[0]) for answer, golds in pairs], timeout_s=timeout_s,
                               backend=math_grader or DEFAULT_GRADER)
@@ -27,7 +29,6 @@ def _math_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple
 def _qa_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple[bool, dict]]:
     """QA: SQuAD exact match against any gold (F1 and cover-EM recorded). No answer at all scores 0,
     as the reference's env does; a gold that normalises to "" (`The The`) is never matched (`grade_qa`)."""
-    from drmas_bench.grading.qa import grade_qa
 
     out = []
     for answer, golds in pairs:
@@ -40,7 +41,6 @@ def _qa_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple[b
 
 
 def _toy_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple[bool, dict]]:
-    from drmas_bench.grading.toy import grade_toy
 
     return [(bool(grade_toy(answer or "", golds[0])), {}) for answer, golds in pairs]
 

@@ -276,7 +276,8 @@ class _Parser:
         if not self.at("{"):
             return self.take()[1].lstrip("\\")
         self.take()
-        depth, parts = 1, []
+        depth = 1
+        parts: list[str] = []
         while True:
             kind, text = self.take()
             if text == "{":

@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterable, Sequence
 
+from drmas_bench.grading.registry import extract_for, get_backend, resolve_backend
+
 # "forkserver" where the platform has it: one clean server process imports sympy once and forks
 # each worker from it (fast start and restart, no inherited threads); "spawn" elsewhere.
 START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
@@ -90,7 +92,6 @@ class GradeResult:
 
 def grade_one(response: str, gold: str, backend: str | Callable[[str, str], bool] = "careful") -> GradeResult:
     """Grade one pair in this process (no timeout), catching grader errors as status "error"."""
-    from drmas_bench.grading.registry import extract_for
 
     t0 = time.perf_counter()
     extracted, equal = extract_for(response, backend)
@@ -276,7 +277,6 @@ class GradingPool:
             raise RuntimeError("this GradingPool is closed")
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
-        from drmas_bench.grading.registry import get_backend
 
         get_backend(backend)  # an unknown name fails here, once, not in every worker
         check_backend_importable(backend)
@@ -419,7 +419,6 @@ class GradingPool:
             batch.queue.append([idx])
             return
         response, _ = batch.pairs[idx]
-        from drmas_bench.grading.registry import resolve_backend
 
         attempts = 2 if idx in batch.retried else 1
         batch.results[idx] = GradeResult(False, status, resolve_backend(batch.backend)[0](response), time.monotonic() - t0,

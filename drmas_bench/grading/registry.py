@@ -21,8 +21,10 @@ Adding a grader = one `register(MathGrader(...))` call.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Callable
 
+from drmas_bench.grading.compat import compat_equal
 from drmas_bench.grading.extract import extract_boxed, extract_boxed_strict
 from drmas_bench.types import UserError
 
@@ -73,7 +75,6 @@ def _careful(extracted: str, gold: str) -> bool:
 
 
 def _compat(extracted: str, gold: str) -> bool:
-    from drmas_bench.grading.compat import compat_equal
 
     return compat_equal(extracted, gold)
 
@@ -85,7 +86,6 @@ def _math_verify(extracted: str, gold: str) -> bool:
 
 
 def _dist_version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version(dist)

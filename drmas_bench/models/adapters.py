@@ -11,11 +11,11 @@ Two layouts are recognised (:func:`adapter_layout`):
   with a single adapter every agent gets it (a group whose agents share one adapter).
 
 The base reference is what the run was given (an alias such as ``tiny-random``, a hub id, or a
-local folder) plus, for a local folder, its content identity (``store.model_identity``), so a base
+local folder) plus, for a local folder, its content identity (``files.model_identity``), so a base
 that changed since training is reported rather than silently used. Resolving the reference goes
 through ``models.resolve_model`` (the hub only while it may be reached; offline a clear error).
 
-Everything here reads files as data: adapter names are checked (``store.safe_name``), subfolders
+Everything here reads files as data: adapter names are checked (``files.safe_name``), subfolders
 must lie inside the folder, and nothing from a folder is executed.
 """
 
@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.files import model_identity, safe_name
+from drmas_bench.models import resolve_model
 from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_FILE, is_adapter_folder
+from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -66,7 +69,6 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
 
 def adapter_layout(path: str | os.PathLike) -> AdapterLayout | None:
     """The layout of an adapter folder (module docstring), or None for any other folder."""
-    from drmas_bench.store import safe_name
 
     p = Path(path)
     if (p / ADAPTER_CONFIG).is_file():
@@ -95,8 +97,6 @@ def adapter_layout(path: str | os.PathLike) -> AdapterLayout | None:
 def base_record(base: str) -> dict[str, Any]:
     """``base.json``'s content for base reference ``base``: the name, and the content identity of
     the folder it resolves to when that is local (aliases and downloaded hub ids included)."""
-    from drmas_bench.models import resolve_model
-    from drmas_bench.store import model_identity
 
     rec: dict[str, Any] = {"name": str(base)}
     try:
@@ -112,8 +112,6 @@ def resolve_base(layout: AdapterLayout) -> str:
     """The local folder (or hub id, while the hub may be reached) of ``layout``'s base; a recorded
     identity that differs from the base found now is logged as a warning (the adapters were trained
     on other weights). The reference resolves as a ``--model`` value would (alias, folder, hub id)."""
-    from drmas_bench.models import resolve_model
-    from drmas_bench.store import model_identity
 
     try:
         where = resolve_model(layout.base)
@@ -178,7 +176,6 @@ def attach_saved(model: Any, adapters: dict[str, Path], *, trainable: bool = Fal
 def load_adapted_lm(path: str | os.PathLike, **kwargs: Any) -> tuple[Any, AdapterLayout]:
     """(PeftModel with every adapter of folder ``path``, its layout): the base resolved and loaded
     with ``kwargs`` (``models.loading.load_causal_lm``), the adapters attached for inference."""
-    from drmas_bench.models.loading import load_causal_lm
 
     layout = adapter_layout(path)
     if layout is None:

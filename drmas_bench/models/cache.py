@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("drmas_bench.models")
+from drmas_bench.files import cache_dir
+
+logger = logging.getLogger(__name__)
 
 MARKER = "drmas_model.json"  # written last into a finished model directory
 
@@ -23,17 +24,6 @@ CHATML_TEMPLATE = (
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-
-def cache_dir() -> Path:
-    """The user cache: ``$DRMAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/drmas-bench``, else
-    ``~/.cache/drmas-bench`` (read at every call, so tests can point it elsewhere)."""
-    env = os.environ.get("DRMAS_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "drmas-bench"
 
 
 def models_dir() -> Path:

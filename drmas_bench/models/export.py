@@ -24,17 +24,17 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+import yaml
+
+from drmas_bench.checkpoints import local_copy, refuse_incomplete
+from drmas_bench.models.adapter_names import ADAPTER_CONFIG
+from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
 from drmas_bench.types import UserError
+from drmas_bench.yamlfile import read_yaml
 
 
 def export(ckpt: str, out: str | os.PathLike, log: Callable[[str], None] = lambda s: None) -> Path:
     """Write checkpoint ``ckpt``'s team to ``out`` (module docstring); returns ``out``."""
-    import yaml
-
-    from drmas_bench.checkpoints import local_copy, refuse_incomplete
-    from drmas_bench.models.adapter_names import ADAPTER_CONFIG
-    from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
-    from drmas_bench.yamlfile import read_yaml
 
     dest = Path(out)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):

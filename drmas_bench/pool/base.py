@@ -9,6 +9,7 @@ The engines do the sleeping and waking; the pool only decides when.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections import deque
@@ -147,7 +148,6 @@ class MemoryMeter:
 def cuda_peak_bytes() -> int | None:
     """``torch.cuda.max_memory_allocated`` summed over visible devices; ``None`` without CUDA (or
     when torch was never imported: the pool does not import it for you)."""
-    import sys
 
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available():

@@ -9,7 +9,7 @@
 What this module decides (docs/scaling.md):
 
 - **attach**: ``--ray-address ADDR`` (``"auto"``, ``host:port`` or ``ray://host:port``), else the
-  ``RAY_ADDRESS`` environment variable; neither: a local Ray is started as before.
+  ``RAY_ADDRESS`` environment variable; neither: a local Ray is started.
 - **shipping** (``ship_code``): the three packages (``drmas_bench``, ``drmas_trainer``,
   ``drmas_retrieval``) are copied, under their import names, into a staging folder and sent with
   the job's ``runtime_env`` as ``py_modules``; every worker imports this checkout's code, whatever
@@ -25,12 +25,15 @@ What this module decides (docs/scaling.md):
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.signals import reclaim
 from drmas_bench.types import UserError
 
 SHIPPED_ENV = ("DRMAS_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
@@ -49,7 +52,6 @@ def ray_address(flag: str | None = None) -> str | None:
 
 def package_dirs() -> dict[str, Path]:
     """Import name -> the folder this process imports it from (only the packages that import)."""
-    import importlib
 
     out = {}
     for name in PACKAGES:
@@ -93,11 +95,14 @@ def should_ship(address: str | None, ship_code: bool | None) -> bool:
 def init_kwargs(address: str | None, staged: Path | None = None, **local: Any) -> dict[str, Any]:
     """Keyword arguments for ``ray.init``: attach to ``address`` (then ``local`` options such as
     ``num_cpus`` are not allowed by Ray and are dropped), or start a local Ray with ``local``;
-    ``staged``: the packages to ship (:func:`stage_packages`)."""
+    ``staged``: the packages to ship (:func:`stage_packages`). A local Ray is asked for with
+    ``address="local"``: without an address, ``ray.init`` attaches to the latest cluster that
+    ``ray start`` left on this machine (/tmp/ray/ray_current_cluster) and then refuses ``num_cpus``."""
     kw: dict[str, Any] = {"runtime_env": runtime_env(staged), "log_to_driver": True}
     if address:
         kw["address"] = address
     else:
+        kw["address"] = "local"
         kw["include_dashboard"] = False
         kw.update({k: v for k, v in local.items() if v is not None})
     return kw
@@ -107,7 +112,6 @@ def check_reachable(address: str, timeout_s: float = 10.0) -> None:
     """For a ``HOST:PORT`` address: a one-line UserError when nothing accepts a TCP connection
     there within ``timeout_s`` (``ray.init`` would otherwise retry for minutes). ``auto`` and
     ``ray://`` addresses are left to Ray."""
-    import socket
 
     host, sep, port = address.rpartition(":")
     if address == "auto" or "://" in address or not sep or not port.isdigit():
@@ -138,7 +142,6 @@ def init_ray(address: str | None, ship_code: bool | None = None, **local: Any) -
     finally:
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
-    from drmas_bench.signals import reclaim
 
     reclaim()  # ray.init made SIGTERM sys.exit(15): stop like Ctrl-C instead (finished work flushed)
     return True

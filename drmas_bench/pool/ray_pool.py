@@ -56,8 +56,9 @@ import re
 import traceback
 from typing import Any, Mapping
 
-from drmas_bench.engines import traits
+from drmas_bench.engines import make_engine, traits
 from drmas_bench.pool.base import EngineSpec, MemoryMeter, PoolBase, _Group, cuda_peak_bytes
+from drmas_bench.pool.cluster import driver_model_name, node_label
 from drmas_bench.types import Completion, Request, UserError
 
 
@@ -83,7 +84,6 @@ class EngineActor:
         return os.getpid()
 
     def start(self, kind: str, model: str, options: dict[str, Any], meter_interval_s: float = 0.05) -> dict[str, Any]:
-        from drmas_bench.engines import make_engine
 
         self.meter = MemoryMeter(meter_interval_s)
         self.meter.start()
@@ -100,8 +100,6 @@ class EngineActor:
 
     def ready(self) -> dict[str, Any]:
         import ray
-
-        from drmas_bench.pool.cluster import node_label
 
         return {"footprint": int(self.engine.footprint_bytes()), "pid": os.getpid(), "node": node_label(),
                 "gpu_ids": [str(x) for x in ray.get_gpu_ids()], **self.memory()}
@@ -315,7 +313,6 @@ class RayPool(PoolBase):
                 seen[k] = v if seen[k] is None else max(seen[k], v)
 
     async def _load(self, g: _Group) -> tuple[Any, int]:
-        from drmas_bench.pool.cluster import driver_model_name
 
         spec: EngineSpec = g.spec
         actor = remote_actor_class().options(**self.actor_options()).remote()

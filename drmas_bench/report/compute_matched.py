@@ -26,7 +26,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from drmas_bench.grading.qa import normalize_qa
+from drmas_bench.metrics import questions
 from drmas_bench.records import RecordView, view, views
+from drmas_bench.report.runs import load_run
 from drmas_bench.types import UserError
 
 FILE = "compute_matched.json"
@@ -56,7 +59,6 @@ def matched_k(team_tokens: float, single_tokens: float) -> int:
 def vote_key(record: Any) -> str | None:
     """What a trajectory's vote is: the grader's extracted answer (math), else the SQuAD-normalised
     final answer (qa, and math without an extraction); None = no answer."""
-    from drmas_bench.grading.qa import normalize_qa
 
     r = view(record)
     if r.extracted is not None:
@@ -95,8 +97,6 @@ def matched_values(records: Iterable[Any], k: int, groups: int) -> dict[tuple[st
 def compute_matched(team_dir: str | Path, single_dir: str | Path, write: bool = True) -> dict[str, Any]:
     """The compute-matched comparison of a single-agent run with a team run (module docstring);
     written to ``single_dir/compute_matched.json`` when `write`."""
-    from drmas_bench.metrics import questions
-    from drmas_bench.report.runs import load_run
 
     team, single = load_run(team_dir), load_run(single_dir)
     if team.suite != single.suite:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -212,7 +212,20 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: (points[i][0], -points[i][1]))
 
 
-def plot_pareto(costs: Sequence[TeamCost], path: str | Path, title: str = "", prices_source: str = "price sheet",
+class ParetoPoint(Protocol):
+    """What `plot_pareto` reads of a team (a `TeamCost`, or a sweep's own point)."""
+
+    label: str
+    avg: float
+
+    @property
+    def usd_per_1k(self) -> float | None: ...
+
+    @property
+    def latency_p50(self) -> float: ...
+
+
+def plot_pareto(costs: Sequence[ParetoPoint], path: str | Path, title: str = "", prices_source: str = "price sheet",
                 latency_label: str = "latency per question: p50 trajectory wall time (s)") -> Path:
     """Accuracy vs $ per 1k questions and vs p50 latency, one marker per team, the Pareto front marked.
     Reads of each team only ``label``, ``avg``, ``usd_per_1k`` and ``latency_p50`` (a sweep passes

@@ -39,6 +39,7 @@ from drmas_bench.metrics import (
     workflow_effects,
 )
 from drmas_bench.records import views
+from drmas_bench.report.compute_matched import matched_line, read_matched
 from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
@@ -221,7 +222,6 @@ def matched_row(run: Run, base: Row) -> Row | None:
     """The compute-matched row of a single-agent run (`report.compute_matched`: majority vote over
     groups of k samples, k = the team's tokens / the single agent's), under the run's own row; None
     when the run dir holds no ``compute_matched.json``."""
-    from drmas_bench.report.compute_matched import matched_line, read_matched
 
     doc = read_matched(run.path)
     if not doc or not doc.get("per_question"):
@@ -354,9 +354,9 @@ def _flag_settings(rows_runs: list[tuple[Row, Run]]) -> None:
     keys = [frozenset(question_keys(run)) for _, run in rows_runs]
     kc = Counter(keys)
     usual_keys = max(kc, key=lambda v: (kc[v], -keys.index(v)))
-    for (row, _), mine in zip(rows_runs, keys):  # question ids, on the benchmarks a row shares with the usual set
-        shared = {b for b, _ in mine} & {b for b, _ in usual_keys}
-        a, b = {q for q in mine if q[0] in shared}, {q for q in usual_keys if q[0] in shared}
+    for (row, _), own in zip(rows_runs, keys):  # question ids, on the benchmarks a row shares with the usual set
+        shared = {b for b, _ in own} & {b for b, _ in usual_keys}
+        a, b = {q for q in own if q[0] in shared}, {q for q in usual_keys if q[0] in shared}
         if a != b:
             row.notes.append(f"question set differs ({len(a & b)} of the table's {len(b)} questions on "
                              f"{', '.join(sorted(shared))}; {len(a - b)} others)")

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
+from tabulate import tabulate
+
 from drmas_bench.metrics import MACRO, MICRO, QA_KEYS
 from drmas_bench.report.compare import Comparison
 from drmas_bench.report.cost import TeamCost, cost_notes
@@ -39,7 +41,6 @@ def _cell_text(c: Cell | None, ci: bool) -> str:
 
 def table_markdown(t: Table, ci: bool = False) -> str:
     """A Table as a Markdown section (heading, caption, tabulate github table)."""
-    from tabulate import tabulate
 
     head = ["run", "model", "team", "estimator", "step", "n", "sampling"] + t.columns + ["agents' effect", "notes"]
     body = [[r.label, r.model, r.team, r.estimator, r.step, r.n, r.sampling]
@@ -63,7 +64,6 @@ def _p(p: float) -> str:
 
 def compare_markdown(cmp: Comparison, max_flips: int = 50) -> str:
     """The comparison as Markdown: a table per benchmark + pooled, then the flipped questions."""
-    from tabulate import tabulate
 
     a, b = cmp.a, cmp.b
     head = ["benchmark", "shared questions", "A avg@n", "B avg@n", "Δ avg (pts) [95% CI]", "A pass@k", "B pass@k",
@@ -125,7 +125,6 @@ def _usd(x: float | None) -> str:
 
 def cost_markdown(costs: Sequence[TeamCost], prices_source: str = "the price sheet", unpriced: Iterable[str] = ()) -> str:
     """The study as Markdown: the team table (relative to the first team) and per-agent breakdowns."""
-    from tabulate import tabulate
 
     base = costs[0]
     head = ["team", "model", "questions x n", "avg@n (%)", "Δ avg (pts)", "pass@n (%)", "latency p50 (s)",
@@ -274,7 +273,6 @@ def _counts(d: dict[str, int] | None) -> str:
 def compliance_markdown(comp: dict[str, Any] | None) -> list[str]:
     """The protocol-compliance section (metrics.compliance): one row per agent, then one line of
     per-episode figures; [] for a summary written before compliance was computed."""
-    from tabulate import tabulate
 
     if not comp or not comp.get("agents"):
         return []
@@ -317,7 +315,6 @@ def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
     """The per-agent effects sections (metrics.effects): per-agent latency and cost, then the math
     block (the verifier's flip table) or the search block (evidence recall), one row per benchmark
     and, with several, one for all records; [] for a summary written before effects were computed."""
-    from tabulate import tabulate
 
     if not eff:
         return []
@@ -373,7 +370,6 @@ def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
 def _pass_hat_markdown(rows_src: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """The reliability table: pass^k (all k of k samples succeed) with its 95% CI for the k of
     pass@k, and pass^n when samples per question are uneven; [] for a summary without pass^k."""
-    from tabulate import tabulate
 
     if not all("pass^k" in blk for _, blk in rows_src):
         return []
@@ -393,7 +389,6 @@ def _pass_hat_markdown(rows_src: list[tuple[str, dict[str, Any]]]) -> list[str]:
 def format_summary_markdown(summary: dict[str, Any]) -> str:
     """Markdown tables (accuracy in %, with 95% bootstrap CIs; cost and latency; agents), under a
     header naming suite, model and date when the summary carries its run (`evaluate` writes it)."""
-    from tabulate import tabulate
 
     blocks = summary["benchmarks"]
     rows_src = [(b, blocks[b]) for b in blocks] + [(MICRO, summary["micro"]), (MACRO, summary["macro"])]

@@ -37,6 +37,8 @@ from drmas_bench.report.charts import PALETTE
 from drmas_bench.report.labels import LABELS, stopped_text, workflow_name
 from drmas_bench.report.runs import Run, load_run
 from drmas_bench.types import UserError
+from drmas_bench.workflows import protocol as P
+from drmas_bench.workflows.base import WORKFLOWS
 from drmas_bench.workflows.episodes import ACTORS, search_steps
 
 logger = logging.getLogger(__name__)
@@ -54,7 +56,6 @@ def _short(s: Any, n: int = SHORT) -> str:
 def parsed(rule: str | None, text: str) -> tuple[str | None, str | None]:
     """(parsed action, verdict) of one response under its agent's format rule
     (the workflow's `WorkflowSpec.rules`), both from the protocol's own functions; None where the rule has none."""
-    from drmas_bench.workflows import protocol as P
 
     if rule in P.ROLES:
         action = P.project(rule, text)
@@ -85,7 +86,6 @@ def parsed(rule: str | None, text: str) -> tuple[str | None, str | None]:
 def _env_step_agent(workflow: str | None) -> str | None:
     """The agent that opens each env step of ``workflow`` (`WorkflowSpec.env_step_agent`), None when
     it declares none or is unknown."""
-    from drmas_bench.workflows.base import WORKFLOWS
 
     spec = WORKFLOWS.get(workflow or "")
     return spec.env_step_agent if spec is not None else None

@@ -44,7 +44,7 @@ class Benchmark:
     files: tuple[str, ...] = ()  # candidate paths under the data dir; the first that exists wins
     hub: HubSource | None = None
     # its grading family, a key of drmas_bench.grading.families.FAMILIES (math | qa | toy); "" = its suite's
-    grader: str = ""
+    family: str = ""
     # files known to hold only part of the benchmark: path -> human note (shown wherever counts are)
     partial_files: dict[str, str] = field(default_factory=dict)
     generate: Callable[[], list[Task]] | None = None  # for built-in suites that need no files
@@ -67,7 +67,7 @@ class Suite:
     name: str  # used on the command line (``--suite``)
     workflow: str  # the default workflow, a key of drmas_bench.workflows.WORKFLOWS
     max_new_tokens: int  # the default generation limit of each call
-    grader: str  # the grading family of its benchmarks (a key of grading.families.FAMILIES)
+    family: str  # the grading family of its benchmarks (a key of grading.families.FAMILIES)
 
 
 BENCHMARKS: dict[str, Benchmark] = {}
@@ -89,8 +89,8 @@ def register(b: Benchmark) -> Benchmark:
         raise ValueError(f"benchmark {b.name!r}: unknown suite {b.suite!r}")
     if b.split not in SPLITS:
         raise ValueError(f"benchmark {b.name!r}: unknown split {b.split!r}")
-    if not b.grader:
-        b = replace(b, grader=SUITES[b.suite].grader)
+    if not b.family:
+        b = replace(b, family=SUITES[b.suite].family)
     BENCHMARKS[b.name] = b
     return b
 

@@ -24,7 +24,7 @@ from drmas_bench.tasks.base import (
 from drmas_bench.types import Task
 
 # the math suite: math_refine by default, long reasoning (4096 new tokens), graded as math
-register_suite(Suite("math", workflow="math_refine", max_new_tokens=4096, grader="math"))
+register_suite(Suite("math", workflow="math_refine", max_new_tokens=4096, family="math"))
 
 
 def _math_task(rec: dict[str, Any], i: int, bench: str) -> Task:
@@ -34,7 +34,7 @@ def _math_task(rec: dict[str, Any], i: int, bench: str) -> Task:
         raise ValueError("empty problem")
     if not gold:
         raise ValueError("empty answer")
-    meta = {k: rec[k] for k in ("subject", "level", "type", "url") if k in rec}
+    meta: dict[str, Any] = {k: rec[k] for k in ("subject", "level", "type", "url") if k in rec}
     return Task(record_id(rec, i, "id", "unique_id", "idx", "problem_idx"), bench, str(question), [gold], meta)
 
 
@@ -48,7 +48,7 @@ def _olympiad_task(rec: dict[str, Any], i: int, bench: str) -> Task:
     if not parts or not all(parts):
         raise ValueError("empty final_answer")
     question = first_field(rec, "question", "problem")
-    meta = {k: rec[k] for k in ("subfield", "answer_type", "unit", "is_multiple_answer") if k in rec}
+    meta: dict[str, Any] = {k: rec[k] for k in ("subfield", "answer_type", "unit", "is_multiple_answer") if k in rec}
     return Task(record_id(rec, i, "id"), bench, str(question), [", ".join(parts)], meta)
 
 

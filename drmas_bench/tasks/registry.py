@@ -8,13 +8,14 @@ available it raises one `UserError` that names the benchmark and both fixes.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from drmas_bench.tasks.base import (  # noqa: F401  (the definitions; importable from here as before)
+from drmas_bench.tasks.base import (  # noqa: F401  (the definitions, re-exported: callers import them from here)
     BENCHMARKS,
     SPLITS,
     SUITES,
@@ -38,7 +39,6 @@ SUITE_MODULES = Path(__file__).parent  # every module here but base and registry
 def _ensure_loaded() -> None:
     # importing the suite modules registers their suites and benchmarks (they import only tasks.base);
     # suites are kept in name order, benchmarks suite by suite, whichever module was imported first
-    import importlib
 
     for f in sorted(SUITE_MODULES.glob("*.py")):
         if f.stem not in ("__init__", "base", "registry"):

@@ -27,7 +27,7 @@ from drmas_bench.tasks.base import (
 from drmas_bench.types import Task
 
 # the search suite: search_route by default, 800 new tokens a call, graded by QA exact match
-register_suite(Suite("search", workflow="search_route", max_new_tokens=800, grader="qa"))
+register_suite(Suite("search", workflow="search_route", max_new_tokens=800, family="qa"))
 
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
 
@@ -62,7 +62,7 @@ def _qa_task(rec: dict[str, Any], i: int, bench: str) -> Task:
     answers = [a for a in (answer_text(g) for g in golds) if a]
     if not answers:
         raise ValueError("no gold answer")
-    meta = {k: rec[k] for k in ("type", "dataset", "split", "data_source") if k in rec and rec[k] is not None}
+    meta: dict[str, Any] = {k: rec[k] for k in ("type", "dataset", "split", "data_source") if k in rec and rec[k] is not None}
     return Task(record_id(rec, i, "id", "_id"), bench, question, answers, meta)
 
 

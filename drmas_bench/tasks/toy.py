@@ -26,7 +26,7 @@ def make_toy_tasks(n: int = TOY_EVAL_SIZE, seed: int = TOY_EVAL_SEED, max_operan
 
 
 # the toy suite: the toy workflow, 32 new tokens a call (an answer tag), graded by the toy's own check
-register_suite(Suite("toy", workflow="toy", max_new_tokens=32, grader="toy"))
+register_suite(Suite("toy", workflow="toy", max_new_tokens=32, family="toy"))
 
 register(Benchmark(
     "toy", "toy", "Toy addition (built-in)", TOY_EVAL_SIZE, to_task=lambda rec, i, b: Task.from_dict(rec),

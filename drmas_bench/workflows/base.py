@@ -77,7 +77,7 @@ class WorkflowSpec:
     name: str
     fn: Callable[..., Awaitable[None]]
     agents: tuple[str, ...]  # logical agents, in the order they first speak
-    grader: str  # the grading family: "math" | "qa" | "toy"
+    family: str  # the grading family: "math" | "qa" | "toy"
     needs_retriever: bool = False
     defaults: dict[str, Any] = field(default_factory=dict)  # keyword options and their defaults
     rules: dict[str, Rule] = field(default_factory=dict)  # agent -> the format rule its responses must pass
@@ -98,17 +98,18 @@ class WorkflowSpec:
 WORKFLOWS: dict[str, WorkflowSpec] = {}
 
 
-def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: bool = False,
+def workflow(name: str, agents: tuple[str, ...], family: str | None = None, needs_retriever: bool = False,
              rules: dict[str, Rule] | None = None, effects: Effects | None = None,
              placeholders: dict[str, tuple[set[str], set[str]]] | None = None,
              prompt_limit: tuple[int, str] = (0, "left"), sft: SFTMaker | None = None,
              round1_answer: Callable[[Trajectory], str | None] | None = None,
-             env_step_agent: str | None = None):
+             env_step_agent: str | None = None, grader: str | None = None):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
         agents: the logical agents, in the order they first speak.
-        grader: the grading family, "math" | "qa" | "toy".
+        family: the grading family, "math" | "qa" | "toy" (``grader=`` is accepted too, for workflow
+            modules that name it so; elsewhere "grader" means a math grader, ``--grader``).
         needs_retriever: the workflow searches (the runner loads a retriever).
         rules: {agent: format rule} that compliance checks each agent's responses against (a rule
             name registered with `format_rule`, or a function text -> reasons it fails).
@@ -129,10 +130,14 @@ def workflow(name: str, agents: tuple[str, ...], grader: str, needs_retriever: b
     The workflow's options and their defaults are read from ``fn``'s keyword parameters (those
     after the episode, each with a default), so they are written once, in the signature."""
 
+    if (family is None) == (grader is None):
+        raise ValueError(f"workflow {name!r}: name its grading family once (family=...)")
+    fam: str = family if family is not None else str(grader)
+
     def deco(fn):
         if name in WORKFLOWS:
             raise ValueError(f"workflow {name!r} registered twice")
-        WORKFLOWS[name] = WorkflowSpec(name, fn, agents, grader, needs_retriever, signature_defaults(fn),
+        WORKFLOWS[name] = WorkflowSpec(name, fn, agents, fam, needs_retriever, signature_defaults(fn),
                                        dict(rules or {}), effects, dict(placeholders or {}), prompt_limit, sft,
                                        round1_answer, env_step_agent)
         return fn
@@ -184,20 +189,22 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
 
 
-def sample_seed(run_seed: int, step: int, prompt: str, sample_idx: int, agent: str, turn: int) -> int:
+def sample_seed(run_seed: int, training_step: int, prompt: str, sample_idx: int, agent: str, turn: int) -> int:
     """The sampling seed of one agent call: a stable 63-bit hash of (run seed, training step (0 outside
     training), prompt id, sample index, agent, turn). Every engine that takes a seed gets it (hf: the
     request's own generator; sglang: ``sampling_seed``; openai: ``seed``)."""
-    h = hashlib.sha256("\x1f".join(str(p) for p in ("sample", run_seed, step, prompt, sample_idx, agent, turn)).encode())
+    h = hashlib.sha256("\x1f".join(str(p) for p in ("sample", run_seed, training_step, prompt, sample_idx, agent, turn))
+                       .encode())
     return int.from_bytes(h.digest()[:8], "little") & (2**63 - 1)
 
 
 class Episode:
-    """One run of a workflow on one task (one of its n samples); ``step`` is the training step (0 in eval)."""
+    """One run of a workflow on one task (one of its n samples); ``training_step`` is the trainer's
+    step (0 in eval). Each call is one turn, numbered from 0 in the order the workflow makes them."""
 
     def __init__(self, task: Task, sample_idx: int, backend: AgentBackend, agents: tuple[str, ...],
-                 seed: int = 0, retriever: Any = None, want_logprobs: bool = False, step: int = 0):
-        self.step = step
+                 seed: int = 0, retriever: Any = None, want_logprobs: bool = False, training_step: int = 0):
+        self.training_step = training_step
         self.task = task
         self.traj = Trajectory(task=task, sample_idx=sample_idx)
         self.retriever = retriever
@@ -229,15 +236,15 @@ class Episode:
     async def call(self, agent: str, messages: list[dict[str, str]]) -> Turn:
         if agent not in self._agents:
             raise UserError(f"workflow called unknown agent {agent!r}; team agents: {', '.join(self._agents)}")
-        step = len(self.traj.turns)
+        turn_idx = len(self.traj.turns)
         sampling = replace(self._backend.sampling(agent),
-                           seed=sample_seed(self._seed, self.step, f"{self.task.benchmark}:{self.task.id}",
-                                            self.traj.sample_idx, agent, step))
+                           seed=sample_seed(self._seed, self.training_step, f"{self.task.benchmark}:{self.task.id}",
+                                            self.traj.sample_idx, agent, turn_idx))
         limit, side = self._prompt_limit
         req = Request(agent=agent, messages=messages, sampling=sampling, want_logprobs=self._want_logprobs,
                       max_prompt_tokens=limit, truncate=side, sample_idx=self.traj.sample_idx)
         completion = await self._backend.generate(agent, req)
-        turn = Turn(agent=agent, wg=self._backend.worker_group(agent), step=step, request=req, completion=completion)
+        turn = Turn(agent=agent, wg=self._backend.worker_group(agent), step=turn_idx, request=req, completion=completion)
         self.traj.turns.append(turn)
         return turn
 

@@ -102,7 +102,7 @@ SEEN = {"question", "team_context", "round", "rounds"}
 PLACEHOLDERS = {"solver": (SEEN, {"question", "team_context"}), "verifier": (SEEN, {"question", "team_context"})}
 
 
-@workflow("math_refine", agents=("solver", "verifier"), grader="math",
+@workflow("math_refine", agents=("solver", "verifier"), family="math",
           rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", math_effects),
           placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),  # REFERENCE §2b / §3
           round1_answer=round1_answer)

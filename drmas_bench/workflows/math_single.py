@@ -1,4 +1,4 @@
-"""Math, one agent: the solver alone, one call (the single-agent baseline of issue 25, REFERENCE §2b).
+"""Math, one agent: the solver alone, one call (the single-agent baseline of docs/eval.md, REFERENCE §2b).
 
 The paper compares its teams with one model trained alone (single-agent GRPO). This is that model's
 episode: the solver sees the question and nothing else (no team, no team context, no second round),
@@ -37,7 +37,7 @@ def math_single_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver
     return out
 
 
-@workflow("math_single", agents=("solver",), grader="math", rules={"solver": "solver"},
+@workflow("math_single", agents=("solver",), family="math", rules={"solver": "solver"},
           placeholders={"solver": ({"question"}, {"question"})}, prompt_limit=(8192, "middle"),
           sft=math_single_sft_examples)
 async def math_single(ep: Episode, prompts: P.Templates | None = None,

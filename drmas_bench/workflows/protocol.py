@@ -47,12 +47,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Literal, Optional
 
+import yaml
 from pydantic import Field
 
 from drmas_bench.engines.prompt import TRUNCATE_SIDES
+from drmas_bench.grading.qa import grade_qa
 from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import WORKFLOWS, format_rule
+from drmas_bench.yamlfile import read_yaml
+from drmas_retrieval.loader import parse_spec
+from drmas_retrieval.store import read_manifest
 
 # ------------------------------------------------------------------------------ roles and tags
 
@@ -272,7 +277,6 @@ class SearchEnv:
     _text: list[str] = field(default_factory=list, init=False, repr=False)  # what the env concatenates
 
     def act(self, action: str, response: str = "") -> EnvStep:
-        from drmas_bench.grading.qa import grade_qa
 
         st = EnvStep(len(self.steps) + 1, action, response=response)
         self.steps.append(st)
@@ -393,7 +397,6 @@ def placeholders(workflow: str) -> dict[str, tuple[set[str], set[str]]]:
 
 @lru_cache(maxsize=None)
 def _packaged(workflow: str) -> Templates:
-    import yaml
 
     p = packaged_path(workflow)
     if not placeholders(workflow) or not p.is_file():
@@ -459,7 +462,6 @@ def _merge(base: Templates, d: Any, *, where: str, source: str, complete: bool =
 def load_templates(workflow: str, *overrides: tuple[Any, str]) -> Templates:
     """The packaged templates of `workflow` with each override applied in order. An override is
     (mapping or path of a YAML file, where it came from); None entries are skipped."""
-    from drmas_bench.yamlfile import read_yaml
 
     tpl = default_templates(workflow)
     for value, where in overrides:
@@ -538,8 +540,6 @@ def retriever_record(spec: str | None) -> dict[str, Any] | None:
     (not its path, so a copy on another machine matches); for a server its URL."""
     if not spec:
         return None
-    from drmas_retrieval.loader import parse_spec
-    from drmas_retrieval.store import read_manifest
 
     kind, where = parse_spec(spec)
     if kind == "http":

@@ -111,7 +111,7 @@ PLACEHOLDERS = {"verifier": (SEEN, {"question", "history"}),
                 "answerer": (SEEN | {"verifier_output"}, {"question", "history"})}
 
 
-@workflow("search_route", agents=("verifier", "searcher", "answerer"), grader="qa", needs_retriever=True,
+@workflow("search_route", agents=("verifier", "searcher", "answerer"), family="qa", needs_retriever=True,
           rules={"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
           effects=("search", search_effects), placeholders=PLACEHOLDERS,
           prompt_limit=(4096, "left"), sft=search_sft_examples, env_step_agent="verifier")  # REFERENCE §2b / §3

@@ -9,11 +9,17 @@ import asyncio
 import json
 import os
 import random
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.types import SFTExample
+from drmas_bench.grading.qa import normalize_qa
+from drmas_bench.retrievers import default_spec, open_retriever
+from drmas_bench.tasks.registry import _tasks_from_file, benchmarks_of_suite, resolve_data_dir
+from drmas_bench.tasks.search import normalize_question
+from drmas_bench.types import Completion, Sampling, SFTExample, Task, UserError
+from drmas_bench.workflows.base import Episode, get_workflow
 
 #: the training-side question files (paths under the data dir): HotpotQA train and MuSiQue train
 #: (100 questions each, their passages are in the mini corpus) and the NQ dev split (cut from NQ
@@ -41,8 +47,6 @@ YES_NO = ("yes", "no")
 
 
 def _search_data_dir(data_dir: str | os.PathLike | None) -> Path:
-    from drmas_bench.tasks.registry import resolve_data_dir
-    from drmas_bench.types import UserError
 
     d = resolve_data_dir(data_dir)
     if d is None:
@@ -56,7 +60,6 @@ def _search_data_dir(data_dir: str | os.PathLike | None) -> Path:
 
 def _question_key(question: str) -> str:
     """How two questions are compared for overlap: SQuAD-normalised text (case, punctuation, articles)."""
-    from drmas_bench.grading.qa import normalize_qa
 
     return normalize_qa(question)
 
@@ -65,7 +68,6 @@ def _question_key(question: str) -> str:
 def eval_question_keys(data_dir: str) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
     """({benchmark: ids}, normalised question texts) of every search-suite benchmark file present in
     `data_dir`: the questions a warm start must never see."""
-    from drmas_bench.tasks.registry import _tasks_from_file, benchmarks_of_suite
 
     ids: dict[str, set[str]] = {}
     texts: set[str] = set()
@@ -85,8 +87,6 @@ def search_train_tasks(data_dir: str | None = None) -> tuple:
     files only, with every question dropped whose id occurs in the evaluated split of the same
     dataset or whose normalised text occurs in any search-suite benchmark file (NQ repeats a few
     question texts across its splits)."""
-    from drmas_bench.tasks.search import normalize_question
-    from drmas_bench.types import Task
 
     d = _search_data_dir(data_dir)
     eval_ids, eval_texts = eval_question_keys(str(d))
@@ -123,12 +123,10 @@ class _ScriptedTeam:
         return "script"
 
     def sampling(self, agent: str):
-        from drmas_bench.types import Sampling
 
         return Sampling()
 
     async def generate(self, agent: str, request):
-        from drmas_bench.types import Completion
 
         if agent == "verifier":
             self.verifier_calls += 1
@@ -142,7 +140,6 @@ class _ScriptedTeam:
 
 @lru_cache(maxsize=2)
 def _open_search_retriever(spec: str | None, data_dir: str) -> Any:
-    from drmas_bench.retrievers import default_spec, open_retriever
 
     return open_retriever(spec or default_spec(data_dir))
 
@@ -150,7 +147,6 @@ def _open_search_retriever(spec: str | None, data_dir: str) -> Any:
 def search_episode_turns(task: Any, retriever: Any, workflow_options: dict[str, Any] | None = None) -> list:
     """The turns of one scripted `search_route` episode on `task` (verifier no, searcher, verifier
     yes, answerer): each turn's request is what the rollout would show the agent there."""
-    from drmas_bench.workflows.base import Episode, get_workflow
 
     wf = get_workflow("search_route")
     ep = Episode(task, 0, _ScriptedTeam(task.question, task.answers[0]), wf.agents, retriever=retriever)
@@ -161,7 +157,6 @@ def search_episode_turns(task: Any, retriever: Any, workflow_options: dict[str, 
 def _run_apart(coro: Any) -> Any:
     """Run a coroutine to its end from plain code, also when called inside a running event loop
     (the trainer's warm start is async): on a thread of its own with its own loop."""
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
@@ -172,7 +167,7 @@ def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: s
                         sources: tuple[str, ...] = DEFAULT_SOURCES, yes_no_share: float = 0.15,
                         first_verdict_share: float = 2 / 3, **_: Any) -> list[SFTExample]:
     """``n`` examples per agent in ``agents`` (verifier, searcher, answerer) of the ``search_route``
-    protocol warm start (issue 21: a 135M model never writes the tags on its own).
+    protocol warm start (a 135M model never writes the tags on its own).
 
     Each example is one call of a scripted episode run through the workflow itself
     (`search_episode_turns`): the packaged prompts, the real BM25 passages of the mini corpus for the

@@ -1,5 +1,5 @@
 """Search, one agent: search and answer in one growing conversation (the single-agent baseline of
-issue 25, after Search-R1's protocol; REFERENCE §2b for everything the team shares).
+docs/eval.md, after Search-R1's protocol; REFERENCE §2b for everything the team shares).
 
     messages = [system, the agent's prompt]
     step t = 1..max_steps:
@@ -70,7 +70,7 @@ def single_valid(text: str) -> bool:
     return not single_reasons(text)
 
 
-@workflow("search_single", agents=("agent",), grader="qa", needs_retriever=True, rules={"agent": "single_action"},
+@workflow("search_single", agents=("agent",), family="qa", needs_retriever=True, rules={"agent": "single_action"},
           placeholders={"agent": ({"question", "max_steps", "max_searches"}, {"question"}),
                         "no_action": ({"step", "max_steps"}, set())},
           prompt_limit=(4096, "left"))

@@ -111,7 +111,7 @@ def toy_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accurac
     return out
 
 
-@workflow("toy", agents=("solver", "checker"), grader="toy", rules={"solver": "toy_answer", "checker": "toy_verdict"},
+@workflow("toy", agents=("solver", "checker"), family="toy", rules={"solver": "toy_answer", "checker": "toy_verdict"},
           sft=toy_sft_examples)
 async def toy(ep: Episode, rounds: int = 2) -> None:
     previous = None
