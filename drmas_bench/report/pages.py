@@ -17,6 +17,7 @@ from html import escape
 from pathlib import Path
 from typing import Sequence
 
+from drmas_bench.files import atomic_write
 from drmas_bench.metrics import MACRO, MICRO
 from drmas_bench.report import charts as C
 from drmas_bench.report.cost import pareto_front
@@ -123,8 +124,6 @@ def leaderboard_html(tables: Sequence[Table], runs: Sequence[Run], ci: bool = Fa
 
 def write_leaderboard_html(path: str | Path, tables: Sequence[Table], runs: Sequence[Run], ci: bool = False,
                            notes: Sequence[str] = ()) -> Path:
-    from drmas_bench.store import atomic_write
-
     path = Path(path)
     atomic_write(path, leaderboard_html(tables, runs, ci, notes))
     return path

@@ -131,7 +131,8 @@ def compliance(comp: dict[str, Any] | None, colours: dict[str, str]) -> str:
     wf = comp.get("workflow")
     head = ["agent", label("calls"), label("valid_rate"), label("invalid_reasons"), label("length_cut"),
             label("empty_responses"), "actions / verdicts"]
-    rows, bars = [], []
+    rows: list[list[Any]] = []
+    bars: list[tuple[str, list[tuple[str, float | None, str]]]] = []
     for a, v in comp["agents"].items():
         valid = pct(v.get("valid_rate"), 0)
         tip = f"{v.get('valid', '–')} of {v.get('calls', '–')} calls recorded valid"
@@ -164,7 +165,7 @@ def episodes(comp: dict[str, Any] | None) -> str:
             else:
                 text = value(k, x)
             erows.append([label(k), _num(text)])
-        out += [_h(caption("episodes", comp.get("workflow"))), table(["figure", "per episode"], erows, "episodes")]
+        out += [_h(caption("episodes", (comp or {}).get("workflow"))), table(["figure", "per episode"], erows, "episodes")]
     return "".join(out)
 
 
