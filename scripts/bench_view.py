@@ -196,18 +196,44 @@ def browser() -> str | None:
 CONSOLE = re.compile(r":(INFO|WARNING|ERROR):CONSOLE[^\]]*\] \"(.*)\", source")
 
 
+# A page inside a frame of a given width: headless Chromium lays a window out at least 500 px wide,
+# so a phone's width (390 px) is tested in a frame of that width. The frame's test hook result is
+# copied out once its page says it is ready (file:// frames are readable with
+# --allow-file-access-from-files).
+FRAME = """<!doctype html><html><body style="margin:0">
+<iframe id="f" src="{url}" style="width:{w}px;height:{h}px;border:0"></iframe><pre id="test-result"></pre>
+<script>
+const f = document.getElementById("f");
+function copy() {{
+  const d = f.contentDocument;
+  if (d && d.body && d.body.dataset.ready) document.getElementById("test-result").textContent = d.getElementById("test-result").textContent;
+  else setTimeout(copy, 50);
+}}
+f.addEventListener("load", copy);
+</script></body></html>"""
+
+
 def open_page(page: str | Path, query: str = "", screenshot: str | Path | None = None, budget_ms: int = 8000,
-              size: str = "1280,1400") -> dict[str, Any]:
+              size: str = "1280,1400", frame_width: int | None = None) -> dict[str, Any]:
     """Load `page` in headless Chromium with `?test=1&` + `query`, let its script run, and return what
-    its test hook wrote (#test-result: rows shown, turns drawn, script errors, paint times) plus the
-    browser's console messages (``console``) and the wall seconds of the browser run."""
+    its test hook wrote (#test-result: rows shown, turns drawn, script errors, paint times, the
+    page's scroll width) plus the browser's console messages (``console``) and the wall seconds of
+    the browser run. ``frame_width``: lay the page out that many CSS pixels wide (in a frame; a
+    phone is 390)."""
     exe = browser()
     if exe is None:
         raise RuntimeError("no headless browser (install Debian's chromium package)")
     url = Path(page).resolve().as_uri() + "?test=1" + (("&" + query) if query else "")
     with tempfile.TemporaryDirectory() as profile:
+        if frame_width:
+            h = int(size.split(",")[1])
+            wrapper = Path(profile) / "frame.html"
+            wrapper.write_text(FRAME.format(url=url, w=frame_width, h=h), encoding="utf-8")
+            url = wrapper.as_uri()
+            size = f"{max(frame_width, 500)},{h}"
         base = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
-                "--enable-logging=stderr", "--v=0", f"--virtual-time-budget={budget_ms}", f"--window-size={size}"]
+                "--enable-logging=stderr", "--v=0", f"--virtual-time-budget={budget_ms}", f"--window-size={size}",
+                "--allow-file-access-from-files"]
         t0 = time.perf_counter()
         p = subprocess.run(base + ["--dump-dom", url], capture_output=True, text=True, timeout=180)
         wall = time.perf_counter() - t0

@@ -296,11 +296,11 @@ def test_old_records_still_summarise_and_render():
     assert c["episodes"]["answer_tag_rate"] == 0.0  # no final_answer recorded
     assert c["agents"]["answerer"]["actions"] == {"search": 0, "answer": 1, "empty": 0}  # read from its text
     md = format_summary_markdown(json.loads(json.dumps(s)))
-    assert "### Protocol compliance" in md and "missing verify tag 1" in md
-    assert "100% (today's rules: 0%)" in md  # recorded valid (no flag: True) but not under today's rules
+    assert "### Why: protocol compliance of the search workflow, per agent" in md and "no `<verify>` tag 1" in md
+    assert "100% (valid under today's rules: 0%)" in md  # recorded valid (no flag: True) but not under today's rules
     # a summary.json written before compliance existed renders without the section
     del s["compliance"]
-    assert "Protocol compliance" not in format_summary_markdown(s)
+    assert "protocol compliance" not in format_summary_markdown(s)
 
 
 def test_summary_markdown_explains_a_search_run():

@@ -275,12 +275,12 @@ def test_summary_markdown_shows_the_flip_table_and_evidence_recall():
     s = json.loads(json.dumps(summarize(recs, n_boot=10, workflow="math_refine")))
     md = format_summary_markdown(s)
     m = s["effects"]["math"]
-    assert "### The verifier's effect" in md and "wrong->right" in md
+    assert "### The verifier's effect" in md and "wrong -> right" in md
     section = md.split("### The verifier's effect")[1]
     row = next(line for line in section.splitlines() if line.startswith("| all "))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2:6] == [str(m["flips"][k]) for k in FLIPS]
-    assert "### Per-agent latency and cost" in md
+    assert "### Where the time went: call latency per agent" in md
 
     recs = random_search_run(2)
     s = json.loads(json.dumps(summarize(recs, n_boot=10)))

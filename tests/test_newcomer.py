@@ -126,7 +126,7 @@ def test_agents_table_shows_the_model_and_an_agent_never_called():
     from drmas_bench.report.markdown import format_summary_markdown
 
     md = format_summary_markdown(_summary_with_run())
-    table = md[md.index("### Agents"):].splitlines()
+    table = md[md.index("### At what cost"):].splitlines()
     solver = next(line for line in table if line.startswith("| solver"))
     checker = next(line for line in table if line.startswith("| checker"))
     assert "smollm2-135m-instruct" in solver and "| shared " in solver and "| 2 " in solver

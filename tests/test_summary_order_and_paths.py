@@ -82,6 +82,7 @@ def test_leaderboard_writes_a_safe_suite_inside_out(tmp_path, capsys):
     run = write_run(tmp_path / "run1", records(), suite="math-v2.1_x")
     out = tmp_path / "lb"
     assert cli_main(["leaderboard", str(run), "--out", str(out), "--no-paper", "--n-boot", "10"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["leaderboard.md", "math-v2.1_x.csv", "math-v2.1_x_long.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["leaderboard.html", "leaderboard.md", "math-v2.1_x.csv",
+                                                    "math-v2.1_x_long.csv"]
     with pytest.raises(UserError, match="'sub/x'"):
         report.data_file_name(out, "sub/x", ".csv", "the suite of run r")

@@ -141,6 +141,23 @@ def test_records_from_before_the_env_account_still_render(tmp_path, runs):
     assert [r["k"] for r in entry["rows"]] == [V.search_steps(r).count("search") for r in V._order(recs)]
 
 
+def test_a_run_stopped_by_a_limit_says_so_on_its_page(tmp_path, runs):
+    import shutil
+
+    from drmas_bench.report.labels import stopped_text
+
+    d = tmp_path / "stopped"
+    shutil.copytree(runs[0], d)
+    assert V.stopped(load_run(d)) == ""  # no summary.json: nothing to say
+    stop = {"limit": "max_usd", "reason": "the run reached --max-usd 0.5 (0.51 spent)", "samples_finished": 24,
+            "samples_planned": 40}
+    (d / "summary.json").write_text(json.dumps({"run": {"stopped": stop}}), encoding="utf-8")
+    html = V.render([load_run(d)])
+    assert f'<p class="stopped">{stopped_text(stop)}</p>' in html and "24 of 40 samples" in html
+    (d / "summary.json").write_text("{not json", encoding="utf-8")
+    assert 'class="stopped"' not in V.render([load_run(d)])  # an unreadable summary.json: the page still builds
+
+
 def test_more_than_two_runs_is_a_user_error(runs):
     with pytest.raises(UserError):
         V.render([load_run(runs[0])] * 3)
@@ -219,18 +236,154 @@ def test_the_browser_check_sees_a_broken_page(tmp_path, runs):
 
 @needs_browser
 def test_every_per_agent_block_of_the_summary_is_drawn(tmp_path, runs):
-    """Blocks other than compliance (e.g. per-agent effects) are drawn the same way, nested ones as rows."""
+    """A block other than compliance and effects with per-agent entries is drawn as a labelled table
+    too; the workflow's effects block per benchmark in its own."""
     run = load_run(runs[0])
     summary = V.metrics.summarize(run.records, workflow="search_route")
-    summary["effects"] = {"workflow": "search_route", "agents": {"verifier": {"latency_s": {"p50": 0.1, "p95": 0.2}}},
-                          "benchmarks": {"nq": {"search": {"evidence_recall": 0.5}}}}
+    summary["memory"] = {"workflow": "search_route", "agents": {"verifier": {"notes_kept": 3, "recall_rate": 0.5}}}
     page = tmp_path / "effects.html"
     page.write_text(V.render([run], [summary]), encoding="utf-8")
     res = B.open_page(page)
-    assert res["errors"] == [] and "compliance per agent" in res["headings"] and "effects per agent" in res["headings"]
-    assert "effects · benchmarks" in res["headings"]
+    assert res["errors"] == [] and "Memory of the search workflow, per agent" in res["headings"]
+    assert "Why: what the search workflow's agents did to the score" in res["headings"]
+    assert "notes kept" in res["report_text"] and "recall (%)" in res["report_text"]
+
+
+# ------------------------------------------------------------------ the report half: labels, charts, widths
+
+
+def _keys(obj, out=None):
+    """Every dict key in a summary, at any depth."""
+    out = set() if out is None else out
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.add(str(k))
+            _keys(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _keys(v, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory, runs):
+    base = tmp_path_factory.mktemp("pages")
+    return V.write_view([runs[0]], base / "one.html"), V.write_view(list(runs), base / "two.html")
+
+
+def _expected_bars(run):
+    """The bars each chart of one run must have, from its summary (not from the page)."""
+    s = V.metrics.summarize(run.records, workflow=run.workflow)
+    agents = s["micro"]["agents"]
+    comp = s["compliance"]["agents"]
+    rows = len(s["benchmarks"]) + 1 + (len(s["benchmarks"]) > 1)  # benchmarks, micro, macro
+    return s, {"score-avg": rows, "agent-calls": len(agents), "agent-tokens": 2 * len(agents),
+               "agent-latency": 2 * len(agents),
+               "compliance": sum(1 + sum(1 for k in v["invalid_reasons"].values() if k) for v in comp.values())}
+
+
+@needs_browser
+@pytest.mark.parametrize("width", [1400, 390])
+def test_the_report_fits_the_page_with_human_labels_and_charts(pages, runs, width):
+    """At a desktop's 1,400 px and a phone's 390 px nothing is wider than the page, no raw summary
+    key is visible, and each chart has a bar per agent / benchmark / reason of the run."""
+    res = B.open_page(pages[0], size=f"{width},1400", frame_width=width if width < 500 else None)
+    assert res["errors"] == [] and res["console"] == []
+    assert res["inner_width"] == width
+    assert res["scroll_width"] <= res["inner_width"] and res["too_wide"] == [], res["too_wide"]
+    assert res["scrolls_sideways"] == []  # no table in a box of its own that scrolls sideways
+    summary, want = _expected_bars(load_run(runs[0]))
+    raw = {k for k in _keys(summary) if "_" in k}
+    assert {"usage_unknown_calls", "calls_per_traj", "valid_rate", "missing_verify_tag"} <= raw  # the check can bite
+    assert [k for k in raw if k in res["report_text"]] == []
+    if width > 600:  # a phone shows the column heads as each cell's CSS label, which innerText leaves out
+        assert "calls per trajectory" in res["report_text"] and "valid (%)" in res["report_text"]
+        assert "latency p50 / p95 (s)" in res["report_text"]
+        # one label table for the page and summary.md
+        from drmas_bench.report.labels import label
+        from drmas_bench.report.markdown import format_summary_markdown
+
+        md = format_summary_markdown(summary)
+        for k in ("calls_per_traj", "prompt_tokens_per_call", "completion_tokens_per_call", "tokens_per_question",
+                  "invalid_reasons", "length_cut", "empty_responses", "evidence_recall", "call_latency_s"):
+            assert label(k) in md and label(k) in res["report_text"], k
+    assert dict(res["charts"]) == want
+
+
+@needs_browser
+def test_two_runs_list_what_changed_and_fit_a_phone(pages, runs):
+    a = {(r["task"]["benchmark"], r["task"]["id"]): r["correct"] for r in load_run(runs[0]).records}
+    b = {(r["task"]["benchmark"], r["task"]["id"]): r["correct"] for r in load_run(runs[1]).records}
+    fixed = sum(1 for k in a if k in b and not a[k] and b[k])
+    broken = sum(1 for k in a if k in b and a[k] and not b[k])
+    assert fixed > 0
+    res = B.open_page(pages[1], size="390,1400", frame_width=390)
+    assert res["errors"] == [] and res["scroll_width"] <= res["inner_width"] == 390 and res["too_wide"] == []
+    assert res["scrolls_sideways"] == []  # no table in a box of its own that scrolls sideways
+    assert res["charts"][0] == ["changes", 3]
+    assert f"fixed: {fixed}" in res["report_text"] and (broken == 0 or f"broken: {broken}" in res["report_text"])
+
+
+def test_change_kinds_match_a_plain_loop(runs):
+    ra, rb = load_run(runs[0]), load_run(runs[1])
+    cs = V.sections.changes(ra.views, rb.views)
+    a = {(r.benchmark, r.task_id): r.correct for r in ra.views}
+    b = {(r.benchmark, r.task_id): r.correct for r in rb.views}
+    want = {k: ("fixed" if not a[k] and b[k] else "broken" if a[k] and not b[k] else "unchanged") for k in a if k in b}
+    assert {(c.benchmark, c.id): c.kind for c in cs} == want
+
+
+def test_labels_and_values():
+    from drmas_bench.report.labels import label, value
+
+    assert label("usage_unknown_calls") == "calls with unknown usage" and label("calls_per_traj") == "calls per trajectory"
+    assert label("pass^4") == "pass^4 (%)" and label("some_new_key") == "some new key"
+    assert value("valid_rate", 0.25) == "25.0" and value("latency_s", {"p50": 1.0, "p95": 2.5}) == "1.00 / 2.50"
+    assert value("usd_per_question", 0.000123456) == "0.0001235" and value("calls", None) == "–"
 
 
 def test_natural_order_of_question_ids():
     ids = ["q10", "q2", "q1", "b"]
     assert sorted(ids, key=V._natural) == ["b", "q1", "q2", "q10"]
+
+
+# ------------------------------------------------------------------ the leaderboard page
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory, runs):
+    out = tmp_path_factory.mktemp("board")
+    assert cli.main(["leaderboard", str(runs[0]), str(runs[1]), "--ci", "--n-boot", "50", "--out", str(out)]) == 0
+    from drmas_bench import report
+
+    tables = report.build_leaderboard([load_run(r) for r in runs], report.parse_metrics("avg@n,pass@n"), ci=True,
+                                      paper=report.load_paper(), n_boot=50)
+    return out / "leaderboard.html", tables
+
+
+@needs_browser
+def test_the_leaderboard_page_sorts_marks_and_plots(board):
+    page, tables = board
+    t = tables[0]
+    col = 1 + t.columns.index(V.metrics.MICRO)
+    res = B.open_page(page, f"sort=0:{col}", size="1400,1400")  # a number column sorts high to low first
+    assert res["errors"] == [] and res["console"] == [] and res["tables"] == len(tables)
+    value = {r.label: getattr(r.cells.get(V.metrics.MICRO), "value", None) for r in t.rows}
+    assert res["before"] == [r.label for r in t.rows]
+    assert res["after"] == sorted(value, key=lambda k: (value[k] is None, -(value[k] or 0.0)))
+    assert res["after"] != res["before"]  # the click reordered the rows
+    assert res["flags"] == sum(1 for tb in tables for r in tb.rows if r.source == "reproduced" and r.notes) > 0
+    assert res["charts"] == [["pareto-search", 2, 2]]  # run b: fewer tokens, lower score; both on the front
+    assert res["scroll_width"] <= res["inner_width"] and res["too_wide"] == []
+    assert res["scrolls_sideways"] == []  # no table in a box of its own that scrolls sideways
+    assert res["sorters_shown"] == 0  # the heads sort on a desktop
+
+
+@needs_browser
+def test_the_leaderboard_page_fits_a_phone(board):
+    """Rows become cards (the heads hidden), so a select above each table sorts it."""
+    res = B.open_page(board[0], size="390,1400", frame_width=390)
+    assert res["errors"] == [] and res["inner_width"] == 390
+    assert res["scroll_width"] <= 390 and res["too_wide"] == [], res["too_wide"]
+    assert res["scrolls_sideways"] == []  # no table in a box of its own that scrolls sideways
+    assert res["sorters_shown"] == res["tables"] == len(board[1])

@@ -26,9 +26,10 @@ LEADERBOARD_EPILOG = """examples:
   drmas-bench leaderboard runs/math-* --metric pass@1,pass@8 --no-paper
   drmas-bench leaderboard runs/math-* --metric pass@4,pass^4 --ci   # coverage and reliability at k = 4
 
-Writes (with --out DIR): DIR/leaderboard.md (every table), DIR/<suite>.csv (one line per metric and run,
-values in %) and DIR/<suite>_long.csv (one line per run, benchmark and metric: run, benchmark, metric,
-value, ci_lo, ci_hi).
+Writes (with --out DIR): DIR/leaderboard.md (every table), DIR/leaderboard.html (the same tables as one
+page: sortable columns, the flagged rows marked, a Pareto plot per suite), DIR/<suite>.csv (one line per
+metric and run, values in %) and DIR/<suite>_long.csv (one line per run, benchmark and metric: run,
+benchmark, metric, value, ci_lo, ci_hi).
 Rows marked [paper] come from leaderboards/reference/paper.yaml: reported in the paper, not reproduced.
 """
 
@@ -67,7 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated avg@K / pass@K / pass^K, K an integer or n (default avg@n,pass@n). avg@K "
                         "needs n == K (else avg@n is shown and flagged); pass@K (at least one of K succeeds) and pass^K "
                         "(all K succeed) need K <= n (unbiased estimators)")
-    p.add_argument("--out", help="folder for leaderboard.md, <suite>.csv and <suite>_long.csv (default: print only)")
+    p.add_argument("--out", help="folder for leaderboard.md, leaderboard.html, <suite>.csv and <suite>_long.csv "
+                                 "(default: print only)")
     p.add_argument("--ci", action="store_true", help="add 95%% bootstrap CIs over questions")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for --ci (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -141,7 +143,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
         out = Path(args.out)
         atomic_write(out / "leaderboard.md", md)
-        written = [out / "leaderboard.md"]
+        from drmas_bench.report.pages import write_leaderboard_html
+
+        notes = [] if args.no_paper or paper is not None else ["paper rows left out: leaderboards/reference/paper.yaml "
+                                                               "not found (pass --paper FILE)"]
+        written = [out / "leaderboard.md", write_leaderboard_html(out / "leaderboard.html", tables, runs, args.ci, notes)]
         for suite, path in csv_paths.items():
             suite_tables = [t for t in tables if t.suite == suite]
             atomic_write(path, report.tables_csv(suite_tables, ci=args.ci))

@@ -1,6 +1,7 @@
 """`drmas-bench view RUN [RUN2] [--out FILE.html]`: one self-contained page that explains a run
-(summary tables, per-agent figures, every trajectory's turns; two runs side by side). The page is
-built by `drmas_bench.report.view`; this module only parses the arguments."""
+(how good, why, at what cost, where the time went: tables and charts; every trajectory's turns; two
+runs side by side, with the questions fixed and broken). The page is built by
+`drmas_bench.report.view`; this module only parses the arguments."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ EPILOG = """examples:
   drmas-bench view runs/base runs/trained --out compare.html     # the same questions side by side
 
 The page needs no server and loads nothing from the network: open it from disk in any recent
-browser. How to read it: docs/analysis.md.
+browser (a phone too). How to read it: docs/analysis.md.
 """
 
 

@@ -15,6 +15,7 @@ come in computed (drmas_bench.metrics, report.leaderboard / compare / cost); thi
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Sequence
 
 from tabulate import tabulate
@@ -22,6 +23,7 @@ from tabulate import tabulate
 from drmas_bench.metrics import MACRO, MICRO, QA_KEYS
 from drmas_bench.report.compare import Comparison
 from drmas_bench.report.cost import TeamCost, cost_notes
+from drmas_bench.report.labels import USD_SOURCES, caption, label, stopped_text, value
 from drmas_bench.report.leaderboard import Cell, Table
 
 
@@ -238,18 +240,20 @@ def _agent_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     model and worker group; a summary without the team (older runs) names the worker groups only."""
     agents = summary["micro"].get("agents", {})
     team = (summary.get("run") or {}).get("team") or {}
-    head = ["agent", "model", "worker group", "calls", "calls / trajectory", "prompt tokens / call",
-            "completion tokens / call", "$ / question"]
+    head = ["agent", label("model"), label("worker_group"), label("calls"), label("calls_per_traj"),
+            label("prompt_tokens_per_call"), label("completion_tokens_per_call"), label("tokens_per_question"),
+            label("usd_per_question")]
     rows = []
     for a in list(team) + [a for a in agents if a not in team]:
         v, t = agents.get(a), team.get(a, {})
         wg = t.get("worker_group") or ", ".join(v["models"])  # the recorded `models` are worker groups
         if v is None:
-            rows.append([a, t.get("model", "–"), wg, "0", "0.00", "–", "–", "–"])
+            rows.append([a, t.get("model", "–"), wg, "0", "0.00", "–", "–", "–", "–"])
             continue
+        tq = v.get("tokens_per_question")
         rows.append([a, t.get("model", "–"), wg, str(v.get("calls", "–")), f"{v['calls_per_traj']:.2f}",
                      _tokens(v["prompt_tokens_per_call"], v), _tokens(v["completion_tokens_per_call"], v),
-                     _usd_known(v.get("usd_per_question"), v)])
+                     "unknown" if tq is None else f"{tq:.0f}", _usd_known(v.get("usd_per_question"), v)])
     return head, rows
 
 
@@ -257,8 +261,13 @@ def _share(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.0f}%"
 
 
+def md_label(key: str) -> str:
+    """`labels.label` for Markdown: a tag in it (``<verify>``) in backticks, so it stays visible."""
+    return re.sub(r"(<[a-z/]+>|\\boxed\{\})", r"`\1`", label(key))
+
+
 def _counts(d: dict[str, int] | None) -> str:
-    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (d or {}).items()) or "–"
+    return ", ".join(f"{md_label(str(k))} {v}" for k, v in (d or {}).items()) or "–"
 
 
 def compliance_markdown(comp: dict[str, Any] | None) -> list[str]:
@@ -267,16 +276,17 @@ def compliance_markdown(comp: dict[str, Any] | None) -> list[str]:
 
     if not comp or not comp.get("agents"):
         return []
-    head = ["agent", "calls", "valid", "why invalid (turns)", "cut at max tokens", "blank", "actions / verdicts"]
+    head = ["agent", label("calls"), "valid", label("invalid_reasons"), label("length_cut"), label("empty_responses"),
+            "actions / verdicts"]
     rows = []
     for a, v in comp["agents"].items():
         seen = v.get("actions") or v.get("verdicts")
         valid = _share(v.get("valid_rate"))
         if v.get("valid_by_rules_rate") is not None and v["valid_by_rules"] != v.get("valid"):
-            valid += f" (today's rules: {_share(v['valid_by_rules_rate'])})"  # recorded under other rules
+            valid += f" ({label('valid_by_rules')}: {_share(v['valid_by_rules_rate'])})"  # recorded under other rules
         rows.append([a, v["calls"], valid, _counts(v.get("invalid_reasons")),
                      v.get("length_cut", 0), v.get("empty_responses", 0), _counts(seen)])
-    out = ["", "### Protocol compliance (why the score)", "",
+    out = ["", f"### {caption('compliance', comp.get('workflow'))}", "",
            tabulate(rows, head, tablefmt="github", disable_numparse=True)]
     ep = comp.get("episodes") or {}
     fmt = lambda x: "–" if x is None else f"{x:.2f}"  # noqa: E731
@@ -309,18 +319,16 @@ def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
     if not eff:
         return []
     out: list[str] = []
-    if eff.get("agents"):
-        head = ["agent", "calls / question", "latency p50 (s)", "latency p95 (s)", "tokens / question", "$ / call"]
-        rows = [[a, _num(v.get("calls_per_question")), _num((v.get("latency_s") or {}).get("p50")),
-                 _num((v.get("latency_s") or {}).get("p95")),
-                 "unknown" if v.get("tokens_per_question") is None else f"{v['tokens_per_question']:.0f}",
-                 "–" if "usd_per_call" not in v else ("unknown" if v["usd_per_call"] is None else f"{v['usd_per_call']:.6f}")]
-                for a, v in eff["agents"].items()]
-        out += ["", "### Per-agent latency and cost", "", tabulate(rows, head, tablefmt="github", disable_numparse=True)]
+    if eff.get("agents"):  # calls, tokens and dollars per agent are in the agents table: latency only here
+        head = ["agent", label("call_latency_s")]
+        rows = [[a, value("latency_s", v.get("latency_s"))] for a, v in eff["agents"].items()]
+        out += ["", "### Where the time went: call latency per agent", "",
+                tabulate(rows, head, tablefmt="github", disable_numparse=True)]
     blocks = [(b, v) for b, v in (eff.get("benchmarks") or {}).items()]
     if "math" in eff:
-        head = ["benchmark", "round 2 ran", "wrong->right", "right->wrong", "wrong->wrong", "right->right",
-                "approves right (recall)", "approves wrong", "judge precision", "round-1 acc", "final acc"]
+        head = ["benchmark"] + [label(k) for k in ("round2_rate", "wrong_to_right", "right_to_wrong", "wrong_to_wrong",
+                                                    "right_to_right", "approve_rate_on_right", "approve_rate_on_wrong",
+                                                    "judge_precision", "round1_accuracy", "final_accuracy")]
         rows = []
         for name, m in [(b, v["math"]) for b, v in blocks] + ([("all", eff["math"])] if len(blocks) != 1 else []):
             f = m["flips"]
@@ -338,8 +346,9 @@ def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
             out += [f"{m['round1_ungraded']} episodes ran round 2 but their round-1 answer was never graded "
                     "(a run recorded before round-1 grades were kept): left out of the flip table."]
     if "search" in eff:
-        head = ["benchmark", "evidence recall", "acc with evidence", "acc without", "gold retrieved at all",
-                "searches / episode", "steps / episode", "no answer"]
+        head = ["benchmark"] + [label(k) for k in ("evidence_recall", "accuracy_with_evidence", "accuracy_without_evidence",
+                                                    "evidence_retrieved_rate", "searches_per_episode", "steps_per_episode",
+                                                    "no_answer_rate")]
         rows = []
         for name, s in [(b, v["search"]) for b, v in blocks] + ([("all", eff["search"])] if len(blocks) != 1 else []):
             rows.append([name, _rate_of(s["evidence_recall"], s["answerer_episodes"]),
@@ -396,19 +405,21 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
     parts += _pass_hat_markdown(rows_src)
 
     qa = [k for k in QA_KEYS if any(k in blk for _, blk in rows_src)]
-    cost_head = ["benchmark", "latency p50 (s)", "latency p95 (s)", "$ / question"] + [k.upper() if k != "f1" else "F1" for k in qa]
+    cost_head = (["benchmark", "trajectory latency p50 (s)", "trajectory latency p95 (s)", label("usd_per_question")]
+                 + [label(k) for k in qa])
     cost_rows = []
     for name, blk in rows_src:
         lat = blk.get("latency_s", {})
         fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
         cost_rows.append([name, fmt(lat.get("p50")), fmt(lat.get("p95")), _usd_known(blk.get("usd_per_question"), blk)]
                          + [_pct(blk.get(k)) for k in qa])
-    source = summary["micro"].get("usd_source", "")
+    source = USD_SOURCES.get(summary["micro"].get("usd_source", ""), summary["micro"].get("usd_source", ""))
     parts += ["", f"### Cost and latency ($ from {source})", "", tabulate(cost_rows, cost_head, tablefmt="github", disable_numparse=True)]
 
     ag_head, ag_rows = _agent_rows(summary)
     if ag_rows:
-        parts += ["", "### Agents (all questions)", "", tabulate(ag_rows, ag_head, tablefmt="github", disable_numparse=True)]
+        parts += ["", f"### {caption('cost')} (all questions)", "",
+                  tabulate(ag_rows, ag_head, tablefmt="github", disable_numparse=True)]
 
     parts += compliance_markdown(summary.get("compliance"))
     parts += effects_markdown(summary.get("effects"))
@@ -486,9 +497,7 @@ def limit_stop_markdown(run: dict[str, Any] | None) -> str:
     stop = (run or {}).get("stopped")
     if not isinstance(stop, dict):
         return ""
-    return (f"> **Stopped by a limit:** {stop.get('reason')}. {stop.get('samples_finished')} of "
-            f"{stop.get('samples_planned')} samples are finished; the figures below cover those only. Re-run with "
-            "a higher limit to resume.\n\n")
+    return "> **" + stopped_text(stop).replace(": ", ":** ", 1) + "\n\n"
 
 
 def run_summary_markdown(summary: dict[str, Any]) -> str:

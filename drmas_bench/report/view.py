@@ -1,7 +1,8 @@
 """`drmas-bench view RUN [RUN2]`: one self-contained HTML page that explains a run.
 
-The page holds the summary tables and every per-agent block of the summary (``compliance`` today,
-any other block with per-agent entries the same way), a filterable list of the trajectories, and
+The page holds the run's report (`report.sections`: one table per question a reader asks, how
+good, why, at what cost, where the time went, with human labels and inline SVG charts; for two runs
+the questions fixed, broken and unchanged), a filterable list of the trajectories, and
 each trajectory as its turns: the prompt, the response, the action the protocol makes of it, the
 observation the env showed back, the verdict, the validity and the reward. With two runs the same
 (benchmark, question, sample) pair sits side by side.
@@ -31,6 +32,9 @@ from typing import Any, Sequence
 
 from drmas_bench import metrics
 from drmas_bench.records import RecordView, view, views
+from drmas_bench.report import sections
+from drmas_bench.report.charts import PALETTE
+from drmas_bench.report.labels import LABELS, stopped_text, workflow_name
 from drmas_bench.report.runs import Run, load_run
 from drmas_bench.types import UserError
 from drmas_bench.workflows import protocol as P
@@ -195,6 +199,45 @@ def _script_json(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
+def agent_colours(runs: Sequence[Run], entries: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """One colour per agent, the same in the charts, the turns and both runs: the team's order first,
+    then agents seen only in the records."""
+    out: dict[str, str] = {}
+    names = [a for r in runs for a in r.agents] + [a for e in entries for a in (e["summary"].get("micro") or {}).get("agents", {})]
+    for a in names:
+        if a not in out:
+            out[a] = PALETTE[len(out) % len(PALETTE)]
+    return out
+
+
+def _models(run: Run) -> dict[str, str]:
+    """agent -> the model its worker group serves (the cost table's model column)."""
+    out = {}
+    for a in run.agents:
+        wg = run.agent_wg(a)
+        if wg:
+            out[a] = run.wg_model(wg)
+    return out
+
+
+def stopped(run: Run) -> str:
+    """The note of a run a spending limit stopped (its summary.json's ``run.stopped``), "" otherwise
+    or when summary.json is missing or unreadable (the page is built from the records)."""
+    try:
+        doc = json.loads((run.path / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    stop = (doc.get("run") or {}).get("stopped") if isinstance(doc, dict) else None
+    return stopped_text(stop) if isinstance(stop, dict) else ""
+
+
+def run_meta(run: Run, entry: dict[str, Any]) -> str:
+    """The line under a run's name, in words."""
+    n = f"{run.n} sample{'s' if run.n != 1 else ''} per question"
+    return (f"{workflow_name(entry['workflow'])} workflow · {run.model_label} ({run.team_label}) · {run.sampling_label}"
+            f" · {n} · {len(entry['rows'])} trajectories")
+
+
 def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | None = None) -> str:
     """The page for one run or two (paired) as one HTML string."""
     import jinja2
@@ -206,11 +249,20 @@ def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | Non
         e, c = run_data(run, (summaries or [None] * len(runs))[i])
         entries.append(e)
         chunks.append(c)
-    index = {"runs": entries, "chunk": CHUNK,
+    colours = agent_colours(runs, entries)
+    reports = [{"title": (("A: " if i == 0 else "B: ") if len(runs) > 1 else "") + e["name"], "meta": run_meta(run, e),
+                "stopped": stopped(run),
+                "html": sections.run_report(e["summary"], run.agents, colours, _models(run))}
+               for i, (run, e) in enumerate(zip(runs, entries))]
+    changes = (sections.changes_report(sections.changes(runs[0].views, runs[1].views), entries[0]["name"],
+                                       entries[1]["name"]) if len(runs) > 1 else "")
+    for e in entries:  # the page's script needs the rows, not the summary (drawn above as HTML)
+        e.pop("summary")
+    index = {"runs": entries, "chunk": CHUNK, "colours": colours, "labels": LABELS,
              "pairs": pairs(entries[0]["rows"], entries[1]["rows"] if len(entries) > 1 else None)}
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent), autoescape=True)
-    return env.get_template(TEMPLATE).render(title=" vs ".join(e["name"] for e in entries),
-                                             index=_script_json(index), chunks=chunks)
+    return env.get_template(TEMPLATE).render(title=" vs ".join(e["name"] for e in entries), reports=reports,
+                                             changes=changes, index=_script_json(index), chunks=chunks)
 
 
 def write_view(paths: Sequence[str | Path], out: str | Path | None = None) -> Path:
