@@ -174,14 +174,23 @@ def _cli_logging():
 # time is over the limit, naming each one. A test's time is its call phase plus its setup phase less
 # the session-scoped fixtures set up for it (those are built once for many tests; they are listed
 # separately with their seconds so their cost stays visible). DRMAS_TEST_TIMES=FILE appends each
-# test's seconds and node id to FILE as it finishes.
+# test's wall seconds, its CPU seconds and its node id to FILE as it finishes. The CPU figure is
+# user + sys of the pytest process and of the child processes it waited for during the test (setup,
+# call and teardown): a Ray worker or a server the test did not wait for is not in it.
 
+import resource as _resource
 import time as _time
 
 _SESSION_FIXTURE_S: dict[str, float] = {}  # session-scoped fixture -> seconds of its one set-up
 _ITEM_SHARED_S: dict[str, float] = {}  # nodeid -> seconds of session fixtures set up in its setup
 _ITEM_S: dict[str, float] = {}  # nodeid -> setup (less session fixtures) + call seconds
 _CURRENT: list[str] = []  # nodeid of the test being set up
+_CPU_AT_START: dict[str, float] = {}  # nodeid -> CPU seconds (self + waited children) when its setup began
+
+
+def _cpu_s() -> float:
+    own, kids = _resource.getrusage(_resource.RUSAGE_SELF), _resource.getrusage(_resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _time_limit_s() -> float | None:
@@ -211,6 +220,7 @@ class _TestTimer:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item):
         _CURRENT[:] = [item.nodeid]
+        _CPU_AT_START[item.nodeid] = _cpu_s()
         yield
         _CURRENT.clear()
 
@@ -229,8 +239,9 @@ class _TestTimer:
             _ITEM_S[report.nodeid] = _ITEM_S.get(report.nodeid, 0.0) + max(d, 0.0)
         if report.when == "teardown" and os.environ.get("DRMAS_TEST_TIMES"):
             # one line per finished test, written as it finishes (readable while a long run goes on)
+            cpu = _cpu_s() - _CPU_AT_START.pop(report.nodeid, _cpu_s())
             with open(os.environ["DRMAS_TEST_TIMES"], "a", encoding="utf-8") as f:
-                f.write(f"{_ITEM_S.get(report.nodeid, 0.0):8.2f} {report.nodeid}\n")
+                f.write(f"{_ITEM_S.get(report.nodeid, 0.0):8.2f} {cpu:8.2f} {report.nodeid}\n")
 
 
 def _over_limit(limit: float) -> list[tuple[str, float]]:

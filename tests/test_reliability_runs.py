@@ -393,37 +393,48 @@ class _Progress:
         return self.text
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_stop_signal_keeps_finished_episodes_and_the_rerun_resumes(tmp_path, sig):
-    """With the default --flush-every 16, a stop signal after 18+ finished episodes (one flush of 16,
-    the rest in the buffer) leaves every finished episode in samples.jsonl, exits 128 + signum, and
-    the same command resumes them and completes the run. SIGTERM is sent twice in a row, as
-    `timeout` delivers it."""
-    args = ["-m", "drmas_bench", "eval", "--model", "tiny-random", "--suite", "toy", "--n", "2", "--limit", "40",
-            "--concurrency", "2", "--out", str(tmp_path / "run")]
-    proc = subprocess.Popen([sys.executable, *args], env=_env(), cwd=tmp_path, stdout=subprocess.DEVNULL,
+def _stop_midway(args: list[str], cwd: Path, sig: signal.Signals, saved_before: int) -> int:
+    """Starts ``python ARGS``, sends SIG once the run's progress bar shows 18+ finished episodes and
+    checks the stop: exit 128 + signum, the one-line message, every finished episode on disk. Returns
+    how many episodes samples.jsonl then holds."""
+    proc = subprocess.Popen([sys.executable, *args], env=_env(), cwd=cwd, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, preexec_fn=_default_signals)
     bar = _Progress(proc)
     deadline = time.time() + 240
     while bar.done < 18 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    seen = bar.done
+    seen = bar.done  # this run's episodes only: a resumed run's bar counts what is left to do
     proc.send_signal(sig)
     if sig == signal.SIGTERM:  # as `timeout` does: to the command, then to its whole process group
         proc.send_signal(sig)
     rc = proc.wait(120)
     err = bar.join()
-    assert 18 <= seen < 80, f"the signal should land mid-run (saw {seen} episodes): {err[-600:]}"
+    assert 18 <= seen < 80 - saved_before, f"{sig.name} should land mid-run (saw {seen} episodes): {err[-600:]}"
     assert rc == 128 + sig, err[-600:]
-    assert f"drmas-bench: stopped by {signal.Signals(sig).name} (finished work is kept on disk)" in err
-    saved = len(_lines(tmp_path / "run"))
-    assert saved >= seen, (saved, seen)  # one flush of 16 happened before; the stop flushed the rest
+    assert f"drmas-bench: stopped by {sig.name} (finished work is kept on disk)" in err
+    saved = len(_lines(cwd / "run"))
+    assert saved >= saved_before + seen, (saved, saved_before, seen)  # one flush of 16 before; the stop flushed the rest
+    return saved
+
+
+@pytest.mark.slow
+def test_stop_signals_keep_finished_episodes_and_each_rerun_resumes(tmp_path):
+    """With the default --flush-every 16, a stop signal after 18+ finished episodes (one flush of 16,
+    the rest in the buffer) leaves every finished episode in samples.jsonl and exits 128 + signum;
+    the same command resumes them. One run of 80 episodes takes both signals in turn: stopped by
+    SIGTERM (sent twice in a row, as `timeout` delivers it), resumed and stopped by SIGHUP, then
+    resumed to the end, each rerun keeping what the runs before it finished."""
+    args = ["-m", "drmas_bench", "eval", "--model", "tiny-random", "--suite", "toy", "--n", "2", "--limit", "40",
+            "--concurrency", "2", "--out", str(tmp_path / "run")]
+    after_term = _stop_midway(args, tmp_path, signal.SIGTERM, 0)
+    kept = _lines(tmp_path / "run")
+    after_hup = _stop_midway(args, tmp_path, signal.SIGHUP, after_term)
+    assert _lines(tmp_path / "run")[:after_term] == kept  # the rerun appended; it did not redo or rewrite
     r = subprocess.run([sys.executable, *args, "--no-progress"], env=_env(), cwd=tmp_path, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-600:]
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert s["run"]["episodes_resumed"] == saved and s["run"]["episodes_run"] == 80 - saved
+    assert s["run"]["episodes_resumed"] == after_hup and s["run"]["episodes_run"] == 80 - after_hup
     assert len(_lines(tmp_path / "run")) == 80
 
 
@@ -568,10 +579,11 @@ def test_ray_init_does_not_take_sigterm_away(monkeypatch):
 @pytest.mark.slow
 def test_train_stopped_by_sigterm_keeps_its_checkpoints_and_resumes(tmp_path):
     """The trainer under SIGTERM: exit 143 after the first checkpoint, the checkpoints and metrics it
-    finished kept, and --resume continues to the last step."""
+    finished kept, and --resume continues to the last step. Four steps: the signal lands when step 1's
+    checkpoint is complete, so steps 2 to 4 are the margin for it to land mid-run."""
     micro = ["sft.steps=0", "save_every=1", "rollout.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=6",
              "data.size=40", "agent_defaults.micro_batch_size=16"]
-    cmd = [sys.executable, "-m", "drmas_bench", "train", "--recipe", "tiny", "--out", str(tmp_path / "t"), "--steps", "6",
+    cmd = [sys.executable, "-m", "drmas_bench", "train", "--recipe", "tiny", "--out", str(tmp_path / "t"), "--steps", "4",
            "--local", "--no-progress"]
     for s in micro:
         cmd += ["--set", s]
@@ -589,10 +601,10 @@ def test_train_stopped_by_sigterm_keeps_its_checkpoints_and_resumes(tmp_path):
     from drmas_trainer.checkpoint import latest_checkpoint
 
     step, _ = latest_checkpoint(tmp_path / "t" / "ckpt")
-    assert 1 <= step < 6
+    assert 1 <= step < 4
     steps_logged = [json.loads(x)["step"] for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert steps_logged[:step] == list(range(1, step + 1))
     r = subprocess.run(cmd + ["--resume"], env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-800:]
     steps_logged = [json.loads(x)["step"] for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
-    assert steps_logged == list(range(1, 7))
+    assert steps_logged == list(range(1, 5))
