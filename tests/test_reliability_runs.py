@@ -400,14 +400,19 @@ def _stop_midway(args: list[str], cwd: Path, sig: signal.Signals, saved_before: 
     proc = subprocess.Popen([sys.executable, *args], env=_env(), cwd=cwd, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, preexec_fn=_default_signals)
     bar = _Progress(proc)
-    deadline = time.time() + 240
-    while bar.done < 18 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    seen = bar.done  # this run's episodes only: a resumed run's bar counts what is left to do
-    proc.send_signal(sig)
-    if sig == signal.SIGTERM:  # as `timeout` does: to the command, then to its whole process group
+    try:
+        deadline = time.time() + 240
+        while bar.done < 18 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        seen = bar.done  # this run's episodes only: a resumed run's bar counts what is left to do
         proc.send_signal(sig)
-    rc = proc.wait(120)
+        if sig == signal.SIGTERM:  # as `timeout` does: to the command, then to its whole process group
+            proc.send_signal(sig)
+        rc = proc.wait(120)
+    finally:  # an interrupted or failed test leaves no eval child running
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     err = bar.join()
     assert 18 <= seen < 80 - saved_before, f"{sig.name} should land mid-run (saw {seen} episodes): {err[-600:]}"
     assert rc == 128 + sig, err[-600:]
