@@ -148,3 +148,59 @@ def test_recipe_loads() -> None:
     assert cfg.workflow == "toy_fixer" and cfg.workflow_options == {"fixes": 2}
     assert cfg.rollout.n == 16 and cfg.sft.fixer_accuracy < cfg.sft.solver_accuracy
     assert cfg.algo.group_by_agent is True
+
+
+# ------------------------------------------------------------------------------ the study's 2 x 2
+
+def _study():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "stability_study.py"
+    spec = importlib.util.spec_from_file_location("stability_study", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("stability_study", mod)  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_study_arms_set_the_group_index() -> None:
+    s = _study()
+    assert s.arm_overrides("drmas") == {"algo.estimator": "drmas"}
+    assert s.arm_overrides("traj_traj@agent") == {"algo.estimator": "traj_traj", "algo.group_by_agent": True}
+    assert s.arm_overrides("agent_agent@uid") == {"algo.estimator": "agent_agent", "algo.group_by_agent": False}
+    from drmas_bench.types import UserError
+
+    with pytest.raises(UserError, match="agent or uid"):
+        s.arm_overrides("traj_traj@both")
+    assert s.SETTINGS["fixer"].recipe == "tiny_fixer"
+    cfg = s._config(s.SETTINGS["fixer"], "traj_traj@agent", 3, 2)
+    assert (cfg.workflow, cfg.algo.estimator, cfg.algo.group_by_agent, cfg.seed, cfg.steps) == ("toy_fixer", "traj_traj", True, 3, 2)
+
+
+def _fake_run(spikes: float, g2: float, factor: float) -> dict:
+    """A run's metrics as `run_metrics` returns them (made up: the 2 x 2's arithmetic is under test)."""
+    agent = {"spread": spikes, "spikes": spikes, "max": spikes, "median": 1.0, "g2": g2, "factor": factor,
+             "adv_m2": g2, "steps": []}
+    return {"agents": {"fixer": agent}, "last10": 0.5, "eval": 0.5}
+
+
+def test_study_factorial_separates_the_two_changes() -> None:
+    """Made-up cells where global statistics add 2 spikes at either level and the level adds nothing:
+    the statistics effect is 2 in every seed, the level effect and the interaction 0."""
+    s = _study()
+    arms = {e: {k: _fake_run(base + k % 3, 4.0 if cell[1] == "global" else 1.0, 3.0) for k in range(8)}
+            for e, base, cell in (("grpo", 3.0, ("traj", "global")), ("global_step", 3.0, ("step", "global")),
+                                  ("traj_traj@agent", 1.0, ("traj", "agent")), ("drmas", 1.0, ("step", "agent")))}
+    lines, claims = s._factorial_lines("fixer", arms, ["fixer"])
+    row = next(x for x in lines if x.startswith("| fixer: steps with grad norm > k x median | statistics |"))
+    assert "| 2.000 [2.000, 2.000] |" in row and "| 8/8 | 0.008 |" in row
+    level = next(x for x in lines if x.startswith("| fixer: steps with grad norm > k x median | level |"))
+    assert "| 0.000 [0.000, 0.000] |" in level and "| 0/8 |" in level
+    assert any("statistics effect" in c and "**yes**" in c for c in claims)
+    assert all("**not shown**" in c for c in claims if "level effect" in c)
+    ratio = s._ratio_lines(arms, ["fixer"])
+    step = next(x for x in ratio if x.startswith("| `global_step` / `drmas` | fixer |"))
+    assert "| 3.00 | 4.00 | 4.00 | 1.73 |" in step  # predicted F, E[A^2] and E[g^2] ratios, sqrt(F)
+    assert s._factorial_lines("fixer", {k: v for k, v in arms.items() if k != "drmas"}, ["fixer"]) == ([], [])
