@@ -204,3 +204,23 @@ def test_study_factorial_separates_the_two_changes() -> None:
     step = next(x for x in ratio if x.startswith("| `global_step` / `drmas` | fixer |"))
     assert "| 3.00 | 4.00 | 4.00 | 1.73 |" in step  # predicted F, E[A^2] and E[g^2] ratios, sqrt(F)
     assert s._factorial_lines("fixer", {k: v for k, v in arms.items() if k != "drmas"}, ["fixer"]) == ([], [])
+
+
+@pytest.mark.slow  # about 9 s of CPU: model loads, a warm start and a step
+def test_one_training_step_logs_the_fixer_factor(tmp_path) -> None:
+    """The real trainer on the recipe, shrunk (2 warm-start steps, 2 prompts x 4 rollouts, one RL
+    step): both agents' grad norms and factors are logged under their own names."""
+    import json
+
+    from drmas_trainer import metric_names as N
+    from drmas_trainer.config import load_config
+    from drmas_trainer.trainer import train
+
+    cfg = load_config("tiny_fixer", {"steps": 1, "sft.steps": 2, "sft.agent_steps": {}, "rollout.prompts_per_step": 2,
+                                     "rollout.n": 4, "algo.mini_batches": 1, "algo.estimator": "grpo"})
+    train(cfg, tmp_path / "run", fresh=True, use_ray=False, progress=False)
+    (rec,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rec[N.agent("solver", N.CALLS)] == 1.0
+    for a in ("solver", "fixer"):
+        assert N.agent(a, N.MOMENT_FACTOR) in rec and N.agent(a, N.MOMENT_FACTOR_GROUPS) in rec
+    assert N.agent("solver", N.GRAD_NORM) in rec
