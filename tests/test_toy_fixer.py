@@ -202,7 +202,7 @@ def test_study_factorial_separates_the_two_changes() -> None:
     assert all("**not shown**" in c for c in claims if "level effect" in c)
     ratio = s._ratio_lines(arms, ["fixer"])
     step = next(x for x in ratio if x.startswith("| `global_step` / `drmas` | fixer |"))
-    assert "| 3.00 | 4.00 | 4.00 | 1.73 |" in step  # predicted F, E[A^2] and E[g^2] ratios, sqrt(F)
+    assert "| 3.00 | 4.00 / 1.00 | 4.00 | 4.00 | 1.73 |" in step  # F, E[A^2] per arm, E[A^2] and E[g^2] ratios, sqrt(F)
     assert s._factorial_lines("fixer", {k: v for k, v in arms.items() if k != "drmas"}, ["fixer"]) == ([], [])
 
 
