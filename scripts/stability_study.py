@@ -261,6 +261,7 @@ METRICS = (  # (key, label, predicted sign of grpo - drmas under the paper's cla
     ("spread", "grad-norm spread (max/median)", +1),
     ("spikes", "steps with grad norm > k x median", +1),
     ("max", "max grad norm", +1),
+    ("median", "median grad norm (its level)", +1),
 )
 
 
@@ -391,7 +392,7 @@ def report(out: Path, settings: list[str], estimators: list[str], baseline: str,
         lines += fact
         claims += fclaims
     lines += ["## Which claims hold here", ""] + (claims or ["- no complete pairs yet"]) + [""]
-    lines += _closing(recipes)
+    lines += _closing(recipes, steps)
     png_rel = os.path.relpath(png, md.parent)
     steps_png = png.with_name(png.stem + "_steps" + png.suffix)
     lines += ["", f"![grad norm and factor over steps]({os.path.relpath(steps_png, md.parent)})", "",
@@ -553,9 +554,9 @@ def _factorial_lines(setting: str, arms: dict[str, dict[int, dict[str, Any]]],
     return lines + [""], claims
 
 
-def _closing(recipes: list[str]) -> list[str]:
+def _closing(recipes: list[str], steps: int | None) -> list[str]:
     if "tiny_fixer" in recipes:
-        return _closing_fixer()
+        return _closing_fixer(steps)
     return [
         "## Reading",
         "",
@@ -577,7 +578,7 @@ def _closing(recipes: list[str]) -> list[str]:
     ]
 
 
-def _closing_fixer() -> list[str]:
+def _closing_fixer(steps: int | None) -> list[str]:
     return [
         "## Reading",
         "",
@@ -591,7 +592,8 @@ def _closing_fixer() -> list[str]:
         "rows; with per-agent statistics the fixer's rows are normalised among themselves and are often all "
         "equal (A = 0) or a single row (the reference's rule: A = the raw score). So under per-agent statistics "
         "the fixer's gradient is often exactly 0, which pulls its median down: the spike count (steps above "
-        "k x the run's median) then also counts ordinary steps. Read spikes with the max and E[g^2].",
+        "k x the run's median) then also counts ordinary steps, and a level raised at every step (the median) is "
+        "no spike at all by that count. Read spikes with the max, the median and E[g^2].",
         "- Step level vs trajectory level: in this workflow all rows of an episode share its reward (up to the "
         "format penalty), so the two levels differ only in how the statistics weight episodes: step level counts "
         "a failing episode once per row (up to 3), trajectory level once. For the per-agent cells that changes "
@@ -599,8 +601,8 @@ def _closing_fixer() -> list[str]:
         "- What it can say about the paper's 3B-8B runs: the mechanism of Lemma 4.2, measured on a real trainer "
         "loop with a team whose agents' reward statistics differ by construction, as a searcher's or a "
         "re-solver's do when they act mostly on failing episodes. What it cannot say: whether such gradients "
-        "destabilise a large model's training (a 1.6M-parameter model, 30 steps, lr 3e-4, gradient clipping at "
-        "1.0 bounds every update whatever the pre-clip norm), nor the effect on accuracy at scale (the solver is "
+        "destabilise a large model's training (a 1.6M-parameter model, "
+        f"{steps or 30} RL steps, lr 3e-4, gradient clipping at 1.0 bounds every update whatever the pre-clip norm), nor the effect on accuracy at scale (the solver is "
         "near its ceiling on one-digit sums and the fixer rarely fixes), nor anything about response lengths, "
         "PPO clipping at long horizons, or the paper's benchmarks.",
         "- Many metrics are tested at once with no multiple-comparison correction: a single p just under 0.05 "
@@ -643,8 +645,7 @@ def plot(data: dict[str, Any], settings: list[str], estimators: list[str], png: 
                 common = sorted(set(arms.get(e, {})) & set(arms.get(base, {})))
                 xs = [arms[base][k]["agents"][a]["spread"] for k in common]
                 ys = [arms[e][k]["agents"][a]["spread"] for k in common]
-                ax_s.scatter(xs, ys, marker=markers[j % 4], label=f"{a}: {e} vs {base}",
-                             color=palette[(len(estimators) + j) % len(palette)])
+                ax_s.scatter(xs, ys, marker=markers[j % 4], label=f"{a}: {e} vs {base}", color=colors[e])
         lim = ax_s.get_xlim()[1] if agents else 1
         top = max(lim, ax_s.get_ylim()[1])
         ax_s.plot([1, top], [1, top], color="grey", linewidth=1)
