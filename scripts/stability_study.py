@@ -236,6 +236,8 @@ def run_metrics(d: Path, spike_k: float) -> dict[str, Any]:
     done = json.loads((d / DONE).read_text())
     spread = grad_norm_spread(recs)
     out: dict[str, Any] = {"reward": [r[N.SCORE] for r in recs], "eval": done["eval_avg"], "eval_ci": done["eval_ci95"],
+                           "train_s": done.get("train_s"), "train_cpu_s": done.get("train_cpu_s"),
+                           "eval_cpu_s": done.get("eval_cpu_s"),
                            "last10": statistics.fmean(r[N.SCORE] for r in recs[-10:]), "agents": {}}
     for a, s in spread.items():
         g = [r.get(N.agent(a, N.GRAD_NORM)) for r in recs]
@@ -333,6 +335,7 @@ def report(out: Path, settings: list[str], estimators: list[str], baseline: str,
         lines += [f"## Setting `{s}`: {SETTINGS[s].about}", ""]
         done = {e: sorted(arms.get(e, {})) for e in estimators}
         lines += ["Finished runs: " + ", ".join(f"{e} {len(v)} seeds ({_seed_list(v)})" for e, v in done.items()), ""]
+        lines += _time_lines(arms)
         agents = sorted({a for e in arms.values() for r in e.values() for a in r["agents"]})
         # per-arm summary table
         lines += ["| estimator | seeds | reward last 10 | eval avg@16 (%) | " + " | ".join(
@@ -402,6 +405,19 @@ def report(out: Path, settings: list[str], estimators: list[str], baseline: str,
     plot_steps(data, settings, estimators, steps_png)
     md.write_text("\n".join(lines))
     print(f"[study] wrote {md} and {png}")
+
+
+def _time_lines(arms: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
+    """Seconds per run, from the runs that recorded them (one process each, 1 torch thread)."""
+    rs = [r for e in arms.values() for r in e.values() if isinstance(r.get("train_cpu_s"), (int, float))]
+    if not rs:
+        return []
+    cpu = [r["train_cpu_s"] + (r.get("eval_cpu_s") or 0.0) for r in rs]
+    wall = [r["train_s"] for r in rs if isinstance(r.get("train_s"), (int, float))]
+    return [f"Time per run ({len(rs)} runs that recorded it): {statistics.median(cpu):.0f} s of CPU (median; "
+            f"training {statistics.median(r['train_cpu_s'] for r in rs):.0f} s, the final eval the rest; the "
+            f"warm start is shared), {statistics.median(wall):.0f} s of wall time for training on the shared 2-core "
+            f"machine (median; range {min(wall):.0f}-{max(wall):.0f} s, set by the other jobs' load).", ""]
 
 
 def _seed_list(v: list[int]) -> str:
