@@ -665,6 +665,8 @@ def plot(data: dict[str, Any], settings: list[str], estimators: list[str], png: 
         lim = ax_s.get_xlim()[1] if agents else 1
         top = max(lim, ax_s.get_ylim()[1])
         ax_s.plot([1, top], [1, top], color="grey", linewidth=1)
+        ax_s.set_xscale("log")
+        ax_s.set_yscale("log")
         ax_s.set(title="grad-norm spread (max/median), one point per seed", xlabel=f"{base}", ylabel="other estimator")
         ax_s.legend(fontsize=8)
         for e in estimators:
