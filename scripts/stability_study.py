@@ -337,6 +337,7 @@ def report(out: Path, settings: list[str], estimators: list[str], baseline: str,
         lines += ["Finished runs: " + ", ".join(f"{e} {len(v)} seeds ({_seed_list(v)})" for e, v in done.items()), ""]
         lines += _time_lines(arms)
         agents = sorted({a for e in arms.values() for r in e.values() for a in r["agents"]})
+        lines += _summary_lines(arms, agents, baseline)
         # per-arm summary table
         lines += ["| estimator | seeds | reward last 10 | eval avg@16 (%) | " + " | ".join(
             f"{a}: spread / spikes / factor / E[A^2]" for a in agents) + " |",
@@ -470,6 +471,59 @@ def _cell_arms(arms: dict[str, dict[int, dict[str, Any]]]) -> dict[tuple[str, st
     return out
 
 
+def _effect_values(arms: dict[str, dict[int, dict[str, Any]]], agent: str | None, key: str,
+                   effect: str) -> list[float]:
+    """Per seed with all four cells of the 2 x 2: one main effect (or the interaction) of ``key``."""
+    cells = _cell_arms(arms)
+    gt, gs, at, as_ = (cells[("traj", "global")], cells[("step", "global")], cells[("traj", "agent")],
+                       cells[("step", "agent")])
+    out = []
+    for k in sorted(set(arms[gt]) & set(arms[gs]) & set(arms[at]) & set(arms[as_])):
+        v = {c: float(arms[c][k][key] if agent is None else arms[c][k]["agents"][agent][key]) for c in (gt, gs, at, as_)}
+        out.append((v[gt] - v[at] + v[gs] - v[as_]) / 2 if effect == "statistics" else
+                   (v[gt] - v[gs] + v[at] - v[as_]) / 2 if effect == "level" else
+                   (v[gt] - v[at]) - (v[gs] - v[as_]))
+    return out
+
+
+def _summary_lines(arms: dict[str, dict[int, dict[str, Any]]], agents: list[str], baseline: str) -> list[str]:
+    """The page's answer in a few lines: the agent whose factor is farthest above 1, Dr. MAS vs GRPO on
+    it, and (with the 2 x 2) which change carries the difference. Every number is from the tests below."""
+    if baseline not in arms or "grpo" not in arms or not agents:
+        return []
+
+    def factor(a: str) -> float:
+        xs = [r["agents"][a]["factor"] for e in arms.values() for r in e.values() if a in r["agents"]]
+        xs = [x for x in xs if math.isfinite(x)]
+        return statistics.fmean(xs) if xs else float("nan")
+
+    top = max(agents, key=lambda a: factor(a) if math.isfinite(factor(a)) else -1.0)
+    common = sorted(set(arms["grpo"]) & set(arms[baseline]))
+    out = [f"**In short.** The agent whose factor is farthest above 1 is the {top} (F = {factor(top):.2f}, "
+           f"mean over every run's steps). {baseline} vs grpo on its pre-clip grad norm, paired over "
+           f"{len(common)} seeds:", ""]
+    for key, label, _ in METRICS:
+        p = paired([arms[baseline][k]["agents"][top][key] for k in common],
+                   [arms["grpo"][k]["agents"][top][key] for k in common])
+        if p["n"]:
+            out.append(f"- {label}: {_fmt(p['mean_a'])} under {baseline}, {_fmt(p['mean_b'])} under grpo; grpo higher "
+                       f"in {p['b_greater']}/{p['n']} seeds (sign p {_fmt(p['sign_p'])}, Wilcoxon p "
+                       f"{_fmt(p['wilcoxon_p'])})")
+    if len(_cell_arms(arms)) == 4:
+        out += ["", f"Which change carries it (the 2 x 2's main effects on the {top}, per seed, positive = global "
+                    "statistics / trajectory level higher):", ""]
+        for key, label, _ in METRICS:
+            parts = []
+            for effect in ("statistics", "level"):
+                d = _effect_values(arms, top, key, effect)
+                p = paired([0.0] * len(d), d)
+                if p["n"]:
+                    parts.append(f"{effect} {_fmt(p['diff'])} (positive in {p['b_greater']}/{p['n']}, sign p "
+                                 f"{_fmt(p['sign_p'])}, Wilcoxon p {_fmt(p['wilcoxon_p'])})")
+            out.append(f"- {label}: " + "; ".join(parts))
+    return out + [""]
+
+
 def _ratio_lines(arms: dict[str, dict[int, dict[str, Any]]], agents: list[str]) -> list[str]:
     """Predicted vs measured gradient ratio of global over per-agent statistics, per agent and level."""
     cells = _cell_arms(arms)
@@ -539,21 +593,12 @@ def _factorial_lines(setting: str, arms: dict[str, dict[int, dict[str, Any]]],
              "| --- | --- | --- | --- | --- | --- | --- |"]
     claims: list[str] = []
 
-    def val(e: str, k: int, a: str | None, key: str) -> float:
-        r = arms[e][k]
-        return float(r[key] if a is None else r["agents"][a][key])
-
     rows = [(a, key, label) for a in agents for key, label, _ in METRICS]
     rows += [(None, "last10", "reward, last 10 steps"), (None, "eval", "eval avg@16 (fraction)")]
     for a, key, label in rows:
         name = f"{a}: {label}" if a else label
         for effect in ("statistics", "level", "interaction"):
-            d = []
-            for k in common:
-                v = {c: val(c, k, a, key) for c in (gt, gs, at, as_)}
-                d.append((v[gt] - v[at] + v[gs] - v[as_]) / 2 if effect == "statistics" else
-                         (v[gt] - v[gs] + v[at] - v[as_]) / 2 if effect == "level" else
-                         (v[gt] - v[at]) - (v[gs] - v[as_]))
+            d = _effect_values(arms, a, key, effect)
             p = paired([0.0] * len(d), d)
             if not p["n"]:
                 continue
