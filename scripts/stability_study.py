@@ -666,6 +666,11 @@ def _closing_fixer(steps: int | None) -> list[str]:
         f"{steps or 30} RL steps, lr 3e-4, gradient clipping at 1.0 bounds every update whatever the pre-clip norm), nor the effect on accuracy at scale (the solver is "
         "near its ceiling on one-digit sums and the fixer rarely fixes), nor anything about response lengths, "
         "PPO clipping at long horizons, or the paper's benchmarks.",
+        "- `agent_traj@agent` (what the reference's ablation branch runs by default under its search script: "
+        "the row pool's mean, the cell pool's std) puts the numerator outside the std's pool: where an agent's "
+        "cell averages in a prompt group are all equal but its rows are not (two fixer rows of one episode, one "
+        "with the format penalty), the std is 0 and A = (x - mean) / 1e-6, about 5e4 for a 0.05 gap. Its E[A^2] "
+        "and max grad norm in the tables are those events; `algo.std_floor` guards against them.",
         "- Many metrics are tested at once with no multiple-comparison correction: a single p just under 0.05 "
         "is weak evidence; look at the direction across agents, metrics and the 2 x 2's cells.",
     ]
