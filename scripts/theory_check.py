@@ -83,6 +83,9 @@ CONFIGS: dict[str, list[AgentDist]] = {
         AgentDist(0.3, "bernoulli", 0.6),
         AgentDist(0.3, "bernoulli", 0.7),
     ],
+    # the tiny_fixer recipe's shape: a fixer acting in failing episodes (a small share of rows, mostly 0)
+    # beside a mostly-right solver; docs/results/fixer.md measures the same ratio in training
+    "fixer-shaped: Bern(.1) 15% | Bern(.9)": [AgentDist(0.15, "bernoulli", 0.1), AgentDist(0.85, "bernoulli", 0.9)],
     "k below, high var (N(-1,2) 20% | N(1,.5) | Bern(.5))": [
         AgentDist(0.2, "normal", -1.0, 2.0),
         AgentDist(0.4, "normal", 1.0, 0.5),

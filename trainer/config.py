@@ -264,6 +264,7 @@ class SFTConfig(CoercingSchema):
     seed: Int = Field(0, description="example generation")
     solver_accuracy: Float = Field(0.5, ge=0, le=1, description="share of solver targets with the right sum (the rest: near misses)")
     checker_accuracy: Float = Field(0.8, ge=0, le=1, description="share of checker targets with the right verdict")
+    fixer_accuracy: Float = Field(0.3, ge=0, le=1, description="toy_fixer: share of fixer targets with the right sum")
     retry_share: Float = RANGES["share"].field(0.2, description='share of solver examples on the "previous answer was rejected" prompt, in [0, 1]')
     max_operand: Int = Field(9, ge=0, description="toy operands are 0..max_operand")
 
@@ -288,7 +289,7 @@ class TrainConfig(CoercingSchema):
     """The whole training run. Sections: data, rollout, algo, sft, ray; agents by name."""
 
     recipe: str = Field("", description="the recipe's name (informational; default: the recipe file's stem)")
-    workflow: str = Field("toy", description="harness workflow: toy | math_refine | search_route")
+    workflow: str = Field("toy", description="harness workflow: toy | toy_fixer | math_refine | search_route")
     workflow_options: dict[str, Any] = Field(default_factory=dict, description="the workflow's options, e.g. {rounds: 2}")
     retriever: Optional[str] = Field(None, description="search workflows: bm25:DIR | dense:DIR | http://HOST:PORT")
     model: str = Field("tiny-random", description="the default model of every agent")
