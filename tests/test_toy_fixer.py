@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 
+from drmas_bench.records import RecordView
 from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows.base import Episode, rule_reasons
@@ -45,7 +46,7 @@ def episode(scripts: dict[str, list[str]], **options):
 
 def test_declaration() -> None:
     spec = get_workflow("toy_fixer")
-    assert spec.agents == ("solver", "fixer") and spec.grader == "toy" and spec.defaults == {"fixes": 2}
+    assert spec.agents == ("solver", "fixer") and spec.family == "toy" and spec.defaults == {"fixes": 2}
     assert spec.rules == {"solver": "toy_answer", "fixer": "toy_answer"}
     assert spec.effects[0] == "fixer" and spec.sft is toy_fixer_sft_examples
     assert rule_reasons(spec.rules["fixer"], "<answer>7</answer>") == []
@@ -77,8 +78,8 @@ def test_the_fixer_acts_only_after_a_wrong_answer_and_at_most_fixes_times() -> N
 
 
 def test_effects_count_fixer_calls_and_fixes() -> None:
-    def rec(agents: list[str], correct: bool) -> dict:
-        return {"turns": [{"agent": a} for a in agents], "correct": correct}
+    def rec(agents: list[str], correct: bool) -> RecordView:
+        return RecordView.of({"turns": [{"agent": a} for a in agents], "correct": correct})
 
     out = fixer_effects([rec(["solver"], True), rec(["solver", "fixer"], True), rec(["solver", "fixer", "fixer"], False),
                          rec(["solver", "fixer", "fixer"], False)])

@@ -24,6 +24,7 @@ import random
 from typing import Any
 
 from drmas_bench.grading.toy import grade_toy
+from drmas_bench.records import RecordView
 from drmas_bench.types import SFTExample
 from drmas_bench.workflows.base import Episode, chat, workflow
 from drmas_bench.workflows.toy import ANSWER, answer_reasons, near_miss
@@ -47,14 +48,14 @@ def _shown(text: str) -> str:
     return found[-1] if found else text.strip()[:20]
 
 
-def fixer_effects(records: list[dict[str, Any]]) -> dict[str, Any]:
+def fixer_effects(records: list[RecordView]) -> dict[str, Any]:
     """How often the fixer was called, how often it fixed the episode, and the solver's own accuracy."""
     called = fixed = solver_right = 0
     for r in records:
-        n_fix = sum(t["agent"] == "fixer" for t in r["turns"])
-        solver_right += n_fix == 0 and bool(r.get("correct"))
+        n_fix = sum(t.agent == "fixer" for t in r.turns)
+        solver_right += n_fix == 0 and r.correct
         called += n_fix > 0
-        fixed += n_fix > 0 and bool(r.get("correct"))
+        fixed += n_fix > 0 and r.correct
     n = len(records)
     return {"episodes": n, "solver_accuracy": solver_right / n if n else None,
             "fixer_called_rate": called / n if n else None, "fix_rate": fixed / called if called else None}
@@ -73,7 +74,7 @@ def toy_fixer_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_a
         raise ValueError(f"the toy_fixer warm start knows the agents solver and fixer, not {', '.join(unknown)}")
     rng = random.Random(seed)
     out: list[SFTExample] = []
-    for _ in range(n):
+    for _i in range(n):
         for agent in agents:
             a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
             q, right = f"What is {a} + {b}?", a + b
@@ -94,7 +95,7 @@ def round1_answer(traj: Any) -> str | None:
     return next(t.completion.text for t in traj.turns if t.agent == "solver")
 
 
-@workflow("toy_fixer", agents=("solver", "fixer"), grader="toy", rules={"solver": "toy_answer", "fixer": "toy_answer"},
+@workflow("toy_fixer", agents=("solver", "fixer"), family="toy", rules={"solver": "toy_answer", "fixer": "toy_answer"},
           effects=("fixer", fixer_effects), sft=toy_fixer_sft_examples, round1_answer=round1_answer)
 async def toy_fixer(ep: Episode, fixes: int = 2) -> None:
     gold = ep.task.answers[0]
