@@ -327,11 +327,11 @@ def _shrunk(**extra):
 
 @pytest.mark.slow
 def test_a_run_stops_when_the_engines_ids_do_not_match_its_text(tmp_path, monkeypatch):
-    from drmas_bench.engines import hosting
+    from drmas_trainer import worker
     from drmas_trainer.trainer import train
 
-    real = hosting.host_engine
-    monkeypatch.setattr(hosting, "host_engine", lambda *a, **k: _Relabel(real(*a, **k)))
+    real = worker.host_engine  # the worker group's own reference: it imports host_engine at its top
+    monkeypatch.setattr(worker, "host_engine", lambda *a, **k: _Relabel(real(*a, **k)))
     with pytest.raises(UserError) as e:
         train(_shrunk(), tmp_path / "run", use_ray=False, progress=False)
     msg = str(e.value)
