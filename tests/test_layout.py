@@ -297,6 +297,45 @@ def test_function_imports_finds_an_import_in_a_function(tmp_path):
     assert function_imports(f) == [(3, "json"), (5, ".")]
 
 
+PROJECT = tuple(PACKAGES)
+
+
+def deferred_imports(path: Path, module: str | None = None) -> dict[str, int]:
+    """How often each dependency is imported inside the functions of ``path`` (the file of
+    ``module``, by default found from its place in the project): a third-party one by its top
+    package (``torch.distributed`` counts as ``torch``), a project one by its full module name (a
+    relative import made absolute)."""
+    module = module or _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    counts: dict[str, int] = {}
+    for _, mod in function_imports(path):
+        level = len(mod) - len(mod.lstrip("."))
+        if level:
+            up = package.split(".")[: len(package.split(".")) - level + 1]
+            mod = ".".join(up + ([mod[level:]] if mod[level:] else []))
+        key = mod if mod.split(".")[0] in PROJECT else mod.split(".")[0]
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _module_name(path: Path) -> str:
+    for pkg, folder in PACKAGES.items():
+        if folder in path.parents:
+            parts = [pkg, *path.relative_to(folder).with_suffix("").parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return path.stem
+
+
+def test_deferred_imports_counts_by_top_package_and_resolves_relative_imports(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import torch\ndef g():\n    import torch\n    from torch.distributed import tensor\n"
+                 "    from . import source\n    from .source import load\n    import drmas_bench.types\n")
+    assert deferred_imports(f, "drmas_bench.export.m") == {
+        "torch": 2, "drmas_bench.export": 1, "drmas_bench.export.source": 1, "drmas_bench.types": 1}
+    assert _module_name(REPO / "drmas_bench" / "export" / "__init__.py") == "drmas_bench.export"
+    assert _module_name(REPO / "trainer" / "lora.py") == "drmas_trainer.lora"
+
+
 def test_no_standard_library_module_is_imported_inside_a_function():
     """Nothing light is deferred: a module's standard-library, yaml, numpy and pydantic imports sit
     at its top, where a reader sees what it depends on."""
