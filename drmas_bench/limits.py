@@ -47,8 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from drmas_bench.metrics import call_cost
-from drmas_bench.records import CallView, RecordView, TurnView
 from drmas_bench.types import UserError
 
 if TYPE_CHECKING:  # records (and numpy under it) load when a run counts, not when the CLI starts
@@ -122,6 +120,8 @@ def resolve_limits(max_usd: float | None, max_tokens: int | None, team: Any, pri
 def _usage_of(turn: TurnView, prices: Any) -> tuple[int, float | None, bool]:
     """(tokens, dollars, usage known) of one recorded call as this run spent it: a cache hit spent
     nothing; dollars from ``metrics.call_cost`` (the summary's figure; None without prices)."""
+    from drmas_bench.metrics import call_cost
+
     c = turn.call
     if not c.usage_known:
         return 0, None, False
@@ -161,6 +161,8 @@ class Meter:
 
     def add_records(self, records: Iterable[dict[str, Any]]) -> "Meter":
         """Count the calls of kept samples (a resumed run's spending so far)."""
+        from drmas_bench.records import RecordView
+
         for r in map(RecordView.of, records):
             for t in r.turns:
                 self.add(t)
@@ -184,6 +186,8 @@ class Meter:
     def add(self, turn: Any) -> None:
         """Count one call (a ``records.TurnView``, or a stored turn); refuse one whose usage is unknown
         when a limit covers its agent. Does not check the limits (:meth:`check` does)."""
+        from drmas_bench.records import TurnView
+
         turn = TurnView.of(turn)
         agent = turn.agent
         tokens, usd, known = _usage_of(turn, self.prices)
@@ -246,6 +250,8 @@ class Meter:
 
     def learn(self, records: Iterable[dict[str, Any]]) -> "Meter":
         """Take the kept samples as the first measure of what an episode spends (:meth:`start_episode`)."""
+        from drmas_bench.records import RecordView
+
         for r in map(RecordView.of, records):
             self._finish(self._episode_cost(r.turns))
         return self
@@ -309,6 +315,8 @@ class Meter:
 
 def call_turn(wg: str, c: Any, agent: str) -> TurnView:
     """A live call (a ``Completion``) as the recorded turn the meter counts."""
+    from drmas_bench.records import CallView, TurnView
+
     return TurnView(agent=agent, wg=wg, call=CallView(
         prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens, tokens_recorded=True,
         latency_s=c.latency_s, usage=c.usage, cache_hit=c.cache_hit))
