@@ -159,9 +159,9 @@ def parse_structure(s: str) -> Node:
         if len(expanded) > 1:
             return Node("list", items=tuple(parse_structure(x) for x in expanded))
     if _wrapped(s):
-        inner = split_top_level(s[1:-1], ",")
-        if len(inner) > 1:
-            return Node("tuple", text=s[0] + s[-1], items=tuple(parse_structure(x) for x in inner))
+        members = split_top_level(s[1:-1], ",")
+        if len(members) > 1:
+            return Node("tuple", text=s[0] + s[-1], items=tuple(parse_structure(x) for x in members))
     m = _MATRIX.match(s)
     if m:
         rows = [r for r in m.group(2).split("\\\\") if r.strip()]
