@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from drmas_bench import metrics
+from drmas_bench import metrics, runner
 from drmas_bench.cache import cache_summary, wrap_engines
 from drmas_bench.limits import LimitReached, start_meter
 from drmas_bench.limits import wrap_engines as limit_engines
@@ -67,7 +67,6 @@ from drmas_bench.pool import make_pool, specs_from_team
 from drmas_bench.provenance import hardware, utc_now
 from drmas_bench.records import views
 from drmas_bench.report.runs import load_run
-from drmas_bench.runner import RunStats, TeamRuntime, run_episodes
 from drmas_bench.store import RunDir
 from drmas_bench.tasks.registry import get_benchmark
 from drmas_bench.types import UserError
@@ -143,7 +142,7 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
     if p.limits is not None:  # what the kept samples (and earlier stops) spent counts; one reached: no model loads
         meter, stopped = start_meter(p, store)
         if stopped is not None:
-            return RunStats(**stopped), {}
+            return runner.RunStats(**stopped), {}
 
     ray_opts = {"address": cfg.ray_address} if cfg.pool == "ray" else {}
     if p.cache is not None:  # an engine loads when a call misses the cache: a fully cached run loads no model
@@ -166,10 +165,10 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
             logger.info(f"[eval] call cache {p.cache.path}")
         if meter is not None:  # outside the cache: a hit is free
             engines = limit_engines(engines, meter)
-        runtime = TeamRuntime(team, engines, p.sampling)
+        runtime = runner.TeamRuntime(team, engines, p.sampling)
         logger.info(f"[eval] {len(p.tasks)} questions x {cfg.n} samples, workflow {wf.name}, run dir {store.path}")
         try:
-            stats = await run_episodes(
+            stats = await runner.run_episodes(
                 p.tasks, cfg.n, runtime, wf, store, seed=cfg.seed, retriever=p.retriever,
                 workflow_options={**team.workflow_options, **p.protocol_opts}, concurrency=cfg.concurrency,
                 cost_fn=p.cost if p.prices else None, progress=cfg.progress, flush_every=cfg.flush_every,

@@ -29,7 +29,7 @@ import inspect
 import sys
 from typing import Any, Mapping
 
-from drmas_bench.engines.hosting import host_engine
+from drmas_bench.engines import hosting
 from drmas_bench.pool.base import EngineSpec, PoolBase, _Group
 from drmas_bench.types import Completion, Request, UserError
 
@@ -62,7 +62,7 @@ class LocalPool(PoolBase):
         spec = g.spec
         try:
             if isinstance(spec, EngineSpec):
-                engine = await asyncio.to_thread(host_engine, spec.kind, spec.model, **spec.options)
+                engine = await asyncio.to_thread(hosting.host_engine, spec.kind, spec.model, **spec.options)
             elif hasattr(spec, "generate"):
                 engine = spec
                 if not engine.is_awake:
