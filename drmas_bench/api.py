@@ -46,7 +46,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.limits import LimitReached
+from drmas_bench import metrics, runner
+from drmas_bench.cache import cache_summary, wrap_engines
+from drmas_bench.limits import LimitReached, start_meter
+from drmas_bench.limits import wrap_engines as limit_engines
 from drmas_bench.log import UnexpectedError, one_line, traceback_note, unexpected
 
 # the config and its resolution live in drmas_bench.plan; re-exported here for callers of drmas_bench.api
@@ -60,7 +63,12 @@ from drmas_bench.plan import (  # noqa: F401
     resolve,
     validate_config,
 )
+from drmas_bench.pool import make_pool, specs_from_team
+from drmas_bench.provenance import hardware, utc_now
 from drmas_bench.records import views
+from drmas_bench.report.runs import load_run
+from drmas_bench.store import RunDir
+from drmas_bench.tasks.registry import get_benchmark
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -99,8 +107,6 @@ def evaluate(config: EvalConfig) -> Summary:
 
     Raises UserError (one line) on bad input, before anything loads; after the run directory is
     opened, an unexpected error keeps its traceback in RUN/error.log and finished samples stay."""
-    from drmas_bench.store import RunDir
-
     if not isinstance(config, EvalConfig):
         raise UserError(f"evaluate() takes an EvalConfig, got {type(config).__name__}")
     p = plan(config)  # everything is checked here, before the run directory is touched
@@ -131,19 +137,12 @@ def evaluate(config: EvalConfig) -> Summary:
 async def run(p: Plan, store) -> tuple[Any, dict]:
     """Serve the team's worker groups from a pool (engines asleep until needed when the budget is
     smaller than the team), run the episodes, always release the engines. -> (RunStats, pool stats)"""
-    from drmas_bench.pool import make_pool, specs_from_team
-    from drmas_bench.runner import TeamRuntime, run_episodes
-
     cfg, team, wf = p.cfg, p.team, p.wf
     meter = None
     if p.limits is not None:  # what the kept samples (and earlier stops) spent counts; one reached: no model loads
-        from drmas_bench.limits import start_meter
-
         meter, stopped = start_meter(p, store)
         if stopped is not None:
-            from drmas_bench.runner import RunStats
-
-            return RunStats(**stopped), {}
+            return runner.RunStats(**stopped), {}
 
     ray_opts = {"address": cfg.ray_address} if cfg.pool == "ray" else {}
     if p.cache is not None:  # an engine loads when a call misses the cache: a fully cached run loads no model
@@ -161,19 +160,15 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
     try:
         engines = pool.views()
         if p.cache is not None:  # the one call site every engine and pool shares (drmas_bench.cache.CachedEngine)
-            from drmas_bench.cache import wrap_engines
-
             engines = wrap_engines(engines, p.cache, team, p.config_doc["identity"]["models"], here=cfg.pool != "ray",
                                    price=p.call_cost if p.prices else None)
             logger.info(f"[eval] call cache {p.cache.path}")
         if meter is not None:  # outside the cache: a hit is free
-            from drmas_bench.limits import wrap_engines as limit_engines
-
             engines = limit_engines(engines, meter)
-        runtime = TeamRuntime(team, engines, p.sampling)
+        runtime = runner.TeamRuntime(team, engines, p.sampling)
         logger.info(f"[eval] {len(p.tasks)} questions x {cfg.n} samples, workflow {wf.name}, run dir {store.path}")
         try:
-            stats = await run_episodes(
+            stats = await runner.run_episodes(
                 p.tasks, cfg.n, runtime, wf, store, seed=cfg.seed, retriever=p.retriever,
                 workflow_options={**team.workflow_options, **p.protocol_opts}, concurrency=cfg.concurrency,
                 cost_fn=p.cost if p.prices else None, progress=cfg.progress, flush_every=cfg.flush_every,
@@ -194,11 +189,7 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
 def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     """summary.json / summary.md of the run directory's selected records (metrics.summarize), with the
     run, pool, protocol, grader and provenance sections."""
-    from drmas_bench import metrics
-    from drmas_bench.cache import cache_summary
-    from drmas_bench.provenance import hardware, utc_now
     from drmas_bench.report.markdown import run_summary_markdown
-    from drmas_bench.tasks.registry import get_benchmark
 
     cfg, team, wf, tasks = p.cfg, p.team, p.wf, p.tasks
     out = store.path
@@ -236,7 +227,6 @@ def evaluate_compute_matched(cfg: EvalConfig, team_dir: str | Path):
     the team run's n, measure, then resume the same run dir with n_team * k samples; returns
     (the final Summary, the comparison)."""
     from drmas_bench.report.compute_matched import compute_matched, matched_k, tokens_per_trajectory
-    from drmas_bench.report.runs import load_run
 
     team = load_run(team_dir)
     if cfg.suite and cfg.suite != team.suite:  # before anything runs (the question sets are checked after the first pass)

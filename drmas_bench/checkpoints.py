@@ -312,8 +312,8 @@ def cached_model(url: str) -> Path:
     url = url.rstrip("/")
     m = _IN_CHECKPOINT.match(url)
     marker = _marker(m.group("step")) if m else b"not in a checkpoint"
-    if marker is None:
-        raise UserError(f"{m.group('step')}: not a complete checkpoint (no {MARKER} marker)")
+    if marker is None:  # only inside a checkpoint (m matched): outside one the marker is a placeholder
+        raise UserError(f"{m.group('step') if m else url}: not a complete checkpoint (no {MARKER} marker)")
     base = cache_dir() / "checkpoints" / "models"
     dest = base / _cache_key(url)
     stamp = base / f"{dest.name}.source"  # beside the folder: a model folder holds only the model's files

@@ -25,6 +25,7 @@ import yaml
 
 from drmas_bench.agents.explicit import Explicit
 from drmas_bench.agents.team import build_team, validate_sampling
+from drmas_bench.cache import CallCache
 from drmas_bench.checkpoints import is_url, local_copy, refuse_incomplete
 from drmas_bench.engines import DEFAULT_ENGINE, ENGINES, traits
 from drmas_bench.engines.hosting import fit_options, option_names
@@ -32,6 +33,7 @@ from drmas_bench.files import fingerprint
 from drmas_bench.limits import Limits, resolve_limits
 from drmas_bench.models import resolve_model
 from drmas_bench.models.loading import check_tokenizer_dir
+from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
 from drmas_bench.pool import POOLS
 from drmas_bench.pricing import PriceSheet, load_prices
 from drmas_bench.provenance import (
@@ -229,8 +231,6 @@ def resolve(cfg: EvalConfig) -> Resolved:
         model, step_url = local_copy(cfg.model, on_nodes=cfg.pool == "ray")
         cfg = replace(cfg, model=model)
     if cfg.model and Path(cfg.model).is_dir():
-        from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
-
         if is_reference_checkpoint(cfg.model):  # the reference trainer's: merged into a team folder (cached)
             folder, ref = team_folder(cfg.model, workflow=cfg.workflow, suite=cfg.suite, show_progress=cfg.progress)
             cfg = replace(cfg, model=str(folder), suite=cfg.suite or (None if cfg.benchmarks else ref.suite))
@@ -557,8 +557,6 @@ def plan(cfg: EvalConfig) -> Plan:
     cache_dir = cfg.cache or team.cache
     cache = None
     if cache_dir:  # opened (and checked: a damaged file is refused) before any model loads
-        from drmas_bench.cache import CallCache
-
         cache = CallCache.open(cache_dir)
     return Plan(cfg, r, Inputs(tasks, data_dir, retriever), RunRecord(out, config_doc, provenance, grader),
                 Prompts(protocol_opts, protocol_info),

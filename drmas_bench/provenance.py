@@ -32,6 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from drmas_bench import __version__
 from drmas_bench.files import file_sha256, load_hash_cache, model_identity, save_hash_cache
 from drmas_bench.grading.families import takes_grader
 from drmas_bench.grading.registry import DEFAULT_GRADER, get_grader
@@ -63,8 +64,6 @@ def package_version() -> str:
     try:
         return metadata.version("drmas-bench")
     except metadata.PackageNotFoundError:
-        from drmas_bench import __version__
-
         return __version__
 
 

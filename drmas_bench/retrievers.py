@@ -14,7 +14,7 @@ from typing import Any
 from drmas_bench.models import cache_dir
 from drmas_bench.types import UserError
 from drmas_bench.workflows.protocol import retriever_record
-from drmas_retrieval import load_retriever
+from drmas_retrieval import build_index, load_retriever
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +27,6 @@ def default_spec(data_dir) -> str:
                         "or a --data-dir holding corpus/mini_corpus.jsonl for the default BM25 index")
     out = cache_dir() / "indexes" / "mini_corpus-bm25"
     if not (out / "drmas_index.json").is_file():
-        from drmas_retrieval import build_index
-
         logger.info(f"[eval] building the default BM25 index of the mini corpus in {out}")
         build_index("bm25", Path(data_dir) / "corpus" / "mini_corpus.jsonl", out)
     return f"bm25:{out}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,6 +298,65 @@ def test_function_imports_finds_an_import_in_a_function(tmp_path):
     assert function_imports(f) == [(3, "json"), (5, ".")]
 
 
+PROJECT = tuple(PACKAGES)
+MODULES = set(_modules())
+
+
+def deferred_imports(path: Path, module: str | None = None) -> dict[str, int]:
+    """In how many functions of ``path`` (the file of ``module``, by default found from its place in
+    the project) each dependency is imported, a nested function counting with the one it sits in: a
+    third-party dependency by its top package (``torch.distributed`` counts as ``torch``), a project
+    one by its full module name (a relative import made absolute)."""
+    module = module or _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def key(mod: str) -> str:
+        level = len(mod) - len(mod.lstrip("."))
+        if level:
+            up = package.split(".")[: len(package.split(".")) - level + 1]
+            mod = ".".join(up + ([mod[level:]] if mod[level:] else []))
+        return mod if mod.split(".")[0] in PROJECT else mod.split(".")[0]
+
+    counts: dict[str, int] = {}
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                found = set()
+                for n in ast.walk(child):
+                    if isinstance(n, ast.Import):
+                        found.update(key(a.name) for a in n.names)
+                    elif isinstance(n, ast.ImportFrom):  # `from pkg import mod` imports the module mod
+                        base = key("." * n.level + (n.module or ""))
+                        found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in n.names)
+                for k in found:
+                    counts[k] = counts.get(k, 0) + 1
+            else:
+                visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return counts
+
+
+def _module_name(path: Path) -> str:
+    for pkg, folder in PACKAGES.items():
+        if folder in path.parents:
+            parts = [pkg, *path.relative_to(folder).with_suffix("").parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return path.stem
+
+
+def test_deferred_imports_counts_functions_by_top_package_and_resolves_relative_imports(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import torch\ndef g():\n    import torch\n    from torch.distributed import tensor\n"
+                 "    from . import source\n    from .source import load\n    import drmas_bench.types\n"
+                 "class C:\n    def h(self):\n        def inner():\n            import torch\n        import ray\n")
+    assert deferred_imports(f, "drmas_bench.export.m") == {
+        "torch": 2, "ray": 1, "drmas_bench.export.source": 1, "drmas_bench.types": 1}
+    assert _module_name(REPO / "drmas_bench" / "export" / "__init__.py") == "drmas_bench.export"
+    assert _module_name(REPO / "trainer" / "lora.py") == "drmas_trainer.lora"
+
+
 def test_no_standard_library_module_is_imported_inside_a_function():
     """Nothing light is deferred: a module's standard-library, yaml, numpy and pydantic imports sit
     at its top, where a reader sees what it depends on."""
@@ -305,6 +365,163 @@ def test_no_standard_library_module_is_imported_inside_a_function():
             for f in sorted(folder.rglob("*.py")) for line, mod in function_imports(f)
             if mod.split(".")[0] in light]
     assert hits == []
+
+
+# (module, dependency) imported inside more than one function, each with why it stays deferred
+DEFERRED_MORE_THAN_ONCE = {
+    # imported at the top of models/__init__ and plan (every evaluation's path): loading a model
+    # needs them, checking a folder's tokenizer or resolving a name does not
+    ("drmas_bench.models.loading", "torch"): "on the light path of models/ and plan",
+    ("drmas_bench.models.loading", "transformers"): "on the light path of models/ and plan",
+    ("drmas_bench.models.smollm2", "torch"): "the model registry imports it to list its aliases",
+    ("drmas_bench.models.smollm2", "transformers"): "the model registry imports it to list its aliases",
+    ("drmas_bench.models.tiny", "tokenizers"): "the model registry imports it to list its aliases",
+    ("drmas_bench.engines.hosting", "torch"): "plan and the explicit team import it to place engines",
+    # the optional sglang extra, checked where used (GPU-only backend: not reworked without a GPU)
+    ("drmas_bench.engines.sglang", "sglang"): "optional extra, GPU-only backend",
+    ("drmas_bench.engines.sglang", "torch"): "GPU-only backend",
+}
+
+
+def third_party(name: str) -> bool:
+    top = name.split(".")[0]
+    return top not in PROJECT and top not in sys.stdlib_module_names and top != "__future__"
+
+
+def test_a_dependency_is_deferred_in_one_function_per_module():
+    """A heavy or optional dependency a module needs only sometimes is imported inside one function
+    of it (an accessor, or the one place that uses it); a module whose whole job needs it imports it
+    at its top and is itself imported lazily by whoever only sometimes needs it."""
+    found = {(_module_name(f), dep): n for folder in (REPO / "drmas_bench", REPO / "trainer")
+             for f in sorted(folder.rglob("*.py")) for dep, n in deferred_imports(f).items() if third_party(dep)}
+    repeated = sorted(f"{m}: {dep} in {n} functions" for (m, dep), n in found.items()
+                      if n > 1 and (m, dep) not in DEFERRED_MORE_THAN_ONCE)
+    assert repeated == []
+    stale = sorted(k for k in DEFERRED_MORE_THAN_ONCE if found.get(k, 0) < 2)
+    assert stale == [], "allowed repeats that no longer repeat: drop them from DEFERRED_MORE_THAN_ONCE"
+
+
+def top_imports() -> dict[str, set[str]]:
+    """module -> what it imports when it is imported (its top level, ``try``/``if`` blocks included,
+    ``TYPE_CHECKING`` blocks left out): project modules by full name, others by top package."""
+    mods = _modules()
+
+    def owner(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    out: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, f in mods.items():
+        package = mod if f.name == "__init__.py" else mod.rpartition(".")[0]
+
+        def walk(body: list[ast.stmt], mod: str = mod, package: str = package) -> None:
+            for node in body:
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                    continue
+                if isinstance(node, (ast.If, ast.Try)):
+                    walk(node.body)
+                    walk(node.orelse)
+                    for h in getattr(node, "handlers", []):
+                        walk(h.body)
+                    continue
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    base = node.module or ""
+                    if node.level:
+                        up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                        base = ".".join(up + ([base] if base else []))
+                    names = [base] + [f"{base}.{a.name}" for a in node.names]
+                else:
+                    continue
+                for n in names:
+                    target = owner(n)
+                    while target:  # importing a.b.c runs a and a.b first
+                        if target != mod:
+                            out[mod].add(target)
+                        target = owner(target.rpartition(".")[0]) if "." in target else None
+                    if not n.split(".")[0] in PROJECT:
+                        out[mod].add(n.split(".")[0])
+
+        walk(ast.parse(f.read_text(encoding="utf-8")).body)
+    return out
+
+
+def loads_heavy(module: str, tops: dict[str, set[str]]) -> set[str]:
+    """The third-party packages beyond the light ones (yaml, numpy, pydantic) that importing
+    ``module`` loads, through the project modules it imports at its top."""
+    seen, stack, heavy = set(), [module], set()
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        for t in tops.get(m, ()):
+            if t in tops:
+                stack.append(t)
+            elif third_party(t) and t not in LIGHT_ALWAYS:
+                heavy.add(t)
+    return heavy
+
+
+# the modules that import the harness inside functions for a reason other than a heavy dependency
+DEFER_PROJECT_MODULES = {
+    "drmas_bench.commands": "the CLI's commands import the harness when they run, so --help stays light",
+    "drmas_bench.cli": "the CLI's commands import the harness when they run, so --help stays light",
+    "drmas_bench": "`import drmas_bench` exports evaluate, EvalConfig and Summary on first use",
+}
+# (module, project module) deferred for another reason, each with it
+DEFERRED_PROJECT_IMPORTS = {
+    ("drmas_bench.models.registry", "drmas_bench.checkpoints"):
+        "checkpoints imports models.adapter_names, which runs the models package's __init__ (a circle at import)",
+    # the CLI imports limits at its top (LimitReached, the exit code); records and metrics load the
+    # workflows, tasks and models registries, which `drmas-bench --help` does not need
+    ("drmas_bench.limits", "drmas_bench.records"): "keeps the CLI's import light",
+    ("drmas_bench.limits", "drmas_bench.metrics"): "keeps the CLI's import light",
+}
+
+# all of the project that `import drmas_bench.cli` (every `drmas-bench` command, --help included)
+# loads before a command runs
+CLI_IMPORTS = {"drmas_bench", "drmas_bench.cli", "drmas_bench.limits", "drmas_bench.log", "drmas_bench.signals",
+               "drmas_bench.types"}
+
+
+def test_the_cli_imports_only_its_light_core():
+    """The commands import the harness when they run; the CLI module itself loads a handful of
+    project modules and none of the heavy dependencies."""
+    code = ("import sys, drmas_bench.cli; print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('drmas_bench', 'drmas_trainer', 'drmas_retrieval', 'torch', 'transformers', 'ray', 'sglang', "
+            "'inspect_ai', 'pyarrow', 'matplotlib', 'sympy', 'peft'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert set(out.split()) == CLI_IMPORTS
+
+
+def test_a_project_module_is_imported_inside_a_function_only_to_defer_a_heavy_dependency():
+    """A function imports a project module only when that module loads a heavy or optional
+    dependency (torch, sympy, inspect_ai, ...) that its caller needs only sometimes; the CLI's
+    commands defer the whole harness. Anything else is imported at the module's top, where a reader
+    sees it."""
+    tops = top_imports()
+    hits, used = [], set()
+    for folder in (REPO / "drmas_bench", REPO / "trainer"):
+        for f in sorted(folder.rglob("*.py")):
+            mod = _module_name(f)
+            if mod in DEFER_PROJECT_MODULES or mod.startswith("drmas_bench.commands."):
+                continue
+            for dep in deferred_imports(f):
+                if dep.startswith(PROJECT) and not loads_heavy(dep, tops):
+                    if (mod, dep) in DEFERRED_PROJECT_IMPORTS:
+                        used.add((mod, dep))
+                    else:
+                        hits.append(f"{mod}: {dep}")
+    assert sorted(hits) == []
+    assert sorted(set(DEFERRED_PROJECT_IMPORTS) - used) == [], "stale DEFERRED_PROJECT_IMPORTS entries"
+
+
+def test_loads_heavy_follows_top_imports_only():
+    tops = {"a": {"b", "yaml"}, "b": {"torch"}, "c": {"numpy"}}
+    assert loads_heavy("a", tops) == {"torch"} and loads_heavy("c", tops) == set()
 
 
 def test_no_suite_or_family_is_compared_by_name_in_the_run_layer():

@@ -26,6 +26,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from peft import LoraConfig as PeftLoraConfig
+from peft import get_peft_model, get_peft_model_state_dict
+
 from drmas_bench.models import adapters as A
 from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import UserError
@@ -36,8 +39,6 @@ __all__ = ["activate", "adapter_params", "adapter_tensors", "attach", "load_poli
 
 def peft_config(spec: LoraConfig) -> Any:
     """peft's ``LoraConfig`` for one adapter's ``lora:`` settings (causal LM, no bias)."""
-    from peft import LoraConfig as PeftLoraConfig
-
     targets = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)
     return PeftLoraConfig(r=int(spec.rank), lora_alpha=float(spec.alpha), lora_dropout=float(spec.dropout),
                           target_modules=targets, bias="none", task_type="CAUSAL_LM")
@@ -46,8 +47,6 @@ def peft_config(spec: LoraConfig) -> Any:
 def attach(model: Any, adapters: dict[str, AgentConfig]) -> Any:
     """``model`` (a plain causal LM) wrapped by peft with one fresh adapter per entry of ``adapters``
     (name -> the settings whose ``lora`` shapes it); the base frozen, every adapter trainable."""
-    from peft import get_peft_model
-
     names = list(adapters)
     if not names:
         raise ValueError("attach needs at least one adapter")
@@ -105,7 +104,5 @@ def activate(model: Any, adapter: str, trainable: list[Any]) -> None:
 def adapter_tensors(model: Any, adapter: str, dtype: Any = None) -> dict[str, Any]:
     """``adapter``'s tensors under the names peft saves them with (no adapter name in them): what
     ``adapter_model.safetensors`` holds and what an engine's ``update_adapter`` takes."""
-    from peft import get_peft_model_state_dict
-
     state = get_peft_model_state_dict(model, adapter_name=adapter, save_embedding_layers=False)
     return {k: (v.detach() if dtype is None else v.detach().to(dtype)) for k, v in state.items()}

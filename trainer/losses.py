@@ -41,7 +41,7 @@ Agg = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 
 #: defaults that depend on the mode: (clip_low, clip_high, agg)
-_MODE_DEFAULTS: dict[str, tuple[float, float, str]] = {
+_MODE_DEFAULTS: dict[str, tuple[float, float, Agg]] = {
     "ppo": (0.2, 0.2, "token-mean"),
     "gspo": (3e-4, 4e-4, "seq-mean-token-mean"),
 }

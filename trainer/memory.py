@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.engines import traits
+from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.types import UserError
 from drmas_trainer.config import OPTIMIZERS, AgentConfig, TrainConfig, WorkerGroupPlan
 
@@ -126,8 +127,6 @@ def model_shape(model: str) -> ModelShape:
 
     folder: Path | None = None
     try:
-        from drmas_bench.engines.base import resolve_model_path
-
         p = Path(resolve_model_path(model))
         folder = p if (p / "config.json").is_file() else None
     except (UserError, OSError, ValueError):

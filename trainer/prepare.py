@@ -12,12 +12,16 @@ from typing import Any
 
 from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
 from drmas_bench.models import resolve_model
-from drmas_bench.retrievers import open_retriever
-from drmas_bench.tasks.registry import iter_jsonl
+from drmas_bench.pool.cluster import driver_model_name
+from drmas_bench.retrievers import default_spec, open_retriever
+from drmas_bench.tasks import load_tasks
+from drmas_bench.tasks.registry import iter_jsonl, resolve_data_dir
+from drmas_bench.tasks.toy import make_toy_tasks
 from drmas_bench.types import Sampling, SFTExample, Task, UserError
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows.base import WorkflowSpec, derive_seed
 from drmas_trainer.config import TrainConfig, WorkerGroupPlan, agent_config
+from drmas_trainer.ray_workers import RayWorkerHandle, check_worker_demand
 from drmas_trainer.saving import checkpoint_part
 
 
@@ -29,12 +33,8 @@ def load_train_tasks(cfg: TrainConfig) -> list[Task]:
     defaults to ``train``)."""
     d = cfg.data
     if d.source == "toy":
-        from drmas_bench.tasks.toy import make_toy_tasks
-
         tasks = make_toy_tasks(d.size, seed=d.seed, max_operand=d.max_operand, benchmark="toy")
     elif d.source.startswith("benchmark:"):
-        from drmas_bench.tasks import load_tasks
-
         names = [n.strip() for n in d.source.split(":", 1)[1].split(",") if n.strip()]
         if not names:
             raise UserError(f"data.source {d.source!r} names no registry entry (e.g. benchmark:dapo_math_17k)")
@@ -80,8 +80,6 @@ def rollout_retriever(cfg: TrainConfig, wf: WorkflowSpec) -> Any:
     if not wf.needs_retriever:
         return None
     if not cfg.retriever:  # as eval: the embedded BM25 index of the data dir's mini corpus, else say what to set
-        from drmas_bench.retrievers import default_spec
-        from drmas_bench.tasks.registry import resolve_data_dir
 
         try:
             spec = default_spec(resolve_data_dir(cfg.data.data_dir))
@@ -118,15 +116,11 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
     goes, so the caller can close what was started if a later one fails."""
 
     if use_ray:
-        from drmas_trainer.ray_workers import check_worker_demand
-
         check_worker_demand(cfg.ray, plan)  # a demand the cluster cannot meet: one line, before any actor
     for name, g in plan.items():
         if ckpt is not None:
             path = checkpoint_part(ckpt, "models", name)
         elif use_ray:  # resolved inside the actor, on the node that loads it (aliases prepared there)
-            from drmas_bench.pool.cluster import driver_model_name
-
             path = driver_model_name(g.settings.model)
         else:
             got = resolve_model(g.settings.model)
@@ -135,8 +129,6 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
         if g.lora:  # per-agent (shared_base) or per-group LoRA adapters over the frozen base
             kwargs.update(adapters=dict(g.adapters), adapter_of=dict(g.adapter_of))
         if use_ray:
-            from drmas_trainer.ray_workers import RayWorkerHandle
-
             workers[name] = RayWorkerHandle.spawn(name, g.agents, g.settings, path, gpus=cfg.ray.gpus_per_worker, **kwargs)
         else:
             from drmas_trainer.worker import WorkerGroup

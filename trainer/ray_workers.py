@@ -36,8 +36,8 @@ import traceback
 from typing import Any
 
 from drmas_bench.pool.cluster import init_ray as cluster_init
-from drmas_bench.pool.cluster import node_label, ray_address
-from drmas_bench.pool.ray_pool import check_demand, wait_placed
+from drmas_bench.pool.cluster import node_label, on_node, ray_address
+from drmas_bench.pool.ray_pool import check_demand, ray_error_line, wait_placed
 from drmas_bench.types import UserError
 
 
@@ -107,8 +107,6 @@ class WorkerActor:
         try:
             self.wg = WorkerGroup(*args, **kwargs)
         except UserError as e:  # e.g. a model folder missing on this node: say which node
-            from drmas_bench.pool.cluster import on_node
-
             raise on_node(e) from None
         except Exception:
             traceback.print_exc()
@@ -128,8 +126,7 @@ class WorkerActor:
             raise
 
     async def ray_info(self) -> dict[str, Any]:
-        import ray
-
+        ray = require_ray()
         info = await self.wg.info()
         info["ray_gpu_ids"] = [str(g) for g in ray.get_gpu_ids()]
         info["pid"] = os.getpid()
@@ -174,8 +171,6 @@ class RayWorkerHandle:
         try:
             return await fn.remote(*args, **kwargs)
         except ray.exceptions.RayError as e:
-            from drmas_bench.pool.ray_pool import ray_error_line
-
             raise UserError(f"worker group {self.name!r} (Ray actor): {ray_error_line(e)}") from None
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:

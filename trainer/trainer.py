@@ -69,6 +69,7 @@ from drmas_trainer.prepare import (
     start_workers,
     warm_start,
 )
+from drmas_trainer.ray_workers import init_ray, shutdown_ray
 from drmas_trainer.runlog import (
     CKPT_CACHE,
     METRICS,
@@ -167,8 +168,6 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
     # --- worker groups (in process or Ray actors), their engines --------------------------------
     ray_started = False
     if use_ray:
-        from drmas_trainer.ray_workers import init_ray
-
         ray_started = init_ray(cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.address, cfg.ray.ship_code)
     workers: dict[str, Any] = {}
     try:
@@ -292,8 +291,6 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                 pass
         metrics.close()
         if ray_started:
-            from drmas_trainer.ray_workers import shutdown_ray
-
             shutdown_ray()
 
 

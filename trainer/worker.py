@@ -66,6 +66,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from transformers import AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from drmas_bench.checkpoints import is_url, node_copy, upload
 from drmas_bench.engines import traits
@@ -88,7 +90,7 @@ from drmas_trainer.config import AgentConfig
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.lora import adapter_tensors
 from drmas_trainer.losses import policy_loss
-from drmas_trainer.optim import make_optimizer, release_cached_memory
+from drmas_trainer.optim import make_adapter_optimizers, make_optimizer, release_cached_memory
 
 __all__ = ["LossSettings", "Row", "SFTExample", "WorkerGroup"]
 
@@ -201,9 +203,6 @@ class WorkerGroup:
     def __init__(self, name: str, agents: list[str], settings: AgentConfig, model_path: str, *,
                  device: str = "auto", seed: int = 0, torch_threads: int | None = None, max_batch: int = 64,
                  adapters: dict[str, AgentConfig] | None = None, adapter_of: dict[str, str] | None = None) -> None:
-        from transformers import AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
         hf_logging.disable_progress_bar()  # no "Loading weights" / "Writing model shards" bars per step
 
         if torch_threads:
@@ -253,8 +252,6 @@ class WorkerGroup:
         LoRA: one per adapter, each with its own settings (``optim.AdapterOptimizers``)."""
         s = self.settings
         if self.adapters:
-            from drmas_trainer.optim import make_adapter_optimizers
-
             return make_adapter_optimizers(self.adapter_params, self.adapters, kind=s.optimizer, offload=s.optimizer_offload)
         return make_optimizer(self.params, kind=s.optimizer, offload=s.optimizer_offload, lr=lr,
                               betas=tuple(s.betas), weight_decay=s.weight_decay)
@@ -264,8 +261,6 @@ class WorkerGroup:
     def _load_lora_policy(self) -> None:
         """The frozen base with this group's adapters (fresh, or a checkpoint's), its tokenizer (a
         checkpoint's adapter folder carries the one the group trained with, else the base's)."""
-        from transformers import AutoTokenizer
-
         if not traits(self.settings.engine).serves_adapters:
             raise UserError(f"worker group {self.name}: lora needs a rollout engine that serves LoRA adapters; "
                             f"engine {self.settings.engine} does not")
@@ -283,9 +278,7 @@ class WorkerGroup:
     def _use_agent(self, agent: str) -> None:
         """Forwards from here on are ``agent``'s: its adapter active (LoRA); a no-op otherwise."""
         if self.adapters:
-            from drmas_trainer.lora import activate
-
-            activate(self.policy, self.adapter_of[agent], self.params)
+            lora.activate(self.policy, self.adapter_of[agent], self.params)
 
     def _clip_grads(self) -> float:
         """Clip the gradients and return the pre-clip global norm. Full weights: the group's norm

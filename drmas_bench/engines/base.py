@@ -115,12 +115,8 @@ def parse_options(options_cls: type, given: dict[str, Any], *, kind: str) -> Any
 def resolve_model_path(model: str) -> str:
     """Turn a model alias (``tiny-random``), a local folder or a hub id into what
     ``from_pretrained`` accepts, through ``drmas_bench.models.resolve_model`` (its ``UserError``
-    names the fix). Without that module, the name is returned unchanged (a path or a hub id)."""
-    try:
-        from drmas_bench.models import resolve_model
-    except ImportError:  # pragma: no cover - only while models.py is being written
-        return str(Path(model).expanduser()) if Path(model).expanduser().is_dir() else model
-    got = resolve_model(model)
+    names the fix)."""
+    got = models.resolve_model(model)
     return str(getattr(got, "path", got))
 
 

@@ -71,6 +71,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
+from peft import LoraConfig, set_peft_model_state_dict
+from transformers import AutoTokenizer
+
 from drmas_bench.engines.base import (
     EngineBase,
     EngineError,
@@ -136,8 +140,6 @@ class HFEngine(EngineBase):
         out = dict(options)
         device = str(out.get("device", "auto"))
         if device == "auto":
-            import torch
-
             device = "cuda" if torch.cuda.is_available() else "cpu"
         out["device"] = device.split(":", 1)[0]
         if out.get("dtype", "auto") == "auto":
@@ -146,9 +148,6 @@ class HFEngine(EngineBase):
     serves_adapters: ClassVar[bool] = True
 
     def __init__(self, model: str, **options: Any) -> None:
-        import torch
-        from transformers import AutoTokenizer
-
         self.model = model
         self.options: HFOptions = parse_options(HFOptions, options, kind=self.name)
         o = self.options
@@ -298,8 +297,6 @@ class HFEngine(EngineBase):
     # ------------------------------------------------------------------ lifecycle (worker thread)
 
     def _sleep_sync(self) -> None:
-        import torch
-
         with self._lock:
             if not self._awake:
                 return
@@ -336,8 +333,6 @@ class HFEngine(EngineBase):
                 self._awake = True
 
     def _update_sync(self, named: list[tuple[str, Any]]) -> None:
-        import torch
-
         with self._lock:
             if self._hf_model is None:
                 self._wake_sync()
@@ -355,8 +350,6 @@ class HFEngine(EngineBase):
             self._dirty = True
 
     def _update_adapter_sync(self, name: str, config: dict[str, Any], tensors: dict[str, Any]) -> None:
-        from peft import LoraConfig, set_peft_model_state_dict
-
         safe_name(name, "hf engine: adapter")
         with self._lock:
             if self._hf_model is None:
@@ -389,8 +382,6 @@ class HFEngine(EngineBase):
     # ------------------------------------------------------------------ decoding (worker thread)
 
     def _run_batch(self, items: list[_Item]) -> list[Completion]:
-        import torch
-
         with self._lock:
             if not self._awake:
                 if not self.options.auto_wake:
@@ -422,8 +413,6 @@ class HFEngine(EngineBase):
         return results
 
     def _decode(self, items: list[_Item]) -> list[Completion]:
-        import torch
-
         model, dev = self._hf_model, self.device
         results: list[Completion | None] = [None] * len(items)
         rows: list[int] = []  # indices of items that actually run
@@ -531,8 +520,6 @@ class HFEngine(EngineBase):
         -1 = none; ``None`` = none for every row), top-p, and inverse-CDF sampling in vocabulary
         order with one uniform from the row's own generator. Top-k and top-p both filter the same
         (temperature-scaled) distribution: a token survives when it is in both sets."""
-        import torch
-
         greedy = logits.argmax(dim=-1)
         sampled_rows = (temps > 0).nonzero()[:, 0].tolist()
         if not sampled_rows:

@@ -32,10 +32,19 @@ class Format:
 FORMATS: dict[str, Format] = {
     "inspect": Format("drmas_bench.export.inspect_log:write_inspect", "export/inspect.eval", False,
                       "an Inspect AI log (.eval): one sample per trajectory, every agent's turns, scores, usage",
-                      "drmas_bench.export.inspect_log:require_inspect"),
+                      "drmas_bench.export:require_inspect"),
     "hub": Format("drmas_bench.export.hub:write_hub", "export/hub", True,
                   "a Hugging Face model card (README.md with model-index eval results) + samples.parquet"),
 }
+
+
+def require_inspect() -> None:
+    """A one-line UserError naming the extra when inspect_ai is not installed (asked before the
+    writer's module, which imports inspect_ai at its top, is loaded)."""
+    try:
+        import inspect_ai.log  # noqa: F401
+    except ImportError:
+        raise UserError("--format inspect needs inspect_ai: pip install 'drmas-bench[inspect]'") from None
 
 
 def _resolve(ref: str) -> Any:

@@ -16,6 +16,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
 from drmas_bench.agents.assign import short_model_name
 from drmas_bench.export.source import FinishedRun, benchmark_source, named_figures
 
@@ -32,8 +36,6 @@ def figures(run: FinishedRun, block: dict[str, Any]) -> dict[str, float]:
 
 def eval_results(run: FinishedRun) -> list[Any]:
     """One huggingface_hub ``EvalResult`` per benchmark and figure of the run's summary."""
-    from huggingface_hub import EvalResult
-
     out = []
     for bench, block in (run.summary.get("benchmarks") or {}).items():
         src = benchmark_source(bench)
@@ -53,8 +55,6 @@ def model_name(run: FinishedRun) -> str:
 
 def card_text(run: FinishedRun) -> str:
     """README.md: the YAML front matter the Hub reads, then a short human description."""
-    from huggingface_hub import ModelCardData
-
     hub_models = [m for m in run.models if _HUB_ID.match(m) and not Path(m).exists()]
     data = ModelCardData(
         model_name=model_name(run), eval_results=eval_results(run), base_model=hub_models or None,
@@ -97,8 +97,6 @@ COLUMNS = {"benchmark": "string", "task_id": "string", "sample_idx": "int64", "q
 
 
 def _arrow_type(name: str) -> Any:
-    import pyarrow as pa
-
     scalar = {"string": pa.string(), "bool": pa.bool_(), "int64": pa.int64(), "float64": pa.float64()}
     if name == "list<string>":
         return pa.list_(pa.string())
@@ -135,10 +133,6 @@ def detail_rows(run: FinishedRun) -> list[dict[str, Any]]:
 
 def write_hub(run: FinishedRun, out: Path) -> list[Path]:
     """Write the folder ``out`` (README.md + samples.parquet); returns the files written."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from huggingface_hub import ModelCard
-
     text = card_text(run)
     ModelCard(text)  # the Hub's own parser accepts it (raises on a malformed front matter)
     schema = pa.schema([(k, _arrow_type(v)) for k, v in COLUMNS.items()],

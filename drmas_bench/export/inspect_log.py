@@ -20,21 +20,37 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from inspect_ai.event import ModelEvent
+from inspect_ai.log import (
+    EvalConfig,
+    EvalDataset,
+    EvalLog,
+    EvalMetric,
+    EvalResults,
+    EvalRevision,
+    EvalSample,
+    EvalScore,
+    EvalSpec,
+    EvalStats,
+    write_eval_log,
+)
+from inspect_ai.model import (
+    ChatMessageAssistant,
+    ChatMessageSystem,
+    ChatMessageUser,
+    GenerateConfig,
+    ModelConfig,
+    ModelOutput,
+    ModelUsage,
+)
+from inspect_ai.scorer import Score
+
 from drmas_bench.agents.assign import short_model_name
 from drmas_bench.export.source import FinishedRun, Usage, add_turn, benchmark_source, metric_ci, named_figures
 from drmas_bench.records import view
 from drmas_bench.types import UserError
 
-EXTRA = "inspect"  # the pyproject extra that installs inspect_ai
 SCORER = "correct"  # the sample score holding the project's grade; results' first metric (avg@n) is the headline
-
-
-def require_inspect() -> None:
-    """A one-line UserError naming the extra when inspect_ai is not installed."""
-    try:
-        import inspect_ai.log  # noqa: F401
-    except ImportError:
-        raise UserError(f"--format inspect needs inspect_ai: pip install 'drmas-bench[{EXTRA}]'") from None
 
 
 def _model_id(model: str) -> str:
@@ -42,25 +58,17 @@ def _model_id(model: str) -> str:
 
 
 def _usage(u: Usage) -> Any:
-    from inspect_ai.model import ModelUsage
-
     return ModelUsage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens, total_tokens=u.total_tokens,
                       total_cost=u.usd if u.usd else None)
 
 
 def _message(m: dict[str, Any], meta: dict[str, Any]) -> Any:
-    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser
-
     cls = {"system": ChatMessageSystem, "assistant": ChatMessageAssistant}.get(str(m.get("role")), ChatMessageUser)
     return cls(content=str(m.get("content") or ""), source="input", metadata=meta)
 
 
 def sample_from_record(record: Any, run: FinishedRun) -> Any:
     """One trajectory record as an inspect_ai ``EvalSample``."""
-    from inspect_ai.event import ModelEvent
-    from inspect_ai.log import EvalSample
-    from inspect_ai.model import ChatMessageAssistant, GenerateConfig, ModelOutput
-    from inspect_ai.scorer import Score
 
     rec = view(record)
     messages: list[Any] = []
@@ -126,8 +134,6 @@ def sample_from_record(record: Any, run: FinishedRun) -> Any:
 def _metrics(run: FinishedRun) -> dict[str, Any]:
     """The summary's figures (fractions, named as ``source.named_figures`` names them): the whole
     run's (micro) by name, then each benchmark's in its group, keyed ``<benchmark>/<figure>``."""
-    from inspect_ai.log import EvalMetric
-
     blocks = [(None, run.summary.get("micro") or {})]
     benches = run.summary.get("benchmarks") or {}
     if len(benches) > 1:
@@ -145,17 +151,6 @@ def _metrics(run: FinishedRun) -> dict[str, Any]:
 
 def build_log(run: FinishedRun) -> Any:
     """The run as an inspect_ai ``EvalLog`` (module docstring)."""
-    from inspect_ai.log import (
-        EvalConfig,
-        EvalDataset,
-        EvalLog,
-        EvalResults,
-        EvalRevision,
-        EvalScore,
-        EvalSpec,
-        EvalStats,
-    )
-    from inspect_ai.model import GenerateConfig, ModelConfig
 
     records = sorted(run.views, key=lambda r: (r.benchmark, r.task_id, r.sample_idx or 0))
     samples = [sample_from_record(r, run) for r in records]
@@ -212,8 +207,6 @@ def build_log(run: FinishedRun) -> Any:
 
 def write_inspect(run: FinishedRun, out: Path) -> list[Path]:
     """Write ``out`` (a ``.eval`` file) with inspect_ai's writer; returns the files written."""
-    require_inspect()
-    from inspect_ai.log import write_eval_log
 
     if out.suffix != ".eval":
         raise UserError(f"--out {out}: an Inspect log is a .eval file (name it {out.with_suffix('.eval').name})")

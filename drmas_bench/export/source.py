@@ -25,6 +25,7 @@ import yaml
 
 from drmas_bench.records import RecordView, TurnView, views
 from drmas_bench.store import CONFIG, LOCK, SAMPLES, parse_sample_line, repair_hint, sample_key, select_records
+from drmas_bench.tasks.registry import get_benchmark
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -186,8 +187,6 @@ def benchmark_source(name: str) -> dict[str, str | None]:
     """Where benchmark ``name``'s questions come from: {"type": hub dataset id, "split", "config"}.
     A benchmark without a hub source (the built-in toy suite) is named ``drmas-bench/<name>``."""
     try:
-        from drmas_bench.tasks.registry import get_benchmark
-
         b = get_benchmark(name)
     except UserError:
         return {"type": f"drmas-bench/{name}", "split": "test", "config": None}

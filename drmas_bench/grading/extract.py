@@ -63,7 +63,7 @@ def _box_at(text: str, cmd_end: int) -> tuple[str, int] | None:
     if j > cmd_end and j < len(text):  # `\boxed 5`: up to the closing `$` or end of line
         m = re.match(r"[^$\n]*", text[j:])
         content = m.group(0).strip() if m else ""
-        return (content, j + len(m.group(0))) if content else None
+        return (content, j + len(m.group(0))) if m and content else None
     return None
 
 

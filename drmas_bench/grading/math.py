@@ -41,8 +41,12 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+import sympy
+from sympy.core.function import AppliedUndef
+
 from drmas_bench.grading.latex import MAX_ANSWER_CHARS, to_sympy
 from drmas_bench.grading.normalize import normalize_answer, split_top_level, strip_dollars
+from drmas_bench.types import UserError
 
 REL_TOL = 1e-9
 # sample points for identity testing of expressions with symbols: positive, irrational-looking,
@@ -155,9 +159,9 @@ def parse_structure(s: str) -> Node:
         if len(expanded) > 1:
             return Node("list", items=tuple(parse_structure(x) for x in expanded))
     if _wrapped(s):
-        inner = split_top_level(s[1:-1], ",")
-        if len(inner) > 1:
-            return Node("tuple", text=s[0] + s[-1], items=tuple(parse_structure(x) for x in inner))
+        members = split_top_level(s[1:-1], ",")
+        if len(members) > 1:
+            return Node("tuple", text=s[0] + s[-1], items=tuple(parse_structure(x) for x in members))
     m = _MATRIX.match(s)
     if m:
         rows = [r for r in m.group(2).split("\\\\") if r.strip()]
@@ -205,8 +209,6 @@ def _close(a: complex, b: complex) -> bool:
 
 
 def _value(expr, subs: dict | None = None) -> complex | None:
-    import sympy
-
     try:
         v = sympy.N(expr.subs(subs) if subs else expr, 30)
         if v.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or v.free_symbols:
@@ -231,8 +233,6 @@ def _sample_values(a, b, symbols: list) -> list[tuple[complex, complex]] | None:
 
 def sympy_equal(a, b) -> bool:
     """True when sympy expressions a and b are equal (see the module docstring)."""
-    import sympy
-
     if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
         return False  # complex infinity (`1/0`, `12:00` read as a ratio) and nan equal nothing
     if a == b:
@@ -256,12 +256,9 @@ def sympy_equal(a, b) -> bool:
 
 def _freeze_functions(a, b):
     """Replace undefined functions such as `theta(t)` by plain symbols (the same in a and b)."""
-    from sympy.core.function import AppliedUndef
-
     calls = a.atoms(AppliedUndef) | b.atoms(AppliedUndef)
     if not calls:
         return a, b
-    import sympy
 
     subs = {c: sympy.Symbol(f"_fn{k}") for k, c in enumerate(sorted(calls, key=str))}
     return a.xreplace(subs), b.xreplace(subs)
@@ -270,8 +267,6 @@ def _freeze_functions(a, b):
 def _simplifies_to_zero(d) -> bool:
     """Last resort when no sample point evaluates: a bounded `expand` (never `simplify`, which
     can take seconds on innocent-looking input)."""
-    import sympy
-
     if sympy.count_ops(d) > 50:
         return False
     try:
@@ -282,8 +277,6 @@ def _simplifies_to_zero(d) -> bool:
 
 def positively_proportional(a, b) -> bool:
     """True when a = c * b for a constant c > 0 (inequalities `lhs - rhs < 0`: direction kept)."""
-    import sympy
-
     if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):
         return False
     if sympy_equal(a, b):
@@ -489,8 +482,6 @@ def math_verify_equal(extracted: str, gold: str) -> bool:
     try:
         from math_verify import parse, verify
     except ImportError:
-        from drmas_bench.types import UserError
-
         raise UserError("grader 'math_verify' needs the math-verify package: pip install 'drmas-bench[mathverify]'") from None
     # it warns once per process that its own timeouts are off: they are, on purpose (see above)
     for name in ("math_verify.parser", "math_verify.grader"):

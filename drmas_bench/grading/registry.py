@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from types import ModuleType
 from typing import Callable
 
 from drmas_bench.grading.compat import compat_equal
@@ -68,25 +69,27 @@ def get_grader(name: str) -> MathGrader:
     raise UserError(f"unknown math grader {name!r}{hint}; known: {', '.join(GRADERS)}")
 
 
-def _careful(extracted: str, gold: str) -> bool:
-    from drmas_bench.grading.math import answers_equal
+def _math() -> ModuleType:
+    """`drmas_bench.grading.math`, imported on the first careful or math_verify grade: it loads
+    sympy, which only the math graders need."""
+    from drmas_bench.grading import math
 
-    return answers_equal(gold, extracted)
+    return math
+
+
+def _careful(extracted: str, gold: str) -> bool:
+    return bool(_math().answers_equal(gold, extracted))
 
 
 def _compat(extracted: str, gold: str) -> bool:
-
     return compat_equal(extracted, gold)
 
 
 def _math_verify(extracted: str, gold: str) -> bool:
-    from drmas_bench.grading.math import math_verify_equal
-
-    return math_verify_equal(extracted, gold)
+    return bool(_math().math_verify_equal(extracted, gold))
 
 
 def _dist_version(dist: str) -> str:
-
     try:
         return version(dist)
     except PackageNotFoundError:

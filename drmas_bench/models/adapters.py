@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from peft import PeftModel, get_peft_model_state_dict
+from safetensors.torch import save_file
+
 from drmas_bench.files import model_identity, safe_name
 from drmas_bench.models import resolve_model
 from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_FILE, is_adapter_folder
@@ -130,9 +133,6 @@ def save_adapter(model: Any, name: str, folder: str | os.PathLike, base: str,
     """Write adapter ``name`` of peft model ``model`` to ``folder`` in peft's format
     (``adapter_config.json`` with ``base_model_name_or_path = base``, ``adapter_model.safetensors``),
     and ``record`` (``base_record``) as ``base.json`` beside them."""
-    from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
-
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     cfg = model.peft_config[name]
@@ -161,8 +161,6 @@ def adapter_config_dict(model: Any, name: str, base: str = "") -> dict[str, Any]
 def attach_saved(model: Any, adapters: dict[str, Path], *, trainable: bool = False) -> Any:
     """``model`` (a plain causal LM) with the saved ``adapters`` attached by name: a PeftModel
     (the first one through ``PeftModel.from_pretrained``, the rest with ``load_adapter``)."""
-    from peft import PeftModel
-
     names = list(adapters)
     try:
         pm = PeftModel.from_pretrained(model, str(adapters[names[0]]), adapter_name=names[0], is_trainable=trainable)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.models.adapter_names import is_adapter_folder
 from drmas_bench.models.cache import MARKER, models_dir, progress, read_marker
 from drmas_bench.models.smollm2 import (
     ADAPTER_FILES,
@@ -192,6 +193,7 @@ def resolve_model(name_or_path: str | os.PathLike[str], prepare: bool = True,
     """
     name = os.fspath(name_or_path)
     if "://" in name:  # a model folder under an fsspec URL (a checkpoint's models/<wg>): a local copy here
+        # deferred: checkpoints imports models.adapter_names, which runs this package's __init__
         from drmas_bench.checkpoints import cached_model, is_url
 
         if is_url(name):
@@ -204,8 +206,6 @@ def resolve_model(name_or_path: str | os.PathLike[str], prepare: bool = True,
         return prepare_model(name, log=log)
     path = Path(name).expanduser()
     if path.is_dir():
-        from drmas_bench.models.adapter_names import is_adapter_folder
-
         if (path / "config.json").is_file() or (path / "team.yaml").is_file() or is_adapter_folder(path):
             return path
         raise UserError(f"{name}: directory has neither config.json (a model checkpoint), adapter_config.json "

@@ -40,7 +40,6 @@ from typing import Any
 
 import yaml
 
-from drmas_bench.models import verl_merge
 from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from drmas_bench.models.cache import cache_dir
 from drmas_bench.tasks.registry import get_suite, suite_names
@@ -230,6 +229,9 @@ def _peft_base_name(key: str) -> str | None:
 
 
 def _write_group(wg_id: str, folder: Path, tmp: Path, name: str, final: Path, show: bool) -> dict[str, Any]:
+    # the merge needs torch; deferred so that telling a reference checkpoint from a team folder
+    # (`is_reference_checkpoint`, asked while an evaluation is planned) stays light
+    from drmas_bench.models import verl_merge
 
     lora = folder / LORA_DIR
     if lora.is_dir():

@@ -36,6 +36,11 @@ import struct
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
 from drmas_bench.types import UserError
 
 SHARD = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
@@ -50,9 +55,6 @@ def allowed_classes() -> list[type]:
     """The classes a verl model shard may name beyond torch's own tensor types: DTensor, its spec,
     the placements and the device mesh (with the helper classes this torch pickles a mesh with)."""
 
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
     out: list[type] = [DTensor, DTensorSpec, TensorMeta, DeviceMesh, Shard, Replicate, Partial]
     # placements and mesh helpers that exist in some torch versions only
@@ -93,7 +95,6 @@ def shard_files(folder: Path) -> list[Path]:
 def load_shard(path: Path) -> dict[str, Any]:
     """One rank's state dict, read as data (module docstring); every failure is one line."""
 
-    import torch
 
     # torch warns that a mesh unpickled without process groups cannot be used by torch.compile:
     # true and harmless here (the mesh is only read), so that logger is quiet while a shard loads
@@ -122,15 +123,11 @@ def load_shard(path: Path) -> dict[str, Any]:
 
 
 def _is_dtensor(v: Any) -> bool:
-    from torch.distributed.tensor import DTensor
-
     return isinstance(v, DTensor)
 
 
 def _layout(key: str, pieces: list, files: list[Path]) -> tuple[Any, list, list[int], Any]:
     """(placements, mesh of ranks as nested lists, global shape, dtype) of one key's shards, checked."""
-    from torch.distributed.tensor import Replicate, Shard
-
     first = pieces[0]
     if not _is_dtensor(first):
         if any(_is_dtensor(p) for p in pieces):
@@ -164,9 +161,6 @@ def _flatten(x) -> list[int]:
 
 def _assemble(mesh, placements, locals_by_rank: list, depth: int = 0):
     """The full tensor from the mesh (nested lists of ranks) and the placements, one mesh dim per level."""
-    import torch
-    from torch.distributed.tensor import Replicate
-
     if not isinstance(mesh, list):
         return locals_by_rank[int(mesh)]
     p = placements[depth]
@@ -177,8 +171,6 @@ def _assemble(mesh, placements, locals_by_rank: list, depth: int = 0):
 
 def merged_tensor(key: str, pieces: list, files: list[Path], layout=None):
     """One key's full tensor from its per-rank pieces (module docstring), shape and dtype checked."""
-    import torch
-
     placements, mesh, shape, dtype = layout or _layout(key, pieces, files)
     if placements is None:
         full = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
@@ -191,8 +183,6 @@ def merged_tensor(key: str, pieces: list, files: list[Path], layout=None):
 
 
 def _st_dtype(dtype) -> str:
-    import torch
-
     names = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
              torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
              torch.bool: "BOOL"}
@@ -232,8 +222,6 @@ def merge_group(folder: Path, dest: Path, rename: Callable[[str], str | None] | 
     """Merge worker-group folder ``folder`` into ``dest`` (created): ``model.safetensors`` plus the
     config and tokenizer. ``rename(key)`` maps a shard key to the saved name (None: leave it out);
     ``progress(done, total)`` is called after each tensor. Returns ``{"world_size", "tensors", "bytes"}``."""
-    import torch
-
     files = shard_files(folder)
     src = config_source(folder)
     shards = [load_shard(f) for f in files]

@@ -12,7 +12,7 @@
 - where an engine runs and which options it gets (``host_engine``, ``fit_options``, ``ChildEngine``)
   is engine knowledge: ``drmas_bench.engines.hosting``.
 - ``ray_pool.py``: ``RayPool``, one Ray actor per worker group in a placement group over GPUs
-  (needs ``pip install drmas-bench[ray]``; imported only when asked for).
+  (needs ``pip install drmas-bench[ray]``; ray itself is imported only when a RayPool is made).
 
 See docs/pool.md.
 """
@@ -24,6 +24,7 @@ from typing import Any, Mapping
 from drmas_bench.pool.base import EngineSpec, PoolBase, PoolEngineView, specs_from_team
 from drmas_bench.pool.local import LocalPool
 from drmas_bench.pool.policy import BudgetError
+from drmas_bench.pool.ray_pool import RayPool  # imports ray only when a RayPool is made (cluster.import_ray)
 from drmas_bench.types import UserError
 
 POOLS = ("local", "ray")
@@ -35,18 +36,8 @@ def make_pool(kind: str, groups: Mapping[str, Any], **options: Any) -> PoolBase:
     if kind == "local":
         return LocalPool(groups, **options)
     if kind == "ray":
-        from drmas_bench.pool.ray_pool import RayPool
-
         return RayPool(groups, **options)
     raise UserError(f"unknown pool {kind!r}; choose one of: {', '.join(POOLS)}")
-
-
-def __getattr__(name: str) -> Any:  # lazy: `from drmas_bench.pool import RayPool` imports ray only then
-    if name == "RayPool":
-        from drmas_bench.pool.ray_pool import RayPool
-
-        return RayPool
-    raise AttributeError(name)
 
 
 __all__ = ["BudgetError", "EngineSpec", "LocalPool", "POOLS", "PoolBase", "PoolEngineView", "RayPool",

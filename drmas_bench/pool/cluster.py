@@ -44,6 +44,15 @@ SHIPPED_ENV = ("DRMAS_CACHE_DIR", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_OFFLINE",
 PACKAGES = ("drmas_bench", "drmas_trainer", "drmas_retrieval")
 
 
+def import_ray() -> Any:
+    """``ray``, or a UserError naming the extra to install."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("Ray is not installed (the Ray pool and trainer need it): pip install drmas-bench[ray]") from None
+    return ray
+
+
 def ray_address(flag: str | None = None) -> str | None:
     """The cluster to attach to: ``flag`` (``--ray-address``), else ``$RAY_ADDRESS``, else None
     (start a local Ray). An empty string counts as not set."""
@@ -127,8 +136,7 @@ def init_ray(address: str | None, ship_code: bool | None = None, **local: Any) -
     """Start or attach Ray unless it is up; True when this call did (the caller shuts it down).
     The staged packages are uploaded by ``ray.init`` and removed here afterwards. A cluster that
     cannot be reached is a one-line error naming the address."""
-    import ray
-
+    ray = import_ray()
     if ray.is_initialized():
         return False
     if address:
@@ -150,8 +158,7 @@ def init_ray(address: str | None, ship_code: bool | None = None, **local: Any) -
 def node_label() -> str:
     """This process's Ray node: ``IP, id <first 8 hex digits>`` (``this machine`` outside Ray)."""
     try:
-        import ray
-
+        ray = import_ray()
         if not ray.is_initialized():
             return "this machine"
         ctx = ray.get_runtime_context()

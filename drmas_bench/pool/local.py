@@ -29,6 +29,7 @@ import inspect
 import sys
 from typing import Any, Mapping
 
+from drmas_bench.engines import hosting
 from drmas_bench.pool.base import EngineSpec, PoolBase, _Group
 from drmas_bench.types import Completion, Request, UserError
 
@@ -61,9 +62,7 @@ class LocalPool(PoolBase):
         spec = g.spec
         try:
             if isinstance(spec, EngineSpec):
-                from drmas_bench.engines.hosting import host_engine  # a child process for process-wide engines
-
-                engine = await asyncio.to_thread(host_engine, spec.kind, spec.model, **spec.options)
+                engine = await asyncio.to_thread(hosting.host_engine, spec.kind, spec.model, **spec.options)
             elif hasattr(spec, "generate"):
                 engine = spec
                 if not engine.is_awake:

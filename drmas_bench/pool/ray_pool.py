@@ -58,17 +58,8 @@ from typing import Any, Mapping
 
 from drmas_bench.engines import make_engine, traits
 from drmas_bench.pool.base import EngineSpec, MemoryMeter, PoolBase, _Group, cuda_peak_bytes
-from drmas_bench.pool.cluster import driver_model_name, node_label
+from drmas_bench.pool.cluster import driver_model_name, import_ray, init_ray, node_label, on_node, ray_address
 from drmas_bench.types import Completion, Request, UserError
-
-
-def import_ray() -> Any:
-    """``ray``, or a UserError naming the extra to install."""
-    try:
-        import ray
-    except ImportError:
-        raise UserError("RayPool needs Ray: pip install drmas-bench[ray]") from None
-    return ray
 
 
 class EngineActor:
@@ -90,8 +81,6 @@ class EngineActor:
         try:
             self.engine = make_engine(kind, model, **options)
         except UserError as e:  # one line, naming the node (a model missing *there*)
-            from drmas_bench.pool.cluster import on_node
-
             raise on_node(e) from None
         except Exception:  # the traceback reaches the driver's log (log_to_driver); the caller gets one line
             traceback.print_exc()
@@ -99,8 +88,7 @@ class EngineActor:
         return self.ready()
 
     def ready(self) -> dict[str, Any]:
-        import ray
-
+        ray = import_ray()
         return {"footprint": int(self.engine.footprint_bytes()), "pid": os.getpid(), "node": node_label(),
                 "gpu_ids": [str(x) for x in ray.get_gpu_ids()], **self.memory()}
 
@@ -237,8 +225,6 @@ class RayPool(PoolBase):
     async def _backend_start(self) -> None:
         ray = self.ray
         if not ray.is_initialized():
-            from drmas_bench.pool.cluster import init_ray, ray_address
-
             self._we_started_ray = init_ray(ray_address(self.address), self.ship_code, **(self.ray_init or {}))
         # what one actor asks for beyond its GPU share (actor_options): one line now if the cluster lacks it
         check_demand(self._actor_demand(with_gpus=False), "a RayPool worker-group actor",
@@ -262,9 +248,7 @@ class RayPool(PoolBase):
                 f"use release_on_sleep=True or a smaller gpus_per_group")
         if self.release_on_sleep:
             self.max_awake = self.slots if self._user_max_awake is None else min(self.slots, self._user_max_awake)
-        from ray.util.placement_group import placement_group
-
-        self._pg = placement_group([{"GPU": float(per_bundle)}] * bundles, strategy="PACK")
+        self._pg = ray.util.placement_group([{"GPU": float(per_bundle)}] * bundles, strategy="PACK")
         try:
             await asyncio.wait_for(self._pg.ready(), timeout=self.placement_timeout_s)
         except asyncio.TimeoutError:
@@ -283,19 +267,15 @@ class RayPool(PoolBase):
         """``.options(...)`` of a worker-group actor: its GPU share inside the pool's placement group."""
         opts: dict[str, Any] = {"num_cpus": 0, "num_gpus": self.gpus_per_group}
         if self._pg is not None:
-            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-            opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            opts["scheduling_strategy"] = self.ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
                 placement_group=self._pg, placement_group_bundle_index=-1)
         opts.update(self._extra_actor_options)
         return opts
 
     async def _backend_close(self) -> None:
         if self._pg is not None:
-            from ray.util.placement_group import remove_placement_group
-
             try:
-                remove_placement_group(self._pg)
+                self.ray.util.remove_placement_group(self._pg)
             except Exception as exc:  # pragma: no cover - best effort
                 self._errors.append(f"placement group removal failed: {exc}")
             self._pg = None

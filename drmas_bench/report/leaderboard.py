@@ -41,6 +41,7 @@ from drmas_bench.metrics import (
 from drmas_bench.records import views
 from drmas_bench.report.compute_matched import matched_line, read_matched
 from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
+from drmas_bench.tasks import select_benchmarks
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
 
@@ -141,8 +142,6 @@ class Table:
 def suite_order(suite: str) -> list[str]:
     """The suite's benchmarks in registry order ([] for a suite the registry does not know)."""
     try:
-        from drmas_bench.tasks import select_benchmarks
-
         return [b.name for b in select_benchmarks(suite, None)]
     except Exception:  # an unknown suite: keep the runs' own order
         return []

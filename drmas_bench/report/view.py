@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from drmas_bench import metrics
+from drmas_bench.grading.extract import reference_boxed
 from drmas_bench.records import RecordView, view, views
 from drmas_bench.report import sections
 from drmas_bench.report.charts import PALETTE
@@ -40,6 +41,7 @@ from drmas_bench.types import UserError
 from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.base import WORKFLOWS
 from drmas_bench.workflows.episodes import ACTORS, search_steps
+from drmas_bench.workflows.toy import ANSWER, parse_verdict
 
 logger = logging.getLogger(__name__)
 
@@ -65,20 +67,15 @@ def parsed(rule: str | None, text: str) -> tuple[str | None, str | None]:
         elif rule == "math_verifier":
             verdict = P.math_verdict(text)
         elif rule == "solver":  # its answer: the last box's content as the validity rule reads it
-            from drmas_bench.grading.extract import reference_boxed
 
             return reference_boxed(text), None
         if rule in P.ACTION_TAGS:  # the env action, "" for an empty step: always shown
             return action, verdict
         return (action if action != text else None), verdict  # the team-context text, where it differs
     if rule == "toy_answer":
-        from drmas_bench.workflows.toy import ANSWER
-
         found = ANSWER.findall(text)
         return (found[-1] if found else None), None
     if rule == "toy_verdict":
-        from drmas_bench.workflows.toy import parse_verdict
-
         return None, parse_verdict(text)
     return None, None
 

@@ -29,7 +29,7 @@ def math_single_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver
     tpl = P.default_templates("math_single")
     rng = random.Random(seed)
     out: list[SFTExample] = []
-    for _ in range(n):
+    for _example in range(n):
         a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
         right = a + b
         ans = right if rng.random() < solver_accuracy else near_miss(rng, right)

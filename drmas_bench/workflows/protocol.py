@@ -51,6 +51,7 @@ import yaml
 from pydantic import Field
 
 from drmas_bench.engines.prompt import TRUNCATE_SIDES
+from drmas_bench.grading.extract import has_boxed_answer
 from drmas_bench.grading.qa import grade_qa
 from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
@@ -129,8 +130,6 @@ def reasons(role: str, text: str) -> list[str]:
     cjk = a character in U+4E00..U+9FFF (`has_cjk`)."""
     out: list[str] = []
     if role == "solver":
-        from drmas_bench.grading.extract import has_boxed_answer
-
         if not has_boxed_answer(text):
             out.append("missing_boxed" if "\\boxed" not in text else "unbalanced_boxed")
         return out

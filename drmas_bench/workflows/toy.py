@@ -92,7 +92,7 @@ def toy_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accurac
         raise ValueError(f"the toy warm start knows the agents solver and checker, not {', '.join(unknown)}")
     rng = random.Random(seed)
     out: list[SFTExample] = []
-    for _ in range(n):
+    for _example in range(n):
         for agent in agents:
             a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
             q, right = f"What is {a} + {b}?", a + b
