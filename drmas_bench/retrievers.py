@@ -7,14 +7,17 @@ probes it once, so a server that is down or an index that is missing fails befor
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from drmas_bench.models import cache_dir
 from drmas_bench.types import UserError
-from drmas_bench.workflows.protocol import retriever_record
 from drmas_retrieval import build_index, load_retriever
+from drmas_retrieval.loader import parse_spec
+from drmas_retrieval.store import read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +33,21 @@ def default_spec(data_dir) -> str:
         logger.info(f"[eval] building the default BM25 index of the mini corpus in {out}")
         build_index("bm25", Path(data_dir) / "corpus" / "mini_corpus.jsonl", out)
     return f"bm25:{out}"
+
+
+def retriever_record(spec: str | None) -> dict[str, Any] | None:
+    """What a checkpoint records of the retriever it was trained with: ``{kind, identity}``.
+    identity: for an index folder a hash of its manifest's kind, size, parameters and corpus size
+    (not its path, so a copy on another machine matches); for a server its URL."""
+    if not spec:
+        return None
+    kind, where = parse_spec(spec)
+    if kind == "http":
+        return {"kind": kind, "identity": where.rstrip("/")}
+    m = read_manifest(where)
+    key = {"kind": m.get("kind"), "n_passages": m.get("n_passages"), "params": m.get("params"),
+           "corpus_bytes": (m.get("corpus") or {}).get("bytes"), "encoder": m.get("encoder")}
+    return {"kind": kind, "identity": hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}
 
 
 def note_trained_retriever(team, retriever_spec: str | None) -> None:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from drmas_bench.agents.team import build_team
+from drmas_bench.retrievers import retriever_record
 from drmas_bench.types import Completion, Request, Sampling, Task, UserError
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows import protocol as P
@@ -382,7 +383,7 @@ def test_checkpoint_team_yaml_records_prompts_protocol_and_retriever(tmp_path):
     d = checkpoint_team(cfg, plan_worker_groups(cfg, wf.agents), wf, step=1)
     d = yaml.safe_load(yaml.safe_dump(d))  # what team.yaml holds
     assert d["protocol"] == {"max_prompt_tokens": 4096, "truncate": "left"}
-    assert d["retriever"] == P.retriever_record(spec) and d["retriever"]["kind"] == "bm25"
+    assert d["retriever"] == retriever_record(spec) and d["retriever"]["kind"] == "bm25"
     team = team_from_dict(d, wf.agents, "search_route", base_dir=tmp_path)
     assert P.load_templates("search_route", (team.prompts, "team.yaml")).sha256 == P.default_templates("search_route").sha256
 

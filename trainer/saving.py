@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from drmas_bench.agents.team import team_from_dict
+from drmas_bench.retrievers import retriever_record
 from drmas_bench.types import UserError
 from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.base import WorkflowSpec
@@ -65,7 +66,7 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
         protocol = {"prompts": P.default_templates(wf.name).to_dict(),
                     "protocol": {"max_prompt_tokens": limit or 0, "truncate": side}}
     if cfg.retriever:
-        protocol["retriever"] = P.retriever_record(cfg.retriever)
+        protocol["retriever"] = retriever_record(cfg.retriever)
     return {
         "workflow": wf.name,
         "agents": agents,

@@ -57,8 +57,6 @@ from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import WORKFLOWS, format_rule
 from drmas_bench.yamlfile import read_yaml
-from drmas_retrieval.loader import parse_spec
-from drmas_retrieval.store import read_manifest
 
 # ------------------------------------------------------------------------------ roles and tags
 
@@ -533,17 +531,3 @@ class ProtocolOptions:
 # ------------------------------------------------------------------------------ retriever record
 
 
-def retriever_record(spec: str | None) -> dict[str, Any] | None:
-    """What a checkpoint records of the retriever it was trained with: ``{kind, identity}``.
-    identity: for an index folder a hash of its manifest's kind, size, parameters and corpus size
-    (not its path, so a copy on another machine matches); for a server its URL."""
-    if not spec:
-        return None
-
-    kind, where = parse_spec(spec)
-    if kind == "http":
-        return {"kind": kind, "identity": where.rstrip("/")}
-    m = read_manifest(where)
-    key = {"kind": m.get("kind"), "n_passages": m.get("n_passages"), "params": m.get("params"),
-           "corpus_bytes": (m.get("corpus") or {}).get("bytes"), "encoder": m.get("encoder")}
-    return {"kind": kind, "identity": hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}
