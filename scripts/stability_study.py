@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Gradient-norm stability of Dr. MAS vs GRPO on the tiny recipe, with statistics (issue 17).
+"""Gradient-norm stability of Dr. MAS vs GRPO on the CPU recipes, with paired statistics.
 
 Runs the ``tiny`` recipe for every seed x estimator x setting on the local trainer, evaluates each
 final checkpoint (toy suite, 64 questions x 16 samples, avg@16 with its bootstrap CI), then writes
@@ -299,7 +299,7 @@ def report(out: Path, settings: list[str], estimators: list[str], baseline: str,
                 if (d / DONE).is_file():
                     data.setdefault(s, {}).setdefault(e, {})[k] = run_metrics(d, spike_k)
     recipes = sorted({SETTINGS[s].recipe for s in settings})
-    title = ("# Gradient-norm stability: Dr. MAS vs GRPO on the tiny recipe (issue 17)" if recipes == ["tiny"] else
+    title = ("# Gradient-norm stability: Dr. MAS vs GRPO on the tiny recipe" if recipes == ["tiny"] else
              f"# Gradient-norm stability on the {', '.join(f'`{r}`' for r in recipes)} recipe: " + ", ".join(estimators))
     lines = [
         title,

@@ -38,33 +38,39 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _owner(mods: dict[str, Path], name: str) -> str | None:
+    """The longest project module prefix of a dotted name."""
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imported_names(node: ast.AST, package: str) -> list[str] | None:
+    """The dotted names an import statement names (None for any other node): ``from pkg import name``
+    gives ``pkg`` and ``pkg.name``; a relative import is resolved against ``package``."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            up = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join(up + ([base] if base else []))
+        return [base] + [f"{base}.{a.name}" for a in node.names]
+    return None
+
+
 def import_graph() -> dict[str, set[str]]:
     """module -> the project modules it imports anywhere in its file (top level, inside functions,
     under TYPE_CHECKING). ``from pkg import name`` counts as importing ``pkg`` (its ``__init__``) and,
     when ``name`` is a module, that module too."""
     mods = _modules()
-
-    def owner(name: str) -> str | None:  # the longest module prefix of a dotted name
-        while name and name not in mods:
-            name = name.rpartition(".")[0]
-        return name or None
-
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, f in mods.items():
         package = mod if f.name == "__init__.py" else mod.rpartition(".")[0]
         for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(up + ([base] if base else []))
-                names = [base] + [f"{base}.{a.name}" for a in node.names]
-            else:
-                continue
-            for n in names:
-                target = owner(n)
+            names = _imported_names(node, package)
+            for n in names or []:
+                target = _owner(mods, n)
                 if target and target != mod:
                     graph[mod].add(target)
     return graph
@@ -405,12 +411,6 @@ def top_imports() -> dict[str, set[str]]:
     """module -> what it imports when it is imported (its top level, ``try``/``if`` blocks included,
     ``TYPE_CHECKING`` blocks left out): project modules by full name, others by top package."""
     mods = _modules()
-
-    def owner(name: str) -> str | None:
-        while name and name not in mods:
-            name = name.rpartition(".")[0]
-        return name or None
-
     out: dict[str, set[str]] = {m: set() for m in mods}
     for mod, f in mods.items():
         package = mod if f.name == "__init__.py" else mod.rpartition(".")[0]
@@ -425,22 +425,13 @@ def top_imports() -> dict[str, set[str]]:
                     for h in getattr(node, "handlers", []):
                         walk(h.body)
                     continue
-                if isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom):
-                    base = node.module or ""
-                    if node.level:
-                        up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                        base = ".".join(up + ([base] if base else []))
-                    names = [base] + [f"{base}.{a.name}" for a in node.names]
-                else:
-                    continue
-                for n in names:
-                    target = owner(n)
+                names = _imported_names(node, package)
+                for n in names or []:
+                    target = _owner(mods, n)
                     while target:  # importing a.b.c runs a and a.b first
                         if target != mod:
                             out[mod].add(target)
-                        target = owner(target.rpartition(".")[0]) if "." in target else None
+                        target = _owner(mods, target.rpartition(".")[0]) if "." in target else None
                     if n.split(".")[0] not in PROJECT:
                         out[mod].add(n.split(".")[0])
 
