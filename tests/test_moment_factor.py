@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-import statistics
 import random
+import statistics
 
 import pytest
 import torch
@@ -142,7 +142,8 @@ def test_plot_shows_the_factor_per_agent(tmp_path, capsys) -> None:
 
 # ------------------------------------------------------------------------------ the study's statistics
 
-def _study():
+def study_module():
+    """scripts/stability_study.py loaded as a module (scripts/ is not a package)."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -159,7 +160,7 @@ def test_study_sign_test_is_the_exact_binomial_test(monkeypatch) -> None:
     """The study's sign p (the package's report.compare.sign_test_p) is scipy's exact binomial test."""
     from scipy.stats import binomtest
 
-    s = _study()
+    s = study_module()
     # a fake Wilcoxon p: scipy's test on tied differences resamples (about 1 s a call), and this test
     # reads only the sign p of the 31 comparisons
     monkeypatch.setattr(s, "wilcoxon_p", lambda d: float("nan"))
@@ -176,7 +177,7 @@ def test_study_uses_the_package_statistics() -> None:
     """One home for the sign test and the bootstrap: the study's CI is metrics.bootstrap_ci's, bit for bit."""
     from drmas_bench.metrics import bootstrap_ci
 
-    s = _study()
+    s = study_module()
     a = [0.1 * k for k in range(10)]
     b = [x + (0.3 if k % 3 else -0.2) for k, x in enumerate(a)]
     d = [y - x for x, y in zip(a, b)]
@@ -185,7 +186,7 @@ def test_study_uses_the_package_statistics() -> None:
 
 
 def test_study_paired_summary() -> None:
-    s = _study()
+    s = study_module()
     a = [1.0, 2.0, 3.0, 4.0, float("nan")]
     b = [2.0, 2.5, 4.0, 4.5, 9.0]  # the NaN pair is dropped
     p = s.paired(a, b)

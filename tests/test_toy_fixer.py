@@ -9,6 +9,7 @@ import random
 
 import pytest
 import torch
+from test_moment_factor import study_module  # tests/ is on sys.path (rootdir conftest)
 
 from drmas_bench.records import RecordView
 from drmas_bench.types import Completion, Sampling, Task
@@ -153,21 +154,10 @@ def test_recipe_loads() -> None:
 
 # ------------------------------------------------------------------------------ the study's 2 x 2
 
-def _study():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "stability_study.py"
-    spec = importlib.util.spec_from_file_location("stability_study", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("stability_study", mod)  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_study_arms_set_the_group_index() -> None:
-    s = _study()
+    s = study_module()
     assert s.arm_overrides("drmas") == {"algo.estimator": "drmas"}
     assert s.arm_overrides("traj_traj@agent") == {"algo.estimator": "traj_traj", "algo.group_by_agent": True}
     assert s.arm_overrides("agent_agent@uid") == {"algo.estimator": "agent_agent", "algo.group_by_agent": False}
@@ -190,7 +180,7 @@ def _fake_run(spikes: float, g2: float, factor: float) -> dict:
 def test_study_factorial_separates_the_two_changes() -> None:
     """Made-up cells where global statistics add 2 spikes at either level and the level adds nothing:
     the statistics effect is 2 in every seed, the level effect and the interaction 0."""
-    s = _study()
+    s = study_module()
     arms = {e: {k: _fake_run(base + k % 3, 4.0 if cell[1] == "global" else 1.0, 3.0) for k in range(8)}
             for e, base, cell in (("grpo", 3.0, ("traj", "global")), ("global_step", 3.0, ("step", "global")),
                                   ("traj_traj@agent", 1.0, ("traj", "agent")), ("drmas", 1.0, ("step", "agent")))}

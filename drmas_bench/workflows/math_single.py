@@ -15,7 +15,7 @@ import random
 import drmas_bench.workflows.protocol as P
 from drmas_bench.types import SFTExample
 from drmas_bench.workflows.base import Episode, workflow
-from drmas_bench.workflows.toy import near_miss
+from drmas_bench.workflows.toy import near_miss, sum_question
 
 
 def math_single_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accuracy: float = 0.5,
@@ -30,10 +30,9 @@ def math_single_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver
     rng = random.Random(seed)
     out: list[SFTExample] = []
     for _example in range(n):
-        a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
-        right = a + b
+        q, right = sum_question(rng, max_operand)
         ans = right if rng.random() < solver_accuracy else near_miss(rng, right)
-        out.append(SFTExample("solver", P.chat(tpl, "solver", question=f"What is {a} + {b}?"), f"\\boxed{{{ans}}}"))
+        out.append(SFTExample("solver", P.chat(tpl, "solver", question=q), f"\\boxed{{{ans}}}"))
     return out
 
 

@@ -67,6 +67,12 @@ def near_miss(rng: random.Random, right: int, avoid: int | None = None) -> int:
             return v
 
 
+def sum_question(rng: random.Random, max_operand: int) -> tuple[str, int]:
+    """A warm-start question "What is a + b?" with operands from 0..max_operand, and its sum."""
+    a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+    return f"What is {a} + {b}?", a + b
+
+
 def toy_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accuracy: float = 0.5,
                      checker_accuracy: float = 0.8, max_operand: int = 9, retry_share: float = 0.2,
                      **_: Any) -> list[SFTExample]:
@@ -94,8 +100,7 @@ def toy_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accurac
     out: list[SFTExample] = []
     for _example in range(n):
         for agent in agents:
-            a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
-            q, right = f"What is {a} + {b}?", a + b
+            q, right = sum_question(rng, max_operand)
             if agent == "solver":
                 previous = near_miss(rng, right) if rng.random() < retry_share else None
                 ans = right if rng.random() < solver_accuracy else near_miss(rng, right, avoid=previous)

@@ -27,7 +27,7 @@ from drmas_bench.grading.toy import grade_toy
 from drmas_bench.records import RecordView
 from drmas_bench.types import SFTExample
 from drmas_bench.workflows.base import Episode, chat, workflow
-from drmas_bench.workflows.toy import ANSWER, answer_reasons, near_miss
+from drmas_bench.workflows.toy import ANSWER, answer_reasons, near_miss, sum_question
 
 SOLVER_SYSTEM = "You are the Solver. Answer the question with a number inside <answer></answer>."
 FIXER_SYSTEM = ("You are the Fixer. A teammate's answer was wrong. Give the right number inside "
@@ -76,8 +76,7 @@ def toy_fixer_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_a
     out: list[SFTExample] = []
     for _i in range(n):
         for agent in agents:
-            a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
-            q, right = f"What is {a} + {b}?", a + b
+            q, right = sum_question(rng, max_operand)
             if agent == "solver":
                 ans = right if rng.random() < solver_accuracy else near_miss(rng, right)
                 out.append(SFTExample("solver", solver_prompt(q), f"<answer>{ans}</answer>"))
