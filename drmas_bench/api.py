@@ -69,8 +69,8 @@ from drmas_bench.plan import (  # noqa: F401
 from drmas_bench.pool import make_pool, specs_from_team
 from drmas_bench.provenance import hardware, utc_now
 from drmas_bench.records import views
-from drmas_bench.retrievers import open_retriever
 from drmas_bench.report.runs import load_run
+from drmas_bench.retrievers import open_retriever
 from drmas_bench.store import RunDir
 from drmas_bench.tasks.registry import get_benchmark
 from drmas_bench.types import UserError

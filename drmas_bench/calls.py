@@ -43,9 +43,9 @@ class CallChain:
         """One call's dollars under the price sheet (None: no sheet, or the call's usage is unknown)."""
         return call_cost(c, self.prices, wg) if self.prices is not None else None
 
-    def cost(self, traj: Trajectory) -> float | None:
-        """A finished trajectory's dollars (None without a price sheet)."""
-        return trajectory_cost(traj, self.prices) if self.prices is not None else None
+    def cost(self, traj: Trajectory) -> float:
+        """A finished trajectory's known calls' dollars (0 without a price sheet)."""
+        return trajectory_cost(traj, self.prices) if self.prices is not None else 0.0
 
     def wrap(self, engines: dict[str, Any], team: Any, models: dict[str, dict], *, here: bool = True) -> dict[str, Any]:
         """``{wg: engine}`` with the cache, then the meter, around each of ``engines`` (``pool.views()``).

@@ -190,7 +190,7 @@ async def run_episodes(tasks: list[Task], n: int, ctx: EpisodeRun) -> RunStats:
             except LimitReached as e:  # no call starts past a limit: this episode is abandoned, never written half
                 stats.stopped = stats.stopped or e.stop
             finally:
-                if started:
+                if started and gate is not None:
                     await gate.end_episode(traj)
             return traj
 

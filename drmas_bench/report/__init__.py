@@ -35,8 +35,8 @@ from drmas_bench.report.cost import (
     cost_study,
     pareto_front,
     plot_pareto,
-    team_cost,
     run_turn_cost,
+    team_cost,
 )
 from drmas_bench.report.leaderboard import (
     PAPER_FILE,

@@ -17,9 +17,8 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from drmas_bench import metrics
-from drmas_bench.pricing import call_cost
 from drmas_bench.metrics import avg_values, pass_values, questions
+from drmas_bench.pricing import call_cost
 from drmas_bench.records import CallView, TurnView
 from drmas_bench.report.runs import Run, differences
 from drmas_bench.types import UserError
