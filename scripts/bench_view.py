@@ -83,7 +83,7 @@ def scripted_search_run(out: str | Path, questions: int = 12, n: int = 1) -> Pat
     from drmas_bench.grading.qa import grade_qa
     from drmas_bench.types import Task
     from drmas_bench.workflows.base import Episode
-    from drmas_bench.workflows.search import search_route
+    from drmas_bench.suites.search.search_route import search_route
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -140,7 +140,7 @@ def scripted_math_run(out: str | Path, questions: int = 9) -> Path:
     from drmas_bench.grading.extract import reference_boxed
     from drmas_bench.types import Task
     from drmas_bench.workflows.base import Episode
-    from drmas_bench.workflows.math import math_refine
+    from drmas_bench.suites.math.math_refine import math_refine
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
