@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from drmas_bench.models.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
-from drmas_bench.models.cache import cache_dir
+from drmas_bench.models.model_cache import cache_dir
 from drmas_bench.types import UserError
 from drmas_retrieval.locks import file_lock
 

@@ -1,4 +1,4 @@
-"""The call cache (drmas_bench.cache, issue 26): what makes two calls the same, a store that survives
+"""The call cache (drmas_bench.call_cache, issue 26): what makes two calls the same, a store that survives
 kill -9 and concurrent processes, damaged files refused, `drmas-bench cache stats|prune`, the
 summary's hit/miss counts, and on the hf engine an eval through the cache (all hits, or partly
 cached) equal to an uncached one."""
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drmas_bench.cache import DB_NAME, CallCache, call_key, group_digest, group_identity
+from drmas_bench.call_cache import DB_NAME, CallCache, call_key, group_digest, group_identity
 from drmas_bench.cli import main
 from drmas_bench.types import Completion, Request, Sampling, UserError
 
@@ -140,7 +140,7 @@ def test_a_file_that_is_not_a_cache_is_refused_in_one_line(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from drmas_bench.cache import CallCache
+    from drmas_bench.call_cache import CallCache
     cache_dir, tag, n, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     cache = CallCache.open(cache_dir)
     for b in range(n):

@@ -495,7 +495,7 @@ def test_power_tower_times_out_from_a_worker_thread():
     """A hanging item is killed at its limit, retried alone with RETRY_FACTOR times it, and then
     recorded as a timeout; the rest of the batch grades correctly and in order, with
     grade_math_many called from a ThreadPoolExecutor worker."""
-    from drmas_bench.grading.pool import RETRY_FACTOR
+    from drmas_bench.grading.grading_workers import RETRY_FACTOR
 
     timeout = 0.3
     warm = [("\\boxed{1}", "1")] * 4
