@@ -43,7 +43,7 @@ temp folder renamed into place, so only complete downloads are ever used):
 Credentials and options come from fsspec's own configuration (environment variables,
 ``~/.config/fsspec``, the backend's own files: AWS_* for s3fs, ...); nothing here handles keys.
 A scheme fsspec does not know, or whose package is not installed (s3 without s3fs), is a one-line
-UserError naming the package. Tested with ``file://`` and ``memory://`` only (tests/test_ckpt_url.py).
+UserError naming the package. Tested with ``file://`` and ``memory://`` only (tests/test_checkpoints_url.py).
 """
 
 from __future__ import annotations

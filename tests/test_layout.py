@@ -1,4 +1,4 @@
-"""The layout rules of docs/architecture.md, checked on the code itself (issue 24):
+"""The layout rules of docs/architecture.md, checked on the code itself:
 
 - no import circle between files, lazy imports included, and the harness (``drmas_bench`` outside
   ``commands/``) never imports the trainer;

@@ -1,4 +1,4 @@
-"""Per-agent LoRA over one shared base (issue 27): the config, the worker group's adapters (only
+"""Per-agent LoRA over one shared base: the config, the worker group's adapters (only
 they train, each with its own optimiser), checkpoints in peft's format, engines serving adapters."""
 
 from __future__ import annotations

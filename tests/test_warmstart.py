@@ -1,4 +1,4 @@
-"""The search warm start (issue 21 item 3): the SFT examples of ``search_route`` (protocol formats,
+"""The search warm start: the SFT examples of ``search_route`` (protocol formats,
 exactly the rollout's prompts, no evaluation question, deterministic), the demo model
 ``smollm2-135m-search`` (prepared offline from an empty cache, its identity follows the adapter) and a
 short eval on it that writes tagged answers."""
@@ -211,7 +211,7 @@ def test_search_model_prepares_offline_from_an_empty_cache(tmp_path, monkeypatch
 @needs_adapter
 def test_search_model_writes_tagged_answers(tmp_path):
     """A short eval of the demo model: its episodes search and its answerer writes tagged answers (the
-    base model writes none; issue 21). Two questions, one sample each, 64 new tokens."""
+    base model writes none). Two questions, one sample each, 64 new tokens."""
     from drmas_bench.cli import main
 
     if not M.is_prepared(SEARCH_ADAPTER):

@@ -1,4 +1,4 @@
-"""The one results layer (issue 14, item 3): leaderboards and summaries compute their numbers with the
+"""The one results layer: leaderboards and summaries compute their numbers with the
 same functions, the long CSV holds exactly the wide CSV's cells, one samples.jsonl reader, one retry
 policy, one SQuAD normalisation, registries as the one list of names. Run directories are written by
 hand (config.yaml + samples.jsonl); the retry tests use a real HTTP server on 127.0.0.1."""

@@ -1,4 +1,4 @@
-"""What a newcomer meets on a first day (issue 21): an offline hub that fails fast, flags from other
+"""What a newcomer meets on a first day: an offline hub that fails fast, flags from other
 harnesses that get a hint, a progress bar that moves, and a summary.md that says what it measured
 and shows every agent of the team."""
 

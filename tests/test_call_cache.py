@@ -1,4 +1,4 @@
-"""The call cache (drmas_bench.call_cache, issue 26): what makes two calls the same, a store that survives
+"""The call cache (drmas_bench.call_cache): what makes two calls the same, a store that survives
 kill -9 and concurrent processes, damaged files refused, `drmas-bench cache stats|prune`, the
 summary's hit/miss counts, and on the hf engine an eval through the cache (all hits, or partly
 cached) equal to an uncached one."""
@@ -404,7 +404,7 @@ def test_the_cache_costs_far_under_two_percent_of_an_hf_call():
     from bench_cache import lookup_overhead
 
     r = lookup_overhead("tiny-random", calls=4, prompt_words=100, max_new_tokens=16)
-    assert r["miss_ratio"] < 0.02 and r["hit_ratio"] < 0.02, r  # issue 26 item 4 (measured ~0.1% on tiny-random)
+    assert r["miss_ratio"] < 0.02 and r["hit_ratio"] < 0.02, r  # measured ~0.1% on tiny-random
     assert r["hit_speedup"] > 50
 
 

@@ -1,4 +1,4 @@
-"""Run directories under stress: stop signals, resumes of the wrong samples, bad files (issue 23).
+"""Run directories under stress: stop signals, resumes of the wrong samples, bad files.
 
 The table ``CASES``: each case damages a copy of one real finished run (tiny-random, toy suite,
 5 questions x 2 samples) or writes a bad input, runs one command in-process, and checks its exit
