@@ -35,7 +35,7 @@ def local_checkpoint(run: Path, ckpt: Path | str, use_ray: bool) -> tuple[Path, 
         return Path(ckpt), Path(ckpt)
     cache = run / CKPT_CACHE
     shutil.rmtree(cache, ignore_errors=True)  # one downloaded checkpoint at a time
-    local = ckpt_io.store.fetch(ckpt, cache / ckpt.rstrip("/").rsplit("/", 1)[-1], DRIVER_FILES if use_ray else None)
+    local = ckpt_io.fetch(ckpt, cache / ckpt.rstrip("/").rsplit("/", 1)[-1], DRIVER_FILES if use_ray else None)
     return local, ckpt if use_ray else local
 
 

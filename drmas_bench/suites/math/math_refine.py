@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable
 
-from drmas_bench.workflows import protocol as proto
 from drmas_bench.records import RecordView, mean_or_none, rate, view, views
 from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
 from drmas_bench.types import Trajectory
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
 
 FLIPS = ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")

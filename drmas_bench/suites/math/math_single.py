@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import random
 
-from drmas_bench.workflows import protocol as proto
 from drmas_bench.suites.math.rules import SOLVER
 from drmas_bench.types import SFTExample
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.arithmetic import near_miss, sum_question
 from drmas_bench.workflows.base import Episode, workflow
 

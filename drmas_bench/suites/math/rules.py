@@ -9,9 +9,9 @@ from collections import Counter
 from functools import partial
 from typing import Any
 
-from drmas_bench.workflows import protocol as proto
 from drmas_bench.grading.extract import reference_boxed
 from drmas_bench.records import RecordView, mean_or_none
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.rules import FormatRule, format_rule
 
 

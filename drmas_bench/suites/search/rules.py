@@ -9,8 +9,8 @@ from collections import Counter
 from functools import partial
 from typing import Any, Mapping
 
-from drmas_bench.workflows import protocol as proto
 from drmas_bench.records import RecordView, mean_or_none
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.rules import FormatRule, format_rule
 
 ACTION_KINDS = ("search", "answer", "empty")

@@ -25,12 +25,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Iterable
 
-from drmas_bench.workflows import protocol as proto
 from drmas_bench.grading.qa import grade_qa
 from drmas_bench.records import rate, view, views
 from drmas_bench.suites.search.rules import ANSWERER, SEARCH_VERIFIER, SEARCHER, search_episode_figures
 from drmas_bench.suites.search.search_sft import search_sft_examples
 from drmas_bench.types import UserError
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
 
 # the per-episode figures of `compliance` the search effects block repeats (one definition:
