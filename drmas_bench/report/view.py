@@ -109,8 +109,9 @@ def trajectory_row(record: Any, workflow: str | None) -> dict[str, Any]:
     """One trajectory's list row: what the filters and the search box need, nothing more."""
     rec = view(record)
     route = "→".join(t.agent for t in rec.turns)
-    steps = rec.env_steps if _env_step_agent(workflow) else None  # env steps that searched (not done, a query)
-    searches = sum(not s.get("done") and s.get("query") is not None for s in steps) if steps is not None else None
+    spec = find_workflow(workflow)  # the kind of each env step, as the workflow reads its records
+    kinds = spec.env_step_kinds(rec) if spec is not None and spec.env_step_kinds is not None else None
+    searches = kinds.count("search") if kinds is not None else None
     return {"b": rec.benchmark, "id": rec.task_id, "s": rec.sample_idx,
             "q": _short(rec.question), "c": rec.correct, "r": rec.reward,
             "nv": sum(not t.valid for t in rec.turns), "n": len(rec.turns),

@@ -71,6 +71,9 @@ class WorkflowSpec:
     title: str = ""  # how a caption names it ("math refinement"); "": its name
     labels: dict[str, str] = field(default_factory=dict)  # the words a reader sees for its effects' keys
     prompts_file: Path | None = None  # its packaged ``<name>.prompts.yaml``, beside its module (None: no templates)
+    # the kind of each env step of one episode (search | empty | answer | end), from its env record or,
+    # for older records, its turns: the viewer's searches per trajectory; None: the workflow has no env
+    env_step_kinds: Callable[[RecordView], list[str]] | None = None
 
 
 WORKFLOWS: dict[str, WorkflowSpec] = {}
@@ -82,7 +85,7 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
              prompt_limit: tuple[int, str] = (0, "left"), sft: SFTMaker | None = None,
              round1_answer: Callable[[Trajectory], str | None] | None = None,
              env_step_agent: str | None = None, grader: str | None = None, title: str = "",
-             labels: dict[str, str] | None = None):
+             labels: dict[str, str] | None = None, env_step_kinds: Callable[[RecordView], list[str]] | None = None):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
@@ -106,6 +109,8 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
             run grades it too (``extra["round1_correct"]``), for the workflow's effects.
         env_step_agent: the agent whose turn opens each step of the env the workflow records in
             ``extra["env"]`` (the viewer shows the steps).
+        env_step_kinds: ``fn(record)`` -> the kind of each env step of one episode (search | empty
+            | answer | end; the viewer counts each trajectory's searches).
         title: how captions name the workflow (default: its name).
         labels: {key: words} of the keys its effects block adds (summary.md and the viewer show
             them; a label ending in "(%)" marks a share).
@@ -126,7 +131,7 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
         WORKFLOWS[name] = WorkflowSpec(name, fn, agents, fam, needs_retriever, signature_defaults(fn),
                                        {a: as_rule(r) for a, r in (rules or {}).items()}, effects,
                                        dict(placeholders or {}), prompt_limit, sft, round1_answer, env_step_agent,
-                                       title or name, dict(labels or {}), prompts_file)
+                                       title or name, dict(labels or {}), prompts_file, env_step_kinds)
         return fn
 
     return deco

@@ -94,7 +94,20 @@ EPISODE_LABELS = {"answer_tag_rate": "ended on a tagged answer (%)", "steps_per_
 SEARCH_VERIFIER = format_rule(FormatRule(
     "search_verifier", partial(proto.reasons, "search_verifier"), ("missing_verify_tag", "cjk"), verifier_parse,
     agent_figures=verifier_figures, labels=REASON_LABELS))
-SEARCHER, ANSWERER = (format_rule(FormatRule(
-    role, partial(proto.reasons, role), ACTION_REASONS, lambda text, tag=tag: (proto.tag_action(text, tag), None),
-    agent_figures=actor_figures(role), episode_figures=search_episode_figures, labels={**REASON_LABELS, **EPISODE_LABELS}))
-    for role, tag in proto.ACTION_TAGS.items())
+def actor_parse(role: str) -> Any:
+    """The parse of a searcher's / answerer's reply: its projected env action ("" for an empty step)."""
+
+    def parse(text: str) -> tuple[str | None, str | None]:
+        return proto.tag_action(text, proto.ACTION_TAGS[role]), None
+
+    return parse
+
+
+def actor_rule(role: str) -> FormatRule:
+    """The searcher's or the answerer's format rule (their own action tag, the think block, no CJK)."""
+    return format_rule(FormatRule(role, partial(proto.reasons, role), ACTION_REASONS, actor_parse(role),
+                                  agent_figures=actor_figures(role), episode_figures=search_episode_figures,
+                                  labels={**REASON_LABELS, **EPISODE_LABELS}))
+
+
+SEARCHER, ANSWERER = actor_rule("searcher"), actor_rule("answerer")

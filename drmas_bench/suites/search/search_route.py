@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 from drmas_bench.grading.qa import grade_qa
 from drmas_bench.records import rate, view, views
-from drmas_bench.suites.search.rules import ANSWERER, SEARCH_VERIFIER, SEARCHER, search_episode_figures
+from drmas_bench.suites.search.rules import ANSWERER, SEARCH_VERIFIER, SEARCHER, search_episode_figures, search_steps
 from drmas_bench.suites.search.search_sft import search_sft_examples
 from drmas_bench.types import UserError
 from drmas_bench.workflows import protocol as proto
@@ -121,7 +121,8 @@ SEARCH_LABELS = {"env_recorded": "episodes with an env record", "answerer_episod
 @workflow("search_route", agents=("verifier", "searcher", "answerer"), family="qa", needs_retriever=True,
           rules={"verifier": SEARCH_VERIFIER, "searcher": SEARCHER, "answerer": ANSWERER},
           effects=("search", search_effects), placeholders=PLACEHOLDERS, title="search", labels=SEARCH_LABELS,
-          prompt_limit=(4096, "left"), sft=search_sft_examples, env_step_agent="verifier")  # REFERENCE §2b / §3
+          prompt_limit=(4096, "left"), sft=search_sft_examples, env_step_agent="verifier",
+          env_step_kinds=search_steps)  # REFERENCE §2b / §3
 async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: proto.Templates | None = None,
                        protocol: proto.ProtocolOptions | None = None, last_step: str = "end") -> None:
     if last_step not in ("end", "answer"):
