@@ -99,6 +99,7 @@ KNOWN_SHAPES: dict[str, ModelShape] = {
     "qwen/qwen3-1.7b": ModelShape(2048, 28, 16, 8, 6144, 151_936, head_dim=128, tied=True, qk_norm=True),
     "qwen/qwen2.5-7b-instruct": ModelShape(3584, 28, 28, 4, 18944, 152_064, qkv_bias=True),
     "qwen/qwen2.5-7b": ModelShape(3584, 28, 28, 4, 18944, 152_064, qkv_bias=True),
+    "qwen/qwen2.5-3b": ModelShape(2048, 36, 16, 2, 11008, 151_936, tied=True, qkv_bias=True),
     "qwen/qwen2-0.5b": ModelShape(896, 24, 14, 2, 4864, 151_936, tied=True, qkv_bias=True),
     "meta-llama/llama-3.2-3b-instruct": ModelShape(3072, 28, 24, 8, 8192, 128_256, head_dim=128, tied=True),
 }
