@@ -142,8 +142,6 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
 
 async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, resume: bool, use_ray: bool | None,
                  progress: bool) -> dict[str, Any]:
-    from tqdm import tqdm
-
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     wf = get_workflow(cfg.workflow)
@@ -157,21 +155,8 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                         f"for workflow {cfg.workflow!r}")
 
     # --- the run directory: config, latest checkpoint, metrics --------------------------------
-    ckpt_root = ckpt_io.resolve_root(run, cfg.ckpt_root)
-    found = ckpt_io.latest_checkpoint(ckpt_root)
-    if found and not resume:
-        raise UserError(f"{run if cfg.ckpt_root is None else ckpt_root} already holds checkpoints (latest step {found[0]}); "
-                        f"pass --resume to continue "
-                        f"it, --fresh to discard it, or choose another --out")
-    check_run_config(run, cfg, resuming=found is not None)
-    ckpt_io.clean_partial(ckpt_root)
-    if use_ray is None:
-        use_ray = torch.cuda.is_available() and _has_ray()
-    local, resume_from = local_checkpoint(run, found[1], use_ray) if found else (None, None)
-    state = ckpt_io.read_state(local) if local else {"step": 0, "cursor": 0, "skipped_total": 0}
-    if local:
-        ckpt_io.load_rng(local / "rng.pt")
-        random.setstate(_tuplify(state["python_rng"]))
+    use_ray = torch.cuda.is_available() and _has_ray() if use_ray is None else use_ray
+    found, resume_from, state = open_run(cfg, run, resume, use_ray)
     metrics = MetricsLog(run, keep_until=state["step"], tracker=cfg.tracker, config=cfg.to_dict())
 
     # --- worker groups (in process or Ray actors), their engines --------------------------------
@@ -193,56 +178,13 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
         # --- step 0: the supervised warm start, saved as the untrained team ---------------------
         logger.info(f"[train] worker groups ready in {time.perf_counter() - t_start:.0f} s")
         if not found:
-            if cfg.sft.steps or any(cfg.sft.agent_steps.values()):
-                t_sft = time.perf_counter()
-                logger.info(f"[train] supervised warm start (sft): {cfg.sft.steps} steps per agent"
-                            + (" (" + ", ".join(f"{a}: {k}" for a, k in cfg.sft.agent_steps.items()) + ")"
-                               if cfg.sft.agent_steps else "")
-                            + f", batch {cfg.sft.batch_size}, on generated {cfg.workflow} examples")
-                sft_info = await warm_start(cfg, plan, workers)
-                logger.info(f"[train] warm start done in {time.perf_counter() - t_sft:.0f} s")
-                (run / "sft.json").write_text(json_line(sft_info, indent=1))
-                failed = {n: i["sft_aborted"] for n, i in sft_info.items() if i.get("sft_aborted")}
-                if failed:
-                    raise UserError("the sft warm start stopped: " + "; ".join(f"worker group {n}: {why}" for n, why in failed.items())
-                                    + f"; lower sft.lr or check the model (details in {run / 'sft.json'})")
-            logger.info("[train] saving the team before RL as ckpt/step_0")
-            await save_checkpoint(run, cfg, plan, workers, wf, step=0, cursor=0, skipped_total=0)
+            await step_zero(cfg, run, plan, workers, wf)
         logger.info(f"[train] {n_steps - int(state['step'])} RL step(s) to go, {cfg.rollout.prompts_per_step} prompts x "
                     f"{cfg.rollout.n} episodes each")
 
         # --- RL iterations ------------------------------------------------------------------------
-        step0 = int(state["step"])
-        cursor = int(state["cursor"])
-        skipped_total = int(state["skipped_total"])
-        lp = Loop(cfg, plan, wf, runtime, retriever, workers, kl_ctrl=start_kl_controller(cfg, run, step0))
-        bar = tqdm(total=n_steps, initial=step0, desc=f"train {cfg.algo.estimator}", unit="step",
-                   disable=not progress, dynamic_ncols=True, file=sys.stderr)
-        for step in range(step0 + 1, n_steps + 1):
-            t_step = time.perf_counter()
-            # 1. prompts: the next P tasks of the shuffled training set
-            batch = next_prompts(tasks, cursor, cfg.rollout.prompts_per_step, cfg.data)
-            cursor_before, cursor = cursor, cursor + len(batch)
-            # 2.-6. rollouts, scores, old log-probs, advantages, updates, sync
-            record = await rl_step(lp, batch, step, cursor_before)
-            # 7. log
-            skipped_total += record[N.SKIPPED_STEPS]
-            record.update({N.SKIPPED_STEPS_TOTAL: skipped_total, N.TIME_STEP: time.perf_counter() - t_step})
-            metrics.write(record)
-            bar.set_postfix(reward=f"{record[N.SCORE]:.3f}", refresh=False)
-            bar.update(1)
-
-            # 8. checkpoint
-            if step == n_steps or (cfg.save_every and step % cfg.save_every == 0):
-                await save_checkpoint(run, cfg, plan, workers, wf, step=step, cursor=cursor, skipped_total=skipped_total)
-        bar.close()
-        summary = summarize(run, n_steps)
-        stuck = never_updated(read_metrics(run), list(plan))
-        if stuck:
-            raise UserError(f"no optimizer step was applied for worker group(s) {', '.join(stuck)}: every update was "
-                            f"skipped as non-finite (loss or gradient) in {summary['steps']} step(s); the metrics are in "
-                            f"{run / METRICS}; check the lr, algo.eps / algo.std_floor and the data")
-        return summary
+        lp = Loop(cfg, plan, wf, runtime, retriever, workers, kl_ctrl=start_kl_controller(cfg, run, int(state["step"])))
+        return await rl_loop(lp, run, tasks, state, n_steps, metrics, progress)
     finally:
         for w in workers.values():
             try:
@@ -255,6 +197,84 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
 
 
 # ================================================================================= the loop's pieces, in order
+
+
+def open_run(cfg: TrainConfig, run: Path, resume: bool, use_ray: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """The run directory's newest checkpoint, if any (refused without ``resume``), with its config
+    checked against ``cfg`` and its RNG restored: (found (step, path) or None, the folder the worker
+    groups load from or None, the loop's state: step, cursor, skipped_total)."""
+    ckpt_root = ckpt_io.resolve_root(run, cfg.ckpt_root)
+    found = ckpt_io.latest_checkpoint(ckpt_root)
+    if found and not resume:
+        raise UserError(f"{run if cfg.ckpt_root is None else ckpt_root} already holds checkpoints (latest step {found[0]}); "
+                        f"pass --resume to continue "
+                        f"it, --fresh to discard it, or choose another --out")
+    check_run_config(run, cfg, resuming=found is not None)
+    ckpt_io.clean_partial(ckpt_root)
+    local, resume_from = local_checkpoint(run, found[1], use_ray) if found else (None, None)
+    state = ckpt_io.read_state(local) if local else {"step": 0, "cursor": 0, "skipped_total": 0}
+    if local:
+        ckpt_io.load_rng(local / "rng.pt")
+        random.setstate(_tuplify(state["python_rng"]))
+    return found, resume_from, state
+
+
+async def step_zero(cfg: TrainConfig, run: Path, plan: dict[str, Any], workers: dict[str, Any], wf: WorkflowSpec) -> None:
+    """Before step 1 of a new run: the supervised warm start (when the recipe has one), then the team
+    saved as ``ckpt/step_0``, the untrained team RL starts from."""
+    if cfg.sft.steps or any(cfg.sft.agent_steps.values()):
+        t_sft = time.perf_counter()
+        logger.info(f"[train] supervised warm start (sft): {cfg.sft.steps} steps per agent"
+                    + (" (" + ", ".join(f"{a}: {k}" for a, k in cfg.sft.agent_steps.items()) + ")"
+                       if cfg.sft.agent_steps else "")
+                    + f", batch {cfg.sft.batch_size}, on generated {cfg.workflow} examples")
+        sft_info = await warm_start(cfg, plan, workers)
+        logger.info(f"[train] warm start done in {time.perf_counter() - t_sft:.0f} s")
+        (run / "sft.json").write_text(json_line(sft_info, indent=1))
+        failed = {n: i["sft_aborted"] for n, i in sft_info.items() if i.get("sft_aborted")}
+        if failed:
+            raise UserError("the sft warm start stopped: " + "; ".join(f"worker group {n}: {why}" for n, why in failed.items())
+                            + f"; lower sft.lr or check the model (details in {run / 'sft.json'})")
+    logger.info("[train] saving the team before RL as ckpt/step_0")
+    await save_checkpoint(run, cfg, plan, workers, wf, step=0, cursor=0, skipped_total=0)
+
+
+async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any], n_steps: int, metrics: MetricsLog,
+                  progress: bool) -> dict[str, Any]:
+    """The RL iterations from the state's step to ``n_steps``: each logged, checkpointed every
+    ``save_every`` steps and at the last; returns the run's summary."""
+    from tqdm import tqdm
+
+    cfg = lp.cfg
+    step0, cursor, skipped_total = int(state["step"]), int(state["cursor"]), int(state["skipped_total"])
+    bar = tqdm(total=n_steps, initial=step0, desc=f"train {cfg.algo.estimator}", unit="step",
+               disable=not progress, dynamic_ncols=True, file=sys.stderr)
+    for step in range(step0 + 1, n_steps + 1):
+        t_step = time.perf_counter()
+        # 1. prompts: the next P tasks of the shuffled training set
+        batch = next_prompts(tasks, cursor, cfg.rollout.prompts_per_step, cfg.data)
+        cursor_before, cursor = cursor, cursor + len(batch)
+        # 2.-6. rollouts, old log-probs, scores, advantages, updates, sync
+        record = await rl_step(lp, batch, step, cursor_before)
+        # 7. log
+        skipped_total += record[N.SKIPPED_STEPS]
+        record.update({N.SKIPPED_STEPS_TOTAL: skipped_total, N.TIME_STEP: time.perf_counter() - t_step})
+        metrics.write(record)
+        bar.set_postfix(reward=f"{record[N.SCORE]:.3f}", refresh=False)
+        bar.update(1)
+        # 8. checkpoint
+        if step == n_steps or (cfg.save_every and step % cfg.save_every == 0):
+            await save_checkpoint(run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor, skipped_total=skipped_total)
+    bar.close()
+    summary = summarize(run, n_steps)
+    stuck = never_updated(read_metrics(run), list(lp.plan))
+    if stuck:
+        raise UserError(f"no optimizer step was applied for worker group(s) {', '.join(stuck)}: every update was "
+                        f"skipped as non-finite (loss or gradient) in {summary['steps']} step(s); the metrics are in "
+                        f"{run / METRICS}; check the lr, algo.eps / algo.std_floor and the data")
+    return summary
+
+
 
 
 def total_steps(cfg: TrainConfig, n_tasks: int) -> int:
