@@ -1,8 +1,8 @@
 """Agent-wise advantage estimators (Dr. MAS), their GRPO baselines and the reference's ablations, vectorised.
 
 One *row* is one agent action (one LLM call). Every row carries a score ``x_i`` (the trajectory
-reward minus a format penalty, see :func:`row_scores`), a prompt group ``u(i)``, a trajectory
-``t(i)`` and a logical agent ``k(i)``. Every estimator has the same shape::
+reward minus a format penalty, see :func:`drmas_trainer.rewards.row_scores`), a prompt group
+``u(i)``, a trajectory ``t(i)`` and a logical agent ``k(i)``. Every estimator has the same shape::
 
     A_i = (num_i - mean_P) / (max(std_P', std_floor) + eps)      (norm_by_std=True)
     A_i =  num_i - mean_P                                        (norm_by_std=False)
@@ -478,7 +478,7 @@ def compute_advantages(
     """One advantage per row: ``A_i = (num_i - mean_P) / (max(std_P', std_floor) + eps)``.
 
     Args:
-        scores: [N] float row scores (trajectory reward minus format penalty; see :func:`row_scores`).
+        scores: [N] float row scores (trajectory reward minus format penalty; see ``drmas_trainer.rewards.row_scores``).
         uid: [N] integer prompt-group id (the n rollouts of one question share it).
         traj: [N] integer trajectory id, unique across the whole batch (not only within a uid).
         agent: [N] integer logical agent id.
