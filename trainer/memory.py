@@ -99,6 +99,7 @@ KNOWN_SHAPES: dict[str, ModelShape] = {
     "qwen/qwen3-1.7b": ModelShape(2048, 28, 16, 8, 6144, 151_936, head_dim=128, tied=True, qk_norm=True),
     "qwen/qwen2.5-7b-instruct": ModelShape(3584, 28, 28, 4, 18944, 152_064, qkv_bias=True),
     "qwen/qwen2.5-7b": ModelShape(3584, 28, 28, 4, 18944, 152_064, qkv_bias=True),
+    "qwen/qwen2.5-3b": ModelShape(2048, 36, 16, 2, 11008, 151_936, tied=True, qkv_bias=True),
     "qwen/qwen2-0.5b": ModelShape(896, 24, 14, 2, 4864, 151_936, tied=True, qkv_bias=True),
     "meta-llama/llama-3.2-3b-instruct": ModelShape(3072, 28, 24, 8, 8192, 128_256, head_dim=128, tied=True),
 }
@@ -294,6 +295,11 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
     seq = prompt_tokens + cfg.rollout.max_new_tokens
     mems = [group_memory(n, p, shapes[n], seq=seq, response=cfg.rollout.max_new_tokens, gpu_bytes=gpu_bytes)
             for n, p in groups.items()]
+    if cfg.algo.use_kl_in_reward:  # KL in the reward: a frozen reference copy per full-weight group (drmas_trainer.
+        for m, p in zip(mems, groups.values()):  # reference_policy); a LoRA group's reference is its own frozen base
+            if not p.lora:
+                bf16 = p.settings.dtype == "bfloat16"
+                m.resident[f"reference policy {'bf16' if bf16 else 'fp32'} (frozen)"] = (2 if bf16 else 4) * shapes[m.name].params
     names = [m.name for m in mems]
     if use_ray:
         per = max(1, math.floor(1 / cfg.ray.gpus_per_worker)) if cfg.ray.gpus_per_worker < 1 else 1
