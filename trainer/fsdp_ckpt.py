@@ -49,7 +49,7 @@ def _names(wg: Any) -> dict[int, str]:
     return {id(p): n for n, p in wg.policy.named_parameters()}
 
 
-def _like(p: Tensor, t: Tensor) -> Tensor:
+def _like(p: Any, t: Tensor) -> Tensor:
     """``t`` (a local shard of ``p``'s layout) as a DTensor laid out like ``p``; ``t`` when ``p``
     is a plain tensor."""
     if not hasattr(p, "device_mesh"):
@@ -78,7 +78,7 @@ def save_sharded_optimizer(wg: Any, path: str) -> None:
                     "skipped_steps": wg.skipped_steps}, path)
 
 
-def _install(wg: Any, state: dict[str, dict[str, Tensor]]) -> None:
+def _install(wg: Any, state: dict[str, Any]) -> None:
     """Put ``{name: {step, exp_avg, exp_avg_sq}}`` into the group's optimiser(s); full (plain)
     tensors are cut into this rank's shard of the parameter first."""
     names = _names(wg)
@@ -89,9 +89,9 @@ def _install(wg: Any, state: dict[str, dict[str, Tensor]]) -> None:
                 continue
             new: dict[str, Tensor] = {"step": torch.as_tensor(st["step"], dtype=torch.float32).reshape(()).cpu()}
             for m in MOMENTS:
-                v = st[m]
+                v: Any = st[m]
                 if hasattr(p, "device_mesh") and not hasattr(v, "device_mesh"):  # full -> this rank's shard
-                    v = distribute_tensor(v.to(local(p).device, torch.float32), p.device_mesh, p.placements)
+                    v = distribute_tensor(v.to(local(p).device, torch.float32), p.device_mesh, p.placements)  # type: ignore[attr-defined]
                 new[m] = local(v).detach().to("cpu", torch.float32).clone() if host else (
                     v.detach().to(local(p).device, torch.float32))
             holder[key] = new

