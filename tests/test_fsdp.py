@@ -3,9 +3,12 @@ processes) equals the single-process WorkerGroup update on the same rows, for ev
 mode and aggregation, shared and LoRA groups and the CPU-offloaded optimiser; the optimiser state
 saved per rank resumes with another rank count.
 
-Tolerance: parameters after the step within 2e-6 absolute of the single-process ones (lr 1e-3:
-the data-parallel sums run in another order, so the float32 gradients differ in their last bits;
-AdamW's first step is about lr x sign, so a gradient near 0 may move a weight by up to lr x 1e-3).
+Tolerance: parameters after two AdamW steps within 2e-5 absolute of the single-process ones, i.e.
+2 % of one step (lr 1e-3): the data-parallel sums run in another order, so the float32 gradients
+differ in their last bits, and AdamW divides each gradient by its own running scale, so a
+parameter whose gradient nearly cancels (two agents' terms in a shared group) moves by a visibly
+different fraction of lr (measured: at most 2e-6 with one agent, 1.4e-5 with two). The pre-clip
+gradient norms (global and per agent) agree to 1e-4 relative, the loss likewise.
 The multi-process runs start real processes (each imports torch and transformers): slow tier; the
 row split and padding are checked in the fast tier without processes.
 """
@@ -27,7 +30,7 @@ from drmas_trainer.fsdp import spawn_ranks
 from drmas_trainer.fsdp_worker import ShardedWorkerGroup
 from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
-ATOL = 2e-6
+ATOL = 2e-5
 LR = 1e-3
 
 #: name -> (agents, group settings, loss settings, LoRA)
