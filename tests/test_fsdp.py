@@ -165,3 +165,137 @@ def test_every_rank_runs_as_many_micro_batches_and_the_real_ones_cover_each_row_
     per_rank = [sum(1 for _, ok in s if ok) for s in shares]
     sizes = [len(items) // world + (1 if r < len(items) % world else 0) for r in range(world)]
     assert per_rank == [math.ceil(k / mbs) for k in sizes]
+
+
+# ----------------------------------------------------------------------------------------- the plan on N GPUs
+
+
+def _plan(recipe: str, gib: float, gpus: int, **overrides):
+    from drmas_bench.workflows.base import get_workflow
+    from drmas_trainer.config import load_config, plan_worker_groups
+    from drmas_trainer.memory import memory_plan, model_shape
+
+    cfg = load_config(recipe, overrides)
+    groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
+    return memory_plan(cfg, groups, {n: model_shape(str(g.settings.model)) for n, g in groups.items()},
+                       gpu_gib=gib, use_ray=True, gpus=gpus)
+
+
+def test_the_plan_shards_a_groups_training_state_over_the_gpus():
+    from drmas_trainer.memory import format_plan
+
+    one, eight = _plan("math_qwen3_4b", 79, 1), _plan("math_qwen3_4b", 79, 8)
+    a = {k: v for k, v in one.groups[0].resident.items()}
+    b = {k.removesuffix(" / 8"): v for k, v in eight.groups[0].resident.items()}
+    assert b["weights fp32"] == -(-a["weights fp32"] // 8) and b["optimizer adamw"] == -(-a["optimizer adamw"] // 8)
+    assert "gathered root (embeddings, head)" in eight.groups[0].update
+    assert eight.fits and not one.fits  # 2 x Qwen3-4B: one GPU per group does not fit 80 GB, 8 shared GPUs do
+    text = format_plan(eight)
+    assert "colocated" in text and "update solver" in text and "update verifier" in text  # groups take turns
+
+
+def test_a_plan_that_does_not_fit_says_why_and_what_would():
+    from drmas_trainer.memory import format_plan
+
+    plan = _plan("search_qwen2.5_7b", 79, 8)
+    assert not plan.fits
+    why = [ln for ln in format_plan(plan).splitlines() if ln.startswith("why: ")]
+    assert why[0].startswith("why: rollout") and "3 awake engine(s)" in why[0]
+    frac = min(float(ln.rsplit("<= ", 1)[1].split()[0]) for ln in why)  # every phase that did not fit
+    assert _plan("search_qwen2.5_7b", 79, 8, **{"agent_defaults.engine_options": {"mem_fraction_static": frac}}).fits
+
+
+# ----------------------------------------------------------------------------------------- the trainer, end to end
+
+
+@pytest.mark.slow
+def test_tiny_trains_with_two_ranks_per_group_resumes_in_one_process_and_evaluates(tmp_path):
+    """CI's sharded run: the tiny recipe with 2 gloo ranks per group as Ray actors (2 logical GPUs,
+    colocated), 2 RL steps inside bands, then its sharded checkpoint resumed in one process for a
+    third step, then evaluated with `eval --model`."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    small = ["--set", "sft.steps=30", "--set", "sft.agent_steps={checker: 10}", "--set", "save_every=1",
+             "--set", "rollout.prompts_per_step=4", "--no-progress", "--out", str(run)]
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "drmas_bench", *args], env=env, capture_output=True, text=True,
+                              timeout=900)
+
+    got = cli("train", "--recipe", "tiny", "--ray", "--set", "ray.num_gpus=2", "--set", "ray.num_cpus=2",
+              "--set", "fsdp.ranks=2", "--steps", "2", *small)
+    assert got.returncode == 0, got.stderr[-2000:]
+    workers = json.loads((run / "workers.json").read_text())["worker_groups"]
+    assert [len(w["ranks"]) for w in workers] == [2, 2] and {w["backend"] for w in workers} == {"gloo"}
+    optim = run / "ckpt" / "step_2" / "optim"
+    assert sorted(p.name for p in (optim / "solver.dcp").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    bands = tmp_path / "bands.json"
+    bands.write_text(json.dumps({"bands": [
+        {"name": "steps", "metric": "critic/score/mean", "stat": "count", "min": 2, "max": 2},
+        {"name": "finite norms", "metric": "agent/*/actor/grad_norm", "stat": "nonfinite", "max": 0},
+        {"name": "norms bounded", "metric": "agent/*/actor/grad_norm", "stat": "max", "max": 50}]}))
+    reg = cli("regress", str(run), "--against", str(bands))
+    assert reg.returncode == 0, reg.stdout + reg.stderr
+    again = cli("train", "--recipe", "tiny", "--local", "--steps", "3", "--resume", *small)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    ev = cli("eval", "--model", str(run / "ckpt" / "latest"), "--suite", "toy", "--limit", "2", "--n", "1",
+             "--out", str(tmp_path / "eval"))
+    assert ev.returncode == 0, ev.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------------------- checkpoints
+
+
+RESUME_CASES = ("ppo-token-mean", "offload-cpu", "lora-shared-base")
+
+
+def _save_then_update(rank: int, world: int, folder: str, rows: dict[str, list[Row]]) -> dict:
+    """Each case: one update, a checkpoint (model folder + per-rank optimiser shards), one more update."""
+    got = {}
+    for case in RESUME_CASES:
+        agents, s, extra = _kwargs(case)
+        wg = ShardedWorkerGroup(_name(agents), agents, s, _path(), rank=rank, world=world, init_method="",
+                                device="cpu", **extra)
+        _update(wg, case, rows[case])
+        asyncio.run(wg.save(f"{folder}/{case}/model", f"{folder}/{case}/optim.pt"))
+        out = _update(wg, case, rows[case])
+        got[case] = out if rank == 0 else None
+    return got
+
+
+def _resume_then_update(rank: int, world: int, folder: str, rows: dict[str, list[Row]]) -> dict:
+    got = {}
+    for case in RESUME_CASES:
+        agents, s, extra = _kwargs(case)
+        wg = ShardedWorkerGroup(_name(agents), agents, s, f"{folder}/{case}/model", rank=rank, world=world,
+                                init_method="", device="cpu", **extra)
+        asyncio.run(wg.load_optimizer(f"{folder}/{case}/optim.pt"))
+        out = _update(wg, case, rows[case])
+        got[case] = out if rank == 0 else None
+    return got
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_resumes_with_another_rank_count(tmp_path):
+    """2 ranks save; 4 ranks and one process resume from it: the next update is the one the 2
+    ranks made after saving (same tolerance as above). Also a LoRA group and offloaded AdamW."""
+    rows = {c: _with_old_logprobs(c) for c in RESUME_CASES}
+    two = spawn_ranks(_save_then_update, 2, str(tmp_path), rows)[0]
+    four = spawn_ranks(_resume_then_update, 4, str(tmp_path), rows)[0]
+    for case in RESUME_CASES:
+        assert (tmp_path / case / "optim.dcp" / "__1_0.distcp").is_file()
+        agents, s, extra = _kwargs(case)
+        one = WorkerGroup(_name(agents), agents, s, str(tmp_path / case / "model"), device="cpu", **extra)
+        asyncio.run(one.load_optimizer(str(tmp_path / case / "optim.pt")))
+        assert one.optimizer_steps == 2
+        single = _update(one, case, rows[case])
+        for other in (four[case], single):
+            moved = max(float((two[case][1][k] - other[1][k]).abs().max()) for k in two[case][1])
+            assert moved <= ATOL, (case, moved)
+            assert other[0]["grad_norm"] == pytest.approx(two[case][0]["grad_norm"], rel=1e-4)

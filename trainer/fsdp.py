@@ -124,9 +124,10 @@ def all_gather_objects(obj: Any) -> list[Any]:
     return out
 
 
-def _rank_main(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple, queue: Any) -> None:
+def _rank_main(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple, queue: Any, device: str) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    init_group(rank, world, f"tcp://127.0.0.1:{port}", torch.device("cpu"), "gloo")
+    dev = torch.device("cuda", rank) if device == "cuda" else torch.device("cpu")
+    init_group(rank, world, f"tcp://127.0.0.1:{port}", dev, "auto")
     try:
         result = fn(rank, world, *args)
         buf = io.BytesIO()  # tensors as bytes: a shared-memory handle would die with this process
@@ -139,14 +140,17 @@ def _rank_main(rank: int, world: int, port: int, fn: Callable[..., Any], args: t
         dist.destroy_process_group()
 
 
-def spawn_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 900.0) -> list[Any]:
-    """Run ``fn(rank, world, *args)`` in ``world`` fresh processes on this machine (gloo, the
-    torchrun layout without torchrun) and return their results in rank order; ``fn`` must be
+def spawn_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 900.0,
+                device: str = "cpu") -> list[Any]:
+    """Run ``fn(rank, world, *args)`` in ``world`` fresh processes on this machine (the torchrun
+    layout without torchrun: gloo on CPU; ``device="cuda"``: rank r on GPU r, NCCL) and return their
+    results in rank order (tensors, numbers, strings, lists and dicts of them); ``fn`` must be
     importable (a module-level function). A failing rank is a RuntimeError naming it."""
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, fn, args, queue), daemon=True) for r in range(world)]
+    procs = [ctx.Process(target=_rank_main, args=(r, world, port, fn, args, queue, device), daemon=True)
+             for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}
