@@ -18,6 +18,7 @@ before sharding it.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,10 @@ def load_sharded_optimizer(wg: Any, path: str, record: dict[str, Any]) -> None:
             if f"{n}.exp_avg" in saved:
                 template[n] = {"step": torch.zeros((), dtype=torch.float32),
                                **{m: torch.zeros_like(p, dtype=torch.float32) for m in MOMENTS}}
-    dcp.load(template, storage_reader=reader, no_dist=not (dist.is_available() and dist.is_initialized()))
+    single = not (dist.is_available() and dist.is_initialized())
+    with warnings.catch_warnings():  # one process reading shards is the intent, not a mistake to warn about
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
+        dcp.load(template, storage_reader=reader, no_dist=single)
     _install(wg, template)
     wg.optimizer_steps = int(record["optimizer_steps"])
     wg.skipped_steps = int(record["skipped_steps"])

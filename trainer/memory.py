@@ -30,6 +30,14 @@ snapshot of a group serving several agents 4A, and the activations and output la
 frozen output head needs no gradient accumulator unless it is a LoRA target). Its engine also holds
 the adapters (bf16, 2A each).
 
+A group **sharded** over N GPUs (``fsdp.ranks``, or ``train --plan --gpus N``) keeps on each of
+them 1/N of its weights, gradients, optimiser state (or host share) and snapshot, plus, during its
+update, two gathered decoder layers and the gathered root (embeddings, output head); activations
+and the output layer are its rank's micro-batch's; each GPU has one engine per group (colocated:
+every group on the same N GPUs, taking turns to update; separate: each group on its own N GPUs).
+:func:`why_not` says, for a phase that does not fit, how much of it the engines are and the
+``mem_fraction_static`` under which it would fit.
+
 Phases per GPU: **rollout** (every resident state + every engine awake: the trainer's rollouts keep
 all engines awake), **update** (resident states + the updating group's extras + engines that do not
 sleep; groups sharing a GPU as Ray actors update at the same time, in-process groups one after the
