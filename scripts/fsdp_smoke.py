@@ -5,7 +5,8 @@ on the same rows; prints one ``RESULT {json}`` line (max |diff|, seconds, peak m
     python scripts/fsdp_smoke.py --model DIR --device cuda     # needs 2 GPUs, else SKIP (exit 3)
     python scripts/fsdp_smoke.py --model DIR --device cpu      # the same with 2 gloo processes
 
-Exit 0 when the weights agree within --atol, 1 when not, 3 (SKIP) with fewer than 2 GPUs.
+Exit 0 when the weights agree within --atol (and the steps moved them by more than 10 x --atol),
+1 when not, 3 (SKIP) with fewer than 2 GPUs.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def main() -> int:
         return 3
     single = WorkerGroup("solver", ["solver"], settings(a.dtype), a.model, device="cuda:0" if a.device == "cuda" else "cpu")
     rs = rows(a.rows, 0, int(single.policy.config.vocab_size), a.prompt, a.response)
+    before = {k: v.detach().float().cpu().clone() for k, v in single.policy.state_dict().items()}
     asyncio.run(single.update(rs, loss=LossSettings(), mini_batches=2))
     ref = {k: v.detach().float().cpu() for k, v in single.policy.state_dict().items()}
     del single
@@ -70,10 +72,12 @@ def main() -> int:
         torch.cuda.empty_cache()
     got = spawn_ranks(one_rank, 2, a.model, a.device, a.dtype, rs, device=a.device)
     diff = max(float((got[0]["state"][k] - ref[k]).abs().max()) for k in ref)
+    moved = max(float((before[k] - ref[k]).abs().max()) for k in ref)  # the steps did change the weights
     print("RESULT " + json.dumps({"ranks": 2, "device": a.device, "dtype": a.dtype, "max_abs_diff": diff,
+                                  "max_step": moved,
                                   "update_s": round(max(g["seconds"] for g in got), 2),
                                   "peak_gib_per_rank": [round(g["peak_gib"], 2) for g in got]}))
-    return 0 if diff <= a.atol else 1
+    return 0 if diff <= a.atol and moved > 10 * a.atol else 1
 
 
 if __name__ == "__main__":
