@@ -93,8 +93,10 @@ def _update(wg: WorkerGroup, case: str, rows: list[Row]) -> tuple[dict, dict[str
     return out, {k: wg._full(v).detach().clone() for k, v in wg.policy.state_dict().items()}
 
 
-def _rank_cases(rank: int, world: int, cases: list[str], rows: dict[str, list[Row]]) -> dict:
-    """Every case on this rank (a fresh group each); rank 0 returns the metrics and weights."""
+def _rank_cases(rank: int, world: int, cases: list[str], rows: dict[str, list[Row]], folder: str) -> dict:
+    """Every case on this rank (a fresh group each); rank 0 returns the metrics and weights. Two
+    ranks also checkpoint the RESUME_CASES after their update and update once more ("after:");
+    four ranks resume from that checkpoint and make the same update ("resumed:")."""
     got = {}
     for case in cases:
         agents, s, extra = _kwargs(case)
@@ -102,6 +104,17 @@ def _rank_cases(rank: int, world: int, cases: list[str], rows: dict[str, list[Ro
                                 device="cpu", **extra)
         out, state = _update(wg, case, rows[case])
         got[case] = (out, state) if rank == 0 else None
+        if world == 2 and case in RESUME_CASES:
+            asyncio.run(wg.save(f"{folder}/{case}/model", f"{folder}/{case}/optim.pt"))
+            after = _update(wg, case, rows[case])
+            got[f"after:{case}"] = after if rank == 0 else None
+    for case in RESUME_CASES if world == 4 else ():
+        agents, s, extra = _kwargs(case)
+        wg = ShardedWorkerGroup(_name(agents), agents, s, f"{folder}/{case}/model", rank=rank, world=world,
+                                init_method="", device="cpu", **extra)
+        asyncio.run(wg.load_optimizer(f"{folder}/{case}/optim.pt"))
+        resumed = _update(wg, case, rows[case])
+        got[f"resumed:{case}"] = resumed if rank == 0 else None
     return got
 
 
@@ -110,12 +123,19 @@ def _single(case: str, rows: list[Row]) -> tuple[dict, dict[str, torch.Tensor]]:
     return _update(WorkerGroup(_name(agents), agents, s, _path(), device="cpu", **extra), case, rows)
 
 
+#: cases whose 2-rank checkpoint is resumed by 4 ranks and by one process
+RESUME_CASES = ("ppo-token-mean", "offload-cpu", "lora-shared-base")
+
+
 @pytest.fixture(scope="module")
-def runs() -> dict:
+def runs(tmp_path_factory) -> dict:
+    """One process per case, then every case in 2 and in 4 gloo processes (starting them is most of
+    the time: about 40 s and 80 s on a loaded 2-core machine)."""
+    folder = tmp_path_factory.mktemp("fsdp")
     rows = {c: _with_old_logprobs(c) for c in CASES}
     single = {c: _single(c, rows[c]) for c in CASES}
-    sharded = {w: spawn_ranks(_rank_cases, w, list(CASES), rows)[0] for w in (2, 4)}
-    return {"single": single, "sharded": sharded}
+    sharded = {w: spawn_ranks(_rank_cases, w, list(CASES), rows, str(folder))[0] for w in (2, 4)}
+    return {"single": single, "sharded": sharded, "folder": folder, "rows": rows}
 
 
 def _compare(one: tuple[dict, dict], many: tuple[dict, dict], token_level: bool) -> None:
@@ -252,50 +272,20 @@ def test_tiny_trains_with_two_ranks_per_group_resumes_in_one_process_and_evaluat
 # ----------------------------------------------------------------------------------------- checkpoints
 
 
-RESUME_CASES = ("ppo-token-mean", "offload-cpu", "lora-shared-base")
-
-
-def _save_then_update(rank: int, world: int, folder: str, rows: dict[str, list[Row]]) -> dict:
-    """Each case: one update, a checkpoint (model folder + per-rank optimiser shards), one more update."""
-    got = {}
-    for case in RESUME_CASES:
-        agents, s, extra = _kwargs(case)
-        wg = ShardedWorkerGroup(_name(agents), agents, s, _path(), rank=rank, world=world, init_method="",
-                                device="cpu", **extra)
-        _update(wg, case, rows[case])
-        asyncio.run(wg.save(f"{folder}/{case}/model", f"{folder}/{case}/optim.pt"))
-        out = _update(wg, case, rows[case])
-        got[case] = out if rank == 0 else None
-    return got
-
-
-def _resume_then_update(rank: int, world: int, folder: str, rows: dict[str, list[Row]]) -> dict:
-    got = {}
-    for case in RESUME_CASES:
-        agents, s, extra = _kwargs(case)
-        wg = ShardedWorkerGroup(_name(agents), agents, s, f"{folder}/{case}/model", rank=rank, world=world,
-                                init_method="", device="cpu", **extra)
-        asyncio.run(wg.load_optimizer(f"{folder}/{case}/optim.pt"))
-        out = _update(wg, case, rows[case])
-        got[case] = out if rank == 0 else None
-    return got
-
-
 @pytest.mark.slow
-def test_a_sharded_checkpoint_resumes_with_another_rank_count(tmp_path):
-    """2 ranks save; 4 ranks and one process resume from it: the next update is the one the 2
-    ranks made after saving (same tolerance as above). Also a LoRA group and offloaded AdamW."""
-    rows = {c: _with_old_logprobs(c) for c in RESUME_CASES}
-    two = spawn_ranks(_save_then_update, 2, str(tmp_path), rows)[0]
-    four = spawn_ranks(_resume_then_update, 4, str(tmp_path), rows)[0]
-    for case in RESUME_CASES:
-        assert (tmp_path / case / "optim.dcp" / "__1_0.distcp").is_file()
-        agents, s, extra = _kwargs(case)
-        one = WorkerGroup(_name(agents), agents, s, str(tmp_path / case / "model"), device="cpu", **extra)
-        asyncio.run(one.load_optimizer(str(tmp_path / case / "optim.pt")))
-        assert one.optimizer_steps == 2
-        single = _update(one, case, rows[case])
-        for other in (four[case], single):
-            moved = max(float((two[case][1][k] - other[1][k]).abs().max()) for k in two[case][1])
-            assert moved <= ATOL, (case, moved)
-            assert other[0]["grad_norm"] == pytest.approx(two[case][0]["grad_norm"], rel=1e-4)
+@pytest.mark.parametrize("case", RESUME_CASES)
+def test_a_sharded_checkpoint_resumes_with_another_rank_count(runs, case):
+    """2 ranks save (model folder + per-rank optimiser shards); 4 ranks and one process resume from
+    it: their next update is the one the 2 ranks made after saving (same tolerance as above)."""
+    folder, rows = runs["folder"], runs["rows"]
+    assert (folder / case / "optim.dcp" / "__1_0.distcp").is_file()
+    agents, s, extra = _kwargs(case)
+    one = WorkerGroup(_name(agents), agents, s, str(folder / case / "model"), device="cpu", **extra)
+    asyncio.run(one.load_optimizer(str(folder / case / "optim.pt")))
+    assert one.optimizer_steps == 2
+    two = runs["sharded"][2][f"after:{case}"]
+    for other in (runs["sharded"][4][f"resumed:{case}"], _update(one, case, rows[case])):
+        moved = max(float((two[1][k] - other[1][k]).abs().max()) for k in two[1])
+        assert moved <= ATOL, moved
+        assert other[0]["grad_norm"] == pytest.approx(two[0]["grad_norm"], rel=1e-4)
+        assert other[0]["optimizer_steps"] == 2 and other[0]["lr"] == pytest.approx(two[0]["lr"])

@@ -35,8 +35,11 @@ has the same guard, and stops after ``SFT_MAX_BAD_IN_A_ROW`` skipped steps in a 
 
 **Where the rest lives.** The log-prob numerics (chunked vocabulary projection, the full-logits
 reference, row packing) are pure tensor functions in ``drmas_trainer.logprobs``; the optimiser
-(AdamW, 8-bit, CPU-offloaded) is built by ``drmas_trainer.optim``. This file is the stateful group
-that ties them to a policy and a rollout engine.
+(AdamW, 8-bit, CPU-offloaded) is built by ``drmas_trainer.optim``; rows, loss settings and the
+micro-batching helpers are ``drmas_trainer.rows``; the warm start is ``drmas_trainer.sft``. This
+file is the stateful group that ties them to a policy and a rollout engine, with the hooks
+(``_share``, ``_all_sum``, ``_full``, ...) that ``drmas_trainer.fsdp_worker`` overrides to shard
+the group over several ranks (FSDP2) with the same update.
 
 **Memory.** After an update, ``sync_weights`` empties the CUDA cache before the engine wakes and
 hands the engine a lazy generator of bf16 tensors (``update_weights(..., bucket_bytes=sync_bucket_mb
