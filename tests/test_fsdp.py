@@ -102,6 +102,9 @@ def _rank_cases(rank: int, world: int, cases: list[str], rows: dict[str, list[Ro
         agents, s, extra = _kwargs(case)
         wg = ShardedWorkerGroup(_name(agents), agents, s, _path(), rank=rank, world=world, init_method="",
                                 device="cpu", **extra)
+        if case in SCORE_CASES:  # old and reference log-probs, rows split over the ranks
+            scored = asyncio.run(wg.score_rows(copy.deepcopy(rows[case]), reference=True))
+            got[f"scored:{case}"] = scored if rank == 0 else None
         out, state = _update(wg, case, rows[case])
         got[case] = (out, state) if rank == 0 else None
         if world == 2 and case in RESUME_CASES:
@@ -123,6 +126,8 @@ def _single(case: str, rows: list[Row]) -> tuple[dict, dict[str, torch.Tensor]]:
     return _update(WorkerGroup(_name(agents), agents, s, _path(), device="cpu", **extra), case, rows)
 
 
+#: cases whose old and reference log-probs (KL in the reward) are compared too
+SCORE_CASES = ("ppo-token-mean", "lora-shared-base")
 #: cases whose 2-rank checkpoint is resumed by 4 ranks and by one process
 RESUME_CASES = ("ppo-token-mean", "offload-cpu", "lora-shared-base")
 
@@ -162,6 +167,21 @@ def test_sharded_update_equals_the_single_process_update(runs, case, world):
     before = WorkerGroup(_name(agents), agents, s, _path(), device="cpu", **extra).policy.state_dict()
     assert max(float((single[1][k] - before[k]).abs().max()) for k in before) > 10 * ATOL
     _compare(single, sharded, CASES[case][2].token_level)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("case", SCORE_CASES)
+def test_sharded_old_and_reference_logprobs_equal_the_single_process_ones(runs, case, world):
+    agents, s, extra = _kwargs(case)
+    one = WorkerGroup(_name(agents), agents, s, _path(), device="cpu", **extra)
+    want = asyncio.run(one.score_rows(copy.deepcopy(runs["rows"][case]), reference=True))
+    got = runs["sharded"][world][f"scored:{case}"]
+    for key in ("logprobs", "ref_logprobs"):
+        assert [len(x) for x in got[key]] == [len(x) for x in want[key]]
+        diff = max(abs(a - b) for x, y in zip(got[key], want[key]) for a, b in zip(x, y))
+        assert diff <= 1e-5, (key, diff)
+    assert got["mismatch"] == want["mismatch"]
 
 
 # ----------------------------------------------------------------------------------------- fast: the split

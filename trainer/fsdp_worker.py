@@ -47,6 +47,7 @@ from drmas_bench.models.adapters import BASE_FILE, base_record, save_adapter
 from drmas_bench.types import UserError
 from drmas_trainer import fsdp, lora
 from drmas_trainer.config import AgentConfig
+from drmas_trainer.logprobs import pack_rows
 from drmas_trainer.optim import local
 from drmas_trainer.rows import chunks, split
 from drmas_trainer.worker import WorkerGroup
@@ -134,6 +135,37 @@ class ShardedWorkerGroup(WorkerGroup):
                     if p.grad is not None:
                         local(p.grad).mul_(coef)
         return math.sqrt(sum(sq))
+
+    async def score_rows(self, rows: list[Any], *, recompute: bool = True, reference: bool = False) -> dict[str, Any]:
+        out = await super().score_rows(rows, recompute=recompute)
+        if reference:  # KL in the reward: the frozen reference policy's log-probs, each rank its share
+            out["ref_logprobs"] = self._reference_logprobs(rows)
+        return out
+
+    def _reference_logprobs(self, rows: list[Any]) -> list[list[float]]:
+        """``drmas_trainer.reference_policy``'s log-probs with the rows split over the ranks. LoRA:
+        the frozen base is the sharded policy with its adapters off, run through the FSDP root (every
+        rank as many forwards); full weights: each rank's unsharded frozen copy on its share."""
+        from drmas_trainer.reference_policy import reference_logprobs
+
+        out: list[list[float]] = [[] for _ in rows]
+        live = [k for k, r in enumerate(rows) if r.response_ids]
+        if not self.adapters:
+            pieces = split(live, self.world)
+            mine = pieces[self.rank] if self.rank < len(pieces) else []
+            for k, lp in zip(mine, reference_logprobs(self, [rows[k] for k in mine])):
+                out[k] = lp
+            return self._merge_rows(out)
+        with torch.no_grad(), self.policy.disable_adapter():
+            for micro, real in self._share(live):
+                batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
+                                  self.pad_id, self.device)
+                with self._autocast():
+                    logp, _ = self._logprobs(batch, chunk=self.settings.logprob_chunk)
+                logp = logp.float().cpu()
+                for b, k in enumerate(micro if real else []):
+                    out[k] = logp[b, : len(rows[k].response_ids)].tolist()
+        return self._merge_rows(out)
 
     def adapter_weights(self) -> Iterator[tuple[str, dict[str, Any], dict[str, Tensor]]]:
         for name, config, tensors in super().adapter_weights():
