@@ -307,6 +307,25 @@ class RayConfig(CoercingSchema):
     timeout_s: Float = Field(60.0, gt=0, description="wait at most this long for Ray to place each actor (model loading not counted)")
 
 
+# ----------------------------------------------------------------------------------------- sharded worker groups
+
+
+class FSDPConfig(CoercingSchema):
+    """Worker groups sharded over several GPUs with FSDP2 (``drmas_trainer.fsdp_worker``; docs/trainer.md,
+    "Sharded worker groups"). ``ranks: 1`` is one process per group, unsharded."""
+
+    ranks: Int = RANGES["positive_count"].field(
+        1, description="ranks (GPUs) per worker group: parameters, gradients and AdamW state sharded over them, "
+                       "the group's rows split across them; 1 = no sharding")
+    layout: Literal["colocated", "separate"] = Field(
+        "colocated", description="colocated: every group has one rank on each of `ranks` GPUs, each with its engine "
+                                 "(the reference's layout); separate: each group on its own `ranks` GPUs")
+    backend: Literal["auto", "nccl", "gloo"] = Field("auto", description="torch.distributed backend: auto = nccl on "
+                                                     "CUDA, gloo on CPU")
+    reshard_after_forward: bool = Field(True, description="free each layer's gathered parameters after its forward "
+                                                          "(gather again for backward): less memory, more traffic")
+
+
 # ----------------------------------------------------------------------------------------- the root
 
 
@@ -348,6 +367,7 @@ class TrainConfig(CoercingSchema):
     algo: AlgoConfig = Field(default_factory=AlgoConfig, description="advantages and the policy loss")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="supervised warm start (toy)")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray placement")
+    fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description="worker groups sharded over several GPUs (FSDP2)")
 
     @model_validator(mode="before")
     @classmethod
