@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drmas_retrieval import RetrievalError
-from drmas_retrieval import sizing
+from drmas_retrieval import RetrievalError, sizing
 from drmas_retrieval.bm25 import build_bm25
 
 CORPUS = Path(__file__).parent / "data" / "retrieval_corpus.jsonl"
