@@ -69,3 +69,15 @@ def test_session_closes_with_its_event_loop(server):
         return open_inside
 
     assert asyncio.run(kept_open()) and eng._client is None
+
+
+def test_the_environment_proxy_is_looked_up_once_per_server(monkeypatch):
+    from drmas_bench.engines.openai_http import env_proxy
+
+    for var in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    assert env_proxy("https://api.example.com/v1") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    assert env_proxy("https://api.example.com/v1") == "http://proxy.internal:3128"
+    assert env_proxy("http://127.0.0.1:8000/v1") is None and env_proxy("http://gpu-box:8000/v1") is None

@@ -292,7 +292,7 @@ class OpenAIEngine(EngineBase):
         from drmas_bench.engines.openai_http import HttpClient
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        self._client = await HttpClient.open(self.options.max_concurrency, self.options.timeout_s, headers)
+        self._client = await HttpClient.open(self.options.max_concurrency, self.options.timeout_s, headers, self.base_url)
         self._sem = asyncio.Semaphore(self.options.max_concurrency)
         self._tokenize_lock = asyncio.Lock()
         self._dialect_lock = asyncio.Lock()

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 from typing import Any, AsyncGenerator
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -57,25 +59,37 @@ def _failure(exc: BaseException) -> TransportFailure:
     return TransportFailure(type(exc).__name__, detail)
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTP_PROXY`` / ``HTTPS_PROXY``, unless
+    ``NO_PROXY`` covers its host), looked up once per client rather than on every request."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    if not proxies or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxies.get(parts.scheme)
+
+
 class HttpClient:
     """An aiohttp session bound to the running event loop (made with ``await HttpClient.open(...)``).
 
     ``max_connections``: the pool's size; ``timeout_s``: the whole of one attempt (connect, send,
-    wait for and read the answer); ``headers``: sent with every request (``Authorization``). The
+    wait for and read the answer); ``headers``: sent with every request (``Authorization``);
+    ``base_url``: the server, whose proxy (``HTTP(S)_PROXY`` / ``NO_PROXY``) is looked up once. The
     session closes with its loop: ``asyncio.run`` ends by closing the loop's async generators, and
     one of them (``_closer``) closes the session, so a caller that runs one loop per call leaves no
     sockets open."""
 
-    def __init__(self, max_connections: int, timeout_s: float, headers: dict[str, str]) -> None:
+    def __init__(self, max_connections: int, timeout_s: float, headers: dict[str, str], base_url: str) -> None:
         connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=max_connections, ttl_dns_cache=300)
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.loop = asyncio.get_running_loop()
-        self.session = aiohttp.ClientSession(connector=connector, headers=headers, timeout=self.timeout)
+        self.session = aiohttp.ClientSession(connector=connector, headers=headers, timeout=self.timeout,
+                                             proxy=env_proxy(base_url))
         self._guard = self._closer()
 
     @classmethod
-    async def open(cls, max_connections: int, timeout_s: float, headers: dict[str, str]) -> "HttpClient":
-        client = cls(max_connections, timeout_s, headers)
+    async def open(cls, max_connections: int, timeout_s: float, headers: dict[str, str], base_url: str) -> "HttpClient":
+        client = cls(max_connections, timeout_s, headers, base_url)
         await client._guard.__anext__()  # now the loop knows it and closes it at its end
         return client
 
