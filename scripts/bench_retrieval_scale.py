@@ -129,13 +129,19 @@ def _build_sparse(kind: str, corpus: Path, n: int, out: Path) -> dict[str, Any]:
             "build_peak_rss_mb": round(peak_rss_mb()), "index_mb": _dir_mb(out)}
 
 
-def _timed(fn: Any, queries: Any, batch: int, cpu: bool = False) -> float:
-    """Queries per second of wall time (or, ``cpu``, per second of this process's CPU)."""
-    clock = time.process_time if cpu else time.perf_counter
-    t0 = clock()
+def _timed(fn: Any, queries: Any, batch: int) -> tuple[float, float]:
+    """(queries per second of wall time, queries per second of this process's CPU)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for a in range(0, len(queries), batch):
         fn(queries[a:a + batch])
-    return len(queries) / max(clock() - t0, 1e-9)
+    return len(queries) / max(time.perf_counter() - t0, 1e-9), len(queries) / max(time.process_time() - c0, 1e-9)
+
+
+def _rates(fn: Any, queries: Any) -> dict[str, float]:
+    """Batched (64 a call) and single (one a call) rates; CPU rate of the batched run."""
+    wall, cpu = _timed(fn, queries, 64)
+    single, _ = _timed(fn, queries[:SINGLE], 1)
+    return {"qps_batched": round(wall, 1), "qps_cpu": round(cpu, 1), "qps_single": round(single, 1)}
 
 
 def _search_sparse(kind: str, index: Path, qpath: Path, k: int) -> dict[str, Any]:
@@ -147,10 +153,7 @@ def _search_sparse(kind: str, index: Path, qpath: Path, k: int) -> dict[str, Any
     load_s = time.perf_counter() - t0
     loaded = rss_mb()
     r.search(queries[:2], k)
-    out = {"load_s": round(load_s, 2), "rss_mb": round(loaded),
-           "qps_batched": round(_timed(lambda q: r.search(q, k), queries, 64), 1),
-           "qps_cpu": round(_timed(lambda q: r.search(q, k), queries[:256], 64, cpu=True), 1),
-           "qps_single": round(_timed(lambda q: r.search(q, k), queries[:SINGLE], 1), 1),
+    out = {"load_s": round(load_s, 2), "rss_mb": round(loaded), **_rates(lambda q: r.search(q, k), queries),
            "search_peak_rss_mb": round(peak_rss_mb())}
     r.close()
     return out
@@ -210,9 +213,7 @@ def _faiss_run(kind: str, n: int, dim: int, k: int) -> dict[str, Any]:
     qs = _unit_rows(rng, 256 if kind == "flat" else N_QUERIES, dim)
     out: dict[str, Any] = {"build_s": round(build, 1), "build_cpu_s": round(build_cpu, 1), "index_mb": round(_faiss_bytes(kind, n, dim) / 2**20, 1),
                            "rss_mb": round(rss_mb())}
-    out["qps_batched"] = round(_timed(lambda q: index.search(q, k), qs, 64), 1)
-    out["qps_cpu"] = round(_timed(lambda q: index.search(q, k), qs[:256], 64, cpu=True), 1)
-    out["qps_single"] = round(_timed(lambda q: index.search(q, k), qs[:SINGLE], 1), 1)
+    out.update(_rates(lambda q: index.search(q, k), qs))
     out["build_peak_rss_mb"] = out["search_peak_rss_mb"] = round(peak_rss_mb())
     return out
 
@@ -285,7 +286,7 @@ def scale_main(args: argparse.Namespace) -> int:
                 Path(args.json_out).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     cols = ["backend", "passages", "build_s", "build_cpu_s", "build_peak_rss_mb", "index_mb", "load_s", "rss_mb",
             "search_peak_rss_mb", "qps_batched", "qps_single", "qps_cpu", "note"]
-    print(f"\nsynthetic corpus, k={args.k}, {N_QUERIES} queries (batches of 64; single: {SINGLE} one per call), "
+    print(f"\nsynthetic corpus, k={args.k}, {N_QUERIES} queries (batches of 64; single: {SINGLE} one per call; qps_cpu: batched, per CPU second), "
           f"1 thread; {os.cpu_count()} CPUs visible, load average {os.getloadavg()[0]:.1f}\n")
     print(tabulate([[r.get(c, "") for c in cols] for r in rows], headers=cols, tablefmt="github"))
     return 0
