@@ -14,6 +14,7 @@ Lucene: its English analyzer with Porter stemming).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 from drmas_retrieval.base import Hit, Passage, RetrievalError, Retriever, check_search_args
 from drmas_retrieval.corpus import count_passages, read_corpus, require_corpus
-from drmas_retrieval.sizing import check_bm25_fits
+from drmas_retrieval.sizing import bm25_query_warning, check_bm25_fits
 from drmas_retrieval.store import (PassageStore, corpus_fingerprint, prepare_out_dir, read_manifest,
                                    write_manifest, write_passages)
 
@@ -147,6 +148,9 @@ class BM25Retriever(Retriever):
             raise RetrievalError(f"{self.dir / SUBDIR}: cannot load the bm25s index ({e})") from None
         self.threads = threads
         self._stem = _stemmer(self.params.stemmer)
+        slow = bm25_query_warning(len(self.passages))
+        if slow:
+            print(slow, file=sys.stderr)
 
     def tokenize(self, queries: list[str]) -> list[list[str]]:
         import bm25s

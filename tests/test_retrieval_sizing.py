@@ -67,3 +67,10 @@ def test_limit_scales_the_estimate(tmp_path):
     assert part - sizing.BUILD_BYTES_BASE == pytest.approx((full - sizing.BUILD_BYTES_BASE) / 4, abs=8)
     with pytest.raises(RetrievalError, match="about 400 passages of c.jsonl"):
         sizing.check_bm25_fits(path, available=full - 1)
+
+
+def test_a_large_bm25s_index_warns_that_queries_are_slow():
+    assert sizing.bm25_query_warning(25_200) is None  # the mini corpus
+    line = sizing.bm25_query_warning(21_015_324)  # wiki-18
+    assert line is not None and "\n" not in line and "--kind lucene" in line and "21,015,324 passages" in line
+    assert sizing.bm25_query_warning(int(sizing.SLOW_QUERY_S / sizing.BM25_QUERY_S_PER_PASSAGE) + 10) is not None
