@@ -20,7 +20,7 @@ from typing import Any
 from drmas_retrieval.base import RetrievalError
 from drmas_retrieval.corpus import require_corpus
 
-BUILD_BYTES_PER_CORPUS_BYTE = 5.0  # peak RSS of a bm25s build per byte of corpus jsonl (fit over 100k-1M passages)
+BUILD_BYTES_PER_CORPUS_BYTE = 5.2  # peak RSS of a bm25s build per byte of corpus jsonl (fit: 250k and 500k passages)
 BUILD_BYTES_BASE = 150 * 2**20  # the interpreter, numpy, bm25s
 SAMPLE_BYTES = 4 * 2**20  # the head of the corpus read to measure a passage's size
 ALTERNATIVE = ("build a Lucene index instead (drmas-bench retrieval index --kind lucene, the lucene extra: "
