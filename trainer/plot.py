@@ -72,6 +72,19 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
                 ax_f.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle=_STYLES[j % len(_STYLES)],
                           linewidth=1.5, label=f"{label}: {agent}")
                 spread[label].setdefault(agent, {})["factor"] = sum(p[1] for p in pts) / len(pts)
+    _label_axes(ax_r, ax_g, ax_f)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out, spread
+
+
+def _label_axes(ax_r: Any, ax_g: Any, ax_f: Any) -> None:
+    """Titles, axis labels, scales and legends of the reward, grad-norm and moment-factor panels."""
     ax_r.set_xlabel("training step")
     ax_r.set_ylabel("mean trajectory reward")
     ax_r.set_title("reward")
@@ -93,11 +106,3 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
         ax_f.legend(fontsize=8)
     else:
         ax_f.text(0.5, 0.5, "not logged by these runs", transform=ax_f.transAxes, ha="center", va="center")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out, spread

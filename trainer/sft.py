@@ -72,17 +72,7 @@ class WarmStart:
 
         if not examples or steps <= 0:
             return {}
-        tk = default_template_kwargs(template_kwargs if template_kwargs is not None
-                                     else self.engine_options.get("chat_template_kwargs"))
-        eos = self.tokenizer.eos_token_id
-        cache: dict[tuple, list[int]] = {}
-        data = []
-        for ex in examples:
-            key = tuple((m["role"], m["content"]) for m in ex.messages)
-            if key not in cache:
-                cache[key] = encode_chat(self.tokenizer, ex.messages, tk, model=self.name)
-            tgt = list(self.tokenizer(ex.target, add_special_tokens=False)["input_ids"]) + ([eos] if eos is not None else [])
-            data.append((cache[key], tgt, ex.agent))
+        data = self._sft_data(examples, template_kwargs)
         opt = torch.optim.AdamW(self.params, lr=lr, betas=tuple(self.settings.betas), weight_decay=self.settings.weight_decay)
         rng = random.Random(seed)
         order: list[int] = []
@@ -101,22 +91,8 @@ class WarmStart:
                 rng.shuffle(more)
                 order += more
             idx, order = order[:batch_size], order[batch_size:]
-            batch_rows = [data[i] for i in idx]
-            n_tok = sum(len(t) for _, t, _ in batch_rows)
             opt.zero_grad(set_to_none=True)
-            total = 0.0
-            for agent, micro, real in self._sft_micro_batches(batch_rows):
-                self._use_agent(agent)
-                b = pack_rows([p for p, _, _ in micro], [t for _, t, _ in micro], self.pad_id, self.device)
-                with self._autocast():
-                    logp, _ = self._logprobs(b, chunk=self.settings.logprob_chunk)
-                nll = -(logp * b["mask"]).sum() / n_tok
-                if real:
-                    total += float(nll.detach())
-                if not math.isfinite(total) and self.world == 1:  # one process: stop at once (ranks go on together)
-                    break
-                (nll * (self._grad_scale if real else 0.0)).backward()
-            total = self._all_sum([total])[0]
+            total = self._sft_backward([data[i] for i in idx])
             norm = float("nan")
             if math.isfinite(total):
                 norm = self._clip_grads()
@@ -143,6 +119,39 @@ class WarmStart:
         if aborted:
             out["sft_aborted"] = aborted
         return out
+
+    def _sft_data(self, examples: list[SFTExample], template_kwargs: dict[str, Any] | None) -> list[tuple]:
+        """(prompt ids, target ids + EOS, agent) of each example; a prompt shared by examples is encoded once."""
+        tk = default_template_kwargs(template_kwargs if template_kwargs is not None
+                                     else self.engine_options.get("chat_template_kwargs"))
+        eos = self.tokenizer.eos_token_id
+        cache: dict[tuple, list[int]] = {}
+        data = []
+        for ex in examples:
+            key = tuple((m["role"], m["content"]) for m in ex.messages)
+            if key not in cache:
+                cache[key] = encode_chat(self.tokenizer, ex.messages, tk, model=self.name)
+            tgt = list(self.tokenizer(ex.target, add_special_tokens=False)["input_ids"]) + ([eos] if eos is not None else [])
+            data.append((cache[key], tgt, ex.agent))
+        return data
+
+    def _sft_backward(self, batch_rows: list[tuple]) -> float:
+        """Back-propagate one warm-start batch's token-mean cross-entropy; return its loss summed over
+        the ranks (non-finite: a lone process stops at the first bad micro-batch)."""
+        n_tok = sum(len(t) for _, t, _ in batch_rows)
+        total = 0.0
+        for agent, micro, real in self._sft_micro_batches(batch_rows):
+            self._use_agent(agent)
+            b = pack_rows([p for p, _, _ in micro], [t for _, t, _ in micro], self.pad_id, self.device)
+            with self._autocast():
+                logp, _ = self._logprobs(b, chunk=self.settings.logprob_chunk)
+            nll = -(logp * b["mask"]).sum() / n_tok
+            if real:
+                total += float(nll.detach())
+            if not math.isfinite(total) and self.world == 1:  # one process: stop at once (ranks go on together)
+                break
+            (nll * (self._grad_scale if real else 0.0)).backward()
+        return self._all_sum([total])[0]
 
     def _sft_micro_batches(self, rows: list[tuple]) -> list[tuple[str | None, list[tuple], bool]]:
         """(agent, micro-batch, real) triples of a warm-start batch for this rank. LoRA: formed per
