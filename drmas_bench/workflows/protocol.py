@@ -63,7 +63,7 @@ from drmas_bench.yamlfile import read_yaml
 ROLES = ("solver", "math_verifier", "search_verifier", "searcher", "answerer")
 # the names the reference writes in the team context, per agent of our workflows
 AGENT_NAMES = {"solver": "Solver Agent", "verifier": "Verifier Agent", "searcher": "Search Agent",
-               "answerer": "Answer Agent"}
+               "answerer": "Answer Agent", "critic": "Critic Agent", "refiner": "Refiner Agent"}
 ACTION_TAGS = {"searcher": "search", "answerer": "answer"}  # each looks for its own tag only
 VERIFY_OPEN, VERIFY_CLOSE = "<verify>", "</verify>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
