@@ -205,6 +205,16 @@ class RolloutConfig(CoercingSchema):
         return self
 
 
+class KLCtrlConfig(CoercingSchema):
+    """The KL-in-reward coefficient (verl's ``algorithm.kl_ctrl``): fixed, or adaptive towards a target KL."""
+
+    type: Literal["fixed", "adaptive"] = Field("fixed", description="fixed (beta = kl_coef) | adaptive (beta *= 1 + "
+                                               "clip(kl / target_kl - 1, +-0.2) * rows / horizon each step)")
+    kl_coef: Float = RANGES["rate"].field(0.001, description="beta at step 1, >= 0")
+    target_kl: Float = Field(0.1, gt=0, allow_inf_nan=False, description="adaptive: the KL it steers towards, > 0")
+    horizon: Float = Field(10000.0, gt=0, allow_inf_nan=False, description="adaptive: rows over which it moves, > 0")
+
+
 class AlgoConfig(CoercingSchema):
     """Advantages and the policy loss (see docs/advantages.md)."""
 
@@ -229,6 +239,20 @@ class AlgoConfig(CoercingSchema):
     ppo_epochs: Int = RANGES["positive_count"].field(1, description="passes over an iteration's rows")
     mini_batches: Int = RANGES["positive_count"].field(
         1, description="optimiser steps per epoch per worker group (math 1, search 5); at most prompts_per_step x n")
+    balance_loss_by_agent_freq: bool = Field(
+        False, description="weight each row's policy loss by (1/n of its (prompt, agent) pair) / batch mean, so every "
+                           "agent counts once per prompt however often it acted (the reference's switch; "
+                           "drmas_trainer.loss_balance)")
+    adv_metrics: Literal["40f50a1", "755152e", "none"] = Field(
+        "40f50a1", description="per-step advantage metrics with the reference's names: 40f50a1 (adv_std, adv_norm, "
+                               "adv_diag) | 755152e (adv_std, adv_norm) | none (drmas_trainer.adv_metrics)")
+    use_kl_in_reward: bool = Field(False, description="subtract beta * KL(policy || reference policy) from each row's "
+                                                      "score (a frozen reference: the recipe's model; LoRA: the base "
+                                                      "without adapters); drmas_trainer.rewards")
+    kl_penalty: str = Field("kl", description="per-token KL estimator of the reward penalty: kl | k1 | abs | mse | k2 | "
+                                              "low_var_kl | k3")
+    kl_ctrl: KLCtrlConfig = Field(default_factory=KLCtrlConfig,
+                                    description="the KL coefficient's controller (use_kl_in_reward)")
 
     @field_validator("estimator")
     @classmethod
@@ -244,12 +268,12 @@ class AlgoConfig(CoercingSchema):
         check_group_index(self.estimator, self.group_by_agent)  # a reference name without it: refused, not defaulted
         return self
 
-    @field_validator("agg")
+    @field_validator("agg", "kl_penalty")
     @classmethod
-    def _agg(cls, v: str | None) -> str | None:
-        from drmas_trainer.losses import AGG_MODES
+    def _loss_names(cls, v: str | None, info: ValidationInfo) -> str | None:
+        from drmas_trainer.losses import AGG_MODES, KL_PENALTIES
 
-        return v if v is None else registered(v, AGG_MODES)
+        return v if v is None else registered(v, {"agg": AGG_MODES, "kl_penalty": list(KL_PENALTIES)}[info.field_name])
 
 
 class SFTConfig(CoercingSchema):

@@ -29,12 +29,13 @@ published form, GSPO has no dual clip.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-__all__ = ["AGG_MODES", "agg_loss", "kl_penalty", "masked_mean", "policy_loss"]
+__all__ = ["AGG_MODES", "KL_PENALTIES", "agg_loss", "kl_kind", "kl_penalty", "masked_mean", "policy_loss"]
 
 Mode = Literal["ppo", "gspo"]
 Agg = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
@@ -96,25 +97,61 @@ def agg_loss(loss_mat: Tensor, mask: Tensor, agg: str) -> Tensor:
     return masked_mean(per_row, row_has)
 
 
+#: per-token KL estimators by name (verl's ``kl_penalty`` kinds): ``fn(logp, ref_logp) -> [B, T]``
+KL_PENALTIES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {}
+
+
+def kl_kind(*names: str) -> Callable:
+    """Register a per-token KL estimator under ``names`` (a new kind is one decorated function)."""
+    def deco(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
+        for n in names:
+            if n in KL_PENALTIES:
+                raise ValueError(f"KL kind {n!r} is already registered")
+            KL_PENALTIES[n] = fn
+        return fn
+    return deco
+
+
+@kl_kind("k1", "kl")
+def _k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """``logp - ref_logp`` (unbiased, high variance, may be negative)."""
+    return logp - ref_logp
+
+
+@kl_kind("abs")
+def _abs(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """``|logp - ref_logp|``."""
+    return (logp - ref_logp).abs()
+
+
+@kl_kind("k2", "mse")
+def _k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """``0.5 * (logp - ref_logp)^2``."""
+    return 0.5 * (logp - ref_logp).square()
+
+
+@kl_kind("k3", "low_var_kl")
+def _k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """``exp(d) - d - 1`` with ``d = ref_logp - logp`` (low variance, >= 0); d clamped to [-20, 20]
+    before ``exp`` (the result is clamped to [-10, 10] anyway, so the clamp changes no value) and
+    the result to [-10, 10]."""
+    d = (ref_logp - logp).clamp(-20.0, 20.0)
+    return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
+
+
 def kl_penalty(logp: Tensor, ref_logp: Tensor, kl_type: str = "k3") -> Tensor:
-    """Per-token KL estimate of the policy against a reference policy (on sampled tokens).
+    """Per-token KL estimate [B, T] of the policy against a reference policy, on sampled tokens.
 
     Args:
-        logp: [B, T] log-probs under the current policy.
+        logp: [B, T] log-probs under the current (or old) policy.
         ref_logp: [B, T] log-probs under the reference policy.
-        kl_type: ``"k1"``: ``logp - ref_logp`` (unbiased, high variance);
-            ``"k2"``: ``0.5 * (logp - ref_logp)^2``;
-            ``"k3"``: ``exp(ref - logp) - (ref - logp) - 1`` (low variance, >= 0), with the log
-            ratio clamped to [-20, 20] and the result to [-10, 10] as in verl's ``low_var_kl``.
+        kl_type: a name of :data:`KL_PENALTIES`: ``k1`` = ``kl``, ``abs``, ``k2`` = ``mse``,
+            ``k3`` = ``low_var_kl`` (verl's names).
     """
-    if kl_type == "k1":
-        return logp - ref_logp
-    if kl_type == "k2":
-        return 0.5 * (logp - ref_logp).square()
-    if kl_type == "k3":
-        d = (ref_logp - logp).clamp(-20.0, 20.0)
-        return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
-    raise ValueError(f"unknown kl_type {kl_type!r}; known: k1, k2, k3")
+    fn = KL_PENALTIES.get(kl_type)
+    if fn is None:
+        raise ValueError(f"unknown kl_type {kl_type!r}; known: {', '.join(KL_PENALTIES)}")
+    return fn(logp, ref_logp)
 
 
 def policy_loss(

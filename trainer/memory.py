@@ -294,6 +294,11 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
     seq = prompt_tokens + cfg.rollout.max_new_tokens
     mems = [group_memory(n, p, shapes[n], seq=seq, response=cfg.rollout.max_new_tokens, gpu_bytes=gpu_bytes)
             for n, p in groups.items()]
+    if cfg.algo.use_kl_in_reward:  # KL in the reward: a frozen reference copy per full-weight group (drmas_trainer.
+        for m, p in zip(mems, groups.values()):  # reference_policy); a LoRA group's reference is its own frozen base
+            if not p.lora:
+                bf16 = p.settings.dtype == "bfloat16"
+                m.resident[f"reference policy {'bf16' if bf16 else 'fp32'} (frozen)"] = (2 if bf16 else 4) * shapes[m.name].params
     names = [m.name for m in mems]
     if use_ray:
         per = max(1, math.floor(1 / cfg.ray.gpus_per_worker)) if cfg.ray.gpus_per_worker < 1 else 1

@@ -91,6 +91,7 @@ from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.lora import adapter_tensors
 from drmas_trainer.losses import policy_loss
 from drmas_trainer.optim import make_adapter_optimizers, make_optimizer, release_cached_memory
+from drmas_trainer.reference_policy import reference_logprobs
 
 __all__ = ["LossSettings", "Row", "SFTExample", "WorkerGroup"]
 
@@ -507,7 +508,7 @@ class WorkerGroup:
 
     # ------------------------------------------------------------------ rollout rows: old log-probs, token check
 
-    async def score_rows(self, rows: list[Row], *, recompute: bool = True) -> dict[str, Any]:
+    async def score_rows(self, rows: list[Row], *, recompute: bool = True, reference: bool = False) -> dict[str, Any]:
         """Before the step's first update: the trainer's own old log-probs of the rows (``recompute``)
         and the token-in/token-out check.
 
@@ -525,7 +526,10 @@ class WorkerGroup:
             await self.engine.sleep()  # the forward's memory, as the update's
         mismatch = [self._token_mismatch(k, r) for k, r in enumerate(rows)]
         logprobs = self._old_logprobs(rows) if recompute else None
-        return {"logprobs": logprobs, "mismatch": mismatch, "old_logprob_s": time.perf_counter() - t0}
+        out = {"logprobs": logprobs, "mismatch": mismatch, "old_logprob_s": time.perf_counter() - t0}
+        if reference:  # KL in the reward: the frozen reference policy's log-probs too (drmas_trainer.reference_policy)
+            out["ref_logprobs"] = reference_logprobs(self, rows)
+        return out
 
     def _old_logprobs(self, rows: list[Row]) -> list[list[float]]:
         """The current policy's log-probs of each row's response tokens (no grad, micro-batched)."""
