@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from drmas_bench.agents.team import TeamSpec
+from drmas_bench.calls import CallChain
 from drmas_bench.grading.families import grade_family
 from drmas_bench.limits import LimitReached
 from drmas_bench.store import RunDir
@@ -113,44 +114,51 @@ def grade_trajectories(trajs: list[Trajectory], family: str, timeout_s: float = 
             group[i].extra["round1_grade"] = extra.get("grade")
 
 
-async def run_episodes(
-    tasks: list[Task],
-    n: int,
-    runtime: TeamRuntime,
-    wf: WorkflowSpec,
-    store: RunDir | None,
-    *,
-    seed: int = 0,
-    retriever: Any = None,
-    workflow_options: dict[str, Any] | None = None,
-    concurrency: int = 256,
-    flush_every: int = 32,
-    flush_s: float = 30.0,
-    cost_fn: Callable[[Trajectory], float] | None = None,
-    progress: bool = True,
-    want_logprobs: bool = False,
-    on_finished: Callable[[list[Trajectory]], None] | None = None,
-    math_grader: str | None = None,
-    step: int = 0,
-    gate: Any = None,
-) -> RunStats:
-    """Run every (task, sample) not yet in `store`; return counters. Raises the first episode error
-    after saving everything that finished before it. An episode stopped by a run limit
+@dataclass
+class EpisodeRun:
+    """What ``run_episodes`` runs the episodes with: the team's runtime, the workflow and its options,
+    where finished trajectories go, and how (the call chain's gate and prices, concurrency, flushing).
+
+    store: the run directory (None: the trainer's rollouts, handed to ``on_finished`` only);
+    calls: the run's ``calls.CallChain`` (its meter gates each episode's start, its price sheet sets
+    each trajectory's ``cost_usd``), None: no limits, no prices; math_grader: the math grader's name
+    (default ``grading.DEFAULT_GRADER``; other families ignore it); step: the training step, part of
+    every sampling seed (``workflows.base.sample_seed``; 0 outside training)."""
+
+    runtime: Any  # a TeamRuntime (or anything with its generate / sampling / worker_group)
+    workflow: WorkflowSpec
+    store: RunDir | None = None
+    seed: int = 0
+    step: int = 0
+    retriever: Any = None
+    workflow_options: dict[str, Any] = field(default_factory=dict)
+    calls: CallChain | None = None
+    concurrency: int = 256
+    flush_every: int = 32
+    flush_s: float = 30.0
+    progress: bool = True
+    want_logprobs: bool = False
+    on_finished: Callable[[list[Trajectory]], None] | None = None
+    math_grader: str | None = None
+
+
+async def run_episodes(tasks: list[Task], n: int, ctx: EpisodeRun) -> RunStats:
+    """Run every (task, sample) not yet in ``ctx.store``; return counters. Raises the first episode
+    error after saving everything that finished before it. An episode stopped by a run limit
     (``limits.LimitReached``, raised before a call) is abandoned, not an error: the others run on
-    until they finish or reach a call themselves, and ``stats.stopped`` says which limit. `gate`:
-    the limits' ``Meter``, asked before each episode starts and told when it ends. `math_grader`: the math grader's name
-    (default `grading.DEFAULT_GRADER`; ignored by other workflows' graders). `step`: the training step, part
-of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
+    until they finish or reach a call themselves, and ``stats.stopped`` says which limit."""
     from tqdm import tqdm
 
-    opts = {**wf.defaults, **(workflow_options or {})}
+    wf, store, runtime = ctx.workflow, ctx.store, ctx.runtime
+    gate = ctx.calls.meter if ctx.calls is not None else None
+    opts = {**wf.defaults, **ctx.workflow_options}
     done = store.done_keys() if store is not None else set()
     todo = [(t, i) for t in tasks for i in range(n) if (t.benchmark, t.id, i) not in done]
     stats = RunStats(skipped=len(tasks) * n - len(todo))
     t0 = time.perf_counter()
-    sem = asyncio.Semaphore(max(1, concurrency))
+    sem = asyncio.Semaphore(max(1, ctx.concurrency))
 
-    bar = tqdm(total=len(todo), desc="episodes", unit="ep", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=len(todo), desc="episodes", unit="ep", disable=not ctx.progress, dynamic_ncols=True)
     calls, call_tokens, last_shown = 0, 0, 0.0
 
     def show(force: bool = False) -> None:
@@ -166,7 +174,7 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
         call_tokens += c.completion_tokens
         show()
 
-    backend = _CountingRuntime(runtime, on_call) if progress else runtime
+    backend = _CountingRuntime(runtime, on_call) if ctx.progress else runtime
 
     async def one(task: Task, idx: int) -> Trajectory | None:
         async with sem:
@@ -175,14 +183,14 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
                 if gate is not None:
                     await gate.start_episode()
                     started = True
-                ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever,
-                             want_logprobs=want_logprobs, training_step=step)
+                ep = Episode(task, idx, backend, wf.agents, seed=ctx.seed, retriever=ctx.retriever,
+                             want_logprobs=ctx.want_logprobs, training_step=ctx.step)
                 await wf.fn(ep, **opts)
                 traj = ep.finish()
             except LimitReached as e:  # no call starts past a limit: this episode is abandoned, never written half
                 stats.stopped = stats.stopped or e.stop
             finally:
-                if started:
+                if started and gate is not None:
                     await gate.end_episode(traj)
             return traj
 
@@ -196,7 +204,7 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
             return
         batch = list(buffer)
         buffer.clear()
-        grading = asyncio.ensure_future(asyncio.to_thread(grade_trajectories, batch, wf.family, 5.0, math_grader,
+        grading = asyncio.ensure_future(asyncio.to_thread(grade_trajectories, batch, wf.family, 5.0, ctx.math_grader,
                                                                wf.round1_answer))
         try:
             await asyncio.shield(grading)
@@ -207,13 +215,13 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
         store_batch(batch)
 
     def store_batch(batch: list[Trajectory]) -> None:
-        for t in batch:
-            if cost_fn is not None:
-                t.cost_usd = cost_fn(t)
+        if ctx.calls is not None and ctx.calls.prices is not None:
+            for t in batch:
+                t.cost_usd = ctx.calls.cost(t)
         if store is not None:
-            store.append(batch, with_tokens=want_logprobs)
-        if on_finished is not None:
-            on_finished(batch)
+            store.append(batch, with_tokens=ctx.want_logprobs)
+        if ctx.on_finished is not None:
+            ctx.on_finished(batch)
 
     pending = [asyncio.create_task(one(t, i)) for t, i in todo]
     taken: set[int] = set()  # id() of every trajectory put in the buffer
@@ -229,7 +237,7 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
             stats.engine_calls += len(traj.turns)
             show(force=True)
             bar.update(1)
-            if len(buffer) >= flush_every or time.perf_counter() - last_flush > flush_s:
+            if len(buffer) >= ctx.flush_every or time.perf_counter() - last_flush > ctx.flush_s:
                 await flush()
     finally:
         for p in pending:

@@ -18,8 +18,11 @@ from conftest import assert_all_agree, load_reference_cases
 from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows import protocol as P
-from drmas_bench.workflows.base import Episode, rule_reasons
-from drmas_bench.workflows.math_4agent import critique_splice, math4_effects, refine_loop
+from drmas_bench.suites.math.math_4agent import math4_effects
+from drmas_bench.suites.math.refine_loop import CRITIC, REFINER, critique_splice, refine_loop
+from drmas_bench.workflows.base import Episode
+
+RULES = {"critic": CRITIC, "refiner": REFINER}
 
 REF = {"Solver Agent": "solver", "Critic Agent": "critic", "Refiner Agent": "refiner", "Verifier Agent": "verifier"}
 NAME = {a: n for n, a in REF.items()}
@@ -74,7 +77,7 @@ def _episode(case, tpl: P.Templates, agents: tuple[str, ...]):
 @pytest.mark.parametrize("role", ["critic", "refiner"])
 def test_validity(role):
     def check(c):
-        got = not rule_reasons(role, c["input"]["response"])
+        got = not RULES[role](c["input"]["response"])
         return got == c["reference"], got
 
     assert_all_agree(f"validity/{role}", load_reference_cases("math4.jsonl", f"validity/{role}"), check)
@@ -89,13 +92,16 @@ def test_team_context_text(role, ours):
     assert_all_agree(f"action/{role}", load_reference_cases("math4.jsonl", f"action/{role}"), check)
 
 
-def test_critic_reasons_name_each_failure():
-    assert rule_reasons("critic", "<critique>fine</critique>") == []
-    assert rule_reasons("critic", "</critique> late <critique>") == []  # either order
-    assert rule_reasons("critic", "<critique>no close") == ["missing_critique_tag"]
-    assert rule_reasons("critic", "<critique>\u4e00</critique>") == ["cjk"]
+def test_critic_and_refiner_rules_name_each_failure_and_read_their_reply():
+    assert CRITIC("<critique>fine</critique>") == []
+    assert CRITIC("</critique> late <critique>") == []  # either order
+    assert CRITIC("<critique>no close") == ["missing_critique_tag"]
+    assert CRITIC("<critique>\u4e00</critique>") == ["cjk"]
     assert critique_splice("a<critique>  b </critique>c") == "a<critique>b</critique>c"
-    assert rule_reasons("refiner", "so \\boxed{2}") == [] and rule_reasons("refiner", "2") == ["missing_boxed"]
+    assert CRITIC.parse("a<critique>  b </critique>c") == ("a<critique>b</critique>c", None)
+    assert CRITIC.parse("<critique>b</critique>") == (None, None)  # nothing spliced: nothing to show
+    assert REFINER("so \\boxed{2}") == [] and REFINER("2") == ["missing_boxed"]
+    assert REFINER.parse("so \\boxed{2}") == ("2", None)
 
 
 # ------------------------------------------------------------------------------ whole episodes
@@ -145,7 +151,8 @@ def test_episodes_math4_reward():
 
 def test_the_2agent_episodes_through_the_same_loop():
     """With the critic and the refiner absent the loop is the reference's 2-agent one: every case of
-    episodes_math.jsonl (calls, validity, team context, final answer)."""
+    episodes_math.jsonl (calls, validity, team context, final answer); math_refine runs this loop
+    (tests/test_reference_vectors.py drives math_refine itself on the same cases)."""
     markers = _markers("math_4agent")
 
     def check(c):

@@ -451,10 +451,10 @@ def test_stop_while_a_batch_is_graded_keeps_that_batch(tmp_path, monkeypatch):
     from dataclasses import replace
 
     import drmas_bench.runner as runner
-    import drmas_bench.workflows.toy  # noqa: F401 - registers "toy"
+    import drmas_bench.suites.toy.toy  # noqa: F401 - registers "toy"
     from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
     from drmas_bench.store import RunDir
-    from drmas_bench.tasks.toy import make_toy_tasks
+    from drmas_bench.suites.toy.benchmarks import make_toy_tasks
     from drmas_bench.types import Completion, Sampling
     from drmas_bench.workflows.base import get_workflow
 
@@ -485,8 +485,8 @@ def test_stop_while_a_batch_is_graded_keeps_that_batch(tmp_path, monkeypatch):
 
     async def stop_mid_grading():
         rt = runner.TeamRuntime(team, {"g": Quick()}, Sampling())
-        task = asyncio.create_task(runner.run_episodes(make_toy_tasks(40), 4, rt, wf, store, flush_every=4,
-                                                       concurrency=2, progress=False))
+        task = asyncio.create_task(runner.run_episodes(make_toy_tasks(40), 4, runner.EpisodeRun(
+            rt, wf, store, flush_every=4, concurrency=2, progress=False)))
         while not grading.is_set():
             await asyncio.sleep(0.005)
         task.cancel()

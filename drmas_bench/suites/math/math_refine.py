@@ -4,7 +4,8 @@
 
 Final answer = the last solver output, whole (the math env grades it). One team context for the
 episode: each agent sees the entries of every earlier call (solver: its response; verifier: the
-spliced response). Tags, projection, verdict and validity rules and chat layout come from
+spliced response). The loop is `refine_loop.refine_loop` over (solver, verifier): math_4agent's,
+with its critic and refiner absent. Tags, projection, verdict and validity rules and chat layout come from
 `protocol`; the role prompts from ``math_refine.prompts.yaml`` (or ``--prompts``). Options: rounds (2), prompts (Templates; None = packaged), protocol (ProtocolOptions: prompt limit,
 default 8192 tokens cut in the middle).
 """
@@ -16,6 +17,8 @@ from typing import Any, Iterable
 
 import drmas_bench.workflows.protocol as P
 from drmas_bench.records import RecordView, mean_or_none, rate, view, views
+from drmas_bench.suites.math.refine_loop import refine_loop
+from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
 from drmas_bench.types import Trajectory
 from drmas_bench.workflows.base import Episode, workflow
 
@@ -102,29 +105,22 @@ SEEN = {"question", "team_context", "round", "rounds"}
 PLACEHOLDERS = {"solver": (SEEN, {"question", "team_context"}), "verifier": (SEEN, {"question", "team_context"})}
 
 
+MATH_LABELS = {"round2_ran": "round 2 ran", "round2_rate": "round 2 ran (%)", "flips": "round 1 -> final",
+               "wrong_to_right": "wrong -> right", "right_to_wrong": "right -> wrong", "wrong_to_wrong": "wrong -> wrong",
+               "right_to_right": "right -> right", "round1_ungraded": "round-1 answers never graded",
+               "judged": "first answers judged", "approve_rate_on_right": "approves right (%)",
+               "approve_rate_on_wrong": "approves wrong (%)", "judge_precision": "judge precision (%)",
+               "judge_recall": "judge recall (%)", "judge_accuracy": "judge accuracy (%)",
+               "graded_episodes": "graded episodes", "round1_accuracy": "round-1 accuracy (%)",
+               "final_accuracy": "final accuracy (%)", "accuracy_change": "accuracy change (pts)"}
+
+
 @workflow("math_refine", agents=("solver", "verifier"), family="math",
-          rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", math_effects),
+          rules={"solver": SOLVER, "verifier": MATH_VERIFIER}, effects=("math", math_effects),
           placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),  # REFERENCE §2b / §3
-          round1_answer=round1_answer)
+          round1_answer=round1_answer, title="math refinement", labels=MATH_LABELS)
 async def math_refine(ep: Episode, rounds: int = 2, prompts: P.Templates | None = None,
                       protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("math_refine")
     ep.limit_prompts(*(protocol or P.ProtocolOptions()).resolve("math_refine"))
-    said: list[tuple[str, str]] = []  # (agent, projected text): one team context for the episode
-
-    def prompt(role: str, r: int) -> list[dict[str, str]]:
-        return P.chat(tpl, role, question=ep.task.question, team_context=P.team_context(tpl, said),
-                      round=r + 1, rounds=rounds)
-
-    for r in range(rounds):
-        sol = await ep.solver(prompt("solver", r))
-        sol.valid = P.valid("solver", sol.completion.text)
-        said.append(("solver", P.project("solver", sol.completion.text)))
-        ep.final_answer = sol.completion.text
-        if r == rounds - 1:
-            break
-        ver = await ep.verifier(prompt("verifier", r))
-        ver.valid = P.valid("math_verifier", ver.completion.text)
-        said.append(("verifier", P.project("math_verifier", ver.completion.text)))
-        if P.math_verdict(ver.completion.text) == "approve":
-            break
+    await refine_loop(ep, tpl, rounds, ("solver", "verifier"))  # the 4-agent loop, critic and refiner absent

@@ -5,8 +5,8 @@
     refiner answers again having seen both (its answer becomes the current one), the checker
     approves or rejects the refined answer: approve (or no verdict) stops, reject goes round again
 
-The control flow mirrors math_4agent's (`workflows.math_4agent.refine_loop`) with the toy's own
-short formats, so the tiny CPU recipe (`tiny_4agent`) trains a team with twice the roles of `toy` in
+The control flow mirrors math_4agent's (the math suite's `refine_loop`; no suite imports another)
+with the toy's own short formats, so the tiny CPU recipe (`tiny_4agent`) trains a team with twice the roles of `toy` in
 minutes. The final answer is the last solver or refiner output. Warm start
 (`toy4_sft_examples`): the answering agents' targets are right ``solver_accuracy`` of the time, the
 judging agents' ``checker_accuracy``.
@@ -18,28 +18,39 @@ import random
 import re
 from typing import Any
 
-from drmas_bench.types import SFTExample
-from drmas_bench.workflows.base import Episode, chat, format_rule, workflow
-from drmas_bench.workflows.toy import (
+from drmas_bench.suites.toy.toy import (
     ANSWER,
+    TOY_ANSWER,
+    TOY_VERDICT,
     answer_reasons,
     checker_prompt,
-    near_miss,
     parse_verdict,
     solver_prompt,
-    sum_question,
     verdict_reasons,
 )
+from drmas_bench.types import SFTExample
+from drmas_bench.workflows.arithmetic import near_miss, sum_question
+from drmas_bench.workflows.base import Episode, chat, workflow
+from drmas_bench.workflows.rules import FormatRule, format_rule
 
 CRITIQUE = re.compile(r"<critique>\s*(right|wrong)\s*</critique>", re.IGNORECASE)
 CRITIC_SYSTEM = "You are the Critic. Reply <critique>right</critique> or <critique>wrong</critique> about the proposed answer."
 REFINER_SYSTEM = "You are the Refiner. Give the right number inside <answer></answer>."
 
 
-@format_rule("toy_critique")
 def critique_reasons(text: str) -> list[str]:
     """The toy critic's rule: a ``<critique>`` tag holding right or wrong (missing_critique_tag)."""
     return [] if CRITIQUE.search(text) else ["missing_critique_tag"]
+
+
+def parse_critique(text: str) -> tuple[None, str | None]:
+    """(no action, the critique it gave: right | wrong, the last tag's)."""
+    found = CRITIQUE.findall(text)
+    return None, (found[-1].lower() if found else None)
+
+
+TOY_CRITIQUE = format_rule(FormatRule("toy_critique", critique_reasons, ("missing_critique_tag",), parse_critique,
+                                      labels={"missing_critique_tag": "no critique tag"}))
 
 
 def critic_prompt(question: str, proposed: str) -> list[dict[str, str]]:
@@ -57,8 +68,8 @@ def _shown(text: str) -> str:
 
 
 def _critique(text: str) -> str:
-    found = CRITIQUE.findall(text)
-    return found[-1].lower() if found else text.strip()[:20]
+    """What the refiner is shown of a critique: its verdict, else the response's start."""
+    return parse_critique(text)[1] or text.strip()[:20]
 
 
 def toy4_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accuracy: float = 0.5,
@@ -102,8 +113,8 @@ def toy4_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accura
 
 
 @workflow("toy_4agent", agents=("solver", "critic", "refiner", "checker"), family="toy",
-          rules={"solver": "toy_answer", "critic": "toy_critique", "refiner": "toy_answer", "checker": "toy_verdict"},
-          sft=toy4_sft_examples)
+          rules={"solver": TOY_ANSWER, "critic": TOY_CRITIQUE, "refiner": TOY_ANSWER, "checker": TOY_VERDICT},
+          sft=toy4_sft_examples, title="4-agent toy")
 async def toy_4agent(ep: Episode, rounds: int = 2) -> None:
     previous = None
     q = ep.task.question
