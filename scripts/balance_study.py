@@ -178,6 +178,11 @@ def _mean(xs: list[float]) -> float:
     return statistics.fmean(fin) if fin else float("nan")
 
 
+def _median(xs: list[float]) -> float:
+    fin = [x for x in xs if math.isfinite(x)]
+    return statistics.median(fin) if fin else float("nan")
+
+
 def _value(run: dict[str, Any], key: str, agent: str | None) -> float:
     if key == "reward":
         return _mean(run["reward"][-LAST_K:])
@@ -227,14 +232,16 @@ def setting_lines(name: str, arms: dict[str, dict[int, Any]], steps: int | None)
     agents = sorted({x for r in runs for x in r["agents"]})
     if not runs:
         return [f"## Setting `{name}`", "", "No finished runs yet.", ""]
-    infl = {a: _mean([x for r in runs if a in r["agents"] for x in r["agents"][a]["inflation"]]) for a in agents}
+    infl = {a: _median([x for r in runs if a in r["agents"] for x in r["agents"][a]["inflation"]]) for a in agents}
+    ours = {a: _mean([x for r in runs if a in r["agents"] for x in r["agents"][a]["moment"]]) for a in agents}
     focus = max(agents, key=lambda a: infl[a] if math.isfinite(infl[a]) else -1.0)
     cpu = [r["train_cpu_s"] for r in runs if r.get("train_cpu_s")]
     lines = [f"## Setting `{name}`: {SETTINGS[name].about}", "",
              "Finished runs: " + ", ".join(f"{a} {len(arms.get(a, {}))}" for a in ARMS)
              + (f". Training CPU per run: median {statistics.median(cpu):.0f} s." if cpu else "."), "",
-             f"The agent whose inflation factor is largest (mean over every run's steps) is **{focus}** "
-             f"(reference inflation_factor_mean {_fmt(infl[focus])}); the grad-norm effects below are its.", "",
+             f"The agent whose factor is largest is **{focus}**: the reference's inflation_factor_mean "
+             f"{_fmt(infl[focus])} (median over every run's steps), our moment factor {_fmt(ours[focus])} (mean); "
+             "the grad-norm effects below are its.", "",
              "| arm (statistics, balance) | seeds | reward last 5 | " + " | ".join(
                  f"{a}: max / median grad norm" for a in agents) + " |",
              "| --- | --- | --- | " + " | ".join("---" for _ in agents) + " |"]
@@ -259,30 +266,46 @@ def setting_lines(name: str, arms: dict[str, dict[int, Any]], steps: int | None)
     if e is not None:
         lines += ["", f"Balance alone instead of per-agent statistics (grpo+balance - drmas, {focus}'s max grad norm): "
                   f"{_eff(e['balance_vs_stats'])}."]
+        shown = {k: _verdict(e[k]) for k in ("statistics", "balance", "interaction")}
+        lines += ["", f"**In short ({e['n']} paired seeds, {focus}'s max grad norm).** Per-agent statistics "
+                  + ("change it" if shown["statistics"] != "no" else "do not change it detectably")
+                  + f" (global - per agent {_fmt(e['statistics'].get('diff'))}); loss balance "
+                  + ("changes it" if shown["balance"] != "no" else "does not change it detectably")
+                  + f" (on - off {_fmt(e['balance'].get('diff'))}); interaction "
+                  + ("shown" if shown["interaction"] != "no" else "not shown") + "."]
     lines += ["", *factor_lines(runs, agents, steps), ""]
     return lines
 
 
+BLOWN = 1e6  # a reference factor above this comes from a prompt whose trajectory means have sigma 0 (its 1e-12)
+
+
 def factor_lines(runs: list[dict[str, Any]], agents: list[str], steps: int | None) -> list[str]:
-    """Per step, mean over every run: our moment factor beside the reference's inflation factor; then
-    per agent their means, Pearson correlation and the share of (run, step) cells within 10 %."""
+    """Per step, over every run: our moment factor (mean) beside the reference's inflation factor
+    (median, and how many runs' values exceed BLOWN); then per agent both factors' summaries, their
+    Pearson correlation over the (run, step) cells where the reference's is below BLOWN, and the share
+    of cells within 10 %."""
     n = max(len(r["reward"]) for r in runs)
-    out = ["**Factors per step** (mean over every run of the setting, all arms: both are functions of the step's "
-           "scores, whatever the estimator). Ours: `agent/<a>/critic/moment_factor/mean`, the mean over prompt "
-           "groups with sigma > 0 of `(sigma_k^2 + (mu_k - mu)^2) / sigma^2` with population moments over the "
-           "agent's rows and the group's rows. The reference's: `adv_diag/<a>/inflation_factor_mean`, the mean over "
-           "(prompt, agent) pools of the same ratio with torch's unbiased std, mu and sigma over trajectory means, "
-           "a one-value pool taken as (0, 1) and 1e-12 in the denominator (docs/advantages.md).", "",
-           "| step | " + " | ".join(f"{a}: ours / reference" for a in agents) + " |",
+    out = ["**Factors per step** (every run of the setting, all arms: both are functions of the step's scores, "
+           "whatever the estimator). Ours: `agent/<a>/critic/moment_factor/mean`, the mean over prompt groups with "
+           "sigma > 0 of `(sigma_k^2 + (mu_k - mu)^2) / sigma^2`, population moments over the agent's rows and the "
+           "group's rows. The reference's: `adv_diag/<a>/inflation_factor_mean`, the mean over (prompt, agent) pools "
+           "of the same ratio with torch's unbiased std, mu and sigma over trajectory means, a one-value pool taken "
+           "as (0, 1) and 1e-12 in the denominator, so one prompt whose trajectories all scored alike puts ~1e12 "
+           f"into it (docs/advantages.md). Shown: ours as the mean over runs; the reference's as the median over "
+           f"runs, with the number of runs whose value is above {BLOWN:g}.", "",
+           "| step | " + " | ".join(f"{a}: ours (mean) / reference (median) [runs > {BLOWN:g}]" for a in agents) + " |",
            "| --- | " + " | ".join("---" for _ in agents) + " |"]
     for t in range(n):
         cells = []
         for a in agents:
             rs = [r["agents"][a] for r in runs if a in r["agents"] and t < len(r["agents"][a]["moment"])]
-            cells.append(f"{_fmt(_mean([x['moment'][t] for x in rs]))} / {_fmt(_mean([x['inflation'][t] for x in rs]))}")
+            ref = [x["inflation"][t] for x in rs if math.isfinite(x["inflation"][t])]
+            med = statistics.median(ref) if ref else float("nan")
+            cells.append(f"{_fmt(_mean([x['moment'][t] for x in rs]))} / {_fmt(med)} [{sum(v > BLOWN for v in ref)}/{len(ref)}]")
         out.append(f"| {t + 1} | " + " | ".join(cells) + " |")
-    out += ["", "| agent | ours, mean | reference, mean | Pearson r over (run, step) | cells within 10 % |",
-            "| --- | --- | --- | --- | --- |"]
+    out += ["", f"| agent | ours: mean, median | reference: median; cells > {BLOWN:g} | Pearson r (cells <= {BLOWN:g}) "
+            "| cells within 10 % |", "| --- | --- | --- | --- | --- |"]
     for a in agents:
         pairs = [(m, i) for r in runs if a in r["agents"] for m, i in zip(r["agents"][a]["moment"], r["agents"][a]["inflation"])
                  if math.isfinite(m) and math.isfinite(i)]
@@ -290,9 +313,13 @@ def factor_lines(runs: list[dict[str, Any]], agents: list[str], steps: int | Non
             out.append(f"| {a} | n/a | n/a | n/a | n/a |")
             continue
         xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
-        r = statistics.correlation(xs, ys) if statistics.pstdev(xs) > 0 and statistics.pstdev(ys) > 0 else float("nan")
+        tame = [(x, y) for x, y in pairs if y <= BLOWN]
+        tx, ty = [p[0] for p in tame], [p[1] for p in tame]
+        r = (statistics.correlation(tx, ty) if len(tame) >= 3 and statistics.pstdev(tx) > 0 and statistics.pstdev(ty) > 0
+             else float("nan"))
         close = sum(abs(x - y) <= 0.1 * max(abs(y), 1e-12) for x, y in pairs) / len(pairs)
-        out.append(f"| {a} | {_fmt(_mean(xs))} | {_fmt(_mean(ys))} | {_fmt(r, 2)} | {100 * close:.0f} % ({len(pairs)}) |")
+        out.append(f"| {a} | {_fmt(_mean(xs))}, {_fmt(statistics.median(xs))} | {_fmt(statistics.median(ys))}; "
+                   f"{sum(y > BLOWN for y in ys)} of {len(ys)} | {_fmt(r, 2)} ({len(tame)} cells) | {100 * close:.0f} % |")
     return out
 
 

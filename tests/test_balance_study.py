@@ -63,10 +63,11 @@ def test_factor_table_puts_both_factors_per_step_and_their_agreement():
     rng = random.Random(1)
     runs = [_run(rng, 2.0, 0.5) for _ in range(3)]
     runs[0]["agents"]["fixer"]["inflation"] = list(runs[0]["agents"]["fixer"]["moment"])  # 4 cells agree exactly
+    runs[1]["agents"]["fixer"]["inflation"][0] = 1e12  # a prompt whose trajectories all scored alike
     lines = b.factor_lines(runs, ["fixer", "solver"], None)
     step1 = next(ln for ln in lines if ln.startswith("| 1 |"))
     m = sum(r["agents"]["fixer"]["moment"][0] for r in runs) / 3
-    i = sum(r["agents"]["fixer"]["inflation"][0] for r in runs) / 3
-    assert step1.split("|")[2].strip() == f"{m:.3f} / {i:.3f}"
+    i = sorted(r["agents"]["fixer"]["inflation"][0] for r in runs)[1]  # the median of three
+    assert step1.split("|")[2].strip() == f"{m:.3f} / {i:.3f} [1/3]"
     fixer = next(ln for ln in lines if ln.startswith("| fixer |"))
-    assert "(12)" in fixer and not math.isnan(float(fixer.split("|")[4]))
+    assert "1 of 12" in fixer and "(11 cells)" in fixer and not math.isnan(float(fixer.split("|")[4].split("(")[0]))
