@@ -79,7 +79,7 @@ def toy4_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accura
 
     solver: as the toy's (``<answer>N</answer>``, right ``solver_accuracy`` of the time, a share
     ``retry_share`` on the "previous answer was rejected" prompt); refiner: shown a proposed answer
-    (right half of the time) and a critique of it, answers right ``solver_accuracy`` of the time;
+    (right half of the time) and a critique of it (itself right 80 % of the time), answers right ``solver_accuracy`` of the time;
     critic and checker: shown a proposed answer right half of the time, their target (right / wrong,
     approve / reject) is correct ``checker_accuracy`` of the time. Other options are ignored."""
     unknown = sorted(set(agents) - {"solver", "critic", "refiner", "checker"})
