@@ -223,6 +223,16 @@ def _verdict(e: dict[str, Any]) -> str:
     return "yes (+)" if e["diff"] > 0 else "yes (-)"
 
 
+def _claim(what: str, e: dict[str, Any], verbs: tuple[str, str] = ("raises it", "lowers it")) -> str:
+    """One sentence: what raises / lowers the figure by how much, or that no effect is shown."""
+    v = _verdict(e)
+    if v == "no":
+        return f"{what}: no effect shown (mean {_fmt(e.get('diff'))}, sign p {_fmt(e.get('sign_p'))})."
+    verb = verbs[0] if v == "yes (+)" else verbs[1]
+    return (f"{what} {verb}: {_fmt(abs(e['diff']))} on average ({e['b_greater'] if e['diff'] > 0 else e['n'] - e['b_greater']}"
+            f"/{e['n']} seeds, sign p {_fmt(e['sign_p'])}, Wilcoxon p {_fmt(e['wilcoxon_p'])}).")
+
+
 FIGURES = (("reward", f"reward, last {LAST_K} steps", None), ("max", "max grad norm", "agent"),
            ("median", "median grad norm (its level)", "agent"))
 
@@ -236,9 +246,15 @@ def setting_lines(name: str, arms: dict[str, dict[int, Any]], steps: int | None)
     ours = {a: _mean([x for r in runs if a in r["agents"] for x in r["agents"][a]["moment"]]) for a in agents}
     focus = max(agents, key=lambda a: infl[a] if math.isfinite(infl[a]) else -1.0)
     cpu = [r["train_cpu_s"] for r in runs if r.get("train_cpu_s")]
+    wall = [r["train_s"] for r in runs if r.get("train_s")]
+    n_pairs = min(len(arms.get(a, {})) for a in ARMS)
     lines = [f"## Setting `{name}`: {SETTINGS[name].about}", "",
              "Finished runs: " + ", ".join(f"{a} {len(arms.get(a, {}))}" for a in ARMS)
-             + (f". Training CPU per run: median {statistics.median(cpu):.0f} s." if cpu else "."), "",
+             + (f". Training per run: median {statistics.median(cpu):.0f} s of CPU, {statistics.median(wall):.0f} s of "
+                f"wall time on the shared machine; {sum(cpu) / 60:.1f} CPU-minutes in all (each run's process start "
+                "and model loading come on top)." if cpu and wall else "."),
+             f"With {n_pairs} paired seeds the smallest possible two-sided sign-test p is {2 / 2 ** n_pairs:.3f}"
+             + (": no effect can be *shown* here, whatever its size." if n_pairs and 2 / 2 ** n_pairs >= 0.05 else "."), "",
              f"The agent whose factor is largest is **{focus}**: the reference's inflation_factor_mean "
              f"{_fmt(infl[focus])} (median over every run's steps), our moment factor {_fmt(ours[focus])} (mean); "
              "the grad-norm effects below are its.", "",
@@ -266,13 +282,11 @@ def setting_lines(name: str, arms: dict[str, dict[int, Any]], steps: int | None)
     if e is not None:
         lines += ["", f"Balance alone instead of per-agent statistics (grpo+balance - drmas, {focus}'s max grad norm): "
                   f"{_eff(e['balance_vs_stats'])}."]
-        shown = {k: _verdict(e[k]) for k in ("statistics", "balance", "interaction")}
-        lines += ["", f"**In short ({e['n']} paired seeds, {focus}'s max grad norm).** Per-agent statistics "
-                  + ("change it" if shown["statistics"] != "no" else "do not change it detectably")
-                  + f" (global - per agent {_fmt(e['statistics'].get('diff'))}); loss balance "
-                  + ("changes it" if shown["balance"] != "no" else "does not change it detectably")
-                  + f" (on - off {_fmt(e['balance'].get('diff'))}); interaction "
-                  + ("shown" if shown["interaction"] != "no" else "not shown") + "."]
+        lines += ["", f"**In short ({e['n']} paired seeds, {focus}'s max grad norm).** "
+                  + _claim("Switching from per-agent to global statistics", e["statistics"]) + " "
+                  + _claim("Turning loss balance on", e["balance"]) + " "
+                  + _claim("The interaction (balance's effect under global minus under per-agent statistics)",
+                           e["interaction"], ("is positive", "is negative"))]
     lines += ["", *factor_lines(runs, agents, steps), ""]
     return lines
 
@@ -342,7 +356,12 @@ def report(out: Path, settings: list[str], seeds: dict[str, list[int]], steps: d
               "balance off or on (`algo.balance_loss_by_agent_freq`). Every run of a setting starts from one warm "
               "start (the recipe's `sft:` stage); the seed varies the RL stage, so the four arms of a seed share "
               "their start and prompt order. No final eval: the reward is the training reward of the last "
-              f"{LAST_K} steps. Tests: the statistics of `scripts/stability_study.py` (paired by seed).", ""]
+              f"{LAST_K} steps. Tests: the statistics of `scripts/stability_study.py` (paired by seed).", "",
+              "**Size.** The runs are short (RL steps and seeds above) because the whole study had to fit about 20 "
+              "minutes of a 2-core machine shared with other work; the factors and grad norms are per step, so "
+              "short runs measure them, but the reward barely moves from the warm start in so few steps. The "
+              "full-length study is the command above without `--steps` / `--steps-4agent` and with "
+              "`--seeds-4agent 0-9`, into a new `--out` (a finished run is kept as it is).", ""]
     for s in settings:
         lines += setting_lines(s, data.get(s, {}), steps[s])
     md.parent.mkdir(parents=True, exist_ok=True)
