@@ -140,7 +140,7 @@ def test_the_workflow_runs_the_loop_with_its_options():
 
 def test_episodes_math4_reward():
     """The math env grades the final answer with the reference grader; ours is `reference_compat`."""
-    from drmas_bench.grading.registry import grade_math
+    from drmas_bench.grading.graders import grade_math
 
     def check(c):
         got = float(grade_math(c["reference"]["final_answer"], c["input"]["gold"], backend="reference_compat"))

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-import drmas_bench.workflows.protocol as P
 from drmas_bench.records import mean_or_none, rate, views
 from drmas_bench.suites.math.refine_loop import ANSWERING, CRITIC, REFINER, refine_loop
 from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
 from drmas_bench.types import Trajectory
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
 
 
@@ -55,7 +55,7 @@ def math4_effects(records: Iterable[Any]) -> dict[str, Any]:
         verdicts = r.agent_turns("verifier")
         if verdicts:
             judged += 1
-            approved += P.math_verdict(verdicts[0].text) == "approve"
+            approved += proto.math_verdict(verdicts[0].text) == "approve"
     r1_acc = mean_or_none([float(a) for a, _ in graded])
     fin_acc = mean_or_none([float(b) for _, b in graded])
     return {"episodes": len(recs), "refined": refined, "refined_rate": rate(refined, len(recs)),
@@ -79,8 +79,8 @@ LABELS = {"refined": "refiner acted", "refined_rate": "refiner acted (%)", "repl
           rules={"solver": SOLVER, "critic": CRITIC, "refiner": REFINER, "verifier": MATH_VERIFIER},
           effects=("math_4agent", math4_effects), placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),
           round1_answer=round1_answer, title="4-agent math", labels=LABELS)
-async def math_4agent(ep: Episode, rounds: int = 2, prompts: P.Templates | None = None,
-                      protocol: P.ProtocolOptions | None = None) -> None:
-    tpl = prompts or P.default_templates("math_4agent")
-    ep.limit_prompts(*(protocol or P.ProtocolOptions()).resolve("math_4agent"))
+async def math_4agent(ep: Episode, rounds: int = 2, prompts: proto.Templates | None = None,
+                      protocol: proto.ProtocolOptions | None = None) -> None:
+    tpl = prompts or proto.default_templates("math_4agent")
+    ep.limit_prompts(*(protocol or proto.ProtocolOptions()).resolve("math_4agent"))
     await refine_loop(ep, tpl, rounds, AGENTS)

@@ -25,9 +25,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable
 
-import drmas_bench.workflows.protocol as P
 from drmas_bench.grading.extract import reference_boxed
 from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode
 from drmas_bench.workflows.rules import FormatRule, format_rule
 
@@ -55,7 +55,7 @@ def critic_reasons(text: str) -> list[str]:
     """Every reason a critic's response fails: missing_critique_tag (``<critique>`` or ``</critique>``
     absent), cjk (`protocol.has_cjk`)."""
     out = [] if CRITIQUE_OPEN in text and CRITIQUE_CLOSE in text else ["missing_critique_tag"]
-    return out + (["cjk"] if P.has_cjk(text) else [])
+    return out + (["cjk"] if proto.has_cjk(text) else [])
 
 
 def critic_parse(text: str) -> tuple[str | None, None]:
@@ -68,24 +68,24 @@ CRITIC = format_rule(FormatRule(
     "critic", critic_reasons, ("missing_critique_tag", "cjk"), critic_parse,
     labels={"missing_critique_tag": "no <critique> tag", "cjk": "CJK characters"}))
 REFINER = format_rule(FormatRule(
-    "refiner", partial(P.reasons, "solver"), ("missing_boxed", "unbalanced_boxed"),
+    "refiner", partial(proto.reasons, "solver"), ("missing_boxed", "unbalanced_boxed"),
     lambda text: (reference_boxed(text), None),  # its answer, read as the solver's
     labels={"missing_boxed": "no \\boxed{}", "unbalanced_boxed": "unbalanced \\boxed{}"}))
 
 # agent -> (its format rule, what of its response enters the team context)
 ROLES: dict[str, tuple[FormatRule, Callable[[str], str]]] = {
-    "solver": (SOLVER, partial(P.project, "solver")), "critic": (CRITIC, critique_splice),
-    "refiner": (REFINER, lambda text: text), "verifier": (MATH_VERIFIER, partial(P.project, "math_verifier"))}
+    "solver": (SOLVER, partial(proto.project, "solver")), "critic": (CRITIC, critique_splice),
+    "refiner": (REFINER, lambda text: text), "verifier": (MATH_VERIFIER, partial(proto.project, "math_verifier"))}
 
 
-async def refine_loop(ep: Episode, tpl: P.Templates, rounds: int, agents: tuple[str, ...]) -> None:
+async def refine_loop(ep: Episode, tpl: proto.Templates, rounds: int, agents: tuple[str, ...]) -> None:
     """The looped math team over ``agents`` (a subset of solver, critic, refiner, verifier; module
     docstring). Each call's validity is its agent's rule; the final answer is the last solver or
     refiner output."""
     said: list[tuple[str, str]] = []  # (agent, team-context text): one team context for the episode
 
     async def act(agent: str, r: int) -> str:
-        msgs = P.chat(tpl, agent, question=ep.task.question, team_context=P.team_context(tpl, said),
+        msgs = proto.chat(tpl, agent, question=ep.task.question, team_context=proto.team_context(tpl, said),
                       round=r + 1, rounds=rounds)
         turn = await ep.call(agent, msgs)
         text = turn.completion.text
@@ -104,5 +104,5 @@ async def refine_loop(ep: Episode, tpl: P.Templates, rounds: int, agents: tuple[
         for agent in ("critic", "refiner"):
             if agent in agents:
                 await act(agent, r)
-        if "verifier" in agents and P.math_verdict(await act("verifier", r)) == "approve":
+        if "verifier" in agents and proto.math_verdict(await act("verifier", r)) == "approve":
             break
