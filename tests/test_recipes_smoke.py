@@ -26,14 +26,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.data]
 # tests/test_toy_fixer.py); search_warmstart is a warm-start-only recipe on its own generated examples
 # (tests/test_warmstart.py, scripts/make_search_warmstart.py)
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")
-                 if p.stem not in ("tiny", "tiny_single", "tiny_lora", "tiny_fixer", "search_warmstart"))
+                 if p.stem not in ("tiny", "tiny_single", "tiny_lora", "tiny_fixer", "tiny_4agent", "search_warmstart"))
 
 # the shrink: sizes and the CPU engine only (engine_options are the sglang engine's, so they go too)
 SHRINK = ["model=tiny-random", "device=cpu", "agent_defaults.engine=hf", "agent_defaults.engine_options={}",
           "rollout.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.limit=4",
           # 4 trajectories cannot fill the search recipe's 5 mini-batches (refused since the range checks)
           "algo.mini_batches=2"]
-EVAL_ON = {"math_refine": ("math", "aime24"), "search_route": ("search", "hotpotqa"), "toy": ("toy", "toy")}
+EVAL_ON = {"math_refine": ("math", "aime24"), "math_4agent": ("math", "aime24"), "search_route": ("search", "hotpotqa"), "toy": ("toy", "toy")}
 
 
 def test_every_shipped_recipe_is_covered():

@@ -68,17 +68,27 @@ def _plain_checkpoint(root: Path, wgs: dict[str, int], ws: int = 2) -> Path:
     ("Qwen2.5-7B_VerifierAgent_SearchAgent_AnswerAgent", ["Verifier Agent", "Search Agent", "Answer Agent"]),
     ("my_model_v2_SolverAgent_VerifierAgent", ["Solver Agent", "Verifier Agent"]),
     ("tiny-random_Solver Agent", ["Solver Agent"]),
+    ("Qwen3-4B_Critic Agent", ["Critic Agent"]),
+    ("Qwen3-4B_SolverAgent_CriticAgent_RefinerAgent_VerifierAgent",
+     ["Solver Agent", "Critic Agent", "Refiner Agent", "Verifier Agent"]),
 ])
 def test_worker_group_names_give_the_reference_agent_ids(wg, agents):
     assert agents_of(wg) == agents
 
 
-@pytest.mark.parametrize("wg", ["Qwen2.5-7B_Critic Agent", "Qwen2.5-7B_SolverAgent_CriticAgent", "justamodel"])
-def test_an_unknown_agent_id_is_one_line_naming_it_and_the_known_ones(wg):
+@pytest.mark.parametrize("wg, named", [
+    ("Qwen2.5-7B_Planner Agent", "Planner Agent"),
+    ("Qwen2.5-7B_SolverAgent_PlannerAgent", "PlannerAgent"),
+    ("Qwen2.5-7B_PlannerAgent_VerifierAgent_SearchAgent_AnswerAgent", "PlannerAgent"),  # first of the ids
+    ("Qwen2.5-7B_VerifierAgent_PlannerAgent_SearchAgent_AnswerAgent", "PlannerAgent"),  # among them
+    ("justamodel", "justamodel"),
+])
+def test_an_unknown_agent_id_is_one_line_naming_it_and_the_known_ones(wg, named):
     with pytest.raises(UserError) as e:
         agents_of(wg)
     msg = str(e.value)
-    assert "\n" not in msg and wg.rsplit("_", 1)[-1] in msg and "Search Agent, Solver Agent, Verifier Agent" in msg
+    assert "\n" not in msg and f"agent id {named!r}" in msg
+    assert "known: Answer Agent, Critic Agent, Refiner Agent, Search Agent, Solver Agent, Verifier Agent" in msg
 
 
 def _named_groups(root: Path, names: list[str]) -> Path:
@@ -96,6 +106,12 @@ def test_the_workflow_and_suite_follow_from_the_agents(tmp_path):
     assert (t.workflow, t.suite) == ("search_route", "search") and set(t.agents) == {"verifier", "searcher", "answerer"}
     t = read_team(_named_groups(tmp_path / "c", ["m_Solver Agent"]))
     assert (t.workflow, t.suite) == ("math_single", "math")
+    names = ["Qwen3-4B_Solver Agent", "Qwen3-4B_Critic Agent", "Qwen3-4B_Refiner Agent", "Qwen3-4B_Verifier Agent"]
+    t = read_team(_named_groups(tmp_path / "f", names))  # the reference's 4-agent math team, one group each
+    assert (t.workflow, t.suite) == ("math_4agent", "math")
+    assert t.agents == dict(zip(("solver", "critic", "refiner", "verifier"), names))
+    t = read_team(_named_groups(tmp_path / "g", ["Qwen3-4B_SolverAgent_CriticAgent_RefinerAgent_VerifierAgent"]))
+    assert (t.workflow, t.suite) == ("math_4agent", "math") and len(set(t.agents.values())) == 1
     with pytest.raises(UserError, match="no workflow in suite search has exactly the agents Solver Agent, Verifier"):
         read_team(tmp_path / "a" / "global_step_1", suite="search")
     with pytest.raises(UserError, match="no workflow has exactly the agents Search Agent, Solver Agent"):
@@ -217,10 +233,10 @@ def test_a_shard_naming_another_class_is_refused_and_nothing_from_it_runs(tmp_pa
 
 
 def test_eval_refuses_an_unknown_agent_in_one_line(tmp_path, cache, capsys):
-    _plain_checkpoint(tmp_path / "a", {"t_Critic Agent": 1})
+    _plain_checkpoint(tmp_path / "a", {"t_PlannerAgent_VerifierAgent_SearchAgent_AnswerAgent": 1})
     rc = main(["eval", "--model", str(tmp_path / "a"), "--limit", "1", "--n", "1", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and len(err.splitlines()) == 1 and "'Critic Agent'" in err and "known: Answer Agent" in err
+    assert rc == 2 and len(err.splitlines()) == 1 and "'PlannerAgent'" in err and "known: Answer Agent" in err
     assert not (tmp_path / "run").exists() and _leftovers(cache) == []
 
 
@@ -233,6 +249,25 @@ def test_eval_infers_the_suite_and_gives_each_agent_its_group(tmp_path, cache):
         "answerer": "tiny_SearchAgent_AnswerAgent"}
     with pytest.raises(UserError, match="no workflow in suite math has exactly the agents"):
         resolve(EvalConfig(model=str(root), suite="math"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_data_dir() is None, reason="benchmark files not found (DRMAS_DATA_DIR)")
+def test_a_4agent_math_root_evaluates_with_the_suite_inferred(tmp_path, cache):
+    """The reference's 4-agent team (one group per agent, spaces kept), evaluated with --model ROOT only."""
+    groups = {f"tiny_{n} Agent": i for i, n in enumerate(("Solver", "Critic", "Refiner", "Verifier"), 1)}
+    root = _plain_checkpoint(tmp_path / "ck", groups)
+    rc = main(["eval", "--model", str(root), "--data-dir", str(find_data_dir()), "--limit", "1", "--n", "1",
+               "--max-new-tokens", "4",
+               "--temperature", "0", "--out", str(tmp_path / "run")])
+    assert rc == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    run = summary["run"]
+    assert run["suite"] == "math" and run["workflow"] == "math_4agent"
+    assert {a: t["worker_group"] for a, t in run["team"].items()} == {
+        a: f"tiny_{a.capitalize()}_Agent" for a in ("solver", "critic", "refiner", "verifier")}
+    rows = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines() if x.strip()]
+    assert rows and rows[0]["turns"][0]["agent"] == "solver"
 
 
 # ------------------------------------------------------------------------------ real sharding (gloo, 2 processes)

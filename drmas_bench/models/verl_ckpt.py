@@ -59,6 +59,8 @@ MERGE_VERSION = 1  # part of the cache key: a change to how groups are merged me
 REFERENCE_AGENTS: dict[str, dict[str, str]] = {
     "math_refine": {"Solver Agent": "solver", "Verifier Agent": "verifier"},
     "math_single": {"Solver Agent": "solver"},
+    "math_4agent": {"Solver Agent": "solver", "Critic Agent": "critic", "Refiner Agent": "refiner",
+                    "Verifier Agent": "verifier"},
     "search_route": {"Verifier Agent": "verifier", "Search Agent": "searcher", "Answer Agent": "answerer"},
 }
 
@@ -94,22 +96,21 @@ def step_folder(path: str | os.PathLike) -> Path:
 
 
 def agents_of(wg_id: str) -> list[str]:
-    """The reference agent ids a worker-group name holds (module docstring); an id the workflows do not know is one line naming it and the known ones."""
-    spaced = {a: a for a in known_ids()} | {a.replace(" ", ""): a for a in known_ids()}
-    found, rest = [], wg_id
-    while True:
-        hit = next((s for s in sorted(spaced, key=len, reverse=True) if rest.endswith("_" + s)), None)
-        if hit is None:
-            break
-        found.append(spaced[hit])
-        rest = rest[: -len(hit) - 1]
-        if " " in hit:  # a group of one agent names it with its spaces, and only it
-            break
-    if not found or "_" not in wg_id:
-        tail = wg_id.rsplit("_", 1)[-1]
-        raise UserError(f"worker group {wg_id!r}: agent id {tail!r} is not one the workflows know "
+    """The reference agent ids a worker-group name holds (module docstring), read whole: every
+    ``_``-separated segment at the end of the name that ends in ``Agent`` is an agent id (with or
+    without its spaces), the rest is the model's name. An id the workflows do not know, wherever it
+    stands among them, is one line naming it and the known ones."""
+    known = {a.replace(" ", ""): a for a in known_ids()}
+    segments = wg_id.split("_")
+    ids: list[str] = []
+    while len(segments) > 1 and segments[-1].strip().endswith("Agent"):
+        ids.insert(0, segments.pop().strip())
+    unknown = next((a for a in ids if a.replace(" ", "") not in known), None)
+    if not ids or unknown is not None:
+        name = unknown if unknown is not None else wg_id.rsplit("_", 1)[-1]
+        raise UserError(f"worker group {wg_id!r}: agent id {name!r} is not one the workflows know "
                         f"(known: {', '.join(known_ids())})")
-    return list(reversed(found))
+    return [known[a.replace(" ", "")] for a in ids]
 
 
 @dataclass

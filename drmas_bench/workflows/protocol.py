@@ -65,7 +65,7 @@ from drmas_bench.yamlfile import read_yaml
 
 # the names the reference writes in the team context, per agent of our workflows
 AGENT_NAMES = {"solver": "Solver Agent", "verifier": "Verifier Agent", "searcher": "Search Agent",
-               "answerer": "Answer Agent"}
+               "answerer": "Answer Agent", "critic": "Critic Agent", "refiner": "Refiner Agent"}
 ACTION_TAGS = {"searcher": "search", "answerer": "answer"}  # each looks for its own tag only
 VERIFIERS = ("math_verifier", "search_verifier")  # the roles whose reply is a <verify> verdict
 VERIFY_OPEN, VERIFY_CLOSE = "<verify>", "</verify>"

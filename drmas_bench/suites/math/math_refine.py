@@ -4,7 +4,8 @@
 
 Final answer = the last solver output, whole (the math env grades it). One team context for the
 episode: each agent sees the entries of every earlier call (solver: its response; verifier: the
-spliced response). Tags, projection, verdict and validity rules and chat layout come from
+spliced response). The loop is `refine_loop.refine_loop` over (solver, verifier): math_4agent's,
+with its critic and refiner absent. Tags, projection, verdict and validity rules and chat layout come from
 `protocol`; the role prompts from ``math_refine.prompts.yaml`` (or ``--prompts``). Options: rounds (2), prompts (Templates; None = packaged), protocol (ProtocolOptions: prompt limit,
 default 8192 tokens cut in the middle).
 """
@@ -15,6 +16,7 @@ from collections import Counter
 from typing import Any, Iterable
 
 from drmas_bench.records import RecordView, mean_or_none, rate, view, views
+from drmas_bench.suites.math.refine_loop import refine_loop
 from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
 from drmas_bench.types import Trajectory
 from drmas_bench.workflows import protocol as proto
@@ -121,21 +123,4 @@ async def math_refine(ep: Episode, rounds: int = 2, prompts: proto.Templates | N
                       protocol: proto.ProtocolOptions | None = None) -> None:
     tpl = prompts or proto.default_templates("math_refine")
     ep.limit_prompts(*(protocol or proto.ProtocolOptions()).resolve("math_refine"))
-    said: list[tuple[str, str]] = []  # (agent, projected text): one team context for the episode
-
-    def prompt(role: str, r: int) -> list[dict[str, str]]:
-        return proto.chat(tpl, role, question=ep.task.question, team_context=proto.team_context(tpl, said),
-                      round=r + 1, rounds=rounds)
-
-    for r in range(rounds):
-        sol = await ep.solver(prompt("solver", r))
-        sol.valid = proto.valid("solver", sol.completion.text)
-        said.append(("solver", proto.project("solver", sol.completion.text)))
-        ep.final_answer = sol.completion.text
-        if r == rounds - 1:
-            break
-        ver = await ep.verifier(prompt("verifier", r))
-        ver.valid = proto.valid("math_verifier", ver.completion.text)
-        said.append(("verifier", proto.project("math_verifier", ver.completion.text)))
-        if proto.math_verdict(ver.completion.text) == "approve":
-            break
+    await refine_loop(ep, tpl, rounds, ("solver", "verifier"))  # the 4-agent loop, critic and refiner absent

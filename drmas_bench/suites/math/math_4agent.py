@@ -1,0 +1,86 @@
+"""Math with four agents: Solver -> Critic -> Refiner -> Verifier, looped (the reference's 4-agent team,
+run_math_4agent{,_vanilla}.sh; its agent ids ``Solver Agent``, ``Critic Agent``, ``Refiner Agent``,
+``Verifier Agent``).
+
+The loop is `refine_loop` (``refine_loop.py``: the control flow, the critic's and refiner's format
+rules), the one math_refine runs with the critic and the refiner absent. Final answer = the last
+solver or refiner output. Prompts: ``math_4agent.prompts.yaml`` (our wording) or ``--prompts``.
+Options: rounds (2, the reference scripts' max_loop_num), prompts, protocol (as math_refine: 8192
+prompt tokens, cut in the middle). Effects (`math4_effects`): what the critic / refiner / verifier
+did to the score.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from drmas_bench.records import mean_or_none, rate, views
+from drmas_bench.suites.math.refine_loop import ANSWERING, CRITIC, REFINER, refine_loop
+from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
+from drmas_bench.types import Trajectory
+from drmas_bench.workflows import protocol as proto
+from drmas_bench.workflows.base import Episode, workflow
+
+
+def round1_answer(traj: Trajectory) -> str | None:
+    """The solver's first answer when a later solver or refiner output replaced it; None when it is final."""
+    answers = [t.completion.text for t in traj.turns if t.agent in ANSWERING]
+    return answers[0] if len(answers) > 1 else None
+
+
+def math4_effects(records: Iterable[Any]) -> dict[str, Any]:
+    """What the critic / refiner / verifier did to the score, over E episodes.
+
+    - refined = episodes in which the refiner acted (refined_rate = refined / E); replaced = episodes
+      whose first solver answer was replaced (by the refiner or a second solver turn);
+    - flips {wrong_to_right, right_to_wrong, wrong_to_wrong, right_to_right}: over the replaced
+      episodes with a recorded round-1 grade, (first answer right?) -> (final answer right?);
+    - approve_rate = the verifier's first verdicts that approve / episodes with a verdict;
+    - graded_episodes, round1_accuracy, final_accuracy, accuracy_change (final - round 1), over the
+      episodes whose first answer's grade is known (the final grade when it was never replaced)."""
+    recs = views(records)
+    flips = dict.fromkeys(("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right"), 0)
+    refined = replaced = approved = judged = 0
+    graded: list[tuple[bool, bool]] = []
+    for r in recs:
+        answers = sum(len(r.agent_turns(a)) for a in ANSWERING)
+        refined += bool(r.agent_turns("refiner"))
+        r1 = r.correct if answers == 1 else r.round1_correct if answers > 1 else None
+        if answers > 1:
+            replaced += 1
+            if r1 is not None:
+                flips[f"{'right' if r1 else 'wrong'}_to_{'right' if r.correct else 'wrong'}"] += 1
+        if r1 is not None:
+            graded.append((r1, r.correct))
+        verdicts = r.agent_turns("verifier")
+        if verdicts:
+            judged += 1
+            approved += proto.math_verdict(verdicts[0].text) == "approve"
+    r1_acc = mean_or_none([float(a) for a, _ in graded])
+    fin_acc = mean_or_none([float(b) for _, b in graded])
+    return {"episodes": len(recs), "refined": refined, "refined_rate": rate(refined, len(recs)),
+            "replaced": replaced, "flips": flips, "judged": judged, "approve_rate": rate(approved, judged),
+            "graded_episodes": len(graded), "round1_accuracy": r1_acc, "final_accuracy": fin_acc,
+            "accuracy_change": None if r1_acc is None or fin_acc is None else fin_acc - r1_acc}
+
+
+SEEN = {"question", "team_context", "round", "rounds"}
+AGENTS = ("solver", "critic", "refiner", "verifier")
+PLACEHOLDERS = {a: (SEEN, {"question", "team_context"}) for a in AGENTS}
+LABELS = {"refined": "refiner acted", "refined_rate": "refiner acted (%)", "replaced": "first answer replaced",
+          "flips": "round 1 -> final", "wrong_to_right": "wrong -> right", "right_to_wrong": "right -> wrong",
+          "wrong_to_wrong": "wrong -> wrong", "right_to_right": "right -> right", "judged": "episodes with a verdict",
+          "approve_rate": "first verdict approves (%)", "graded_episodes": "graded episodes",
+          "round1_accuracy": "round-1 accuracy (%)", "final_accuracy": "final accuracy (%)",
+          "accuracy_change": "accuracy change (pts)"}
+
+
+@workflow("math_4agent", agents=AGENTS, family="math",
+          rules={"solver": SOLVER, "critic": CRITIC, "refiner": REFINER, "verifier": MATH_VERIFIER},
+          effects=("math_4agent", math4_effects), placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),
+          round1_answer=round1_answer, title="4-agent math", labels=LABELS)
+async def math_4agent(ep: Episode, rounds: int = 2, prompts: proto.Templates | None = None,
+                      protocol: proto.ProtocolOptions | None = None) -> None:
+    tpl = prompts or proto.default_templates("math_4agent")
+    ep.limit_prompts(*(protocol or proto.ProtocolOptions()).resolve("math_4agent"))
+    await refine_loop(ep, tpl, rounds, AGENTS)
