@@ -52,6 +52,7 @@ import yaml
 
 from drmas_bench.files import atomic_write, fingerprint, inside
 from drmas_bench.log import write_traceback
+from drmas_bench.run_index import INDEX, SampleIndex
 from drmas_bench.types import Trajectory, UserError
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ CONFIG = "config.yaml"
 SAMPLES = "samples.jsonl"
 QUARANTINE = "samples.jsonl.quarantine"  # unreadable lines moved aside by `drmas-bench runs repair`
 LOCK = ".lock"
+SUMMARY_KEY = ".summary-key"  # what summary.json was computed from (RunDir.summary_key)
 ERROR_LOG = "error.log"
 
 
@@ -352,10 +354,12 @@ class RunDir:
         self.samples_path = self.path / SAMPLES
         cfg_path = self.path / CONFIG
         if fresh:
-            for name in (SAMPLES, "summary.json", "summary.md", CONFIG):
+            for name in (SAMPLES, INDEX, SUMMARY_KEY, "summary.json", "summary.md", CONFIG):
                 (self.path / name).unlink(missing_ok=True)
         self._repair_tail()
-        kept = numbered_samples(self.samples_path) if self.samples_path.is_file() else []
+        self.index = SampleIndex(self.path, self.samples_path, self._indexed_line).load()
+        self._appended = False
+        kept = len(self.index)
         old: dict[str, Any] | None = None
         if cfg_path.exists() and kept:  # without finished samples there is nothing to mix
             try:
@@ -384,15 +388,25 @@ class RunDir:
                 (self.path / name).unlink(missing_ok=True)
         atomic_write(cfg_path, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
 
-    def _check_kept(self, kept: list[tuple[int, dict[str, Any]]], config: dict[str, Any], config_missing: bool) -> None:
+    def _indexed_line(self, raw: bytes, lineno: int) -> dict[str, Any] | None:
+        """The index's reader of samples.jsonl lines: a record, or one UserError naming the repair."""
+        rec = parse_sample_line(raw)
+        if rec is None:
+            raise UserError(f"{self.samples_path}:{lineno}: not a trajectory record (corrupt line); "
+                            f"{repair_hint(self.path)}")
+        return rec
+
+    def _check_kept(self, kept: int, config: dict[str, Any], config_missing: bool) -> None:
         """Every kept sample must belong to the run ``config`` describes (``sample_mismatch``); with
-        config.yaml gone, the samples' stamps are the only record, so each must carry one."""
+        config.yaml gone, the samples' stamps are the only record, so each must carry one. Samples
+        alike in everything the check reads share a signature (``run_index.signature``): the first
+        sample of each is read and checked, not every sample."""
         stamps: dict[str, dict] = {}
-        for lineno, rec in kept:
+        for lineno, rec in self.index.representatives():
             diffs = sample_mismatch(rec, config, stamps)
             b, tid, idx = sample_key(rec)
             where = f"{self.samples_path}:{lineno}: sample ({b}, {tid}, {idx})"
-            fix = f"choose another --out, or pass --fresh to discard the {len(kept)} kept samples"
+            fix = f"choose another --out, or pass --fresh to discard the {kept} kept samples"
             if diffs:
                 gone = "; config.yaml is missing, so nothing else says what made them" if config_missing else ""
                 raise UserError(f"{where} was not made by this configuration (it has {', '.join(diffs[:3])}){gone}; {fix}")
@@ -403,7 +417,7 @@ class RunDir:
         if config_missing and kept:
             logger.info(
                 f"[eval] {self.path / CONFIG} was missing: rebuilt from this command, whose stamp all "
-                f"{len(kept)} kept samples carry")
+                f"{kept} kept samples carry")
 
     def close(self) -> None:
         """Release the run directory's lock (also released when the process exits)."""
@@ -436,29 +450,59 @@ class RunDir:
         return select_records(self.records(), self.config)
 
     def done_keys(self) -> set[tuple[str, str, int]]:
+        """The (benchmark, task id, sample index) of every finished sample: from the index while
+        nothing was appended since the run directory was opened (samples.jsonl is not read)."""
+        if not self._appended:
+            return set(self.index.opened_keys)
         return {sample_key(r) for r in self.records()}
 
     def append(self, trajectories: Iterable[Trajectory], with_tokens: bool = False) -> int:
         """Append finished trajectories, each with its run stamp, and flush them to disk (one write,
         one fsync)."""
         stamps: dict[str, dict[str, Any]] = {}
-        lines = []
+        recs, lines = [], []
         for t in trajectories:
             stamp = stamps.get(t.task.benchmark) or stamps.setdefault(t.task.benchmark, run_stamp(self.config, t.task.benchmark))
-            lines.append(json.dumps({**t.to_dict(with_tokens), "run": stamp}, ensure_ascii=False) + "\n")
+            recs.append({**t.to_dict(with_tokens), "run": stamp})
+            lines.append(json.dumps(recs[-1], ensure_ascii=False).encode("utf-8"))
         if not lines:
             return 0
-        with open(self.samples_path, "a", encoding="utf-8") as f:
-            f.write("".join(lines))
+        with open(self.samples_path, "ab") as f:
+            f.write(b"".join(raw + b"\n" for raw in lines))
             f.flush()
             os.fsync(f.fileno())
+            end = f.tell()
+        self._appended = True
+        self.index.add(recs, lines, end)  # after the samples are safe: a kill in between re-indexes the tail
         return len(lines)
 
     # ------------------------------------------------------------------------------- summary
 
-    def write_summary(self, summary: dict[str, Any], markdown: str) -> None:
-        atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False, default=str))
+    def summary_key(self, inputs: dict[str, Any]) -> str:
+        """A hash of what summary.json's figures are computed from: the samples (the index's state),
+        the configuration's selection and ``inputs`` (prices, workflow, grader, ...)."""
+        return fingerprint({"samples": self.index.state(), "selection": selection_of(self.config), "inputs": inputs})
+
+    def kept_summary(self, key: str) -> dict[str, Any] | None:
+        """summary.json as written with ``key`` (``write_summary``), or None: another key, no key, or
+        a summary that cannot be read."""
+        try:
+            if (self.path / SUMMARY_KEY).read_text(encoding="utf-8").strip() != key:
+                return None
+            doc = json.loads((self.path / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def write_summary(self, summary: dict[str, Any], markdown: str, key: str | None = None) -> None:
+        """Write summary.json and summary.md; with ``key`` (``summary_key``), also RUN/.summary-key, so
+        that the same summary may be reused: only when summary.json reads back as exactly ``summary``."""
+        (self.path / SUMMARY_KEY).unlink(missing_ok=True)
+        text = json.dumps(summary, indent=2, ensure_ascii=False, default=str)
+        atomic_write(self.path / "summary.json", text)
         atomic_write(self.path / "summary.md", markdown)
+        if key is not None and json.loads(text) == summary:
+            atomic_write(self.path / SUMMARY_KEY, key + "\n")
 
 
 # ------------------------------------------------------------------------------- repair
