@@ -68,11 +68,14 @@ class InstantDoubleEngine:
     verifier: ``<verify>no</verify>`` until the history holds an observation, then ``<verify>yes</verify>``;
     searcher: a ``<search>`` of the question; answerer: the first retrieved passage's title in
     ``<answer>``. Token counts are the words of prompt and reply. ``finished`` counts answerer replies
-    (one per search_route episode), for the scale bench's not-yet-written gauge."""
+    (one per search_route episode), for the scale bench's not-yet-written gauge; with
+    ``$DRMAS_DOUBLE_FINISHED`` set, each one also appends a byte to that file (a count that survives
+    SIGKILL, for the kill tests)."""
 
     name = ENGINE_KIND
     Options = InstantDoubleOptions
     finished = 0
+    _tally_fd: int | None = None
 
     def __init__(self, model: str, **options: Any):
         self.model = model
@@ -99,7 +102,16 @@ class InstantDoubleEngine:
             out.append(Completion(text, prompt_tokens=len(prompt.split()), completion_tokens=len(text.split())))
             if r.agent == "answerer":
                 InstantDoubleEngine.finished += 1
+                self._tally()
         return out
+
+    @classmethod
+    def _tally(cls) -> None:
+        path = os.environ.get("DRMAS_DOUBLE_FINISHED")
+        if path:
+            if cls._tally_fd is None:
+                cls._tally_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(cls._tally_fd, b".")
 
     async def sleep(self) -> None:
         self._awake = False
