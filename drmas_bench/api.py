@@ -23,10 +23,12 @@ precedence rule tells an explicit value from a default:
   ``engine_args`` (set on every worker group whose engine has that option; an option no group's
   engine has is an error).
 
-``evaluate`` is three steps: :func:`drmas_bench.plan.plan` (everything is checked and resolved
-before anything loads and before the run directory is touched: a mistake leaves no config behind),
-:func:`run` (the run directory's lock is taken, its identity checked: resume or refuse, the
-episodes run) and :func:`summarize` (the summary is written). Every run records its provenance
+``evaluate`` is two steps: :func:`drmas_bench.plan.plan` (pure: everything is checked and resolved,
+nothing is opened or loaded and the run directory is not touched: a mistake leaves no config behind)
+and :func:`run`, which owns every resource of the run and closes it, also on an error or a stop
+signal: the call cache and the retriever (opened first), the run directory (its lock is taken, its
+identity checked: resume or refuse), the pool of engines (behind the call chain, ``calls.py``), then
+:func:`summarize` writes the summary. Every run records its provenance
 (``drmas_bench.provenance``, plus data hashes, model identity, grader, prompts hash and workflow
 code hash) under ``provenance:`` in ``config.yaml`` (outside the identity: it never blocks a resume)
 and in ``summary.json`` with start / end time and duration.
@@ -40,6 +42,7 @@ An unexpected error is raised as ``drmas_bench.log.UnexpectedError`` (a UserErro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -48,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench import metrics, runner
-from drmas_bench.cache import cache_summary, wrap_engines
+from drmas_bench.cache import CallCache, cache_summary
+from drmas_bench.calls import CallChain
 from drmas_bench.limits import LimitReached, start_meter
-from drmas_bench.limits import wrap_engines as limit_engines
 from drmas_bench.log import UnexpectedError, one_line, traceback_note, unexpected
 
 # the config and its resolution live in drmas_bench.plan; re-exported here for callers of drmas_bench.api
@@ -68,6 +71,7 @@ from drmas_bench.pool import make_pool, specs_from_team
 from drmas_bench.provenance import hardware, utc_now
 from drmas_bench.records import views
 from drmas_bench.report.runs import load_run
+from drmas_bench.retrievers import open_retriever
 from drmas_bench.store import RunDir
 from drmas_bench.tasks.registry import get_benchmark
 from drmas_bench.types import UserError
@@ -110,43 +114,59 @@ def evaluate(config: EvalConfig) -> Summary:
     opened, an unexpected error keeps its traceback in RUN/error.log and finished samples stay."""
     if not isinstance(config, EvalConfig):
         raise UserError(f"evaluate() takes an EvalConfig, got {type(config).__name__}")
-    p = plan(config)  # everything is checked here, before the run directory is touched
-    try:
-        store = RunDir(p.out, p.config_doc, fresh=config.fresh)  # takes RUN/.lock, then writes the identity
-    except BaseException:
-        if p.cache is not None:
-            p.cache.close()
-        raise
-    try:
-        stats, pool_stats = asyncio.run(run(p, store))
-        if stats.stopped and not store.selected():  # a limit below one episode's spending: nothing to summarize
-            raise LimitReached(stats.stopped)
-        summary = summarize(p, store, stats, pool_stats)
-        if stats.stopped:  # a run limit: the summary of the finished samples is written, the caller told
-            raise LimitReached(stats.stopped, summary)
-        return summary
-    except (UserError, KeyboardInterrupt, LimitReached):
-        raise
-    except Exception as e:  # a bug, not a user mistake: keep the traceback, say so in one line
-        raise unexpected(e, log=store.log_error(e), hint=f"finished samples are kept in {store.samples_path}") from None
-    finally:
-        store.close()
-        if p.cache is not None:
-            p.cache.close()
+    return run(plan(config))  # everything is checked in plan(), before anything opens
 
 
-async def run(p: Plan, store) -> tuple[Any, dict]:
+def run(p: Plan) -> Summary:
+    """Run plan ``p``: open what it names (the call cache, checked; the retriever, probed; both before
+    the run directory is touched), take the run directory (its lock, its identity: resume or refuse),
+    run the episodes on a pool of the team's engines, write the summary. Everything it opened is
+    closed on the way out, also on an error or a stop signal (SIGTERM arrives as KeyboardInterrupt)."""
+    with contextlib.ExitStack() as opened:
+        call_cache = None
+        if p.call_cache_dir:  # a damaged file is refused here, before any model loads
+            call_cache = opened.enter_context(CallCache.open(p.call_cache_dir))
+        retriever = None
+        if p.retriever_spec:  # a server that is down, an index that is missing: fails here
+            retriever = open_retriever(p.retriever_spec)
+            opened.callback(close_retriever, retriever)
+        store = RunDir(p.out, p.config_doc, fresh=p.cfg.fresh)  # takes RUN/.lock, then writes the identity
+        opened.callback(store.close)
+        try:
+            stats, pool_stats = asyncio.run(run_on_pool(p, store, call_cache, retriever))
+            if stats.stopped and not store.selected():  # a limit below one episode's spending: nothing to summarize
+                raise LimitReached(stats.stopped)
+            summary = summarize(p, store, stats, pool_stats)
+            if stats.stopped:  # a run limit: the summary of the finished samples is written, the caller told
+                raise LimitReached(stats.stopped, summary)
+            return summary
+        except (UserError, KeyboardInterrupt, LimitReached):
+            raise
+        except Exception as e:  # a bug, not a user mistake: keep the traceback, say so in one line
+            raise unexpected(e, log=store.log_error(e),
+                             hint=f"finished samples are kept in {store.samples_path}") from None
+
+
+def close_retriever(retriever: Any) -> None:
+    """Close an open retriever (an HTTP client's connections, an index's files) if it can be closed."""
+    close = getattr(retriever, "close", None)
+    if callable(close):
+        close()
+
+
+async def run_on_pool(p: Plan, store: RunDir, call_cache: CallCache | None, retriever: Any) -> tuple[runner.RunStats, dict]:
     """Serve the team's worker groups from a pool (engines asleep until needed when the budget is
-    smaller than the team), run the episodes, always release the engines. -> (RunStats, pool stats)"""
+    smaller than the team), each engine behind the run's call chain (``calls.CallChain``: cache,
+    limits, cost), run the episodes, always release the engines. -> (RunStats, pool stats)"""
     cfg, team, wf = p.cfg, p.team, p.wf
     meter = None
     if p.limits is not None:  # what the kept samples (and earlier stops) spent counts; one reached: no model loads
         meter, stopped = start_meter(p, store)
         if stopped is not None:
             return runner.RunStats(**stopped), {}
-
+    chain = CallChain(prices=p.prices, call_cache=call_cache, meter=meter)
     ray_opts = {"address": cfg.ray_address} if cfg.pool == "ray" else {}
-    if p.cache is not None:  # an engine loads when a call misses the cache: a fully cached run loads no model
+    if call_cache is not None:  # an engine loads when a call misses the cache: a fully cached run loads no model
         ray_opts["preload"] = False
     pool = make_pool(cfg.pool, specs_from_team(team), budget_models=cfg.pool_budget, **ray_opts)
     try:
@@ -159,22 +179,14 @@ async def run(p: Plan, store) -> tuple[Any, dict]:
         raise UnexpectedError(f"cannot load the team's models ({models}): {one_line(e)} ({traceback_note(log)})",
                               e, log) from None
     try:
-        engines = pool.views()
-        if p.cache is not None:  # the one call site every engine and pool shares (drmas_bench.cache.CachedEngine)
-            engines = wrap_engines(engines, p.cache, team, p.config_doc["identity"]["models"], here=cfg.pool != "ray",
-                                   price=p.call_cost if p.prices else None)
-            logger.info(f"[eval] call cache {p.cache.path}")
-        if meter is not None:  # outside the cache: a hit is free
-            engines = limit_engines(engines, meter)
-        runtime = runner.TeamRuntime(team, engines, p.sampling)
+        engines = chain.wrap(pool.views(), team, p.config_doc["identity"]["models"], here=cfg.pool != "ray")
+        ctx = runner.EpisodeRun(runner.TeamRuntime(team, engines, p.sampling), wf, store, seed=cfg.seed,
+                                retriever=retriever, workflow_options={**team.workflow_options, **p.protocol_opts},
+                                calls=chain, concurrency=cfg.concurrency, flush_every=cfg.flush_every,
+                                progress=cfg.progress, math_grader=cfg.grader)
         logger.info(f"[eval] {len(p.tasks)} questions x {cfg.n} samples, workflow {wf.name}, run dir {store.path}")
         try:
-            stats = await runner.run_episodes(
-                p.tasks, cfg.n, runtime, wf, store, seed=cfg.seed, retriever=p.retriever,
-                workflow_options={**team.workflow_options, **p.protocol_opts}, concurrency=cfg.concurrency,
-                cost_fn=p.cost if p.prices else None, progress=cfg.progress, flush_every=cfg.flush_every,
-                math_grader=cfg.grader, gate=meter,
-            )
+            stats = await runner.run_episodes(p.tasks, cfg.n, ctx)
             if meter is not None:
                 stats.limits = meter.record(store.selected())
         except UserError as e:
@@ -194,7 +206,7 @@ def summary_inputs(p: Plan) -> dict[str, Any]:
     if prices is not None:
         prices.pop("unpriced")  # filled while summarizing
     return {"prices": prices, "workflow": p.wf.name, "protocol": p.protocol_info, "grader": p.grader,
-            "cache_dir": p.cache_dir}
+            "cache_dir": p.call_cache_dir}
 
 
 def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
@@ -228,7 +240,7 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
     if kept is None:
         summary["protocol"] = protocol_summary(records, p.protocol_info)
         summary["grader"] = p.grader
-        summary["cache"] = cache_summary(records, p.cache_dir)  # None when off (and no kept call came from a cache)
+        summary["cache"] = cache_summary(records, p.call_cache_dir)  # None when off (and no kept call came from a cache)
     # the engines have imported torch by now: the GPUs are known without a probe of their own
     summary["provenance"] = {**p.provenance, "hardware": hardware(), "finished_at": utc_now(),
                              "duration_s": round(time.monotonic() - p.t0, 2)}

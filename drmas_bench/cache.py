@@ -1,7 +1,7 @@
 """The call cache: a completion is reused only when it is the same call (docs/sweep.md).
 
     cache = CallCache.open("cache/")               # cache/calls.sqlite3, made when missing
-    engines = wrap_engines(pool.views(), cache, groups)   # {wg: CachedEngine}; TeamRuntime takes these
+    engines = CallChain(call_cache=cache).wrap(pool.views(), team, models)   # drmas_bench.calls: {wg: CachedEngine}
     ...
     cache.close()
 
@@ -29,7 +29,7 @@ match is never served (it counts as a miss and is overwritten). A file that is n
 version is refused with one line when opened.
 
 A hit returns the stored completion with ``cache_hit`` set; its ``latency_s`` is what the lookup
-took and its dollars are $0 (``metrics.turn_cost``): what this run spent. The original call's latency
+took and its dollars are $0 (``pricing.turn_cost``): what this run spent. The original call's latency
 and dollars stay in ``cached_latency_s`` / ``cached_usd``, so latency and cost figures stay true and
 the saving is counted (:func:`cache_summary`, summary.json's ``cache``).
 """
@@ -44,7 +44,6 @@ import sqlite3
 import time
 import zlib
 from dataclasses import fields
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -386,21 +385,6 @@ class CachedEngine:
 
     def __getattr__(self, name: str) -> Any:  # is_awake, footprint_bytes, close: the wrapped view's
         return getattr(self.engine, name)
-
-
-def wrap_engines(engines: dict[str, Any], cache: CallCache, team: Any, models: dict[str, dict], *,
-                 here: bool = True, price: Callable[[str, Completion], float | None] | None = None) -> dict[str, CachedEngine]:
-    """``{wg: CachedEngine}`` over a run's engines (``pool.views()``): each group's identity from its
-    team entry (engine, options) and ``models`` (the plan's ``identity["models"]``; remote groups,
-    absent there, by name and their options: URL and served model)."""
-    out = {}
-    for wg, engine in engines.items():
-        g = team.worker_groups[wg]
-        opts = dict(g.options, **({"base_url": g.base_url} if getattr(g, "base_url", None) else {}))
-        ident = group_identity(g.engine, g.model, models.get(wg), opts, here=here)
-        labels = {"model": str(g.model), "content": str((models.get(wg) or {}).get("content") or ""), "engine": g.engine}
-        out[wg] = CachedEngine(engine, cache, ident, labels, partial(price, wg) if price is not None else None)
-    return out
 
 
 # ------------------------------------------------------------------------------- what a run reports

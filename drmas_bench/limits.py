@@ -8,7 +8,7 @@ the flags / ``EvalConfig.max_usd`` / ``max_tokens`` for the whole run; a team fi
 a price sheet (``--prices``): without one it is refused before the run starts.
 
 What counts (:class:`Meter`): every call this run's engines computed, in dollars under the price
-sheet (``metrics.call_cost``, the figure summary.json's ``usd`` adds up) and in tokens (prompt +
+sheet (``pricing.call_cost``, the figure summary.json's ``usd`` adds up) and in tokens (prompt +
 completion). A call served by the call cache is free: $0 and 0 tokens (it spent nothing). A
 resumed run starts from what its kept samples spent (the run directory's selected records) plus
 what earlier stops spent on episodes they abandoned (the previous summary's
@@ -119,8 +119,8 @@ def resolve_limits(max_usd: float | None, max_tokens: int | None, team: Any, pri
 
 def _usage_of(turn: TurnView, prices: Any) -> tuple[int, float | None, bool]:
     """(tokens, dollars, usage known) of one recorded call as this run spent it: a cache hit spent
-    nothing; dollars from ``metrics.call_cost`` (the summary's figure; None without prices)."""
-    from drmas_bench.metrics import call_cost
+    nothing; dollars from ``pricing.call_cost`` (the summary's figure; None without prices)."""
+    from drmas_bench.pricing import call_cost
 
     c = turn.call
     if not c.usage_known:
@@ -343,11 +343,6 @@ class LimitedEngine:
         return getattr(self.engine, name)
 
 
-def wrap_engines(engines: dict[str, Any], meter: Meter) -> dict[str, LimitedEngine]:
-    """``{wg: LimitedEngine}`` over a run's engines (after the call cache's wrapper: a hit is free)."""
-    return {wg: LimitedEngine(e, meter, wg) for wg, e in engines.items()}
-
-
 def _previous_summary(run_dir: Path) -> dict[str, Any] | None:
     """The run directory's summary.json from before this process (None: none, or unreadable)."""
     try:
@@ -374,5 +369,4 @@ def start_meter(p: Any, store: Any) -> tuple[Meter, dict[str, Any] | None]:
     return meter, {"skipped": len(p.tasks) * p.cfg.n - todo, "stopped": stop, "limits": meter.record(kept)}
 
 
-__all__ = ["EXIT_CODE", "LimitReached", "LimitedEngine", "Limits", "Meter", "resolve_limits", "start_meter",
-           "wrap_engines"]
+__all__ = ["EXIT_CODE", "LimitReached", "LimitedEngine", "Limits", "Meter", "resolve_limits", "start_meter"]

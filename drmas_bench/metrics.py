@@ -21,8 +21,8 @@ call the functions below; nothing here formats text (Markdown lives in `drmas_be
   CIs of column means, resampled jointly (paired); with `strata`, the macro mean of stratum means.
   `bootstrap_ci(values)` and `bootstrap_mean_ci(strata)` are its one-column forms.
 - `seed_for(name, seed)`: the bootstrap seed of one named population (benchmark, metric, ...).
-- `turn_cost(turn, prices, key=None)`: one recorded call's dollars from a price sheet; None when
-  the call's usage is unknown (`usage_known`: the server sent none and no tokenizer could count it).
+- a call's dollars are `pricing.call_cost` / `pricing.turn_cost` (their one home); None when the
+  call's usage is unknown (`usage_known`: the server sent none and no tokenizer could count it).
 - `usage_counts(turns)`: how many calls had server / counted / unknown usage and how many were
   flagged (`Completion.notes`): the one definition summaries and cost tables share.
 - `compliance(records, workflow=None)`: how each agent kept the protocol (valid rate, each reason a
@@ -46,8 +46,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 import drmas_bench.workflows.protocol as P
-from drmas_bench.pricing import PriceSheet
-from drmas_bench.records import USAGE_SOURCES, CallView, RecordView, TurnView, view, views
+from drmas_bench.pricing import PriceSheet, turn_cost
+from drmas_bench.records import USAGE_SOURCES, RecordView, TurnView, view, views
 from drmas_bench.workflows.base import WORKFLOWS, rule_reasons
 from drmas_bench.workflows.episodes import ACTION_KINDS, ACTORS, action_kind, episode_compliance
 
@@ -248,26 +248,6 @@ def usage_counts(turns: Iterable[Any]) -> dict[str, int]:
         out[src if src in USAGE_SOURCES else "unknown"] += 1
         out["flagged"] += bool(t.call.notes)
     return out
-
-
-def call_cost(call: CallView, prices: PriceSheet, name: str) -> float | None:
-    """One recorded call's dollars under `prices` entry `name`: its prompt / completion tokens and (for
-    GPU-hour prices) its latency. None when its usage is unknown (`CallView.usage_known`): such a
-    call has no price, and $0 would be a lie; $0 when the call cache served it."""
-    if not call.usage_known:
-        prices.cost(name, 0, 0)  # an unpriced model is still an error (or listed as unpriced)
-        return None
-    if call.cache_hit:  # served by the call cache: this run paid nothing (the original $ is cached_usd)
-        prices.cost(name, 0, 0)
-        return 0.0
-    return prices.cost(name, call.prompt_tokens, call.completion_tokens, call.latency_s)
-
-
-def turn_cost(turn: Any, prices: PriceSheet, key: str | None = None) -> float | None:
-    """One recorded call's dollars (`call_cost`): `prices` entry `key` (default: the turn's worker
-    group `wg`); the turn a `records.TurnView` or a stored turn dict."""
-    t = TurnView.of(turn)
-    return call_cost(t.call, prices, (t.wg or "") if key is None else key)
 
 
 def sum_usd(costs: Iterable[float | None]) -> float | None:

@@ -6,8 +6,9 @@ team.yaml < explicit values. In order: the numeric ranges and choices (:func:`va
 checkpoint URL's local copy, a reference-trainer (verl) checkpoint merged into a team folder
 (``models.verl_ckpt``; its suite inferred from its agents), the benchmarks, the workflow (chosen
 before the team is validated), the team with its engines and options (:func:`resolve`), the prompts and prompt limit
-(:func:`resolve_protocol`), the tasks, the retriever, each local model checked once (incomplete
+(:func:`resolve_protocol`), the tasks, the retriever's spec, each local model checked once (incomplete
 checkpoint, broken tokenizer) and identified, then the run's identity, provenance and default name.
+Nothing is opened: the call cache, the retriever and the engines are ``api.run``'s.
 Engine knowledge is asked of ``drmas_bench.engines`` (traits, options), never by an engine's name.
 """
 
@@ -25,7 +26,6 @@ import yaml
 
 from drmas_bench.agents.explicit import Explicit
 from drmas_bench.agents.team import build_team, validate_sampling
-from drmas_bench.cache import CallCache
 from drmas_bench.checkpoints import is_url, local_copy, refuse_incomplete
 from drmas_bench.engines import DEFAULT_ENGINE, ENGINES, traits
 from drmas_bench.engines.hosting import fit_options, option_names
@@ -35,7 +35,7 @@ from drmas_bench.models import resolve_model
 from drmas_bench.models.loading import check_tokenizer_dir
 from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
 from drmas_bench.pool import POOLS
-from drmas_bench.pricing import PriceSheet, load_prices
+from drmas_bench.pricing import PriceSheet, team_prices
 from drmas_bench.provenance import (
     collect,
     data_identity,
@@ -45,12 +45,12 @@ from drmas_bench.provenance import (
     utc_now,
     workflow_record,
 )
-from drmas_bench.retrievers import default_spec, note_trained_retriever, open_retriever
+from drmas_bench.retrievers import default_spec, note_trained_retriever
 from drmas_bench.schema import RANGES
 from drmas_bench.tasks import load_tasks, resolve_data_dir, select_benchmarks
 from drmas_bench.tasks.base import Benchmark
 from drmas_bench.tasks.registry import get_suite, suite_names
-from drmas_bench.types import Completion, Sampling, Task, Trajectory, UserError
+from drmas_bench.types import Sampling, Task, UserError
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.base import WorkflowSpec, check_workflow_options
@@ -58,8 +58,7 @@ from drmas_bench.yamlfile import read_yaml
 
 if TYPE_CHECKING:  # the annotations only: both modules are imported where a plan opens them
     from drmas_bench.agents.team import TeamSpec
-    from drmas_bench.cache import CallCache
-
+    
 logger = logging.getLogger(__name__)
 
 # REFERENCE.md §3: eval sampling (max new tokens per call: the suite's, `Suite.max_new_tokens`)
@@ -201,17 +200,23 @@ class Resolved:
     wf: WorkflowSpec
     team: TeamSpec
     sampling: Sampling  # the defaults with the explicit values applied (team file in between per agent)
+    checkpoint: str | None = None  # the checkpoint folder ``model`` named, already refused if incomplete
 
 
-def team_file_workflow(cfg: EvalConfig) -> str | None:
-    """The ``workflow:`` named by the team file (``team``, or ``model``'s checkpoint team.yaml), if any;
-    a file that cannot be read is left to the team validation to report."""
+def team_file(cfg: EvalConfig) -> tuple[Path | None, Any]:
+    """The team file ``cfg`` names (``team``, else ``model``'s checkpoint team.yaml) and its content,
+    read once here (``build_team`` is handed the content); (path, None) when it is not a file (the
+    team validation names the problem), (None, None) when ``cfg`` names none."""
 
     path = Path(cfg.team) if cfg.team else (Path(cfg.model, "team.yaml") if cfg.model else None)
     if path is None or not path.is_file():
-        return None
-    d = read_yaml(path, "team file")
-    wf = d.get("workflow") if isinstance(d, dict) else None
+        return path, None
+    return path, read_yaml(path, "team file")
+
+
+def team_file_workflow(doc: Any) -> str | None:
+    """The ``workflow:`` a team file's content names, if any."""
+    wf = doc.get("workflow") if isinstance(doc, dict) else None
     return wf if isinstance(wf, str) and wf else None
 
 
@@ -226,7 +231,7 @@ def _model_for_list(v: list[str] | dict[str, str] | None) -> list[str] | None:
 def resolve(cfg: EvalConfig) -> Resolved:
     """Benchmarks, workflow (chosen before the team is validated), team and sampling for ``cfg``."""
 
-    step_url = None
+    step_url, checkpoint = None, None
     if cfg.model:  # a checkpoint URL: a local copy first (with a Ray pool only its team file)
         model, step_url = local_copy(cfg.model, on_nodes=cfg.pool == "ray")
         cfg = replace(cfg, model=model)
@@ -234,7 +239,8 @@ def resolve(cfg: EvalConfig) -> Resolved:
         if is_reference_checkpoint(cfg.model):  # the reference trainer's: merged into a team folder (cached)
             folder, ref = team_folder(cfg.model, workflow=cfg.workflow, suite=cfg.suite, show_progress=cfg.progress)
             cfg = replace(cfg, model=str(folder), suite=cfg.suite or (None if cfg.benchmarks else ref.suite))
-        refuse_incomplete(str(cfg.model))  # before its team.yaml is read
+        refuse_incomplete(str(cfg.model))  # before its team.yaml is read (check_team_models skips it)
+        checkpoint = str(cfg.model)
     benches = select_benchmarks(cfg.suite, cfg.benchmarks)
     suites = {b.suite for b in benches}
     if len(suites) > 1:
@@ -245,8 +251,10 @@ def resolve(cfg: EvalConfig) -> Resolved:
         raise UserError("--tokenizer is for --engine openai (the other engines load the model's own tokenizer)")
     if not (cfg.model or cfg.model_for or cfg.team):
         raise UserError("choose a team: --model M, --model-for AGENT=M, or --team FILE")
-    from_file = team_file_workflow(cfg)
-    wf_name = cfg.workflow or from_file or get_suite(suite).workflow
+    suite_spec = get_suite(suite)
+    _, team_doc = team_file(cfg)
+    from_file = team_file_workflow(team_doc)
+    wf_name = cfg.workflow or from_file or suite_spec.workflow
     wf = get_workflow(wf_name)
     if cfg.workflow and from_file and from_file != cfg.workflow:
         logger.info(f"[eval] --workflow {cfg.workflow} overrides the team file's workflow {from_file}")
@@ -259,15 +267,15 @@ def resolve(cfg: EvalConfig) -> Resolved:
     team = build_team(wf_name, wf.agents, model=cfg.model, team_file=cfg.team, model_for=_model_for_list(cfg.model_for),
                       engine=engine, base_url=cfg.base_url,
                       engine_options=fit_options(engine, generic, {"tokenizer": cfg.tokenizer} if cfg.tokenizer else None),
-                      trust_remote_code=cfg.trust_remote_code, explicit=given)
+                      trust_remote_code=cfg.trust_remote_code, explicit=given, team_doc=team_doc)
     check_workflow_options(wf, team.workflow_options)
     validate_sampling(explicit, "EvalConfig")  # after the team's own checks: a team file's error is named first
     for key, v in explicit.items():
         recorded = {team.sampling.get(key)} | {s.get(key) for s in team.agent_sampling.values()}
         if recorded - {None, v}:
             logger.info(f"[eval] {flag(key)} {v} overrides the team file's {key}")
-    sampling = Sampling(**{**SAMPLING_DEFAULTS, "max_new_tokens": get_suite(suite).max_new_tokens, **explicit})
-    return Resolved(suite, benches, wf, team, sampling)
+    sampling = Sampling(**{**SAMPLING_DEFAULTS, "max_new_tokens": suite_spec.max_new_tokens, **explicit})
+    return Resolved(suite, benches, wf, team, sampling, checkpoint)
 
 
 def resolve_protocol(cfg: EvalConfig, team, wf):
@@ -315,40 +323,32 @@ def resolve_local_models(team, on_nodes: bool = False) -> dict[str, Any]:
     return out
 
 
-def check_team_models(team, resolved: dict) -> None:
+def check_team_models(team, resolved: dict, checked: str | None = None) -> None:
     """Refuse, before any call, a worker group whose local model folder is part of an incomplete
     checkpoint or has no working tokenizer (models.loading.check_tokenizer_dir). Remote groups,
-    checkpoint URLs and models left to the Ray nodes are left to their engines."""
+    checkpoint URLs and models left to the Ray nodes are left to their engines. ``checked``: a
+    checkpoint folder already checked for completeness (``Resolved.checkpoint``), not checked again."""
 
+    done = Path(checked).resolve() if checked else None
     for name, where in resolved.items():
         g = team.worker_groups[name]
         if is_url(str(g.model)) or not (isinstance(where, Path) and where.is_dir()):
             continue
-        refuse_incomplete(where)
+        if done is None or done not in (where.resolve(), where.resolve().parent.parent):
+            refuse_incomplete(where)
         from drmas_bench.models.adapters import tokenizer_source  # an adapter folder without one: its base's
 
         check_tokenizer_dir(tokenizer_source(where), f"worker group {name!r}",
                             trust_remote_code=bool(g.options.get("trust_remote_code")))
 
 
-def _load_prices(path: str, team):
-    """The price sheet, checked against the team's worker groups before the run starts."""
-
-    # turns record their worker group; price each as its model
-    prices = load_prices(path).with_aliases({n: g.price_key for n, g in team.worker_groups.items()})
-    for name in team.worker_groups:
-        prices.cost(name, 0, 0)  # fail now, not after the run, on a model the sheet lacks
-    return prices
-
-
-
 @dataclass(frozen=True)
 class Inputs:
-    """What the episodes run on: the questions, where their files are, the retriever (probed)."""
+    """What the episodes run on: the questions, where their files are, the retriever's spec."""
 
     tasks: list[Task]
     data_dir: Path | None
-    retriever: Any  # an open retriever (`retrievers.open_retriever`: in-process index or HTTP client), or None
+    retriever_spec: str | None  # bm25:DIR | lucene:DIR | dense:DIR | http://HOST:PORT (``api.run`` opens it); None: none
 
 
 @dataclass(frozen=True)
@@ -371,18 +371,17 @@ class Prompts:
 
 @dataclass(frozen=True)
 class Costs:
-    """How calls are priced, reused and limited: the price sheet, the call cache, the spending limits."""
+    """How calls are priced, reused and limited: the price sheet, the call cache's folder, the spending limits."""
 
     prices: PriceSheet | None
-    cache: CallCache | None = None  # open (and checked), or None (off)
-    cache_dir: str | None = None  # where it is (the flag's, else the team file's)
+    call_cache_dir: str | None = None  # the flag's, else the team file's (``api.run`` opens it); None: off
     limits: Limits | None = None  # the flags over the team file's (drmas_bench.limits), or None: no limits
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One evaluation, resolved and checked (nothing loaded but the retriever, which was probed),
-    from its frozen parts; the properties name each part's fields."""
+    """One evaluation, resolved and checked (nothing opened or loaded: ``api.run`` opens the call
+    cache, the retriever and the pool), from its frozen parts; the properties name each part's fields."""
 
     cfg: EvalConfig  # as given (provenance records it; resolve() works on a local copy of a checkpoint URL)
     resolved: Resolved
@@ -422,8 +421,8 @@ class Plan:
         return self.inputs.data_dir
 
     @property
-    def retriever(self) -> Any:
-        return self.inputs.retriever
+    def retriever_spec(self) -> str | None:
+        return self.inputs.retriever_spec
 
     @property
     def out(self) -> Path:
@@ -454,27 +453,12 @@ class Plan:
         return self.costs.prices
 
     @property
-    def cache(self) -> CallCache | None:
-        return self.costs.cache
-
-    @property
-    def cache_dir(self) -> str | None:
-        return self.costs.cache_dir
+    def call_cache_dir(self) -> str | None:
+        return self.costs.call_cache_dir
 
     @property
     def limits(self) -> Limits | None:
         return self.costs.limits
-
-    def cost(self, traj: Trajectory) -> float:
-        """The known calls' dollars (the summary says when some were unknown)."""
-        return sum(self.call_cost(t.wg, t.completion) or 0.0 for t in traj.turns)
-
-    def call_cost(self, wg: str, c: Completion) -> float | None:
-        """One call's dollars under the price sheet (None: no sheet, or the call's usage is unknown); a
-        call served by the cache cost this run nothing (its original dollars are ``cached_usd``)."""
-        if self.prices is None or c.usage == "unknown":
-            return None
-        return 0.0 if c.cache_hit else self.prices.cost(wg, c.prompt_tokens, c.completion_tokens, c.latency_s)
 
 
 def plan(cfg: EvalConfig) -> Plan:
@@ -499,7 +483,7 @@ def plan(cfg: EvalConfig) -> Plan:
         note_trained_retriever(team, retriever_spec)
 
     resolved = resolve_local_models(team, on_nodes=cfg.pool == "ray")  # each model once, for checks and identity
-    check_team_models(team, resolved)  # before the run dir is touched and any call is made
+    check_team_models(team, resolved, r.checkpoint)  # before the run dir is touched and any call is made
     runtime_sampling = {a: team.sampling_for(a, sampling).__dict__ for a in team.agents}
     identity = {
         "team": team.to_dict(),
@@ -551,13 +535,8 @@ def plan(cfg: EvalConfig) -> Plan:
         "argv": redact_argv(cfg.argv[1:]) if cfg.argv else None,
         "provenance": provenance,  # not part of the identity: never blocks a resume
     }
-    prices = _load_prices(cfg.prices, team) if cfg.prices else None
+    prices = team_prices(cfg.prices, team) if cfg.prices else None
     limits = resolve_limits(cfg.max_usd, cfg.max_tokens, team, prices, cfg.team or "team.yaml")
-    retriever = open_retriever(retriever_spec) if retriever_spec else None  # a down server fails here
     cache_dir = cfg.cache or team.cache
-    cache = None
-    if cache_dir:  # opened (and checked: a damaged file is refused) before any model loads
-        cache = CallCache.open(cache_dir)
-    return Plan(cfg, r, Inputs(tasks, data_dir, retriever), RunRecord(out, config_doc, provenance, grader),
-                Prompts(protocol_opts, protocol_info),
-                Costs(prices, cache, str(cache_dir) if cache_dir else None, limits), t0)
+    return Plan(cfg, r, Inputs(tasks, data_dir, retriever_spec), RunRecord(out, config_doc, provenance, grader),
+                Prompts(protocol_opts, protocol_info), Costs(prices, str(cache_dir) if cache_dir else None, limits), t0)

@@ -16,7 +16,12 @@ Prices are numbers; ``3e-1`` (which YAML 1.1 reads as a string) counts as 0.3, a
 config. `PriceSheet.cost(model, prompt_tokens, completion_tokens, gpu_seconds=0.0)` adds the token prices
 and `gpu_hour * gpus * gpu_seconds / 3600`. A model missing from the sheet is an error that names
 the model and the sheet, unless the sheet says `default: zero`; then it costs 0 and is listed in
-`PriceSheet.unpriced` so reports can say so. The file is parsed by :class:`PriceSheetSchema`
+`PriceSheet.unpriced` so reports can say so.
+
+What a call costs is defined here once: :func:`call_cost` (one call, live ``Completion`` or
+recorded ``records.CallView``), :func:`turn_cost` (a recorded turn, priced as its worker group),
+:func:`trajectory_cost` (an episode's known calls); :func:`team_prices` reads a sheet and checks
+it covers a team's worker groups before a run starts. The file is parsed by :class:`PriceSheetSchema`
 (``drmas-bench config-schema prices``). Lookup tries the exact name, then the name without
 case, then the part after the last "/" (`Qwen/Qwen2.5-7B-Instruct` finds `qwen2.5-7b-instruct`).
 """
@@ -29,6 +34,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
 
+from drmas_bench.records import TurnView
 from drmas_bench.schema import Schema, YamlFloat, parse
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
@@ -134,3 +140,40 @@ def load_prices(path: str | Path) -> PriceSheet:
     """Read and validate a YAML price sheet (see the module docstring for the format)."""
 
     return PriceSheet.from_dict(read_yaml(path, "price sheet"), source=str(path))
+
+
+def team_prices(path: str | Path, team: Any) -> PriceSheet:
+    """The price sheet at ``path``, each of ``team``'s worker groups priced as its model (turns record
+    their worker group), checked now: a model the sheet lacks fails before the run, not after it."""
+    prices = load_prices(path).with_aliases({n: g.price_key for n, g in team.worker_groups.items()})
+    for name in team.worker_groups:
+        prices.cost(name, 0, 0)
+    return prices
+
+
+def call_cost(call: Any, prices: PriceSheet, name: str) -> float | None:
+    """One call's dollars under ``prices`` entry ``name``: its prompt / completion tokens and (for
+    GPU-hour prices) its latency. ``call``: a live ``types.Completion`` or a recorded
+    ``records.CallView`` (both carry ``usage``, ``cache_hit``, the token counts and ``latency_s``).
+    None when its usage is unknown (such a call has no price, and $0 would be a lie); $0 when the
+    call cache served it (this run paid nothing; the original dollars are ``cached_usd``)."""
+    if call.usage == "unknown":
+        prices.cost(name, 0, 0)  # an unpriced model is still an error (or listed as unpriced)
+        return None
+    if call.cache_hit:
+        prices.cost(name, 0, 0)
+        return 0.0
+    return prices.cost(name, call.prompt_tokens, call.completion_tokens, call.latency_s)
+
+
+def turn_cost(turn: Any, prices: PriceSheet, key: str | None = None) -> float | None:
+    """One recorded call's dollars (:func:`call_cost`): ``prices`` entry ``key`` (default: the turn's
+    worker group ``wg``); the turn a ``records.TurnView`` or a stored turn dict."""
+    t = TurnView.of(turn)
+    return call_cost(t.call, prices, (t.wg or "") if key is None else key)
+
+
+def trajectory_cost(traj: Any, prices: PriceSheet) -> float:
+    """A live trajectory's known calls' dollars (a call of unknown usage adds nothing; the summary
+    says when some were unknown)."""
+    return sum(call_cost(t.completion, prices, t.wg) or 0.0 for t in traj.turns)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from drmas_bench.agents.team import TeamSpec
+from drmas_bench.calls import CallChain
 from drmas_bench.grading.families import grade_family
 from drmas_bench.limits import LimitReached
 from drmas_bench.recorder import Recorder
@@ -125,46 +126,53 @@ def grade_trajectories(trajs: list[Trajectory], family: str, timeout_s: float = 
             group[i].extra["round1_grade"] = extra.get("grade")
 
 
-async def run_episodes(
-    tasks: list[Task],
-    n: int,
-    runtime: TeamRuntime,
-    wf: WorkflowSpec,
-    store: RunDir | None,
-    *,
-    seed: int = 0,
-    retriever: Any = None,
-    workflow_options: dict[str, Any] | None = None,
-    concurrency: int = 256,
-    flush_every: int = 32,
-    flush_s: float = 30.0,
-    cost_fn: Callable[[Trajectory], float] | None = None,
-    progress: bool = True,
-    want_logprobs: bool = False,
-    on_finished: Callable[[list[Trajectory]], None] | None = None,
-    math_grader: str | None = None,
-    step: int = 0,
-    gate: Any = None,
-) -> RunStats:
-    """Run every (task, sample) not yet in `store`; return counters. Raises the first episode error
-    after saving everything that finished before it. An episode stopped by a run limit
+@dataclass
+class EpisodeRun:
+    """What ``run_episodes`` runs the episodes with: the team's runtime, the workflow and its options,
+    where finished trajectories go, and how (the call chain's gate and prices, concurrency, flushing).
+
+    store: the run directory (None: the trainer's rollouts, handed to ``on_finished`` only);
+    calls: the run's ``calls.CallChain`` (its meter gates each episode's start, its price sheet sets
+    each trajectory's ``cost_usd``), None: no limits, no prices; math_grader: the math grader's name
+    (default ``grading.DEFAULT_GRADER``; other families ignore it); step: the training step, part of
+    every sampling seed (``workflows.base.sample_seed``; 0 outside training)."""
+
+    runtime: Any  # a TeamRuntime (or anything with its generate / sampling / worker_group)
+    workflow: WorkflowSpec
+    store: RunDir | None = None
+    seed: int = 0
+    step: int = 0
+    retriever: Any = None
+    workflow_options: dict[str, Any] = field(default_factory=dict)
+    calls: CallChain | None = None
+    concurrency: int = 256
+    flush_every: int = 32  # a finished trajectory is written within flush_every episodes or flush_s seconds
+    flush_s: float = 1.0  # (at most MAX_FLUSH_EVERY / MAX_FLUSH_S, whatever is asked)
+    progress: bool = True
+    want_logprobs: bool = False
+    on_finished: Callable[[list[Trajectory]], None] | None = None
+    math_grader: str | None = None
+
+
+async def run_episodes(tasks: list[Task], n: int, ctx: EpisodeRun) -> RunStats:
+    """Run every (task, sample) not yet in ``ctx.store``; return counters. Raises the first episode
+    error after saving everything that finished before it. An episode stopped by a run limit
     (``limits.LimitReached``, raised before a call) is abandoned, not an error: the others run on
-    until they finish or reach a call themselves, and ``stats.stopped`` says which limit. `gate`:
-    the limits' ``Meter``, asked before each episode starts and told when it ends. `math_grader`: the math grader's name
-    (default `grading.DEFAULT_GRADER`; ignored by other workflows' graders). `step`: the training step, part
-of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
+    until they finish or reach a call themselves, and ``stats.stopped`` says which limit."""
     from tqdm import tqdm
 
-    opts = {**wf.defaults, **(workflow_options or {})}
+    wf, store, runtime = ctx.workflow, ctx.store, ctx.runtime
+    gate = ctx.calls.meter if ctx.calls is not None else None
+    opts = {**wf.defaults, **ctx.workflow_options}
     done = store.done_keys() if store is not None else set()
     total = len(tasks) * n
     todo_count = total - sum(1 for t in tasks for i in range(n) if (t.benchmark, t.id, i) in done) if done else total
     todo = ((t, i) for t in tasks for i in range(n) if (t.benchmark, t.id, i) not in done)  # made as slots free
     stats = RunStats(skipped=total - todo_count)
     t0 = time.perf_counter()
-    width = max(1, concurrency)
+    width = max(1, ctx.concurrency)
 
-    bar = tqdm(total=todo_count, desc="episodes", unit="ep", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=todo_count, desc="episodes", unit="ep", disable=not ctx.progress, dynamic_ncols=True)
     calls, call_tokens, last_shown = 0, 0, 0.0
 
     def show(force: bool = False) -> None:
@@ -180,7 +188,7 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
         call_tokens += c.completion_tokens
         show()
 
-    backend = _CountingRuntime(runtime, on_call) if progress else runtime
+    backend = _CountingRuntime(runtime, on_call) if ctx.progress else runtime
 
     async def one(task: Task, idx: int) -> Trajectory | None:
         traj, started = None, False
@@ -188,36 +196,36 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
             if gate is not None:
                 await gate.start_episode()
                 started = True
-            ep = Episode(task, idx, backend, wf.agents, seed=seed, retriever=retriever,
-                         want_logprobs=want_logprobs, training_step=step)
+            ep = Episode(task, idx, backend, wf.agents, seed=ctx.seed, retriever=ctx.retriever,
+                         want_logprobs=ctx.want_logprobs, training_step=ctx.step)
             await wf.fn(ep, **opts)
             traj = ep.finish()
         except LimitReached as e:  # no call starts past a limit: this episode is abandoned, never written half
             stats.stopped = stats.stopped or e.stop
         finally:
-            if started:
+            if started and gate is not None:
                 await gate.end_episode(traj)
         return traj
 
     def grade(batch: list[Trajectory]) -> None:  # the recorder's grader thread
-        grade_trajectories(batch, wf.family, 5.0, math_grader, wf.round1_answer)
-        if cost_fn is not None:
+        grade_trajectories(batch, wf.family, 5.0, ctx.math_grader, wf.round1_answer)
+        if ctx.calls is not None and ctx.calls.prices is not None:
             for t in batch:
-                t.cost_usd = cost_fn(t)
+                t.cost_usd = ctx.calls.cost(t)
 
-    recorder = Recorder(grade, (lambda batch: store.append(batch, with_tokens=want_logprobs)) if store is not None else None,
-                        flush_every=min(flush_every, MAX_FLUSH_EVERY), flush_s=min(flush_s, MAX_FLUSH_S),
-                        max_unwritten=MAX_UNWRITTEN, after_write=on_finished)
-    finished: deque[asyncio.Task] = deque()  # done episodes, in the order they finished
+    write = (lambda batch: store.append(batch, with_tokens=ctx.want_logprobs)) if store is not None else None
+    recorder = Recorder(grade, write, flush_every=min(ctx.flush_every, MAX_FLUSH_EVERY),
+                        flush_s=min(ctx.flush_s, MAX_FLUSH_S), max_unwritten=MAX_UNWRITTEN, after_write=ctx.on_finished)
+    finished: deque[asyncio.Future] = deque()  # done episodes, in the order they finished
     wake = asyncio.Event()
 
-    def finished_one(fut: asyncio.Task) -> None:
+    def finished_one(fut: asyncio.Future) -> None:
         finished.append(fut)
         wake.set()
 
-    running: set[asyncio.Task] = set()
+    running: set[asyncio.Future] = set()
 
-    def take(fut: asyncio.Task) -> None:
+    def take(fut: asyncio.Future) -> None:
         running.discard(fut)
         if fut.cancelled():
             return
@@ -256,9 +264,9 @@ of every sampling seed (`workflows.base.sample_seed`; 0 outside training)."""
             p.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         # episodes that finished while the loop waited elsewhere (a failed episode, a stop)
-        for fut in dict.fromkeys(finished):
-            if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result() is not None:
-                recorder.put(fut.result())
+        for ended in dict.fromkeys(finished):
+            if ended.done() and not ended.cancelled() and ended.exception() is None and ended.result() is not None:
+                recorder.put(ended.result())
         finished.clear()
         try:
             await recorder.finish()  # every episode that finished is written, also when another failed or the run was stopped

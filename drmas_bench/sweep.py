@@ -43,10 +43,10 @@ from drmas_bench.api import evaluate
 from drmas_bench.engines import DEFAULT_ENGINE, traits
 from drmas_bench.files import atomic_write, fingerprint
 from drmas_bench.models import resolve_model
-from drmas_bench.plan import _load_prices, check_team_models, plan, resolve, resolve_local_models, validate_config
-from drmas_bench.pricing import load_prices
+from drmas_bench.plan import check_team_models, plan, resolve, resolve_local_models, validate_config
+from drmas_bench.pricing import load_prices, team_prices
 from drmas_bench.report.compare import compare_runs
-from drmas_bench.report.cost import alone_latency, pareto_front, plot_pareto, turn_cost
+from drmas_bench.report.cost import alone_latency, pareto_front, plot_pareto, run_turn_cost
 from drmas_bench.report.markdown import sweep_markdown
 from drmas_bench.report.runs import load_run
 from drmas_bench.store import read_samples, sample_key, select_records, selection_of
@@ -284,7 +284,7 @@ def assignment_figures(run: Any, prices: Any = None) -> dict[str, Any]:
             else:
                 tokens_known = False
             if prices is not None:
-                cost = turn_cost(run, t, prices, as_alone=True)
+                cost = run_turn_cost(run, t, prices, as_alone=True)
                 usd = None if cost is None or usd is None else usd + cost
                 paid = None if cost is None or paid is None else paid + (0.0 if hit else cost)
         latencies.append(lat)
@@ -425,7 +425,7 @@ def check_assignment(cfg: Any) -> None:
     team = resolve(cfg).team
     check_team_models(team, resolve_local_models(team, on_nodes=cfg.pool == "ray"))
     if cfg.prices:
-        _load_prices(cfg.prices, team)
+        team_prices(cfg.prices, team)
 
 
 def check_models(d: Design, engine: str | None) -> None:
@@ -455,15 +455,15 @@ def run_sweep(base: Any, d: Design, out: str | Path, *, n_boot: int = 2000, boot
     rows, runs, ran, skipped = [], [], 0, 0
     doc: dict[str, Any] = {}
     cfgs = [assignment_config(base, asg, out / "runs" / name) for asg, name in zip(d.assignments, names)]
-    # every assignment checked before the first one runs: the first in full (data, retriever, ...),
-    # the others in what differs between assignments (their team, its models and prices)
-    suite = plan(cfgs[0]).suite
+    # every assignment checked before the first one runs: the first planned in full (data, team,
+    # prompts: plan() opens nothing), the others in what differs between them (team, models, prices)
+    first = plan(cfgs[0])
     for cfg in cfgs[1:]:
         check_assignment(cfg)
     for i, (asg, cfg) in enumerate(zip(d.assignments, cfgs), 1):
         run_dir = Path(cfg.out)
-        # a run dir with a summary may be finished: planned (no engine loads) to check it is this configuration
-        if (run_dir / "summary.json").is_file() and finished(plan(cfg)):
+        # a run dir with a summary may be finished: its plan (pure) says whether it is this configuration
+        if (run_dir / "summary.json").is_file() and finished(first if i == 1 else plan(cfg)):
             skipped += 1
             logger.info(f"[sweep] {i}/{len(names)} {label(asg)}: finished earlier, kept ({run_dir})")
         else:
@@ -473,7 +473,7 @@ def run_sweep(base: Any, d: Design, out: str | Path, *, n_boot: int = 2000, boot
         run = load_run(run_dir)
         rows.append({"assignment": dict(asg), "run": str(run_dir), **assignment_figures(run, prices)})
         runs.append(run)
-        doc = sweep_document(d, rows, runs, suite=suite, prices=base.prices, cache=cache, n_boot=n_boot,
+        doc = sweep_document(d, rows, runs, suite=first.suite, prices=base.prices, cache=cache, n_boot=n_boot,
                              seed=boot_seed, extra={"seed": base.seed, "n": base.n, "limit": base.limit,
                                                     "wall_s": round(time.monotonic() - t0, 2),
                                                     "assignments_run": ran, "assignments_kept": skipped})

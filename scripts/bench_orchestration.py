@@ -25,7 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def run(model: str, n_episodes: int, concurrent: bool, max_new_tokens: int, workflow: str = "toy") -> dict:
     from drmas_bench.agents.team import build_team
     from drmas_bench.engines import make_engine
-    from drmas_bench.runner import TeamRuntime, run_episodes
+    from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
     from drmas_bench.tasks.toy import make_toy_tasks
     from drmas_bench.types import Sampling
     from drmas_bench.workflows import get_workflow
@@ -49,8 +49,8 @@ def run(model: str, n_episodes: int, concurrent: bool, max_new_tokens: int, work
         engine.batcher.run_batch = timed
         runtime = TeamRuntime(team, {"shared": engine}, Sampling(max_new_tokens=max_new_tokens))
         t0 = time.perf_counter()
-        stats = await run_episodes(tasks, 1, runtime, wf, None, seed=0, concurrency=n_episodes if concurrent else 1,
-                                   progress=False)
+        stats = await run_episodes(tasks, 1, EpisodeRun(runtime, wf, seed=0, progress=False,
+                                                         concurrency=n_episodes if concurrent else 1))
         wall = time.perf_counter() - t0
         batches = engine.stats.batches
         await engine.close()

@@ -334,7 +334,6 @@ def test_the_cache_is_not_part_of_the_run_identity(tmp_path):
     base = EvalConfig(model="tiny-random", suite="toy", n=2, limit=2, max_new_tokens=12, progress=False)
     p1, p2 = plan(base), plan(replace(base, cache=str(tmp_path / "c")))
     assert p1.out == p2.out and p1.config_doc["identity"] == p2.config_doc["identity"]
-    p2.cache.close()
     # an uncached run resumed with the cache on (and grown): accepted, the kept samples stay
     _eval(tmp_path, "run", n=2, limit=2)
     resumed = _eval(tmp_path, "run", n=3, limit=2, cache=str(tmp_path / "c"))
@@ -350,11 +349,10 @@ def test_team_file_cache_key_and_the_refusals(tmp_path):
     (tmp_path / "team.yaml").write_text(yaml.safe_dump(team))
     cfg = EvalConfig(team=str(tmp_path / "team.yaml"), suite="toy", n=1, limit=1, progress=False)
     p = plan(cfg)
-    assert Path(p.cache_dir) == tmp_path / "calls" and (tmp_path / "calls" / DB_NAME).is_file()  # relative to the file
-    p.cache.close()
+    assert Path(p.call_cache_dir) == tmp_path / "calls"  # relative to the file
+    assert not (tmp_path / "calls").exists()  # a plan opens nothing: the run opens (and makes) the cache
     p = plan(replace(cfg, cache=str(tmp_path / "flag")))  # the flag wins
-    assert Path(p.cache_dir) == tmp_path / "flag"
-    p.cache.close()
+    assert Path(p.call_cache_dir) == tmp_path / "flag"
     ckpt = tmp_path / "ckpt"  # a team.yaml inside a model folder is data: it may not choose where we write
     ckpt.mkdir()
     (ckpt / "team.yaml").write_text(yaml.safe_dump(team))

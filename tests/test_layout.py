@@ -246,7 +246,7 @@ def test_markdown_is_written_only_in_report():
 
 def test_a_plan_is_built_from_small_frozen_typed_parts():
     """`plan.Plan` holds frozen parts (Resolved, Inputs, RunRecord, Prompts, Costs), each field typed
-    by what it holds; the one ``Any`` is the retriever (an in-process index or an HTTP client)."""
+    by what it holds (nothing open: the retriever and the call cache are named, ``api.run`` opens them)."""
     import dataclasses
 
     from drmas_bench import plan
@@ -258,7 +258,7 @@ def test_a_plan_is_built_from_small_frozen_typed_parts():
     for part in parts:
         assert part.__dataclass_params__.frozen, part.__name__
         untyped += [f"{part.__name__}.{f.name}" for f in dataclasses.fields(part) if f.type in ("Any", "list", "dict")]
-    assert untyped == ["Inputs.retriever"]
+    assert untyped == []
 
 
 def test_each_module_logs_under_its_own_name():
@@ -466,10 +466,10 @@ DEFER_PROJECT_MODULES = {
 DEFERRED_PROJECT_IMPORTS = {
     ("drmas_bench.models.registry", "drmas_bench.checkpoints"):
         "checkpoints imports models.adapter_names, which runs the models package's __init__ (a circle at import)",
-    # the CLI imports limits at its top (LimitReached, the exit code); records and metrics load the
-    # workflows, tasks and models registries, which `drmas-bench --help` does not need
+    # the CLI imports limits at its top (LimitReached, the exit code); records and pricing load numpy,
+    # pydantic and the schemas, which `drmas-bench --help` does not need
     ("drmas_bench.limits", "drmas_bench.records"): "keeps the CLI's import light",
-    ("drmas_bench.limits", "drmas_bench.metrics"): "keeps the CLI's import light",
+    ("drmas_bench.limits", "drmas_bench.pricing"): "keeps the CLI's import light",
 }
 
 # all of the project that `import drmas_bench.cli` (every `drmas-bench` command, --help included)

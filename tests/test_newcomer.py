@@ -81,15 +81,15 @@ class SlowEngine:
 def test_progress_moves_before_any_episode_finishes(capsys):
     import drmas_bench.workflows.toy  # noqa: F401 - registers "toy"
     from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
-    from drmas_bench.runner import TeamRuntime, run_episodes
+    from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
     from drmas_bench.types import Sampling
     from drmas_bench.workflows.base import get_workflow
 
     team = TeamSpec("toy", {"solver": "wg", "checker": "wg"}, {"wg": WorkerGroupSpec("wg", "fake")})
     tasks = [Task("t1", "toy", "What is 1 + 1?", ["2"])]
     got: list = []
-    stats = asyncio.run(run_episodes(tasks, 2, TeamRuntime(team, {"wg": SlowEngine()}, Sampling()), get_workflow("toy"),
-                                     None, progress=True, on_finished=got.extend))
+    stats = asyncio.run(run_episodes(tasks, 2, EpisodeRun(TeamRuntime(team, {"wg": SlowEngine()}, Sampling()),
+                                                          get_workflow("toy"), progress=True, on_finished=got.extend)))
     assert stats.episodes == 2 and all(t.correct for t in got)
     frames = capsys.readouterr().err.split("\r")
     # both episodes run in lockstep and finish together; the calls already show while none has

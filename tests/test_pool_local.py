@@ -75,7 +75,7 @@ def test_budget_one_equals_unlimited_tiny():
 def test_runner_through_pool_views_matches_plain_engines():
     from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
     from drmas_bench.engines import make_engine
-    from drmas_bench.runner import TeamRuntime, run_episodes
+    from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
     from drmas_bench.tasks.toy import make_toy_tasks
     from drmas_bench.workflows.base import get_workflow
 
@@ -93,14 +93,14 @@ def test_runner_through_pool_views_matches_plain_engines():
         async with LocalPool(specs_from_team(team), budget_models=1) as pool:
             runtime = TeamRuntime(team, pool.views(), sampling)
             got: list = []
-            await run_episodes(tasks, 2, runtime, wf, None, seed=3, progress=False, on_finished=got.extend)
+            await run_episodes(tasks, 2, EpisodeRun(runtime, wf, seed=3, progress=False, on_finished=got.extend))
             return got, pool.stats()
 
     async def plain():
         engines = {w: make_engine("hf", "tiny-random", device="cpu") for w in team.worker_groups}
         got: list = []
-        await run_episodes(tasks, 2, TeamRuntime(team, engines, sampling), wf, None, seed=3, progress=False,
-                           on_finished=got.extend)
+        await run_episodes(tasks, 2, EpisodeRun(TeamRuntime(team, engines, sampling), wf, seed=3, progress=False,
+                                                on_finished=got.extend))
         for e in engines.values():
             await e.close()
         return got

@@ -485,8 +485,8 @@ def test_stop_while_a_batch_is_graded_keeps_that_batch(tmp_path, monkeypatch):
 
     async def stop_mid_grading():
         rt = runner.TeamRuntime(team, {"g": Quick()}, Sampling())
-        task = asyncio.create_task(runner.run_episodes(make_toy_tasks(40), 4, rt, wf, store, flush_every=4,
-                                                       concurrency=2, progress=False))
+        task = asyncio.create_task(runner.run_episodes(make_toy_tasks(40), 4, runner.EpisodeRun(
+            rt, wf, store, flush_every=4, concurrency=2, progress=False)))
         while not grading.is_set():
             await asyncio.sleep(0.005)
         task.cancel()

@@ -53,7 +53,7 @@ from typing import Any
 import torch
 
 from drmas_bench.files import inside
-from drmas_bench.runner import TeamRuntime, run_episodes
+from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
 from drmas_bench.store import RunLock, make_run_dir, write_error_log
 from drmas_bench.types import Task, Trajectory, UserError
 from drmas_bench.workflows.base import WORKFLOWS, WorkflowSpec, check_workflow_options, derive_seed, get_workflow
@@ -326,10 +326,10 @@ async def rollout(batch: list[Task], cfg: TrainConfig, runtime: TeamRuntime, wf:
     """n graded episodes per prompt, in (prompt, sample) order, with token ids and log-probs; every
     call's sampling seed is ``sample_seed(cfg.seed, step, prompt, sample, agent, turn)``."""
     got: list[Trajectory] = []
-    await run_episodes(batch, cfg.rollout.n, runtime, wf, None, seed=cfg.seed, step=step, retriever=retriever,
-                       workflow_options=cfg.workflow_options, concurrency=cfg.rollout.concurrency,
-                       flush_every=len(batch) * cfg.rollout.n, progress=False, want_logprobs=True,
-                       on_finished=got.extend)
+    await run_episodes(batch, cfg.rollout.n, EpisodeRun(
+        runtime, wf, seed=cfg.seed, step=step, retriever=retriever, workflow_options=dict(cfg.workflow_options),
+        concurrency=cfg.rollout.concurrency, flush_every=len(batch) * cfg.rollout.n, progress=False,
+        want_logprobs=True, on_finished=got.extend))
     pos = {t.id: i for i, t in enumerate(batch)}
     got.sort(key=lambda t: (pos[t.task.id], t.sample_idx))
     return got

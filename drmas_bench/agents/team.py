@@ -344,16 +344,19 @@ def _wg_name(model: str) -> str:
 def build_team(workflow: str, agents: tuple[str, ...], *, model: str | None = None, team_file: str | None = None,
                model_for: list[str] | None = None, engine: str = "hf", base_url: str | None = None,
                engine_options: dict[str, Any] | None = None, trust_remote_code: bool = False,
-               explicit: Explicit | None = None) -> TeamSpec:
+               explicit: Explicit | None = None, team_doc: Any = None) -> TeamSpec:
     """Resolve the CLI's team flags into a TeamSpec (see the module docstring), built once: the
     team file or shorthand flags first, then the user's ``explicit`` values over them
     (:mod:`drmas_bench.agents.explicit`); engine options are checked against each engine's options
     before anything loads, and nothing edits the returned team afterwards.
 
     ``trust_remote_code``: the user's ``--trust-remote-code``: set on every hf/sglang group, and
-    allowed in a ``team.yaml`` found inside ``model`` (which is otherwise untrusted data)."""
+    allowed in a ``team.yaml`` found inside ``model`` (which is otherwise untrusted data).
+    ``team_doc``: the team file's content when the caller has read it already (``plan.resolve``
+    reads it once, for its ``workflow:``); None: read here."""
     team = _build_team(workflow, agents, model=model, team_file=team_file, model_for=model_for, engine=engine,
-                       base_url=base_url, engine_options=engine_options or {}, trust_remote_code=trust_remote_code)
+                       base_url=base_url, engine_options=engine_options or {}, trust_remote_code=trust_remote_code,
+                       team_doc=team_doc)
     if trust_remote_code:
         for g in team.worker_groups.values():
             if not traits(g.engine).remote:  # a model loaded here: its folder's code may run
@@ -368,10 +371,11 @@ def build_team(workflow: str, agents: tuple[str, ...], *, model: str | None = No
 
 def _build_team(workflow: str, agents: tuple[str, ...], *, model: str | None, team_file: str | None,
                 model_for: list[str] | None, engine: str, base_url: str | None, engine_options: dict[str, Any],
-                trust_remote_code: bool) -> TeamSpec:
+                trust_remote_code: bool, team_doc: Any = None) -> TeamSpec:
     if not team_file and model and Path(model, "team.yaml").is_file():
         p = Path(model, "team.yaml")  # a trained team's checkpoint folder: its team.yaml is data
-        team = team_from_dict(read_yaml(p, "team file"), agents, workflow, where=str(p), base_dir=p.parent,
+        doc = team_doc if team_doc is not None else read_yaml(p, "team file")
+        team = team_from_dict(doc, agents, workflow, where=str(p), base_dir=p.parent,
                              inside=True)
         check_untrusted(team, str(p), trust_remote_code=trust_remote_code)
         if base_url:  # the user's own --base-url serves the checkpoint's openai groups
@@ -381,7 +385,8 @@ def _build_team(workflow: str, agents: tuple[str, ...], *, model: str | None, te
         return team
     if team_file:
         p = Path(team_file)
-        return team_from_dict(read_yaml(p, "team file"), agents, workflow, where=str(p), base_dir=p.parent)
+        doc = team_doc if team_doc is not None else read_yaml(p, "team file")
+        return team_from_dict(doc, agents, workflow, where=str(p), base_dir=p.parent)
     per_agent: dict[str, str] = {}
     for item in model_for or []:
         if "=" not in item:

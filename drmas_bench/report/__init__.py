@@ -35,8 +35,8 @@ from drmas_bench.report.cost import (
     cost_study,
     pareto_front,
     plot_pareto,
+    run_turn_cost,
     team_cost,
-    turn_cost,
 )
 from drmas_bench.report.leaderboard import (
     PAPER_FILE,
@@ -76,6 +76,6 @@ __all__ = [
     "cost_markdown", "cost_notes", "cost_study", "data_file_name", "enumerate_assignments", "expand_run_dirs",
     "format_summary_markdown", "leaderboard_markdown", "load_paper", "long_csv_path", "load_run", "load_runs", "paper_rows",
     "pareto_front", "parse_metrics", "per_question_values", "plot_pareto", "questions", "read_samples", "run_row",
-    "sign_test_p", "suite_csv_paths", "table_markdown", "tables_csv", "tables_long_csv", "team_cost", "turn_cost",
+    "sign_test_p", "suite_csv_paths", "table_markdown", "tables_csv", "tables_long_csv", "team_cost", "run_turn_cost",
     "validate_paper", "workflow_for_agents", "write_assignment_teams",
 ]

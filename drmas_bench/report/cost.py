@@ -1,5 +1,5 @@
 """Cost studies (`cost_study`): accuracy, latency, tokens and dollars per team, recomputed from each
-turn's recorded tokens with a price sheet (`metrics.turn_cost`) and the turn's worker-group model;
+turn's recorded tokens with a price sheet (`pricing.turn_cost`) and the turn's worker-group model;
 per-agent breakdowns that add up exactly (dollars are summed as exact fractions of the per-call
 floats); the CSV (`cost_csv`) and a Pareto plot (`plot_pareto`). Markdown: `report.markdown`.
 Team files for "which agent gets the big model?" are written by `drmas_bench.agents.assign`.
@@ -17,8 +17,8 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from drmas_bench import metrics
 from drmas_bench.metrics import avg_values, pass_values, questions
+from drmas_bench.pricing import call_cost
 from drmas_bench.records import CallView, TurnView
 from drmas_bench.report.runs import Run, differences
 from drmas_bench.types import UserError
@@ -83,14 +83,14 @@ class TeamCost:
         return float(a.usd * 1000 / self.trajectories) if a.known else None
 
 
-def turn_cost(run: Run, turn: Any, prices: Any, as_alone: bool = False) -> float | None:
-    """One call's dollars (`metrics.call_cost`) of a recorded turn (`records.TurnView` or a stored
+def run_turn_cost(run: Run, turn: Any, prices: Any, as_alone: bool = False) -> float | None:
+    """One call's dollars (`pricing.call_cost`) of a recorded turn (`records.TurnView` or a stored
     dict), priced as the run's worker group's model (`Run.price_key`); None when the call's usage is
     unknown. ``as_alone``: a call the call cache served costs what it cost when it was made
     (`alone_cost`), not the $0 this run paid."""
     t = TurnView.of(turn)
     key = run.price_key(t.wg or "")
-    return alone_cost(t, prices, key) if as_alone else metrics.call_cost(t.call, prices, key)
+    return alone_cost(t, prices, key) if as_alone else call_cost(t.call, prices, key)
 
 
 def cache_hit(turn: Any) -> bool:
@@ -112,7 +112,7 @@ def alone_cost(turn: Any, prices: Any, key: str) -> float | None:
     latency (what a GPU-hour price multiplies), whether or not the cache served it; None when its
     usage is unknown."""
     c: CallView = TurnView.of(turn).call
-    return metrics.call_cost(replace(c, cache_hit=False, latency_s=alone_latency(turn)), prices, key)
+    return call_cost(replace(c, cache_hit=False, latency_s=alone_latency(turn)), prices, key)
 
 
 def team_cost(run: Run, prices: Any, label: str | None = None, as_alone: bool = False) -> TeamCost:
@@ -133,7 +133,7 @@ def team_cost(run: Run, prices: Any, label: str | None = None, as_alone: bool = 
             if key not in ac.price_keys:
                 ac.price_keys.append(key)
             c = t.call
-            cost = turn_cost(run, t, prices, as_alone)
+            cost = run_turn_cost(run, t, prices, as_alone)
             latency = alone_latency(t) if as_alone else c.latency_s
             ac.calls += 1
             ac.latency_s += latency
