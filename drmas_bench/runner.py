@@ -32,7 +32,7 @@ from drmas_bench.workflows.base import Episode, WorkflowSpec
 # flush_every / flush_s wins); no new episode starts while MAX_UNWRITTEN finished ones wait for the disk
 MAX_FLUSH_EVERY = 64
 MAX_FLUSH_S = 1.0
-MAX_UNWRITTEN = 256
+MAX_UNWRITTEN = 64
 
 
 class TeamRuntime:

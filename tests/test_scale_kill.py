@@ -6,7 +6,9 @@ scripts/bench_scale.py (registered in the engine registry; the model's cost take
 over the mini corpus and grading are the whole load). The double appends a byte to a file per
 finished episode, a count the kill cannot take back; what is on disk is samples.jsonl's complete
 lines. SIGKILL: finished minus written is at most what the runner lets wait for the disk plus the
-episodes in flight (``runner.MAX_UNWRITTEN`` + concurrency) and in practice one batch.
+episodes in flight (``runner.MAX_UNWRITTEN`` + concurrency). The double counts an episode when its
+answerer replies, a moment before the runner sees it end, so a whole window finishing at once shows
+as up to `concurrency` finished and not yet handed to the recorder.
 """
 
 from __future__ import annotations
