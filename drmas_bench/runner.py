@@ -6,8 +6,9 @@ slots free (never the whole run up front), so memory does not grow with the run'
 trajectories go to a ``Recorder``, whose own threads grade them and append them in batches of
 `flush_every` (at most 64) or once the oldest has waited `flush_s` (at most 1 s), and then drop them;
 retrievals keep asyncio's default thread pool, so they never delay a write. A kill therefore loses at
-most the episodes in flight plus those in the recorder's two queues (fewer than ``MAX_UNWRITTEN``: no
-episode starts while that many wait), which a re-run recomputes identically (per-request seeds).
+most the episodes in flight plus those in the recorder's two queues (no episode starts while
+``MAX_UNWRITTEN`` finished ones wait, so at most ``MAX_UNWRITTEN`` + `concurrency` in all), which a
+re-run recomputes identically (per-request seeds).
 """
 
 from __future__ import annotations
