@@ -50,6 +50,8 @@ from typing import Any, Iterable
 
 import yaml
 
+from drmas_bench import compact
+from drmas_bench.compact import COMPACT
 from drmas_bench.files import atomic_write, fingerprint, inside
 from drmas_bench.log import write_traceback
 from drmas_bench.run_index import INDEX, SampleIndex
@@ -354,11 +356,13 @@ class RunDir:
         self.samples_path = self.path / SAMPLES
         cfg_path = self.path / CONFIG
         if fresh:
-            for name in (SAMPLES, INDEX, SUMMARY_KEY, "summary.json", "summary.md", CONFIG):
+            for name in (SAMPLES, INDEX, COMPACT, SUMMARY_KEY, "summary.json", "summary.md", CONFIG):
                 (self.path / name).unlink(missing_ok=True)
         self._repair_tail()
         self.index = SampleIndex(self.path, self.samples_path, self._indexed_line).load()
         self._appended = False
+        if compact.lines_in(self.path / COMPACT) != len(self.index):  # missing, older, or behind samples.jsonl
+            compact.rebuild(self.path / COMPACT, self._each_record())
         kept = len(self.index)
         old: dict[str, Any] | None = None
         if cfg_path.exists() and kept:  # without finished samples there is nothing to mix
@@ -387,6 +391,16 @@ class RunDir:
             for name in ("summary.json", "summary.md"):  # they describe the old selection; rewritten at the end
                 (self.path / name).unlink(missing_ok=True)
         atomic_write(cfg_path, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+
+    def _each_record(self) -> Iterable[dict[str, Any]]:
+        """samples.jsonl's records one at a time, in file order (its lines were checked by the index)."""
+        if not self.samples_path.is_file():
+            return
+        with open(self.samples_path, "rb") as f:
+            for raw in f:
+                rec = parse_sample_line(raw) if raw.endswith(b"\n") and raw.strip() else None
+                if rec is not None:
+                    yield rec
 
     def _indexed_line(self, raw: bytes, lineno: int) -> dict[str, Any] | None:
         """The index's reader of samples.jsonl lines: a record, or one UserError naming the repair."""
@@ -449,6 +463,14 @@ class RunDir:
         """The records this run reports (``select_records`` over its configuration)."""
         return select_records(self.records(), self.config)
 
+    def compact_selected(self) -> list[dict[str, Any]]:
+        """``selected`` in compact form (``drmas_bench.compact``: no prompts, no passages, search
+        evidence precomputed), read from RUN/records.compact.jsonl: what summaries read."""
+        path = self.path / COMPACT
+        if not path.exists():
+            return [compact.compact(r) for r in self.selected()]
+        return select_records(compact.read_compact(path, sample_key), self.config)
+
     def done_keys(self) -> set[tuple[str, str, int]]:
         """The (benchmark, task id, sample index) of every finished sample: from the index while
         nothing was appended since the run directory was opened (samples.jsonl is not read)."""
@@ -473,6 +495,7 @@ class RunDir:
             os.fsync(f.fileno())
             end = f.tell()
         self._appended = True
+        compact.append(self.path / COMPACT, recs)
         self.index.add(recs, lines, end)  # after the samples are safe: a kill in between re-indexes the tail
         return len(lines)
 

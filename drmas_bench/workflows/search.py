@@ -44,10 +44,13 @@ def evidence_at_answer(r: Any) -> tuple[bool | None, bool | None]:
     cover-EM), in the passages (`protocol.observation_passages`) the env showed before the answerer's last call (the observations of
     the steps before its step; step t = the t-th verifier turn), resp. in every observation of the
     episode. First None: the answerer never acted; both None: no env record (``extra["env"]``,
-    runs from before it)."""
+    runs from before it). A compact record (``drmas_bench.compact``) carries both, computed when stored."""
     rec = view(r)
     if rec.env_steps is None:
         return None, None
+    kept = (rec.raw.get("figures") or {}).get("evidence")  # computed when the record was stored (drmas_bench.compact)
+    if isinstance(kept, list) and len(kept) == 2:
+        return kept[0], kept[1]
     golds = list(rec.answers)
     obs = [P.observation_passages(str(s.get("observation") or "")) for s in rec.env_steps]
     step = answer_step = 0

@@ -1,0 +1,89 @@
+"""``RUN/records.compact.jsonl``: each sample as the summary reads it, without the text it never reads.
+
+A trajectory record is mostly prompt text (every call's chat messages) and, in a search run, the
+passages the env showed (each step's observation). The summary (``metrics.summarize``, the protocol
+and cache sections) reads neither: it reads outcomes, tokens, latencies, dollars, each response (the
+format rules, actions and verdicts) and, for search, one figure of the observations, whether a gold
+answer was among the passages (``workflows.search.evidence_at_answer``, the costly part of a summary).
+So the store appends, beside each samples.jsonl line, its compact form (``compact``): the same record
+with the messages and observations dropped and that figure computed once, now, under
+``"figures": {"evidence": [at answer, anywhere]}``, where ``evidence_at_answer`` reads it back.
+Summaries read this file (``read_compact``) and never parse the prompts.
+
+The file starts with a header line naming its format version; a file of another version, or one
+whose line count differs from the index's (a run killed between the appends, a repaired
+samples.jsonl), is rebuilt from samples.jsonl, one line at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from drmas_bench.workflows.search import evidence_at_answer
+
+COMPACT = "records.compact.jsonl"
+VERSION = 1
+HEADER = json.dumps({"compact_records": VERSION}) + "\n"
+
+
+def compact(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` (a samples.jsonl record) without its chat messages and env observations, with the
+    figures computed from them (see the module docstring)."""
+    out = dict(rec)
+    turns = []
+    for t in rec.get("turns") or ():
+        if isinstance(t, dict) and isinstance(t.get("request"), dict) and "messages" in t["request"]:
+            t = {**t, "request": {k: v for k, v in t["request"].items() if k != "messages"}}
+        turns.append(t)
+    out["turns"] = turns
+    extra = rec.get("extra")
+    env = extra.get("env") if isinstance(extra, dict) else None
+    if isinstance(extra, dict) and isinstance(env, dict) and isinstance(env.get("steps"), list):
+        out["figures"] = {"evidence": list(evidence_at_answer(rec))}
+        steps = [{k: v for k, v in s.items() if k != "observation"} if isinstance(s, dict) else s for s in env["steps"]]
+        out["extra"] = {**extra, "env": {**env, "steps": steps}}
+    return out
+
+
+def line(rec: dict[str, Any]) -> str:
+    return json.dumps(compact(rec), ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def lines_in(path: Path) -> int | None:
+    """Records in a compact file, None when it is missing or of another version."""
+    try:
+        with open(path, "rb") as f:
+            if f.readline().decode("utf-8", "replace") != HEADER:
+                return None
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except OSError:
+        return None
+
+
+def rebuild(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """Write the compact file of ``records`` (read one at a time) in place of ``path``."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(HEADER)
+        for rec in records:
+            f.write(line(rec))
+    tmp.replace(path)
+
+
+def append(path: Path, recs: list[dict[str, Any]]) -> None:
+    new = not path.exists()
+    with open(path, "a", encoding="utf-8") as f:
+        f.write((HEADER if new else "") + "".join(line(r) for r in recs))
+
+
+def read_compact(path: Path, key: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
+    """Every compact record, the last copy of a repeated ``key`` winning (as samples.jsonl's readers)."""
+    by_key: dict[Any, dict[str, Any]] = {}
+    with open(path, "rb") as f:
+        f.readline()
+        for raw in f:
+            rec = json.loads(raw)
+            by_key[key(rec)] = rec
+    return list(by_key.values())

@@ -1,0 +1,65 @@
+"""RUN/records.compact.jsonl (drmas_bench.compact): the summary of the compact records is the summary
+of the full ones, for the search, math and toy workflows; the copy follows samples.jsonl (appended
+with it, rebuilt when behind or of another version) and drops the prompts and passages."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import yaml
+
+from drmas_bench import compact, metrics
+from drmas_bench.store import RunDir, read_samples
+from drmas_bench.workflows.search import evidence_at_answer
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_view", ROOT / "scripts" / "bench_view.py")
+B = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(B)
+
+
+def test_search_and_math_summaries_of_compact_records_are_those_of_the_full_records(tmp_path):
+    for run, wf in ((B.scripted_search_run(tmp_path / "s", questions=24, n=2), "search_route"),
+                    (B.scripted_math_run(tmp_path / "m", questions=12), "math_refine")):
+        full = read_samples(run / "samples.jsonl")
+        small = [json.loads(compact.line(r)) for r in full]
+        assert metrics.summarize(small, workflow=wf) == metrics.summarize(full, workflow=wf)
+        assert sum(map(len, map(json.dumps, small))) < sum(map(len, map(json.dumps, full)))
+        assert not any("messages" in t["request"] for r in small for t in r["turns"])
+
+
+def test_precomputed_evidence_is_the_evidence_of_the_passages(tmp_path):
+    """The plain reading (the full record's observations) against the stored figure, on records
+    whose passages were shuffled between records at random."""
+    rng = random.Random(3)
+    full = read_samples(B.scripted_search_run(tmp_path / "s", questions=16, n=1) / "samples.jsonl")
+    obs = [s["observation"] for r in full for s in r["extra"]["env"]["steps"] if s.get("observation")]
+    for r in full:
+        for s in r["extra"]["env"]["steps"]:
+            if s.get("observation"):
+                s["observation"] = rng.choice(obs + ["<information>{\"result\": \"Doc 1: nothing here\\n\"}</information>"])
+        small = compact.compact(r)
+        assert "observation" not in json.dumps(small["extra"]["env"]["steps"])
+        assert evidence_at_answer(small) == evidence_at_answer(r)
+
+
+def test_the_copy_is_appended_with_the_samples_and_rebuilt_when_behind(tmp_path):
+    run = B.scripted_search_run(tmp_path / "s", questions=8, n=1)  # samples.jsonl written without a store
+    lines = (run / "samples.jsonl").read_text().splitlines()
+    (run / "samples.jsonl").write_text("\n".join(lines[:5]) + "\n")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    store = RunDir(run, config)
+    assert compact.lines_in(run / compact.COMPACT) == 5  # built on open
+    from drmas_bench.types import Trajectory
+
+    store.append([Trajectory.from_dict(json.loads(x)) for x in lines[5:]])
+    assert compact.lines_in(run / compact.COMPACT) == 8
+    assert [r["task"]["id"] for r in store.compact_selected()] == [json.loads(x)["task"]["id"] for x in lines]
+    store.close()
+    with open(run / "samples.jsonl", "a") as f:  # a run killed between the two appends
+        f.write(lines[0] + "\n")
+    RunDir(run, config).close()
+    assert compact.lines_in(run / compact.COMPACT) == 9
