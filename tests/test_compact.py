@@ -63,3 +63,23 @@ def test_the_copy_is_appended_with_the_samples_and_rebuilt_when_behind(tmp_path)
         f.write(lines[0] + "\n")
     RunDir(run, config).close()
     assert compact.lines_in(run / compact.COMPACT) == 9
+
+
+def test_the_leaderboard_of_compact_records_is_that_of_the_full_records(tmp_path):
+    from drmas_bench import report
+    from drmas_bench.report.runs import load_run
+
+    run = B.scripted_search_run(tmp_path / "s", questions=24, n=2)
+    RunDir(run, yaml.safe_load((run / "config.yaml").read_text())).close()  # writes the index and the compact copy
+
+    def board(compact_ok: bool) -> str:
+        r = load_run(run, compact=compact_ok)
+        tables = report.build_leaderboard([r], report.parse_metrics("avg@n,pass@n"), ci=True, paper=None, n_boot=200, seed=0)
+        return report.leaderboard_markdown(tables, ci=True)
+
+    small = load_run(run, compact=True)
+    assert all("messages" not in t["request"] for rec in small.records for t in rec["turns"])
+    assert board(True) == board(False)
+    with open(run / "samples.jsonl", "a") as f:  # samples.jsonl ahead of the copy: the full records are read
+        f.write((run / "samples.jsonl").read_text().splitlines()[0] + "\n")
+    assert any("messages" in t["request"] for rec in load_run(run, compact=True).records for t in rec["turns"])
