@@ -31,6 +31,7 @@ import gzip
 import json
 import logging
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -287,8 +288,6 @@ def write_view(paths: Sequence[str | Path], out: str | Path | None = None) -> Pa
     """Write the page of one or two run directories; returns its path (default RUN/view.html). A page
     of more than ``PACK_ROWS`` trajectories keeps its turns in ``<page name>_files/`` beside it
     (written first, then the page; an older folder of that name is replaced)."""
-    import shutil
-
     runs = [load_run(p) for p in paths]
     logger.info(f"[view] {' + '.join(f'{len(r.records)} trajectories of {r.path}' for r in runs)}: building the page")
     target = Path(out) if out else runs[0].path / "view.html"
