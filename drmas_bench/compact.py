@@ -4,10 +4,11 @@ A trajectory record is mostly prompt text (every call's chat messages) and, in a
 passages the env showed (each step's observation). The summary (``metrics.summarize``, the protocol
 and cache sections) reads neither: it reads outcomes, tokens, latencies, dollars, each response (the
 format rules, actions and verdicts) and, for search, one figure of the observations, whether a gold
-answer was among the passages (``workflows.search.evidence_at_answer``, the costly part of a summary).
+answer was among the passages (the search suite's ``evidence_at_answer``, the costly part of a summary).
 So the store appends, beside each samples.jsonl line, its compact form (``compact``): the same record
-with the messages and observations dropped and that figure computed once, now, under
-``"figures": {"evidence": [at answer, anywhere]}``, where ``evidence_at_answer`` reads it back.
+with the messages and observations dropped and the figures its workflow computes from them
+(``WorkflowSpec.record_figures``; search: ``{"evidence": [at answer, anywhere]}``) computed once, now,
+under ``"figures"``, where the workflow's effects read them back.
 Summaries read this file (``read_compact``) and never parse the prompts.
 
 The file starts with a header line naming its format version; a file of another version, or one
@@ -21,17 +22,21 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from drmas_bench.workflows.search import evidence_at_answer
+from drmas_bench.workflows.base import find_workflow
 
 COMPACT = "records.compact.jsonl"
 VERSION = 1
 HEADER = json.dumps({"compact_records": VERSION}) + "\n"
 
 
-def compact(rec: dict[str, Any]) -> dict[str, Any]:
+def compact(rec: dict[str, Any], workflow: str | None = None) -> dict[str, Any]:
     """``rec`` (a samples.jsonl record) without its chat messages and env observations, with the
-    figures computed from them (see the module docstring)."""
+    figures its workflow computes from them (``WorkflowSpec.record_figures``; ``workflow``: its name,
+    else the record's run stamp's) under ``"figures"`` (see the module docstring)."""
     out = dict(rec)
+    spec = find_workflow(workflow or (rec.get("run") or {}).get("workflow"))
+    if spec is not None and spec.record_figures is not None:
+        out["figures"] = spec.record_figures(rec)
     turns = []
     for t in rec.get("turns") or ():
         if isinstance(t, dict) and isinstance(t.get("request"), dict) and "messages" in t["request"]:
@@ -41,14 +46,13 @@ def compact(rec: dict[str, Any]) -> dict[str, Any]:
     extra = rec.get("extra")
     env = extra.get("env") if isinstance(extra, dict) else None
     if isinstance(extra, dict) and isinstance(env, dict) and isinstance(env.get("steps"), list):
-        out["figures"] = {"evidence": list(evidence_at_answer(rec))}
         steps = [{k: v for k, v in s.items() if k != "observation"} if isinstance(s, dict) else s for s in env["steps"]]
         out["extra"] = {**extra, "env": {**env, "steps": steps}}
     return out
 
 
-def line(rec: dict[str, Any]) -> str:
-    return json.dumps(compact(rec), ensure_ascii=False, separators=(",", ":")) + "\n"
+def line(rec: dict[str, Any], workflow: str | None = None) -> str:
+    return json.dumps(compact(rec, workflow), ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def lines_in(path: Path) -> int | None:
@@ -62,20 +66,20 @@ def lines_in(path: Path) -> int | None:
         return None
 
 
-def rebuild(path: Path, records: Iterable[dict[str, Any]]) -> None:
+def rebuild(path: Path, records: Iterable[dict[str, Any]], workflow: str | None = None) -> None:
     """Write the compact file of ``records`` (read one at a time) in place of ``path``."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(HEADER)
         for rec in records:
-            f.write(line(rec))
+            f.write(line(rec, workflow))
     tmp.replace(path)
 
 
-def append(path: Path, recs: list[dict[str, Any]]) -> None:
+def append(path: Path, recs: list[dict[str, Any]], workflow: str | None = None) -> None:
     new = not path.exists()
     with open(path, "a", encoding="utf-8") as f:
-        f.write((HEADER if new else "") + "".join(line(r) for r in recs))
+        f.write((HEADER if new else "") + "".join(line(r, workflow) for r in recs))
 
 
 def read_compact(path: Path, key: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:

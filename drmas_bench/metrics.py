@@ -45,11 +45,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-import drmas_bench.workflows.protocol as P
 from drmas_bench.pricing import PriceSheet, turn_cost
 from drmas_bench.records import USAGE_SOURCES, RecordView, TurnView, view, views
-from drmas_bench.workflows.base import WORKFLOWS, rule_reasons
-from drmas_bench.workflows.episodes import ACTION_KINDS, ACTORS, action_kind, episode_compliance
+from drmas_bench.workflows import find_workflow, registered_workflows
+from drmas_bench.workflows.rules import FormatRule, Rule, as_rule, episode_figures, ordered_reasons
 
 MICRO = "all (micro)"
 MACRO = "mean of benchmarks (macro)"
@@ -465,32 +464,16 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
 
 # ------------------------------------------------------------------------------ protocol compliance
 
-# every reason a response can fail its rule, in the order tables show them
-REASONS = ("missing_verify_tag", "missing_action_tag", "think_count", "think_order", "missing_boxed",
-           "unbalanced_boxed", "missing_answer_tag", "missing_verdict_tag", "cjk")
-
-
-def _workflows() -> dict[str, Any]:
-    # the registry, imported when first asked (importing the package registers the built-ins)
-
-    return WORKFLOWS
-
-
-def role_rules(workflow: str | None) -> dict[str, Any]:
+def role_rules(workflow: str | None) -> dict[str, FormatRule]:
     """{agent: format rule} that workflow ``workflow`` declares (`WorkflowSpec.rules`); {} for an
     unknown or unnamed workflow."""
-    spec = _workflows().get(workflow or "")
+    spec = find_workflow(workflow)
     return dict(spec.rules) if spec is not None else {}
-
-
-def rule_name(rule: Any) -> str | None:
-    """How a format rule is shown: its name, or a rule function's own name."""
-    return rule if rule is None or isinstance(rule, str) else getattr(rule, "__name__", repr(rule))
 
 
 def workflow_effects(workflow: str | None) -> tuple[str, Any] | None:
     """(key, fn) of the effects block that workflow ``workflow`` declares, None when it has none."""
-    spec = _workflows().get(workflow or "")
+    spec = find_workflow(workflow)
     if spec is None or spec.effects is None:
         return None
     return spec.effects
@@ -498,20 +481,20 @@ def workflow_effects(workflow: str | None) -> tuple[str, Any] | None:
 
 def infer_workflow(records: Iterable[Any]) -> str | None:
     """The workflow that wrote `records`, from the agents its turns name (samples record no
-    workflow): the first registered workflow whose agents include every agent named; None when no
+    workflow): the first workflow, by name, whose agents include every agent named; None when no
     turn names an agent or no workflow has them all."""
     agents = {t.agent for r in map(view, records) for t in r.turns}
     if not agents:
         return None
-    return next((name for name, spec in _workflows().items() if agents <= set(spec.agents)), None)
+    workflows = registered_workflows()
+    return next((name for name in sorted(workflows) if agents <= set(workflows[name].agents)), None)
 
 
-def invalid_reasons(rule: Any, text: str) -> list[str]:
-    """Every reason `text` fails format rule `rule` (empty: it passes): the rule's own function
-    (`workflows.base.rule_reasons`: a workflow's rule function, or a registered rule name such as a
-    protocol role, `protocol.reasons`), the one the workflow's recorded validity comes from."""
+def invalid_reasons(rule: Rule, text: str) -> list[str]:
+    """Every reason `text` fails format rule `rule` (a `FormatRule` or a registered rule's name;
+    empty: it passes): the rule's own ``reasons``, the one the workflow's recorded validity comes from."""
 
-    return rule_reasons(rule, text)
+    return list(as_rule(rule).reasons(text))
 
 
 def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str, Any]:
@@ -519,28 +502,21 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
 
     workflow: the workflow that wrote the records (None: `infer_workflow`). Per agent (``agents``):
 
-    - rule (the workflow's `WorkflowSpec.rules`); calls; valid = turns recorded valid (``Turn.valid``, what the run
-      applied); valid_rate = valid / calls;
+    - rule (the name of the workflow's `WorkflowSpec.rules` entry); calls; valid = turns recorded
+      valid (``Turn.valid``, what the run applied); valid_rate = valid / calls;
     - invalid_reasons {reason: turns}: `invalid_reasons` of each response under the agent's rule,
       every failing reason counted (a turn can have several; recomputed from the text with the
-      current rules, so an old run is read with today's); valid_by_rules = turns with no reason,
-      valid_by_rules_rate = that / calls (differs from valid_rate only for records written under
-      other rules, or by hand; None for an agent without a rule);
+      current rules, so an old run is read with today's), in the rule's order; valid_by_rules =
+      turns with no reason, valid_by_rules_rate = that / calls (differs from valid_rate only for
+      records written under other rules, or by hand; None for an agent without a rule);
     - length_cut = turns whose generation stopped at max_new_tokens (``finish == "length"``);
       empty_responses = turns whose text is blank;
-    - agents whose rule is a search action (searcher / answerer): actions {search, answer, empty} = `action_kind` of each
-      response (how the env reads it as an action); answer_tag_rate = answer / calls;
-    - verifiers: verdicts {verdict: turns} (`protocol.search_verdict`, `protocol.math_verdict`).
+    - the figures the agent's rule reads off its replies (``FormatRule.agent_figures``; e.g. the
+      search actors' actions and answer_tag_rate, the verifiers' verdicts).
 
-    Per episode (``episodes``: means over the E trajectories):
-
-    - search_route, from the env's record of each step (``extra["env"]``; old records: the turns):
-      steps_per_episode; searches_per_episode (steps with a query); empty_steps_per_episode (steps
-      not done with neither a query nor an answer; the last step, done, is never one); answer_tag_rate =
-      share of episodes that ended on a tagged answer (``final_answer`` recorded); no_answer_rate =
-      1 - that; searches_distribution {k: episodes with k searches};
-    - math_refine: rounds_per_episode = solver turns; approve_rate = approving verifier turns /
-      verifier turns.
+    Per episode (``episodes``): the number of episodes and the figures the workflow's rules declare
+    (``FormatRule.episode_figures``; e.g. search_route's steps and searches per episode, math_refine's
+    rounds and approvals).
 
     Turns without a text (hand-made or old records) count as blank responses."""
 
@@ -548,47 +524,33 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
     wf = workflow or infer_workflow(recs)
     rules = role_rules(wf)
     acc: dict[str, dict[str, Any]] = {}
-
-    def slot(name: str) -> dict[str, Any]:
-        return acc.setdefault(name, {"calls": 0, "valid": 0, "by_rules": 0, "reasons": Counter(), "length_cut": 0,
-                                     "empty_responses": 0, "actions": Counter(), "verdicts": Counter()})
-
     for r in recs:
         for t in r.turns:
-            name = t.agent
-            a, text = slot(name), t.text
+            a = acc.setdefault(t.agent, {"calls": 0, "valid": 0, "by_rules": 0, "reasons": Counter(),
+                                         "length_cut": 0, "empty_responses": 0, "texts": []})
             a["calls"] += 1
             a["valid"] += t.valid
             a["length_cut"] += t.call.finish == "length"
-            a["empty_responses"] += not text.strip()
-            if name in rules:
-                why = invalid_reasons(rules[name], text)
+            a["empty_responses"] += not t.text.strip()
+            a["texts"].append(t.text)
+            if t.agent in rules:
+                why = invalid_reasons(rules[t.agent], t.text)
                 a["reasons"].update(why)
                 a["by_rules"] += not why
-            if rules.get(name) in ACTORS:
-                a["actions"][action_kind(name, text)] += 1
-            if rules.get(name) == "search_verifier":
-                a["verdicts"][P.search_verdict(text)] += 1
-            elif rules.get(name) == "math_verifier":
-                a["verdicts"][P.math_verdict(text)] += 1
     agents: dict[str, dict[str, Any]] = {}
     for name, a in sorted(acc.items()):
-        out: dict[str, Any] = {
-            "rule": rule_name(rules.get(name)), "calls": a["calls"], "valid": a["valid"],
+        rule = rules.get(name)
+        agents[name] = {
+            "rule": rule.name if rule is not None else None, "calls": a["calls"], "valid": a["valid"],
             "valid_rate": a["valid"] / a["calls"] if a["calls"] else None,
-            "invalid_reasons": {k: a["reasons"][k] for k in (*REASONS, *sorted(set(a["reasons"]) - set(REASONS)))
-                                if a["reasons"][k]},
-            "valid_by_rules": a["by_rules"] if name in rules else None,
-            "valid_by_rules_rate": a["by_rules"] / a["calls"] if name in rules and a["calls"] else None,
+            "invalid_reasons": ordered_reasons(rule, a["reasons"]) if rule is not None else {},
+            "valid_by_rules": a["by_rules"] if rule is not None else None,
+            "valid_by_rules_rate": a["by_rules"] / a["calls"] if rule is not None and a["calls"] else None,
             "length_cut": a["length_cut"], "empty_responses": a["empty_responses"],
+            **(rule.agent_figures(a["texts"]) if rule is not None and rule.agent_figures is not None else {}),
         }
-        if rules.get(name) in ACTORS:
-            out["actions"] = {k: a["actions"][k] for k in ACTION_KINDS}
-            out["answer_tag_rate"] = a["actions"]["answer"] / a["calls"] if a["calls"] else None
-        if a["verdicts"]:
-            out["verdicts"] = dict(sorted(a["verdicts"].items()))
-        agents[name] = out
-    return {"workflow": wf, "agents": agents, "episodes": episode_compliance(recs, rules)}
+    return {"workflow": wf, "agents": agents,
+            "episodes": {"episodes": len(recs), **episode_figures(rules, recs)}}
 
 
 # ------------------------------------------------------------------------------ per-agent effects

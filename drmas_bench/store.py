@@ -380,7 +380,7 @@ class RunDir:
         self.index = SampleIndex(self.path, self.samples_path, self._indexed_line).load()
         self._appended = False
         if compact.lines_in(self.path / COMPACT) != len(self.index):  # missing, older, or behind samples.jsonl
-            compact.rebuild(self.path / COMPACT, self._each_record())
+            compact.rebuild(self.path / COMPACT, self._each_record(), self.config.get("workflow"))
         kept = len(self.index)
         old: dict[str, Any] | None = None
         if cfg_path.exists() and kept:  # without finished samples there is nothing to mix
@@ -486,7 +486,7 @@ class RunDir:
         evidence precomputed), read from RUN/records.compact.jsonl: what summaries read."""
         path = self.path / COMPACT
         if not path.exists():
-            return [compact.compact(r) for r in self.selected()]
+            return [compact.compact(r, self.config.get("workflow")) for r in self.selected()]
         return select_records(compact.read_compact(path, sample_key), self.config)
 
     def done_keys(self) -> set[tuple[str, str, int]]:
@@ -513,7 +513,7 @@ class RunDir:
             os.fsync(f.fileno())
             end = f.tell()
         self._appended = True
-        compact.append(self.path / COMPACT, recs)
+        compact.append(self.path / COMPACT, recs, self.config.get("workflow"))
         self.index.add(recs, lines, end)  # after the samples are safe: a kill in between re-indexes the tail
         return len(lines)
 

@@ -26,7 +26,7 @@ def run(model: str, n_episodes: int, concurrent: bool, max_new_tokens: int, work
     from drmas_bench.agents.team import build_team
     from drmas_bench.engines import make_engine
     from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
-    from drmas_bench.tasks.toy import make_toy_tasks
+    from drmas_bench.suites.toy.benchmarks import make_toy_tasks
     from drmas_bench.types import Sampling
     from drmas_bench.workflows import get_workflow
 

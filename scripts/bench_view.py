@@ -83,7 +83,7 @@ def scripted_search_run(out: str | Path, questions: int = 12, n: int = 1) -> Pat
     from drmas_bench.grading.qa import grade_qa
     from drmas_bench.types import Task
     from drmas_bench.workflows.base import Episode
-    from drmas_bench.workflows.search import search_route
+    from drmas_bench.suites.search.search_route import search_route
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -140,7 +140,7 @@ def scripted_math_run(out: str | Path, questions: int = 9) -> Path:
     from drmas_bench.grading.extract import reference_boxed
     from drmas_bench.types import Task
     from drmas_bench.workflows.base import Episode
-    from drmas_bench.workflows.math import math_refine
+    from drmas_bench.suites.math.math_refine import math_refine
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -217,8 +217,8 @@ def open_page(page: str | Path, query: str = "", screenshot: str | Path | None =
               size: str = "1280,1400", frame_width: int | None = None) -> dict[str, Any]:
     """Load `page` in headless Chromium with `?test=1&` + `query`, let its script run, and return what
     its test hook wrote (#test-result: rows shown, turns drawn, script errors, paint times, the
-    page's scroll width) plus the browser's console messages (``console``) and the wall seconds of
-    the browser run. ``frame_width``: lay the page out that many CSS pixels wide (in a frame; a
+    page's scroll width) plus the browser's console messages (``console``), the wall seconds of
+    the browser run and the DOM it ended with (``dom``). ``frame_width``: lay the page out that many CSS pixels wide (in a frame; a
     phone is 390)."""
     exe = browser()
     if exe is None:
@@ -245,6 +245,7 @@ def open_page(page: str | Path, query: str = "", screenshot: str | Path | None =
     result = json.loads(_html.unescape(m.group(1))) if m and m.group(1).strip() else {}
     result["console"] = [(lvl, msg) for lvl, msg in CONSOLE.findall(p.stderr)]
     result["browser_s"] = wall
+    result["dom"] = p.stdout  # the page as the browser left it (what a reader sees, as text)
     return result
 
 

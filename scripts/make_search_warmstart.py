@@ -4,7 +4,7 @@
     python scripts/make_search_warmstart.py --data-dir ../shared/data --via-trainer   # the trainer's warm start
 
 What it does (issue 21, docs/models.md "smollm2-135m-search"): the supervised examples of the
-``search_route`` warm start (`drmas_bench.workflows.search_sft.search_sft_examples`: the workflow's own prompts on
+``search_route`` warm start (`drmas_bench.suites.search.search_sft.search_sft_examples`: the workflow's own prompts on
 training-side questions, real BM25 passages of the mini corpus, targets in the protocol's tags) for
 the three agents, one LoRA adapter on smollm2-135m-instruct that all three share, trained with the
 settings of ``trainer/recipes/search_warmstart.yaml`` (``sft:``, ``agent_defaults.lora``), then saved
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from drmas_bench.engines.prompt import encode_chat
     from drmas_bench.models import resolve_model
     from drmas_bench.models.smollm2 import SEARCH_ADAPTER, adapter_dir
-    from drmas_bench.workflows.search_sft import search_sft_examples
+    from drmas_bench.suites.search.search_sft import search_sft_examples
     from drmas_bench.workflows.base import derive_seed
 
     recipe = yaml.safe_load(Path(args.recipe).read_text(encoding="utf-8"))

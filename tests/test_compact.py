@@ -4,6 +4,7 @@ with it, rebuilt when behind or of another version) and drops the prompts and pa
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import random
@@ -13,7 +14,6 @@ import yaml
 
 from drmas_bench import compact, metrics
 from drmas_bench.store import RunDir, read_samples
-from drmas_bench.workflows.search import evidence_at_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_view", ROOT / "scripts" / "bench_view.py")
@@ -25,7 +25,7 @@ def test_search_and_math_summaries_of_compact_records_are_those_of_the_full_reco
     for run, wf in ((B.scripted_search_run(tmp_path / "s", questions=24, n=2), "search_route"),
                     (B.scripted_math_run(tmp_path / "m", questions=12), "math_refine")):
         full = read_samples(run / "samples.jsonl")
-        small = [json.loads(compact.line(r)) for r in full]
+        small = [json.loads(compact.line(r, wf)) for r in full]
         assert metrics.summarize(small, workflow=wf) == metrics.summarize(full, workflow=wf)
         assert sum(map(len, map(json.dumps, small))) < sum(map(len, map(json.dumps, full)))
         assert not any("messages" in t["request"] for r in small for t in r["turns"])
@@ -34,6 +34,9 @@ def test_search_and_math_summaries_of_compact_records_are_those_of_the_full_reco
 def test_precomputed_evidence_is_the_evidence_of_the_passages(tmp_path):
     """The plain reading (the full record's observations) against the stored figure, on records
     whose passages were shuffled between records at random."""
+    from drmas_bench.workflows.base import get_workflow
+
+    evidence_at_answer = importlib.import_module(get_workflow("search_route").fn.__module__).evidence_at_answer
     rng = random.Random(3)
     full = read_samples(B.scripted_search_run(tmp_path / "s", questions=16, n=1) / "samples.jsonl")
     obs = [s["observation"] for r in full for s in r["extra"]["env"]["steps"] if s.get("observation")]
@@ -41,7 +44,7 @@ def test_precomputed_evidence_is_the_evidence_of_the_passages(tmp_path):
         for s in r["extra"]["env"]["steps"]:
             if s.get("observation"):
                 s["observation"] = rng.choice(obs + ["<information>{\"result\": \"Doc 1: nothing here\\n\"}</information>"])
-        small = compact.compact(r)
+        small = compact.compact(r, "search_route")
         assert "observation" not in json.dumps(small["extra"]["env"]["steps"])
         assert evidence_at_answer(small) == evidence_at_answer(r)
 

@@ -11,9 +11,10 @@ from collections import Counter
 
 import pytest
 
-from drmas_bench.metrics import REASONS, action_kind, compliance, infer_workflow, invalid_reasons, role_rules, summarize
+from drmas_bench.metrics import compliance, infer_workflow, invalid_reasons, role_rules, summarize
 from drmas_bench.report.markdown import format_summary_markdown
 from drmas_bench.types import Completion, Sampling, Task
+from drmas_bench.suites.search.rules import action_kind
 from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.base import Episode
 
@@ -41,6 +42,9 @@ def plain_boxed_ok(text: str) -> bool:
 
 def cjk(text: str) -> bool:
     return any(CJK[0] <= ch <= CJK[1] for ch in text)
+
+
+ROLES = ("solver", "math_verifier", "search_verifier", "searcher", "answerer")  # the protocol's five roles
 
 
 def plain_reasons(rule: str, text: str) -> list[str]:
@@ -90,7 +94,7 @@ def plain_search_route(recs: list[dict]) -> dict:
             a["calls"] += 1
             a["valid"] += t["valid"]
             a["cut"] += t["completion"]["finish"] == "length"
-            a["reasons"].update(plain_reasons(role_rules("search_route")[name], text))
+            a["reasons"].update(plain_reasons(role_rules("search_route")[name].name, text))
             if name == "verifier":
                 t_now += 1
                 continue
@@ -152,7 +156,7 @@ class FakeRetriever:
 
 def random_search_run(seed: int, episodes: int = 30, keep_env: bool = True) -> list[dict]:
     """Episodes of the real search_route workflow with random responses, as samples.jsonl holds them."""
-    from drmas_bench.workflows.search import search_route
+    from drmas_bench.suites.search.search_route import search_route
 
     rng = random.Random(seed)
     recs = []
@@ -187,7 +191,8 @@ def test_search_compliance_matches_the_plain_implementation(seed):
         assert g["valid_rate"] == pytest.approx(a["valid"] / a["calls"])
         assert g["valid_by_rules"] == g["valid"]  # recorded by the workflow under today's rules
         assert g["invalid_reasons"] == {k: v for k, v in a["reasons"].items() if v}
-        assert list(g["invalid_reasons"]) == [k for k in REASONS if k in g["invalid_reasons"]]  # table order
+        order = role_rules("search_route")[name].reason_names  # the rule's own order of its reasons
+        assert list(g["invalid_reasons"]) == [k for k in order if k in g["invalid_reasons"]]  # table order
         # the recorded validity is the plain rule's: no reason <=> valid
         if name != "verifier":
             assert g["actions"] == {k: a["kinds"][k] for k in ("search", "answer", "empty")}
@@ -198,7 +203,7 @@ def test_search_compliance_matches_the_plain_implementation(seed):
 def test_recorded_validity_is_the_plain_rule(seed):
     for r in random_search_run(50 + seed, episodes=10):
         for t in r["turns"]:
-            assert t["valid"] == (not plain_reasons(role_rules("search_route")[t["agent"]], t["completion"]["text"]))
+            assert t["valid"] == (not plain_reasons(role_rules("search_route")[t["agent"]].name, t["completion"]["text"]))
 
 
 def test_verdicts_follow_the_router():
@@ -228,7 +233,7 @@ def test_reasons_agree_with_the_validity_the_workflows_record():
     rng = random.Random(7)
     for _ in range(3000):
         text = random_text(rng)
-        for role in P.ROLES:
+        for role in ROLES:
             assert (not invalid_reasons(role, text)) == P.valid(role, text), (role, text)
             assert (not invalid_reasons(role, text)) == (not plain_reasons(role, text)), (role, text)
 

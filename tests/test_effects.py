@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from drmas_bench.metrics import effects, summarize
-from drmas_bench.workflows.math import FLIPS, math_effects, round1_answer
-from drmas_bench.workflows.search import search_effects
+from drmas_bench.suites.math.math_refine import FLIPS, math_effects, round1_answer
+from drmas_bench.suites.search.search_route import search_effects
 from drmas_bench.pricing import ModelPrice, PriceSheet
 from drmas_bench.report.markdown import format_summary_markdown
 from drmas_bench.runner import grade_trajectories
@@ -52,7 +52,7 @@ MATH_TEXTS = {
 
 def random_math_run(seed: int, episodes: int = 24, rounds: int = 2) -> list[dict]:
     """Episodes of the real math_refine workflow, graded as a run grades them."""
-    from drmas_bench.workflows.math import math_refine
+    from drmas_bench.suites.math.math_refine import math_refine
 
     rng = random.Random(seed)
     trajs = []
@@ -86,7 +86,7 @@ class RandomRetriever:
 
 def random_search_run(seed: int, episodes: int = 30) -> list[dict]:
     """Episodes of the real search_route workflow with scripted responses, graded as a run grades them."""
-    from drmas_bench.workflows.search import search_route
+    from drmas_bench.suites.search.search_route import search_route
 
     rng = random.Random(seed)
     trajs = []

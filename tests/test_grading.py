@@ -24,7 +24,6 @@ from drmas_bench.grading import (
     grade_math_many,
     QAScore,
     grade_qa,
-    grade_toy,
     normalize_answer,
     normalize_qa,
 )
@@ -643,6 +642,8 @@ def test_empty_gold_reward_in_the_search_env_is_zero():
 
 
 def test_grade_toy():
+    from drmas_bench.suites.toy.grading import grade_toy
+
     assert grade_toy("3 + 4 = 7", "7")
     assert grade_toy("<answer>7</answer> but later 8", "7")
     assert grade_toy("\\boxed{12}", "12")

@@ -151,13 +151,44 @@ def test_nothing_below_the_run_layer_imports_the_store():
 
 
 def test_workflows_import_nothing_of_the_run_layer():
-    """A workflow's effects and rules read records through `records` and `workflows.episodes`, not
-    metrics: the workflows sit below the run layer (docs/architecture.md). Not yet checked:
-    `retrievers`, which the search warm start (`workflows/search_sft.py`) opens its index with."""
+    """A workflow's effects and rules read records through `records` and its suite's own rules, not
+    metrics: the workflows and the suites sit below the run layer (docs/architecture.md). Not yet
+    checked: `retrievers`, which the search warm start (`suites/search/search_sft.py`) opens its index with."""
     run_layer = {"drmas_bench.runner", "drmas_bench.store", "drmas_bench.metrics", "drmas_bench.cache"}
     bad = sorted((m, t) for m, ts in import_graph().items() for t in ts
-                 if m.startswith("drmas_bench.workflows") and t in run_layer)
+                 if m.startswith(("drmas_bench.workflows", "drmas_bench.suites")) and t in run_layer)
     assert bad == []
+
+
+SUITE_IMPORTERS = {("drmas_trainer.prepare", "drmas_bench.suites.toy.benchmarks")}
+
+
+def test_a_suite_imports_no_other_suite_and_nothing_imports_a_suite():
+    """A suite folder is found by `drmas_bench.discovery` and imports only the layers below it, never
+    another suite (what two suites share lives below them, e.g. `workflows.protocol`,
+    `workflows.arithmetic`); outside the suites only tests and scripts name a suite's module, and
+    the trainer's ``data.source: toy`` (the toy suite's seeded generator with the recipe's size and
+    operand range: `SUITE_IMPORTERS`)."""
+    def suite_of(m: str) -> str | None:
+        parts = m.split(".")
+        return parts[2] if len(parts) > 2 and parts[:2] == ["drmas_bench", "suites"] else None
+
+    graph = import_graph()
+    across = sorted((m, t) for m, ts in graph.items() for t in ts
+                    if suite_of(m) and suite_of(t) and suite_of(m) != suite_of(t))
+    into = sorted((m, t) for m, ts in graph.items() for t in ts
+                  if suite_of(t) and not suite_of(m) and (m, t) not in SUITE_IMPORTERS)
+    assert across == [] and into == []
+
+
+def test_no_format_rule_is_compared_by_name_outside_its_suite():
+    """metrics, the viewer and the labels ask a rule (`workflows.rules.FormatRule`) for its reasons,
+    parse and figures; none of them names one."""
+    from drmas_bench.workflows import registered_rules
+
+    RULES = registered_rules()
+    for f in ("metrics.py", "report/view.py", "report/labels.py", "report/sections.py", "report/markdown.py"):
+        assert sorted(code_strings(REPO / "drmas_bench" / f) & set(RULES)) == [], f
 
 
 def code_strings(path: Path) -> set[str]:
@@ -179,9 +210,9 @@ def test_code_strings_finds_a_name_but_not_a_docstring(tmp_path):
 def test_metrics_names_no_workflow():
     """metrics.py keeps the numbers and one generic compliance loop; what a workflow knows (its
     rules, effects, env) it declares on its WorkflowSpec."""
-    from drmas_bench.workflows import WORKFLOWS
+    from drmas_bench.workflows import workflow_names
 
-    assert sorted(code_strings(REPO / "drmas_bench" / "metrics.py") & set(WORKFLOWS)) == []
+    assert sorted(code_strings(REPO / "drmas_bench" / "metrics.py") & set(workflow_names())) == []
 
 
 # the keys of a stored trajectory record (``Trajectory.to_dict``) and of its turns that only

@@ -78,7 +78,7 @@ def _split(model):
 
 
 def _examples():
-    from drmas_bench.workflows.toy import toy_sft_examples
+    from drmas_bench.suites.toy.toy import toy_sft_examples
 
     return toy_sft_examples(list(AGENTS), 16, seed=0)
 

@@ -79,7 +79,7 @@ class SlowEngine:
 
 
 def test_progress_moves_before_any_episode_finishes(capsys):
-    import drmas_bench.workflows.toy  # noqa: F401 - registers "toy"
+    import drmas_bench.suites.toy.toy  # noqa: F401 - registers "toy"
     from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
     from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
     from drmas_bench.types import Sampling

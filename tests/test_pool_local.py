@@ -76,10 +76,10 @@ def test_runner_through_pool_views_matches_plain_engines():
     from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
     from drmas_bench.engines import make_engine
     from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
-    from drmas_bench.tasks.toy import make_toy_tasks
+    from drmas_bench.suites.toy.benchmarks import make_toy_tasks
     from drmas_bench.workflows.base import get_workflow
 
-    import drmas_bench.workflows.toy  # noqa: F401 - registers "toy"
+    import drmas_bench.suites.toy.toy  # noqa: F401 - registers "toy"
 
     wf = get_workflow("toy")
     team = TeamSpec("toy", {"solver": "wg_solver", "checker": "wg_checker"},

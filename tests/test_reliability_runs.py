@@ -451,10 +451,10 @@ def test_stop_while_a_batch_is_graded_keeps_that_batch(tmp_path, monkeypatch):
     from dataclasses import replace
 
     import drmas_bench.runner as runner
-    import drmas_bench.workflows.toy  # noqa: F401 - registers "toy"
+    import drmas_bench.suites.toy.toy  # noqa: F401 - registers "toy"
     from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
     from drmas_bench.store import RunDir
-    from drmas_bench.tasks.toy import make_toy_tasks
+    from drmas_bench.suites.toy.benchmarks import make_toy_tasks
     from drmas_bench.types import Completion, Sampling
     from drmas_bench.workflows.base import get_workflow
 

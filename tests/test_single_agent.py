@@ -13,7 +13,7 @@ from drmas_bench.metrics import invalid_reasons
 from drmas_bench.api import evaluate_compute_matched
 from drmas_bench.report import compute_matched as CM
 from drmas_bench.workflows import protocol as P
-from drmas_bench.workflows.search_single import single_action, single_valid
+from drmas_bench.suites.search.search_single import single_action, single_valid
 from test_workflows_protocol import ANSWER, MTASK, SEARCH, TASK, FakeRetriever, FakeScriptedAgents, run_wf
 
 SYSTEM = "You are a helpful and harmless assistant."
@@ -225,7 +225,7 @@ def test_math_single_warm_start_examples_are_the_workflows_own_prompts_with_boxe
 
     import drmas_bench.workflows.protocol as P
     from drmas_bench.workflows import get_workflow
-    from drmas_bench.workflows.math_single import math_single_sft_examples
+    from drmas_bench.suites.math.math_single import math_single_sft_examples
 
     assert get_workflow("math_single").sft is math_single_sft_examples
     ex = math_single_sft_examples(["solver"], 200, seed=3, solver_accuracy=0.5, max_operand=9)

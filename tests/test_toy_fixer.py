@@ -14,8 +14,8 @@ from test_moment_factor import study_module  # tests/ is on sys.path (rootdir co
 from drmas_bench.records import RecordView
 from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import get_workflow
-from drmas_bench.workflows.base import Episode, rule_reasons
-from drmas_bench.workflows.toy_fixer import fixer_effects, toy_fixer_sft_examples
+from drmas_bench.workflows.base import Episode
+from drmas_bench.suites.toy.toy_fixer import fixer_effects, toy_fixer_sft_examples
 from drmas_trainer.moment_factor import second_moment_factors
 
 
@@ -48,10 +48,10 @@ def episode(scripts: dict[str, list[str]], **options):
 def test_declaration() -> None:
     spec = get_workflow("toy_fixer")
     assert spec.agents == ("solver", "fixer") and spec.family == "toy" and spec.defaults == {"fixes": 2}
-    assert spec.rules == {"solver": "toy_answer", "fixer": "toy_answer"}
+    assert {a: r.name for a, r in spec.rules.items()} == {"solver": "toy_answer", "fixer": "toy_answer"}
     assert spec.effects[0] == "fixer" and spec.sft is toy_fixer_sft_examples
-    assert rule_reasons(spec.rules["fixer"], "<answer>7</answer>") == []
-    assert rule_reasons(spec.rules["fixer"], "7") == ["missing_answer_tag"]
+    assert spec.rules["fixer"].reasons("<answer>7</answer>") == []
+    assert spec.rules["fixer"].reasons("7") == ["missing_answer_tag"]
 
 
 def test_a_right_first_answer_ends_the_episode() -> None:

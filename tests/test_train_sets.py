@@ -9,8 +9,8 @@ import json
 import pytest
 
 from drmas_bench.tasks import BENCHMARKS, known_names, load_tasks, select_benchmarks
-from drmas_bench.tasks.math import _dapo_task, dapo_problem
-from drmas_bench.tasks.search import normalize_question
+from drmas_bench.suites.math.benchmarks import _dapo_task, dapo_problem
+from drmas_bench.suites.search.benchmarks import normalize_question
 from drmas_bench.types import UserError
 
 

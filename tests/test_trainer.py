@@ -135,7 +135,7 @@ def test_rows_split_by_worker_group():
 
 
 def test_data_cursor_sequence_is_deterministic():
-    from drmas_bench.tasks.toy import make_toy_tasks
+    from drmas_bench.suites.toy.benchmarks import make_toy_tasks
 
     cfg = load_config("tiny")
     tasks = make_toy_tasks(10, seed=0)

@@ -13,7 +13,7 @@ import torch
 
 from drmas_bench.types import UserError
 from drmas_trainer.config import AgentConfig, load_config
-from drmas_bench.workflows.toy import toy_sft_examples
+from drmas_bench.suites.toy.toy import toy_sft_examples
 from drmas_trainer.runlog import MetricsLog, json_line, never_updated, read_metrics
 from drmas_trainer.worker import SFT_MAX_BAD_IN_A_ROW, WorkerGroup
 

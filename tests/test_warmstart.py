@@ -25,7 +25,7 @@ needs_adapter = pytest.mark.skipif(not (ADAPTER / "adapter_model.safetensors").i
 
 @pytest.fixture(scope="module")
 def examples():
-    from drmas_bench.workflows.search_sft import search_sft_examples
+    from drmas_bench.suites.search.search_sft import search_sft_examples
 
     if DATA is None:
         pytest.skip("benchmark data not found")
@@ -65,7 +65,7 @@ def test_search_examples_speak_the_protocol(examples):
         action = P.project("searcher", ex.target)
         assert P.env_query(action).strip() == _question(ex).rstrip("?").strip()
         assert 'The output of "Verifier Agent": ' in _user(ex) and "<verify>no</verify>" in _user(ex)
-    from drmas_bench.workflows.search_sft import search_train_tasks
+    from drmas_bench.suites.search.search_sft import search_train_tasks
 
     golds = {t.question: t.answers for t in search_train_tasks(str(DATA))}
     for ex in by_agent["answerer"]:
@@ -81,7 +81,7 @@ def test_search_examples_speak_the_protocol(examples):
 def test_yes_no_questions_get_their_share():
     """HotpotQA's yes/no comparisons (9 of its 100 train questions) are drawn at yes_no_share, not at
     their ~4 % of the pool; yes_no_share=0 leaves them to their natural share."""
-    from drmas_bench.workflows.search_sft import search_sft_examples
+    from drmas_bench.suites.search.search_sft import search_sft_examples
 
     def share(k: float) -> float:
         ex = search_sft_examples(["answerer"], 200, seed=0, data_dir=DATA, yes_no_share=k)
@@ -93,7 +93,7 @@ def test_yes_no_questions_get_their_share():
 
 @needs_data
 def test_search_examples_are_deterministic_by_seed(examples):
-    from drmas_bench.workflows.search_sft import search_sft_examples
+    from drmas_bench.suites.search.search_sft import search_sft_examples
 
     again = search_sft_examples(["verifier", "searcher", "answerer"], 12, seed=3, data_dir=DATA)
     assert [(e.agent, e.messages, e.target) for e in again] == [(e.agent, e.messages, e.target) for e in examples]
@@ -108,7 +108,7 @@ def test_search_examples_never_show_an_evaluation_question():
     suite evaluates (read here through the benchmark registry, file by file)."""
     from drmas_bench.grading.qa import normalize_qa
     from drmas_bench.tasks.registry import _tasks_from_file, benchmarks_of_suite
-    from drmas_bench.workflows.search_sft import SEARCH_TRAIN_SOURCES, SOURCE_DATASET, search_train_tasks
+    from drmas_bench.suites.search.search_sft import SEARCH_TRAIN_SOURCES, SOURCE_DATASET, search_train_tasks
 
     pool = search_train_tasks(str(DATA))
     assert {t.benchmark for t in pool} == set(SEARCH_TRAIN_SOURCES)
@@ -133,7 +133,7 @@ def test_search_examples_never_show_an_evaluation_question():
 @needs_data
 def test_search_examples_refuse_unknown_agents_and_a_missing_data_dir(tmp_path, monkeypatch):
     from drmas_bench.types import UserError
-    from drmas_bench.workflows.search_sft import search_sft_examples
+    from drmas_bench.suites.search.search_sft import search_sft_examples
 
     with pytest.raises(ValueError, match="verifier, searcher and answerer"):
         search_sft_examples(["solver"], 1, data_dir=DATA)

@@ -52,6 +52,7 @@ from drmas_bench.schema import (
     registered,
 )
 from drmas_bench.types import UserError
+from drmas_bench.workflows import workflow_names
 from drmas_bench.yamlfile import read_yaml
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
@@ -289,8 +290,14 @@ class TrainConfig(CoercingSchema):
     """The whole training run. Sections: data, rollout, algo, sft, ray; agents by name."""
 
     recipe: str = Field("", description="the recipe's name (informational; default: the recipe file's stem)")
-    workflow: str = Field("toy", description="harness workflow: toy | toy_fixer | math_refine | search_route")
+    workflow: str = Field("toy", description="harness workflow: any registered one, from the suites' folders "
+                          "(toy, toy_fixer, math_refine, math_single, search_route, search_single, ...)")
     workflow_options: dict[str, Any] = Field(default_factory=dict, description="the workflow's options, e.g. {rounds: 2}")
+
+    @field_validator("workflow")
+    @classmethod
+    def _registered_workflow(cls, v: str) -> str:
+        return registered(v, workflow_names(), "workflow")  # the harness's registry (drmas_bench.discovery)
     retriever: Optional[str] = Field(None, description="search workflows: bm25:DIR | dense:DIR | http://HOST:PORT")
     model: str = Field("tiny-random", description="the default model of every agent")
     shared: bool = Field(False, description="agents with the same model share one worker group")

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import yaml
 
 from drmas_bench.types import UserError
-from drmas_bench.workflows import WORKFLOWS
+from drmas_bench.workflows import registered_workflows
 
 
 def short_model_name(model: str) -> str:
@@ -70,7 +70,7 @@ def assignment_name(assignment: dict[str, str]) -> str:
 def workflow_for_agents(agents: Sequence[str]) -> str | None:
     """The registered workflow whose agents are exactly `agents` (any order), or None."""
 
-    for name, spec in WORKFLOWS.items():
+    for name, spec in registered_workflows().items():
         if set(spec.agents) == set(agents):
             return name
     return None
@@ -81,12 +81,13 @@ def write_assignment_teams(agents: Sequence[str], models: Sequence[str], out_dir
     """Write one team YAML per assignment into `out_dir`; returns the files in enumeration order."""
 
     if workflow is not None:
-        if workflow not in WORKFLOWS:
-            raise UserError(f"unknown workflow {workflow!r}; known: {', '.join(sorted(WORKFLOWS))}")
-        want = set(WORKFLOWS[workflow].agents)
+        workflows = registered_workflows()
+        if workflow not in workflows:
+            raise UserError(f"unknown workflow {workflow!r}; known: {', '.join(sorted(workflows))}")
+        want = set(workflows[workflow].agents)
         if set(agents) != want:
             raise UserError(f"--assign names {', '.join(agents)} but workflow {workflow} has agents "
-                            f"{', '.join(WORKFLOWS[workflow].agents)}")
+                            f"{', '.join(workflows[workflow].agents)}")
     else:
         workflow = workflow_for_agents(agents)
     out = Path(out_dir)

@@ -5,7 +5,7 @@
   validity), `grade_math`, `grade_math_many` (a process pool with a hard per-item timeout) ->
   `GradeResult`;
 - QA: `grade_qa` -> `QAScore(em, f1, cover_em)`, `extract_answer_tag`, `normalize_qa`;
-- toy: `grade_toy`.
+- families: `FAMILIES` (each suite registers its own, `register_family`), `grade_family`.
 
 Names are imported on first use (PEP 562), so `drmas_bench.grading.registry` (the CLI's `--grader`
 choices) loads without sympy.
@@ -23,9 +23,8 @@ _EXPORTS = {
     "normalize": ("normalize_answer",),
     "pool": ("GradeResult", "GradingPool", "grade_math_many", "grade_one", "shutdown_shared_pools"),
     "qa": ("QAScore", "grade_qa", "normalize_qa"),
-    "families": ("FAMILIES", "Family", "grade_family", "takes_grader"),
+    "families": ("FAMILIES", "Family", "grade_family", "register_family", "takes_grader"),
     "registry": ("DEFAULT_GRADER", "GRADERS", "MathGrader", "get_grader", "grade_math"),
-    "toy": ("grade_toy",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

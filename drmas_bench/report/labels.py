@@ -5,13 +5,17 @@ thing everywhere.
 
 `label(key)` is the column head of a summary key; `value(key, x)` its cell text (shares in %,
 seconds with two decimals, dollars to four significant digits); `caption(section, workflow)` a
-section's heading in words. A key missing from `LABELS` falls back to its words with underscores
-spaced (never the raw key), and `tests/test_view.py` checks that no raw key reaches the page.
+section's heading in words. The suites name their own keys (a format rule's reasons and figures,
+a workflow's effects: their ``labels``) and their workflows (``title``). A key missing from both
+falls back to its words with underscores spaced (never the raw key), and `tests/test_view.py`
+checks that no raw key reaches the page.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from drmas_bench.workflows import find_workflow, registered_rules, registered_workflows
 
 # key -> the words a reader sees (units in parentheses). Keys of summary.json (metrics.summarize),
 # its compliance and effects blocks, the workflows' effects blocks, the format rules' reasons, and
@@ -67,54 +71,8 @@ LABELS: dict[str, str] = {
     "empty_responses": "blank replies",
     "actions": "actions",
     "verdicts": "verdicts",
-    "answer_tag_rate": "ended on a tagged answer (%)",
-    # why: per episode
+    # why: per episode (the figures themselves are named by the rules that compute them)
     "episodes": "episodes",
-    "steps_per_episode": "env steps per episode",
-    "searches_per_episode": "searches per episode",
-    "empty_steps_per_episode": "empty steps per episode",
-    "no_answer_rate": "no answer (%)",
-    "searches_distribution": "episodes by number of searches",
-    "rounds_per_episode": "solver rounds per episode",
-    "approve_rate": "verifier approvals (%)",
-    # the reasons a reply fails its format rule (workflows.protocol)
-    "missing_verify_tag": "no <verify> tag",
-    "missing_action_tag": "no search/answer tag",
-    "think_count": "not one <think>",
-    "think_order": "<think> not first",
-    "missing_boxed": "no \\boxed{}",
-    "unbalanced_boxed": "unbalanced \\boxed{}",
-    "missing_answer_tag": "no answer tag",
-    "missing_verdict_tag": "no verdict tag",
-    "cjk": "CJK characters",
-    # the search workflow's effects
-    "env_recorded": "episodes with an env record",
-    "answerer_episodes": "episodes where the answerer acted",
-    "evidence_recall": "evidence recall (%)",
-    "with_evidence": "answered with evidence",
-    "without_evidence": "answered without evidence",
-    "accuracy_with_evidence": "accuracy with evidence (%)",
-    "accuracy_without_evidence": "accuracy without evidence (%)",
-    "evidence_retrieved_rate": "gold retrieved at all (%)",
-    # the math workflow's effects
-    "round2_ran": "round 2 ran",
-    "round2_rate": "round 2 ran (%)",
-    "flips": "round 1 -> final",
-    "wrong_to_right": "wrong -> right",
-    "right_to_wrong": "right -> wrong",
-    "wrong_to_wrong": "wrong -> wrong",
-    "right_to_right": "right -> right",
-    "round1_ungraded": "round-1 answers never graded",
-    "judged": "first answers judged",
-    "approve_rate_on_right": "approves right (%)",
-    "approve_rate_on_wrong": "approves wrong (%)",
-    "judge_precision": "judge precision (%)",
-    "judge_recall": "judge recall (%)",
-    "judge_accuracy": "judge accuracy (%)",
-    "graded_episodes": "graded episodes",
-    "round1_accuracy": "round-1 accuracy (%)",
-    "final_accuracy": "final accuracy (%)",
-    "accuracy_change": "accuracy change (pts)",
     # a paired comparison of two runs
     "fixed": "fixed",
     "broken": "broken",
@@ -123,15 +81,11 @@ LABELS: dict[str, str] = {
 
 # keys whose value is a share in [0, 1], shown in %
 _SHARE_SUFFIXES = ("_rate", "_recall", "_precision", "_accuracy", "_on_right", "_on_wrong")
-_SHARES = {"avg@n", "pass@n", "em", "f1", "cover_em", "evidence_recall", "round1_accuracy", "final_accuracy",
-           "accuracy_with_evidence", "accuracy_without_evidence"}
+_SHARES = {"avg@n", "pass@n", "em", "f1", "cover_em"}
 
 # where a summary's dollars come from (metrics' ``usd_source``), in words
 USD_SOURCES = {"price sheet": "the price sheet", "recorded cost_usd": "the costs recorded with each trajectory"}
 
-# workflow -> how a caption names it
-WORKFLOW_NAMES = {"search_route": "search", "search_single": "single-agent search", "math_refine": "math refinement",
-                  "math_single": "single-agent math", "toy": "toy"}
 
 CAPTIONS = {
     "scores": "How good: score per benchmark",
@@ -151,11 +105,31 @@ CAPTIONS = {
 }
 
 
+def declared_labels() -> dict[str, str]:
+    """The words the suites declare for their own keys: each format rule's (its reasons and
+    figures, `FormatRule.labels`) and each workflow's (its effects, `WorkflowSpec.labels`)."""
+    out: dict[str, str] = {}
+    for rule in registered_rules().values():
+        out.update(rule.labels)
+    for spec in registered_workflows().values():
+        out.update(spec.labels)
+    return out
+
+
+def all_labels() -> dict[str, str]:
+    """`LABELS` with the suites' own (`declared_labels`): what the viewer's script looks keys up in."""
+    return {**declared_labels(), **LABELS}
+
+
 def label(key: str) -> str:
-    """The words a reader sees for summary key ``key`` (`LABELS`); an unknown key gets its words
-    with underscores spaced, a ``pass@K`` / ``pass^K`` / ``avg@K`` its name with "(%)"."""
+    """The words a reader sees for summary key ``key`` (`LABELS`, then the suites' own:
+    `declared_labels`); an unknown key gets its words with underscores spaced, a ``pass@K`` /
+    ``pass^K`` / ``avg@K`` its name with "(%)"."""
     if key in LABELS:
         return LABELS[key]
+    declared = declared_labels()
+    if key in declared:
+        return declared[key]
     if key[:5] in ("pass@", "pass^") or key[:4] == "avg@":
         return f"{key} (%)"
     return key.replace("_", " ")
@@ -164,11 +138,13 @@ def label(key: str) -> str:
 def is_share(key: str) -> bool:
     """Whether the figure under ``key`` is a share in [0, 1] (shown in %)."""
     return (key in _SHARES or key.endswith(_SHARE_SUFFIXES) or key[:5] in ("pass@", "pass^")
-            or key[:4] == "avg@")
+            or key[:4] == "avg@" or (key not in LABELS and declared_labels().get(key, "").endswith("(%)")))
 
 
 def workflow_name(workflow: str | None) -> str:
-    return WORKFLOW_NAMES.get(workflow or "", workflow or "unnamed")
+    """How a caption names ``workflow``: its declared title (`WorkflowSpec.title`), else its name."""
+    spec = find_workflow(workflow)
+    return spec.title if spec is not None else (workflow or "unnamed")
 
 
 def caption(section: str, workflow: str | None = None, **words: Any) -> str:

@@ -149,7 +149,7 @@ def suite_order(suite: str) -> list[str]:
 
 def effect_label(records: list[Any], workflow: str) -> str:
     """What the team's other agents did to the score, in one phrase for a leaderboard cell
-    (`workflows.math.math_effects` / `workflows.search.search_effects`; "–" for other workflows): math, how often
+    (`suites.math.math_refine.math_effects` / `suites.search.search_route.search_effects`; "–" for other workflows): math, how often
     the verifier sent the solver to round 2 and the round-1 -> final flips; search, evidence recall
     and accuracy with / without evidence."""
     declared = workflow_effects(workflow)

@@ -299,6 +299,9 @@ def compliance_markdown(comp: dict[str, Any] | None) -> list[str]:
     elif "rounds_per_episode" in ep:
         out += ["", f"Per episode ({ep['episodes']}): {fmt(ep['rounds_per_episode'])} solver rounds; "
                     f"verifier approvals: {_share(ep.get('approve_rate'))}."]
+    elif len(ep) > 1:  # any other workflow's figures (its rules' `episode_figures`), each with its label
+        figures = "; ".join(f"{label(k)}: {value(k, x)}" for k, x in ep.items() if k != "episodes")
+        out += ["", f"Per episode ({ep['episodes']}): {figures}."]
     return out
 
 

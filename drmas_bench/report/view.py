@@ -36,17 +36,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from drmas_bench import metrics
-from drmas_bench.grading.extract import reference_boxed
 from drmas_bench.records import RecordView, view, views
 from drmas_bench.report import sections
 from drmas_bench.report.charts import PALETTE
-from drmas_bench.report.labels import LABELS, stopped_text, workflow_name
+from drmas_bench.report.labels import all_labels, stopped_text, workflow_name
 from drmas_bench.report.runs import Run, load_run
 from drmas_bench.types import UserError
-from drmas_bench.workflows import protocol as P
-from drmas_bench.workflows.base import WORKFLOWS
-from drmas_bench.workflows.episodes import ACTORS, search_steps
-from drmas_bench.workflows.toy import ANSWER, parse_verdict
+from drmas_bench.workflows import find_workflow
+from drmas_bench.workflows.rules import FormatRule
 
 logger = logging.getLogger(__name__)
 
@@ -61,36 +58,18 @@ def _short(s: Any, n: int = SHORT) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def parsed(rule: str | None, text: str) -> tuple[str | None, str | None]:
-    """(parsed action, verdict) of one response under its agent's format rule
-    (the workflow's `WorkflowSpec.rules`), both from the protocol's own functions; None where the rule has none."""
-
-    if rule in P.ROLES:
-        action = P.project(rule, text)
-        verdict = None
-        if rule == "search_verifier":
-            verdict = P.search_verdict(text)
-        elif rule == "math_verifier":
-            verdict = P.math_verdict(text)
-        elif rule == "solver":  # its answer: the last box's content as the validity rule reads it
-
-            return reference_boxed(text), None
-        if rule in P.ACTION_TAGS:  # the env action, "" for an empty step: always shown
-            return action, verdict
-        return (action if action != text else None), verdict  # the team-context text, where it differs
-    if rule == "toy_answer":
-        found = ANSWER.findall(text)
-        return (found[-1] if found else None), None
-    if rule == "toy_verdict":
-        return None, parse_verdict(text)
-    return None, None
+def parsed(rule: FormatRule | None, text: str) -> tuple[str | None, str | None]:
+    """(parsed action, verdict) of one response under its agent's format rule (the workflow's
+    `WorkflowSpec.rules`): what the rule itself reads off the reply (`FormatRule.parse`); None where
+    the rule reads none, or the agent has no rule."""
+    return rule.parse(text) if rule is not None else (None, None)
 
 
 def _env_step_agent(workflow: str | None) -> str | None:
     """The agent that opens each env step of ``workflow`` (`WorkflowSpec.env_step_agent`), None when
     it declares none or is unknown."""
 
-    spec = WORKFLOWS.get(workflow or "")
+    spec = find_workflow(workflow)
     return spec.env_step_agent if spec is not None else None
 
 
@@ -120,7 +99,7 @@ def turns_view(record: Any, workflow: str | None) -> list[dict[str, Any]]:
             "completion_tokens": call.completion_tokens if call.tokens_recorded else None,
             "latency_s": call.latency_s, "prompt_truncated": call.prompt_truncated,
         })
-        if steps is not None and agent in ACTORS and 0 < step_no <= len(steps):
+        if steps is not None and agent != opener and 0 < step_no <= len(steps):  # the step's actor
             out[-1]["env"] = steps[step_no - 1]
     if steps is not None:  # a step where nobody acted: its record goes on its verifier turn
         with_env = {o["env_step"] for o in out if "env" in o}
@@ -136,7 +115,9 @@ def trajectory_row(record: Any, workflow: str | None) -> dict[str, Any]:
     """One trajectory's list row: what the filters and the search box need, nothing more."""
     rec = view(record)
     route = "→".join(t.agent for t in rec.turns)
-    searches = search_steps(rec).count("search") if _env_step_agent(workflow) else None
+    spec = find_workflow(workflow)  # the kind of each env step, as the workflow reads its records
+    kinds = spec.env_step_kinds(rec) if spec is not None and spec.env_step_kinds is not None else None
+    searches = kinds.count("search") if kinds is not None else None
     return {"b": rec.benchmark, "id": rec.task_id, "s": rec.sample_idx,
             "q": _short(rec.question), "c": rec.correct, "r": rec.reward,
             "nv": sum(not t.valid for t in rec.turns), "n": len(rec.turns),
@@ -265,7 +246,7 @@ def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | Non
     for e in entries:  # the page's script needs the rows, not the summary (drawn above as HTML)
         e.pop("summary")
     big = sum(len(e["rows"]) for e in entries) > PACK_ROWS
-    index: dict[str, Any] = {"runs": entries, "chunk": CHUNK, "colours": colours, "labels": LABELS,
+    index: dict[str, Any] = {"runs": entries, "chunk": CHUNK, "colours": colours, "labels": all_labels(),
                              "pairs": pairs(entries[0]["rows"], entries[1]["rows"] if len(entries) > 1 else None)}
     sidecar: dict[str, str] = {}
     if big:  # the list's rows and pairs gzip-packed (the page opens them first); the turns beside the page

@@ -1,6 +1,7 @@
 """Benchmarks: `load_tasks("aime24", data_dir=...)`, `select_benchmarks("math", None)`, ...
 
-One module per suite (math.py, search.py, toy.py); adding a benchmark is one `register(...)` there.
+Each suite declares its benchmarks in its own folder (``drmas_bench/suites/<suite>/benchmarks.py``);
+adding a benchmark is one `register(...)` there.
 """
 
 from drmas_bench.tasks.registry import (  # noqa: F401

@@ -8,13 +8,13 @@ available it raises one `UserError` that names the benchmark and both fixes.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from drmas_bench.discovery import discover
 from drmas_bench.tasks.base import (  # noqa: F401  (the definitions, re-exported: callers import them from here)
     BENCHMARKS,
     SPLITS,
@@ -33,16 +33,11 @@ from drmas_bench.types import Task, UserError
 ENV_DATA_DIR = "DRMAS_DATA_DIR"
 
 
-SUITE_MODULES = Path(__file__).parent  # every module here but base and registry declares one suite
-
-
 def _ensure_loaded() -> None:
-    # importing the suite modules registers their suites and benchmarks (they import only tasks.base);
-    # suites are kept in name order, benchmarks suite by suite, whichever module was imported first
+    # discovering the suites registers their suites and benchmarks (drmas_bench/suites/<suite>/);
+    # suites are kept in name order, benchmarks suite by suite, whichever suite was imported first
 
-    for f in sorted(SUITE_MODULES.glob("*.py")):
-        if f.stem not in ("__init__", "base", "registry"):
-            importlib.import_module(f"drmas_bench.tasks.{f.stem}")
+    discover()
     if list(SUITES) != sorted(SUITES):
         items = sorted(SUITES.items())
         SUITES.clear()

@@ -1,4 +1,15 @@
-"""Multi-agent workflows as plain async code, one module each; see base.py for the `Episode` API."""
+"""Multi-agent workflows as plain async code; see base.py for the `Episode` API and rules.py for the
+format rules. The workflows themselves live in the suites (``drmas_bench/suites/<suite>/``), found
+when a registry is first read (`registered_workflows`, `get_workflow`: `drmas_bench.discovery`)."""
 
-from drmas_bench.workflows import math, math_single, search, search_single, toy, toy_fixer  # noqa: F401  (registers the built-ins)
-from drmas_bench.workflows.base import WORKFLOWS, Episode, WorkflowSpec, get_workflow, workflow  # noqa: F401
+from drmas_bench.workflows.base import (  # noqa: F401
+    WORKFLOWS,
+    Episode,
+    WorkflowSpec,
+    find_workflow,
+    get_workflow,
+    registered_workflows,
+    workflow,
+    workflow_names,
+)
+from drmas_bench.workflows.rules import RULES, FormatRule, format_rule, registered_rules  # noqa: F401

@@ -10,8 +10,8 @@ seed is `sample_seed(run seed, training step, prompt, sample index, agent, turn)
 text does not depend on what else was batched with it (a resumed run reproduces an uninterrupted
 one) and the n samples of one prompt (GRPO's group) never share a seed.
 
-Adding a workflow = one module with a function decorated by `@workflow(...)`, imported in
-`drmas_bench/workflows/__init__.py`.
+Adding a workflow = one module with a function decorated by `@workflow(...)` inside a suite folder
+(``drmas_bench/suites/<suite>/``, found by `drmas_bench.discovery`; docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ import hashlib
 import inspect
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
 
+from drmas_bench.discovery import discover
 from drmas_bench.records import RecordView
 from drmas_bench.types import Completion, Request, Sampling, SFTExample, Task, Trajectory, Turn, UserError
+from drmas_bench.workflows.rules import FormatRule, Rule, as_rule
 
 
 class AgentBackend(Protocol):
@@ -35,34 +38,6 @@ class AgentBackend(Protocol):
 
     async def generate(self, agent: str, request: Request) -> Completion: ...
 
-
-# A format rule: a function from a response's text to every reason it fails (empty: it passes), or
-# the name it is registered under in `RULES` (`format_rule`: the protocol's roles, the toy's tags).
-# The one implementation of a rule: the workflow records ``turn.valid = not rule(text)`` and
-# compliance and the viewer count and show the same function's reasons.
-Rule = str | Callable[[str], list[str]]
-RULES: dict[str, Callable[[str], list[str]]] = {}
-
-
-def format_rule(name: str) -> Callable[[Callable[[str], list[str]]], Callable[[str], list[str]]]:
-    """Register a rule function ``text -> [reasons]`` under ``name`` (how workflows may name it)."""
-
-    def deco(fn: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
-        if name in RULES:
-            raise ValueError(f"format rule {name!r} registered twice")
-        RULES[name] = fn
-        return fn
-
-    return deco
-
-
-def rule_reasons(rule: Rule, text: str) -> list[str]:
-    """Every reason ``text`` fails ``rule`` (a rule function or a registered rule name)."""
-    if callable(rule):
-        return list(rule(text))
-    if rule not in RULES:
-        raise ValueError(f"unknown format rule {rule!r}")
-    return RULES[rule](text)
 
 # A workflow's effects: (the summary block's key, a function over its records, each a
 # `records.RecordView`, returning the block; the workflow's module defines it).
@@ -80,7 +55,7 @@ class WorkflowSpec:
     family: str  # the grading family: "math" | "qa" | "toy"
     needs_retriever: bool = False
     defaults: dict[str, Any] = field(default_factory=dict)  # keyword options and their defaults
-    rules: dict[str, Rule] = field(default_factory=dict)  # agent -> the format rule its responses must pass
+    rules: dict[str, FormatRule] = field(default_factory=dict)  # agent -> the format rule its responses must pass
     effects: Effects | None = None
     # role prompt -> (placeholders it may use, those it must use) of the packaged
     # ``<name>.prompts.yaml``; empty: the workflow has no prompt templates (`protocol.Templates`)
@@ -93,6 +68,15 @@ class WorkflowSpec:
     # the agent whose turn opens each env step (``extra["env"]``: the viewer numbers the steps by it
     # and shows each step's env record); None: the workflow's env steps are not shown per turn
     env_step_agent: str | None = None
+    title: str = ""  # how a caption names it ("math refinement"); "": its name
+    labels: dict[str, str] = field(default_factory=dict)  # the words a reader sees for its effects' keys
+    prompts_file: Path | None = None  # its packaged ``<name>.prompts.yaml``, beside its module (None: no templates)
+    # the kind of each env step of one episode (search | empty | answer | end), from its env record or,
+    # for older records, its turns: the viewer's searches per trajectory; None: the workflow has no env
+    env_step_kinds: Callable[[RecordView], list[str]] | None = None
+    # figures of one stored record (a dict) that its effects read from text a compact record drops
+    # (the prompts, the env's observations: drmas_bench.compact), computed once when the record is stored
+    record_figures: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 WORKFLOWS: dict[str, WorkflowSpec] = {}
@@ -103,7 +87,9 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
              placeholders: dict[str, tuple[set[str], set[str]]] | None = None,
              prompt_limit: tuple[int, str] = (0, "left"), sft: SFTMaker | None = None,
              round1_answer: Callable[[Trajectory], str | None] | None = None,
-             env_step_agent: str | None = None, grader: str | None = None):
+             env_step_agent: str | None = None, grader: str | None = None, title: str = "",
+             labels: dict[str, str] | None = None, env_step_kinds: Callable[[RecordView], list[str]] | None = None,
+             record_figures: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
@@ -111,8 +97,9 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
         family: the grading family, "math" | "qa" | "toy" (``grader=`` is accepted too, for workflow
             modules that name it so; elsewhere "grader" means a math grader, ``--grader``).
         needs_retriever: the workflow searches (the runner loads a retriever).
-        rules: {agent: format rule} that compliance checks each agent's responses against (a rule
-            name registered with `format_rule`, or a function text -> reasons it fails).
+        rules: {agent: format rule} that compliance checks each agent's responses against (a
+            `rules.FormatRule`, a name registered with `rules.format_rule`, or a bare function
+            text -> reasons it fails).
         effects: (key, fn): ``fn(records)`` (a list of `records.RecordView`) returns the workflow's
             block of the summary's effects,
             stored under ``key`` for the whole run and per benchmark.
@@ -126,7 +113,17 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
             run grades it too (``extra["round1_correct"]``), for the workflow's effects.
         env_step_agent: the agent whose turn opens each step of the env the workflow records in
             ``extra["env"]`` (the viewer shows the steps).
+        env_step_kinds: ``fn(record)`` -> the kind of each env step of one episode (search | empty
+            | answer | end; the viewer counts each trajectory's searches).
+        record_figures: ``fn(record)`` -> {name: figure} its effects read from the prompts or the
+            env's observations, which the compact copy of a record drops (``drmas_bench.compact``
+            keeps them under ``"figures"``; the effects read them back from there).
+        title: how captions name the workflow (default: its name).
+        labels: {key: words} of the keys its effects block adds (summary.md and the viewer show
+            them; a label ending in "(%)" marks a share).
 
+    Its packaged prompt templates, when it declares ``placeholders``, are the file
+    ``<name>.prompts.yaml`` beside the module that defines ``fn``.
     The workflow's options and their defaults are read from ``fn``'s keyword parameters (those
     after the episode, each with a default), so they are written once, in the signature."""
 
@@ -137,9 +134,12 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
     def deco(fn):
         if name in WORKFLOWS:
             raise ValueError(f"workflow {name!r} registered twice")
+        prompts_file = Path(inspect.getfile(fn)).with_name(f"{name}.prompts.yaml") if placeholders else None
         WORKFLOWS[name] = WorkflowSpec(name, fn, agents, fam, needs_retriever, signature_defaults(fn),
-                                       dict(rules or {}), effects, dict(placeholders or {}), prompt_limit, sft,
-                                       round1_answer, env_step_agent)
+                                       {a: as_rule(r) for a, r in (rules or {}).items()}, effects,
+                                       dict(placeholders or {}), prompt_limit, sft, round1_answer, env_step_agent,
+                                       title or name, dict(labels or {}), prompts_file, env_step_kinds,
+                                       record_figures)
         return fn
 
     return deco
@@ -156,12 +156,29 @@ def signature_defaults(fn: Callable[..., Any]) -> dict[str, Any]:
     return {p.name: p.default for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
+def registered_workflows() -> dict[str, WorkflowSpec]:
+    """Every registered workflow, the suites discovered first (`drmas_bench.discovery`: a suite
+    registers its workflows when it is imported; nothing here imports a suite)."""
+    discover()
+    return WORKFLOWS
+
+
+def find_workflow(name: str | None) -> WorkflowSpec | None:
+    """The registered workflow ``name``, None when there is none (or no name)."""
+    return registered_workflows().get(name or "")
+
+
 def get_workflow(name: str) -> WorkflowSpec:
-    """The registered workflow ``name``. The built-ins are registered by the package's ``__init__``,
-    which Python runs before this module, so importing from here never needs an import back."""
-    if name not in WORKFLOWS:
-        raise UserError(f"unknown workflow {name!r}; known: {', '.join(WORKFLOWS)}")
-    return WORKFLOWS[name]
+    """The registered workflow ``name``; an unknown name is one UserError listing the known ones."""
+    spec = find_workflow(name)
+    if spec is None:
+        raise UserError(f"unknown workflow {name!r}; known: {', '.join(workflow_names())}")
+    return spec
+
+
+def workflow_names() -> list[str]:
+    """The registered workflows' names, sorted (what a user may pass as ``--workflow`` or ``workflow:``)."""
+    return sorted(registered_workflows())
 
 
 def check_workflow_options(wf: WorkflowSpec, options: dict) -> None:

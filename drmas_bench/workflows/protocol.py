@@ -18,8 +18,11 @@ docs/protocol.md):
 - prompt templates: `Templates`, loaded from the file shipped beside each workflow
   (``<workflow>.prompts.yaml``), replaced by a team file's ``prompts:`` entry or ``--prompts FILE``.
 
-Roles (`ROLES`) name the five protocol roles; the workflows' agents map onto them (the verifier agent
-is ``math_verifier`` in math_refine and ``search_verifier`` in search_route).
+The five protocol roles (solver, math_verifier, search_verifier, searcher, answerer) are text
+functions here; each suite turns the roles its workflows use into format rules
+(``workflows.rules.FormatRule``: ``suites/math/rules.py``, ``suites/search/rules.py``), and the
+workflows' agents map onto them (the verifier agent is ``math_verifier`` in math_refine and
+``search_verifier`` in search_route).
 
 Template files (YAML)::
 
@@ -55,16 +58,16 @@ from drmas_bench.grading.extract import has_boxed_answer
 from drmas_bench.grading.qa import grade_qa
 from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
-from drmas_bench.workflows.base import WORKFLOWS, format_rule
+from drmas_bench.workflows.base import find_workflow
 from drmas_bench.yamlfile import read_yaml
 
 # ------------------------------------------------------------------------------ roles and tags
 
-ROLES = ("solver", "math_verifier", "search_verifier", "searcher", "answerer")
 # the names the reference writes in the team context, per agent of our workflows
 AGENT_NAMES = {"solver": "Solver Agent", "verifier": "Verifier Agent", "searcher": "Search Agent",
                "answerer": "Answer Agent"}
 ACTION_TAGS = {"searcher": "search", "answerer": "answer"}  # each looks for its own tag only
+VERIFIERS = ("math_verifier", "search_verifier")  # the roles whose reply is a <verify> verdict
 VERIFY_OPEN, VERIFY_CLOSE = "<verify>", "</verify>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CJK_LO, CJK_HI = "\u4e00", "\u9fff"  # CJK unified ideographs: a verifier / action response with one is invalid
@@ -105,11 +108,11 @@ def project(role: str, text: str) -> str:
     searcher and answerer): solver unchanged, verifiers spliced, searcher / answerer tag actions."""
     if role == "solver":
         return text
-    if role in ("math_verifier", "search_verifier"):
+    if role in VERIFIERS:
         return verify_splice(text)
     if role in ACTION_TAGS:
         return tag_action(text, ACTION_TAGS[role])
-    raise ValueError(f"unknown protocol role {role!r}; roles: {', '.join(ROLES)}")
+    raise ValueError(f"unknown protocol role {role!r}; roles: solver, {', '.join(VERIFIERS + tuple(ACTION_TAGS))}")
 
 
 def reasons(role: str, text: str) -> list[str]:
@@ -131,7 +134,7 @@ def reasons(role: str, text: str) -> list[str]:
         if not has_boxed_answer(text):
             out.append("missing_boxed" if "\\boxed" not in text else "unbalanced_boxed")
         return out
-    if role in ("math_verifier", "search_verifier"):
+    if role in VERIFIERS:
         if VERIFY_OPEN not in text or VERIFY_CLOSE not in text:
             out.append("missing_verify_tag")
     elif role in ACTION_TAGS:
@@ -140,7 +143,7 @@ def reasons(role: str, text: str) -> list[str]:
             out.append("missing_action_tag")
         out += think_reasons(text)
     else:
-        raise ValueError(f"unknown protocol role {role!r}; roles: {', '.join(ROLES)}")
+        raise ValueError(f"unknown protocol role {role!r}; roles: solver, {', '.join(VERIFIERS + tuple(ACTION_TAGS))}")
     if has_cjk(text):
         out.append("cjk")
     return out
@@ -157,10 +160,6 @@ def think_reasons(text: str) -> list[str]:
 def valid(role: str, text: str) -> bool:
     """Whether `role`'s response passes its validity rule: `reasons` finds none."""
     return not reasons(role, text)
-
-
-for _role in ROLES:  # each protocol role is a format rule workflows name
-    format_rule(_role)(lambda text, _role=_role: reasons(_role, text))
 
 
 def math_verdict(text: str) -> str:
@@ -211,7 +210,7 @@ def observation(hits: Iterable[Any] | None) -> str:
 
 def observation_passages(obs: str) -> str:
     """The passages' own text in an `observation` (the JSON's ``result``, newlines and quotes
-    unescaped), for reading what was retrieved (`workflows.search.search_effects`); a text not in that
+    unescaped), for reading what was retrieved (`suites.search.search_route.search_effects`); a text not in that
     layout (hand-made records) is returned as it is."""
     inner = obs.strip()
     if inner.startswith("<information>") and inner.endswith("</information>"):
@@ -382,13 +381,15 @@ class Templates:
         return hashlib.sha256(canon.encode()).hexdigest()
 
 
-def packaged_path(workflow: str) -> Path:
-    return Path(__file__).with_name(f"{workflow}.prompts.yaml")
+def packaged_path(workflow: str) -> Path | None:
+    """The workflow's packaged prompts file (beside its module: `WorkflowSpec.prompts_file`)."""
+    spec = find_workflow(workflow)
+    return spec.prompts_file if spec is not None else None
 
 
 def placeholders(workflow: str) -> dict[str, tuple[set[str], set[str]]]:
     """{role: (allowed, required) placeholders} that `workflow` declares; {} for one without templates."""
-    spec = WORKFLOWS.get(workflow)
+    spec = find_workflow(workflow)
     return spec.placeholders if spec is not None else {}
 
 
@@ -396,7 +397,7 @@ def placeholders(workflow: str) -> dict[str, tuple[set[str], set[str]]]:
 def _packaged(workflow: str) -> Templates:
 
     p = packaged_path(workflow)
-    if not placeholders(workflow) or not p.is_file():
+    if not placeholders(workflow) or p is None or not p.is_file():
         raise UserError(f"workflow {workflow!r} has no prompt templates")
     d = yaml.safe_load(p.read_text(encoding="utf-8"))
     return _merge(Templates(workflow, "", {}, {}), d, where=p.name, source="packaged", complete=True)
@@ -518,7 +519,7 @@ class ProtocolOptions:
 
     def resolve(self, workflow: str) -> tuple[int | None, str]:
         """(max_prompt_tokens or None for no limit, truncation side) for `workflow`."""
-        spec = WORKFLOWS.get(workflow)  # the workflow's reference limit (`WorkflowSpec.prompt_limit`)
+        spec = find_workflow(workflow)  # the workflow's reference limit (`WorkflowSpec.prompt_limit`)
         limit, side = spec.prompt_limit if spec is not None else (0, "left")
         m = limit if self.max_prompt_tokens is None else self.max_prompt_tokens
         return (m or None), (self.truncate or side)

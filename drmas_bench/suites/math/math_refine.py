@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 import drmas_bench.workflows.protocol as P
 from drmas_bench.records import RecordView, mean_or_none, rate, view, views
+from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
 from drmas_bench.types import Trajectory
 from drmas_bench.workflows.base import Episode, workflow
 
@@ -102,10 +103,20 @@ SEEN = {"question", "team_context", "round", "rounds"}
 PLACEHOLDERS = {"solver": (SEEN, {"question", "team_context"}), "verifier": (SEEN, {"question", "team_context"})}
 
 
+MATH_LABELS = {"round2_ran": "round 2 ran", "round2_rate": "round 2 ran (%)", "flips": "round 1 -> final",
+               "wrong_to_right": "wrong -> right", "right_to_wrong": "right -> wrong", "wrong_to_wrong": "wrong -> wrong",
+               "right_to_right": "right -> right", "round1_ungraded": "round-1 answers never graded",
+               "judged": "first answers judged", "approve_rate_on_right": "approves right (%)",
+               "approve_rate_on_wrong": "approves wrong (%)", "judge_precision": "judge precision (%)",
+               "judge_recall": "judge recall (%)", "judge_accuracy": "judge accuracy (%)",
+               "graded_episodes": "graded episodes", "round1_accuracy": "round-1 accuracy (%)",
+               "final_accuracy": "final accuracy (%)", "accuracy_change": "accuracy change (pts)"}
+
+
 @workflow("math_refine", agents=("solver", "verifier"), family="math",
-          rules={"solver": "solver", "verifier": "math_verifier"}, effects=("math", math_effects),
+          rules={"solver": SOLVER, "verifier": MATH_VERIFIER}, effects=("math", math_effects),
           placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),  # REFERENCE §2b / §3
-          round1_answer=round1_answer)
+          round1_answer=round1_answer, title="math refinement", labels=MATH_LABELS)
 async def math_refine(ep: Episode, rounds: int = 2, prompts: P.Templates | None = None,
                       protocol: P.ProtocolOptions | None = None) -> None:
     tpl = prompts or P.default_templates("math_refine")

@@ -12,7 +12,9 @@ import re
 from typing import Any
 
 from drmas_bench.types import SFTExample
-from drmas_bench.workflows.base import Episode, chat, format_rule, workflow
+from drmas_bench.workflows.arithmetic import near_miss, sum_question
+from drmas_bench.workflows.base import Episode, chat, workflow
+from drmas_bench.workflows.rules import FormatRule, format_rule
 
 ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 VERDICT = re.compile(r"<verdict>\s*(approve|reject)\s*</verdict>", re.IGNORECASE)
@@ -29,16 +31,27 @@ def parse_verdict(text: str) -> str | None:
     return found[-1].lower() if found else None
 
 
-@format_rule("toy_answer")
 def answer_reasons(text: str) -> list[str]:
     """The toy solver's rule: an ``<answer>...</answer>`` pair (missing_answer_tag)."""
     return [] if ANSWER.search(text) else ["missing_answer_tag"]
 
 
-@format_rule("toy_verdict")
 def verdict_reasons(text: str) -> list[str]:
     """The toy checker's rule: a ``<verdict>`` tag holding approve or reject (missing_verdict_tag)."""
     return [] if parse_verdict(text) is not None else ["missing_verdict_tag"]
+
+
+def parse_answer(text: str) -> tuple[str | None, None]:
+    """(the last ``<answer>`` tag's content, no verdict): what the viewer shows beside a solver reply."""
+    found = ANSWER.findall(text)
+    return (found[-1] if found else None), None
+
+
+TOY_ANSWER = format_rule(FormatRule("toy_answer", answer_reasons, ("missing_answer_tag",), parse_answer,
+                                    labels={"missing_answer_tag": "no answer tag"}))
+TOY_VERDICT = format_rule(FormatRule("toy_verdict", verdict_reasons, ("missing_verdict_tag",),
+                                     lambda text: (None, parse_verdict(text)),
+                                     labels={"missing_verdict_tag": "no verdict tag"}))
 
 
 def solver_prompt(question: str, previous: str | None) -> list[dict[str, str]]:
@@ -57,20 +70,6 @@ def checker_prompt(question: str, proposed: str) -> list[dict[str, str]]:
 # model learns the format and a spread-out belief about each sum, so a sampled answer is right only
 # part of the time and RL has to sharpen it. The prompts are the workflow's own, rendered by each
 # worker group with its chat template, so the warm-started model sees what the rollouts show it.
-
-
-def near_miss(rng: random.Random, right: int, avoid: int | None = None) -> int:
-    """right + a nonzero offset in -3..3, never negative, never `avoid`."""
-    while True:
-        v = right + rng.choice((-3, -2, -1, 1, 2, 3))
-        if v >= 0 and v != avoid:
-            return v
-
-
-def sum_question(rng: random.Random, max_operand: int) -> tuple[str, int]:
-    """A warm-start question "What is a + b?" with operands from 0..max_operand, and its sum."""
-    a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
-    return f"What is {a} + {b}?", a + b
 
 
 def toy_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accuracy: float = 0.5,
@@ -116,7 +115,7 @@ def toy_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accurac
     return out
 
 
-@workflow("toy", agents=("solver", "checker"), family="toy", rules={"solver": "toy_answer", "checker": "toy_verdict"},
+@workflow("toy", agents=("solver", "checker"), family="toy", rules={"solver": TOY_ANSWER, "checker": TOY_VERDICT},
           sft=toy_sft_examples)
 async def toy(ep: Episode, rounds: int = 2) -> None:
     previous = None

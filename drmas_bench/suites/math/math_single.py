@@ -13,9 +13,10 @@ from __future__ import annotations
 import random
 
 import drmas_bench.workflows.protocol as P
+from drmas_bench.suites.math.rules import SOLVER
 from drmas_bench.types import SFTExample
+from drmas_bench.workflows.arithmetic import near_miss, sum_question
 from drmas_bench.workflows.base import Episode, workflow
-from drmas_bench.workflows.toy import near_miss, sum_question
 
 
 def math_single_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accuracy: float = 0.5,
@@ -36,7 +37,7 @@ def math_single_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver
     return out
 
 
-@workflow("math_single", agents=("solver",), family="math", rules={"solver": "solver"},
+@workflow("math_single", agents=("solver",), family="math", rules={"solver": SOLVER}, title="single-agent math",
           placeholders={"solver": ({"question"}, {"question"})}, prompt_limit=(8192, "middle"),
           sft=math_single_sft_examples)
 async def math_single(ep: Episode, prompts: P.Templates | None = None,

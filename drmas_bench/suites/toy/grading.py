@@ -1,10 +1,11 @@
-"""Grading of the built-in toy suite ("What is a + b?")."""
+"""Grading of the built-in toy suite ("What is a + b?"), registered as the ``toy`` grading family."""
 
 from __future__ import annotations
 
 import re
 
 from drmas_bench.grading.extract import extract_answer_tag
+from drmas_bench.grading.families import Family, register_family
 
 _INT = re.compile(r"[-+]?\d+")
 
@@ -24,3 +25,11 @@ def grade_toy(response: str | None, gold: str) -> bool:
         return int(found[-1]) == int(str(gold).strip())
     except ValueError:
         return False
+
+
+def grade_toy_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple[bool, dict]]:
+    """The toy family: :func:`grade_toy` on each (answer, golds) pair against the first gold."""
+    return [(bool(grade_toy(answer or "", golds[0])), {}) for answer, golds in pairs]
+
+
+register_family("toy", Family(grade_toy_family))

@@ -28,13 +28,13 @@ from typing import Any, Iterable
 import drmas_bench.workflows.protocol as P
 from drmas_bench.grading.qa import grade_qa
 from drmas_bench.records import rate, view, views
+from drmas_bench.suites.search.rules import ANSWERER, SEARCH_VERIFIER, SEARCHER, search_episode_figures, search_steps
+from drmas_bench.suites.search.search_sft import search_sft_examples
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import Episode, workflow
-from drmas_bench.workflows.episodes import episode_compliance
-from drmas_bench.workflows.search_sft import search_sft_examples
 
 # the per-episode figures of `compliance` the search effects block repeats (one definition:
-# `workflows.episodes.episode_compliance`)
+# `rules.search_episode_figures`)
 SEARCH_EPISODE_KEYS = ("steps_per_episode", "searches_per_episode", "searches_distribution", "no_answer_rate")
 
 
@@ -44,7 +44,8 @@ def evidence_at_answer(r: Any) -> tuple[bool | None, bool | None]:
     cover-EM), in the passages (`protocol.observation_passages`) the env showed before the answerer's last call (the observations of
     the steps before its step; step t = the t-th verifier turn), resp. in every observation of the
     episode. First None: the answerer never acted; both None: no env record (``extra["env"]``,
-    runs from before it). A compact record (``drmas_bench.compact``) carries both, computed when stored."""
+    runs from before it). A compact record (``drmas_bench.compact``) carries both, computed when stored
+    (`evidence_figures`)."""
     rec = view(r)
     if rec.env_steps is None:
         return None, None
@@ -64,6 +65,11 @@ def evidence_at_answer(r: Any) -> tuple[bool | None, bool | None]:
         return bool(grade_qa("\n".join(texts), golds).cover_em)
 
     return (seen(obs[:answer_step - 1]) if answer_step else None), seen(obs)
+
+
+def evidence_figures(record: dict[str, Any]) -> dict[str, Any]:
+    """The figure `evidence_at_answer` reads from the observations, kept in a compact record."""
+    return {"evidence": list(evidence_at_answer(record))}
 
 
 def search_effects(records: Iterable[Any]) -> dict[str, Any]:
@@ -90,7 +96,7 @@ def search_effects(records: Iterable[Any]) -> dict[str, Any]:
             at_answer.append((ev, r.correct))
     with_ev = [ok for ev, ok in at_answer if ev]
     without = [ok for ev, ok in at_answer if not ev]
-    ep = episode_compliance(recs, {"searcher": "searcher", "answerer": "answerer"})
+    ep = search_episode_figures(recs)
     return {
         "episodes": len(recs), "env_recorded": len(anywhere), "answerer_episodes": len(at_answer),
         "evidence_recall": rate(len(with_ev), len(at_answer)),
@@ -114,10 +120,18 @@ PLACEHOLDERS = {"verifier": (SEEN, {"question", "history"}),
                 "answerer": (SEEN | {"verifier_output"}, {"question", "history"})}
 
 
+SEARCH_LABELS = {"env_recorded": "episodes with an env record", "answerer_episodes": "episodes where the answerer acted",
+                 "evidence_recall": "evidence recall (%)", "with_evidence": "answered with evidence",
+                 "without_evidence": "answered without evidence", "accuracy_with_evidence": "accuracy with evidence (%)",
+                 "accuracy_without_evidence": "accuracy without evidence (%)",
+                 "evidence_retrieved_rate": "gold retrieved at all (%)"}
+
+
 @workflow("search_route", agents=("verifier", "searcher", "answerer"), family="qa", needs_retriever=True,
-          rules={"verifier": "search_verifier", "searcher": "searcher", "answerer": "answerer"},
-          effects=("search", search_effects), placeholders=PLACEHOLDERS,
-          prompt_limit=(4096, "left"), sft=search_sft_examples, env_step_agent="verifier")  # REFERENCE §2b / §3
+          rules={"verifier": SEARCH_VERIFIER, "searcher": SEARCHER, "answerer": ANSWERER},
+          effects=("search", search_effects), placeholders=PLACEHOLDERS, title="search", labels=SEARCH_LABELS,
+          prompt_limit=(4096, "left"), sft=search_sft_examples, env_step_agent="verifier",
+          env_step_kinds=search_steps, record_figures=evidence_figures)  # REFERENCE §2b / §3
 async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
                        protocol: P.ProtocolOptions | None = None, last_step: str = "end") -> None:
     if last_step not in ("end", "answer"):

@@ -23,11 +23,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from drmas_bench.grading.toy import grade_toy
 from drmas_bench.records import RecordView
+from drmas_bench.suites.toy.grading import grade_toy
+from drmas_bench.suites.toy.toy import ANSWER, TOY_ANSWER, answer_reasons
 from drmas_bench.types import SFTExample
+from drmas_bench.workflows.arithmetic import near_miss, sum_question
 from drmas_bench.workflows.base import Episode, chat, workflow
-from drmas_bench.workflows.toy import ANSWER, answer_reasons, near_miss, sum_question
 
 SOLVER_SYSTEM = "You are the Solver. Answer the question with a number inside <answer></answer>."
 FIXER_SYSTEM = ("You are the Fixer. A teammate's answer was wrong. Give the right number inside "
@@ -94,7 +95,7 @@ def round1_answer(traj: Any) -> str | None:
     return next(t.completion.text for t in traj.turns if t.agent == "solver")
 
 
-@workflow("toy_fixer", agents=("solver", "fixer"), family="toy", rules={"solver": "toy_answer", "fixer": "toy_answer"},
+@workflow("toy_fixer", agents=("solver", "fixer"), family="toy", rules={"solver": TOY_ANSWER, "fixer": TOY_ANSWER},
           effects=("fixer", fixer_effects), sft=toy_fixer_sft_examples, round1_answer=round1_answer)
 async def toy_fixer(ep: Episode, fixes: int = 2) -> None:
     gold = ep.task.answers[0]

@@ -34,7 +34,8 @@ from __future__ import annotations
 import asyncio
 
 import drmas_bench.workflows.protocol as P
-from drmas_bench.workflows.base import Episode, format_rule, workflow
+from drmas_bench.workflows.base import Episode, workflow
+from drmas_bench.workflows.rules import FormatRule, format_rule
 
 ACTIONS = ("search", "answer")
 
@@ -56,7 +57,6 @@ def single_action(text: str) -> tuple[str, int]:
     return f"<{tag}>{inner.strip()}</{tag}>", end
 
 
-@format_rule("single_action")
 def single_reasons(text: str) -> list[str]:
     """The single agent's rule (module docstring): missing_action_tag (no complete search or answer
     pair, `single_action`), think_count / think_order (`protocol.think_reasons`), cjk."""
@@ -65,12 +65,19 @@ def single_reasons(text: str) -> list[str]:
     return out + ["cjk"] if P.has_cjk(text) else out
 
 
+SINGLE_ACTION = format_rule(FormatRule(
+    "single_action", single_reasons, ("missing_action_tag", "think_count", "think_order", "cjk"),
+    labels={"missing_action_tag": "no search/answer tag", "think_count": "not one <think>",
+            "think_order": "<think> not first", "cjk": "CJK characters"}))
+
+
 def single_valid(text: str) -> bool:
     """Whether a reply passes the single agent's rule (`single_reasons` finds none)."""
     return not single_reasons(text)
 
 
-@workflow("search_single", agents=("agent",), family="qa", needs_retriever=True, rules={"agent": "single_action"},
+@workflow("search_single", agents=("agent",), family="qa", needs_retriever=True, rules={"agent": SINGLE_ACTION},
+          title="single-agent search",
           placeholders={"agent": ({"question", "max_steps", "max_searches"}, {"question"}),
                         "no_action": ({"step", "max_steps"}, set())},
           prompt_limit=(4096, "left"))

@@ -1,0 +1,105 @@
+"""Format rules: what an agent's reply must look like, and everything read off a reply by that rule.
+
+A :class:`FormatRule` is the one home of a reply format's knowledge: the workflow records
+``turn.valid = not rule.reasons(text)``; compliance counts the same reasons and asks the rule for its
+per-agent figures (actions, verdicts) and its per-episode figures; the viewer shows ``rule.parse(text)``
+(the action the reply took, the verdict it gave). Nothing outside the rule's own module compares a
+rule's name. A rule is declared once, in the module of the suite or workflow that owns the format,
+with :func:`format_rule`; workflows name their agents' rules by object (``rules={"solver": ANSWER}``)
+or by a registered name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from drmas_bench.discovery import discover
+from drmas_bench.records import RecordView
+
+Parsed = tuple[str | None, str | None]  # (the action a reply took, the verdict it gave); None: it has none
+
+
+def parse_nothing(text: str) -> Parsed:
+    """The parse of a rule that reads no action and no verdict off a reply."""
+    return None, None
+
+
+@dataclass(frozen=True)
+class FormatRule:
+    """A reply format and what it reads off a reply.
+
+    name: how compliance and the viewer name it (``summary.json``'s ``rule``);
+    reasons: ``text -> [reason, ...]``, every reason the reply fails (empty: valid);
+    reason_names: the reasons it can give, in the order a summary lists them (others follow, sorted);
+    parse: ``text -> (action, verdict)`` shown beside each reply in the viewer;
+    agent_figures: ``[reply text, ...] -> {figure: value}``, the per-agent compliance figures over
+        one agent's replies (e.g. ``actions``, ``verdicts``), None: none;
+    episode_figures: ``[RecordView, ...] -> {figure: value}``, the per-episode compliance figures
+        (e.g. searches per episode), None: none (a workflow whose agents share one such function
+        gets it once);
+    labels: the words a reader sees for its reasons and figures (``report.labels`` reads them),
+        a label ending in ``(%)`` marks a share."""
+
+    name: str
+    reasons: Callable[[str], list[str]]
+    reason_names: tuple[str, ...] = ()
+    parse: Callable[[str], Parsed] = parse_nothing
+    agent_figures: Callable[[list[str]], dict[str, Any]] | None = None
+    episode_figures: Callable[[list[RecordView]], dict[str, Any]] | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, text: str) -> list[str]:
+        """``rule(text)`` is ``rule.reasons(text)`` (a rule reads like the function it was)."""
+        return list(self.reasons(text))
+
+
+RULES: dict[str, FormatRule] = {}
+
+
+def registered_rules() -> dict[str, FormatRule]:
+    """Every registered format rule, the suites discovered first (`drmas_bench.discovery`)."""
+    discover()
+    return RULES
+
+
+def format_rule(rule: FormatRule) -> FormatRule:
+    """Register ``rule`` under its name (how a workflow may name it); returns it."""
+    if rule.name in RULES and RULES[rule.name] is not rule:
+        raise ValueError(f"format rule {rule.name!r} registered twice")
+    RULES[rule.name] = rule
+    return rule
+
+
+Rule = FormatRule | str | Callable[[str], list[str]]
+
+
+def as_rule(rule: Rule) -> FormatRule:
+    """A workflow's declared rule as a :class:`FormatRule`: the object itself, a registered name, or a
+    bare function ``text -> reasons`` (a rule with nothing else to say, named after the function)."""
+    if isinstance(rule, FormatRule):
+        return rule
+    if isinstance(rule, str):
+        if rule not in registered_rules():
+            raise ValueError(f"unknown format rule {rule!r}; known: {', '.join(sorted(RULES))}")
+        return RULES[rule]
+    return FormatRule(getattr(rule, "__name__", repr(rule)), rule)
+
+
+def ordered_reasons(rule: FormatRule, counts: dict[str, int]) -> dict[str, int]:
+    """``counts`` (reason -> turns) in the rule's order (its ``reason_names``, then the rest sorted),
+    reasons never seen left out."""
+    order = (*rule.reason_names, *sorted(set(counts) - set(rule.reason_names)))
+    return {k: counts[k] for k in order if counts.get(k)}
+
+
+def episode_figures(rules: dict[str, FormatRule], records: list[RecordView]) -> dict[str, Any]:
+    """The per-episode figures every rule of a workflow declares (each function once), over ``records``."""
+    out: dict[str, Any] = {}
+    seen: list[Callable[..., Any]] = []
+    for rule in rules.values():
+        fn = rule.episode_figures
+        if fn is not None and fn not in seen:
+            seen.append(fn)
+            out.update(fn(records))
+    return out
