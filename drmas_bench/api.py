@@ -222,9 +222,9 @@ def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
 
     key = store.summary_key(summary_inputs(p))
     kept = store.kept_summary(key) if stats.episodes == 0 and not stats.stopped and not stats.limits else None
-    # the selection leaderboard and cost read too, in compact form (no prompts or passages: drmas_bench.compact)
-    # read as views once: the metrics, protocol and cache sections all walk them
-    records: list[Any] = [] if kept is not None else views(store.compact_selected())
+    # the selection (leaderboard and cost read it too) as views of the compact records, read once: the
+    # metrics, protocol and cache sections all walk them
+    records: list[Any] = [] if kept is not None else store.compact_views()
     summary = kept if kept is not None else metrics.summarize(records, prices=p.prices, workflow=wf.name)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       # a run limit stopped it: which, and how many of the planned samples are finished

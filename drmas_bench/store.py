@@ -45,8 +45,9 @@ import json
 import logging
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import yaml
 
@@ -54,6 +55,7 @@ from drmas_bench import compact
 from drmas_bench.compact import COMPACT
 from drmas_bench.files import atomic_write, fingerprint, inside
 from drmas_bench.log import write_traceback
+from drmas_bench.records import RecordView, view
 from drmas_bench.run_index import INDEX, SampleIndex
 from drmas_bench.types import Trajectory, UserError
 
@@ -131,25 +133,29 @@ def read_samples(path: str | os.PathLike, missing_ok: bool = False) -> list[dict
     return list(by_key.values())
 
 
-def select_records(records: Iterable[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The records a run directory reports: those of ``config``'s selection (its ``benchmarks``, its
-    ``question_ids`` where a ``limit`` chose some, sample indices below its ``n``). The one
-    selection of the summary, the leaderboard and the cost tables, so all three say the same."""
+def selection_test(config: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
+    """Whether a record is in ``config``'s selection (``select_records``), as a function of the record."""
     benches = {str(b) for b in config.get("benchmarks") or []}
     n = int(config.get("n") or 0)
     chosen = config.get("question_ids")
     ids = {str(b): {str(i) for i in v} for b, v in chosen.items()} if isinstance(chosen, dict) else {}
-    out = []
-    for r in records:
+
+    def selected(r: dict[str, Any]) -> bool:
         b = str(r["task"]["benchmark"])
         if benches and b not in benches:
-            continue
+            return False
         if n > 0 and int(r["sample_idx"]) >= n:
-            continue
-        if b in ids and str(r["task"]["id"]) not in ids[b]:
-            continue
-        out.append(r)
-    return out
+            return False
+        return not (b in ids and str(r["task"]["id"]) not in ids[b])
+
+    return selected
+
+
+def select_records(records: Iterable[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records a run directory reports: those of ``config``'s selection (its ``benchmarks``, its
+    ``question_ids`` where a ``limit`` chose some, sample indices below its ``n``). The one
+    selection of the summary, the leaderboard and the cost tables, so all three say the same."""
+    return list(filter(selection_test(config), records))
 
 
 def selection_of(config: dict[str, Any]) -> tuple:
@@ -481,13 +487,32 @@ class RunDir:
         """The records this run reports (``select_records`` over its configuration)."""
         return select_records(self.records(), self.config)
 
-    def compact_selected(self) -> list[dict[str, Any]]:
-        """``selected`` in compact form (``drmas_bench.compact``: no prompts, no passages, search
-        evidence precomputed), read from RUN/records.compact.jsonl: what summaries read."""
+    def compact_views(self) -> list[RecordView]:
+        """``selected`` as views of the compact records (``drmas_bench.compact``: no prompts, no
+        passages, the workflow's figures precomputed), read from RUN/records.compact.jsonl one line at
+        a time: what summaries read. Each view keeps of its stored dict only the figures (``raw``), and
+        neither the run stamp nor the calls' requests (no summary reads them)."""
         path = self.path / COMPACT
+        selected = selection_test(self.config)
+        by_key: dict[tuple, RecordView] = {}
+
+        def keep(rec: dict[str, Any]) -> None:
+            if selected(rec):  # the last copy of a key wins, in the place of the first (read_samples)
+                rec.pop("run", None)  # neither the stamp nor each call's request (sampling) is summarized
+                for t in rec.get("turns") or ():
+                    if isinstance(t, dict):
+                        t.pop("request", None)
+                by_key[sample_key(rec)] = replace(view(rec), raw={"figures": rec["figures"]} if "figures" in rec else {})
+
         if not path.exists():
-            return [compact.compact(r, self.config.get("workflow")) for r in self.selected()]
-        return select_records(compact.read_compact(path, sample_key), self.config)
+            for rec in self.selected():
+                keep(compact.compact(rec, self.config.get("workflow")))
+        else:
+            with open(path, "rb") as f:
+                f.readline()
+                for raw in f:
+                    keep(json.loads(raw))
+        return list(by_key.values())
 
     def done_keys(self) -> set[tuple[str, str, int]]:
         """The (benchmark, task id, sample index) of every finished sample: from the index while

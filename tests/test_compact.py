@@ -60,7 +60,7 @@ def test_the_copy_is_appended_with_the_samples_and_rebuilt_when_behind(tmp_path)
 
     store.append([Trajectory.from_dict(json.loads(x)) for x in lines[5:]])
     assert compact.lines_in(run / compact.COMPACT) == 8
-    assert [r["task"]["id"] for r in store.compact_selected()] == [json.loads(x)["task"]["id"] for x in lines]
+    assert [v.task_id for v in store.compact_views()] == [json.loads(x)["task"]["id"] for x in lines]
     store.close()
     with open(run / "samples.jsonl", "a") as f:  # a run killed between the two appends
         f.write(lines[0] + "\n")
