@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from drmas_bench.run_index import INDEX
 from drmas_bench.workflows.base import find_workflow
 
 COMPACT = "records.compact.jsonl"
@@ -91,3 +92,20 @@ def read_compact(path: Path, key: Callable[[dict[str, Any]], Any]) -> list[dict[
             rec = json.loads(raw)
             by_key[key(rec)] = rec
     return list(by_key.values())
+
+
+def current_records(run: str | Path, key: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]] | None:
+    """Every record of RUN in compact form when RUN/records.compact.jsonl is in step with samples.jsonl
+    (RUN/samples.index covers samples.jsonl to its last byte and the two hold as many lines), else
+    None: the caller reads samples.jsonl. Reads, never writes (no lock is taken). ``key``: a record's
+    (benchmark, task id, sample index), the last copy of a repeated one winning."""
+    p = Path(run)
+    try:
+        with open(p / INDEX, "rb") as f:
+            lines = f.read().split(b"\n")
+        last = json.loads(lines[-2]) if len(lines) > 1 else None
+        if last is None or (p / "samples.jsonl").stat().st_size != int(last[5]) or lines_in(p / COMPACT) != len(lines) - 1:
+            return None
+        return read_compact(p / COMPACT, key)
+    except (OSError, ValueError, IndexError, TypeError):
+        return None

@@ -165,24 +165,6 @@ def selection_of(config: dict[str, Any]) -> tuple:
     return sorted(map(str, config.get("benchmarks") or [])), config.get("n"), config.get("limit"), ids
 
 
-def compact_records_if_current(run: str | os.PathLike) -> list[dict[str, Any]] | None:
-    """Every record of RUN in compact form (``drmas_bench.compact``) when RUN/records.compact.jsonl is
-    in step with samples.jsonl (the index covers samples.jsonl to its last byte and both hold as many
-    lines), else None: the caller reads samples.jsonl. Reads, never writes (no lock is taken)."""
-    p = Path(run)
-    samples, index = p / SAMPLES, p / INDEX
-    try:
-        with open(index, "rb") as f:
-            lines = f.read().split(b"\n")
-        last = json.loads(lines[-2]) if len(lines) > 1 else None
-        count = len(lines) - 1
-        if last is None or samples.stat().st_size != int(last[5]) or compact.lines_in(p / COMPACT) != count:
-            return None
-        return compact.read_compact(p / COMPACT, sample_key)
-    except (OSError, ValueError, IndexError, TypeError):
-        return None
-
-
 # ------------------------------------------------------------------------------- sample stamps
 
 STAMP_SAMPLING = ("temperature", "top_p", "max_new_tokens", "top_k", "enable_thinking")

@@ -16,8 +16,9 @@ from typing import Any, Iterable
 import yaml
 
 from drmas_bench.agents.assign import short_model_name
+from drmas_bench.compact import current_records
 from drmas_bench.records import RecordView, views
-from drmas_bench.store import SAMPLES, compact_records_if_current, read_samples, select_records
+from drmas_bench.store import SAMPLES, read_samples, sample_key, select_records
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ def load_run(path: str | Path, compact: bool = False) -> Run:
         raise UserError(f"{cfg_path}: not a run config (no `identity`)")
     n = int(config.get("n") or 0)
     benches = [str(b) for b in config.get("benchmarks") or []]
-    kept = compact_records_if_current(p) if compact else None
+    kept = current_records(p, sample_key) if compact else None
     records = select_records(kept if kept is not None else read_samples(p / SAMPLES, missing_ok=True), config)
     if not records:
         raise NoSamples(f"{p}: the run has no finished samples yet")
