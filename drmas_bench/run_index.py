@@ -5,10 +5,10 @@ One JSON line per samples.jsonl line, appended with it (``SampleIndex.add``):
     [benchmark, task id, sample index, line number, start offset, end offset, crc32 of the line, signature]
 
 - the key is what a resumed run skips (``keys``);
-- the signature (``signature``) is a hash of everything ``store.sample_mismatch`` reads of a record
-  (the benchmark, each turn's agent, worker group and sampling, the run stamp), so checking that every
-  kept sample belongs to the configuration needs one record per distinct signature
-  (``representatives``), read at its offset;
+- the signature is a hash of everything ``store.sample_mismatch`` reads of a record (the benchmark,
+  each turn's agent, worker group and compared sampling keys, the run stamp: ``store.mismatch_signature``,
+  given to the index as ``sign``), so checking that every kept sample belongs to the configuration
+  needs one record per distinct signature (``representatives``), read at its offset;
 - end offset and crc say which bytes of samples.jsonl the index covers. On open the index is trusted
   when samples.jsonl still holds the covered bytes (its size is at least the last end offset and the
   last covered line's crc matches); lines appended after that (a run killed between the two appends)
@@ -30,10 +30,9 @@ from typing import Any, Callable, Iterator
 INDEX = "samples.index"
 
 
-def signature(rec: dict[str, Any]) -> str:
-    """A short hash of what ``store.sample_mismatch`` compares of ``rec`` with a configuration."""
-    turns = [(t.get("agent"), t.get("wg"), (t.get("request") or {}).get("sampling")) for t in rec.get("turns") or []]
-    doc = [str(rec["task"]["benchmark"]), turns, rec.get("run")]
+def signature(doc: Any) -> str:
+    """A short hash of ``doc`` (JSON-able): the index's signature of a record is this hash of what
+    the store's resume check reads of it (``store.mismatch_signature``)."""
     return hashlib.blake2b(json.dumps(doc, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
 
 
@@ -55,10 +54,12 @@ class SampleIndex:
     (the store's raises its one-line error for an unreadable line). In memory it keeps the keys found when
     it was opened, the first line of each signature and the last entry: not a line per sample."""
 
-    def __init__(self, run: str | os.PathLike, samples: str | os.PathLike, parse: Callable[[bytes, int], Any]) -> None:
+    def __init__(self, run: str | os.PathLike, samples: str | os.PathLike, parse: Callable[[bytes, int], Any],
+                 sign: Callable[[dict[str, Any]], str]) -> None:
         self.path = Path(run) / INDEX
         self.samples = Path(samples)
         self._parse = parse
+        self._sign = sign
         self.count = 0
         self.last: list[Any] | None = None
         self.first_of: dict[str, list[Any]] = {}  # signature -> its first entry
@@ -135,11 +136,10 @@ class SampleIndex:
 
     # ------------------------------------------------------------------ use
 
-    @staticmethod
-    def entry(rec: dict[str, Any], raw: bytes, lineno: int, start: int, end: int) -> list[Any]:
+    def entry(self, rec: dict[str, Any], raw: bytes, lineno: int, start: int, end: int) -> list[Any]:
         t = rec["task"]
         return [str(t["benchmark"]), str(t["id"]), int(rec["sample_idx"]), lineno, start, end, zlib.crc32(raw),
-                signature(rec)]
+                self._sign(rec)]
 
     def add(self, recs: list[dict[str, Any]], lines: list[bytes], end: int) -> None:
         """Index records just appended to samples.jsonl (``lines`` without newlines), which now ends at

@@ -56,7 +56,7 @@ from drmas_bench.compact import COMPACT
 from drmas_bench.files import atomic_write, fingerprint, inside
 from drmas_bench.log import write_traceback
 from drmas_bench.records import RecordView, view
-from drmas_bench.run_index import INDEX, SampleIndex
+from drmas_bench.run_index import INDEX, SampleIndex, signature
 from drmas_bench.types import Trajectory, UserError
 
 logger = logging.getLogger(__name__)
@@ -189,6 +189,15 @@ def run_stamp(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
 def _agent_wg(team: dict[str, Any], agent: str) -> str | None:
     v = (team.get("agents") or {}).get(agent)
     return v.get("wg") if isinstance(v, dict) else v
+
+
+def mismatch_signature(rec: dict[str, Any]) -> str:
+    """A hash of everything ``sample_mismatch`` reads of ``rec`` (its benchmark, each turn's agent,
+    worker group and ``STAMP_SAMPLING`` values, its run stamp): two records with one signature get
+    the same answer from it, so a resume checks one record per signature (``run_index``)."""
+    turns = [(t.get("agent"), t.get("wg"), {k: v for k, v in ((t.get("request") or {}).get("sampling") or {}).items()
+                                            if k in STAMP_SAMPLING}) for t in rec.get("turns") or ()]
+    return signature([str(rec["task"]["benchmark"]), turns, rec.get("run")])
 
 
 def sample_mismatch(rec: dict[str, Any], config: dict[str, Any], stamps: dict[str, dict] | None = None) -> list[str]:
@@ -365,7 +374,7 @@ class RunDir:
             for name in (SAMPLES, INDEX, COMPACT, SUMMARY_KEY, "summary.json", "summary.md", CONFIG):
                 (self.path / name).unlink(missing_ok=True)
         self._repair_tail()
-        self.index = SampleIndex(self.path, self.samples_path, self._indexed_line).load()
+        self.index = SampleIndex(self.path, self.samples_path, self._indexed_line, mismatch_signature).load()
         self._appended = False
         if compact.lines_in(self.path / COMPACT) != len(self.index):  # missing, older, or behind samples.jsonl
             compact.rebuild(self.path / COMPACT, self._each_record(), self.config.get("workflow"))

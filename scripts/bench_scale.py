@@ -185,15 +185,17 @@ class WriteGauge:
 
 def child(report: Path, run_dir: Path | None, expected: int, argv: list[str]) -> int:
     """Run ``drmas-bench ARGV`` in this process with the double registered; write the figures to `report`."""
-    sys.modules.setdefault(Path(__file__).stem, sys.modules["__main__"])
+    main_module = sys.modules["__main__"]
+    if Path(getattr(main_module, "__file__", "") or "").resolve() == Path(__file__).resolve():
+        sys.modules.setdefault(Path(__file__).stem, main_module)  # the registry imports this very module
     register_double()
-    from drmas_bench.cli import main
+    from drmas_bench.cli import main as cli_main
 
     gauge = WriteGauge(run_dir / "samples.jsonl", expected).start() if run_dir is not None else None
     t0 = time.perf_counter()
     rc = 1
     try:
-        rc = main(argv)
+        rc = cli_main(argv)
     finally:
         wall = time.perf_counter() - t0
         cpu = time.process_time()

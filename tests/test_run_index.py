@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import random
 
-from drmas_bench.run_index import INDEX, SampleIndex, signature
-from drmas_bench.store import parse_sample_line
+from drmas_bench.run_index import INDEX, SampleIndex
+from drmas_bench.store import mismatch_signature, parse_sample_line, sample_mismatch
 
 
-def _rec(b: str, i: int, s: int, agents=("solver",), temp=0.6) -> dict:
+def _rec(b: str, i: int, s: int, agents=("solver",), temp=0.6, seed=0) -> dict:
     return {"task": {"benchmark": b, "id": str(i), "question": "q" * (i % 7)}, "sample_idx": s,
-            "turns": [{"agent": a, "wg": "g", "request": {"sampling": {"temperature": temp}}, "completion": {"text": "x"}}
-                      for a in agents], "run": {"identity": "abc", "workflow": "toy"}}
+            "turns": [{"agent": a, "wg": "g", "request": {"sampling": {"temperature": temp, "seed": seed + i}},
+                       "completion": {"text": "x"}} for a in agents], "run": {"identity": "abc", "workflow": "toy"}}
 
 
 def _append(run, idx: SampleIndex, recs: list[dict]) -> None:
@@ -25,7 +25,7 @@ def _append(run, idx: SampleIndex, recs: list[dict]) -> None:
 
 
 def _open(run) -> SampleIndex:
-    return SampleIndex(run, run / "samples.jsonl", lambda raw, lineno: parse_sample_line(raw)).load()
+    return SampleIndex(run, run / "samples.jsonl", lambda raw, lineno: parse_sample_line(raw), mismatch_signature).load()
 
 
 def _keys_by_reading(run) -> set:
@@ -53,8 +53,8 @@ def test_keys_and_representatives_match_a_full_read_on_random_runs(tmp_path):
         # the plain loop: the first record of each signature, in file order
         want, seen = [], set()
         for n, r in enumerate(recs, 1):
-            if signature(r) not in seen:
-                seen.add(signature(r))
+            if mismatch_signature(r) not in seen:
+                seen.add(mismatch_signature(r))
                 want.append((n, r))
         assert list(again.representatives()) == want
 
@@ -93,3 +93,19 @@ def test_state_changes_with_every_append(tmp_path):
         states.append(idx.state())
     assert len({tuple(s) for s in states}) == 4
     assert _open(tmp_path).state() == states[-1]
+
+
+def test_records_of_one_signature_get_one_answer_from_the_resume_check():
+    """The signature covers what sample_mismatch reads and nothing more: records alike but for their
+    per-call seeds share one; records that differ in a compared field get different answers."""
+    rng = random.Random(11)
+    configs = [{"identity": {"sampling": {a: {"temperature": t} for a in ("s", "c")}, "team": {}}} for t in (0.6, 1.0)]
+    recs = [_rec(rng.choice("ab"), rng.randrange(50), 0, agents=("s", "c")[: rng.randint(1, 2)],
+                 temp=rng.choice([0.6, 1.0]), seed=rng.randrange(10**9)) for _ in range(200)]
+    by_sig: dict = {}
+    for r in recs:
+        by_sig.setdefault(mismatch_signature(r), []).append(r)
+    assert len(by_sig) <= 8  # 2 benchmarks x 2 agent lists x 2 temperatures, whatever the seeds
+    for group in by_sig.values():
+        for cfg in configs:
+            assert len({tuple(sample_mismatch(r, cfg)) for r in group}) == 1
