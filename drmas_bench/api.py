@@ -28,7 +28,7 @@ nothing is opened or loaded and the run directory is not touched: a mistake leav
 and :func:`run`, which owns every resource of the run and closes it, also on an error or a stop
 signal: the call cache and the retriever (opened first), the run directory (its lock is taken, its
 identity checked: resume or refuse), the pool of engines (behind the call chain, ``calls.py``), then
-:func:`summarize` writes the summary. Every run records its provenance
+:func:`write_summary` writes the summary. Every run records its provenance
 (``drmas_bench.provenance``, plus data hashes, model identity, grader, prompts hash and workflow
 code hash) under ``provenance:`` in ``config.yaml`` (outside the identity: it never blocks a resume)
 and in ``summary.json`` with start / end time and duration.
@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench import metrics, runner
-from drmas_bench.cache import CallCache, cache_summary
+from drmas_bench.call_cache import CallCache, cache_summary
 from drmas_bench.calls import CallChain
 from drmas_bench.limits import LimitReached, start_meter
 from drmas_bench.log import UnexpectedError, one_line, traceback_note, unexpected
@@ -72,8 +72,8 @@ from drmas_bench.provenance import hardware, utc_now
 from drmas_bench.records import views
 from drmas_bench.report.runs import load_run
 from drmas_bench.retrievers import open_retriever
-from drmas_bench.store import RunDir
-from drmas_bench.tasks.registry import get_benchmark
+from drmas_bench.run_dir import RunDir
+from drmas_bench.tasks.catalog import get_benchmark
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def run(p: Plan) -> Summary:
             stats, pool_stats = asyncio.run(run_on_pool(p, store, call_cache, retriever))
             if stats.stopped and not store.selected():  # a limit below one episode's spending: nothing to summarize
                 raise LimitReached(stats.stopped)
-            summary = summarize(p, store, stats, pool_stats)
+            summary = write_summary(p, store, stats, pool_stats)
             if stats.stopped:  # a run limit: the summary of the finished samples is written, the caller told
                 raise LimitReached(stats.stopped, summary)
             return summary
@@ -209,7 +209,7 @@ def summary_inputs(p: Plan) -> dict[str, Any]:
             "cache_dir": p.call_cache_dir}
 
 
-def summarize(p: Plan, store, stats, pool_stats: dict) -> Summary:
+def write_summary(p: Plan, store, stats, pool_stats: dict) -> Summary:
     """summary.json / summary.md of the run directory's selected records (metrics.summarize), with the
     run, pool, protocol, grader and provenance sections. A re-opened run that ran nothing, whose
     samples, selection and summary inputs are those its summary.json was computed from
@@ -271,4 +271,4 @@ def evaluate_compute_matched(cfg: EvalConfig, team_dir: str | Path):
     return final, compute_matched(team_dir, final.run_dir)
 
 
-__all__ = ["EvalConfig", "LimitReached", "Plan", "Summary", "evaluate", "evaluate_compute_matched", "parse_engine_args", "plan", "run", "summarize"]
+__all__ = ["EvalConfig", "LimitReached", "Plan", "Summary", "evaluate", "evaluate_compute_matched", "parse_engine_args", "plan", "run", "write_summary"]

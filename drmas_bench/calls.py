@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from drmas_bench.cache import CachedEngine, CallCache, group_identity
+from drmas_bench.call_cache import CachedEngine, CallCache, group_identity
 from drmas_bench.limits import LimitedEngine, Meter
 from drmas_bench.pricing import PriceSheet, call_cost, trajectory_cost
 from drmas_bench.types import Completion, Trajectory

@@ -43,7 +43,7 @@ temp folder renamed into place, so only complete downloads are ever used):
 Credentials and options come from fsspec's own configuration (environment variables,
 ``~/.config/fsspec``, the backend's own files: AWS_* for s3fs, ...); nothing here handles keys.
 A scheme fsspec does not know, or whose package is not installed (s3 without s3fs), is a one-line
-UserError naming the package. Tested with ``file://`` and ``memory://`` only (tests/test_ckpt_url.py).
+UserError naming the package. Tested with ``file://`` and ``memory://`` only (tests/test_checkpoints_url.py).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from drmas_bench.models.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
-from drmas_bench.models.cache import cache_dir
+from drmas_bench.models.model_cache import cache_dir
 from drmas_bench.types import UserError
 from drmas_retrieval.locks import file_lock
 
@@ -66,6 +66,9 @@ MARKER = "COMPLETE"
 LATEST = "latest"
 STEP_NAME = re.compile(r"^step_(\d+)$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+Location = Path | str  # a local folder (a Path), or an fsspec URL (scheme://...)
 
 
 def is_url(x: Any) -> bool:
@@ -77,9 +80,16 @@ def join(url: str, *parts: str) -> str:
     return "/".join([url.rstrip("/"), *parts])
 
 
-def filesystem(url: str, what: str = "ckpt_root") -> tuple[Any, str]:
-    """``(fs, path)`` for ``url``; an unknown scheme or a backend whose package is missing is one
-    UserError that names the package to install."""
+def child(loc: Location, *parts: str) -> Location:
+    """``loc/parts...``, of the same kind as ``loc``: a Path under a folder, a URL under a URL."""
+    return join(str(loc), *parts) if is_url(loc) else Path(loc).joinpath(*parts)
+
+
+def filesystem(url: str | os.PathLike, what: str = "ckpt_root") -> tuple[Any, str]:
+    """``(fs, path)`` for ``url``, a URL or a local folder (fsspec's local filesystem): every layout
+    function below works through it, whatever the root. An unknown scheme or a backend whose package
+    is missing is one UserError that names the package to install."""
+    url = os.fspath(url)
     try:
         import fsspec
     except ImportError:
@@ -100,9 +110,10 @@ def filesystem(url: str, what: str = "ckpt_root") -> tuple[Any, str]:
                         f"memory://), or its package is not installed") from None
 
 
-def _entries(url: str) -> list[tuple[str, bool]]:
-    """``(name, is_dir)`` of the entries directly under ``url`` (none if it does not exist)."""
-    fs, path = filesystem(url)
+def _entries(loc: Location) -> list[tuple[str, bool]]:
+    """``(name, is_dir)`` of the entries directly under ``loc`` (none if it does not exist); a
+    symbolic link (a local root's ``latest``) is never a folder here."""
+    fs, path = filesystem(loc)
     try:
         listing = fs.ls(path, detail=True)
     except FileNotFoundError:
@@ -111,61 +122,75 @@ def _entries(url: str) -> list[tuple[str, bool]]:
     for e in listing:
         name = posixpath.basename(str(e["name"]).rstrip("/"))
         if name and str(e["name"]).rstrip("/") != path.rstrip("/"):
-            out.append((name, e.get("type") == "directory"))
+            out.append((name, e.get("type") == "directory" and not e.get("islink")))
     return out
 
 
-def _exists(url: str) -> bool:
-    fs, path = filesystem(url)
-    return fs.exists(path)
-
-
-def _rm(url: str) -> None:
-    fs, path = filesystem(url)
+def _rm(loc: Location) -> None:
+    """Remove a file, a link (never what it points to) or a folder with its files; nothing if absent."""
+    fs, path = filesystem(loc)
     try:
-        if fs.exists(path):
+        if getattr(fs, "islink", lambda _: False)(path) or fs.isfile(path):
+            fs.rm_file(path)
+        elif fs.exists(path):
             fs.rm(path, recursive=True)
     except FileNotFoundError:
         pass
 
 
-def is_complete(url: str) -> bool:
-    fs, path = filesystem(url)
+def step_dir(root: Location, step: int) -> Location:
+    return child(root, f"step_{step}")
+
+
+def latest_pointer(root: Location) -> Location:
+    """``ROOT/latest``: a symlink in a local root, a text file ``step_K`` under a URL."""
+    return child(root, LATEST)
+
+
+def is_complete(loc: Location) -> bool:
+    fs, path = filesystem(loc)
     return fs.isfile(join(path, MARKER))
 
 
-def complete_checkpoints(root: str) -> list[tuple[int, str]]:
-    """``(step, url)`` of every complete checkpoint under ``root``, oldest first."""
+def complete_checkpoints(root: Location) -> list[tuple[int, Location]]:
+    """``(step, folder)`` of every complete checkpoint under ``root``, oldest first."""
     out = []
     for name, is_dir in _entries(root):
         m = STEP_NAME.match(name)
-        if m and is_dir and is_complete(join(root, name)):
-            out.append((int(m.group(1)), join(root, name)))
+        if m and is_dir and is_complete(child(root, name)):
+            out.append((int(m.group(1)), child(root, name)))
     return sorted(out)
 
 
-def clean_partial(root: str) -> list[str]:
+def latest_checkpoint(root: Location) -> tuple[int, Location] | None:
+    """The newest complete checkpoint, or None. The ``latest`` pointer is a convenience for
+    humans and ``eval``; resuming trusts only the ``COMPLETE`` markers."""
+    found = complete_checkpoints(root)
+    return found[-1] if found else None
+
+
+def clean_partial(root: Location) -> list[Location]:
     """Remove temp folders and step folders without a marker; returns what was removed."""
     removed = []
     for name, is_dir in _entries(root):
-        url = join(root, name)
-        if name.startswith(".tmp-") or (STEP_NAME.match(name) and is_dir and not is_complete(url)):
-            _rm(url)
-            removed.append(url)
+        loc = child(root, name)
+        if name.startswith(".tmp-") or (STEP_NAME.match(name) and is_dir and not is_complete(loc)):
+            _rm(loc)
+            removed.append(loc)
     return removed
 
 
-def clear(root: str) -> None:
-    """``--fresh``: remove ``step_*``, ``latest`` and temp entries under ``root``, nothing else."""
+def clear(root: Location) -> None:
+    """``--fresh`` for a named root: remove ``step_*``, ``latest`` and temp entries, nothing else."""
     for name, _ in _entries(root):
         if name.startswith(".tmp-") or name == LATEST or STEP_NAME.match(name):
-            _rm(join(root, name))
+            _rm(child(root, name))
 
 
-def group_files_present(folder: str, name: str) -> bool:
-    """checkpoint.group_files_present through fsspec: config.json and a *.safetensors under
-    ``models/<name>/`` (a LoRA group: base.json and ``*/adapter_model.safetensors``) and
-    ``optim/<name>.pt``."""
+def group_files_present(folder: Location, name: str) -> bool:
+    """Worker group ``name``'s part of checkpoint ``folder`` as this process sees it: its model
+    folder (config.json and a safetensors file; a LoRA group: base.json and its adapters'
+    safetensors) and its optimiser state ``optim/<name>.pt``."""
 
     fs, path = filesystem(folder)
     model = join(path, "models", name)
@@ -174,16 +199,24 @@ def group_files_present(folder: str, name: str) -> bool:
     return (full or lora) and fs.isfile(join(path, "optim", f"{name}.pt"))
 
 
-def begin(root: str, step: int) -> str:
-    """A fresh temp folder URL for checkpoint ``step`` (an id unique across nodes and attempts)."""
+def missing_groups(folder: Location, names: Any) -> list[str]:
+    """The worker groups whose files are not (yet) in ``folder`` as this process sees it."""
+    return [n for n in names if not group_files_present(folder, n)]
+
+
+def begin(root: Location, step: int) -> Location:
+    """A fresh temp folder for checkpoint ``step`` (an id unique across nodes and attempts), with
+    its ``models/`` and ``optim/`` folders where the filesystem has folders."""
     fs, path = filesystem(root)
     fs.makedirs(path, exist_ok=True)
-    tmp = join(root, f".tmp-step_{step}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp = child(root, f".tmp-step_{step}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     _rm(tmp)
+    for sub in ("models", "optim"):
+        fs.makedirs(join(filesystem(tmp)[1], sub), exist_ok=True)
     return tmp
 
 
-def upload(local: str | os.PathLike, url: str) -> None:
+def upload(local: str | os.PathLike, url: Location) -> None:
     """Copy a local file, or a folder's files (recursively), to ``url`` (replacing what is there)."""
     fs, path = filesystem(url)
     local = Path(local)
@@ -227,29 +260,62 @@ def _marker(url: str) -> bytes | None:
         return None
 
 
-def commit(tmp: str, root: str, step: int) -> str:
-    """Move ``tmp`` to ``ROOT/step_K``, write the marker last, then ``ROOT/latest`` (module docstring)."""
+def _fsync(path: Path) -> None:
+    """fsync a local file or folder (a folder: its entries), best effort."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def commit(tmp: Location, root: Location, step: int) -> Location:
+    """Make ``tmp`` the complete checkpoint ``ROOT/step_K`` and point ``ROOT/latest`` at it. An old
+    ``step_K`` of the same step loses its marker first. A local root: the marker is written (and
+    fsynced) inside ``tmp``, which one rename publishes, and ``latest`` is a relative symlink renamed
+    over the old one; a URL root (no atomic rename, no symlinks): the folder is moved (a copy and a
+    delete on object stores), then the marker is written, then the ``latest`` text file."""
     fs, _ = filesystem(root)
-    final = join(root, f"step_{step}")
-    _rm(join(final, MARKER))  # an earlier attempt of the same step: never complete while it is replaced
+    final = step_dir(root, step)
+    local = not is_url(root)
+    stamp = f"step {step}\nid {uuid.uuid4().hex}\n".encode()
+    if local:
+        (Path(tmp) / MARKER).write_bytes(stamp)
+        _fsync(Path(tmp) / MARKER)
+        _fsync(Path(tmp))
+    _rm(child(final, MARKER))  # an earlier attempt of the same step: never complete while it is replaced
     _rm(final)
     fs.mv(filesystem(tmp)[1], filesystem(final)[1], recursive=True)
+    if local:
+        _fsync(Path(root))
+        link = Path(root) / f".tmp-latest-{os.getpid()}"
+        _rm(link)
+        os.symlink(Path(final).name, link)
+        os.replace(link, Path(root) / LATEST)
+        _fsync(Path(root))
+        return final
     _rm(tmp)  # what a copy + delete left behind, if anything
-    fs.pipe_file(filesystem(join(final, MARKER))[1], f"step {step}\nid {uuid.uuid4().hex}\n".encode())
-    fs.pipe_file(filesystem(join(root, LATEST))[1], f"step_{step}\n".encode())
+    fs.pipe_file(filesystem(child(final, MARKER))[1], stamp)
+    fs.pipe_file(filesystem(latest_pointer(root))[1], f"step_{step}\n".encode())
     return final
 
 
-def prune(root: str, keep_last: int, keep: tuple[int, ...] = (0,)) -> list[str]:
-    """Delete all but the newest ``keep_last`` complete checkpoints (never those in ``keep``)."""
+def prune(root: Location, keep_last: int, keep: tuple[int, ...] = (0,)) -> list[Location]:
+    """Delete all but the newest ``keep_last`` complete checkpoints (never those in ``keep``); each
+    loses its marker first."""
     if keep_last <= 0:
         return []
-    found = [(s, u) for s, u in complete_checkpoints(root) if s not in keep]
+    found = [(s, loc) for s, loc in complete_checkpoints(root) if s not in keep]
     old = found[:-keep_last]
-    for _, u in old:
-        _rm(join(u, MARKER))
-        _rm(u)
-    return [u for _, u in old]
+    for _, loc in old:
+        _rm(child(loc, MARKER))
+        _rm(loc)
+    return [loc for _, loc in old]
 
 
 def resolve_latest(url: str) -> str:

@@ -25,7 +25,7 @@ COMMANDS = [
     "drmas_bench.commands.eval",  # eval: a team over benchmarks, resumable
     "drmas_bench.commands.sweep",  # sweep: many agent -> model assignments on one suite, paired, Pareto table
     "drmas_bench.commands.runs",  # runs repair: quarantine unreadable lines of a run's samples.jsonl
-    "drmas_bench.commands.cache",  # cache stats / prune: the call cache (drmas_bench.cache)
+    "drmas_bench.commands.cache",  # cache stats / prune: the call cache (drmas_bench.call_cache)
     "drmas_bench.commands.report",  # leaderboard / compare / cost
     "drmas_bench.commands.view",  # view: one self-contained HTML page of a run's summary and trajectories
     "drmas_bench.commands.export",  # export: a finished run as an Inspect AI log or a Hugging Face model card

@@ -46,13 +46,13 @@ from drmas_bench.provenance import (
     workflow_record,
 )
 from drmas_bench.retrievers import default_spec, note_trained_retriever
-from drmas_bench.schema import RANGES
+from drmas_bench.schema import EVAL_DEFAULTS, RANGES
 from drmas_bench.tasks import load_tasks, resolve_data_dir, select_benchmarks
 from drmas_bench.tasks.base import Benchmark
-from drmas_bench.tasks.registry import get_suite, suite_names
+from drmas_bench.tasks.catalog import get_suite, suite_names
 from drmas_bench.types import Sampling, Task, UserError
 from drmas_bench.workflows import get_workflow
-from drmas_bench.workflows import protocol as P
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import WorkflowSpec, check_workflow_options
 from drmas_bench.yamlfile import read_yaml
 
@@ -61,9 +61,10 @@ if TYPE_CHECKING:  # the annotations only: both modules are imported where a pla
     
 logger = logging.getLogger(__name__)
 
-# REFERENCE.md §3: eval sampling (max new tokens per call: the suite's, `Suite.max_new_tokens`)
-SAMPLING_DEFAULTS = {"temperature": 0.6, "top_p": 0.95, "enable_thinking": False}
-DEFAULT_MAX_BATCH = 32  # engine micro-batch of worker groups built from `model` / `model_for`
+# eval's defaults are declared once, in drmas_bench.schema.EVAL_DEFAULTS (the CLI's flags read them too);
+# max new tokens per call: the suite's (`Suite.max_new_tokens`)
+SAMPLING_DEFAULTS = {k: EVAL_DEFAULTS[k] for k in ("temperature", "top_p", "enable_thinking")}
+DEFAULT_MAX_BATCH = EVAL_DEFAULTS["max_batch"]  # engine micro-batch of worker groups built from `model` / `model_for`
 
 
 @dataclass
@@ -89,27 +90,27 @@ class EvalConfig:
     benchmarks: str | list[str] | None = None  # names (comma-separated or a list); None: the whole suite
     data_dir: str | None = None  # local benchmark files; None: $DRMAS_DATA_DIR, else the hub
     limit: int | None = None  # first N questions per benchmark
-    n: int = 16  # samples per question
-    grader: str | None = None  # math grader (drmas_bench.grading.registry.GRADERS); None: the default
+    n: int = EVAL_DEFAULTS["n"]  # samples per question
+    grader: str | None = None  # math grader (drmas_bench.grading.graders.GRADERS); None: the default
     # --- sampling (None: team file's, else SAMPLING_DEFAULTS / the suite's max_new_tokens)
     temperature: float | None = None
     top_p: float | None = None
     max_new_tokens: int | None = None
     enable_thinking: bool | None = None  # Qwen3 chat-template thinking switch
-    seed: int = 0  # run seed; each call's seed derives from it
+    seed: int = EVAL_DEFAULTS["seed"]  # run seed; each call's seed derives from it
     # --- search
     retriever: str | None = None  # bm25:DIR | lucene:DIR | dense:DIR | http://HOST:PORT; None: BM25 over the mini corpus
     # --- run
     out: str | None = None  # run directory; None: runs/<suite>-<model>-<config hash>
     fresh: bool = False  # discard an existing run in `out` instead of resuming
     prices: str | None = None  # price sheet YAML for $ columns (docs/pricing.md)
-    concurrency: int = 256  # episodes in flight
+    concurrency: int = EVAL_DEFAULTS["concurrency"]  # episodes in flight
     max_batch: int | None = None  # engine micro-batch; None: 32 for model / model_for groups, a team file's own
-    pool: str = "local"  # local (in-process) | ray
+    pool: str = EVAL_DEFAULTS["pool"]  # local (in-process) | ray
     pool_budget: float | None = None  # memory budget in models; None: unlimited
     ray_address: str | None = None  # pool "ray": attach to this cluster; None: $RAY_ADDRESS, else start one (docs/scaling.md)
-    flush_every: int = 16  # append finished trajectories in batches of N
-    cache: str | None = None  # call cache directory (drmas_bench.cache; DIR/calls.sqlite3); None: the team file's, else off.
+    flush_every: int = EVAL_DEFAULTS["flush_every"]  # append finished trajectories in batches of N
+    cache: str | None = None  # call cache directory (drmas_bench.call_cache; DIR/calls.sqlite3); None: the team file's, else off.
     # Not part of the run's identity: a cached and an uncached run of one configuration are one experiment
     # spending limits (drmas_bench.limits): the run stops cleanly once its calls reach one; None: the team
     # file's limits:, else none. Not part of the run's identity: a re-run with a higher limit resumes
@@ -285,19 +286,19 @@ def resolve_protocol(cfg: EvalConfig, team, wf):
     what a team file (e.g. a trained checkpoint's team.yaml) recorded."""
 
     prompts_flag, limit_flag = cfg.prompts, cfg.max_prompt_tokens
-    if not P.has_templates(wf.name):
+    if not proto.has_templates(wf.name):
         if prompts_flag or team.prompts:
             raise UserError(f"workflow {wf.name} has no prompt templates to replace (--prompts / prompts:)")
-        return None, P.ProtocolOptions()
+        return None, proto.ProtocolOptions()
     if prompts_flag and team.prompts:
         logger.info(f"[eval] --prompts {prompts_flag} overrides the prompts recorded in {team.prompts_source}")
-    tpl = P.load_templates(wf.name, (None if prompts_flag else team.prompts, team.prompts_source or "team file"),
+    tpl = proto.load_templates(wf.name, (None if prompts_flag else team.prompts, team.prompts_source or "team file"),
                            (prompts_flag, prompts_flag or ""))
-    opts = P.ProtocolOptions.from_dict(team.protocol, "team file")
+    opts = proto.ProtocolOptions.from_dict(team.protocol, "team file")
     if limit_flag is not None:
         if opts.max_prompt_tokens is not None and opts.max_prompt_tokens != limit_flag:
             logger.info(f"[eval] --max-prompt-tokens {limit_flag} overrides the team file's {opts.max_prompt_tokens}")
-        opts = P.ProtocolOptions(limit_flag, opts.truncate)
+        opts = proto.ProtocolOptions(limit_flag, opts.truncate)
     return tpl, opts
 
 
@@ -461,82 +462,99 @@ class Plan:
         return self.costs.limits
 
 
-def plan(cfg: EvalConfig) -> Plan:
-    """Check and resolve ``cfg`` into a :class:`Plan` (module docstring)."""
-
-    started, t0 = utc_now(), time.monotonic()
-    # everything is checked before the run directory is touched: a mistake leaves no config behind
-    validate_config(cfg)
-    r = resolve(cfg)
-    wf, team, sampling = r.wf, r.team, r.sampling
-    templates, proto = resolve_protocol(cfg, team, wf)
+def load_inputs(cfg: EvalConfig, r: Resolved) -> Inputs:
+    """The tasks of the chosen benchmarks (``limit`` each) and, for a workflow that searches, the
+    retriever's spec (the flag's, else the default BM25 over the mini corpus); nothing opened."""
     data_dir = resolve_data_dir(cfg.data_dir)
     tasks = []
     for b in r.benches:
         tasks.extend(load_tasks(b, data_dir, limit=cfg.limit))
     if not tasks:
         raise UserError("the benchmark selection has no tasks")
-
     retriever_spec = None
-    if wf.needs_retriever:
+    if r.wf.needs_retriever:
         retriever_spec = cfg.retriever or default_spec(data_dir)
-        note_trained_retriever(team, retriever_spec)
+        note_trained_retriever(r.team, retriever_spec)
+    return Inputs(tasks, data_dir, retriever_spec)
 
-    resolved = resolve_local_models(team, on_nodes=cfg.pool == "ray")  # each model once, for checks and identity
-    check_team_models(team, resolved, r.checkpoint)  # before the run dir is touched and any call is made
-    runtime_sampling = {a: team.sampling_for(a, sampling).__dict__ for a in team.agents}
-    identity = {
-        "team": team.to_dict(),
-        "models": models_identity(team, resolved),
-        "sampling": runtime_sampling,
-        "seed": cfg.seed,
-        "retriever": retriever_spec,
-    }
-    protocol_opts, protocol_info = {}, None
-    if templates is not None:
-        limit, side = proto.resolve(wf.name)
-        protocol_info = {"prompts_sha256": templates.sha256, "prompts_source": templates.source,
-                         "max_prompt_tokens": limit, "truncate": side}
-        identity["protocol"] = {k: protocol_info[k] for k in ("prompts_sha256", "max_prompt_tokens", "truncate")}
-        protocol_opts = {"prompts": templates, "protocol": proto}
-    # the benchmarks name their grading family (one suite per run: one family)
-    families = sorted({b.family for b in r.benches})
-    family = families[0] if len(families) == 1 else "+".join(families)
-    grader = grader_record(family, cfg.grader)
+
+def run_identity(cfg: EvalConfig, r: Resolved, inputs: Inputs, models: dict[str, Any], prompts: Prompts,
+                 grader: dict[str, Any]) -> dict[str, Any]:
+    """What makes two runs the same experiment (config.yaml's ``identity``: a resume with another is
+    refused): the team, its models by content, each agent's sampling, the seed, the retriever, the
+    prompts and prompt limit, and a math grader's name and version."""
+    identity = {"team": r.team.to_dict(), "models": models,
+                "sampling": {a: r.team.sampling_for(a, r.sampling).__dict__ for a in r.team.agents},
+                "seed": cfg.seed, "retriever": inputs.retriever_spec}
+    if prompts.info is not None:
+        identity["protocol"] = {k: prompts.info[k] for k in ("prompts_sha256", "max_prompt_tokens", "truncate")}
     if "name" in grader:  # a family that takes --grader: a resume with another grader (or version) is refused
         identity["grader"] = {k: grader[k] for k in ("name", "version")}
+    return identity
+
+
+def default_out(r: Resolved, identity: dict[str, Any]) -> Path:
+    """``runs/<suite>-<model or team>-<hash of the identity but the models' content>``."""
+    team = r.team
     model_label = team.worker_groups[next(iter(team.worker_groups))].model if len(team.worker_groups) == 1 else "team"
     label = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model_label.rstrip("/")).name).strip(".") or "model"
     named = {k: v for k, v in identity.items() if k != "models"}  # the default name leaves the models' content hashes out
-    out = Path(cfg.out or Path("runs") / f"{r.suite}-{label}-{fingerprint(named)[:8]}")
-    data = data_identity(r.benches, data_dir)
+    return Path("runs") / f"{r.suite}-{label}-{fingerprint(named)[:8]}"
+
+
+def run_record(cfg: EvalConfig, r: Resolved, inputs: Inputs, identity: dict[str, Any], prompts: Prompts,
+               grader: dict[str, Any], started: str) -> RunRecord:
+    """The run directory and what its config.yaml records: the identity, the data's hashes, the
+    selection (a ``--limit``'s question ids), the command line and the provenance (outside the
+    identity: it never blocks a resume)."""
+    data = data_identity(r.benches, inputs.data_dir)
+    info = prompts.info
     provenance = copy.deepcopy({  # copies: config.yaml writes no YAML aliases to the identity's values
-        **collect(cfg.argv),
-        "started_at": started,
-        "data": data,
-        "models": identity["models"],
-        "grader": grader,
-        "prompts": ({k: protocol_info[k] for k in ("prompts_sha256", "prompts_source")} if protocol_info else None),
-        "workflow": workflow_record(wf),
-        "eval_config": cfg.to_dict(),
+        **collect(cfg.argv), "started_at": started, "data": data, "models": identity["models"], "grader": grader,
+        "prompts": ({k: info[k] for k in ("prompts_sha256", "prompts_source")} if info else None),
+        "workflow": workflow_record(r.wf), "eval_config": cfg.to_dict(),
     })
     config_doc = {
-        "identity": identity,
-        "data": data,
-        "suite": r.suite,
-        "workflow": wf.name,
-        "benchmarks": [b.name for b in r.benches],
-        "n": cfg.n,
-        "limit": cfg.limit,
+        "identity": identity, "data": data, "suite": r.suite, "workflow": r.wf.name,
+        "benchmarks": [b.name for b in r.benches], "n": cfg.n, "limit": cfg.limit,
         # the questions a --limit chose (without one: every question of each benchmark file, whose hash is in data)
-        "question_ids": ({b.name: [t.id for t in tasks if t.benchmark == b.name] for b in r.benches}
+        "question_ids": ({b.name: [t.id for t in inputs.tasks if t.benchmark == b.name] for b in r.benches}
                          if cfg.limit is not None else None),
-        "data_dir": str(data_dir) if data_dir else None,
+        "data_dir": str(inputs.data_dir) if inputs.data_dir else None,
         "argv": redact_argv(cfg.argv[1:]) if cfg.argv else None,
         "provenance": provenance,  # not part of the identity: never blocks a resume
     }
-    prices = team_prices(cfg.prices, team) if cfg.prices else None
-    limits = resolve_limits(cfg.max_usd, cfg.max_tokens, team, prices, cfg.team or "team.yaml")
-    cache_dir = cfg.cache or team.cache
-    return Plan(cfg, r, Inputs(tasks, data_dir, retriever_spec), RunRecord(out, config_doc, provenance, grader),
-                Prompts(protocol_opts, protocol_info), Costs(prices, str(cache_dir) if cache_dir else None, limits), t0)
+    return RunRecord(Path(cfg.out) if cfg.out else default_out(r, identity), config_doc, provenance, grader)
+
+
+def plan_prompts(cfg: EvalConfig, r: Resolved) -> Prompts:
+    """The workflow's templates and prompt limit as the run applies (``options``) and records them."""
+    templates, protocol_options = resolve_protocol(cfg, r.team, r.wf)
+    if templates is None:
+        return Prompts({}, None)
+    limit, side = protocol_options.resolve(r.wf.name)
+    return Prompts({"prompts": templates, "protocol": protocol_options},
+                   {"prompts_sha256": templates.sha256, "prompts_source": templates.source,
+                    "max_prompt_tokens": limit, "truncate": side})
+
+
+def plan(cfg: EvalConfig) -> Plan:
+    """Check and resolve ``cfg`` into a :class:`Plan` (module docstring); nothing is opened or loaded,
+    and the run directory is not touched (a mistake leaves no config behind)."""
+
+    started, t0 = utc_now(), time.monotonic()
+    validate_config(cfg)
+    r = resolve(cfg)
+    prompts = plan_prompts(cfg, r)
+    inputs = load_inputs(cfg, r)
+    resolved = resolve_local_models(r.team, on_nodes=cfg.pool == "ray")  # each model once, for checks and identity
+    check_team_models(r.team, resolved, r.checkpoint)  # before the run dir is touched and any call is made
+    # the benchmarks name their grading family (one suite per run: one family)
+    families = sorted({b.family for b in r.benches})
+    grader = grader_record(families[0] if len(families) == 1 else "+".join(families), cfg.grader)
+    identity = run_identity(cfg, r, inputs, models_identity(r.team, resolved), prompts, grader)
+    record = run_record(cfg, r, inputs, identity, prompts, grader, started)
+    prices = team_prices(cfg.prices, r.team) if cfg.prices else None
+    limits = resolve_limits(cfg.max_usd, cfg.max_tokens, r.team, prices, cfg.team or "team.yaml")
+    cache_dir = cfg.cache or r.team.cache
+    return Plan(cfg, r, inputs, record, prompts, Costs(prices, str(cache_dir) if cache_dir else None, limits), t0)

@@ -24,8 +24,8 @@ from drmas_bench.calls import CallChain
 from drmas_bench.grading.families import grade_family
 from drmas_bench.limits import LimitReached
 from drmas_bench.recorder import Recorder
-from drmas_bench.store import RunDir
-from drmas_bench.tasks.registry import BENCHMARKS, known_names
+from drmas_bench.run_dir import RunDir
+from drmas_bench.tasks.catalog import BENCHMARKS, known_names
 from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory
 from drmas_bench.workflows.base import Episode, WorkflowSpec
 
@@ -96,7 +96,7 @@ def grade_trajectories(trajs: list[Trajectory], family: str, timeout_s: float = 
                        math_grader: str | None = None,
                        round1_answer: Callable[[Trajectory], str | None] | None = None) -> None:
     """Fill reward / correct / extra of finished trajectories, each by its benchmark's grading family
-    (``Benchmark.family``, grading.registry.FAMILIES; math in a process pool with timeouts).
+    (``Benchmark.family``, grading.graders.FAMILIES; math in a process pool with timeouts).
 
     family: the grading family of trajectories whose benchmark is not in the registry (a trainer's task file):
     the workflow's; math_grader: the math grader's name in `grading.GRADERS` (default

@@ -121,6 +121,21 @@ class Range:
 
 
 #: the one table of numeric ranges shared by eval (flags, team files) and the trainer (recipes, --set)
+# eval's defaults, declared once: `plan.EvalConfig`'s fields and `drmas-bench eval`'s flags read them
+# (sampling: REFERENCE.md §3; a suite's max_new_tokens and a workflow's prompt limit are declared by
+# the suite and the workflow)
+EVAL_DEFAULTS: dict[str, Any] = {
+    "n": 16,  # samples per question
+    "seed": 0,  # the run seed; each call's seed derives from it
+    "temperature": 0.6,
+    "top_p": 0.95,
+    "enable_thinking": False,  # Qwen3 chat-template thinking switch
+    "max_batch": 32,  # engine micro-batch of worker groups built from `model` / `model_for`
+    "concurrency": 256,  # episodes in flight
+    "pool": "local",  # local (in-process) | ray
+    "flush_every": 16,  # append finished trajectories in batches of N
+}
+
 RANGES: dict[str, Range] = {
     # sampling (eval flags, team files' sampling:, the trainer's rollout and agents.NAME.sampling)
     "temperature": Range(float, ge=0),

@@ -49,7 +49,7 @@ from drmas_bench.report.compare import compare_runs
 from drmas_bench.report.cost import alone_latency, pareto_front, plot_pareto, run_turn_cost
 from drmas_bench.report.markdown import sweep_markdown
 from drmas_bench.report.runs import load_run
-from drmas_bench.store import read_samples, sample_key, select_records, selection_of
+from drmas_bench.run_dir import read_samples, sample_key, select_records, selection_of
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
 

@@ -85,7 +85,7 @@ class Completion:
     # here and no /tokenize on its server): the prompt went out uncut
     prompt_limit_unenforced: bool = False
     notes: list[str] = field(default_factory=list)  # what the engine corrected or doubts in this reply (one line each)
-    # served by the call cache (drmas_bench.cache): latency_s and this run's dollars are what the lookup cost;
+    # served by the call cache (drmas_bench.call_cache): latency_s and this run's dollars are what the lookup cost;
     # the original call's latency and dollars are kept here. Written to records only on a hit.
     cache_hit: bool = False
     cached_latency_s: float | None = None

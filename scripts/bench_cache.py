@@ -4,7 +4,7 @@
     python scripts/bench_cache.py --models tiny-random --calls 16 --json out.json
 
 For each model, the same requests are sent (a) to the hf engine, one call at a time (the model call's
-latency), and (b) through ``drmas_bench.cache.CachedEngine`` around an engine stand-in that answers at
+latency), and (b) through ``drmas_bench.call_cache.CachedEngine`` around an engine stand-in that answers at
 once with the completions from (a): first every call a miss (key, lookup, the write after the engine
 returned), then every call a hit (key, lookup, the stored completion rebuilt). (b) is then only the
 cache's own work, with real prompt and completion sizes; the ratio is (b) / (a) per call. The sibling
@@ -63,7 +63,7 @@ def lookup_overhead(model: str = "tiny-random", calls: int = 16, prompt_words: i
                     device: str = "cpu") -> dict[str, Any]:
     """Per-call seconds of a model call (hf engine, one call at a time) and of the cache's work on a
     miss and on a hit, and their ratios to the model call. -> a JSON-ready dict."""
-    from drmas_bench.cache import CachedEngine, CallCache, group_identity
+    from drmas_bench.call_cache import CachedEngine, CallCache, group_identity
     from drmas_bench.engines import make_engine
     from drmas_bench.models import resolve_model
     from drmas_bench.files import model_identity

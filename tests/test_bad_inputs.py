@@ -133,7 +133,7 @@ def test_out_on_read_only_filesystem(tmp_path, capsys, monkeypatch):
 def test_failed_start_then_corrected_command_is_not_refused(tmp_path):
     """A run dir whose config was written but that holds no finished sample is not a run to protect:
     the corrected command replaces the configuration instead of being refused."""
-    from drmas_bench.store import RunDir
+    from drmas_bench.run_dir import RunDir
 
     RunDir(tmp_path / "run", {"identity": {"sampling": {"top_p": 0.5}}}).close()
     store = RunDir(tmp_path / "run", {"identity": {"sampling": {"top_p": 0.9}}})

@@ -44,7 +44,7 @@ def fake_tokens(messages: list[dict]) -> list[int]:
 class FakeServer:
     """Chat completions under /<mode>/v1: ok, flaky (503 twice per prompt), down (always 503),
     bad (400), slow (sleeps 2 s), limited (429 + Retry-After once per prompt); the bad servers of
-    tests/test_reliability_servers.py: nousage (no usage), negusage, huge (a 5 MB reply counted as
+    tests/test_bad_servers.py: nousage (no usage), negusage, huge (a 5 MB reply counted as
     1,250,000 tokens), html / nochoices (a 200 HTML page / empty choices twice per prompt, then ok),
     alwayshtml / alwaysnochoices, late (negative usage after its first 4 calls). ``/<mode>/tokenize``: vLLM's chat form for modes starting with
     "tok" (see fake_tokens), SGLang's text-only form (422 without ``prompt``) for "sgl", 200 answers that are no tokenizer's
@@ -328,7 +328,7 @@ def test_token_mode_sends_the_cut_templated_prompt(server, thinking_tok):
 
 def test_a_prompt_limit_without_a_tokenizer_goes_out_uncut_and_counted(server):
     """No tokenizer here and no /tokenize there (a paid API): the chat is sent unchanged and the reply
-    says its limit was not enforced (the detailed cases: tests/test_reliability_servers.py)."""
+    says its limit was not enforced (the detailed cases: tests/test_bad_servers.py)."""
     eng = make_engine("openai", "gpt-4o-mini", base_url=server.url("ok"), **fast())
     limited = Request("a", [{"role": "user", "content": "q"}], max_prompt_tokens=4096, truncate="left")
     fine, out = run(eng.generate([req("fine"), limited]))

@@ -249,7 +249,7 @@ def test_refuses_a_summary_older_than_its_samples(copy, tmp_path):
 
 
 def test_refuses_a_run_in_progress(copy, tmp_path):
-    from drmas_bench.store import RunLock
+    from drmas_bench.run_dir import RunLock
 
     with RunLock(copy):
         with pytest.raises(UserError, match="still writing"):

@@ -323,7 +323,7 @@ def plan_update_gib(settings: Any, model_dir: Path, plen: int, rlen: int) -> flo
 
 
 def test_train_lora(models: Path) -> None:
-    """Per-agent LoRA (issue 27): two agents on ONE frozen copy of the wide model (shared_base), each
+    """Per-agent LoRA: two agents on ONE frozen copy of the wide model (shared_base), each
     with its own rank-16 adapter and AdamW; three worker-group steps on rows of both agents (bf16,
     gradient checkpointing, hf engine serving both adapters and sleeping during the update), then
     an adapter-only sync. Figures as ``test_train`` (update peak next to the plan's estimate),

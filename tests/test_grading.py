@@ -91,7 +91,7 @@ def burn_or_careful_backend(extracted: str, gold: str) -> bool:
         ("\\fbox{7}", "7"),
         ("\\boxed{a} <think>\\boxed{b}</think> final \\boxed{c}", "c"),
         ("<think>\\boxed{3}</think> no box after thinking", None),
-        ("\\boxed{\\boxed{4}}", "4"),  # innermost (issue 12: `\\boxed{\\boxed{7}}` vs 7 was wrong)
+        ("\\boxed{\\boxed{4}}", "4"),  # innermost (`\\boxed{\\boxed{7}}` vs 7 was wrong)
         ("\\boxed{x = \\boxed{4}} then", "4"),
         ("\\boxed{1} \\boxed{\\fbox{\\boxed{2}}}", "2"),
         ("\\boxed{}", ""),
@@ -131,7 +131,7 @@ def test_extract_answer_tag():
         ("10,\\!080", "10080"),
         ("11,\\! 111,\\! 111,\\! 100", "11111111100"),
         ("\\$32,\\!348", "32348"),
-        ("1{,}000", "1000"),  # issue 12
+        ("1{,}000", "1000"),
         ("2{,}016{,}000.5", "2016000.5"),
         ("(1{,}2)", "(1,2)"),
         ("5.4 \\text{ cents}", "5.4"),
@@ -495,7 +495,7 @@ def test_power_tower_times_out_from_a_worker_thread():
     """A hanging item is killed at its limit, retried alone with RETRY_FACTOR times it, and then
     recorded as a timeout; the rest of the batch grades correctly and in order, with
     grade_math_many called from a ThreadPoolExecutor worker."""
-    from drmas_bench.grading.pool import RETRY_FACTOR
+    from drmas_bench.grading.grading_workers import RETRY_FACTOR
 
     timeout = 0.3
     warm = [("\\boxed{1}", "1")] * 4

@@ -1,4 +1,4 @@
-"""The layout rules of docs/architecture.md, checked on the code itself (issue 24):
+"""The layout rules of docs/architecture.md, checked on the code itself:
 
 - no import circle between files, lazy imports included, and the harness (``drmas_bench`` outside
   ``commands/``) never imports the trainer;
@@ -135,10 +135,10 @@ def test_the_harness_does_not_import_the_trainer():
     assert bad == []
 
 
-# the modules that may import the run directory (`drmas_bench.store`): the run layer, the entry
+# the modules that may import the run directory (`drmas_bench.run_dir`): the run layer, the entry
 # layer, the CLI, and the trainer's loop (it opens and locks its own run directory)
 STORE_USERS = ("drmas_bench.runner", "drmas_bench.api", "drmas_bench.plan", "drmas_bench.sweep", "drmas_bench.metrics",
-               "drmas_bench.cache", "drmas_bench.report", "drmas_bench.export", "drmas_bench.commands",
+               "drmas_bench.call_cache", "drmas_bench.report", "drmas_bench.export", "drmas_bench.commands",
                "drmas_bench.cli", "drmas_trainer.trainer")
 
 
@@ -146,7 +146,7 @@ def test_nothing_below_the_run_layer_imports_the_store():
     """File names, atomic writes and identity by content live in the leaf `drmas_bench.files`; the
     store (the run directory) is imported only by the run layer and above."""
     bad = sorted((m, t) for m, ts in import_graph().items() for t in ts
-                 if t == "drmas_bench.store" and not m.startswith(STORE_USERS))
+                 if t == "drmas_bench.run_dir" and not m.startswith(STORE_USERS))
     assert bad == []
 
 
@@ -154,7 +154,7 @@ def test_workflows_import_nothing_of_the_run_layer():
     """A workflow's effects and rules read records through `records` and its suite's own rules, not
     metrics: the workflows and the suites sit below the run layer (docs/architecture.md). Not yet
     checked: `retrievers`, which the search warm start (`suites/search/search_sft.py`) opens its index with."""
-    run_layer = {"drmas_bench.runner", "drmas_bench.store", "drmas_bench.metrics", "drmas_bench.cache"}
+    run_layer = {"drmas_bench.runner", "drmas_bench.run_dir", "drmas_bench.metrics", "drmas_bench.call_cache"}
     bad = sorted((m, t) for m, ts in import_graph().items() for t in ts
                  if m.startswith(("drmas_bench.workflows", "drmas_bench.suites")) and t in run_layer)
     assert bad == []
@@ -495,7 +495,7 @@ DEFER_PROJECT_MODULES = {
 }
 # (module, project module) deferred for another reason, each with it
 DEFERRED_PROJECT_IMPORTS = {
-    ("drmas_bench.models.registry", "drmas_bench.checkpoints"):
+    ("drmas_bench.models.names", "drmas_bench.checkpoints"):
         "checkpoints imports models.adapter_names, which runs the models package's __init__ (a circle at import)",
     # the CLI imports limits at its top (LimitReached, the exit code); records and pricing load numpy,
     # pydantic and the schemas, which `drmas-bench --help` does not need
@@ -550,7 +550,7 @@ def test_no_suite_or_family_is_compared_by_name_in_the_run_layer():
     """runner, plan and provenance ask the Suite and the grading family (`Family.takes_grader`) rather
     than naming one."""
     from drmas_bench.grading.families import FAMILIES
-    from drmas_bench.tasks.registry import suite_names
+    from drmas_bench.tasks.catalog import suite_names
 
     names = set(FAMILIES) | set(suite_names())
     for f in ("runner.py", "plan.py", "provenance.py"):

@@ -49,7 +49,7 @@ def _fake_crash_in_run(tmp: Path):
         try:
             raise ValueError("bad value deep in a run")
         except ValueError as e:  # what evaluate()/train do: traceback to RUN/error.log, one line up
-            from drmas_bench.store import write_error_log
+            from drmas_bench.run_dir import write_error_log
 
             raise log.unexpected(e, "run stopped", log=write_error_log(tmp, e), hint="re-run to resume") from None
     return cmd

@@ -1,4 +1,4 @@
-"""Per-agent LoRA over one shared base (issue 27): the config, the worker group's adapters (only
+"""Per-agent LoRA over one shared base: the config, the worker group's adapters (only
 they train, each with its own optimiser), checkpoints in peft's format, engines serving adapters."""
 
 from __future__ import annotations
@@ -407,7 +407,7 @@ def test_lora_recipe_fits_one_h200_without_offload_and_beats_full_weights(capsys
 
 
 def test_checkpoint_presence_check_knows_adapter_folders(tmp_path):
-    from drmas_bench import checkpoints as store
+    from drmas_bench import checkpoints
     from drmas_trainer.checkpoint import group_files_present
 
     step = tmp_path / "step_3"
@@ -415,9 +415,9 @@ def test_checkpoint_presence_check_knows_adapter_folders(tmp_path):
     (step / "optim").mkdir()
     (step / "optim" / "shared.pt").write_bytes(b"x")
     (step / "models" / "shared" / "base.json").write_text("{}")
-    assert not group_files_present(step, "shared") and not store.group_files_present(f"file://{step}", "shared")
+    assert not group_files_present(step, "shared") and not checkpoints.group_files_present(f"file://{step}", "shared")
     (step / "models" / "shared" / "solver" / "adapter_model.safetensors").write_bytes(b"x")
-    assert group_files_present(step, "shared") and store.group_files_present(f"file://{step}", "shared")
+    assert group_files_present(step, "shared") and checkpoints.group_files_present(f"file://{step}", "shared")
 
 
 def test_hf_engine_drop_sleep_keeps_updated_adapters(tmp_path):

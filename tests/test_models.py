@@ -180,7 +180,7 @@ def test_hub_ids_online_and_offline(monkeypatch, tmp_path):
     assert M.resolve_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(M.registry, "_hub_cached_snapshot", lambda repo: None)
+    monkeypatch.setattr(M.names, "_hub_cached_snapshot", lambda repo: None)
     with pytest.raises(UserError) as e:
         M.resolve_model("Qwen/Qwen2.5-0.5B-Instruct")
     msg = str(e.value)
@@ -189,7 +189,7 @@ def test_hub_ids_online_and_offline(monkeypatch, tmp_path):
 
     snap = tmp_path / "snapshot"
     snap.mkdir()
-    monkeypatch.setattr(M.registry, "_hub_cached_snapshot", lambda repo: snap)
+    monkeypatch.setattr(M.names, "_hub_cached_snapshot", lambda repo: snap)
     assert M.resolve_model("Qwen/Qwen2.5-0.5B-Instruct") == snap
 
 

@@ -13,9 +13,9 @@ import yaml
 
 from drmas_bench import api
 from drmas_bench.api import EvalConfig, evaluate
-from drmas_bench.cache import DB_NAME
+from drmas_bench.call_cache import DB_NAME
 from drmas_bench.plan import plan, resolve
-from drmas_bench.store import RunLock
+from drmas_bench.run_dir import RunLock
 from drmas_bench.types import UserError
 
 TOY = EvalConfig(model="tiny-random", suite="toy", n=1, limit=1, max_new_tokens=8, progress=False)

@@ -1,4 +1,4 @@
-"""Ray resources checked up front (issue 15, item 5), on a local Ray cluster with one *logical* GPU:
+"""Ray resources checked up front, on a local Ray cluster with one *logical* GPU:
 a demand the cluster cannot meet is a one-line error before any actor exists; an actor Ray cannot
 place is a one-line error after ``timeout_s``, never a hang; an actor's exception reaches the
 controller as one line and its traceback reaches the driver's log."""

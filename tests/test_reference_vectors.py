@@ -255,7 +255,7 @@ def test_episodes_math():
 def test_episodes_math_reward():
     """The math env grades the final answer (the last solver output, whole) with the reference
     grader; ours is `reference_compat` on the same text."""
-    from drmas_bench.grading.registry import grade_math
+    from drmas_bench.grading.graders import grade_math
 
     def check(c):
         got = float(grade_math(c["reference"]["final_answer"], c["input"]["gold"], backend="reference_compat"))

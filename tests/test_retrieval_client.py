@@ -1,4 +1,4 @@
-"""The HTTP retriever client works unchanged against both server kinds (issue 12, item 5).
+"""The HTTP retriever client works unchanged against both server kinds.
 
 Two real FastAPI servers under uvicorn on 127.0.0.1 (free ports), both over the same real BM25
 index of tests/data/retrieval_corpus.jsonl:

@@ -1,5 +1,5 @@
 """Rollout correction (trainer/rollout_correction.py), recomputed old log-probs, the token-in/token-out
-check and reproducible sampling seeds (issue 27).
+check and reproducible sampling seeds.
 
 Each correction and each metric is checked against a plain Python loop over rows and tokens on random
 inputs whose padding holds garbage (NaN), then on the tiny recipe with a real mismatch: the engine in

@@ -7,7 +7,7 @@ import json
 import random
 
 from drmas_bench.run_index import INDEX, SampleIndex
-from drmas_bench.store import mismatch_signature, parse_sample_line, sample_mismatch
+from drmas_bench.run_dir import mismatch_signature, parse_sample_line, sample_mismatch
 
 
 def _rec(b: str, i: int, s: int, agents=("solver",), temp=0.6, seed=0) -> dict:

@@ -24,7 +24,7 @@ import pytest
 from drmas_bench.agents.team import build_team
 from drmas_bench.cli import main
 from drmas_bench.files import inside, model_identity, safe_name
-from drmas_bench.store import RunDir, RunLock
+from drmas_bench.run_dir import RunDir, RunLock
 from drmas_bench.types import UserError
 
 AGENTS = ("solver", "checker")
@@ -211,7 +211,7 @@ def test_planted_symlink_in_a_run_dir_is_refused(tmp_path):
 
 # ------------------------------------------------------------------------------- 3. one writer
 
-HOLD = "import sys, time; from drmas_bench.store import RunLock; l = RunLock(sys.argv[1]); print('locked', flush=True); time.sleep(120)"
+HOLD = "import sys, time; from drmas_bench.run_dir import RunLock; l = RunLock(sys.argv[1]); print('locked', flush=True); time.sleep(120)"
 
 
 def _holder(run: Path) -> subprocess.Popen:

@@ -1,4 +1,4 @@
-"""The single-agent baselines (issue 25 item 2): math_single and search_single driven by a scripted
+"""The single-agent baselines: math_single and search_single driven by a scripted
 backend (exact calls, messages, observation text, env rules, the search cap), their validity rules
 against the compliance table, an eval on tiny-random, compute-matched scoring, the leaderboard
 marker, and the tiny_single recipe for one training step."""

@@ -1,5 +1,5 @@
 """The team is built once: the user's explicit values are inputs to build_team, applied to new worker
-groups, so the team a file describes is never edited afterwards (issue 24)."""
+groups, so the team a file describes is never edited afterwards."""
 
 from __future__ import annotations
 

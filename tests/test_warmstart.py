@@ -1,4 +1,4 @@
-"""The search warm start (issue 21 item 3): the SFT examples of ``search_route`` (protocol formats,
+"""The search warm start: the SFT examples of ``search_route`` (protocol formats,
 exactly the rollout's prompts, no evaluation question, deterministic), the demo model
 ``smollm2-135m-search`` (prepared offline from an empty cache, its identity follows the adapter) and a
 short eval on it that writes tagged answers."""
@@ -107,7 +107,7 @@ def test_search_examples_never_show_an_evaluation_question():
     per dataset: 2Wiki's "dev_0" is not NQ's) and no normalised question text of any file the search
     suite evaluates (read here through the benchmark registry, file by file)."""
     from drmas_bench.grading.qa import normalize_qa
-    from drmas_bench.tasks.registry import _tasks_from_file, benchmarks_of_suite
+    from drmas_bench.tasks.catalog import _tasks_from_file, benchmarks_of_suite
     from drmas_bench.suites.search.search_sft import SEARCH_TRAIN_SOURCES, SOURCE_DATASET, search_train_tasks
 
     pool = search_train_tasks(str(DATA))
@@ -211,7 +211,7 @@ def test_search_model_prepares_offline_from_an_empty_cache(tmp_path, monkeypatch
 @needs_adapter
 def test_search_model_writes_tagged_answers(tmp_path):
     """A short eval of the demo model: its episodes search and its answerer writes tagged answers (the
-    base model writes none; issue 21). Two questions, one sample each, 64 new tokens."""
+    base model writes none). Two questions, one sample each, 64 new tokens."""
     from drmas_bench.cli import main
 
     if not M.is_prepared(SEARCH_ADAPTER):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.types import UserError
-from drmas_trainer import metric_names as N
+from drmas_trainer import metric_names
 
 _STYLES = ("-", "--", ":", "-.")
 
@@ -46,27 +46,27 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     spread: dict[str, Any] = {}
     for i, run in enumerate(runs):
-        recs = [r for r in read_metrics(run) if N.SCORE in r]
+        recs = [r for r in read_metrics(run) if metric_names.SCORE in r]
         if not recs:
             raise UserError(f"{run}: no step records to plot")
         label = Path(run).name if Path(run).is_dir() else Path(run).parent.name
         color = colors[i % len(colors)]
         steps = [r["step"] for r in recs]
-        reward = [float(r[N.SCORE]) if isinstance(r[N.SCORE], (int, float)) else float("nan")
+        reward = [float(r[metric_names.SCORE]) if isinstance(r[metric_names.SCORE], (int, float)) else float("nan")
                   for r in recs]  # null (a non-finite value) in metrics.jsonl: a gap
         ax_r.plot(steps, reward, color=color, alpha=0.3, linewidth=1)
         ax_r.plot(steps, _moving_average(reward), color=color, linewidth=2, label=f"{label} (5-step mean)")
-        agents = N.agents_with({k for r in recs for k in r}, N.GRAD_NORM)
+        agents = metric_names.agents_with({k for r in recs for k in r}, metric_names.GRAD_NORM)
         for j, agent in enumerate(agents):
-            key = N.agent(agent, N.GRAD_NORM)
+            key = metric_names.agent(agent, metric_names.GRAD_NORM)
             pts = [(r["step"], r[key]) for r in recs
                    if isinstance(r.get(key), (int, float)) and math.isfinite(r[key]) and r[key] > 0]
             if pts:
                 ax_g.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle=_STYLES[j % len(_STYLES)],
                           linewidth=1.5, label=f"{label}: {agent}")
         spread[label] = grad_norm_spread(recs)
-        for j, agent in enumerate(N.agents_with({k for r in recs for k in r}, N.MOMENT_FACTOR)):
-            key = N.agent(agent, N.MOMENT_FACTOR)
+        for j, agent in enumerate(metric_names.agents_with({k for r in recs for k in r}, metric_names.MOMENT_FACTOR)):
+            key = metric_names.agent(agent, metric_names.MOMENT_FACTOR)
             pts = [(r["step"], r[key]) for r in recs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
             if pts:
                 ax_f.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle=_STYLES[j % len(_STYLES)],

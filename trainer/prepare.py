@@ -16,7 +16,7 @@ from drmas_bench.pool.cluster import driver_model_name
 from drmas_bench.retrievers import default_spec, open_retriever
 from drmas_bench.suites.toy.benchmarks import make_toy_tasks
 from drmas_bench.tasks import load_tasks
-from drmas_bench.tasks.registry import iter_jsonl, resolve_data_dir
+from drmas_bench.tasks.catalog import iter_jsonl, resolve_data_dir
 from drmas_bench.types import Sampling, SFTExample, Task, UserError
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows.base import WorkflowSpec, derive_seed

@@ -17,7 +17,7 @@ import yaml
 from drmas_bench.agents.team import team_from_dict
 from drmas_bench.retrievers import retriever_record
 from drmas_bench.types import UserError
-from drmas_bench.workflows import protocol as P
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import WorkflowSpec
 from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer.config import TrainConfig, WorkerGroupPlan, agent_config
@@ -35,7 +35,7 @@ def local_checkpoint(run: Path, ckpt: Path | str, use_ray: bool) -> tuple[Path, 
         return Path(ckpt), Path(ckpt)
     cache = run / CKPT_CACHE
     shutil.rmtree(cache, ignore_errors=True)  # one downloaded checkpoint at a time
-    local = ckpt_io.store.fetch(ckpt, cache / ckpt.rstrip("/").rsplit("/", 1)[-1], DRIVER_FILES if use_ray else None)
+    local = ckpt_io.fetch(ckpt, cache / ckpt.rstrip("/").rsplit("/", 1)[-1], DRIVER_FILES if use_ray else None)
     return local, ckpt if use_ray else local
 
 
@@ -61,9 +61,9 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
             agents[a] = {"wg": g.name, "sampling": dict(samp)} if samp else g.name
 
     protocol = {}
-    if P.has_templates(wf.name):  # the prompts and prompt limit the rollouts used (REFERENCE §2b)
-        limit, side = P.ProtocolOptions().resolve(wf.name)
-        protocol = {"prompts": P.default_templates(wf.name).to_dict(),
+    if proto.has_templates(wf.name):  # the prompts and prompt limit the rollouts used (REFERENCE §2b)
+        limit, side = proto.ProtocolOptions().resolve(wf.name)
+        protocol = {"prompts": proto.default_templates(wf.name).to_dict(),
                     "protocol": {"max_prompt_tokens": limit or 0, "truncate": side}}
     if cfg.retriever:
         protocol["retriever"] = retriever_record(cfg.retriever)

@@ -53,8 +53,8 @@ from typing import Any
 import torch
 
 from drmas_bench.files import inside
+from drmas_bench.run_dir import RunLock, make_run_dir, write_error_log
 from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
-from drmas_bench.store import RunLock, make_run_dir, write_error_log
 from drmas_bench.types import Task, Trajectory, UserError
 from drmas_bench.workflows.base import WORKFLOWS, WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io

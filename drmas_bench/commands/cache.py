@@ -1,4 +1,4 @@
-"""`drmas-bench cache stats|prune DIR`: what a call cache holds (drmas_bench.cache) and making it smaller.
+"""`drmas-bench cache stats|prune DIR`: what a call cache holds (drmas_bench.call_cache) and making it smaller.
 
 A missing or damaged database is one line (a damaged one is refused, never served or pruned).
 """
@@ -55,7 +55,7 @@ def _mb(n: int) -> str:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from drmas_bench.cache import CallCache
+    from drmas_bench.call_cache import CallCache
 
     with CallCache.open(args.dir, create=False) as cache:
         cache.check()
@@ -74,7 +74,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from drmas_bench.cache import CallCache
+    from drmas_bench.call_cache import CallCache
     from drmas_bench.types import UserError
 
     if args.older_than is None and args.model is None and args.max_size is None:

@@ -8,7 +8,7 @@ import textwrap
 
 from tabulate import tabulate
 
-from drmas_bench.tasks.registry import suite_names
+from drmas_bench.tasks.catalog import suite_names
 from drmas_bench.types import UserError
 
 EPILOG = """examples:
@@ -57,24 +57,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _rows(suite: str | None, data_dir):
-    from drmas_bench.tasks import registry
+    from drmas_bench.tasks import catalog
 
-    names = registry.known_names()
-    return [registry.BENCHMARKS[n] for n in names if suite is None or registry.BENCHMARKS[n].suite == suite]
+    names = catalog.known_names()
+    return [catalog.BENCHMARKS[n] for n in names if suite is None or catalog.BENCHMARKS[n].suite == suite]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from drmas_bench.tasks import registry
+    from drmas_bench.tasks import catalog
 
-    d = registry.resolve_data_dir(args.data_dir)
+    d = catalog.resolve_data_dir(args.data_dir)
     table = []
     for b in _rows(args.suite, d):
-        source, partial = registry.source_of(b, d)
+        source, partial = catalog.source_of(b, d)
         found = "-"
         if b.generate is not None:
             found = len(b.generate())
-        elif registry.local_file(b, d) is not None:
-            found = sum(1 for _ in registry.iter_records(registry.local_file(b, d)))
+        elif catalog.local_file(b, d) is not None:
+            found = sum(1 for _ in catalog.iter_records(catalog.local_file(b, d)))
         table.append([b.suite, b.name, b.title, b.expected_rows, found, source + (f"  [{partial}]" if partial else "")])
     print(tabulate(table, headers=["suite", "benchmark", "title", "expected", "found", "source"]))
     return 0
@@ -82,17 +82,17 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def check_benchmark(b, data_dir) -> tuple[str, int | None, list[str]]:
     """Validate one benchmark's local copy: (status, rows, problems). status: ok | partial | invalid | missing."""
-    from drmas_bench.tasks import registry
+    from drmas_bench.tasks import catalog
 
     if b.generate is not None:
         tasks = b.generate()
         path_note = ""
     else:
-        path = registry.local_file(b, data_dir)
+        path = catalog.local_file(b, data_dir)
         if path is None:
             return "missing", None, []
         try:
-            tasks = registry.load_tasks(b, data_dir)
+            tasks = catalog.load_tasks(b, data_dir)
         except UserError as e:
             return "invalid", None, [str(e)]
         path_note = str(path.relative_to(data_dir))
@@ -119,9 +119,9 @@ def empty_gold_note(b, data_dir) -> str:
     if b.family != "qa":
         return ""
     from drmas_bench.grading.qa import empty_golds, matchable_golds
-    from drmas_bench.tasks import registry
+    from drmas_bench.tasks import catalog
 
-    tasks = registry.load_tasks(b, data_dir)
+    tasks = catalog.load_tasks(b, data_dir)
     hit = [(t, empty_golds(t.answers)) for t in tasks]
     hit = [(t, e) for t, e in hit if e]
     if not hit:
@@ -135,12 +135,12 @@ def empty_gold_note(b, data_dir) -> str:
 
 def _check_rows(benches, d) -> tuple[list[list], list[str], list[str]]:
     """The check table of ``benches`` and the names of the invalid and the missing ones."""
-    from drmas_bench.tasks import registry
+    from drmas_bench.tasks import catalog
 
     table, bad, missing = [], [], []
     for b in benches:
         status, n, problems = check_benchmark(b, d)
-        _, partial = registry.source_of(b, d)
+        _, partial = catalog.source_of(b, d)
         if status == "missing":
             problems = [f"expected {' or '.join(b.files)}" if b.files else "no local file known"]
         notes = problems or [x for x in (partial, empty_gold_note(b, d) if status in ("ok", "partial") else "") if x]
@@ -159,9 +159,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     exit code only with ``--train`` (an eval never reads them, and the shipped data holds one of the
     two: the search mix is hub-only unless saved locally)."""
 
-    from drmas_bench.tasks import registry
+    from drmas_bench.tasks import catalog
 
-    d = registry.resolve_data_dir(args.data_dir)
+    d = catalog.resolve_data_dir(args.data_dir)
     rows = _rows(args.suite, d)
     headers = ["suite", "benchmark", "expected", "found", "status", "notes"]
     table, bad, missing = _check_rows([b for b in rows if b.split != "train"], d)

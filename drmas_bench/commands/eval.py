@@ -8,8 +8,9 @@ import sys
 from dataclasses import fields
 
 from drmas_bench.engines import ENGINES
-from drmas_bench.grading.registry import DEFAULT_GRADER, GRADERS
-from drmas_bench.tasks.registry import suite_names
+from drmas_bench.grading.graders import DEFAULT_GRADER, GRADERS
+from drmas_bench.schema import EVAL_DEFAULTS
+from drmas_bench.tasks.catalog import get_suite, suite_names
 
 EPILOG = """examples:
   drmas-bench eval --model smollm2-135m-instruct --suite toy --n 4
@@ -46,6 +47,12 @@ RUN_DIR_FLAGS = ("out", "fresh")
 def add_eval_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     """Every `eval` flag on parser ``p`` (one definition for `eval` and the commands that run evals
     the same way), but the flags whose dest is in ``skip`` (``TEAM_FLAGS``, ``RUN_DIR_FLAGS``)."""
+    for add in (_team_flags, _benchmark_flags, _sampling_flags, _search_flags, _run_flags, _limit_flags):
+        add(p, skip)
+
+
+def _team_flags(p: argparse.ArgumentParser, skip: tuple[str, ...]) -> None:
+    """The `eval` flags of the team: models, engines, workflow, prompts."""
     g = p.add_argument_group("team")
     g.add_argument("--model", help="model for every agent: alias (smollm2-135m-instruct, tiny-random), local dir, "
                                    "hub id, a checkpoint dir holding team.yaml, or a checkpoint URL (s3://bucket/run1/latest: "
@@ -76,34 +83,51 @@ def add_eval_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     g.add_argument("--trust-remote-code", action="store_true",
                    help="let transformers run Python files shipped inside the model folders (hf, sglang); "
                         "off by default, and a checkpoint's team.yaml cannot turn it on (docs/security.md)")
+
+
+def _benchmark_flags(p: argparse.ArgumentParser, skip: tuple[str, ...]) -> None:
+    """The `eval` flags of the benchmarks and the grader."""
     g = p.add_argument_group("benchmarks")
     g.add_argument("--suite", choices=suite_names(), help="benchmark suite")
     g.add_argument("--benchmarks", help="comma-separated benchmark names (default: the whole suite)")
     g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
     g.add_argument("--limit", type=int, help="first N questions per benchmark (quick sets: 30)")
-    g.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
+    g.add_argument("--n", type=int, default=EVAL_DEFAULTS["n"], help=f"samples per question (default {EVAL_DEFAULTS['n']})")
     g.add_argument("--grader", metavar="{" + ",".join(GRADERS) + "}",
                    help=f"math grader (default {DEFAULT_GRADER}; reference_compat: the reference's rules, "
                         "flaws included; see docs/grading.md). Its name and version enter the run identity")
+
+
+def _sampling_flags(p: argparse.ArgumentParser, skip: tuple[str, ...]) -> None:
+    """The `eval` flags of sampling."""
     g = p.add_argument_group("sampling")
-    g.add_argument("--temperature", type=float, help="default: the team file's, else 0.6")
-    g.add_argument("--top-p", type=float, help="default: the team file's, else 0.95")
-    g.add_argument("--max-new-tokens", type=int, help="per call (default: the team file's, else math 4096, search 800, toy 32)")
-    g.add_argument("--seed", type=int, default=0, help="run seed; each call's seed derives from it (default 0)")
+    g.add_argument("--temperature", type=float, help=f"default: the team file's, else {EVAL_DEFAULTS['temperature']}")
+    g.add_argument("--top-p", type=float, help=f"default: the team file's, else {EVAL_DEFAULTS['top_p']}")
+    g.add_argument("--max-new-tokens", type=int, help="per call (default: the team file's, else the suite's: " + ", ".join(
+        f"{s} {get_suite(s).max_new_tokens}" for s in suite_names()) + ")")
+    g.add_argument("--seed", type=int, default=EVAL_DEFAULTS["seed"], help=f"run seed; each call's seed derives from it (default {EVAL_DEFAULTS['seed']})")
     g.add_argument("--enable-thinking", action="store_true", default=None,
                    help="chat template with thinking on (Qwen3 enable_thinking=True); default off, as the reference")
+
+
+def _search_flags(p: argparse.ArgumentParser, skip: tuple[str, ...]) -> None:
+    """The `eval` flags of the retriever."""
     g = p.add_argument_group("search")
     g.add_argument("--retriever", help="bm25:DIR | lucene:DIR | dense:DIR | http://HOST:PORT (default: an in-process BM25 "
                                        "index of <data dir>/corpus/mini_corpus.jsonl, built once and cached)")
+
+
+def _run_flags(p: argparse.ArgumentParser, skip: tuple[str, ...]) -> None:
+    """The `eval` flags of the run: where, pool, cache, progress."""
     g = p.add_argument_group("run")
     if "out" not in skip:
         g.add_argument("--out", "--output-dir", dest="out", help="run directory (default: runs/<suite>-<model>-<config hash>)")
     if "fresh" not in skip:
         g.add_argument("--fresh", action="store_true", help="discard an existing run in --out instead of resuming")
     g.add_argument("--prices", help="price sheet YAML for $ columns (keys: `drmas-bench config-schema prices`, docs/pricing.md)")
-    g.add_argument("--concurrency", type=int, default=256, help="episodes in flight (default 256)")
-    g.add_argument("--max-batch", type=int, help="engine micro-batch size (default 32; a team file's own)")
-    g.add_argument("--pool", default="local", choices=["local", "ray"],
+    g.add_argument("--concurrency", type=int, default=EVAL_DEFAULTS["concurrency"], help=f"episodes in flight (default {EVAL_DEFAULTS['concurrency']})")
+    g.add_argument("--max-batch", type=int, help=f"engine micro-batch size (default {EVAL_DEFAULTS['max_batch']}; a team file's own)")
+    g.add_argument("--pool", default=EVAL_DEFAULTS["pool"], choices=["local", "ray"],
                    help="where worker groups live: in-process (default) or Ray actors on a GPU pool")
     g.add_argument("--pool-budget", type=float, metavar="N_MODELS",
                    help="memory budget in models (e.g. 1: only one worker group awake at a time); default unlimited")
@@ -114,8 +138,13 @@ def add_eval_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
                    help="call cache: reuse a completion when the call is the same (model content, engine options, prompt, "
                         "sampling, seed, sample index); DIR/calls.sqlite3 is shared safely by concurrent evals. Off by "
                         "default (a team file's cache:); not part of the run's identity (docs/sweep.md)")
-    g.add_argument("--flush-every", type=int, default=16, help="append finished trajectories to disk in batches of N (default 16)")
+    g.add_argument("--flush-every", type=int, default=EVAL_DEFAULTS["flush_every"],
+                   help=f"append finished trajectories to disk in batches of N (default {EVAL_DEFAULTS['flush_every']})")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _limit_flags(p: argparse.ArgumentParser, skip: tuple[str, ...]) -> None:
+    """The `eval` flags of the spending limits."""
     g = p.add_argument_group("limits", "the run stops cleanly at the first limit reached: finished samples and the summary "
                              "are written, exit code 3. Not part of the run's identity: the same command with a higher "
                              "limit resumes. Per agent: agents.NAME.limits in a team file (docs/eval.md)")
@@ -125,8 +154,6 @@ def add_eval_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     g.add_argument("--max-tokens", type=int, metavar="N",
                    help="stop once the run's calls used N prompt + completion tokens in all (per call: "
                         "--max-new-tokens); calls served by --cache are free")
-
-
 
 
 def _engine_args(text: str) -> dict:

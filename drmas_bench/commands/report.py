@@ -11,11 +11,13 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from drmas_bench.engines import ENGINES
-from drmas_bench.tasks.registry import suite_names
+from drmas_bench.schema import EVAL_DEFAULTS
+from drmas_bench.tasks.catalog import suite_names
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -59,8 +61,11 @@ run dirs in DIR/runs/<team file name>, --assign puts the team files in DIR/teams
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `leaderboard`, `compare` and `cost` sub-commands."""
-    fmt = argparse.RawDescriptionHelpFormatter
+    for add in (_leaderboard_parser, _compare_parser, _cost_parser):
+        add(sub, argparse.RawDescriptionHelpFormatter)
 
+
+def _leaderboard_parser(sub: argparse._SubParsersAction, fmt: Any) -> None:
     p = sub.add_parser("leaderboard", help="tables of runs per suite (Markdown + CSV), with the paper's reported rows",
                        epilog=LEADERBOARD_EPILOG, formatter_class=fmt)
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (or folders holding run directories)")
@@ -77,6 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-paper", action="store_true", help="leave out the paper's reported rows")
     p.set_defaults(func=cmd_leaderboard)
 
+
+def _compare_parser(sub: argparse._SubParsersAction, fmt: Any) -> None:
     p = sub.add_parser("compare", help="paired comparison of two runs on their shared questions",
                        epilog=COMPARE_EPILOG, formatter_class=fmt)
     p.add_argument("run_a", metavar="RUN_A", help="the baseline run directory")
@@ -87,6 +94,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-flips", type=int, default=50, help="flipped questions listed at most (default 50)")
     p.set_defaults(func=cmd_compare)
 
+
+def _cost_parser(sub: argparse._SubParsersAction, fmt: Any) -> None:
     p = sub.add_parser("cost", help="accuracy / latency / tokens / $ per team, per-agent breakdowns, Pareto plot",
                        epilog=COST_EPILOG, formatter_class=fmt)
     mode = p.add_mutually_exclusive_group(required=True)
@@ -106,13 +115,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--benchmarks", help="comma-separated benchmark names (default: the whole suite)")
     g.add_argument("--data-dir", help="local benchmark files (default: $DRMAS_DATA_DIR, else the hub)")
     g.add_argument("--limit", type=int, help="first N questions per benchmark")
-    g.add_argument("--n", type=int, default=16, help="samples per question (default 16)")
-    g.add_argument("--temperature", type=float, help="default: the team file's, else 0.6")
-    g.add_argument("--top-p", type=float, help="default: the team file's, else 0.95")
+    g.add_argument("--n", type=int, default=EVAL_DEFAULTS["n"], help=f"samples per question (default {EVAL_DEFAULTS['n']})")
+    g.add_argument("--temperature", type=float, help=f"default: the team file's, else {EVAL_DEFAULTS['temperature']}")
+    g.add_argument("--top-p", type=float, help=f"default: the team file's, else {EVAL_DEFAULTS['top_p']}")
     g.add_argument("--max-new-tokens", type=int, help="per call (default: the team file's, else the suite's)")
-    g.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    g.add_argument("--seed", type=int, default=EVAL_DEFAULTS["seed"], help=f"run seed (default {EVAL_DEFAULTS['seed']})")
     g.add_argument("--retriever", help="search suite retriever (see `drmas-bench eval --help`)")
-    g.add_argument("--concurrency", type=int, default=256, help="episodes in flight (default 256)")
+    g.add_argument("--concurrency", type=int, default=EVAL_DEFAULTS["concurrency"],
+                   help=f"episodes in flight (default {EVAL_DEFAULTS['concurrency']})")
     g.add_argument("--workflow", help="--assign: the workflow of the agents (default: the one whose agents match)")
     g.add_argument("--engine", default="hf", choices=list(ENGINES), help="--assign: engine of every worker group (default hf)")
     g.add_argument("--base-url", help="--assign: OpenAI-compatible server URL for --engine openai")
@@ -232,10 +242,11 @@ def run_teams(team_files: list[Path], args: argparse.Namespace, out: Path) -> li
     return run_dirs
 
 
-def cmd_cost(args: argparse.Namespace) -> int:
+def _cost_team_files(args: argparse.Namespace, out: Path | None) -> list[Path] | None:
+    """The team files `cost` evaluates: written for every assignment (``--assign``; None when no
+    ``--suite`` asks to run them), given (``--team``, checked), or none (``--runs``, ``--sweep``)."""
     from drmas_bench import report
 
-    out = Path(args.out) if args.out else None
     if args.assign:
         if not out:
             raise UserError("--assign needs --out DIR (the team files go to DIR/teams)")
@@ -248,19 +259,28 @@ def cmd_cost(args: argparse.Namespace) -> int:
         if not args.suite:
             logger.info(f"[cost] run the study with: drmas-bench cost --team {out / 'teams'}/*.yaml --suite SUITE "
                         f"--prices PRICES --out {out}  (or add --suite to this command)")
-            return 0
-        team_files = files
-    elif args.team:
-        team_files = [Path(t) for t in args.team]
-        for f in team_files:
-            if not f.is_file():
-                raise UserError(f"team file {f} not found")
-        if not args.suite:
-            raise UserError("--team needs --suite (the teams are evaluated first)")
-        if not out:
-            raise UserError("--team needs --out DIR (the run dirs go to DIR/runs)")
-    else:
-        team_files = []
+            return None
+        return files
+    if not args.team:
+        return []
+    team_files = [Path(t) for t in args.team]
+    for f in team_files:
+        if not f.is_file():
+            raise UserError(f"team file {f} not found")
+    if not args.suite:
+        raise UserError("--team needs --suite (the teams are evaluated first)")
+    if not out:
+        raise UserError("--team needs --out DIR (the run dirs go to DIR/runs)")
+    return team_files
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from drmas_bench import report
+
+    out = Path(args.out) if args.out else None
+    team_files = _cost_team_files(args, out)
+    if team_files is None:  # --assign without --suite: the team files are written, nothing runs
+        return 0
     if args.models and not args.assign:
         raise UserError("--models goes with --assign")
     if not args.prices:

@@ -69,8 +69,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Corpora, BM25 / dense / Lucene indexes, retriever evaluation and the /retrieve server.",
                        epilog=EPILOG, formatter_class=RAW)
     rsub = p.add_subparsers(dest="retrieval_command", metavar="ACTION", required=True)
-    from drmas_retrieval.dense import FAISS_KINDS
+    for add in (_corpus_parser, _index_parser, _eval_parser, _serve_parser):
+        add(rsub)
 
+
+def _corpus_parser(rsub: argparse._SubParsersAction) -> None:
+    """`drmas-bench retrieval corpus: build a corpus file`."""
     q = rsub.add_parser("corpus", help="build a corpus jsonl from QA datasets' paragraph files",
                         epilog=CORPUS_EPILOG, formatter_class=RAW)
     q.add_argument("--from", dest="inputs", nargs="+", required=True, metavar="FILE", help="paragraph files")
@@ -78,6 +82,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--no-dedupe", action="store_true", help="keep repeated (title, text) paragraphs")
     q.add_argument("--contents", action="store_true", help='write {"id", "contents"} rows (the reference form)')
     q.set_defaults(func=cmd_corpus)
+
+
+def _index_parser(rsub: argparse._SubParsersAction) -> None:
+    """`drmas-bench retrieval index: build an index`."""
+    from drmas_retrieval.dense import FAISS_KINDS
 
     q = rsub.add_parser("index", help="index a corpus (bm25 | dense | lucene)", epilog=INDEX_EPILOG, formatter_class=RAW)
     q.add_argument("--corpus", help="corpus jsonl (id + contents, or id + title + text); required unless --reuse-embeddings")
@@ -113,6 +122,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--threads", type=int, help="lucene: indexing threads (default 1); dense: torch CPU threads (default: torch's)")
     q.set_defaults(func=cmd_index)
 
+
+def _eval_parser(rsub: argparse._SubParsersAction) -> None:
+    """`drmas-bench retrieval eval: measure a retriever`."""
     q = rsub.add_parser("eval", help="recall@k, MRR and answer recall of a retriever", epilog=EVAL_EPILOG,
                         formatter_class=RAW)
     q.add_argument("--index", required=True, help="index directory, kind:DIR, or http://host:port")
@@ -126,6 +138,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_dense_search_arguments(q)
     q.set_defaults(func=cmd_eval)
 
+
+def _serve_parser(rsub: argparse._SubParsersAction) -> None:
+    """`drmas-bench retrieval serve: the /retrieve server`."""
     q = rsub.add_parser("serve", help="serve an index on POST /retrieve (FastAPI + uvicorn)", epilog=SERVE_EPILOG,
                         formatter_class=RAW)
     q.add_argument("--index", required=True, help="index directory or kind:DIR")

@@ -1,7 +1,7 @@
 """`drmas-bench runs repair RUN`: keep a run directory usable after a damaged samples.jsonl.
 
 Every reader (eval's resume, leaderboard, compare, cost) stops at a line it cannot read and names
-this command; it moves such lines aside (``drmas_bench.store.repair_samples``) so that one bad line
+this command; it moves such lines aside (``drmas_bench.run_dir.repair_samples``) so that one bad line
 never costs the good samples around it.
 """
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    from drmas_bench.store import SAMPLES, repair_samples
+    from drmas_bench.run_dir import SAMPLES, repair_samples
 
     kept, moved, quarantine = repair_samples(args.run)
     samples = f"{args.run.rstrip('/')}/{SAMPLES}"

@@ -71,7 +71,7 @@ class EngineBase:
     gpu_memory_fraction: ClassVar[tuple[str, float] | None] = None  # (option, default): a static share of
     # GPU memory it reserves when it starts (the trainer's memory estimate reads it)
     output_neutral_options: ClassVar[tuple[str, ...]] = ()  # options that never change a completion (batching,
-    # timeouts, sleep, secrets): left out of the call cache's key (drmas_bench.cache); every other option is in it
+    # timeouts, sleep, secrets): left out of the call cache's key (drmas_bench.call_cache); every other option is in it
 
     @classmethod
     def resolved_options(cls, options: dict[str, Any]) -> dict[str, Any]:

@@ -67,6 +67,20 @@ def _message(m: dict[str, Any], meta: dict[str, Any]) -> Any:
     return cls(content=str(m.get("content") or ""), source="input", metadata=meta)
 
 
+def _model_event(t: Any, model: str, inputs: list[Any], usage: Any, meta: dict[str, Any], working: float) -> Any:
+    """One recorded call (a `records.TurnView`) as an inspect_ai ``ModelEvent``: its prompt, reply,
+    sampling, usage and time, starting ``working`` seconds into the sample."""
+    c, sampling = t.call, t.sampling
+    out = ModelOutput.from_content(model, c.text, stop_reason="max_tokens" if c.finish == "length" else "stop")
+    out.usage = usage
+    out.time = c.latency_s
+    return ModelEvent(
+        model=model, role=t.agent, input=inputs, tools=[], tool_choice="none", output=out,
+        config=GenerateConfig(temperature=sampling.get("temperature"), top_p=sampling.get("top_p"),
+                              max_tokens=sampling.get("max_new_tokens"), seed=sampling.get("seed")),
+        cache="read" if c.cache_hit else None, working_start=working, working_time=c.latency_s, metadata=meta)
+
+
 def sample_from_record(record: Any, run: FinishedRun) -> Any:
     """One trajectory record as an inspect_ai ``EvalSample``."""
 
@@ -98,18 +112,8 @@ def sample_from_record(record: Any, run: FinishedRun) -> Any:
         add_turn(call, t)
         for key, table in ((model, by_model), (agent, by_agent)):
             add_turn(table.setdefault(key, Usage()), t)
-        sampling = t.sampling
-        out = ModelOutput.from_content(model, text, stop_reason="max_tokens" if c.finish == "length" else "stop")
-        out.usage = _usage(call)
-        out.time = c.latency_s
-        latency = c.latency_s
-        events.append(ModelEvent(
-            model=model, role=agent, input=inputs, tools=[], tool_choice="none", output=out,
-            config=GenerateConfig(temperature=sampling.get("temperature"), top_p=sampling.get("top_p"),
-                                  max_tokens=sampling.get("max_new_tokens"), seed=sampling.get("seed")),
-            cache="read" if c.cache_hit else None, working_start=working, working_time=latency,
-            metadata=meta))
-        working += latency
+        events.append(_model_event(t, model, inputs, _usage(call), meta, working))
+        working += c.latency_s
     answer = rec.final_answer
     extra = dict(rec.extra)
     scores = {

@@ -7,7 +7,7 @@
 - QA: `grade_qa` -> `QAScore(em, f1, cover_em)`, `extract_answer_tag`, `normalize_qa`;
 - families: `FAMILIES` (each suite registers its own, `register_family`), `grade_family`.
 
-Names are imported on first use (PEP 562), so `drmas_bench.grading.registry` (the CLI's `--grader`
+Names are imported on first use (PEP 562), so `drmas_bench.grading.graders` (the CLI's `--grader`
 choices) loads without sympy.
 """
 
@@ -21,10 +21,10 @@ _EXPORTS = {
                 "reference_boxed", "reference_graded_text"),
     "math": ("answers_equal",),
     "normalize": ("normalize_answer",),
-    "pool": ("GradeResult", "GradingPool", "grade_math_many", "grade_one", "shutdown_shared_pools"),
+    "grading_workers": ("GradeResult", "GradingPool", "grade_math_many", "grade_one", "shutdown_shared_pools"),
     "qa": ("QAScore", "grade_qa", "normalize_qa"),
     "families": ("FAMILIES", "Family", "grade_family", "register_family", "takes_grader"),
-    "registry": ("DEFAULT_GRADER", "GRADERS", "MathGrader", "get_grader", "grade_math"),
+    "graders": ("DEFAULT_GRADER", "GRADERS", "MathGrader", "get_grader", "grade_math"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

@@ -26,7 +26,7 @@ the reference's steps (REFERENCE.md §3) and tightens them:
 Expressions too large to evaluate safely (power towers, huge factorials) count as not equal;
 `grade_math_many` adds a hard per-item timeout on top for anything that still runs too long.
 
-Graders (`backend=`, a name from `drmas_bench.grading.registry.GRADERS`, the one list of names):
+Graders (`backend=`, a name from `drmas_bench.grading.graders.GRADERS`, the one list of names):
 - `"careful"`: the rules above (default).
 - `"reference_compat"`: the reference grader's facts, flaws included (`grading/compat.py`).
 - `"math_verify"`: the `math-verify` package (extra `mathverify`), on the careful extraction;

@@ -30,9 +30,9 @@ The package, by concern: ``cache`` (the cache folder, the marker, ChatML; a leaf
 
 from __future__ import annotations
 
-from drmas_bench.models.cache import CHATML_TEMPLATE, MARKER, cache_dir, models_dir, progress, read_marker
 from drmas_bench.models.loading import chat, load_causal_lm, load_model_and_tokenizer
-from drmas_bench.models.registry import (
+from drmas_bench.models.model_cache import CHATML_TEMPLATE, MARKER, cache_dir, models_dir, progress, read_marker
+from drmas_bench.models.names import (
     ALIASES,
     ModelAlias,
     alias_path,

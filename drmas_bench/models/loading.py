@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from drmas_bench.models.registry import ALIASES, resolve_model
+from drmas_bench.models.names import ALIASES, resolve_model
 from drmas_bench.types import UserError
 
 if TYPE_CHECKING:  # pragma: no cover

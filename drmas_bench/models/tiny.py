@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.models.cache import CHATML_TEMPLATE, progress
+from drmas_bench.models.model_cache import CHATML_TEMPLATE, progress
 
 TINY_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TINY_DEFAULT_SEED = 0

@@ -41,8 +41,8 @@ from typing import Any
 import yaml
 
 from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
-from drmas_bench.models.cache import cache_dir
-from drmas_bench.tasks.registry import get_suite, suite_names
+from drmas_bench.models.model_cache import cache_dir
+from drmas_bench.tasks.catalog import get_suite, suite_names
 from drmas_bench.types import UserError
 from drmas_bench.workflows import get_workflow
 from drmas_retrieval.locks import file_lock

@@ -57,8 +57,9 @@ import traceback
 from typing import Any, Mapping
 
 from drmas_bench.engines import make_engine, traits
-from drmas_bench.pool.base import EngineSpec, MemoryMeter, PoolBase, _Group, cuda_peak_bytes
+from drmas_bench.pool.base import EngineSpec, PoolBase, _Group
 from drmas_bench.pool.cluster import driver_model_name, import_ray, init_ray, node_label, on_node, ray_address
+from drmas_bench.pool.memory import MemoryMeter, cuda_peak_bytes
 from drmas_bench.types import Completion, Request, UserError
 
 

@@ -67,7 +67,7 @@ from drmas_bench.report.markdown import (
     table_markdown,
 )
 from drmas_bench.report.runs import SAMPLING_KEYS, Run, expand_run_dirs, load_run, load_runs
-from drmas_bench.store import read_samples
+from drmas_bench.run_dir import read_samples
 
 __all__ = [
     "AgentCost", "Cell", "Comparison", "Flip", "Metric", "PAPER_FILE", "PAPER_PROTOCOL", "PAPER_STATUS",

@@ -427,6 +427,15 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
     parts += compliance_markdown(summary.get("compliance"))
     parts += effects_markdown(summary.get("effects"))
 
+    parts += ["", *[f"- {n}" for n in summary_notes(summary, rows_src)]]
+    return "\n".join(parts) + "\n"
+
+
+def summary_notes(summary: dict[str, Any], rows_src: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The notes under summary.md's tables: uneven sample counts, duplicates, grading timeouts,
+    calls without usage or with an engine note, the grader, unpriced models, how micro, macro and
+    the CIs are computed."""
+    blocks = summary["benchmarks"]
     notes = []
     for name, blk in rows_src:
         if blk.get("n_varies"):
@@ -456,8 +465,7 @@ def format_summary_markdown(summary: dict[str, Any]) -> str:
         notes.append(f"unpriced models (costed at $0 by `default: zero`): {', '.join(summary['unpriced_models'])}")
     notes.append(f"{MACRO}: unweighted mean over {summary['macro']['benchmarks']} benchmarks; "
                  f"{MICRO}: every question weighted equally. CIs: {summary['n_boot']} bootstrap resamples of questions, seed {summary['seed']}.")
-    parts += ["", *[f"- {n}" for n in notes]]
-    return "\n".join(parts) + "\n"
+    return notes
 
 
 def protocol_markdown(pr: dict[str, Any]) -> str:

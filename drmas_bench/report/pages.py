@@ -19,7 +19,7 @@ from typing import Sequence
 
 from drmas_bench.files import atomic_write
 from drmas_bench.metrics import MACRO, MICRO
-from drmas_bench.report import charts as C
+from drmas_bench.report import charts
 from drmas_bench.report.cost import pareto_front
 from drmas_bench.report.labels import label
 from drmas_bench.report.leaderboard import Row, Table
@@ -99,7 +99,7 @@ def pareto_html(t: Table, runs: Sequence[Run]) -> str:
         return ""
     front = set(pareto_front([(x, y) for _, x, y in pts]))
     points = [(lab, x, y, i in front) for i, (lab, x, y) in enumerate(pts)]
-    return ('<div class="charts">' + C.scatter(f"pareto-{t.suite}", f"{t.suite}: {t.metric} over all questions against "
+    return ('<div class="charts">' + charts.scatter(f"pareto-{t.suite}", f"{t.suite}: {t.metric} over all questions against "
                                                "tokens per question (the Pareto front joined: no other run is both "
                                                "cheaper and better)", points, "tokens per question",
                                                f"{t.metric} (%)", x_fmt=lambda v: f"{v:.0f}")

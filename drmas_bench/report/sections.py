@@ -21,7 +21,7 @@ from html import escape
 from typing import Any, Iterable, Sequence
 
 from drmas_bench.metrics import QA_KEYS, questions
-from drmas_bench.report import charts as C
+from drmas_bench.report import charts
 from drmas_bench.report.labels import USD_SOURCES, caption, label, pct, value, with_ci
 
 
@@ -67,9 +67,9 @@ def _note(text: str) -> str:
     return f'<p class="meta">{escape(text)}</p>'
 
 
-def _side(tables: str, charts: Sequence[str]) -> str:
+def _side(tables: str, figures: Sequence[str]) -> str:
     """Tables and their charts side by side where the box is wide enough, else one under the other."""
-    c = f'<div class="charts">{"".join(charts)}</div>' if charts else ""
+    c = f'<div class="charts">{"".join(figures)}</div>' if figures else ""
     return f'<div class="q"><div class="tables">{tables}</div>{c}</div>'
 
 
@@ -110,11 +110,11 @@ def scores(summary: dict[str, Any]) -> str:
                     + [_num(with_ci(blk.get(k), ci.get(k))) for k in score_keys]
                     + [_num(pct(blk.get(k))) for k in qa])
     avg = [(name, blk.get("avg@n"), (blk.get("ci95") or {}).get("avg@n")) for name, blk in rows_src]
-    charts = [C.ci_points("score-avg", f"{label('avg@n')}: {caption('score_chart')}", avg)]
+    figures = [charts.ci_points("score-avg", f"{label('avg@n')}: {caption('score_chart')}", avg)]
     if any(blk.get("pass@n") != blk.get("avg@n") for _, blk in rows_src):
         pas = [(name, blk.get("pass@n"), (blk.get("ci95") or {}).get("pass@n")) for name, blk in rows_src]
-        charts.append(C.ci_points("score-pass", f"{label('pass@n')}: {caption('score_chart')}", pas, C.PALETTE[2]))
-    return _h(caption("scores")) + _side(table(head, rows, "scores"), charts)
+        figures.append(charts.ci_points("score-pass", f"{label('pass@n')}: {caption('score_chart')}", pas, charts.PALETTE[2]))
+    return _h(caption("scores")) + _side(table(head, rows, "scores"), figures)
 
 
 # ------------------------------------------------------------------------------ why
@@ -143,12 +143,12 @@ def compliance(comp: dict[str, Any] | None, colours: dict[str, str]) -> str:
                      _num(str(v.get("length_cut", 0))), _num(str(v.get("empty_responses", 0))), _counts_text(seen)])
         calls = v.get("calls") or 0
         bars.append((f"{a} ({calls} calls)", []))
-        bars.append(("valid", [("", v.get("valid_rate"), C.GOOD)]))
+        bars.append(("valid", [("", v.get("valid_rate"), charts.GOOD)]))
         for reason, k in (v.get("invalid_reasons") or {}).items():
             if k:
-                bars.append((label(reason), [("", k / calls if calls else None, C.BAD)]))
+                bars.append((label(reason), [("", k / calls if calls else None, charts.BAD)]))
     out = [_h(caption("compliance", wf)),
-           _side(table(head, rows, "compliance"), [C.bars("compliance", caption("compliance_chart"), bars,
+           _side(table(head, rows, "compliance"), [charts.bars("compliance", caption("compliance_chart"), bars,
                                                           fmt=lambda x: f"{100 * x:.0f}%", max_value=1.0)])]
     return "".join(out)
 
@@ -262,12 +262,12 @@ def cost(summary: dict[str, Any], order: Sequence[str], colours: dict[str, str],
         tables += _note(f"{label('usd_per_question')}, all agents: {value('usd_per_question', micro.get('usd_per_question'))}"
                         + (f" ($ from {USD_SOURCES.get(micro['usd_source'], micro['usd_source'])})"
                            if micro.get("usd_source") else ""))
-    calls = [(a, [("", agents[a].get("calls_per_traj"), colours.get(a, C.PALETTE[0]))]) for a in names]
-    tokens = [(a, [("prompt", agents[a].get("prompt_tokens_per_call"), colours.get(a, C.PALETTE[0])),
-                   ("completion", agents[a].get("completion_tokens_per_call"), C.NEUTRAL)]) for a in names]
+    calls = [(a, [("", agents[a].get("calls_per_traj"), colours.get(a, charts.PALETTE[0]))]) for a in names]
+    tokens = [(a, [("prompt", agents[a].get("prompt_tokens_per_call"), colours.get(a, charts.PALETTE[0])),
+                   ("completion", agents[a].get("completion_tokens_per_call"), charts.NEUTRAL)]) for a in names]
     return _h(caption("cost")) + _side(tables, [
-        C.bars("agent-calls", caption("calls_chart"), calls),
-        C.bars("agent-tokens", "Tokens per call: prompt (agent's colour) and completion (grey)", tokens,
+        charts.bars("agent-calls", caption("calls_chart"), calls),
+        charts.bars("agent-tokens", "Tokens per call: prompt (agent's colour) and completion (grey)", tokens,
                fmt=lambda x: f"{x:.0f}")])
 
 
@@ -275,7 +275,7 @@ def time(summary: dict[str, Any], order: Sequence[str], colours: dict[str, str])
     """Call latency per agent and trajectory latency per benchmark: tables and the per-agent bars."""
     agents = (summary.get("micro") or {}).get("agents") or {}
     names = _agent_order(agents, order)
-    tables, charts = "", []
+    tables, figures = "", []
     if names:
         rows = [[a, _num(value("latency_s", agents[a].get("latency_s")))] for a in names]
         tables += table(["agent", label("call_latency_s")], rows, "time-agents")
@@ -284,11 +284,11 @@ def time(summary: dict[str, Any], order: Sequence[str], colours: dict[str, str])
         rows = [[b, _num(value("latency_s", blk.get("latency_s")))] for b, blk in blocks]
         tables += table(["benchmark", label("trajectory_latency_s")], rows, "time-benchmarks")
     if names:
-        lat = [(a, [("p50", (agents[a].get("latency_s") or {}).get("p50"), colours.get(a, C.PALETTE[0])),
-                    ("p95", (agents[a].get("latency_s") or {}).get("p95"), C.NEUTRAL)]) for a in names]
-        charts.append(C.bars("agent-latency", caption("latency_chart") + ": p50 in the agent's colour, p95 grey", lat,
+        lat = [(a, [("p50", (agents[a].get("latency_s") or {}).get("p50"), colours.get(a, charts.PALETTE[0])),
+                    ("p95", (agents[a].get("latency_s") or {}).get("p95"), charts.NEUTRAL)]) for a in names]
+        figures.append(charts.bars("agent-latency", caption("latency_chart") + ": p50 in the agent's colour, p95 grey", lat,
                              fmt=lambda x: f"{x:.2f} s"))
-    return _h(caption("time")) + _side(tables, charts)
+    return _h(caption("time")) + _side(tables, figures)
 
 
 def run_report(summary: dict[str, Any], order: Sequence[str], colours: dict[str, str], models: dict[str, str]) -> str:
@@ -333,7 +333,7 @@ def changes_report(cs: Sequence[Change], name_a: str, name_b: str, listed: int =
     if not cs:
         return _h(caption("changes")) + _note("The two runs share no question (same benchmark and id).")
     count = {k: sum(c.kind == k for c in cs) for k in ("fixed", "broken", "unchanged")}
-    colour = {"fixed": C.GOOD, "broken": C.BAD, "unchanged": C.NEUTRAL}
+    colour = {"fixed": charts.GOOD, "broken": charts.BAD, "unchanged": charts.NEUTRAL}
     bars = [(label(k), [("", float(count[k]), colour[k])]) for k in count]
     head = _h(caption("changes")) + _note(f"A: {name_a}; B: {name_b}; {len(cs)} questions in both. A question is "
                                           "solved when at least one of its samples is correct: fixed = solved in B "
@@ -349,7 +349,7 @@ def changes_report(cs: Sequence[Change], name_a: str, name_b: str, listed: int =
         more = f" (the first {listed} listed)" if len(items) > listed else ""
         lists += [f'<h4>{escape(label(kind))}: {len(items)}{escape(more)}</h4>',
                   table(["question", "A correct", "B correct", "text"], rows, f"changes-{kind}")]
-    chart = C.bars("changes", caption("changes_chart"), bars, fmt=lambda x: f"{x:.0f}")
+    chart = charts.bars("changes", caption("changes_chart"), bars, fmt=lambda x: f"{x:.0f}")
     out = [head, _side("".join(lists) or _note("No question was fixed or broken."), [chart])]
     return "".join(out)
 

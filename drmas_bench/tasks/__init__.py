@@ -4,7 +4,7 @@ Each suite declares its benchmarks in its own folder (``drmas_bench/suites/<suit
 adding a benchmark is one `register(...)` there.
 """
 
-from drmas_bench.tasks.registry import (  # noqa: F401
+from drmas_bench.tasks.catalog import (  # noqa: F401
     BENCHMARKS,
     ENV_DATA_DIR,
     SUITES,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from drmas_bench.grading.families import Family, register_family
-from drmas_bench.grading.pool import grade_math_many
-from drmas_bench.grading.registry import DEFAULT_GRADER
+from drmas_bench.grading.graders import DEFAULT_GRADER
+from drmas_bench.grading.grading_workers import grade_math_many
 
 
 def grade_math_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple[bool, dict]]:

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable
 
-import drmas_bench.workflows.protocol as P
 from drmas_bench.records import RecordView, mean_or_none, rate, view, views
 from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
 from drmas_bench.types import Trajectory
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
 
 FLIPS = ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")
@@ -70,7 +70,7 @@ def math_effects(records: Iterable[Any]) -> dict[str, Any]:
                 ungraded += 1
             else:
                 flips[f"{'right' if r1 else 'wrong'}_to_{'right' if final else 'wrong'}"] += 1
-        verdicts = [P.math_verdict(t.text) for t in r.agent_turns("verifier")]
+        verdicts = [proto.math_verdict(t.text) for t in r.agent_turns("verifier")]
         if verdicts and r1 is not None:
             judged.append((r1, verdicts[0] == "approve"))
     right = [ok for r1, ok in judged if r1]
@@ -117,25 +117,25 @@ MATH_LABELS = {"round2_ran": "round 2 ran", "round2_rate": "round 2 ran (%)", "f
           rules={"solver": SOLVER, "verifier": MATH_VERIFIER}, effects=("math", math_effects),
           placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),  # REFERENCE §2b / §3
           round1_answer=round1_answer, title="math refinement", labels=MATH_LABELS)
-async def math_refine(ep: Episode, rounds: int = 2, prompts: P.Templates | None = None,
-                      protocol: P.ProtocolOptions | None = None) -> None:
-    tpl = prompts or P.default_templates("math_refine")
-    ep.limit_prompts(*(protocol or P.ProtocolOptions()).resolve("math_refine"))
+async def math_refine(ep: Episode, rounds: int = 2, prompts: proto.Templates | None = None,
+                      protocol: proto.ProtocolOptions | None = None) -> None:
+    tpl = prompts or proto.default_templates("math_refine")
+    ep.limit_prompts(*(protocol or proto.ProtocolOptions()).resolve("math_refine"))
     said: list[tuple[str, str]] = []  # (agent, projected text): one team context for the episode
 
     def prompt(role: str, r: int) -> list[dict[str, str]]:
-        return P.chat(tpl, role, question=ep.task.question, team_context=P.team_context(tpl, said),
+        return proto.chat(tpl, role, question=ep.task.question, team_context=proto.team_context(tpl, said),
                       round=r + 1, rounds=rounds)
 
     for r in range(rounds):
         sol = await ep.solver(prompt("solver", r))
-        sol.valid = P.valid("solver", sol.completion.text)
-        said.append(("solver", P.project("solver", sol.completion.text)))
+        sol.valid = proto.valid("solver", sol.completion.text)
+        said.append(("solver", proto.project("solver", sol.completion.text)))
         ep.final_answer = sol.completion.text
         if r == rounds - 1:
             break
         ver = await ep.verifier(prompt("verifier", r))
-        ver.valid = P.valid("math_verifier", ver.completion.text)
-        said.append(("verifier", P.project("math_verifier", ver.completion.text)))
-        if P.math_verdict(ver.completion.text) == "approve":
+        ver.valid = proto.valid("math_verifier", ver.completion.text)
+        said.append(("verifier", proto.project("math_verifier", ver.completion.text)))
+        if proto.math_verdict(ver.completion.text) == "approve":
             break

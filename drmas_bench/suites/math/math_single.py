@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import random
 
-import drmas_bench.workflows.protocol as P
 from drmas_bench.suites.math.rules import SOLVER
 from drmas_bench.types import SFTExample
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.arithmetic import near_miss, sum_question
 from drmas_bench.workflows.base import Episode, workflow
 
@@ -27,23 +27,23 @@ def math_single_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver
     unknown = sorted(set(agents) - {"solver"})
     if unknown:
         raise ValueError(f"the math_single warm start knows the agent solver, not {', '.join(unknown)}")
-    tpl = P.default_templates("math_single")
+    tpl = proto.default_templates("math_single")
     rng = random.Random(seed)
     out: list[SFTExample] = []
     for _example in range(n):
         q, right = sum_question(rng, max_operand)
         ans = right if rng.random() < solver_accuracy else near_miss(rng, right)
-        out.append(SFTExample("solver", P.chat(tpl, "solver", question=q), f"\\boxed{{{ans}}}"))
+        out.append(SFTExample("solver", proto.chat(tpl, "solver", question=q), f"\\boxed{{{ans}}}"))
     return out
 
 
 @workflow("math_single", agents=("solver",), family="math", rules={"solver": SOLVER}, title="single-agent math",
           placeholders={"solver": ({"question"}, {"question"})}, prompt_limit=(8192, "middle"),
           sft=math_single_sft_examples)
-async def math_single(ep: Episode, prompts: P.Templates | None = None,
-                      protocol: P.ProtocolOptions | None = None) -> None:
-    tpl = prompts or P.default_templates("math_single")
-    ep.limit_prompts(*(protocol or P.ProtocolOptions()).resolve("math_single"))
-    sol = await ep.solver(P.chat(tpl, "solver", question=ep.task.question))
-    sol.valid = P.valid("solver", sol.completion.text)
+async def math_single(ep: Episode, prompts: proto.Templates | None = None,
+                      protocol: proto.ProtocolOptions | None = None) -> None:
+    tpl = prompts or proto.default_templates("math_single")
+    ep.limit_prompts(*(protocol or proto.ProtocolOptions()).resolve("math_single"))
+    sol = await ep.solver(proto.chat(tpl, "solver", question=ep.task.question))
+    sol.valid = proto.valid("solver", sol.completion.text)
     ep.final_answer = sol.completion.text

@@ -9,8 +9,8 @@ from collections import Counter
 from functools import partial
 from typing import Any, Mapping
 
-import drmas_bench.workflows.protocol as P
 from drmas_bench.records import RecordView, mean_or_none
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.rules import FormatRule, format_rule
 
 ACTION_KINDS = ("search", "answer", "empty")
@@ -21,10 +21,10 @@ def action_kind(role: str, text: str) -> str:
     """What the search env makes of a searcher's / answerer's response: 'answer' (its projected
     action holds ``<answer>`` and ``</answer>``: the episode ends), 'search' (a query), or 'empty'
     (neither: the step passes). For records without the env's own account (``extra["env"]``)."""
-    action = P.project(role, text)
+    action = proto.project(role, text)
     if "<answer>" in action and "</answer>" in action:
         return "answer"
-    return "search" if P.env_query(action) is not None else "empty"
+    return "search" if proto.env_query(action) is not None else "empty"
 
 
 def step_kind(step: Mapping[str, Any]) -> str:
@@ -75,13 +75,13 @@ def actor_figures(role: str) -> Any:
 
 def verifier_figures(texts: list[str]) -> dict[str, Any]:
     """The search verifier's verdicts over its replies (answer / search)."""
-    return {"verdicts": dict(sorted(Counter(P.search_verdict(t) for t in texts).items()))}
+    return {"verdicts": dict(sorted(Counter(proto.search_verdict(t) for t in texts).items()))}
 
 
 def verifier_parse(text: str) -> tuple[str | None, str | None]:
     """(the spliced reply where the splice changed it, the verdict)."""
-    spliced = P.verify_splice(text)
-    return (spliced if spliced != text else None), P.search_verdict(text)
+    spliced = proto.verify_splice(text)
+    return (spliced if spliced != text else None), proto.search_verdict(text)
 
 
 ACTION_REASONS = ("missing_action_tag", "think_count", "think_order", "cjk")
@@ -92,20 +92,20 @@ EPISODE_LABELS = {"answer_tag_rate": "ended on a tagged answer (%)", "steps_per_
                   "no_answer_rate": "no answer (%)", "searches_distribution": "episodes by number of searches"}
 
 SEARCH_VERIFIER = format_rule(FormatRule(
-    "search_verifier", partial(P.reasons, "search_verifier"), ("missing_verify_tag", "cjk"), verifier_parse,
+    "search_verifier", partial(proto.reasons, "search_verifier"), ("missing_verify_tag", "cjk"), verifier_parse,
     agent_figures=verifier_figures, labels=REASON_LABELS))
 def actor_parse(role: str) -> Any:
     """The parse of a searcher's / answerer's reply: its projected env action ("" for an empty step)."""
 
     def parse(text: str) -> tuple[str | None, str | None]:
-        return P.tag_action(text, P.ACTION_TAGS[role]), None
+        return proto.tag_action(text, proto.ACTION_TAGS[role]), None
 
     return parse
 
 
 def actor_rule(role: str) -> FormatRule:
     """The searcher's or the answerer's format rule (their own action tag, the think block, no CJK)."""
-    return format_rule(FormatRule(role, partial(P.reasons, role), ACTION_REASONS, actor_parse(role),
+    return format_rule(FormatRule(role, partial(proto.reasons, role), ACTION_REASONS, actor_parse(role),
                                   agent_figures=actor_figures(role), episode_figures=search_episode_figures,
                                   labels={**REASON_LABELS, **EPISODE_LABELS}))
 

@@ -25,12 +25,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Iterable
 
-import drmas_bench.workflows.protocol as P
 from drmas_bench.grading.qa import grade_qa
 from drmas_bench.records import rate, view, views
 from drmas_bench.suites.search.rules import ANSWERER, SEARCH_VERIFIER, SEARCHER, search_episode_figures, search_steps
 from drmas_bench.suites.search.search_sft import search_sft_examples
 from drmas_bench.types import UserError
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
 
 # the per-episode figures of `compliance` the search effects block repeats (one definition:
@@ -53,7 +53,7 @@ def evidence_at_answer(r: Any) -> tuple[bool | None, bool | None]:
     if isinstance(kept, list) and len(kept) == 2:
         return kept[0], kept[1]
     golds = list(rec.answers)
-    obs = [P.observation_passages(str(s.get("observation") or "")) for s in rec.env_steps]
+    obs = [proto.observation_passages(str(s.get("observation") or "")) for s in rec.env_steps]
     step = answer_step = 0
     for t in rec.turns:
         if t.agent == "verifier":
@@ -132,35 +132,35 @@ SEARCH_LABELS = {"env_recorded": "episodes with an env record", "answerer_episod
           effects=("search", search_effects), placeholders=PLACEHOLDERS, title="search", labels=SEARCH_LABELS,
           prompt_limit=(4096, "left"), sft=search_sft_examples, env_step_agent="verifier",
           env_step_kinds=search_steps, record_figures=evidence_figures)  # REFERENCE §2b / §3
-async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
-                       protocol: P.ProtocolOptions | None = None, last_step: str = "end") -> None:
+async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: proto.Templates | None = None,
+                       protocol: proto.ProtocolOptions | None = None, last_step: str = "end") -> None:
     if last_step not in ("end", "answer"):
         raise UserError(f"search_route: last_step must be 'end' or 'answer', got {last_step!r}")
-    tpl = prompts or P.default_templates("search_route")
-    ep.limit_prompts(*(protocol or P.ProtocolOptions()).resolve("search_route"))
-    env = P.SearchEnv(list(ep.task.answers), max_steps)
+    tpl = prompts or proto.default_templates("search_route")
+    ep.limit_prompts(*(protocol or proto.ProtocolOptions()).resolve("search_route"))
+    env = proto.SearchEnv(list(ep.task.answers), max_steps)
     for t in range(1, max_steps + 1):
-        seen = dict(question=ep.task.question, history=P.history(tpl, env.steps), step=t, max_steps=max_steps,
+        seen = dict(question=ep.task.question, history=proto.history(tpl, env.steps), step=t, max_steps=max_steps,
                     prior_steps=t - 1)
-        ver = await ep.verifier(P.chat(tpl, "verifier", team_context=P.team_context(tpl, []), **seen))
-        ver.valid = P.valid("search_verifier", ver.completion.text)
-        verdict = P.project("search_verifier", ver.completion.text)
-        context = P.team_context(tpl, [("verifier", verdict)])
-        route = P.search_verdict(ver.completion.text)
+        ver = await ep.verifier(proto.chat(tpl, "verifier", team_context=proto.team_context(tpl, []), **seen))
+        ver.valid = proto.valid("search_verifier", ver.completion.text)
+        verdict = proto.project("search_verifier", ver.completion.text)
+        context = proto.team_context(tpl, [("verifier", verdict)])
+        route = proto.search_verdict(ver.completion.text)
         if route == "search" and t == max_steps and last_step == "end":
             role = None  # nobody acts: the env takes an empty action and the episode ends
         else:
             role = "searcher" if route == "search" and t < max_steps else "answerer"
         response = ""
         if role is not None:
-            turn = await ep.call(role, P.chat(tpl, role, team_context=context, verifier_output=verdict, **seen))
+            turn = await ep.call(role, proto.chat(tpl, role, team_context=context, verifier_output=verdict, **seen))
             response = turn.completion.text
-            turn.valid = P.valid(role, response)
-        st = env.act(P.project(role, response) if role else "", response)
+            turn.valid = proto.valid(role, response)
+        st = env.act(proto.project(role, response) if role else "", response)
         if st.done:
             break
         if st.query is not None:  # the tool strips the query; an empty one is still sent
             results = await asyncio.to_thread(ep.retriever.search, [st.query.strip()], topk)
-            env.observe(P.observation(results[0] if results else None))
+            env.observe(proto.observation(results[0] if results else None))
     ep.final_answer = env.answer
     ep.traj.extra["env"] = env.record()

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 
-import drmas_bench.workflows.protocol as P
+from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
 from drmas_bench.workflows.rules import FormatRule, format_rule
 
@@ -61,8 +61,8 @@ def single_reasons(text: str) -> list[str]:
     """The single agent's rule (module docstring): missing_action_tag (no complete search or answer
     pair, `single_action`), think_count / think_order (`protocol.think_reasons`), cjk."""
     out = [] if single_action(text)[0] else ["missing_action_tag"]
-    out += P.think_reasons(text)
-    return out + ["cjk"] if P.has_cjk(text) else out
+    out += proto.think_reasons(text)
+    return out + ["cjk"] if proto.has_cjk(text) else out
 
 
 SINGLE_ACTION = format_rule(FormatRule(
@@ -81,12 +81,12 @@ def single_valid(text: str) -> bool:
           placeholders={"agent": ({"question", "max_steps", "max_searches"}, {"question"}),
                         "no_action": ({"step", "max_steps"}, set())},
           prompt_limit=(4096, "left"))
-async def search_single(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: P.Templates | None = None,
-                        protocol: P.ProtocolOptions | None = None) -> None:
-    tpl = prompts or P.default_templates("search_single")
-    ep.limit_prompts(*(protocol or P.ProtocolOptions()).resolve("search_single"))
-    env = P.SearchEnv(list(ep.task.answers), max_steps)
-    messages = P.chat(tpl, "agent", question=ep.task.question, max_steps=max_steps, max_searches=max_steps - 1)
+async def search_single(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: proto.Templates | None = None,
+                        protocol: proto.ProtocolOptions | None = None) -> None:
+    tpl = prompts or proto.default_templates("search_single")
+    ep.limit_prompts(*(protocol or proto.ProtocolOptions()).resolve("search_single"))
+    env = proto.SearchEnv(list(ep.task.answers), max_steps)
+    messages = proto.chat(tpl, "agent", question=ep.task.question, max_steps=max_steps, max_searches=max_steps - 1)
     for t in range(1, max_steps + 1):
         turn = await ep.agent(list(messages))
         response = turn.completion.text
@@ -97,10 +97,10 @@ async def search_single(ep: Episode, max_steps: int = 4, topk: int = 3, prompts:
             break
         if st.query is not None:  # the tool strips the query; an empty one is still sent
             results = await asyncio.to_thread(ep.retriever.search, [st.query.strip()], topk)
-            env.observe(P.observation(results[0] if results else None))
+            env.observe(proto.observation(results[0] if results else None))
             follow = env.steps[-1].observation
         else:
-            follow = P.render(tpl.roles["no_action"], step=t, max_steps=max_steps)
+            follow = proto.render(tpl.roles["no_action"], step=t, max_steps=max_steps)
         messages += [{"role": "assistant", "content": response[:end]}, {"role": "user", "content": follow}]
     ep.final_answer = env.answer
     ep.traj.extra["env"] = env.record()

@@ -1,4 +1,4 @@
-"""The one results layer (issue 14, item 3): leaderboards and summaries compute their numbers with the
+"""The one results layer: leaderboards and summaries compute their numbers with the
 same functions, the long CSV holds exactly the wide CSV's cells, one samples.jsonl reader, one retry
 policy, one SQuAD normalisation, registries as the one list of names. Run directories are written by
 hand (config.yaml + samples.jsonl); the retry tests use a real HTTP server on 127.0.0.1."""
@@ -20,7 +20,7 @@ import yaml
 from drmas_bench import report
 from drmas_bench.cli import main as cli_main
 from drmas_bench.metrics import MACRO, MICRO, summarize
-from drmas_bench.store import read_samples
+from drmas_bench.run_dir import read_samples
 from drmas_bench.types import UserError
 from drmas_retrieval.retry import RetriesExhausted, RetryPolicy, send_with_retries
 
@@ -173,7 +173,7 @@ def test_registries_are_the_one_list_of_names():
     from drmas_bench.agents.team import ENGINE_KINDS
     from drmas_bench.commands import report as report_cmd
     from drmas_bench.engines import ENGINES
-    from drmas_bench.tasks.registry import suite_names
+    from drmas_bench.tasks.catalog import suite_names
 
     assert ENGINE_KINDS == tuple(ENGINES)
     parser = argparse.ArgumentParser()

@@ -1,4 +1,4 @@
-"""What a newcomer meets on a first day (issue 21): an offline hub that fails fast, flags from other
+"""What a newcomer meets on a first day: an offline hub that fails fast, flags from other
 harnesses that get a hint, a progress bar that moves, and a summary.md that says what it measured
 and shows every agent of the team."""
 
@@ -21,7 +21,7 @@ from drmas_bench.types import Completion, Request, Task, Trajectory, Turn, UserE
 @pytest.fixture()
 def dead_hub(monkeypatch):
     """HF_ENDPOINT at a local port nobody listens on: connection refused at once, network or not."""
-    from drmas_bench.tasks import registry
+    from drmas_bench.tasks import catalog
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -29,9 +29,9 @@ def dead_hub(monkeypatch):
     for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "DRMAS_DATA_DIR"):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
-    registry.hub_unreachable.cache_clear()
+    catalog.hub_unreachable.cache_clear()
     yield
-    registry.hub_unreachable.cache_clear()
+    catalog.hub_unreachable.cache_clear()
 
 
 def test_unreachable_hub_fails_fast_naming_both_fixes(dead_hub, capsys):

@@ -1,4 +1,4 @@
-"""The call cache (drmas_bench.cache, issue 26): what makes two calls the same, a store that survives
+"""The call cache (drmas_bench.call_cache): what makes two calls the same, a store that survives
 kill -9 and concurrent processes, damaged files refused, `drmas-bench cache stats|prune`, the
 summary's hit/miss counts, and on the hf engine an eval through the cache (all hits, or partly
 cached) equal to an uncached one."""
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drmas_bench.cache import DB_NAME, CallCache, call_key, group_digest, group_identity
+from drmas_bench.call_cache import DB_NAME, CallCache, call_key, group_digest, group_identity
 from drmas_bench.cli import main
 from drmas_bench.types import Completion, Request, Sampling, UserError
 
@@ -140,7 +140,7 @@ def test_a_file_that_is_not_a_cache_is_refused_in_one_line(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from drmas_bench.cache import CallCache
+    from drmas_bench.call_cache import CallCache
     cache_dir, tag, n, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     cache = CallCache.open(cache_dir)
     for b in range(n):
@@ -404,7 +404,7 @@ def test_the_cache_costs_far_under_two_percent_of_an_hf_call():
     from bench_cache import lookup_overhead
 
     r = lookup_overhead("tiny-random", calls=4, prompt_words=100, max_new_tokens=16)
-    assert r["miss_ratio"] < 0.02 and r["hit_ratio"] < 0.02, r  # issue 26 item 4 (measured ~0.1% on tiny-random)
+    assert r["miss_ratio"] < 0.02 and r["hit_ratio"] < 0.02, r  # measured ~0.1% on tiny-random
     assert r["hit_speedup"] > 50
 
 

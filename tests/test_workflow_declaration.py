@@ -131,7 +131,7 @@ def test_a_suite_defined_here_picks_its_workflow_token_limit_and_grading(echo_su
     from drmas_bench.plan import EvalConfig, choices, resolve
     from drmas_bench.provenance import grader_record
     from drmas_bench.runner import grade_trajectories
-    from drmas_bench.tasks.registry import suite_names
+    from drmas_bench.tasks.catalog import suite_names
     from drmas_bench.types import Trajectory, UserError
 
     suite, bench = echo_suite

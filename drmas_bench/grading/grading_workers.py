@@ -55,12 +55,12 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterable, Sequence
 
-from drmas_bench.grading.registry import extract_for, get_backend, resolve_backend
+from drmas_bench.grading.graders import extract_for, get_backend, resolve_backend
 
 # "forkserver" where the platform has it: one clean server process imports sympy once and forks
 # each worker from it (fast start and restart, no inherited threads); "spawn" elsewhere.
 START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-PRELOAD = ["drmas_bench.grading.pool", "drmas_bench.grading._warm"]  # _warm grades a few answers
+PRELOAD = ["drmas_bench.grading.grading_workers", "drmas_bench.grading._warm"]  # _warm grades a few answers
 FLUSH_S = 0.1  # a worker sends partial chunk results at least this often
 POLL_S = 0.05  # the parent re-reads heartbeats at least this often
 STARTUP_TIMEOUT_S = 120.0  # a worker that never starts an item within this is considered broken

@@ -1,5 +1,4 @@
-"""Bad servers, untrusted usage, incomparable tables and out-of-range settings (issue 23 items 4-6,
-issue 21 item 4), one table per concern in the style of tests/test_bad_inputs.py.
+"""Bad servers, untrusted usage, incomparable tables and out-of-range settings, one table per concern in the style of tests/test_bad_inputs.py.
 
 The LLM server is the real local HTTP server of tests/test_engines_openai.py (FastAPI + uvicorn on
 127.0.0.1) in its bad modes; the retriever documents go through the client's own parser; the tables
@@ -385,7 +384,7 @@ def test_resume_hint_only_with_a_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("mode,unenforced", [("ok", 1), ("tok", 0)], ids=["paid-api-counted", "vllm-tokenize-enforced"])
 def test_eval_with_an_api_model_under_the_default_limit(server, data_dir, tmp_path, monkeypatch, mode, unenforced):
-    """issue 21 item 4: an API team with no local tokenizer runs under the suite's default prompt limit;
+    """An API team with no local tokenizer runs under the suite's default prompt limit;
     summary.json says how many calls went out with the limit not enforced (0 with vLLM's /tokenize)."""
     from drmas_bench.cli import main
 

@@ -20,7 +20,7 @@ PAIRS = [("so \\boxed{\\frac{1}{2}}", "0.5"), ("\\boxed{3}", "4"), ("\\boxed{x^2
 WANT = [(True, "ok"), (False, "ok"), (True, "ok")]
 
 SNIPPET = textwrap.dedent("""
-    from drmas_bench.grading.pool import grade_math_many
+    from drmas_bench.grading.grading_workers import grade_math_many
     res = grade_math_many(%r, timeout_s=20.0, workers=1)
     print("RESULT", [(r.correct, r.status) for r in res])
 """) % (PAIRS,)
@@ -98,7 +98,7 @@ def test_grading_pool_inside_a_ray_actor():
         @ray.remote(num_cpus=1)
         class Grader:
             def grade(self, pairs):
-                from drmas_bench.grading.pool import grade_math_many
+                from drmas_bench.grading.grading_workers import grade_math_many
 
                 return [(r.correct, r.status) for r in grade_math_many(pairs, timeout_s=20.0, workers=1)]
 

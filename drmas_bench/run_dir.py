@@ -479,10 +479,8 @@ class RunDir:
         return select_records(self.records(), self.config)
 
     def compact_views(self) -> list[RecordView]:
-        """``selected`` as views of the compact records (``drmas_bench.compact``: no prompts, no
-        passages, the workflow's figures precomputed), read from RUN/records.compact.jsonl one line at
-        a time: what summaries read. Each view keeps of its stored dict only the figures (``raw``), and
-        neither the run stamp nor the calls' requests (no summary reads them)."""
+        """``selected`` as views of RUN/records.compact.jsonl (``drmas_bench.compact``), read a line at a
+        time: what summaries read. A view keeps no run stamp, no requests, and as ``raw`` the figures only."""
         path = self.path / COMPACT
         selected = selection_test(self.config)
         by_key: dict[tuple, RecordView] = {}

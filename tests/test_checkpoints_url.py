@@ -25,7 +25,7 @@ import pytest
 
 from drmas_bench.types import UserError
 from drmas_trainer import checkpoint as ck
-from drmas_bench import checkpoints as store
+from drmas_bench import checkpoints
 
 
 @pytest.fixture
@@ -104,33 +104,33 @@ def test_url_layout_marker_last_latest_file_partial_ignored_prune_and_clear(mem_
 def test_fetch_complete_only_and_eval_cache_follows_the_remote_marker(mem_root, tmp_path, monkeypatch):
     monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))
     final = _commit(mem_root, 1, groups=("a", "b"))
-    got = store.cached_checkpoint(f"{mem_root}/latest")  # latest -> step_1
+    got = checkpoints.cached_checkpoint(f"{mem_root}/latest")  # latest -> step_1
     assert got.parent == tmp_path / "cache" / "checkpoints"
     assert (got / "models" / "b" / "config.json").is_file()
     assert not (got / "optim").exists()  # eval does not read optimiser state: not downloaded
     assert json.loads((got / "trainer_state.json").read_text()) == {"step": 1}
     assert (got / "COMPLETE").read_bytes() == _read(f"{final}/COMPLETE")
     (got / "mine").write_text("kept while the remote is unchanged")
-    assert store.cached_checkpoint(f"{mem_root}/step_1") == got and (got / "mine").is_file()
+    assert checkpoints.cached_checkpoint(f"{mem_root}/step_1") == got and (got / "mine").is_file()
     # the root reused (--fresh, then a new step_1): a new marker id, downloaded again
     ck.clear(mem_root)
     _commit(mem_root, 1, groups=("a",))
-    again = store.cached_checkpoint(f"{mem_root}/step_1")
+    again = checkpoints.cached_checkpoint(f"{mem_root}/step_1")
     assert again == got and not (again / "mine").exists() and not (again / "models" / "b").exists()
     # only complete checkpoints are downloaded; nothing is left behind
     _put(f"{mem_root}/step_2/models/a/config.json")
     with pytest.raises(UserError, match="step_2: not a complete checkpoint"):
-        store.cached_checkpoint(f"{mem_root}/step_2")
+        checkpoints.cached_checkpoint(f"{mem_root}/step_2")
     assert sorted(p.name for p in (tmp_path / "cache" / "checkpoints").iterdir()) == [got.name]
     # an object key that would climb out of the download folder (untrusted data): refused, nothing kept
     _put(f"{mem_root}/step_1/models/a/../../../../evil")
     with pytest.raises(UserError, match=r"refusing to download 'models/a/\.\./\.\./\.\./\.\./evil'"):
-        store.fetch(f"{mem_root}/step_1", tmp_path / "dl")
+        checkpoints.fetch(f"{mem_root}/step_1", tmp_path / "dl")
     assert not list(tmp_path.glob("**/evil")) and not list(tmp_path.glob(".tmp-*"))
     fs, path = fsspec.core.url_to_fs(mem_root)
     fs.rm(f"{path}/step_1/models/a/../../../../evil")
     # a worker group's part, downloaded on "its node"
-    part = store.node_copy(f"{mem_root}/step_1/models/a")
+    part = checkpoints.node_copy(f"{mem_root}/step_1/models/a")
     assert part.name == "a" and (part / "model.safetensors").read_bytes() == b"x"
 
 
@@ -175,7 +175,7 @@ def test_unknown_scheme_or_missing_backend_is_one_line(tmp_path):
         with pytest.raises(UserError, match=r"the s3:// filesystem needs the s3fs package \(pip install s3fs\)"):
             ck.resolve_root(tmp_path, "s3://bucket/ck")
     with pytest.raises(UserError, match="no such file; the root holds no finished checkpoint"):
-        store.cached_checkpoint(f"memory://nothing-{uuid.uuid4().hex[:6]}/latest")
+        checkpoints.cached_checkpoint(f"memory://nothing-{uuid.uuid4().hex[:6]}/latest")
     assert ck.resolve_root(tmp_path / "run", None) == tmp_path / "run" / "ckpt"  # local roots unchanged
     # train --fresh with such a root: refused before the old run is touched
     from drmas_trainer.config import load_config
@@ -257,12 +257,12 @@ def test_eval_downloads_of_one_checkpoint_take_turns(mem_root, tmp_path, monkeyp
 
     monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))
     _commit(mem_root, 1, groups=("a",))
-    first = store.cached_checkpoint(f"{mem_root}/step_1")
+    first = checkpoints.cached_checkpoint(f"{mem_root}/step_1")
     inode = first.stat().st_ino
     done: list[Path] = []
     lock = tmp_path / "cache" / "locks" / f"checkpoint-{first.name}.lock"
     with file_lock(lock):  # another process downloading this checkpoint right now
-        t = threading.Thread(target=lambda: done.append(store.cached_checkpoint(f"{mem_root}/latest")))
+        t = threading.Thread(target=lambda: done.append(checkpoints.cached_checkpoint(f"{mem_root}/latest")))
         t.start()
         t.join(0.5)
         assert t.is_alive() and not done  # waits its turn
@@ -283,7 +283,7 @@ def test_a_node_fetches_one_model_folder_by_url(mem_root, tmp_path, monkeypatch)
     assert (got / "config.json").is_file() and got.parent == tmp_path / "cache" / "checkpoints" / "models"
     assert [d for d in got.parent.iterdir() if d.is_dir()] == [got]  # only the group asked for, not b
     inode = got.stat().st_ino
-    assert store.cached_model(f"{mem_root}/step_1/models/a/") == got and got.stat().st_ino == inode  # reused
+    assert checkpoints.cached_model(f"{mem_root}/step_1/models/a/") == got and got.stat().st_ino == inode  # reused
     _put(f"{mem_root}/step_2/models/a/config.json")
     with pytest.raises(UserError, match="step_2: not a complete checkpoint"):
         resolve_model(f"{mem_root}/step_2/models/a")

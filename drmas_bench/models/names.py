@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.models.adapter_names import is_adapter_folder
-from drmas_bench.models.cache import MARKER, models_dir, progress, read_marker
+from drmas_bench.models.model_cache import MARKER, models_dir, progress, read_marker
 from drmas_bench.models.smollm2 import (
     ADAPTER_FILES,
     SEARCH_ADAPTER,

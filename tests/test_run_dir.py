@@ -1,4 +1,4 @@
-"""Run directories under stress: stop signals, resumes of the wrong samples, bad files (issue 23).
+"""Run directories under stress: stop signals, resumes of the wrong samples, bad files.
 
 The table ``CASES``: each case damages a copy of one real finished run (tiny-random, toy suite,
 5 questions x 2 samples) or writes a bad input, runs one command in-process, and checks its exit
@@ -453,7 +453,7 @@ def test_stop_while_a_batch_is_graded_keeps_that_batch(tmp_path, monkeypatch):
     import drmas_bench.runner as runner
     import drmas_bench.suites.toy.toy  # noqa: F401 - registers "toy"
     from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
-    from drmas_bench.store import RunDir
+    from drmas_bench.run_dir import RunDir
     from drmas_bench.suites.toy.benchmarks import make_toy_tasks
     from drmas_bench.types import Completion, Sampling
     from drmas_bench.workflows.base import get_workflow
