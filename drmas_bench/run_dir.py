@@ -56,7 +56,7 @@ from drmas_bench.compact import COMPACT
 from drmas_bench.files import atomic_write, fingerprint, inside
 from drmas_bench.log import write_traceback
 from drmas_bench.records import RecordView, view
-from drmas_bench.run_index import INDEX, SampleIndex, signature
+from drmas_bench.run_index import INDEX, SampleIndex, cut_partial_line, signature
 from drmas_bench.types import Trajectory, UserError
 
 logger = logging.getLogger(__name__)
@@ -459,16 +459,8 @@ class RunDir:
     # ------------------------------------------------------------------------------- samples
 
     def _repair_tail(self) -> None:
-        """Drop a trailing partial line left by a kill during an append."""
-        p = self.samples_path
-        if not p.exists() or p.stat().st_size == 0:
-            return
-        with open(p, "rb+") as f:
-            data = f.read()
-            if data.endswith(b"\n"):
-                return
-            cut = data.rfind(b"\n") + 1  # 0 when the only line is partial
-            f.truncate(cut)
+        """Drop a trailing partial line left by a kill during an append (``run_index.cut_partial_line``)."""
+        cut_partial_line(self.samples_path)
 
     def records(self) -> list[dict[str, Any]]:
         """Every finished trajectory as a dict (`read_samples`: the last copy wins if a key repeats)."""

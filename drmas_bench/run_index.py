@@ -36,6 +36,25 @@ def signature(doc: Any) -> str:
     return hashlib.blake2b(json.dumps(doc, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
 
 
+def cut_partial_line(path: Path) -> None:
+    """Truncate ``path`` after its last newline (a line cut short by a kill during an append goes; a
+    file holding only a partial line is emptied), reading from the end a block at a time."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        end = pos = f.seek(0, os.SEEK_END)
+        while pos > 0:
+            start = max(0, pos - (1 << 16))
+            f.seek(start)
+            nl = f.read(pos - start).rfind(b"\n")
+            if nl >= 0:
+                if start + nl + 1 < end:
+                    f.truncate(start + nl + 1)
+                return
+            pos = start
+        f.truncate(0)
+
+
 def _lines(data: bytes, start: int, first_lineno: int) -> Iterator[tuple[int, int, int, bytes]]:
     """(line number, start offset, end offset after the newline, line bytes) of each complete line."""
     pos, lineno = start, first_lineno

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 
-from drmas_bench.run_index import INDEX, SampleIndex
+from drmas_bench.run_index import INDEX, SampleIndex, cut_partial_line
 from drmas_bench.run_dir import mismatch_signature, parse_sample_line, sample_mismatch
 
 
@@ -109,3 +109,15 @@ def test_records_of_one_signature_get_one_answer_from_the_resume_check():
     for group in by_sig.values():
         for cfg in configs:
             assert len({tuple(sample_mismatch(r, cfg)) for r in group}) == 1
+
+
+def test_a_partial_last_line_is_cut_as_the_whole_file_rule_cuts_it(tmp_path):
+    """Reading from the end in blocks against the plain rule (everything after the last newline goes),
+    on random files with lines longer than a block."""
+    rng = random.Random(5)
+    for trial in range(150):
+        data = b"".join(rng.choice([b"a" * rng.randrange(0, 70000), b"x\n", b"\n", b"yy"]) for _ in range(rng.randrange(1, 6)))
+        f = tmp_path / f"s{trial}.jsonl"
+        f.write_bytes(data)
+        cut_partial_line(f)
+        assert f.read_bytes() == (data if data.endswith(b"\n") else data[: data.rfind(b"\n") + 1])
