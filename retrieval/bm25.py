@@ -14,6 +14,7 @@ Lucene: its English analyzer with Porter stemming).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 from drmas_retrieval.base import Hit, Passage, RetrievalError, Retriever, check_search_args
 from drmas_retrieval.corpus import count_passages, read_corpus, require_corpus
+from drmas_retrieval.sizing import bm25_query_warning, check_bm25_fits
 from drmas_retrieval.store import (PassageStore, corpus_fingerprint, prepare_out_dir, read_manifest,
                                    write_manifest, write_passages)
 
@@ -77,16 +79,21 @@ def _stopwords(p: BM25Params) -> str | list[str]:
 
 
 def build_bm25(corpus: str | os.PathLike[str], out: str | os.PathLike[str], params: BM25Params | None = None,
-               overwrite: bool = False, progress: bool = True, limit: int | None = None) -> dict[str, Any]:
+               overwrite: bool = False, progress: bool = True, limit: int | None = None,
+               check_memory: bool = True) -> dict[str, Any]:
     """Build a bm25s index of a corpus file into ``out``; return the manifest.
 
     Options: ``params`` (BM25Params), ``overwrite`` an existing index, ``progress`` bars (tqdm),
-    ``limit`` = index only the first N passages (tests, quick looks)."""
+    ``limit`` = index only the first N passages (tests, quick looks). ``check_memory``: first
+    estimate the build's peak memory from the corpus size and refuse, in one line naming Lucene,
+    when it is above the memory available (``sizing.check_bm25_fits``)."""
     import bm25s
     from bm25s.tokenization import Tokenized, Tokenizer
     from tqdm import tqdm
 
     require_corpus(corpus)
+    if check_memory:
+        check_bm25_fits(corpus, limit)
     p = params or BM25Params()
     t0 = time.perf_counter()
     out_dir = prepare_out_dir(out, overwrite)
@@ -141,6 +148,9 @@ class BM25Retriever(Retriever):
             raise RetrievalError(f"{self.dir / SUBDIR}: cannot load the bm25s index ({e})") from None
         self.threads = threads
         self._stem = _stemmer(self.params.stemmer)
+        slow = bm25_query_warning(len(self.passages))
+        if slow:
+            print(slow, file=sys.stderr)
 
     def tokenize(self, queries: list[str]) -> list[list[str]]:
         import bm25s

@@ -3,8 +3,10 @@ OpenAI-compatible engine (async). It lives here, the lowest layer, so both can i
 (drmas_retrieval imports nothing of drmas_bench).
 
 What is retried: connection failures and timeouts (``httpx.TransportError``, which includes
-``httpx.TimeoutException``), HTTP 429 and 5xx. Any other answer (2xx, other 4xx) is returned to the
-caller at once: a 4xx is the caller's fault and retrying it cannot help.
+``httpx.TimeoutException``, or a :class:`TransportFailure` that a caller on another HTTP client
+raises for the same events), HTTP 429 and 5xx. Any other answer (2xx, other 4xx) is returned to the
+caller at once: a 4xx is the caller's fault and retrying it cannot help. A response is anything
+with ``status_code``, ``text`` and ``headers`` (an ``httpx.Response``, or the engine's own reply).
 
 Waits: ``backoff_s``, ``2 backoff_s``, ``4 backoff_s``, ... capped at ``backoff_max_s``, each
 multiplied by a jitter factor in ``[1 - jitter/2, 1 + jitter/2]`` (concurrent callers do not retry
@@ -14,7 +16,7 @@ A dead server therefore costs at most ``(retries + 1) x timeout + the waits`` pe
 - `RetryPolicy(retries=3, backoff_s=0.5, backoff_max_s=8.0, jitter=0.5)`; ``retries`` = attempts
   after the first (0 = no retry).
 - `send_with_retries(send, policy, on_attempt=None, check=None)` / `asend_with_retries(...)`: call
-  ``send()`` (returns an ``httpx.Response``) until it gives a non-retryable answer; raise
+  ``send()`` (returns a response) until it gives a non-retryable answer; raise
   `RetriesExhausted` (``attempts``, ``reason``: the last failure in one line) when every attempt
   failed. ``check(response)`` (optional) looks into a 2xx answer and returns a reason when its body
   is unusable (not JSON, an HTML error page, no choices): such an answer is retried like a 5xx, since
@@ -31,6 +33,16 @@ import random
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
+
+
+class TransportFailure(Exception):
+    """A request that got no HTTP answer (refused or dropped connection, timeout), raised by a
+    ``send()`` built on an HTTP client other than httpx; ``kind`` names the event (``ConnectError``,
+    ``ReadTimeout``, ...), ``timeout`` says it was one."""
+
+    def __init__(self, kind: str, detail: str = "", timeout: bool = False):
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind, self.detail, self.timeout = kind, detail, timeout
 
 
 class RetriesExhausted(Exception):
@@ -75,23 +87,34 @@ def retryable_status(code: int) -> bool:
     return code == 429 or code >= 500
 
 
+def _is_response(outcome: Any) -> bool:
+    return not isinstance(outcome, BaseException) and hasattr(outcome, "status_code")
+
+
 def _failure(outcome: Any, check: Callable[[Any], str | None] | None = None) -> tuple[str, str | None] | None:
     """(reason, Retry-After) when ``outcome`` (a response or an exception) is retryable, else None."""
+    if _is_response(outcome):
+        code = outcome.status_code
+        if check is not None and 200 <= code < 300:
+            bad = check(outcome)
+            if bad:
+                return " ".join(str(bad).split())[:300], None
+        if retryable_status(code):
+            snippet = " ".join(outcome.text.split())[:200]
+            return f"HTTP {code}: {snippet}".rstrip(": "), outcome.headers.get("retry-after")
+        return None
+    if isinstance(outcome, TransportFailure):
+        if outcome.timeout:
+            return f"timeout ({outcome.kind})", None
+        text = next((ln.strip() for ln in outcome.detail.splitlines() if ln.strip()), "")
+        return f"{outcome.kind}: {text}".rstrip(": "), None
     import httpx
-
-    if check is not None and isinstance(outcome, httpx.Response) and 200 <= outcome.status_code < 300:
-        bad = check(outcome)
-        if bad:
-            return " ".join(str(bad).split())[:300], None
 
     if isinstance(outcome, httpx.TimeoutException):
         return f"timeout ({type(outcome).__name__})", None
     if isinstance(outcome, httpx.TransportError):
         text = next((ln.strip() for ln in str(outcome).splitlines() if ln.strip()), "")
         return f"{type(outcome).__name__}: {text}".rstrip(": "), None
-    if isinstance(outcome, httpx.Response) and retryable_status(outcome.status_code):
-        snippet = " ".join(outcome.text.split())[:200]
-        return f"HTTP {outcome.status_code}: {snippet}".rstrip(": "), outcome.headers.get("retry-after")
     return None
 
 
@@ -100,7 +123,7 @@ def _call(send: Callable[[], Any]) -> Any:
 
     try:
         return send()
-    except httpx.TransportError as e:
+    except (httpx.TransportError, TransportFailure) as e:
         return e
 
 
@@ -125,9 +148,7 @@ def send_with_retries(send: Callable[[], Any], policy: RetryPolicy,
 def _repeated_final(outcome: Any, previous: str | None, final: Callable[[Any], bool] | None) -> tuple[bool, str | None]:
     """(return it now?, its body for the next comparison): a retryable response that ``final``
     accepts and whose body equals the previous attempt's is the server's considered answer."""
-    import httpx
-
-    if final is None or not isinstance(outcome, httpx.Response):
+    if final is None or not _is_response(outcome):
         return False, None
     body = outcome.text
     return (previous is not None and body == previous and final(outcome)), body
@@ -148,7 +169,7 @@ async def asend_with_retries(send: Callable[[], Awaitable[Any]], policy: RetryPo
             on_attempt()
         try:
             outcome = await send()
-        except httpx.TransportError as e:
+        except (httpx.TransportError, TransportFailure) as e:
             outcome = e
         fail = _failure(outcome, check)
         if fail is None:

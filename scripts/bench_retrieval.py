@@ -25,8 +25,22 @@ Options:
   --threads N          threads of every backend: bm25s / Lucene search, torch query encoding (default 1)
   --json FILE          also write the rows as JSON
 
+Scale mode (synthetic corpora at the paper's corpus size; nothing is read from the data folder):
+  --scale SIZES        passages, comma-separated (e.g. 250000,500000,1000000): one synthetic corpus
+                       is generated once under --work-dir (default /tmp/drmas_retrieval_scale, kept and
+                       reused) at the largest size, smaller sizes index its first N passages. Each
+                       backend and size runs in a child process of its own: build time and peak RSS,
+                       then load, RSS, queries/s (batched and single) in another child.
+  --scale-kinds LIST   bm25,lucene,flat,ivf,hnsw (default bm25,lucene,flat,ivf); flat / ivf / hnsw are
+                       FAISS over random unit vectors of --dim (no encoder runs: its cost per query
+                       is measured by scripts/bench_encoder.py)
+  --dim D              vector size of the FAISS rows (default 768: e5-base-v2, the reference's
+                       wiki-18 index)
+  --max-rss-gb G       skip a (backend, size) whose estimated peak is above this (default 8)
+
 Example:
   python scripts/bench_retrieval.py --dense-index /tmp/idx/minilm --n-queries 1000 --k 10
+  nice -n 10 python scripts/bench_retrieval.py --scale 250000,500000,1000000 --json /tmp/scale.json
   python scripts/bench_retrieval.py --kinds dense --faiss flat,ivfpq --dense-index /tmp/idx/minilm
 """
 
@@ -146,7 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rerank", default="0", help="ivf / ivfpq exact re-scoring factors, comma-separated, one row each (default 0 = off)")
     ap.add_argument("--threads", type=int, default=1, help="threads of every backend: bm25s and Lucene search, torch query encoding (default 1)")
     ap.add_argument("--json", dest="json_out", help="also write the rows as JSON")
+    ap.add_argument("--scale", help="synthetic corpora of these sizes, comma-separated (scale mode)")
+    ap.add_argument("--scale-kinds", default="bm25,lucene,flat,ivf", help="scale mode backends (default bm25,lucene,flat,ivf)")
+    ap.add_argument("--dim", type=int, default=768, help="scale mode: FAISS vector size (default 768)")
+    ap.add_argument("--max-rss-gb", type=float, default=8.0, help="scale mode: skip runs estimated above this peak (default 8)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)  # scale mode: one measurement in a child process
     args = ap.parse_args(argv)
+    if args.child:
+        from bench_retrieval_scale import child_main
+
+        return child_main(args)
+    if args.scale:
+        from bench_retrieval_scale import scale_main
+
+        return scale_main(args)
     if not args.corpus or not args.questions:
         ap.error("give --corpus and --questions (or set DRMAS_DATA_DIR)")
 

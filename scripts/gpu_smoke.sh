@@ -32,6 +32,8 @@
 #                AdamW each, 3 steps on rows of both, adapter-only sync; peak memory next to the plan's estimate
 #   cli          `drmas-bench train --recipe tiny` for 3 RL steps on CUDA (rollouts, update, sync, checkpoint)
 #   pytest-gpu   the gpu-marked tests of tests/test_memory.py and tests/test_losses.py
+#   fsdp         scripts/fsdp_smoke.py: a worker group sharded over 2 GPUs (FSDP2, NCCL), 2 AdamW steps on the
+#                0.5B-shaped model, weights against the single-process group (SKIP with fewer than 2 GPUs)
 # Exit status: 0 when no step FAILed (SKIPs are fine), 1 otherwise.
 set -u -o pipefail
 
@@ -79,7 +81,7 @@ export DRMAS_CACHE_DIR="$WORK/cache" PYTHONUNBUFFERED=1
 # GPU_SMOKE_STEPS: the steps to run (names as below, separated by spaces or commas); empty = all
 ONLY=${GPU_SMOKE_STEPS:-}
 ONLY=" ${ONLY//,/ } "
-ALL_STEPS=" build engine pool train train-tis logprob-fp32 logprob-bf16 faiss encoder train-offload train-lora cli pytest-gpu "
+ALL_STEPS=" build engine pool train train-tis logprob-fp32 logprob-bf16 faiss encoder train-offload train-lora cli pytest-gpu fsdp "
 for s in $ONLY; do
   [[ "$ALL_STEPS" == *" $s "* ]] || { say "FAIL setup: unknown step '$s' in GPU_SMOKE_STEPS (one of:$ALL_STEPS)"; exit 1; }
 done
@@ -164,6 +166,9 @@ run_step cli 120 "$PY" -m drmas_bench train --recipe tiny --estimator drmas --st
   --out "$WORK/run-tiny" --set model="$MODELS/tiny" --set device=$DEV --set sft.steps=$STEPS_SFT \
   --set sft.agent_steps={} --set save_every=0 --set tracker=none
 run_step pytest-gpu 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_memory.py tests/test_losses.py
+if [[ "$MODE" == cpu ]]; then FSDP=(--model "$MODELS/tiny" --device cpu --rows 8 --prompt 16 --response 8); else
+  FSDP=(--model "$MODELS/wide" --device cuda --rows 16 --prompt 512 --response 512); fi
+run_step fsdp 120 "$PY" scripts/fsdp_smoke.py "${FSDP[@]}"
 
 say "gpu_smoke: $([[ $FAILED == 0 ]] && echo PASSED || echo FAILED) in $(( $(date +%s) - T0 ))s"
 exit $FAILED

@@ -17,8 +17,8 @@ from drmas_trainer.advantages import (
     compute_advantages,
     estimator_names,
     register_estimator,
-    row_scores,
 )
+from drmas_trainer.rewards import row_scores
 
 # ------------------------------------------------------------------------------------------------
 # loop reference: dicts of lists and plain sums, written independently of the module

@@ -30,6 +30,7 @@ from drmas_bench.grading import (
 from drmas_bench.grading import GRADERS, get_grader, has_boxed_answer
 from drmas_bench.grading.compat import mathd_form, sympy_form
 from drmas_bench.grading.latex import LatexGuardError, latex_to_sympy
+from drmas_bench.grading.qa import empty_golds, matchable_golds
 from drmas_bench.types import UserError
 
 MATH_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
@@ -619,25 +620,40 @@ def test_grade_qa_scores():
     assert grade_qa("Paris", "paris").em == 1.0
 
 
-@pytest.mark.parametrize("gold", ["The The", "!!!", "A+", "*", "'A", "a", "An the", "+-*/", "(a", " "])
-@pytest.mark.parametrize("answer", ["", " ", "the", "A", "The The", "!!!", "an", "?"])
-def test_a_gold_that_normalises_to_empty_is_never_matched(gold, answer):
-    """Such a gold (real ones: `The The`, `!!!`, `A+` in HotpotQA, NQ, TriviaQA) would give EM 1 to
-    any blank or article-only answer, and EM is the RL reward."""
+# gold -> the answers that match it (every other answer below scores 0 against it)
+ARTICLE_GOLDS = {"The The": {"The The", "the the", "THE THE!", " the  the "}, "A+": {"A", "a", "a!"},
+                 "'A": {"A", "a", "a!"}, "a": {"A", "a", "a!"}, "An the": {"an the", "An, the"}, "(a": {"A", "a", "a!"},
+                 "!!!": set(), "*": set(), "+-*/": set(), " ": set()}
+ARTICLE_ANSWERS = ["", " ", "?", "!!!", "the", "A", "a", "a!", "an", "The The", "the the", "THE THE!", " the  the ",
+                   "The The The", "an the", "An, the", "the band The The"]
+
+
+@pytest.mark.parametrize("gold", sorted(ARTICLE_GOLDS))
+def test_a_gold_that_normalises_to_empty_is_matched_by_its_spelling_only(gold):
+    """`The The` (a band; real golds in HotpotQA, NQ, TriviaQA) normalises to "": the reference's EM
+    pays 1 to any answer that normalises to "" too. Ours pays its spelling (articles kept, case and
+    punctuation ignored) and 0 to a blank answer or other articles; a gold of punctuation alone
+    matches nothing."""
     assert normalize_qa(gold) == ""
-    assert grade_qa(answer, [gold]) == QAScore(0.0, 0.0, 0.0)
-    # another gold of the task still counts; the empty one adds nothing
+    for answer in ARTICLE_ANSWERS:
+        hit = float(answer in ARTICLE_GOLDS[gold])
+        assert grade_qa(answer, [gold]) == QAScore(hit, hit, 0.0), (gold, answer)
+        # another gold of the task counts as before, beside it
+        assert grade_qa(answer, [gold, "Matt Johnson"]).em == hit, (gold, answer)
     assert grade_qa("Matt Johnson", [gold, "Matt Johnson"]) == QAScore(1.0, 1.0, 1.0)
-    assert grade_qa(answer, [gold, "Matt Johnson"]) == QAScore(0.0, 0.0, 0.0)
+    assert (matchable_golds([gold]) != []) == bool(ARTICLE_GOLDS[gold])
+    assert empty_golds([gold, "Matt Johnson"]) == [gold]
 
 
-def test_empty_gold_reward_in_the_search_env_is_zero():
+def test_empty_gold_reward_in_the_search_env_is_its_spelling():
     from drmas_bench.workflows.protocol import SearchEnv
 
     for gold in (["The The"], ["!!!"], ["A+", "*"]):
-        for action in ("<answer></answer>", "<answer>The</answer>", "<answer>The The The</answer>"):
+        for action in ("<answer></answer>", "<answer>The</answer>", "<answer>The The The</answer>", "<answer>!!!</answer>"):
             env = SearchEnv(golds=gold)
             assert env.act(action).reward == 0.0, (gold, action)
+    assert SearchEnv(golds=["The The"]).act("<answer>The The</answer>").reward == 1.0
+    assert SearchEnv(golds=["A+", "*"]).act("<answer>a</answer>").reward == 1.0
     assert SearchEnv(golds=["The The", "Matt Johnson"]).act("<answer>matt johnson</answer>").reward == 1.0
 
 
@@ -698,7 +714,8 @@ def test_eval_refuses_the_old_grader_name_before_loading_models(tmp_path, data_d
 
 def test_a_search_episode_without_an_answer_scores_zero_even_against_a_gold_that_normalises_to_nothing():
     """No answer is 0 (the reference's env finds no answer match); an empty answer tag scores 0
-    too: the gold "The" normalises to nothing and is never matched (the reference gave it EM 1)."""
+    too: the gold "The" normalises to nothing, and a blank answer never matches it by spelling
+    (the reference gave it EM 1)."""
     from drmas_bench.runner import grade_trajectories
     from drmas_bench.types import Task, Trajectory
 

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from conftest import assert_all_agree, load_reference_cases
-from drmas_trainer.advantages import compute_advantages, row_scores
+from drmas_trainer.advantages import compute_advantages
+from drmas_trainer.rewards import row_scores
 
 VERSIONS = {
     "master": ["gbai=False,norm=False", "gbai=False,norm=True", "gbai=True,norm=False", "gbai=True,norm=True"],

@@ -1,8 +1,8 @@
 """Agent-wise advantage estimators (Dr. MAS), their GRPO baselines and the reference's ablations, vectorised.
 
 One *row* is one agent action (one LLM call). Every row carries a score ``x_i`` (the trajectory
-reward minus a format penalty, see :func:`row_scores`), a prompt group ``u(i)``, a trajectory
-``t(i)`` and a logical agent ``k(i)``. Every estimator has the same shape::
+reward minus a format penalty, see :func:`drmas_trainer.rewards.row_scores`), a prompt group
+``u(i)``, a trajectory ``t(i)`` and a logical agent ``k(i)``. Every estimator has the same shape::
 
     A_i = (num_i - mean_P) / (max(std_P', std_floor) + eps)      (norm_by_std=True)
     A_i =  num_i - mean_P                                        (norm_by_std=False)
@@ -77,13 +77,17 @@ estimator is one function decorated with :func:`register_estimator`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
 import torch
 from torch import Tensor
+
+from drmas_trainer.segments import dense_ids as _dense_ids
+from drmas_trainer.segments import segment_moments as _segment_moments
+from drmas_trainer.segments import take as _take
 
 __all__ = [
     "ESTIMATORS",
@@ -94,64 +98,15 @@ __all__ = [
     "Rows",
     "Terms",
     "advantage_stats",
+    "advantages64",
     "check_group_index",
     "compute_advantages",
     "estimator_names",
     "needs_group_index",
     "register_estimator",
-    "row_scores",
 ]
 
 SingleRow = Literal["reference", "zero"]
-
-# ----------------------------------------------------------------------------------------------
-# segment statistics
-# ----------------------------------------------------------------------------------------------
-
-
-def _take(values: Tensor, index: Tensor) -> Tensor:
-    """``values[index]`` for 1-D tensors (``index_select``: several times faster than advanced indexing)."""
-    return values.index_select(0, index)
-
-
-def _dense_ids(ids: Tensor) -> tuple[Tensor, int]:
-    """Map arbitrary integer ids to 0..G-1 in sorted order; returns (index per row, G).
-
-    Ids spanning a range at most 4x the row count are densified by counting (presence table +
-    cumulative sum, O(N + range), no sort); others go through ``torch.unique`` (a sort). Both give
-    the same answer.
-    """
-    n = ids.numel()
-    lo, hi = int(ids.min()), int(ids.max())
-    span = hi - lo + 1  # Python ints: no overflow for ids spread over all of int64
-    if span <= 4 * n + 64:
-        offset = ids - lo
-        present = torch.zeros(span, dtype=torch.int64).index_fill_(0, offset, 1)
-        rank = torch.cumsum(present, 0) - 1
-        return _take(rank, offset), int(rank[-1]) + 1
-    uniq, inverse = torch.unique(ids, sorted=True, return_inverse=True)
-    return inverse, int(uniq.numel())
-
-
-def _segment_moments(x: Tensor, seg: Tensor, n_seg: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-segment (mean, unbiased std, count) of float64 values ``x`` with segment ids ``seg``.
-
-    Two passes. The first pass sums ``x - shift`` where ``shift`` is the segment's maximum (a
-    member of the segment), so a segment of equal values has mean exactly equal to them and std
-    exactly 0. Segments of size 1 get std 0 (a placeholder: the single-value rule replaces it).
-    Every segment id in ``0..n_seg-1`` must occur (as produced by :func:`_dense_ids`).
-    """
-    count = torch.zeros(n_seg, dtype=torch.int64).index_add_(0, seg, torch.ones_like(seg))
-    n = count.to(torch.float64)
-    shift = torch.full((n_seg,), -torch.inf, dtype=torch.float64)
-    shift.scatter_reduce_(0, seg, x, reduce="amax", include_self=True)
-    s1 = torch.zeros(n_seg, dtype=torch.float64).index_add_(0, seg, x - _take(shift, seg))
-    mean = shift + s1 / n
-    dev = x - _take(mean, seg)
-    ss = torch.zeros(n_seg, dtype=torch.float64).index_add_(0, seg, dev * dev)
-    std = torch.sqrt(ss / (n - 1.0).clamp(min=1.0))
-    return mean, std, count
-
 
 @dataclass(frozen=True)
 class Moments:
@@ -523,7 +478,7 @@ def compute_advantages(
     """One advantage per row: ``A_i = (num_i - mean_P) / (max(std_P', std_floor) + eps)``.
 
     Args:
-        scores: [N] float row scores (trajectory reward minus format penalty; see :func:`row_scores`).
+        scores: [N] float row scores (trajectory reward minus format penalty; see ``drmas_trainer.rewards.row_scores``).
         uid: [N] integer prompt-group id (the n rollouts of one question share it).
         traj: [N] integer trajectory id, unique across the whole batch (not only within a uid).
         agent: [N] integer logical agent id.
@@ -557,21 +512,33 @@ def compute_advantages(
             under two uids (for estimators that use trajectories).
         TypeError: a non-tensor, non-floating ``scores`` or non-integer ids.
     """
+    device = scores.device
+    adv = advantages64(scores, uid, traj, agent, estimator, norm_by_std, eps, single_row, std_floor, group_by_agent)
+    return adv.to(device=device, dtype=torch.float32)
+
+
+def advantages64(scores: Tensor, uid: Tensor, traj: Tensor, agent: Tensor, estimator: str = "drmas",
+                 norm_by_std: bool = True, eps: float = 1e-6, single_row: SingleRow = "reference",
+                 std_floor: float = 0.0, group_by_agent: bool | None = None) -> Tensor:
+    """:func:`compute_advantages` before its float32 cast: [N] float64 on the CPU (the per-step
+    advantage metrics read these, as the reference's float64 dumps do). Same arguments and errors."""
     if single_row not in ("reference", "zero"):
         raise ValueError(f"single_row must be 'reference' or 'zero', got {single_row!r}")
     if eps < 0 or std_floor < 0:
         raise ValueError(f"eps and std_floor must be >= 0, got eps={eps}, std_floor={std_floor}")
     check_group_index(estimator, group_by_agent)
     _check_inputs(scores, uid, traj, agent)
-    device = scores.device
     if scores.numel() == 0:
-        return torch.zeros(0, dtype=torch.float32, device=device)
+        return torch.zeros(0, dtype=torch.float64)
     x = scores.detach().to("cpu", torch.float64)
     if not bool(torch.isfinite(x).all()):
         raise ValueError("scores contain NaN or inf")
     rows = Rows(x, *(t.detach().to("cpu", torch.int64) for t in (uid, traj, agent)), group_by_agent=group_by_agent)
+    return _normalise(ESTIMATORS[estimator](rows), norm_by_std, eps, single_row, std_floor)
 
-    terms = ESTIMATORS[estimator](rows)
+
+def _normalise(terms: Terms, norm_by_std: bool, eps: float, single_row: SingleRow, std_floor: float) -> Tensor:
+    """``(x - mean) / (max(std, std_floor) + eps)`` (or ``x - mean``) under the single-value rule, [N] float64."""
     m, s = terms.mean_from, terms.std_from
     lone_mean = m.n == 1
     lone_std = s.n == 1
@@ -594,43 +561,7 @@ def compute_advantages(
         lone = lone_mean
     if single_row == "zero":
         adv = torch.where(lone, 0.0, adv)
-    return adv.to(device=device, dtype=torch.float32)
-
-
-def row_scores(
-    reward: Tensor | Mapping[int, float],
-    valid: Tensor,
-    c_inv: float = 0.1,
-    traj: Tensor | None = None,
-) -> Tensor:
-    """Row score = trajectory reward R minus ``c_inv * (1 - valid)``.
-
-    Args:
-        reward: either an [N] tensor holding each row's trajectory reward, or a mapping
-            ``{trajectory id: R}`` (then ``traj`` is required).
-        valid: [N] bool/0-1 tensor, the row's format check passed.
-        c_inv: penalty for an invalid row (reference: 0.1 math, 0.01 search).
-        traj: [N] trajectory id per row; only with a mapping ``reward``.
-
-    Returns:
-        [N] float32 scores on the device of ``valid``.
-    """
-    if isinstance(reward, Mapping):
-        if traj is None:
-            raise ValueError("row_scores: a per-trajectory reward mapping needs `traj`")
-        ids = traj.detach().cpu().tolist()
-        missing = [t for t in set(ids) if t not in reward]
-        if missing:
-            raise ValueError(f"row_scores: no reward for trajectories {sorted(missing)[:5]}")
-        r = torch.tensor([float(reward[t]) for t in ids], dtype=torch.float64)
-    else:
-        if traj is not None:
-            raise ValueError("row_scores: pass `traj` only with a {trajectory id: R} mapping")
-        r = reward.detach().to("cpu", torch.float64)
-    v = valid.detach().to("cpu", torch.float64)
-    if r.shape != v.shape:
-        raise ValueError(f"row_scores: reward has shape {tuple(r.shape)}, valid {tuple(v.shape)}")
-    return (r - c_inv * (1.0 - v)).to(device=valid.device, dtype=torch.float32)
+    return adv
 
 
 def advantage_stats(adv: Tensor, agent: Tensor) -> dict[int, dict[str, float]]:

@@ -206,6 +206,16 @@ class RolloutConfig(CoercingSchema):
         return self
 
 
+class KLCtrlConfig(CoercingSchema):
+    """The KL-in-reward coefficient (verl's ``algorithm.kl_ctrl``): fixed, or adaptive towards a target KL."""
+
+    type: Literal["fixed", "adaptive"] = Field("fixed", description="fixed (beta = kl_coef) | adaptive (beta *= 1 + "
+                                               "clip(kl / target_kl - 1, +-0.2) * rows / horizon each step)")
+    kl_coef: Float = RANGES["rate"].field(0.001, description="beta at step 1, >= 0")
+    target_kl: Float = Field(0.1, gt=0, allow_inf_nan=False, description="adaptive: the KL it steers towards, > 0")
+    horizon: Float = Field(10000.0, gt=0, allow_inf_nan=False, description="adaptive: rows over which it moves, > 0")
+
+
 class AlgoConfig(CoercingSchema):
     """Advantages and the policy loss (see docs/advantages.md)."""
 
@@ -230,6 +240,20 @@ class AlgoConfig(CoercingSchema):
     ppo_epochs: Int = RANGES["positive_count"].field(1, description="passes over an iteration's rows")
     mini_batches: Int = RANGES["positive_count"].field(
         1, description="optimiser steps per epoch per worker group (math 1, search 5); at most prompts_per_step x n")
+    balance_loss_by_agent_freq: bool = Field(
+        False, description="weight each row's policy loss by (1/n of its (prompt, agent) pair) / batch mean, so every "
+                           "agent counts once per prompt however often it acted (the reference's switch; "
+                           "drmas_trainer.loss_balance)")
+    adv_metrics: Literal["40f50a1", "755152e", "none"] = Field(
+        "40f50a1", description="per-step advantage metrics with the reference's names: 40f50a1 (adv_std, adv_norm, "
+                               "adv_diag) | 755152e (adv_std, adv_norm) | none (drmas_trainer.adv_metrics)")
+    use_kl_in_reward: bool = Field(False, description="subtract beta * KL(policy || reference policy) from each row's "
+                                                      "score (a frozen reference: the recipe's model; LoRA: the base "
+                                                      "without adapters); drmas_trainer.rewards")
+    kl_penalty: str = Field("kl", description="per-token KL estimator of the reward penalty: kl | k1 | abs | mse | k2 | "
+                                              "low_var_kl | k3")
+    kl_ctrl: KLCtrlConfig = Field(default_factory=KLCtrlConfig,
+                                    description="the KL coefficient's controller (use_kl_in_reward)")
 
     @field_validator("estimator")
     @classmethod
@@ -245,12 +269,12 @@ class AlgoConfig(CoercingSchema):
         check_group_index(self.estimator, self.group_by_agent)  # a reference name without it: refused, not defaulted
         return self
 
-    @field_validator("agg")
+    @field_validator("agg", "kl_penalty")
     @classmethod
-    def _agg(cls, v: str | None) -> str | None:
-        from drmas_trainer.losses import AGG_MODES
+    def _loss_names(cls, v: str | None, info: ValidationInfo) -> str | None:
+        from drmas_trainer.losses import AGG_MODES, KL_PENALTIES
 
-        return v if v is None else registered(v, AGG_MODES)
+        return v if v is None else registered(v, {"agg": AGG_MODES, "kl_penalty": list(KL_PENALTIES)}[info.field_name])
 
 
 class SFTConfig(CoercingSchema):
@@ -281,6 +305,25 @@ class RayConfig(CoercingSchema):
     ship_code: Optional[bool] = Field(None, description="send this checkout's packages to the workers in the runtime_env "
                                       "(null = only when attaching to a cluster; docs/scaling.md)")
     timeout_s: Float = Field(60.0, gt=0, description="wait at most this long for Ray to place each actor (model loading not counted)")
+
+
+# ----------------------------------------------------------------------------------------- sharded worker groups
+
+
+class FSDPConfig(CoercingSchema):
+    """Worker groups sharded over several GPUs with FSDP2 (``drmas_trainer.fsdp_worker``; docs/trainer.md,
+    "Sharded worker groups"). ``ranks: 1`` is one process per group, unsharded."""
+
+    ranks: Int = RANGES["positive_count"].field(
+        1, description="ranks (GPUs) per worker group: parameters, gradients and AdamW state sharded over them, "
+                       "the group's rows split across them; 1 = no sharding")
+    layout: Literal["colocated", "separate"] = Field(
+        "colocated", description="colocated: every group has one rank on each of `ranks` GPUs, each with its engine "
+                                 "(the reference's layout); separate: each group on its own `ranks` GPUs")
+    backend: Literal["auto", "nccl", "gloo"] = Field("auto", description="torch.distributed backend: auto = nccl on "
+                                                     "CUDA, gloo on CPU")
+    reshard_after_forward: bool = Field(True, description="free each layer's gathered parameters after its forward "
+                                                          "(gather again for backward): less memory, more traffic")
 
 
 # ----------------------------------------------------------------------------------------- the root
@@ -324,6 +367,7 @@ class TrainConfig(CoercingSchema):
     algo: AlgoConfig = Field(default_factory=AlgoConfig, description="advantages and the policy loss")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="supervised warm start (toy)")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray placement")
+    fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description="worker groups sharded over several GPUs (FSDP2)")
 
     @model_validator(mode="before")
     @classmethod

@@ -30,6 +30,14 @@ snapshot of a group serving several agents 4A, and the activations and output la
 frozen output head needs no gradient accumulator unless it is a LoRA target). Its engine also holds
 the adapters (bf16, 2A each).
 
+A group **sharded** over N GPUs (``fsdp.ranks``, or ``train --plan --gpus N``) keeps on each of
+them 1/N of its weights, gradients, optimiser state (or host share) and snapshot, plus, during its
+update, two gathered decoder layers and the gathered root (embeddings, output head); activations
+and the output layer are its rank's micro-batch's; each GPU has one engine per group (colocated:
+every group on the same N GPUs, taking turns to update; separate: each group on its own N GPUs).
+:func:`why_not` says, for a phase that does not fit, how much of it the engines are and the
+``mem_fraction_static`` under which it would fit.
+
 Phases per GPU: **rollout** (every resident state + every engine awake: the trainer's rollouts keep
 all engines awake), **update** (resident states + the updating group's extras + engines that do not
 sleep; groups sharing a GPU as Ray actors update at the same time, in-process groups one after the
@@ -95,10 +103,12 @@ class ModelShape:
 #: Public configs (config.json on the Hugging Face hub) of the models the recipes name, used when the
 #: model's own config.json cannot be read (hub ids are not downloaded for a plan).
 KNOWN_SHAPES: dict[str, ModelShape] = {
+    "qwen/qwen3-8b": ModelShape(4096, 36, 32, 8, 12288, 151_936, head_dim=128, qk_norm=True),
     "qwen/qwen3-4b": ModelShape(2560, 36, 32, 8, 9728, 151_936, head_dim=128, tied=True, qk_norm=True),
     "qwen/qwen3-1.7b": ModelShape(2048, 28, 16, 8, 6144, 151_936, head_dim=128, tied=True, qk_norm=True),
     "qwen/qwen2.5-7b-instruct": ModelShape(3584, 28, 28, 4, 18944, 152_064, qkv_bias=True),
     "qwen/qwen2.5-7b": ModelShape(3584, 28, 28, 4, 18944, 152_064, qkv_bias=True),
+    "qwen/qwen2.5-3b": ModelShape(2048, 36, 16, 2, 11008, 151_936, tied=True, qkv_bias=True),
     "qwen/qwen2-0.5b": ModelShape(896, 24, 14, 2, 4864, 151_936, tied=True, qkv_bias=True),
     "meta-llama/llama-3.2-3b-instruct": ModelShape(3072, 28, 24, 8, 8192, 128_256, head_dim=128, tied=True),
 }
@@ -229,9 +239,30 @@ def _lora_resident(g: GroupMemory, plan: WorkerGroupPlan, P: int, bf16: bool) ->
     return A
 
 
+def _shard(g: GroupMemory, ranks: int, shape: ModelShape, bf16: bool) -> None:
+    """A group sharded over ``ranks`` GPUs (FSDP2): its weights, gradients, optimiser state and
+    snapshot are split evenly (items renamed "... / N"), host memory per GPU likewise; while a layer
+    runs, its parameters are gathered whole (two layers: the next one is prefetched), and the root's
+    (embeddings, final norm, output head) for the whole forward and backward."""
+    if ranks <= 1:
+        return
+    for items in (g.resident, g.update, g.host):
+        for k in [k for k in items if any(w in k for w in ("weights", "gradients", "optimizer", "snapshot", "adapter"))
+                  and "copies" not in k]:
+            items[f"{k} / {ranks}"] = -(-items.pop(k) // ranks)
+    g.update.pop("bf16 weight copies (autocast)", None)  # sharded bf16 groups gather bf16 params instead
+    b = 2 if bf16 else 4
+    h = shape.hidden
+    layer = (shape.params - shape.vocab * h * (1 if shape.tied else 2) - h) // shape.layers
+    g.update[f"gathered layers ({'bf16' if bf16 else 'fp32'}, 2 at a time)"] = 2 * layer * b
+    g.update["gathered root (embeddings, head)"] = shape.vocab * h * (1 if shape.tied else 2) * b
+    g.notes.append(f"FSDP2 over {ranks} GPUs")
+
+
 def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: int, response: int,
-                 gpu_bytes: int) -> GroupMemory:
-    """The memory items of one worker group (see the module docstring)."""
+                 gpu_bytes: int, ranks: int = 1) -> GroupMemory:
+    """The memory items of one worker group (see the module docstring); ``ranks`` > 1: its share of
+    one of the GPUs it is sharded over (:func:`_shard`)."""
     s: AgentConfig = plan.settings
     P = shape.params
     bf16 = s.dtype == "bfloat16"
@@ -279,30 +310,71 @@ def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: in
         g.engine = 2 * P + kv + 2 * A
         g.notes.append("hf engine: bf16 weights + KV cache" + (" + adapters" if A else ""))
     g.engine_sleeps = bool(s.sleep_engine)
+    _shard(g, ranks, shape, bf16)
     return g
 
 
 def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: dict[str, ModelShape], *,
-                gpu_gib: float = DEFAULT_GPU_GIB, use_ray: bool = False, prompt_tokens: int = 4096) -> MemoryPlan:
+                gpu_gib: float = DEFAULT_GPU_GIB, use_ray: bool = False, prompt_tokens: int = 4096,
+                gpus: int | None = None) -> MemoryPlan:
     """The plan of ``groups`` (``plan_worker_groups``) with the model ``shapes`` per group.
 
     Options: ``gpu_gib`` (memory of one GPU); ``use_ray`` (groups are Ray actors reserving
     ``ray.gpus_per_worker`` GPUs each: below 1, ``floor(1 / gpus_per_worker)`` groups share a GPU
     and update at the same time; otherwise one group per GPU) or in process (every group on one GPU,
-    updates one after the other); ``prompt_tokens`` (longest prompt of a training row)."""
+    updates one after the other); ``prompt_tokens`` (longest prompt of a training row); ``gpus``
+    (sharded groups, ``fsdp.ranks`` > 1 or ``gpus`` given: the node's GPUs; colocated, every group
+    has a shard and an engine on each of the ``ranks`` GPUs, ``ranks`` = ``gpus`` unless the recipe
+    says; separate, each group has ``gpus / groups`` GPUs of its own)."""
     gpu_bytes = int(gpu_gib * GIB)
     seq = prompt_tokens + cfg.rollout.max_new_tokens
-    mems = [group_memory(n, p, shapes[n], seq=seq, response=cfg.rollout.max_new_tokens, gpu_bytes=gpu_bytes)
-            for n, p in groups.items()]
+    ranks, layout = sharding(cfg, len(groups), gpus)
+    mems = [group_memory(n, p, shapes[n], seq=seq, response=cfg.rollout.max_new_tokens, gpu_bytes=gpu_bytes,
+                         ranks=ranks) for n, p in groups.items()]
+    if cfg.algo.use_kl_in_reward:  # KL in the reward: a frozen reference copy per full-weight group (drmas_trainer.
+        for m, p in zip(mems, groups.values()):  # reference_policy); a LoRA group's reference is its own frozen base
+            if not p.lora:
+                bf16 = p.settings.dtype == "bfloat16"
+                m.resident[f"reference policy {'bf16' if bf16 else 'fp32'} (frozen)"] = (2 if bf16 else 4) * shapes[m.name].params
     names = [m.name for m in mems]
+    if ranks > 1:
+        use_ray = True
+        if layout == "colocated":
+            gpus_of = [names]  # every one of the ranks GPUs holds the same
+            placement = (f"FSDP2, colocated: every group sharded over the same {ranks} GPUs, an engine per group "
+                         f"on each; groups update one after the other; GPU 0 stands for each of the {ranks}")
+        else:
+            gpus_of = [[n] for n in names]  # one GPU of each group's own set
+            placement = (f"FSDP2, separate: each group sharded over {ranks} GPUs of its own ({ranks * len(names)} "
+                         f"GPUs); GPU i stands for each GPU of group i")
+        return _phases(cfg, groups, mems, gpus_of, placement, seq, gpu_bytes, use_ray, together=False)
     if use_ray:
         per = max(1, math.floor(1 / cfg.ray.gpus_per_worker)) if cfg.ray.gpus_per_worker < 1 else 1
-        gpus = [names[i: i + per] for i in range(0, len(names), per)]
+        on = [names[i: i + per] for i in range(0, len(names), per)]
         placement = (f"Ray actors, gpus_per_worker {cfg.ray.gpus_per_worker:g}: {per} group(s) per GPU"
                      + (", updating at the same time" if per > 1 else ""))
     else:
-        gpus = [names]
+        on = [names]
         placement = "in process: every group on one GPU, updates one after the other"
+    return _phases(cfg, groups, mems, on, placement, seq, gpu_bytes, use_ray)
+
+
+def sharding(cfg: TrainConfig, n_groups: int, gpus: int | None) -> tuple[int, str]:
+    """(ranks per group, layout) for a plan on ``gpus`` GPUs: the recipe's ``fsdp`` section, or, when
+    it has 1 rank and ``gpus`` is given, all of them (colocated) or an equal share (separate)."""
+    ranks, layout = cfg.fsdp.ranks, cfg.fsdp.layout
+    if gpus and ranks == 1:
+        ranks = gpus if layout == "colocated" else max(1, gpus // n_groups)
+    if gpus and ranks * (1 if layout == "colocated" else n_groups) > gpus:
+        raise UserError(f"fsdp.ranks {ranks} ({layout}) needs {ranks * (1 if layout == 'colocated' else n_groups)} "
+                        f"GPUs; --gpus is {gpus}")
+    return ranks, layout
+
+
+def _phases(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], mems: list[GroupMemory], gpus: list[list[str]],
+            placement: str, seq: int, gpu_bytes: int, use_ray: bool, together: bool = True) -> MemoryPlan:
+    """Per GPU: rollout, update and sync phases (module docstring); ``together`` False: groups on
+    one GPU update one after the other (colocated sharded groups take turns)."""
     by = {m.name: m for m in mems}
     phases: list[GPUPhase] = []
     one_engine: list[int] = []
@@ -314,7 +386,7 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
         phases.append(GPUPhase(i, "rollout", base + resident + engines, "resident states + all engines awake"))
         one_engine.append(base + resident + max(m.engine for m in gm))
         awake = sum(m.engine for m in gm if not m.engine_sleeps)
-        if use_ray and len(gm) > 1:
+        if use_ray and together and len(gm) > 1:
             extra = sum(sum(m.update.values()) for m in gm)
             phases.append(GPUPhase(i, "update (all groups at once)", base + resident + awake + extra,
                                    "resident + every group's update extras + engines that do not sleep"))
@@ -360,4 +432,30 @@ def format_plan(plan: MemoryPlan, recipe: str = "") -> str:
     pk = plan.peak
     out.append(f"peak: {pk.phase} on GPU {pk.gpu}, {pk.bytes / GIB:.1f} GiB of {plan.gpu_bytes / GIB:.0f} GiB: "
                + ("fits" if plan.fits else "does not fit"))
+    out.extend(why_not(plan))
     return "\n".join(out)
+
+
+def why_not(plan: MemoryPlan) -> list[str]:
+    """What makes each phase that does not fit too large: its engines' share, and the engine share
+    (``mem_fraction_static``) under which it would fit, when the engines are the part to shrink."""
+    by = {m.name: m for m in plan.groups}
+    lines = []
+    for p in plan.phases:
+        if p.bytes <= plan.gpu_bytes:
+            continue
+        gm = [by[n] for n in plan.gpus[p.gpu]]
+        awake = [m for m in gm if not p.phase.startswith("update") or not m.engine_sleeps]
+        eng = sum(m.engine for m in awake)
+        rest = p.bytes - eng
+        line = (f"why: {p.phase} on GPU {p.gpu} = {eng / GIB:.1f} GiB of {len(awake)} awake engine(s) + "
+                f"{rest / GIB:.1f} GiB of training state and overhead")
+        if rest < plan.gpu_bytes and awake and all("mem_fraction_static" in " ".join(m.notes) for m in awake):
+            frac = (plan.gpu_bytes - rest) / len(awake) / plan.gpu_bytes
+            line += (f"; it fits with engine_options.mem_fraction_static <= {math.floor(frac * 100) / 100:.2f} "
+                     f"per engine")
+        elif rest >= plan.gpu_bytes:
+            line += "; the training state alone exceeds the GPU: more ranks (--gpus), optimizer_offload: cpu, " \
+                    "a smaller micro_batch_size or gradient_checkpointing"
+        lines.append(line)
+    return lines

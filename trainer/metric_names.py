@@ -39,6 +39,10 @@ TIME_UPDATE = "timing_s/update_actor"
 TIME_SYNC = "timing_s/sync_weights"
 TIME_STEP = "timing_s/step"
 TIME_OLD_LOGPROB = "timing_s/old_log_prob"  # recomputing the old log-probs and the token check (verl's name)
+# KL in the reward (algo.use_kl_in_reward; drmas_trainer.rewards), the reference's names
+REWARD_KL = "actor/reward_kl_penalty"  # mean over rows of the row's mean per-token KL (old vs reference policy)
+REWARD_KL_COEFF = "actor/reward_kl_penalty_coeff"  # the beta this step's rewards used
+REWARD_KL_COEFF_NEXT = "actor/reward_kl_penalty_coeff_next"  # the controller's beta for the next step (resume reads it)
 TOKEN_MISMATCH = "rollout/token_mismatch"  # rows whose response ids do not decode to the text the workflow used
 
 # --- the rollout engine vs the trainer (trainer/rollout_correction.py), team, agent/<a>/ and wg/<g>/ ---------
@@ -65,6 +69,8 @@ ADV_ABSMAX = "critic/advantages/absmax"
 # the scale global statistics put on the agent's gradient second moment, 1 under Dr. MAS
 MOMENT_FACTOR = "critic/moment_factor/mean"
 MOMENT_FACTOR_GROUPS = "critic/moment_factor/groups"  # prompt groups it averages (those with sigma > 0)
+# The reference's per-step advantage metrics (algo.adv_metrics) keep its own names, the scope inside them:
+# adv_std/<agent|all>/..., adv_norm/<agent|all>/..., adv_diag/<agent>/... (drmas_trainer.adv_metrics builds them).
 
 # the worker's update() result key -> the record's name (per worker group, and averaged over groups)
 UPDATE_KEYS = {

@@ -16,7 +16,14 @@ from torch import Tensor
 from drmas_bench.types import UserError
 from drmas_trainer.config import OFFLOADS, OPTIMIZERS
 
-__all__ = ["AdapterOptimizers", "CPUOffloadAdamW", "make_optimizer", "release_cached_memory"]
+__all__ = ["AdapterOptimizers", "CPUOffloadAdamW", "local", "make_optimizer", "release_cached_memory"]
+
+
+def local(t: Tensor) -> Tensor:
+    """This rank's shard of ``t`` (a DTensor of a sharded group, ``drmas_trainer.fsdp_worker``), or
+    ``t`` itself: AdamW, clipping and norms are elementwise or sums, so they can run on shards."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None else t
 
 
 def release_cached_memory(device: torch.device | str) -> None:
@@ -29,13 +36,14 @@ def release_cached_memory(device: torch.device | str) -> None:
 class CPUOffloadAdamW:
     """AdamW whose state (and an fp32 master copy of the parameters) lives in host memory: ``step``
     copies the gradients to the host, steps there, and copies the new values back. The GPU then
-    holds only weights and gradients (8 bytes per parameter instead of 16). Same interface as a
+    holds only weights and gradients (8 bytes per parameter instead of 16). Sharded parameters
+    (DTensors): each rank keeps and steps its own shard only (AdamW is elementwise). Same interface as a
     ``torch.optim`` optimiser as far as the worker group uses it (``param_groups``, ``step``,
     ``zero_grad``, ``state_dict``, ``load_state_dict``)."""
 
     def __init__(self, params: list[Tensor], **adamw: Any) -> None:
         self.params = list(params)
-        self.host = [torch.nn.Parameter(p.detach().to("cpu", torch.float32, copy=True)) for p in self.params]
+        self.host = [torch.nn.Parameter(local(p).detach().to("cpu", torch.float32, copy=True)) for p in self.params]
         self.inner = torch.optim.AdamW(self.host, **adamw)
 
     @property
@@ -54,11 +62,11 @@ class CPUOffloadAdamW:
     @torch.no_grad()
     def step(self) -> None:
         for p, q in zip(self.params, self.host):
-            q.grad = None if p.grad is None else p.grad.detach().to("cpu", torch.float32)
+            q.grad = None if p.grad is None else local(p.grad).detach().to("cpu", torch.float32)
         self.inner.step()
         for p, q in zip(self.params, self.host):
             if q.grad is not None:
-                p.copy_(q, non_blocking=False)
+                local(p).copy_(q, non_blocking=False)
                 q.grad = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -68,7 +76,7 @@ class CPUOffloadAdamW:
         self.inner.load_state_dict(state)
         with torch.no_grad():  # the checkpoint's weights were loaded into the policy: refresh the master copy
             for p, q in zip(self.params, self.host):
-                q.copy_(p.detach().to("cpu", torch.float32))
+                q.copy_(local(p).detach().to("cpu", torch.float32))
 
 
 def make_optimizer(params: list[Tensor], *, kind: str = "adamw", offload: str = "none", lr: float,

@@ -115,8 +115,14 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
     or a checkpoint URL each group downloads its part of); engines started. Fills ``workers`` as it
     goes, so the caller can close what was started if a later one fails."""
 
-    if use_ray:
+    sharded = cfg.fsdp.ranks > 1  # FSDP2 groups of fsdp.ranks Ray actors each (drmas_trainer.fsdp_ray)
+    if sharded:
+        from drmas_trainer.fsdp_ray import check_sharded
+
+        check_sharded(cfg, use_ray)
+    elif use_ray:
         check_worker_demand(cfg.ray, plan)  # a demand the cluster cannot meet: one line, before any actor
+    paths, options = {}, {}
     for name, g in plan.items():
         if ckpt is not None:
             path = checkpoint_part(ckpt, "models", name)
@@ -128,12 +134,18 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
         kwargs = dict(device=cfg.device, seed=derive_seed(cfg.seed, "wg", name), torch_threads=cfg.torch_threads)
         if g.lora:  # per-agent (shared_base) or per-group LoRA adapters over the frozen base
             kwargs.update(adapters=dict(g.adapters), adapter_of=dict(g.adapter_of))
-        if use_ray:
+        if sharded:
+            paths[name], options[name] = path, kwargs
+        elif use_ray:
             workers[name] = RayWorkerHandle.spawn(name, g.agents, g.settings, path, gpus=cfg.ray.gpus_per_worker, **kwargs)
         else:
             from drmas_trainer.worker import WorkerGroup
 
             workers[name] = WorkerGroup(name, g.agents, g.settings, path, **kwargs)
+    if sharded:
+        from drmas_trainer.fsdp_ray import spawn_sharded
+
+        workers.update(spawn_sharded(cfg, plan, paths, options))
     if use_ray:  # placed within ray.timeout_s each (else a one-line error), then the groups are built
         await asyncio.gather(*(w.ready(cfg.ray.timeout_s) for w in workers.values()))
     if ckpt is not None:

@@ -101,11 +101,26 @@ class WorkerActor:
     async def ping(self) -> int:
         return os.getpid()
 
+    async def rendezvous(self) -> str:
+        """``tcp://IP:PORT`` where this actor (rank 0 of a sharded group) will listen."""
+        ray = require_ray()
+        from drmas_trainer.fsdp import free_port
+
+        ip = ray.util.get_node_ip_address()
+        return f"tcp://{ip}:{free_port(ip)}"
+
     async def setup(self, *args: Any, **kwargs: Any) -> None:
+        """Build the worker group; with ``rank`` / ``world`` / ``init_method`` in ``kwargs``, one rank of
+        a sharded group (``drmas_trainer.fsdp_worker``)."""
         from drmas_trainer.worker import WorkerGroup
 
         try:
-            self.wg = WorkerGroup(*args, **kwargs)
+            if "world" in kwargs:
+                from drmas_trainer.fsdp_worker import ShardedWorkerGroup
+
+                self.wg = ShardedWorkerGroup(*args, **kwargs)
+            else:
+                self.wg = WorkerGroup(*args, **kwargs)
         except UserError as e:  # e.g. a model folder missing on this node: say which node
             raise on_node(e) from None
         except Exception:
@@ -150,9 +165,14 @@ class RayWorkerHandle:
 
     @classmethod
     def spawn(cls, name: str, agents: list[str], settings: Any, model_path: str, *, gpus: float = 1.0,
-              **kwargs: Any) -> "RayWorkerHandle":
+              bundle: tuple[Any, int] | None = None, **kwargs: Any) -> "RayWorkerHandle":
+        """``bundle``: (placement group, bundle index) to place the actor in (a sharded group's rank)."""
         ray = require_ray()
-        remote = ray.remote(WorkerActor).options(num_gpus=gpus, num_cpus=0, name=None, max_concurrency=1000)
+        opts: dict[str, Any] = {}
+        if bundle is not None:
+            opts["scheduling_strategy"] = ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+                placement_group=bundle[0], placement_group_bundle_index=bundle[1])
+        remote = ray.remote(WorkerActor).options(num_gpus=gpus, num_cpus=0, name=None, max_concurrency=1000, **opts)
         return cls(remote.remote(), name, ((name, agents, settings, model_path), kwargs), gpus)
 
     async def ready(self, timeout_s: float | None = 60.0) -> None:

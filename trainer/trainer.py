@@ -9,11 +9,15 @@ One iteration (``step``)::
     prompts   P tasks from the shuffled training set (the data cursor advances by P)
     rollouts  the harness workflow runs n episodes per prompt with the worker groups' engines,
               recording prompt/response token ids and the engines' log-probs
-    rewards   graders fill R per trajectory; row score = R - c_inv * (1 - valid)
-    advantage compute_advantages(scores, uid, traj, agent, estimator) per row (drmas, grpo, ...)
     old logp  rows split by worker group; each group checks its rows' ids against their text and
-              recomputes their log-probs (the "old" policy; rollout.old_logprobs), then the rollout
+              recomputes their log-probs (the "old" policy; rollout.old_logprobs), with
+              use_kl_in_reward also the reference policy's (reference_policy.py), then the rollout
               correction's weights (rollout_correction.py) and the engine-vs-trainer metrics
+    rewards   graders fill R per trajectory; row score = R - c_inv * (1 - valid), minus
+              beta * sum_t KL_t with use_kl_in_reward (rewards.py: kl_penalty, fixed/adaptive beta)
+    advantage compute_advantages(scores, uid, traj, agent, estimator) per row (drmas, grpo, ...), the
+              reference's adv_std / adv_norm / adv_diag metrics (adv_metrics.py), and with
+              balance_loss_by_agent_freq each row's loss weight (loss_balance.py)
     update    each group runs its PPO/GSPO epochs and mini-batches on its rows
     sync      each group copies its new weights into its rollout engine
     log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed)
@@ -47,6 +51,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +64,10 @@ from drmas_bench.types import Task, Trajectory, UserError
 from drmas_bench.workflows.base import WORKFLOWS, WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer import metric_names as N
-from drmas_trainer.advantages import compute_advantages, row_scores
+from drmas_trainer.adv_metrics import pools_by_agent, reference_adv_metrics
+from drmas_trainer.advantages import compute_advantages
 from drmas_trainer.config import TrainConfig, plan_worker_groups
+from drmas_trainer.loss_balance import row_loss_weights
 from drmas_trainer.prepare import (
     load_train_tasks,
     rollout_retriever,
@@ -70,6 +77,8 @@ from drmas_trainer.prepare import (
     warm_start,
 )
 from drmas_trainer.ray_workers import init_ray, shutdown_ray
+from drmas_trainer.rewards import KLController, kl_reward_step, make_kl_controller, row_scores
+from drmas_trainer.rollout_correction import pad_lists
 from drmas_trainer.runlog import (
     CKPT_CACHE,
     METRICS,
@@ -133,8 +142,6 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
 
 async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, resume: bool, use_ray: bool | None,
                  progress: bool) -> dict[str, Any]:
-    from tqdm import tqdm
-
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     wf = get_workflow(cfg.workflow)
@@ -148,21 +155,8 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                         f"for workflow {cfg.workflow!r}")
 
     # --- the run directory: config, latest checkpoint, metrics --------------------------------
-    ckpt_root = ckpt_io.resolve_root(run, cfg.ckpt_root)
-    found = ckpt_io.latest_checkpoint(ckpt_root)
-    if found and not resume:
-        raise UserError(f"{run if cfg.ckpt_root is None else ckpt_root} already holds checkpoints (latest step {found[0]}); "
-                        f"pass --resume to continue "
-                        f"it, --fresh to discard it, or choose another --out")
-    check_run_config(run, cfg, resuming=found is not None)
-    ckpt_io.clean_partial(ckpt_root)
-    if use_ray is None:
-        use_ray = torch.cuda.is_available() and _has_ray()
-    local, resume_from = local_checkpoint(run, found[1], use_ray) if found else (None, None)
-    state = ckpt_io.read_state(local) if local else {"step": 0, "cursor": 0, "skipped_total": 0}
-    if local:
-        ckpt_io.load_rng(local / "rng.pt")
-        random.setstate(_tuplify(state["python_rng"]))
+    use_ray = torch.cuda.is_available() and _has_ray() if use_ray is None else use_ray
+    found, resume_from, state = open_run(cfg, run, resume, use_ray)
     metrics = MetricsLog(run, keep_until=state["step"], tracker=cfg.tracker, config=cfg.to_dict())
 
     # --- worker groups (in process or Ray actors), their engines --------------------------------
@@ -184,105 +178,13 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
         # --- step 0: the supervised warm start, saved as the untrained team ---------------------
         logger.info(f"[train] worker groups ready in {time.perf_counter() - t_start:.0f} s")
         if not found:
-            if cfg.sft.steps or any(cfg.sft.agent_steps.values()):
-                t_sft = time.perf_counter()
-                logger.info(f"[train] supervised warm start (sft): {cfg.sft.steps} steps per agent"
-                            + (" (" + ", ".join(f"{a}: {k}" for a, k in cfg.sft.agent_steps.items()) + ")"
-                               if cfg.sft.agent_steps else "")
-                            + f", batch {cfg.sft.batch_size}, on generated {cfg.workflow} examples")
-                sft_info = await warm_start(cfg, plan, workers)
-                logger.info(f"[train] warm start done in {time.perf_counter() - t_sft:.0f} s")
-                (run / "sft.json").write_text(json_line(sft_info, indent=1))
-                failed = {n: i["sft_aborted"] for n, i in sft_info.items() if i.get("sft_aborted")}
-                if failed:
-                    raise UserError("the sft warm start stopped: " + "; ".join(f"worker group {n}: {why}" for n, why in failed.items())
-                                    + f"; lower sft.lr or check the model (details in {run / 'sft.json'})")
-            logger.info("[train] saving the team before RL as ckpt/step_0")
-            await save_checkpoint(run, cfg, plan, workers, wf, step=0, cursor=0, skipped_total=0)
+            await step_zero(cfg, run, plan, workers, wf)
         logger.info(f"[train] {n_steps - int(state['step'])} RL step(s) to go, {cfg.rollout.prompts_per_step} prompts x "
                     f"{cfg.rollout.n} episodes each")
 
         # --- RL iterations ------------------------------------------------------------------------
-        step0 = int(state["step"])
-        cursor = int(state["cursor"])
-        skipped_total = int(state["skipped_total"])
-        loss = LossSettings(mode=cfg.algo.loss, clip_low=cfg.algo.clip_low, clip_high=cfg.algo.clip_high,
-                            dual_clip=cfg.algo.dual_clip, agg=cfg.algo.agg, entropy_coef=cfg.algo.entropy_coef)
-        bar = tqdm(total=n_steps, initial=step0, desc=f"train {cfg.algo.estimator}", unit="step",
-                   disable=not progress, dynamic_ncols=True, file=sys.stderr)
-        for step in range(step0 + 1, n_steps + 1):
-            t_step = time.perf_counter()
-
-            # 1. prompts: the next P tasks of the shuffled training set
-            batch = next_prompts(tasks, cursor, cfg.rollout.prompts_per_step, cfg.data)
-            cursor_before, cursor = cursor, cursor + len(batch)
-
-            # 2. rollouts: n episodes per prompt through the harness workflow, with the engines' log-probs
-            t0 = time.perf_counter()
-            trajs = await rollout(batch, cfg, runtime, wf, retriever, step=step)
-            rollout_s = time.perf_counter() - t0
-
-            # 3. rewards -> row scores -> advantages (per row; statistics from this batch only)
-            rb = make_rows(trajs, batch, wf.agents)
-            scores = row_scores(rb["reward"], rb["valid"], c_inv=cfg.algo.c_inv)
-            adv = compute_advantages(scores, rb["uid"], rb["traj"], rb["agent"], estimator=cfg.algo.estimator,
-                                     norm_by_std=cfg.algo.norm_by_std, eps=cfg.algo.eps,
-                                     single_row=cfg.algo.single_row, std_floor=cfg.algo.std_floor,
-                                     group_by_agent=cfg.algo.group_by_agent)
-            for row, a in zip(rb["rows"], adv.tolist()):
-                row.advantage = a
-
-            # 4. old log-probs and the token check: each group scores its own rows with its current policy
-            #    (rollout.old_logprobs: recompute), then the rollout correction's weights and the
-            #    engine-vs-trainer metrics; too many rows whose ids do not match their text stop the run
-            t0 = time.perf_counter()
-            names = list(plan)
-            by_wg = {wg: [r for r, g in zip(rb["rows"], rb["wg"]) if g == wg] for wg in names}
-            recompute = cfg.rollout.old_logprobs == "recompute"
-            scored = dict(zip(names, await asyncio.gather(*(workers[wg].score_rows(by_wg[wg], recompute=recompute)
-                                                             for wg in names))))
-            token_record = check_tokens(by_wg, scored, cfg.rollout.max_token_mismatch, step)
-            corr_record = correct_rows(by_wg, scored, cfg.rollout)
-            old_s = time.perf_counter() - t0
-
-            # 5. update each worker group on its own rows
-            t0 = time.perf_counter()
-            results = await asyncio.gather(*(
-                workers[wg].update(by_wg[wg], epochs=cfg.algo.ppo_epochs, mini_batches=cfg.algo.mini_batches,
-                                   loss=loss, seed=derive_seed(cfg.seed, "update", step, wg))
-                for wg in names))
-            updates = dict(zip(names, results))
-            update_s = time.perf_counter() - t0
-
-            # 6. sync the rollout engines with the new weights
-            t0 = time.perf_counter()
-            await asyncio.gather(*(workers[wg].sync_weights() for wg in names))
-            sync_s = time.perf_counter() - t0
-
-            # 7. log
-            skipped = sum(u["skipped_steps"] for u in updates.values())
-            skipped_total += skipped
-            record = step_metrics(step, cursor_before, batch, trajs, rb, scores, adv, updates, wf.agents, plan)
-            record.update(token_record)
-            record.update(corr_record)
-            record.update({N.SKIPPED_STEPS: skipped, N.SKIPPED_STEPS_TOTAL: skipped_total,
-                           N.TIME_GEN: rollout_s, N.TIME_OLD_LOGPROB: old_s, N.TIME_UPDATE: update_s,
-                           N.TIME_SYNC: sync_s, N.TIME_STEP: time.perf_counter() - t_step})
-            metrics.write(record)
-            bar.set_postfix(reward=f"{record[N.SCORE]:.3f}", refresh=False)
-            bar.update(1)
-
-            # 8. checkpoint
-            if step == n_steps or (cfg.save_every and step % cfg.save_every == 0):
-                await save_checkpoint(run, cfg, plan, workers, wf, step=step, cursor=cursor, skipped_total=skipped_total)
-        bar.close()
-        summary = summarize(run, n_steps)
-        stuck = never_updated(read_metrics(run), list(plan))
-        if stuck:
-            raise UserError(f"no optimizer step was applied for worker group(s) {', '.join(stuck)}: every update was "
-                            f"skipped as non-finite (loss or gradient) in {summary['steps']} step(s); the metrics are in "
-                            f"{run / METRICS}; check the lr, algo.eps / algo.std_floor and the data")
-        return summary
+        lp = Loop(cfg, plan, wf, runtime, retriever, workers, kl_ctrl=start_kl_controller(cfg, run, int(state["step"])))
+        return await rl_loop(lp, run, tasks, state, n_steps, metrics, progress)
     finally:
         for w in workers.values():
             try:
@@ -295,6 +197,84 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
 
 
 # ================================================================================= the loop's pieces, in order
+
+
+def open_run(cfg: TrainConfig, run: Path, resume: bool, use_ray: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """The run directory's newest checkpoint, if any (refused without ``resume``), with its config
+    checked against ``cfg`` and its RNG restored: (found (step, path) or None, the folder the worker
+    groups load from or None, the loop's state: step, cursor, skipped_total)."""
+    ckpt_root = ckpt_io.resolve_root(run, cfg.ckpt_root)
+    found = ckpt_io.latest_checkpoint(ckpt_root)
+    if found and not resume:
+        raise UserError(f"{run if cfg.ckpt_root is None else ckpt_root} already holds checkpoints (latest step {found[0]}); "
+                        f"pass --resume to continue "
+                        f"it, --fresh to discard it, or choose another --out")
+    check_run_config(run, cfg, resuming=found is not None)
+    ckpt_io.clean_partial(ckpt_root)
+    local, resume_from = local_checkpoint(run, found[1], use_ray) if found else (None, None)
+    state = ckpt_io.read_state(local) if local else {"step": 0, "cursor": 0, "skipped_total": 0}
+    if local:
+        ckpt_io.load_rng(local / "rng.pt")
+        random.setstate(_tuplify(state["python_rng"]))
+    return found, resume_from, state
+
+
+async def step_zero(cfg: TrainConfig, run: Path, plan: dict[str, Any], workers: dict[str, Any], wf: WorkflowSpec) -> None:
+    """Before step 1 of a new run: the supervised warm start (when the recipe has one), then the team
+    saved as ``ckpt/step_0``, the untrained team RL starts from."""
+    if cfg.sft.steps or any(cfg.sft.agent_steps.values()):
+        t_sft = time.perf_counter()
+        logger.info(f"[train] supervised warm start (sft): {cfg.sft.steps} steps per agent"
+                    + (" (" + ", ".join(f"{a}: {k}" for a, k in cfg.sft.agent_steps.items()) + ")"
+                       if cfg.sft.agent_steps else "")
+                    + f", batch {cfg.sft.batch_size}, on generated {cfg.workflow} examples")
+        sft_info = await warm_start(cfg, plan, workers)
+        logger.info(f"[train] warm start done in {time.perf_counter() - t_sft:.0f} s")
+        (run / "sft.json").write_text(json_line(sft_info, indent=1))
+        failed = {n: i["sft_aborted"] for n, i in sft_info.items() if i.get("sft_aborted")}
+        if failed:
+            raise UserError("the sft warm start stopped: " + "; ".join(f"worker group {n}: {why}" for n, why in failed.items())
+                            + f"; lower sft.lr or check the model (details in {run / 'sft.json'})")
+    logger.info("[train] saving the team before RL as ckpt/step_0")
+    await save_checkpoint(run, cfg, plan, workers, wf, step=0, cursor=0, skipped_total=0)
+
+
+async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any], n_steps: int, metrics: MetricsLog,
+                  progress: bool) -> dict[str, Any]:
+    """The RL iterations from the state's step to ``n_steps``: each logged, checkpointed every
+    ``save_every`` steps and at the last; returns the run's summary."""
+    from tqdm import tqdm
+
+    cfg = lp.cfg
+    step0, cursor, skipped_total = int(state["step"]), int(state["cursor"]), int(state["skipped_total"])
+    bar = tqdm(total=n_steps, initial=step0, desc=f"train {cfg.algo.estimator}", unit="step",
+               disable=not progress, dynamic_ncols=True, file=sys.stderr)
+    for step in range(step0 + 1, n_steps + 1):
+        t_step = time.perf_counter()
+        # 1. prompts: the next P tasks of the shuffled training set
+        batch = next_prompts(tasks, cursor, cfg.rollout.prompts_per_step, cfg.data)
+        cursor_before, cursor = cursor, cursor + len(batch)
+        # 2.-6. rollouts, old log-probs, scores, advantages, updates, sync
+        record = await rl_step(lp, batch, step, cursor_before)
+        # 7. log
+        skipped_total += record[N.SKIPPED_STEPS]
+        record.update({N.SKIPPED_STEPS_TOTAL: skipped_total, N.TIME_STEP: time.perf_counter() - t_step})
+        metrics.write(record)
+        bar.set_postfix(reward=f"{record[N.SCORE]:.3f}", refresh=False)
+        bar.update(1)
+        # 8. checkpoint
+        if step == n_steps or (cfg.save_every and step % cfg.save_every == 0):
+            await save_checkpoint(run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor, skipped_total=skipped_total)
+    bar.close()
+    summary = summarize(run, n_steps)
+    stuck = never_updated(read_metrics(run), list(lp.plan))
+    if stuck:
+        raise UserError(f"no optimizer step was applied for worker group(s) {', '.join(stuck)}: every update was "
+                        f"skipped as non-finite (loss or gradient) in {summary['steps']} step(s); the metrics are in "
+                        f"{run / METRICS}; check the lr, algo.eps / algo.std_floor and the data")
+    return summary
+
+
 
 
 def total_steps(cfg: TrainConfig, n_tasks: int) -> int:
@@ -319,6 +299,131 @@ def next_prompts(tasks: list[Task], cursor: int, k: int, data: Any) -> list[Task
         t = tasks[orders[epoch][j]]
         out.append(dataclasses.replace(t, id=f"{t.id}@{i}", meta={**t.meta, "source_id": t.id}))
     return out
+
+
+@dataclass
+class Loop:
+    """What every iteration uses: the config, the worker groups and their plan, the workflow, the
+    rollout team, the retriever, and the KL controller (None without KL in the reward)."""
+
+    cfg: TrainConfig
+    plan: dict[str, Any]
+    wf: WorkflowSpec
+    runtime: TeamRuntime
+    retriever: Any
+    workers: dict[str, Any]
+    kl_ctrl: KLController | None = None
+
+    @property
+    def loss(self) -> LossSettings:
+        a = self.cfg.algo
+        return LossSettings(mode=a.loss, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip, agg=a.agg,
+                            entropy_coef=a.entropy_coef)
+
+
+async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[str, Any]:
+    """Steps 2-6 of one iteration on ``batch``; returns the step's record (without the step total)."""
+    cfg, names = lp.cfg, list(lp.plan)
+    # 2. rollouts: n episodes per prompt through the harness workflow, with the engines' log-probs
+    t0 = time.perf_counter()
+    trajs = await rollout(batch, cfg, lp.runtime, lp.wf, lp.retriever, step=step)
+    timing = {N.TIME_GEN: time.perf_counter() - t0}
+    rb = make_rows(trajs, batch, lp.wf.agents)
+    by_wg = {wg: [r for r, g in zip(rb["rows"], rb["wg"]) if g == wg] for wg in names}
+
+    # 3. old log-probs and the token check: each group scores its own rows with its current policy
+    #    (rollout.old_logprobs: recompute), and with the reference policy for KL in the reward; then the
+    #    rollout correction's weights and the engine-vs-trainer metrics; too many rows whose ids do not
+    #    match their text stop the run (before this step updates anything)
+    t0 = time.perf_counter()
+    recompute = cfg.rollout.old_logprobs == "recompute"
+    scored = dict(zip(names, await asyncio.gather(*(
+        lp.workers[wg].score_rows(by_wg[wg], recompute=recompute, **({"reference": True} if lp.kl_ctrl else {}))
+        for wg in names))))
+    extra = check_tokens(by_wg, scored, cfg.rollout.max_token_mismatch, step)
+    extra.update(correct_rows(by_wg, scored, cfg.rollout))
+    timing[N.TIME_OLD_LOGPROB] = time.perf_counter() - t0
+
+    # 4. rewards -> row scores (- the KL penalty) -> advantages and their metrics -> loss weights
+    scores = row_scores(rb["reward"], rb["valid"], c_inv=cfg.algo.c_inv)
+    if lp.kl_ctrl is not None:
+        scores, kl_record = kl_penalised_scores(lp.kl_ctrl, cfg.algo.kl_penalty, rb["rows"], by_wg, scored, scores)
+        extra.update(kl_record)
+    adv = set_advantages(cfg, rb, scores, lp.wf.agents, extra)
+
+    # 5. update each worker group on its own rows
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(
+        lp.workers[wg].update(by_wg[wg], epochs=cfg.algo.ppo_epochs, mini_batches=cfg.algo.mini_batches,
+                              loss=lp.loss, seed=derive_seed(cfg.seed, "update", step, wg))
+        for wg in names))
+    updates = dict(zip(names, results))
+    timing[N.TIME_UPDATE] = time.perf_counter() - t0
+
+    # 6. sync the rollout engines with the new weights
+    t0 = time.perf_counter()
+    await asyncio.gather(*(lp.workers[wg].sync_weights() for wg in names))
+    timing[N.TIME_SYNC] = time.perf_counter() - t0
+
+    record = step_metrics(step, cursor, batch, trajs, rb, scores, adv, updates, lp.wf.agents, lp.plan)
+    record.update(extra)
+    record[N.SKIPPED_STEPS] = sum(u["skipped_steps"] for u in updates.values())
+    record.update(timing)
+    return record
+
+
+def set_advantages(cfg: TrainConfig, rb: dict[str, Any], scores: torch.Tensor, agents: tuple[str, ...],
+                   record: dict[str, Any]) -> torch.Tensor:
+    """Each row's advantage (statistics from this batch only) and, with ``balance_loss_by_agent_freq``,
+    its loss weight folded into its per-token policy-gradient weights; the advantage metrics with the
+    reference's names (``algo.adv_metrics``) go into ``record``. Returns the [N] advantages."""
+    a = cfg.algo
+    adv = compute_advantages(scores, rb["uid"], rb["traj"], rb["agent"], estimator=a.estimator, norm_by_std=a.norm_by_std,
+                             eps=a.eps, single_row=a.single_row, std_floor=a.std_floor, group_by_agent=a.group_by_agent)
+    for row, v in zip(rb["rows"], adv.tolist()):
+        row.advantage = v
+    record.update(reference_adv_metrics(scores, rb["uid"], rb["traj"], rb["agent"], agents, version=a.adv_metrics,
+                                        group_by_agent=pools_by_agent(a.estimator, a.group_by_agent), adv=adv.double()))
+    weights = row_loss_weights("agent_freq" if a.balance_loss_by_agent_freq else "none", rb["uid"], rb["agent"])
+    if weights is not None:
+        for row, w in zip(rb["rows"], weights.tolist()):
+            n = len(row.response_ids)
+            row.is_weights = [w] * n if row.is_weights is None else [v * w for v in row.is_weights]
+    return adv
+
+
+def start_kl_controller(cfg: TrainConfig, run: Path, step0: int) -> KLController | None:
+    """The KL-in-reward controller (None when ``use_kl_in_reward`` is off). On resume its value is
+    the one the run's record of ``step0`` left for the next step."""
+    a = cfg.algo
+    if not a.use_kl_in_reward:
+        return None
+    ctrl = make_kl_controller(a.kl_ctrl.type, a.kl_ctrl.kl_coef, a.kl_ctrl.target_kl, a.kl_ctrl.horizon)
+    if step0 > 0:
+        last = [r for r in read_metrics(run) if r.get("step") == step0 and N.REWARD_KL_COEFF_NEXT in r]
+        if not last:
+            raise UserError(f"resuming with use_kl_in_reward from step {step0}: its record in {run / METRICS} has no "
+                            f"{N.REWARD_KL_COEFF_NEXT} (the KL controller's state); resume with the settings it ran with")
+        ctrl.value = float(last[-1][N.REWARD_KL_COEFF_NEXT])
+    return ctrl
+
+
+def kl_penalised_scores(ctrl: KLController, kind: str, rows: list[Row], by_wg: dict[str, list[Row]],
+                        scored: dict[str, dict[str, Any]], scores: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Row scores minus ``beta * sum_t kl_t`` of each row's response tokens (old vs reference log-probs,
+    drmas_trainer.rewards), one controller step, and its record (actor/reward_kl_penalty{,_coeff})."""
+    ref_of = {id(r): lp for wg, rs in by_wg.items() for r, lp in zip(rs, scored[wg]["ref_logprobs"])}
+    old, mask = pad_lists([r.old_logprobs[: len(r.response_ids)] for r in rows])
+    ref, _ = pad_lists([ref_of[id(r)] for r in rows])
+    old, ref = old.float(), ref.float()  # float32 token rewards, as the reference computes them
+    lengths = mask.sum(dim=-1)
+    token_scores = torch.zeros_like(old)
+    has = lengths > 0
+    token_scores[has.nonzero().squeeze(-1), (lengths - 1)[has]] = scores[has].to(old.dtype)
+    rewards, current_kl, beta = kl_reward_step(ctrl, token_scores, old, ref, mask, kind)
+    penalty = token_scores.sum(dim=-1) - rewards.sum(dim=-1)  # beta * sum_t kl_t per row
+    return (scores - penalty.to(scores.dtype)), {N.REWARD_KL: current_kl, N.REWARD_KL_COEFF: beta,
+                                                 N.REWARD_KL_COEFF_NEXT: float(ctrl.value)}
 
 
 async def rollout(batch: list[Task], cfg: TrainConfig, runtime: TeamRuntime, wf: WorkflowSpec,

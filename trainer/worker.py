@@ -35,8 +35,11 @@ has the same guard, and stops after ``SFT_MAX_BAD_IN_A_ROW`` skipped steps in a 
 
 **Where the rest lives.** The log-prob numerics (chunked vocabulary projection, the full-logits
 reference, row packing) are pure tensor functions in ``drmas_trainer.logprobs``; the optimiser
-(AdamW, 8-bit, CPU-offloaded) is built by ``drmas_trainer.optim``. This file is the stateful group
-that ties them to a policy and a rollout engine.
+(AdamW, 8-bit, CPU-offloaded) is built by ``drmas_trainer.optim``; rows, loss settings and the
+micro-batching helpers are ``drmas_trainer.rows``; the warm start is ``drmas_trainer.sft``. This
+file is the stateful group that ties them to a policy and a rollout engine, with the hooks
+(``_share``, ``_all_sum``, ``_full``, ...) that ``drmas_trainer.fsdp_worker`` overrides to shard
+the group over several ranks (FSDP2) with the same update.
 
 **Memory.** After an update, ``sync_weights`` empties the CUDA cache before the engine wakes and
 hands the engine a lazy generator of bf16 tensors (``update_weights(..., bucket_bytes=sync_bucket_mb
@@ -52,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json as _json
-import logging
 import math
 import os
 import random
@@ -61,7 +63,6 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -73,7 +74,6 @@ from drmas_bench.checkpoints import is_url, node_copy, upload
 from drmas_bench.engines import traits
 from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.engines.hosting import fit_options, host_engine
-from drmas_bench.engines.prompt import default_template_kwargs, encode_chat
 from drmas_bench.models.adapters import (
     BASE_FILE,
     adapter_config_dict,
@@ -90,96 +90,18 @@ from drmas_trainer.config import AgentConfig
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.lora import adapter_tensors
 from drmas_trainer.losses import policy_loss
-from drmas_trainer.optim import make_adapter_optimizers, make_optimizer, release_cached_memory
+from drmas_trainer.optim import local, make_adapter_optimizers, make_optimizer, release_cached_memory
+from drmas_trainer.reference_policy import reference_logprobs
+from drmas_trainer.rows import Acc, LossSettings, Row, chunks, row_weights, split
+from drmas_trainer.sft import SFT_MAX_BAD_IN_A_ROW, SFT_REPORT_EVERY_S, WarmStart
 
-__all__ = ["LossSettings", "Row", "SFTExample", "WorkerGroup"]
-
-logger = logging.getLogger(__name__)
-#: a long supervised warm start reports its step at most this often (seconds)
-SFT_REPORT_EVERY_S = 10.0
-#: the supervised warm start stops after this many consecutive non-finite steps
-SFT_MAX_BAD_IN_A_ROW = 5
-
-
-@dataclass
-class Row:
-    """One training row (one agent call) as a worker group sees it."""
-
-    agent: str
-    prompt_ids: list[int]
-    response_ids: list[int]
-    old_logprobs: list[float]  # one per response token (rollout policy, temperature 1)
-    advantage: float
-    # --- rollout correction and the token check (trainer.py fills them; None = not used) ---
-    engine_logprobs: list[float] | None = None  # the engine's, kept when old_logprobs were recomputed
-    is_weights: list[float] | None = None  # rollout-correction weight of each response token (None: all 1)
-    text: str | None = None  # the completion's text, what the workflow and grader used (token check)
-
-
-@dataclass
-class LossSettings:
-    """The policy-loss options of ``drmas_trainer.losses.policy_loss`` (None = the mode's default)."""
-
-    mode: str = "ppo"
-    clip_low: float | None = None
-    clip_high: float | None = None
-    dual_clip: float | None = 3.0
-    agg: str | None = None
-    entropy_coef: float = 0.0
-
-    @property
-    def token_level(self) -> bool:
-        agg = self.agg or ("token-mean" if self.mode == "ppo" else "seq-mean-token-mean")
-        return agg == "token-mean"
-
-
-def _row_weights(rows: list[Row], like: Tensor) -> Tensor | None:
-    """The rows' rollout-correction weights as a [B, T] tensor like ``like`` (None: no row has any)."""
-    if all(r.is_weights is None for r in rows):
-        return None
-    w = torch.ones_like(like, dtype=torch.float32)
-    T = like.shape[1]
-    for b, r in enumerate(rows):
-        if r.is_weights is not None:
-            w[b, : len(r.is_weights[:T])] = torch.tensor(r.is_weights[:T], dtype=torch.float32)
-    return w
-
-
-def _chunks(items: list, size: int) -> list[list]:
-    return [items[i: i + size] for i in range(0, len(items), max(1, size))]
-
-
-def _split(items: list, parts: int) -> list[list]:
-    """``items`` in ``parts`` contiguous, nearly equal, non-empty pieces."""
-    parts = max(1, min(parts, len(items)))
-    q, r = divmod(len(items), parts)
-    out, i = [], 0
-    for k in range(parts):
-        n = q + (1 if k < r else 0)
-        out.append(items[i: i + n])
-        i += n
-    return out
-
-
-@dataclass
-class _Acc:
-    """Weighted running sums of loss metrics over micro-batches."""
-
-    sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    maxes: dict[str, float] = field(default_factory=dict)
-
-    def add(self, metrics: dict[str, float], weight: float) -> None:
-        for k, v in metrics.items():
-            if k == "ratio_max":
-                self.maxes[k] = max(self.maxes.get(k, -math.inf), v)
-            else:
-                self.sums[k] += weight * v
+__all__ = ["SFT_MAX_BAD_IN_A_ROW", "SFT_REPORT_EVERY_S", "LossSettings", "Row", "SFTExample", "WorkerGroup"]
 
 
 # ----------------------------------------------------------------------------------------- the group
 
 
-class WorkerGroup:
+class WorkerGroup(WarmStart):
     """Policy + optimiser + rollout engine for the agents of one worker group (module docstring).
 
     Args:
@@ -236,6 +158,7 @@ class WorkerGroup:
         if settings.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable()
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self._wrap_policy()  # sharded groups: fully_shard here, so the optimiser gets the shards
         self.params = [p for p in self.policy.parameters() if p.requires_grad]  # LoRA: the adapters' only
         self.optimizer = self._make_optimizer(settings.lr)
         self.engine: Any = None
@@ -340,7 +263,7 @@ class WorkerGroup:
         compute dtype (what the engine runs in): a lazy generator, one tensor converted at a time,
         so no full copy of all weights exists (the engine packs them into buckets)."""
         for k, v in self.policy.state_dict().items():
-            yield k, v.detach().to(self.compute_dtype)
+            yield k, self._full(v).detach().to(self.compute_dtype)
 
     def _autocast(self) -> Any:
         """bf16 autocast when the group computes in bf16; a no-op context in float32."""
@@ -372,21 +295,68 @@ class WorkerGroup:
             shutil.rmtree(self._engine_dir, ignore_errors=True)
             self._engine_dir = None
 
+    # ------------------------------------------------------------------ hooks (one process; fsdp_worker: over ranks)
+
+    world = 1  # ranks of the group (drmas_trainer.fsdp_worker shards it over several)
+    rank = 0
+    _grad_scale = 1.0  # multiplies each micro-batch's loss before backward
+
+    def _wrap_policy(self) -> None:
+        """Called once the policy is loaded, before the optimiser exists (fsdp_worker shards it)."""
+
+    def _share(self, items: list) -> list[tuple[list, bool]]:
+        """This rank's micro-batches of ``items`` as (items, real) pairs: here all of them."""
+        return [(c, True) for c in chunks(items, self.settings.micro_batch_size)]
+
+    def _all_sum(self, values: list[float]) -> list[float]:
+        return list(values)
+
+    def _all_max(self, values: list[float]) -> list[float]:
+        return list(values)
+
+    def _merge_rows(self, out: list[list[float]]) -> list[list[float]]:
+        return out
+
+    def _full(self, t: Tensor) -> Tensor:
+        return t
+
+    def _logprobs(self, batch: dict[str, Tensor], **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+        """``token_logprobs`` of the policy (a sharded group runs it inside its FSDP root)."""
+        return token_logprobs(self.policy, batch, **kwargs)
+
     # ------------------------------------------------------------------ training
 
     def _agent_norm(self, prev: dict[Tensor, Tensor] | None) -> float:
-        """Norm of (current accumulated gradient - snapshot)."""
+        """Norm of (current accumulated gradient - snapshot), over every rank's shard."""
         sq = torch.zeros((), dtype=torch.float64, device=self.device)
         for p in self.params:
             if p.grad is None:
                 continue
-            d = p.grad if prev is None or p not in prev else p.grad - prev[p]
+            g = local(p.grad)
+            d = g if prev is None or p not in prev else g - prev[p]
             sq += d.detach().double().square().sum()
-        return math.sqrt(float(sq))
+        return math.sqrt(self._all_sum([float(sq)])[0])
 
-    def _optimizer_step(self, mb: list[Row], loss: LossSettings, acc: _Acc, agent_norms: dict[str, list[float]],
+    def _micro_loss(self, micro: list[Row], loss: LossSettings) -> tuple[Tensor, dict[str, float]]:
+        """The policy loss of one micro-batch (aggregated over it) and its metrics."""
+        batch = pack_rows([r.prompt_ids for r in micro], [r.response_ids for r in micro], self.pad_id, self.device)
+        with self._autocast():
+            logp, ent = self._logprobs(batch, with_entropy=True, chunk=self.settings.logprob_chunk,
+                                       entropy_grad=loss.entropy_coef != 0.0)
+        T = logp.shape[1]
+        old = torch.zeros_like(logp)
+        for b, r in enumerate(micro):
+            old[b, : len(r.old_logprobs)] = torch.tensor(r.old_logprobs[:T], dtype=old.dtype)
+        adv = torch.tensor([r.advantage for r in micro], dtype=torch.float32, device=self.device)
+        return policy_loss(logp, old, adv, batch["mask"], mode=loss.mode, clip_low=loss.clip_low,
+                           clip_high=loss.clip_high, dual_clip=loss.dual_clip, agg=loss.agg,
+                           entropy=ent, entropy_coef=loss.entropy_coef, pg_weights=row_weights(micro, logp))
+
+    def _optimizer_step(self, mb: list[Row], loss: LossSettings, acc: Acc, agent_norms: dict[str, list[float]],
                         norms: list[float]) -> bool:
-        """One optimiser step on mini-batch ``mb``; False when it was skipped (non-finite)."""
+        """One optimiser step on mini-batch ``mb``; False when it was skipped (non-finite). Sharded:
+        every rank sees the whole mini-batch, runs its share of each agent's micro-batches (padded
+        with weight-0 ones so all ranks run as many) and the norms and metrics are summed over ranks."""
         def size(rows: list[Row]) -> int:
             return sum(len(r.response_ids) for r in rows) if loss.token_level else len(rows)
 
@@ -398,40 +368,29 @@ class WorkerGroup:
         self.optimizer.zero_grad(set_to_none=True)
         prev: dict[Tensor, Tensor] | None = None
         step_agent_norms: dict[str, float] = {}
-        step_acc = _Acc()
+        step_acc = Acc()
         finite = True
         for k, (agent, arows) in enumerate(by_agent.items()):
             self._use_agent(agent)
-            for micro in _chunks(arows, self.settings.micro_batch_size):
-                batch = pack_rows([r.prompt_ids for r in micro], [r.response_ids for r in micro], self.pad_id, self.device)
-                with self._autocast():
-                    logp, ent = token_logprobs(self.policy, batch, with_entropy=True, chunk=self.settings.logprob_chunk,
-                                               entropy_grad=loss.entropy_coef != 0.0)
-                T = logp.shape[1]
-                old = torch.zeros_like(logp)
-                for b, r in enumerate(micro):
-                    old[b, : len(r.old_logprobs)] = torch.tensor(r.old_logprobs[:T], dtype=old.dtype)
-                adv = torch.tensor([r.advantage for r in micro], dtype=torch.float32, device=self.device)
-                loss_t, m = policy_loss(logp, old, adv, batch["mask"], mode=loss.mode, clip_low=loss.clip_low,
-                                        clip_high=loss.clip_high, dual_clip=loss.dual_clip, agg=loss.agg,
-                                        entropy=ent, entropy_coef=loss.entropy_coef, pg_weights=_row_weights(micro, logp))
+            for micro, real in self._share(arows):
+                loss_t, m = self._micro_loss(micro, loss)
                 if not math.isfinite(m["loss"]):
                     finite = False
-                    break
-                w = size(micro) / denom
-                (loss_t * w).backward()
-                step_acc.add(m, w)
-            if not finite:
+                    if self.world == 1:
+                        break  # ranks go on together: their gradients turn non-finite and the step is dropped
+                w = size(micro) / denom if real else 0.0
+                (loss_t * (w * self._grad_scale)).backward()
+                step_acc.add(m if real else {k2: v for k2, v in m.items() if k2 != "ratio_max"}, w)
+            if not finite and self.world == 1:
                 break
             if multi:
                 share = size(arows) / denom
                 step_agent_norms[agent] = self._agent_norm(prev) / share
                 if k < len(by_agent) - 1:  # snapshot for the next agent (not needed after the last)
-                    prev = {p: p.grad.detach().clone() for p in self.params if p.grad is not None}
+                    prev = {p: local(p.grad).detach().clone() for p in self.params if p.grad is not None}
         prev = None
-        total = float("nan")
-        if finite:
-            total = self._clip_grads()
+        finite = self._all_sum([0.0 if finite else 1.0])[0] == 0.0
+        total = self._clip_grads() if finite else float("nan")
         if not finite or not math.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped_steps += 1
@@ -447,10 +406,12 @@ class WorkerGroup:
         norms.append(total)
         for a, v in step_agent_norms.items():
             agent_norms[a].append(v)
-        for k2, v in step_acc.sums.items():
+        keys = sorted(step_acc.sums)
+        for k2, v in zip(keys, self._all_sum([step_acc.sums[k2] for k2 in keys])):
             acc.sums[k2] += v
-        for k2, v in step_acc.maxes.items():
-            acc.maxes[k2] = max(acc.maxes.get(k2, -math.inf), v)
+        top = self._all_max([step_acc.maxes.get("ratio_max", -math.inf)])[0]  # a padding-only rank has none
+        if top > -math.inf:
+            acc.maxes["ratio_max"] = max(acc.maxes.get("ratio_max", -math.inf), top)
         return True
 
     async def update(self, rows: list[Row], *, epochs: int = 1, mini_batches: int = 1,
@@ -476,7 +437,7 @@ class WorkerGroup:
             await self.engine.sleep()
         rows = [r for r in rows if r.response_ids]
         rng = random.Random(seed)
-        acc = _Acc()
+        acc = Acc()
         agent_norms: dict[str, list[float]] = defaultdict(list)
         norms: list[float] = []
         skipped0, steps0 = self.skipped_steps, self.optimizer_steps
@@ -486,7 +447,7 @@ class WorkerGroup:
                 break
             order = list(range(len(rows)))
             rng.shuffle(order)
-            for chunk in _split(order, mini_batches):
+            for chunk in split(order, mini_batches):
                 self._optimizer_step([rows[i] for i in chunk], loss, acc, agent_norms, norms)
         n_ok = self.optimizer_steps - steps0
         out: dict[str, Any] = {
@@ -507,7 +468,7 @@ class WorkerGroup:
 
     # ------------------------------------------------------------------ rollout rows: old log-probs, token check
 
-    async def score_rows(self, rows: list[Row], *, recompute: bool = True) -> dict[str, Any]:
+    async def score_rows(self, rows: list[Row], *, recompute: bool = True, reference: bool = False) -> dict[str, Any]:
         """Before the step's first update: the trainer's own old log-probs of the rows (``recompute``)
         and the token-in/token-out check.
 
@@ -525,7 +486,10 @@ class WorkerGroup:
             await self.engine.sleep()  # the forward's memory, as the update's
         mismatch = [self._token_mismatch(k, r) for k, r in enumerate(rows)]
         logprobs = self._old_logprobs(rows) if recompute else None
-        return {"logprobs": logprobs, "mismatch": mismatch, "old_logprob_s": time.perf_counter() - t0}
+        out = {"logprobs": logprobs, "mismatch": mismatch, "old_logprob_s": time.perf_counter() - t0}
+        if reference:  # KL in the reward: the frozen reference policy's log-probs too (drmas_trainer.reference_policy)
+            out["ref_logprobs"] = reference_logprobs(self, rows)
+        return out
 
     def _old_logprobs(self, rows: list[Row]) -> list[list[float]]:
         """The current policy's log-probs of each row's response tokens (no grad, micro-batched)."""
@@ -534,20 +498,18 @@ class WorkerGroup:
         for k, r in enumerate(rows):
             if r.response_ids:
                 by_agent.setdefault(r.agent, []).append(k)
-        micros = []
-        for agent, ks in by_agent.items():  # per agent, as the update forms its micro-batches
-            micros += [(agent, m) for m in _chunks(ks, self.settings.micro_batch_size)]
         with torch.no_grad():
-            for agent, micro in micros:
+            for agent, ks in by_agent.items():  # per agent, as the update forms its micro-batches
                 self._use_agent(agent)  # per-agent LoRA adapters: the agent's own (a no-op without them)
-                batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
-                                  self.pad_id, self.device)
-                with self._autocast():
-                    logp, _ = token_logprobs(self.policy, batch, chunk=self.settings.logprob_chunk)
-                logp = logp.float().cpu()
-                for b, k in enumerate(micro):
-                    out[k] = logp[b, : len(rows[k].response_ids)].tolist()
-        return out
+                for micro, real in self._share(ks):
+                    batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
+                                      self.pad_id, self.device)
+                    with self._autocast():
+                        logp, _ = self._logprobs(batch, chunk=self.settings.logprob_chunk)
+                    logp = logp.float().cpu()
+                    for b, k in enumerate(micro if real else []):
+                        out[k] = logp[b, : len(rows[k].response_ids)].tolist()
+        return self._merge_rows(out)
 
     def _token_mismatch(self, k: int, r: Row) -> dict[str, Any] | None:
         """None when row ``r``'s response ids decode to its text (or it carries none), else where the
@@ -560,108 +522,11 @@ class WorkerGroup:
         return {"row": k, "position": pos, "engine_id": r.response_ids[pos] if pos < len(r.response_ids) else None,
                 "text_id": text_ids[pos] if pos < len(text_ids) else None}
 
-    async def sft(self, examples: list[SFTExample], *, steps: int, lr: float, batch_size: int, seed: int = 0,
-                  template_kwargs: dict[str, Any] | None = None,
-                  max_bad_in_a_row: int = SFT_MAX_BAD_IN_A_ROW) -> dict[str, Any]:
-        """Supervised warm start: ``steps`` AdamW steps (own optimiser, lr ``lr``) of token-mean
-        cross-entropy on the targets (+ EOS) of ``examples``, drawn in shuffled passes.
-
-        A step whose loss or gradient norm is not finite is skipped (gradients dropped, no optimiser
-        step) and counted; after ``max_bad_in_a_row`` such steps in a row the stage stops early and
-        the result carries ``sft_aborted`` (the reason; also when the weights end non-finite), so the
-        caller can stop with one line (this may run in a Ray actor, where an exception would arrive
-        wrapped in a traceback).
-
-        Returns ``sft_loss_first`` / ``sft_loss_last`` (mean over the first / last applied steps; None
-        when none applied), ``sft_steps`` (applied), ``sft_skipped``, ``sft_s`` and maybe ``sft_aborted``."""
-
-        if not examples or steps <= 0:
-            return {}
-        tk = default_template_kwargs(template_kwargs if template_kwargs is not None
-                                     else self.engine_options.get("chat_template_kwargs"))
-        eos = self.tokenizer.eos_token_id
-        cache: dict[tuple, list[int]] = {}
-        data = []
-        for ex in examples:
-            key = tuple((m["role"], m["content"]) for m in ex.messages)
-            if key not in cache:
-                cache[key] = encode_chat(self.tokenizer, ex.messages, tk, model=self.name)
-            tgt = list(self.tokenizer(ex.target, add_special_tokens=False)["input_ids"]) + ([eos] if eos is not None else [])
-            data.append((cache[key], tgt, ex.agent))
-        opt = torch.optim.AdamW(self.params, lr=lr, betas=tuple(self.settings.betas), weight_decay=self.settings.weight_decay)
-        rng = random.Random(seed)
-        order: list[int] = []
-        losses: list[float] = []
-        skipped = bad_in_a_row = 0
-        aborted = None
-        t0 = last_report = time.perf_counter()
-        self.policy.train()
-        for step in range(steps):
-            if time.perf_counter() - last_report >= SFT_REPORT_EVERY_S:  # minutes on a CPU: say how far
-                last_report = time.perf_counter()
-                loss_now = f", loss {losses[-1]:.3f}" if losses else ""
-                logger.info(f"[train] sft {self.name}: step {step}/{steps}{loss_now}, {last_report - t0:.0f} s")
-            if len(order) < batch_size:
-                more = list(range(len(data)))
-                rng.shuffle(more)
-                order += more
-            idx, order = order[:batch_size], order[batch_size:]
-            batch_rows = [data[i] for i in idx]
-            n_tok = sum(len(t) for _, t, _ in batch_rows)
-            opt.zero_grad(set_to_none=True)
-            total = 0.0
-            for agent, micro in self._sft_micro_batches(batch_rows):
-                self._use_agent(agent)
-                b = pack_rows([p for p, _, _ in micro], [t for _, t, _ in micro], self.pad_id, self.device)
-                with self._autocast():
-                    logp, _ = token_logprobs(self.policy, b, chunk=self.settings.logprob_chunk)
-                nll = -(logp * b["mask"]).sum() / n_tok
-                total += float(nll.detach())
-                if not math.isfinite(total):
-                    break
-                nll.backward()
-            norm = float("nan")
-            if math.isfinite(total):
-                norm = self._clip_grads()
-            if not math.isfinite(norm):  # a non-finite loss or gradient: drop it, do not step
-                opt.zero_grad(set_to_none=True)
-                skipped += 1
-                bad_in_a_row += 1
-                if bad_in_a_row >= max_bad_in_a_row:
-                    aborted = (f"{bad_in_a_row} steps in a row had a non-finite "
-                               f"{'loss' if not math.isfinite(total) else 'gradient'} (lr {lr:g})")
-                    break
-                continue
-            bad_in_a_row = 0
-            opt.step()
-            losses.append(total)
-        opt.zero_grad(set_to_none=True)
-        del opt
-        if aborted is None and not self.weights_finite():  # finite gradients, but a step too large
-            aborted = f"the weights are no longer finite after {len(losses)} steps (lr {lr:g})"
-        k = max(1, min(10, len(losses) // 5))
-        out: dict[str, Any] = {"sft_loss_first": sum(losses[:k]) / k if losses else None,
-                               "sft_loss_last": sum(losses[-k:]) / k if losses else None,
-                               "sft_steps": len(losses), "sft_skipped": skipped, "sft_s": time.perf_counter() - t0}
-        if aborted:
-            out["sft_aborted"] = aborted
-        return out
-
-    def _sft_micro_batches(self, rows: list[tuple]) -> list[tuple[str | None, list[tuple]]]:
-        """(agent, micro-batch) pairs of a warm-start batch. LoRA: formed per agent (in the order the
-        agents first appear), so each forward runs with one agent's adapter; full weights: the
-        batch as it came (agent None)."""
-        if not self.adapters:
-            return [(None, m) for m in _chunks(rows, self.settings.micro_batch_size)]
-        by_agent: dict[str, list[tuple]] = {}
-        for r in rows:
-            by_agent.setdefault(r[2], []).append(r)
-        return [(a, m) for a, rs in by_agent.items() for m in _chunks(rs, self.settings.micro_batch_size)]
-
     # ------------------------------------------------------------------ state
 
     def weights_finite(self) -> bool:
-        return all(bool(torch.isfinite(p).all()) for p in self.policy.parameters())
+        ok = all(bool(torch.isfinite(local(p)).all()) for p in self.policy.parameters())
+        return self._all_sum([0.0 if ok else 1.0])[0] == 0.0
 
     async def save(self, folder: str, optimizer_path: str | None = None) -> None:
         """Write the policy as an HF folder (safetensors + config + tokenizer) and, when asked, the
@@ -693,7 +558,12 @@ class WorkerGroup:
             path = str(node_copy(path))
         where = "cpu" if self.settings.optimizer_offload == "cpu" else self.device
         state = torch.load(path, map_location=where, weights_only=True)
-        self.optimizer.load_state_dict(state["optimizer"])
+        if "shards" in state:  # written by a sharded group: its shards, re-cut for this group
+            from drmas_trainer.fsdp_ckpt import load_sharded_optimizer
+
+            load_sharded_optimizer(self, path, state)
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.optimizer_steps = int(state["optimizer_steps"])
         self.skipped_steps = int(state["skipped_steps"])
 

@@ -114,8 +114,8 @@ def check_benchmark(b, data_dir) -> tuple[str, int | None, list[str]]:
 
 
 def empty_gold_note(b, data_dir) -> str:
-    """For a QA benchmark: how many golds normalise to the empty string (never matched, so a task
-    with no other gold scores 0 whatever the answer); "" when none or not QA-graded."""
+    """For a QA benchmark: how many golds normalise to the empty string (matched by their spelling
+    only, so a task with no other matchable gold scores 0 whatever the answer); "" when none or not QA-graded."""
     if b.family != "qa":
         return ""
     from drmas_bench.grading.qa import empty_golds, matchable_golds
@@ -129,8 +129,8 @@ def empty_gold_note(b, data_dir) -> str:
     golds = sum(len(e) for _, e in hit)
     dead = sum(1 for t, _ in hit if not matchable_golds(t.answers))
     first = hit[0]
-    return (f"{golds} golds normalise to empty and are never matched ({dead} tasks have no other gold and "
-            f"score 0; first: {first[0].id} {first[1][0]!r})")
+    return (f"{golds} golds normalise to empty and are matched by their spelling only ({dead} tasks have no "
+            f"matchable gold and score 0; first: {first[0].id} {first[1][0]!r})")
 
 
 def _check_rows(benches, d) -> tuple[list[list], list[str], list[str]]:

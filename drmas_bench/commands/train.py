@@ -30,6 +30,7 @@ TRAIN_EPILOG = """examples:
   drmas-bench train --recipe math_qwen3_4b --estimator drmas --data-dir ../shared/data   # GPU (sglang), DAPO-Math-17k
   drmas-bench train --recipe math_qwen3_4b_1gpu --plan                          # memory plan, exit 1 if it cannot fit
   drmas-bench train --recipe math_qwen3_4b --plan --ray --gpu-memory 80         # the same on 80 GB GPUs
+  drmas-bench train --recipe search_qwen2.5_7b --plan --gpus 8 --gpu-memory 79  # FSDP2 over 8 GPUs (colocated)
 
 Recipes: trainer/recipes/*.yaml (tiny, math_qwen3_4b, math_qwen3_4b_shared, math_qwen3_4b_1gpu,
 math_qwen3_1.7b_80gb, search_qwen2.5_7b) or a YAML path. GPU memory: --plan (docs/trainer.md).
@@ -84,6 +85,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
                    help="memory of one GPU for --plan, GiB (default 140: an H200)")
     p.add_argument("--prompt-tokens", type=int, default=4096, help="longest prompt of a training row for --plan (default 4096)")
+    p.add_argument("--gpus", type=int, default=None, metavar="N",
+                   help="--plan on N GPUs with sharded worker groups (FSDP2): fsdp.ranks = N colocated (the "
+                        "reference's layout) unless the recipe sets fsdp, N / groups with fsdp.layout=separate")
     p.set_defaults(func=cmd_train)
 
     r = sub.add_parser("regress", help="check a training run's metric curves against stored bands", epilog=REGRESS_EPILOG,
@@ -171,7 +175,7 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
             raise UserError(f"--plan: worker group {name}: {e}") from None
     # placement: --local = one GPU for all groups; otherwise Ray actors (the trainer's default with a GPU)
     plan = memory_plan(cfg, groups, shapes, gpu_gib=args.gpu_memory or DEFAULT_GPU_GIB, use_ray=not args.local,
-                       prompt_tokens=args.prompt_tokens)
+                       prompt_tokens=args.prompt_tokens, gpus=getattr(args, "gpus", None))
     print(format_plan(plan, cfg.recipe))
     if not plan.fits:
         pk = plan.peak

@@ -9,16 +9,21 @@ F1 and cover-EM against a list of gold answers.
   f1: token-level F1 between normalised answer and gold (an extra column; not in the reference);
   cover_em: a normalised gold occurs in the normalised answer as a whole-token span.
 
-A gold whose normalised text is empty (`The The`, `!!!`, `A+`, `*`: all articles or punctuation)
-is never matched: it is left out of the golds, and a task with no other gold scores 0 on all three
-whatever the answer (otherwise a blank or article-only answer, `<answer></answer>` included, would
-score EM 1 against it, and EM is the RL reward). SQuAD's and the reference's functions do match
-`""` against such a gold; on every other gold the three scores are theirs. `data check` lists the
-tasks that hold such golds (`empty_golds`).
+A gold whose normalised text is empty (`The The`, a band; `A+`; `!!!`: all articles or punctuation) is
+matched by its own spelling: the answer and the gold compared lower-cased, without punctuation,
+spaces collapsed, **articles kept** (`the the` == `The The!`). The reference's EM compares the two
+normalised strings, so it matches such a gold with every answer that normalises to "" too; we keep
+that match except for a blank answer (nothing left but punctuation and spaces, `<answer></answer>`
+included) and an answer of articles other than the gold's (`the`, `a`, `The The The` for `The
+The`), which score 0: EM is the RL reward, and those would teach an empty answer. So a gold of
+punctuation alone (`!!!`, `*`) matches nothing. Against such a gold F1 equals EM, and cover-EM is 0
+(an article occurs in almost any text). `data check` lists the tasks that hold such golds
+(`empty_golds`). On every other gold the three scores are SQuAD's and the reference's.
 """
 
 from __future__ import annotations
 
+import string
 from collections import Counter
 from dataclasses import dataclass
 
@@ -37,6 +42,7 @@ class QAScore:
 # SQuAD normalisation: lower-case, strip punctuation and articles, collapse whitespace. One function,
 # shared with retrieval's answer recall (drmas_retrieval.text), so `Jay-Z` is `jayz` in both.
 normalize_qa = normalize_squad
+_PUNCT = str.maketrans("", "", string.punctuation)  # the punctuation normalize_squad removes
 
 
 def token_f1(pred: str, gold: str) -> float:
@@ -51,28 +57,44 @@ def token_f1(pred: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def spelling(s: str) -> str:
+    """Lower-case, punctuation removed, spaces collapsed, articles kept: how a gold that normalises
+    to "" (`The The`) is compared."""
+    return " ".join(str(s).lower().translate(_PUNCT).split())
+
+
+def _article_golds(golds: list[str]) -> list[str]:
+    """The spellings of the golds that normalise to "" and still have a word (`the the`, `a`)."""
+    return [w for w in (spelling(g) for g in golds if not normalize_qa(g)) if w]
+
+
 def matchable_golds(golds: list[str] | str) -> list[str]:
-    """The normalised golds an answer can match: those whose normalised text is not empty."""
+    """The golds an answer can match, compared as they are: normalised, or spelled (:func:`spelling`)
+    for a gold that normalises to "" but has a word left (`The The` -> `the the`)."""
     if isinstance(golds, str):
         golds = [golds]
-    return [g for g in (normalize_qa(x) for x in golds) if g]
+    return [g for g in (normalize_qa(x) for x in golds) if g] + _article_golds(golds)
 
 
 def empty_golds(golds: list[str] | str) -> list[str]:
-    """The golds (as written) that normalise to the empty string, so nothing ever matches them."""
+    """The golds (as written) that normalise to the empty string (matched by their spelling only)."""
     if isinstance(golds, str):
         golds = [golds]
     return [g for g in golds if not normalize_qa(g)]
 
 
 def grade_qa(answer: str | None, golds: list[str] | str) -> QAScore:
-    """Best EM, F1 and cover-EM of `answer` over `golds` (None, no golds, or only golds that
-    normalise to empty -> all zero)."""
-    normed = matchable_golds(golds)
-    if answer is None or not normed:
+    """Best EM, F1 and cover-EM of `answer` over `golds` (None, no golds, or only golds nothing can
+    match -> all zero). A gold that normalises to "" counts through its spelling (module docstring)."""
+    if isinstance(golds, str):
+        golds = [golds]
+    normed = [g for g in (normalize_qa(x) for x in golds) if g]
+    spelled = _article_golds(golds)
+    if answer is None or not (normed or spelled):
         return QAScore(0.0, 0.0, 0.0)
     pred = normalize_qa(answer)
-    em = float(any(pred == g for g in normed))
-    f1 = max(token_f1(pred, g) for g in normed)
+    by_spelling = float(spelling(answer) in spelled)
+    em = max([float(pred == g) for g in normed] + [by_spelling])
+    f1 = max([token_f1(pred, g) for g in normed] + [by_spelling])
     cover = float(any(f" {g} " in f" {pred} " for g in normed))
     return QAScore(em, f1, cover)

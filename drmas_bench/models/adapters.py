@@ -129,10 +129,11 @@ def resolve_base(layout: AdapterLayout) -> str:
 
 
 def save_adapter(model: Any, name: str, folder: str | os.PathLike, base: str,
-                 record: dict[str, Any] | None = None) -> None:
+                 record: dict[str, Any] | None = None, state: dict[str, Any] | None = None) -> None:
     """Write adapter ``name`` of peft model ``model`` to ``folder`` in peft's format
     (``adapter_config.json`` with ``base_model_name_or_path = base``, ``adapter_model.safetensors``),
-    and ``record`` (``base_record``) as ``base.json`` beside them."""
+    and ``record`` (``base_record``) as ``base.json`` beside them. ``state``: the adapter's tensors
+    under peft's names when the caller has them (a sharded group gathers them), else read from ``model``."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     cfg = model.peft_config[name]
@@ -144,7 +145,8 @@ def save_adapter(model: Any, name: str, folder: str | os.PathLike, base: str,
     (out / ADAPTER_CONFIG).write_text(json.dumps(cfg_dict, indent=2, sort_keys=True, default=str), encoding="utf-8")
     # only the adapter: the frozen base's embedding / output layers are never copied into it (peft would
     # add them whenever lm_head or embed_tokens is a target)
-    state = get_peft_model_state_dict(model, adapter_name=name, save_embedding_layers=False)
+    if state is None:
+        state = get_peft_model_state_dict(model, adapter_name=name, save_embedding_layers=False)
     save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, str(out / ADAPTER_WEIGHTS),
               metadata={"format": "pt"})
     if record is not None:

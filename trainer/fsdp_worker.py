@@ -1,0 +1,251 @@
+"""A worker group sharded over N ranks with FSDP2: one :class:`ShardedWorkerGroup` per rank, each in
+its own process, together one group (``fsdp.ranks`` of a recipe; ``drmas_trainer.fsdp_ray`` places
+them as Ray actors, :func:`drmas_trainer.fsdp.spawn_ranks` as local processes).
+
+    wg = ShardedWorkerGroup("solver", ["solver"], settings, model_path, rank=r, world=N,
+                            init_method="tcp://HOST:PORT", device="auto")
+    await wg.update(rows, ...)     # every rank gets every row and trains on its share
+
+It is :class:`~drmas_trainer.worker.WorkerGroup` with the policy sharded (``drmas_trainer.fsdp``)
+and the hooks that make the update data parallel:
+
+- **rows**: every rank receives all of the group's rows and shuffles them identically; each
+  agent's rows of a mini-batch are cut into ``world`` contiguous pieces, rank r takes piece r and
+  forms its micro-batches of ``micro_batch_size`` rows. Ranks with fewer micro-batches run
+  padding ones (a real row, loss weight 0), so every rank runs as many forwards and backwards as
+  the others (FSDP's collectives pair them up). Weights are the single-process ones (a micro-batch's
+  tokens or rows over the whole mini-batch's), so the reduced gradient is the mini-batch's.
+- **norms**: the global gradient norm (for clipping and logging) and the per-agent norms of a shared
+  group are sums of squares over each rank's shard, all-reduced; clipping scales every shard by
+  the same ``min(1, clip / (norm + 1e-6))`` as ``torch.nn.utils.clip_grad_norm_``.
+- **non-finite steps**: a rank that meets a non-finite loss goes on (the others are waiting in
+  collectives); the ranks agree on skipping the step by an all-reduce of the flag.
+- **metrics**: the loss metrics' weighted sums are all-reduced (``ratio_max``: maximised), so every
+  rank returns the group's figures; recomputed old log-probs are gathered from all ranks.
+- **weights out**: ``named_weights`` all-gathers one tensor at a time (``full_tensor``), so each
+  rank's engine gets the full weights bucket by bucket (the engine packs them), never the whole
+  model at once; LoRA groups gather the adapters only.
+- **save**: rank 0 writes the consolidated HF folder (what ``eval --model`` loads) from tensors
+  gathered one at a time; the optimiser state is written per rank with
+  ``torch.distributed.checkpoint`` (``drmas_trainer.fsdp_ckpt``), loadable with any rank count.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import math
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from drmas_bench.checkpoints import is_url
+from drmas_bench.models.adapters import BASE_FILE, base_record, save_adapter
+from drmas_bench.types import UserError
+from drmas_trainer import fsdp, lora
+from drmas_trainer.config import AgentConfig
+from drmas_trainer.logprobs import pack_rows
+from drmas_trainer.optim import local
+from drmas_trainer.rows import chunks, split
+from drmas_trainer.worker import WorkerGroup
+
+__all__ = ["ShardedWorkerGroup"]
+
+
+def _is_dtensor(t: Any) -> bool:
+    return hasattr(t, "full_tensor")
+
+
+class ShardedWorkerGroup(WorkerGroup):
+    """Rank ``rank`` of a worker group of ``world`` ranks (module docstring).
+
+    Args:
+        rank, world: this process's rank and the group's size.
+        init_method: ``tcp://HOST:PORT`` where rank 0 listens (the same for all ranks).
+        backend: ``auto`` (NCCL on CUDA, gloo on CPU), ``nccl`` or ``gloo``.
+        reshard_after_forward: free each unit's gathered parameters after its forward (FSDP2).
+        The rest: as :class:`~drmas_trainer.worker.WorkerGroup`.
+    """
+
+    def __init__(self, name: str, agents: list[str], settings: AgentConfig, model_path: str, *, rank: int,
+                 world: int, init_method: str, backend: str = "auto", reshard_after_forward: bool = True,
+                 **kwargs: Any) -> None:
+        device = kwargs.get("device", "auto")
+        dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                           "cpu" if device == "auto" else device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        kwargs["device"] = str(dev)
+        fsdp.init_group(rank, world, init_method, dev, backend)
+        self.rank, self.world = rank, world
+        self._grad_scale = float(world)  # FSDP averages over the ranks; the sum is the mini-batch's gradient
+        self._reshard = reshard_after_forward
+        super().__init__(name, agents, settings, model_path, **kwargs)
+
+    # ------------------------------------------------------------------ hooks of WorkerGroup
+
+    def _wrap_policy(self) -> None:
+        self._root = fsdp.shard_policy(self.policy, self.world, self.device, bf16=self.compute_dtype == torch.bfloat16,
+                                       reshard_after_forward=self._reshard)
+        if self.adapters:  # fully_shard replaced the parameters: the adapters' lists are the new ones
+            self.adapter_params = {n: lora.adapter_params(self.policy, n) for n in self.adapters}
+
+    def _share(self, items: list) -> list[tuple[list, bool]]:
+        mbs = self.settings.micro_batch_size
+        pieces = split(items, self.world)
+        mine = pieces[self.rank] if self.rank < len(pieces) else []
+        n = max((math.ceil(len(p) / mbs) for p in pieces), default=0)
+        out = [(c, True) for c in chunks(mine, mbs)]
+        return out + [(items[:1], False)] * (n - len(out))
+
+    def _all_sum(self, values: list[float]) -> list[float]:
+        return fsdp.all_reduce(values) if values else []
+
+    def _all_max(self, values: list[float]) -> list[float]:
+        return fsdp.all_reduce(values, op="max") if values else []
+
+    def _merge_rows(self, out: list[list[float]]) -> list[list[float]]:
+        merged = [list(x) for x in out]
+        for theirs in fsdp.all_gather_objects(out):
+            for k, lp in enumerate(theirs):
+                if lp and not merged[k]:
+                    merged[k] = lp
+        return merged
+
+    def _full(self, t: Tensor) -> Tensor:
+        return t.full_tensor() if _is_dtensor(t) else t  # type: ignore[attr-defined]
+
+    def _logprobs(self, batch: dict[str, Tensor], **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+        return self._root(batch, **kwargs)
+
+    def _clip_grads(self) -> float:
+        """The pre-clip global norm over every rank's shard; full weights clipped against
+        ``grad_clip``, LoRA each adapter against its own (as WorkerGroup)."""
+        sets = ([(self.params, self.settings.grad_clip)] if not self.adapters else
+                [(ps, self.adapters[n].grad_clip) for n, ps in self.adapter_params.items()])
+        sq = self._all_sum([sum(float(local(p.grad).double().square().sum()) for p in ps if p.grad is not None)
+                            for ps, _ in sets])
+        for (ps, clip), s in zip(sets, sq):
+            coef = min(1.0, clip / (math.sqrt(s) + 1e-6)) if clip > 0 and math.isfinite(s) else 1.0
+            if coef < 1.0:
+                for p in ps:
+                    if p.grad is not None:
+                        local(p.grad).mul_(coef)
+        return math.sqrt(sum(sq))
+
+    async def score_rows(self, rows: list[Any], *, recompute: bool = True, reference: bool = False) -> dict[str, Any]:
+        out = await super().score_rows(rows, recompute=recompute)
+        if reference:  # KL in the reward: the frozen reference policy's log-probs, each rank its share
+            out["ref_logprobs"] = self._reference_logprobs(rows)
+        return out
+
+    def _reference_logprobs(self, rows: list[Any]) -> list[list[float]]:
+        """``drmas_trainer.reference_policy``'s log-probs with the rows split over the ranks. LoRA:
+        the frozen base is the sharded policy with its adapters off, run through the FSDP root (every
+        rank as many forwards); full weights: each rank's unsharded frozen copy on its share."""
+        from drmas_trainer.reference_policy import reference_logprobs
+
+        out: list[list[float]] = [[] for _ in rows]
+        live = [k for k, r in enumerate(rows) if r.response_ids]
+        if not self.adapters:
+            pieces = split(live, self.world)
+            mine = pieces[self.rank] if self.rank < len(pieces) else []
+            for k, lp in zip(mine, reference_logprobs(self, [rows[k] for k in mine])):
+                out[k] = lp
+            return self._merge_rows(out)
+        with torch.no_grad(), self.policy.disable_adapter():
+            for micro, real in self._share(live):
+                batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
+                                  self.pad_id, self.device)
+                with self._autocast():
+                    logp, _ = self._logprobs(batch, chunk=self.settings.logprob_chunk)
+                logp = logp.float().cpu()
+                for b, k in enumerate(micro if real else []):
+                    out[k] = logp[b, : len(rows[k].response_ids)].tolist()
+        return self._merge_rows(out)
+
+    def adapter_weights(self) -> Iterator[tuple[str, dict[str, Any], dict[str, Tensor]]]:
+        for name, config, tensors in super().adapter_weights():
+            yield name, config, {k: self._full(v) for k, v in tensors.items()}
+
+    # ------------------------------------------------------------------ state
+
+    def _full_state(self) -> dict[str, Tensor]:
+        """The policy's state dict gathered one tensor at a time; rank 0 keeps host copies, the
+        other ranks only take part in the gathers."""
+        out: dict[str, Tensor] = {}
+        for k, v in self.policy.state_dict().items():
+            full = self._full(v).detach()
+            if self.rank == 0:
+                out[k] = full.to("cpu", copy=True)
+            del full
+        return out
+
+    async def save(self, folder: str, optimizer_path: str | None = None) -> None:
+        """Rank 0: the consolidated HF folder (or a LoRA group's adapters); every rank: its shard of
+        the optimiser state (``drmas_trainer.fsdp_ckpt``). Every rank must call it."""
+        if is_url(folder) or (optimizer_path is not None and is_url(optimizer_path)):
+            raise UserError(f"worker group {self.name}: a sharded group ({self.world} ranks) saves into a folder all "
+                            f"its ranks share; an fsspec URL checkpoint root is not supported for it")
+        if not self.weights_finite():
+            raise RuntimeError(f"worker group {self.name}: refusing to checkpoint non-finite weights")
+        if self.adapters:  # each engine start folder is written per rank; the checkpoint by rank 0
+            self._save_adapters(folder, write=self.rank == 0)
+        else:
+            state = self._full_state()
+            if self.rank == 0:
+                os.makedirs(folder, exist_ok=True)
+                self.policy.save_pretrained(folder, state_dict=state, safe_serialization=True)
+                self.tokenizer.save_pretrained(folder)
+            del state
+        if optimizer_path is not None:
+            from drmas_trainer.fsdp_ckpt import save_sharded_optimizer
+
+            save_sharded_optimizer(self, optimizer_path)
+        dist.barrier()
+
+    def _gathered_adapters(self) -> dict[str, dict[str, Tensor]]:
+        """Every adapter's float32 tensors, gathered (every rank must call it)."""
+        return {name: {k: self._full(v).detach().cpu() for k, v in lora.adapter_tensors(self.policy, name).items()}
+                for name in self.adapters}
+
+    def _save_adapters(self, folder: str, base: str | None = None, write: bool = True) -> None:
+        """A LoRA group's model folder (as WorkerGroup's) from the gathered adapters; ``write``
+        False: only take part in the gathers (ranks other than 0 when saving a checkpoint)."""
+        gathered = self._gathered_adapters()
+        if not write:
+            return
+        record = base_record(str(base or self.base_ref))
+        os.makedirs(folder, exist_ok=True)
+        for name, tensors in gathered.items():
+            save_adapter(self.policy, name, os.path.join(folder, name), record["name"], record, state=tensors)
+        self.tokenizer.save_pretrained(folder)
+        with open(os.path.join(folder, BASE_FILE), "w", encoding="utf-8") as f:
+            _json.dump(record, f, indent=1, sort_keys=True)
+
+    async def load_optimizer(self, path: str) -> None:
+        """Restore optimiser state written by a sharded group (any rank count) or by a
+        single-process group (its full state, cut into this rank's shards)."""
+        from drmas_trainer.fsdp_ckpt import load_plain_optimizer
+
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if "shards" in state:
+            await super().load_optimizer(path)
+            return
+        load_plain_optimizer(self, state["optimizer"])
+        self.optimizer_steps = int(state["optimizer_steps"])
+        self.skipped_steps = int(state["skipped_steps"])
+
+    async def info(self) -> dict[str, Any]:
+        out = await super().info()
+        out.update(rank=self.rank, world=self.world, backend=dist.get_backend(),
+                   params=sum(p.numel() for p in self.params))  # numel of a DTensor is the full size
+        return out
+
+    async def close(self) -> None:
+        await super().close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
