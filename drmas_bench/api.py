@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -198,16 +199,33 @@ async def run_on_pool(p: Plan, store: RunDir, call_cache: CallCache | None, retr
         await pool.__aexit__(None, None, None)
 
 
+def summary_inputs(p: Plan) -> dict[str, Any]:
+    """What summary.json depends on besides the selected records and the run's own clock and counters
+    (the part a re-opened run with nothing to do may reuse: ``RunDir.kept_summary``)."""
+    prices = dataclasses.asdict(p.prices) if p.prices is not None else None
+    if prices is not None:
+        prices.pop("unpriced")  # filled while summarizing
+    return {"prices": prices, "workflow": p.wf.name, "protocol": p.protocol_info, "grader": p.grader,
+            "cache_dir": p.call_cache_dir}
+
+
 def write_summary(p: Plan, store, stats, pool_stats: dict) -> Summary:
     """summary.json / summary.md of the run directory's selected records (metrics.summarize), with the
-    run, pool, protocol, grader and provenance sections."""
+    run, pool, protocol, grader and provenance sections. A re-opened run that ran nothing, whose
+    samples, selection and summary inputs are those its summary.json was computed from
+    (``RunDir.kept_summary``), keeps that summary's figures and only renews its run, pool and
+    provenance sections: samples.jsonl is not read."""
     from drmas_bench.report.markdown import run_summary_markdown
 
     cfg, team, wf, tasks = p.cfg, p.team, p.wf, p.tasks
     out = store.path
 
-    records = store.selected()  # the selection leaderboard and cost read too (store.select_records)
-    summary = metrics.summarize(records, prices=p.prices, workflow=wf.name)
+    key = store.summary_key(summary_inputs(p))
+    kept = store.kept_summary(key) if stats.episodes == 0 and not stats.stopped and not stats.limits else None
+    # the selection (leaderboard and cost read it too) as views of the compact records, read once: the
+    # metrics, protocol and cache sections all walk them
+    records: list[Any] = [] if kept is not None else store.compact_views()
+    summary = kept if kept is not None else metrics.summarize(records, prices=p.prices, workflow=wf.name)
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       # a run limit stopped it: which, and how many of the planned samples are finished
                       **({"stopped": {**stats.stopped, "samples_finished": len(records),
@@ -221,14 +239,15 @@ def write_summary(p: Plan, store, stats, pool_stats: dict) -> Summary:
                       "team": {a: {"worker_group": wg, "model": team.worker_groups[wg].model}
                                for a, wg in team.agents.items()}}
     summary["pool"] = pool_stats
-    summary["protocol"] = protocol_summary(records, p.protocol_info)
-    summary["grader"] = p.grader
-    summary["cache"] = cache_summary(records, p.call_cache_dir)  # None when off (and no kept call came from a cache)
+    if kept is None:
+        summary["protocol"] = protocol_summary(records, p.protocol_info)
+        summary["grader"] = p.grader
+        summary["cache"] = cache_summary(records, p.call_cache_dir)  # None when off (and no kept call came from a cache)
     # the engines have imported torch by now: the GPUs are known without a probe of their own
     summary["provenance"] = {**p.provenance, "hardware": hardware(), "finished_at": utc_now(),
                              "duration_s": round(time.monotonic() - p.t0, 2)}
     md = run_summary_markdown(summary)
-    store.write_summary(summary, md)
+    store.write_summary(summary, md, key)
     logger.info(f"\n[eval] {stats.episodes} episodes run, {stats.skipped} resumed from disk, {stats.wall_s:.1f} s; "
                 f"summary in {out}/summary.md")
     return Summary(summary, md, out)

@@ -45,13 +45,18 @@ import json
 import logging
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import yaml
 
+from drmas_bench import compact
+from drmas_bench.compact import COMPACT
 from drmas_bench.files import atomic_write, fingerprint, inside
 from drmas_bench.log import write_traceback
+from drmas_bench.records import RecordView, view
+from drmas_bench.run_index import INDEX, SampleIndex, cut_partial_line, signature
 from drmas_bench.types import Trajectory, UserError
 
 logger = logging.getLogger(__name__)
@@ -60,6 +65,7 @@ CONFIG = "config.yaml"
 SAMPLES = "samples.jsonl"
 QUARANTINE = "samples.jsonl.quarantine"  # unreadable lines moved aside by `drmas-bench runs repair`
 LOCK = ".lock"
+SUMMARY_KEY = ".summary-key"  # what summary.json was computed from (RunDir.summary_key)
 ERROR_LOG = "error.log"
 
 
@@ -127,25 +133,29 @@ def read_samples(path: str | os.PathLike, missing_ok: bool = False) -> list[dict
     return list(by_key.values())
 
 
-def select_records(records: Iterable[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The records a run directory reports: those of ``config``'s selection (its ``benchmarks``, its
-    ``question_ids`` where a ``limit`` chose some, sample indices below its ``n``). The one
-    selection of the summary, the leaderboard and the cost tables, so all three say the same."""
+def selection_test(config: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
+    """Whether a record is in ``config``'s selection (``select_records``), as a function of the record."""
     benches = {str(b) for b in config.get("benchmarks") or []}
     n = int(config.get("n") or 0)
     chosen = config.get("question_ids")
     ids = {str(b): {str(i) for i in v} for b, v in chosen.items()} if isinstance(chosen, dict) else {}
-    out = []
-    for r in records:
+
+    def selected(r: dict[str, Any]) -> bool:
         b = str(r["task"]["benchmark"])
         if benches and b not in benches:
-            continue
+            return False
         if n > 0 and int(r["sample_idx"]) >= n:
-            continue
-        if b in ids and str(r["task"]["id"]) not in ids[b]:
-            continue
-        out.append(r)
-    return out
+            return False
+        return not (b in ids and str(r["task"]["id"]) not in ids[b])
+
+    return selected
+
+
+def select_records(records: Iterable[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records a run directory reports: those of ``config``'s selection (its ``benchmarks``, its
+    ``question_ids`` where a ``limit`` chose some, sample indices below its ``n``). The one
+    selection of the summary, the leaderboard and the cost tables, so all three say the same."""
+    return list(filter(selection_test(config), records))
 
 
 def selection_of(config: dict[str, Any]) -> tuple:
@@ -179,6 +189,15 @@ def run_stamp(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
 def _agent_wg(team: dict[str, Any], agent: str) -> str | None:
     v = (team.get("agents") or {}).get(agent)
     return v.get("wg") if isinstance(v, dict) else v
+
+
+def mismatch_signature(rec: dict[str, Any]) -> str:
+    """A hash of everything ``sample_mismatch`` reads of ``rec`` (its benchmark, each turn's agent,
+    worker group and ``STAMP_SAMPLING`` values, its run stamp): two records with one signature get
+    the same answer from it, so a resume checks one record per signature (``run_index``)."""
+    turns = [(t.get("agent"), t.get("wg"), {k: v for k, v in ((t.get("request") or {}).get("sampling") or {}).items()
+                                            if k in STAMP_SAMPLING}) for t in rec.get("turns") or ()]
+    return signature([str(rec["task"]["benchmark"]), turns, rec.get("run")])
 
 
 def sample_mismatch(rec: dict[str, Any], config: dict[str, Any], stamps: dict[str, dict] | None = None) -> list[str]:
@@ -352,10 +371,14 @@ class RunDir:
         self.samples_path = self.path / SAMPLES
         cfg_path = self.path / CONFIG
         if fresh:
-            for name in (SAMPLES, "summary.json", "summary.md", CONFIG):
+            for name in (SAMPLES, INDEX, COMPACT, SUMMARY_KEY, "summary.json", "summary.md", CONFIG):
                 (self.path / name).unlink(missing_ok=True)
         self._repair_tail()
-        kept = numbered_samples(self.samples_path) if self.samples_path.is_file() else []
+        self.index = SampleIndex(self.path, self.samples_path, self._indexed_line, mismatch_signature).load()
+        self._appended = False
+        if compact.lines_in(self.path / COMPACT) != len(self.index):  # missing, older, or behind samples.jsonl
+            compact.rebuild(self.path / COMPACT, self._each_record(), self.config.get("workflow"))
+        kept = len(self.index)
         old: dict[str, Any] | None = None
         if cfg_path.exists() and kept:  # without finished samples there is nothing to mix
             try:
@@ -384,15 +407,35 @@ class RunDir:
                 (self.path / name).unlink(missing_ok=True)
         atomic_write(cfg_path, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
 
-    def _check_kept(self, kept: list[tuple[int, dict[str, Any]]], config: dict[str, Any], config_missing: bool) -> None:
+    def _each_record(self) -> Iterable[dict[str, Any]]:
+        """samples.jsonl's records one at a time, in file order (its lines were checked by the index)."""
+        if not self.samples_path.is_file():
+            return
+        with open(self.samples_path, "rb") as f:
+            for raw in f:
+                rec = parse_sample_line(raw) if raw.endswith(b"\n") and raw.strip() else None
+                if rec is not None:
+                    yield rec
+
+    def _indexed_line(self, raw: bytes, lineno: int) -> dict[str, Any] | None:
+        """The index's reader of samples.jsonl lines: a record, or one UserError naming the repair."""
+        rec = parse_sample_line(raw)
+        if rec is None:
+            raise UserError(f"{self.samples_path}:{lineno}: not a trajectory record (corrupt line); "
+                            f"{repair_hint(self.path)}")
+        return rec
+
+    def _check_kept(self, kept: int, config: dict[str, Any], config_missing: bool) -> None:
         """Every kept sample must belong to the run ``config`` describes (``sample_mismatch``); with
-        config.yaml gone, the samples' stamps are the only record, so each must carry one."""
+        config.yaml gone, the samples' stamps are the only record, so each must carry one. Samples
+        alike in everything the check reads share a signature (``run_index.signature``): the first
+        sample of each is read and checked, not every sample."""
         stamps: dict[str, dict] = {}
-        for lineno, rec in kept:
+        for lineno, rec in self.index.representatives():
             diffs = sample_mismatch(rec, config, stamps)
             b, tid, idx = sample_key(rec)
             where = f"{self.samples_path}:{lineno}: sample ({b}, {tid}, {idx})"
-            fix = f"choose another --out, or pass --fresh to discard the {len(kept)} kept samples"
+            fix = f"choose another --out, or pass --fresh to discard the {kept} kept samples"
             if diffs:
                 gone = "; config.yaml is missing, so nothing else says what made them" if config_missing else ""
                 raise UserError(f"{where} was not made by this configuration (it has {', '.join(diffs[:3])}){gone}; {fix}")
@@ -403,7 +446,7 @@ class RunDir:
         if config_missing and kept:
             logger.info(
                 f"[eval] {self.path / CONFIG} was missing: rebuilt from this command, whose stamp all "
-                f"{len(kept)} kept samples carry")
+                f"{kept} kept samples carry")
 
     def close(self) -> None:
         """Release the run directory's lock (also released when the process exits)."""
@@ -416,16 +459,8 @@ class RunDir:
     # ------------------------------------------------------------------------------- samples
 
     def _repair_tail(self) -> None:
-        """Drop a trailing partial line left by a kill during an append."""
-        p = self.samples_path
-        if not p.exists() or p.stat().st_size == 0:
-            return
-        with open(p, "rb+") as f:
-            data = f.read()
-            if data.endswith(b"\n"):
-                return
-            cut = data.rfind(b"\n") + 1  # 0 when the only line is partial
-            f.truncate(cut)
+        """Drop a trailing partial line left by a kill during an append (``run_index.cut_partial_line``)."""
+        cut_partial_line(self.samples_path)
 
     def records(self) -> list[dict[str, Any]]:
         """Every finished trajectory as a dict (`read_samples`: the last copy wins if a key repeats)."""
@@ -435,30 +470,86 @@ class RunDir:
         """The records this run reports (``select_records`` over its configuration)."""
         return select_records(self.records(), self.config)
 
+    def compact_views(self) -> list[RecordView]:
+        """``selected`` as views of RUN/records.compact.jsonl (``drmas_bench.compact``), read a line at a
+        time: what summaries read. A view keeps no run stamp, no requests, and as ``raw`` the figures only."""
+        path = self.path / COMPACT
+        selected = selection_test(self.config)
+        by_key: dict[tuple, RecordView] = {}
+
+        def keep(rec: dict[str, Any]) -> None:
+            if selected(rec):  # the last copy of a key wins, in the place of the first (read_samples)
+                rec.pop("run", None)  # neither the stamp nor each call's request (sampling) is summarized
+                for t in rec.get("turns") or ():
+                    if isinstance(t, dict):
+                        t.pop("request", None)
+                by_key[sample_key(rec)] = replace(view(rec), raw={"figures": rec["figures"]} if "figures" in rec else {})
+
+        if not path.exists():
+            for rec in self.selected():
+                keep(compact.compact(rec, self.config.get("workflow")))
+        else:
+            with open(path, "rb") as f:
+                f.readline()
+                for raw in f:
+                    keep(json.loads(raw))
+        return list(by_key.values())
+
     def done_keys(self) -> set[tuple[str, str, int]]:
+        """The (benchmark, task id, sample index) of every finished sample: from the index while
+        nothing was appended since the run directory was opened (samples.jsonl is not read)."""
+        if not self._appended:
+            return set(self.index.opened_keys)
         return {sample_key(r) for r in self.records()}
 
     def append(self, trajectories: Iterable[Trajectory], with_tokens: bool = False) -> int:
         """Append finished trajectories, each with its run stamp, and flush them to disk (one write,
         one fsync)."""
         stamps: dict[str, dict[str, Any]] = {}
-        lines = []
+        recs, lines = [], []
         for t in trajectories:
             stamp = stamps.get(t.task.benchmark) or stamps.setdefault(t.task.benchmark, run_stamp(self.config, t.task.benchmark))
-            lines.append(json.dumps({**t.to_dict(with_tokens), "run": stamp}, ensure_ascii=False) + "\n")
+            recs.append({**t.to_dict(with_tokens), "run": stamp})
+            lines.append(json.dumps(recs[-1], ensure_ascii=False).encode("utf-8"))
         if not lines:
             return 0
-        with open(self.samples_path, "a", encoding="utf-8") as f:
-            f.write("".join(lines))
+        with open(self.samples_path, "ab") as f:
+            f.write(b"".join(raw + b"\n" for raw in lines))
             f.flush()
             os.fsync(f.fileno())
+            end = f.tell()
+        self._appended = True
+        compact.append(self.path / COMPACT, recs, self.config.get("workflow"))
+        self.index.add(recs, lines, end)  # after the samples are safe: a kill in between re-indexes the tail
         return len(lines)
 
     # ------------------------------------------------------------------------------- summary
 
-    def write_summary(self, summary: dict[str, Any], markdown: str) -> None:
-        atomic_write(self.path / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False, default=str))
+    def summary_key(self, inputs: dict[str, Any]) -> str:
+        """A hash of what summary.json's figures are computed from: the samples (the index's state),
+        the configuration's selection and ``inputs`` (prices, workflow, grader, ...)."""
+        return fingerprint({"samples": self.index.state(), "selection": selection_of(self.config), "inputs": inputs})
+
+    def kept_summary(self, key: str) -> dict[str, Any] | None:
+        """summary.json as written with ``key`` (``write_summary``), or None: another key, no key, or
+        a summary that cannot be read."""
+        try:
+            if (self.path / SUMMARY_KEY).read_text(encoding="utf-8").strip() != key:
+                return None
+            doc = json.loads((self.path / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def write_summary(self, summary: dict[str, Any], markdown: str, key: str | None = None) -> None:
+        """Write summary.json and summary.md; with ``key`` (``summary_key``), also RUN/.summary-key, so
+        that the same summary may be reused: only when summary.json reads back as exactly ``summary``."""
+        (self.path / SUMMARY_KEY).unlink(missing_ok=True)
+        text = json.dumps(summary, indent=2, ensure_ascii=False, default=str)
+        atomic_write(self.path / "summary.json", text)
         atomic_write(self.path / "summary.md", markdown)
+        if key is not None and json.loads(text) == summary:
+            atomic_write(self.path / SUMMARY_KEY, key + "\n")
 
 
 # ------------------------------------------------------------------------------- repair

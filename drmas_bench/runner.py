@@ -1,15 +1,21 @@
 """Run many episodes concurrently, grade them, and append them to a run directory.
 
-Thousands of episode coroutines run at once (bounded by `concurrency`); each agent call awaits its
-engine, whose micro-batcher gathers whatever is pending into one batched forward. Finished
-trajectories are graded and appended in batches of `flush_every` (or every `flush_s` seconds,
-whichever comes first), so a kill loses at most the episodes still in flight, which a re-run recomputes identically (per-request seeds).
+Up to `concurrency` episode coroutines run at once; each agent call awaits its engine, whose
+micro-batcher gathers whatever is pending into one batched forward. Episodes are made one by one as
+slots free (never the whole run up front), so memory does not grow with the run's size. Finished
+trajectories go to a ``Recorder``, whose own threads grade them and append them in batches of
+`flush_every` (at most 64) or once the oldest has waited `flush_s` (at most 1 s), and then drop them;
+retrievals keep asyncio's default thread pool, so they never delay a write. A kill therefore loses at
+most the episodes in flight plus those in the recorder's two queues (no episode starts while
+``MAX_UNWRITTEN`` finished ones wait, so at most ``MAX_UNWRITTEN`` + `concurrency` in all), which a
+re-run recomputes identically (per-request seeds).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -17,10 +23,17 @@ from drmas_bench.agents.team import TeamSpec
 from drmas_bench.calls import CallChain
 from drmas_bench.grading.families import grade_family
 from drmas_bench.limits import LimitReached
+from drmas_bench.recorder import Recorder
 from drmas_bench.run_dir import RunDir
 from drmas_bench.tasks.catalog import BENCHMARKS, known_names
 from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory
 from drmas_bench.workflows.base import Episode, WorkflowSpec
+
+# a finished episode is on disk within MAX_FLUSH_S seconds or MAX_FLUSH_EVERY episodes (a smaller
+# flush_every / flush_s wins); no new episode starts while MAX_UNWRITTEN finished ones wait for the disk
+MAX_FLUSH_EVERY = 64
+MAX_FLUSH_S = 1.0
+MAX_UNWRITTEN = 64
 
 
 class TeamRuntime:
@@ -134,8 +147,8 @@ class EpisodeRun:
     workflow_options: dict[str, Any] = field(default_factory=dict)
     calls: CallChain | None = None
     concurrency: int = 256
-    flush_every: int = 32
-    flush_s: float = 30.0
+    flush_every: int = 32  # a finished trajectory is written within flush_every episodes or flush_s seconds
+    flush_s: float = 1.0  # (at most MAX_FLUSH_EVERY / MAX_FLUSH_S, whatever is asked)
     progress: bool = True
     want_logprobs: bool = False
     on_finished: Callable[[list[Trajectory]], None] | None = None
@@ -153,12 +166,14 @@ async def run_episodes(tasks: list[Task], n: int, ctx: EpisodeRun) -> RunStats:
     gate = ctx.calls.meter if ctx.calls is not None else None
     opts = {**wf.defaults, **ctx.workflow_options}
     done = store.done_keys() if store is not None else set()
-    todo = [(t, i) for t in tasks for i in range(n) if (t.benchmark, t.id, i) not in done]
-    stats = RunStats(skipped=len(tasks) * n - len(todo))
+    total = len(tasks) * n
+    todo_count = total - sum(1 for t in tasks for i in range(n) if (t.benchmark, t.id, i) in done) if done else total
+    todo = ((t, i) for t in tasks for i in range(n) if (t.benchmark, t.id, i) not in done)  # made as slots free
+    stats = RunStats(skipped=total - todo_count)
     t0 = time.perf_counter()
-    sem = asyncio.Semaphore(max(1, ctx.concurrency))
+    width = max(1, ctx.concurrency)
 
-    bar = tqdm(total=len(todo), desc="episodes", unit="ep", disable=not ctx.progress, dynamic_ncols=True)
+    bar = tqdm(total=todo_count, desc="episodes", unit="ep", disable=not ctx.progress, dynamic_ncols=True)
     calls, call_tokens, last_shown = 0, 0, 0.0
 
     def show(force: bool = False) -> None:
@@ -177,77 +192,86 @@ async def run_episodes(tasks: list[Task], n: int, ctx: EpisodeRun) -> RunStats:
     backend = _CountingRuntime(runtime, on_call) if ctx.progress else runtime
 
     async def one(task: Task, idx: int) -> Trajectory | None:
-        async with sem:
-            traj, started = None, False
-            try:
-                if gate is not None:
-                    await gate.start_episode()
-                    started = True
-                ep = Episode(task, idx, backend, wf.agents, seed=ctx.seed, retriever=ctx.retriever,
-                             want_logprobs=ctx.want_logprobs, training_step=ctx.step)
-                await wf.fn(ep, **opts)
-                traj = ep.finish()
-            except LimitReached as e:  # no call starts past a limit: this episode is abandoned, never written half
-                stats.stopped = stats.stopped or e.stop
-            finally:
-                if started and gate is not None:
-                    await gate.end_episode(traj)
-            return traj
-
-    buffer: list[Trajectory] = []
-    last_flush = time.perf_counter()
-
-    async def flush() -> None:
-        nonlocal last_flush
-        last_flush = time.perf_counter()
-        if not buffer:
-            return
-        batch = list(buffer)
-        buffer.clear()
-        grading = asyncio.ensure_future(asyncio.to_thread(grade_trajectories, batch, wf.family, 5.0, ctx.math_grader,
-                                                               wf.round1_answer))
+        traj, started = None, False
         try:
-            await asyncio.shield(grading)
-        except asyncio.CancelledError:  # stopped (Ctrl-C, SIGTERM) while grading: finish this batch and keep it
-            await grading
-            store_batch(batch)
-            raise
-        store_batch(batch)
+            if gate is not None:
+                await gate.start_episode()
+                started = True
+            ep = Episode(task, idx, backend, wf.agents, seed=ctx.seed, retriever=ctx.retriever,
+                         want_logprobs=ctx.want_logprobs, training_step=ctx.step)
+            await wf.fn(ep, **opts)
+            traj = ep.finish()
+        except LimitReached as e:  # no call starts past a limit: this episode is abandoned, never written half
+            stats.stopped = stats.stopped or e.stop
+        finally:
+            if started and gate is not None:
+                await gate.end_episode(traj)
+        return traj
 
-    def store_batch(batch: list[Trajectory]) -> None:
+    def grade(batch: list[Trajectory]) -> None:  # the recorder's grader thread
+        grade_trajectories(batch, wf.family, 5.0, ctx.math_grader, wf.round1_answer)
         if ctx.calls is not None and ctx.calls.prices is not None:
             for t in batch:
                 t.cost_usd = ctx.calls.cost(t)
-        if store is not None:
-            store.append(batch, with_tokens=ctx.want_logprobs)
-        if ctx.on_finished is not None:
-            ctx.on_finished(batch)
 
-    pending = [asyncio.create_task(one(t, i)) for t, i in todo]
-    taken: set[int] = set()  # id() of every trajectory put in the buffer
+    write = (lambda batch: store.append(batch, with_tokens=ctx.want_logprobs)) if store is not None else None
+    recorder = Recorder(grade, write, flush_every=min(ctx.flush_every, MAX_FLUSH_EVERY),
+                        flush_s=min(ctx.flush_s, MAX_FLUSH_S), max_unwritten=MAX_UNWRITTEN, after_write=ctx.on_finished)
+    finished: deque[asyncio.Future] = deque()  # done episodes, in the order they finished
+    wake = asyncio.Event()
+
+    def finished_one(fut: asyncio.Future) -> None:
+        finished.append(fut)
+        wake.set()
+
+    running: set[asyncio.Future] = set()
+
+    def take(fut: asyncio.Future) -> None:
+        running.discard(fut)
+        if fut.cancelled():
+            return
+        traj = fut.result()  # an episode's error is raised here, after what finished before it is kept
+        if traj is None:  # abandoned at a run limit
+            return
+        recorder.put(traj)
+        stats.episodes += 1
+        stats.tokens += sum(tu.completion.completion_tokens for tu in traj.turns)
+        stats.engine_calls += len(traj.turns)
+        show(force=True)
+        bar.update(1)
+
     try:
-        for fut in asyncio.as_completed(pending):
-            traj = await fut
-            if traj is None:  # abandoned at a run limit
+        exhausted = False
+        while True:
+            while not exhausted and len(running) < width and recorder.unwritten < MAX_UNWRITTEN:
+                nxt = next(todo, None)
+                if nxt is None:
+                    exhausted = True
+                    break
+                fut = asyncio.ensure_future(one(*nxt))
+                fut.add_done_callback(finished_one)
+                running.add(fut)
+            if not running and exhausted:
+                break
+            if not running:  # the window is full of unwritten work: wait for the writer
+                await recorder.room()
                 continue
-            buffer.append(traj)
-            taken.add(id(traj))
-            stats.episodes += 1
-            stats.tokens += sum(tu.completion.completion_tokens for tu in traj.turns)
-            stats.engine_calls += len(traj.turns)
-            show(force=True)
-            bar.update(1)
-            if len(buffer) >= ctx.flush_every or time.perf_counter() - last_flush > ctx.flush_s:
-                await flush()
+            await wake.wait()
+            wake.clear()
+            while finished:
+                take(finished.popleft())
     finally:
-        for p in pending:
+        for p in running:
             p.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        # episodes that finished while the loop waited elsewhere (a flush, a failed episode, a stop)
-        buffer.extend(p.result() for p in pending
-                      if p.done() and not p.cancelled() and p.exception() is None and p.result() is not None
-                      and id(p.result()) not in taken)
-        await flush()  # keep every episode that finished, also when another one failed or the run was stopped
-        bar.close()
-        stats.wall_s = time.perf_counter() - t0
+        await asyncio.gather(*running, return_exceptions=True)
+        # episodes that finished while the loop waited elsewhere (a failed episode, a stop)
+        for ended in dict.fromkeys(finished):
+            if ended.done() and not ended.cancelled() and ended.exception() is None and ended.result() is not None:
+                recorder.put(ended.result())
+        finished.clear()
+        try:
+            await recorder.finish()  # every episode that finished is written, also when another failed or the run was stopped
+        finally:
+            bar.close()
+            stats.wall_s = time.perf_counter() - t0
     return stats

@@ -139,7 +139,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     metrics = report.parse_metrics(args.metric)
     if args.n_boot < 1:
         raise UserError("--n-boot must be at least 1")
-    runs = report.load_runs(args.runs)
+    runs = report.load_runs(args.runs, compact=True)  # figures only: no prompt or passage is read
     paper = None if args.no_paper else report.load_paper(args.paper, required=bool(args.paper))
     tables = report.build_leaderboard(runs, metrics, ci=args.ci, paper=paper, n_boot=args.n_boot, seed=args.seed)
     md = report.leaderboard_markdown(tables, ci=args.ci)

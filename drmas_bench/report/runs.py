@@ -16,8 +16,9 @@ from typing import Any, Iterable
 import yaml
 
 from drmas_bench.agents.assign import short_model_name
+from drmas_bench.compact import current_records
 from drmas_bench.records import RecordView, views
-from drmas_bench.run_dir import SAMPLES, read_samples, select_records
+from drmas_bench.run_dir import SAMPLES, read_samples, sample_key, select_records
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)
@@ -159,12 +160,14 @@ def _trained_info(config: dict[str, Any], run_path: Path) -> tuple[str | None, A
     return None, None, None
 
 
-def load_run(path: str | Path) -> Run:
+def load_run(path: str | Path, compact: bool = False) -> Run:
     """Read a run directory written by `drmas-bench eval`.
 
     Only the records of the configuration's selection count (`store.select_records`: a run dir
     re-run with a smaller --limit / --n keeps the other samples on disk, uncounted). A run dir
-    without finished samples raises `NoSamples`."""
+    without finished samples raises `NoSamples`. ``compact``: the records may come in compact form
+    (no prompts, no passages: `drmas_bench.compact`), read from RUN/records.compact.jsonl when it is
+    in step with samples.jsonl; for readers of figures (leaderboards), not of texts (the viewer)."""
     p = Path(path)
     cfg_path = p / "config.yaml"
     if not cfg_path.is_file():
@@ -177,7 +180,8 @@ def load_run(path: str | Path) -> Run:
         raise UserError(f"{cfg_path}: not a run config (no `identity`)")
     n = int(config.get("n") or 0)
     benches = [str(b) for b in config.get("benchmarks") or []]
-    records = select_records(read_samples(p / SAMPLES, missing_ok=True), config)
+    kept = current_records(p, sample_key) if compact else None
+    records = select_records(kept if kept is not None else read_samples(p / SAMPLES, missing_ok=True), config)
     if not records:
         raise NoSamples(f"{p}: the run has no finished samples yet")
     recs = views(records)
@@ -205,7 +209,7 @@ def expand_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def load_runs(paths: Iterable[str | Path]) -> list[Run]:
+def load_runs(paths: Iterable[str | Path], compact: bool = False) -> list[Run]:
     """`load_run` over `expand_run_dirs`, giving runs with the same folder name distinct names. A run
     dir without finished samples (started, stopped before its first flush) is skipped with a
     warning; none left is a UserError."""
@@ -213,7 +217,7 @@ def load_runs(paths: Iterable[str | Path]) -> list[Run]:
     dirs = expand_run_dirs(paths)
     for p in dirs:
         try:
-            runs.append(load_run(p))
+            runs.append(load_run(p, compact=compact))
         except NoSamples as e:
             logger.warning(f"warning: skipping {p}: {str(e).split(': ', 1)[-1]}")
     if not runs:

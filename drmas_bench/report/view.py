@@ -12,7 +12,11 @@ therefore embeds one small JSON index (one short row per trajectory, parsed at l
 filter and list) and the turns as gzip-compressed JSON chunks of ``CHUNK`` trajectories, base64
 text inside inert ``<script type="text/plain">`` elements, which the browser's own
 ``DecompressionStream`` opens only when a trajectory in that chunk is expanded. The list draws only
-the rows in view. No server, no CDN, no framework: the page opens from disk.
+the rows in view. No server, no CDN, no framework: the page opens from disk. Above ``PACK_ROWS``
+trajectories the rows (and the list's pairs) are gzip-packed in the index too, and the chunks are
+written beside the page, in ``<page name>_files/chunk-R-C.js`` (a script that hands its chunk to the
+page), which the page loads when a trajectory of that chunk is opened: a 100,000-trajectory page
+stays under 5 MB and opens from disk without a server (keep the folder beside the page).
 
 Records come from `report.runs.load_run` (the store's one reader and one selection, so the page
 shows the trajectories the run's summary counts; an unreadable line stops with the repair hint as
@@ -27,6 +31,7 @@ import gzip
 import json
 import logging
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,6 +48,7 @@ from drmas_bench.workflows.rules import FormatRule
 logger = logging.getLogger(__name__)
 
 CHUNK = 100  # trajectories per compressed chunk: one expand decompresses ~1 MB of text at most
+PACK_ROWS = 2000  # above this many trajectories the list's rows are packed and the turns kept beside the page
 TEMPLATE = "view.html.jinja"
 SHORT = 200  # characters of a question / answer kept in the list row
 
@@ -216,8 +222,11 @@ def run_meta(run: Run, entry: dict[str, Any]) -> str:
             f" · {n} · {len(entry['rows'])} trajectories")
 
 
-def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | None = None) -> str:
-    """The page for one run or two (paired) as one HTML string."""
+def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | None = None,
+           files: str | None = None) -> tuple[str, dict[str, str]] | str:
+    """The page for one run or two (paired) as one HTML string. With ``files`` (a folder name beside
+    the page) a large page (over ``PACK_ROWS`` trajectories) keeps its detail chunks there, one small
+    script each, loaded when a trajectory of that chunk is opened: returns (html, {file name: text})."""
     import jinja2
 
     if not 1 <= len(runs) <= 2:
@@ -236,22 +245,50 @@ def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | Non
                                        entries[1]["name"]) if len(runs) > 1 else "")
     for e in entries:  # the page's script needs the rows, not the summary (drawn above as HTML)
         e.pop("summary")
-    index = {"runs": entries, "chunk": CHUNK, "colours": colours, "labels": all_labels(),
-             "pairs": pairs(entries[0]["rows"], entries[1]["rows"] if len(entries) > 1 else None)}
+    big = sum(len(e["rows"]) for e in entries) > PACK_ROWS
+    index: dict[str, Any] = {"runs": entries, "chunk": CHUNK, "colours": colours, "labels": all_labels(),
+                             "pairs": pairs(entries[0]["rows"], entries[1]["rows"] if len(entries) > 1 else None)}
+    sidecar: dict[str, str] = {}
+    if big:  # the list's rows and pairs gzip-packed (the page opens them first); the turns beside the page
+        for e in entries:
+            e["rows_packed"] = _packed(e.pop("rows"))
+        index["pairs_packed"] = _packed(index.pop("pairs"))
+        if files is not None:
+            index["files"] = files
+            for r, run_chunks in enumerate(chunks):
+                for ci, text in enumerate(run_chunks):
+                    sidecar[f"chunk-{r}-{ci}.js"] = f'drmasChunk("{r}-{ci}", "{text}");\n'
+            chunks = [[] for _ in chunks]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent), autoescape=True)
-    return env.get_template(TEMPLATE).render(title=" vs ".join(e["name"] for e in entries), reports=reports,
+    html = env.get_template(TEMPLATE).render(title=" vs ".join(e["name"] for e in entries), reports=reports,
                                              changes=changes, index=_script_json(index), chunks=chunks)
+    return (html, sidecar) if files is not None else html
 
 
 def write_view(paths: Sequence[str | Path], out: str | Path | None = None) -> Path:
-    """Write the page of one or two run directories; returns its path (default RUN/view.html)."""
+    """Write the page of one or two run directories; returns its path (default RUN/view.html). A page
+    of more than ``PACK_ROWS`` trajectories keeps its turns in ``<page name>_files/`` beside it
+    (written first, then the page; an older folder of that name is replaced)."""
     runs = [load_run(p) for p in paths]
     logger.info(f"[view] {' + '.join(f'{len(r.records)} trajectories of {r.path}' for r in runs)}: building the page")
     target = Path(out) if out else runs[0].path / "view.html"
     if target.suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--out {target}: the page is HTML; give a file name ending in .html")
-    html = render(runs)
+    files = target.stem + "_files"
+    rendered = render(runs, files=files)
+    assert isinstance(rendered, tuple)
+    html, sidecar = rendered
     target.parent.mkdir(parents=True, exist_ok=True)
+    folder = target.parent / files
+    if folder.is_dir() and not folder.is_symlink():
+        shutil.rmtree(folder)
+    if sidecar:
+        tmp_folder = target.parent / (files + ".tmp")
+        shutil.rmtree(tmp_folder, ignore_errors=True)
+        tmp_folder.mkdir()
+        for name, text in sidecar.items():
+            (tmp_folder / name).write_text(text, encoding="ascii")
+        tmp_folder.replace(folder)
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text(html, encoding="utf-8")
     tmp.replace(target)

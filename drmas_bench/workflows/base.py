@@ -74,6 +74,9 @@ class WorkflowSpec:
     # the kind of each env step of one episode (search | empty | answer | end), from its env record or,
     # for older records, its turns: the viewer's searches per trajectory; None: the workflow has no env
     env_step_kinds: Callable[[RecordView], list[str]] | None = None
+    # figures of one stored record (a dict) that its effects read from text a compact record drops
+    # (the prompts, the env's observations: drmas_bench.compact), computed once when the record is stored
+    record_figures: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 WORKFLOWS: dict[str, WorkflowSpec] = {}
@@ -85,7 +88,8 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
              prompt_limit: tuple[int, str] = (0, "left"), sft: SFTMaker | None = None,
              round1_answer: Callable[[Trajectory], str | None] | None = None,
              env_step_agent: str | None = None, grader: str | None = None, title: str = "",
-             labels: dict[str, str] | None = None, env_step_kinds: Callable[[RecordView], list[str]] | None = None):
+             labels: dict[str, str] | None = None, env_step_kinds: Callable[[RecordView], list[str]] | None = None,
+             record_figures: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
     """Register an episode function ``fn(ep, **options)`` under ``name``.
 
     Options:
@@ -111,6 +115,9 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
             ``extra["env"]`` (the viewer shows the steps).
         env_step_kinds: ``fn(record)`` -> the kind of each env step of one episode (search | empty
             | answer | end; the viewer counts each trajectory's searches).
+        record_figures: ``fn(record)`` -> {name: figure} its effects read from the prompts or the
+            env's observations, which the compact copy of a record drops (``drmas_bench.compact``
+            keeps them under ``"figures"``; the effects read them back from there).
         title: how captions name the workflow (default: its name).
         labels: {key: words} of the keys its effects block adds (summary.md and the viewer show
             them; a label ending in "(%)" marks a share).
@@ -131,7 +138,8 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
         WORKFLOWS[name] = WorkflowSpec(name, fn, agents, fam, needs_retriever, signature_defaults(fn),
                                        {a: as_rule(r) for a, r in (rules or {}).items()}, effects,
                                        dict(placeholders or {}), prompt_limit, sft, round1_answer, env_step_agent,
-                                       title or name, dict(labels or {}), prompts_file, env_step_kinds)
+                                       title or name, dict(labels or {}), prompts_file, env_step_kinds,
+                                       record_figures)
         return fn
 
     return deco

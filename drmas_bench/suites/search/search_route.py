@@ -44,10 +44,14 @@ def evidence_at_answer(r: Any) -> tuple[bool | None, bool | None]:
     cover-EM), in the passages (`protocol.observation_passages`) the env showed before the answerer's last call (the observations of
     the steps before its step; step t = the t-th verifier turn), resp. in every observation of the
     episode. First None: the answerer never acted; both None: no env record (``extra["env"]``,
-    runs from before it)."""
+    runs from before it). A compact record (``drmas_bench.compact``) carries both, computed when stored
+    (`evidence_figures`)."""
     rec = view(r)
     if rec.env_steps is None:
         return None, None
+    kept = (rec.raw.get("figures") or {}).get("evidence")  # computed when the record was stored (drmas_bench.compact)
+    if isinstance(kept, list) and len(kept) == 2:
+        return kept[0], kept[1]
     golds = list(rec.answers)
     obs = [proto.observation_passages(str(s.get("observation") or "")) for s in rec.env_steps]
     step = answer_step = 0
@@ -61,6 +65,11 @@ def evidence_at_answer(r: Any) -> tuple[bool | None, bool | None]:
         return bool(grade_qa("\n".join(texts), golds).cover_em)
 
     return (seen(obs[:answer_step - 1]) if answer_step else None), seen(obs)
+
+
+def evidence_figures(record: dict[str, Any]) -> dict[str, Any]:
+    """The figure `evidence_at_answer` reads from the observations, kept in a compact record."""
+    return {"evidence": list(evidence_at_answer(record))}
 
 
 def search_effects(records: Iterable[Any]) -> dict[str, Any]:
@@ -122,7 +131,7 @@ SEARCH_LABELS = {"env_recorded": "episodes with an env record", "answerer_episod
           rules={"verifier": SEARCH_VERIFIER, "searcher": SEARCHER, "answerer": ANSWERER},
           effects=("search", search_effects), placeholders=PLACEHOLDERS, title="search", labels=SEARCH_LABELS,
           prompt_limit=(4096, "left"), sft=search_sft_examples, env_step_agent="verifier",
-          env_step_kinds=search_steps)  # REFERENCE §2b / §3
+          env_step_kinds=search_steps, record_figures=evidence_figures)  # REFERENCE §2b / §3
 async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: proto.Templates | None = None,
                        protocol: proto.ProtocolOptions | None = None, last_step: str = "end") -> None:
     if last_step not in ("end", "answer"):

@@ -1,0 +1,74 @@
+"""The run viewer on large runs: above ``PACK_ROWS`` trajectories the list's rows are packed and the
+turns live beside the page (``<page>_files/``), loaded when opened; every filter still works in
+Chromium (each count checked against the rows unpacked here); at 100,000 trajectories the page is
+under 5 MB (slow tier)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from drmas_bench.report import view as V
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_view", ROOT / "scripts" / "bench_view.py")
+B = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(B)
+
+needs_browser = pytest.mark.skipif(B.browser() is None, reason="no headless Chromium (Debian: apt-get install -y chromium)")
+
+
+def _rows(page: Path) -> list[dict]:
+    index = json.loads(re.search(r'<script type="application/json" id="index">(.*?)</script>', page.read_text(),
+                                 re.DOTALL).group(1).replace("<\\/", "</"))
+    return json.loads(gzip.decompress(base64.b64decode(index["runs"][0]["rows_packed"])))
+
+
+def _check_filters(page: Path, total: int) -> None:
+    rows = _rows(page)
+    assert len(rows) == total
+    bench, route, k = rows[0]["b"], rows[-1]["route"], rows[0]["k"]
+    word = rows[len(rows) // 2]["q"].split()[-1].lower()
+    cases = {"": total, f"bench={bench}": sum(r["b"] == bench for r in rows),
+             "correct=correct": sum(r["c"] is True for r in rows), "correct=incorrect": sum(r["c"] is False for r in rows),
+             "valid=invalid": sum(r["nv"] > 0 for r in rows), "valid=valid": sum(r["nv"] == 0 for r in rows),
+             f"route={route}": sum(r["route"] == route for r in rows), f"k={k}": sum(str(r["k"]) == str(k) for r in rows),
+             f"text={word}": sum(word in (r["q"] + " " + r["id"] + " " + r["b"] + " " + (r["a"] or "")).lower() for r in rows)}
+    for query, want in cases.items():
+        res = B.open_page(page, query + ("&" if query else "") + f"open={max(0, want - 1)}", budget_ms=20000)
+        assert res["errors"] == [] and res["shown"] == want, (query, res.get("errors"), res.get("shown"), want)
+        assert want == 0 or res["turns"] > 0, query  # the last row shown opens: its chunk is read from the folder
+
+
+@needs_browser
+@pytest.mark.slow
+def test_a_run_above_the_packing_size_keeps_its_turns_beside_the_page_and_filters_work(tmp_path):
+    src = B.scripted_search_run(tmp_path / "src", questions=24, n=1)
+    big = B.repeat_run(src, tmp_path / "big", V.PACK_ROWS + 500)
+    page = V.write_view([big], tmp_path / "big.html")
+    files = tmp_path / "big_files"
+    assert len(list(files.glob("chunk-0-*.js"))) == -(-(V.PACK_ROWS + 500) // V.CHUNK)
+    assert 'id="chunk-' not in page.read_text()
+    _check_filters(page, V.PACK_ROWS + 500)
+    shutil.rmtree(files)  # the folder lost: the list still works, opening a trajectory says what is missing
+    res = B.open_page(page, "open=3")
+    assert res["shown"] == V.PACK_ROWS + 500 and res["turns"] == 0 and any("big_files" in e for e in res["errors"])
+
+
+@needs_browser
+@pytest.mark.slow
+def test_the_page_of_a_100k_run_stays_under_5_mb(tmp_path):
+    src = B.scripted_search_run(tmp_path / "src", questions=48, n=2)
+    big = B.repeat_run(src, tmp_path / "big", 100_000)
+    page = V.write_view([big], tmp_path / "big.html")
+    print(f"page {page.stat().st_size / 1e6:.2f} MB, beside it "
+          f"{sum(f.stat().st_size for f in (tmp_path / 'big_files').iterdir()) / 1e6:.1f} MB")
+    assert page.stat().st_size <= 5_000_000
+    _check_filters(page, 100_000)
