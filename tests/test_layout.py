@@ -8,8 +8,8 @@
 - readers of stored trajectory records (metrics, reports, the viewer, exports, sweeps, the
   workflows' effects) read them through `drmas_bench.records`' typed views, never by a record key;
 - Markdown is written only in ``drmas_bench/report/`` (two named exceptions below);
-- no package file is over 600 lines, and a function is over 60 lines only where docs/architecture.md
-  names it (splitting it would hide the algorithm);
+- no package file is over 600 lines, and a function is over 60 lines (its docstring not counted)
+  only where docs/architecture.md names it (splitting it would hide the algorithm);
 - adding a backend is one class plus one ``ENGINES`` entry: a backend defined in this file runs a
   toy evaluation end to end.
 """
@@ -124,20 +124,30 @@ MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 60
 #: (module, function) kept whole on purpose; docs/architecture.md says why for each
 LONG_FUNCTIONS = {("drmas_bench.runner", "run_episodes"), ("drmas_bench.engines.hf", "_decode"),
-                  ("drmas_bench.engines.hosting", "_serve"), ("drmas_trainer.sft", "sft"),
-                  ("drmas_trainer.worker", "_optimizer_step"), ("drmas_retrieval.server", "create_app")}
+                  ("drmas_bench.engines.hosting", "_serve")}
+
+
+def _code_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's lines, its docstring left out (an option list documents itself, TRL style)."""
+    n = fn.end_lineno - fn.lineno + 1  # type: ignore[operator]
+    first = fn.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        n -= first.end_lineno - first.lineno + 1  # type: ignore[operator]
+    return n
 
 
 def _long_functions(path: Path, limit: int) -> list[tuple[str, int]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > limit]
+    return [(n.name, _code_lines(n)) for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and _code_lines(n) > limit]
 
 
-def test_long_functions_finds_a_long_one_and_counts_its_lines(tmp_path):
+def test_long_functions_counts_code_lines_without_the_docstring(tmp_path):
     f = tmp_path / "m.py"
-    f.write_text("def short():\n    return 1\n\n\ndef long():\n" + "    x = 1\n" * 61 + "    return x\n")
+    doc = '    """One line.\n\n    More words.\n    """\n'
+    f.write_text("def short():\n" + doc + "    return 1\n\n\ndef long():\n" + doc + "    x = 1\n" * 61 + "    return x\n")
     assert _long_functions(f, MAX_FUNCTION_LINES) == [("long", 63)]
+    assert _long_functions(f, 1) == [("short", 2), ("long", 63)]
 
 
 def test_no_package_file_is_over_600_lines():
