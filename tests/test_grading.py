@@ -638,7 +638,7 @@ def test_a_gold_that_normalises_to_empty_is_matched_by_its_spelling_only(gold):
     for answer in ARTICLE_ANSWERS:
         hit = float(answer in ARTICLE_GOLDS[gold])
         assert grade_qa(answer, [gold]) == QAScore(hit, hit, 0.0), (gold, answer)
-        # another gold of the task counts as before, beside it
+        # a second, ordinary gold beside it leaves the spelling match unchanged
         assert grade_qa(answer, [gold, "Matt Johnson"]).em == hit, (gold, answer)
     assert grade_qa("Matt Johnson", [gold, "Matt Johnson"]) == QAScore(1.0, 1.0, 1.0)
     assert (matchable_golds([gold]) != []) == bool(ARTICLE_GOLDS[gold])
