@@ -481,13 +481,15 @@ def workflow_effects(workflow: str | None) -> tuple[str, Any] | None:
 
 def infer_workflow(records: Iterable[Any]) -> str | None:
     """The workflow that wrote `records`, from the agents its turns name (samples record no
-    workflow): the first workflow, by name, whose agents include every agent named; None when no
-    turn names an agent or no workflow has them all."""
+    workflow): of the workflows whose agents include every agent named, the one with the fewest agents
+    (a team of exactly those agents first: solver + verifier is math_refine, not the 4-agent team that
+    also has them), ties by name; None when no turn names an agent or no workflow has them all."""
     agents = {t.agent for r in map(view, records) for t in r.turns}
     if not agents:
         return None
     workflows = registered_workflows()
-    return next((name for name in sorted(workflows) if agents <= set(workflows[name].agents)), None)
+    fits = [name for name in workflows if agents <= set(workflows[name].agents)]
+    return min(fits, key=lambda name: (len(set(workflows[name].agents)), name), default=None)
 
 
 def invalid_reasons(rule: Rule, text: str) -> list[str]:

@@ -283,6 +283,8 @@ def test_workflow_is_inferred_from_the_agents():
     assert infer_workflow([rec("verifier"), rec("verifier", "answerer")]) == "search_route"
     assert infer_workflow([rec("solver", "checker")]) == "toy"
     assert infer_workflow([rec("solver", "verifier")]) == "math_refine"
+    assert infer_workflow([rec("solver", "critic", "refiner", "verifier")]) == "math_4agent"
+    assert infer_workflow([rec("solver")]) == "math_single"  # the fewest agents that hold every one named
     assert infer_workflow([rec("planner")]) is None
 
 

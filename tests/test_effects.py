@@ -310,7 +310,7 @@ def test_old_records_still_summarise():
     md = format_summary_markdown(json.loads(json.dumps(s)))
     assert "have no env record" in md
     hand = {"task": {"id": "1", "benchmark": "aime24"}, "turns": [{"agent": "solver", "completion": {}}]}
-    s = summarize([hand], n_boot=10)
+    s = summarize([hand], n_boot=10, workflow="math_refine")  # a solver alone would be inferred as math_single
     assert s["effects"]["math"]["round1_accuracy"] == 0.0
     del s["effects"]
     assert "verifier's effect" not in format_summary_markdown(s)
