@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from conftest import assert_all_agree, load_reference_cases
-from drmas_bench.types import Completion, Sampling, Task
-from drmas_bench.workflows import get_workflow
-from drmas_bench.workflows import protocol as P
+from test_reference_vectors import Scripted
+
 from drmas_bench.suites.math.math_4agent import math4_effects
 from drmas_bench.suites.math.refine_loop import CRITIC, REFINER, critique_splice, refine_loop
+from drmas_bench.types import Task
+from drmas_bench.workflows import get_workflow
+from drmas_bench.workflows import protocol as P
 from drmas_bench.workflows.base import Episode
 
 RULES = {"critic": CRITIC, "refiner": REFINER}
@@ -27,26 +28,6 @@ RULES = {"critic": CRITIC, "refiner": REFINER}
 REF = {"Solver Agent": "solver", "Critic Agent": "critic", "Refiner Agent": "refiner", "Verifier Agent": "verifier"}
 NAME = {a: n for n, a in REF.items()}
 SEP = "\x1e"  # no vector text holds it
-
-
-class Scripted:
-    """A fake model per agent: the k-th call of an agent answers scripts[reference name][k] ("" after)."""
-
-    def __init__(self, scripts):
-        self.scripts, self.calls = scripts, []
-
-    def worker_group(self, agent: str) -> str:
-        return "g"
-
-    def sampling(self, agent: str) -> Sampling:
-        return Sampling()
-
-    async def generate(self, agent, request):
-        name = NAME[agent]
-        k = sum(1 for n, _, _ in self.calls if n == name)
-        self.calls.append((name, k, request.messages[-1]["content"]))
-        script = self.scripts.get(name, [])
-        return Completion(text=script[k] if k < len(script) else "")
 
 
 def _markers(workflow: str) -> P.Templates:
@@ -62,7 +43,7 @@ def _slots(prompt: str) -> dict[str, str]:
 
 def _episode(case, tpl: P.Templates, agents: tuple[str, ...]):
     i = case["input"]
-    backend = Scripted(i["scripts"])
+    backend = Scripted(i["scripts"], NAME)
     ep = Episode(Task("m", "aime24", "Q", [i["gold"]]), 0, backend, agents)
     asyncio.run(refine_loop(ep, tpl, i["max_loop_num"], agents))
     traj = ep.finish()
@@ -131,7 +112,7 @@ def test_the_workflow_runs_the_loop_with_its_options():
     scripts = {"Solver Agent": ["\\boxed{1}", "\\boxed{2}", "\\boxed{3}"], "Critic Agent": ["<critique>x</critique>"] * 2,
                "Refiner Agent": ["\\boxed{5}"] * 2, "Verifier Agent": ["<verify>reject</verify>"] * 2}
     for rounds, order in ((2, "SCRVS"), (3, "SCRVSCRVS"), (1, "S")):
-        backend = Scripted(scripts)
+        backend = Scripted(scripts, NAME)
         ep = Episode(Task("m", "aime24", "Q", ["1"]), 0, backend, wf.agents)
         asyncio.run(wf.fn(ep, **{**wf.defaults, "rounds": rounds}))
         assert "".join(n[0] for n, _, _ in backend.calls) == order

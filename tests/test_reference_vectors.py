@@ -174,8 +174,9 @@ class Scripted:
     """A fake AgentBackend: the k-th call of an agent gets scripts[reference name][k], or "" once
     the list runs out; every call is logged as (reference name, k, user prompt)."""
 
-    def __init__(self, scripts: dict[str, list[str]]):
+    def __init__(self, scripts: dict[str, list[str]], names: dict[str, str] | None = None):
         self.scripts = scripts
+        self.names = REF_NAME if names is None else names  # our agent -> the reference's name
         self.calls: list[tuple[str, int, str]] = []
 
     def worker_group(self, agent: str) -> str:
@@ -185,7 +186,7 @@ class Scripted:
         return Sampling()
 
     async def generate(self, agent, request):
-        name = REF_NAME[agent]
+        name = self.names[agent]
         k = sum(1 for n, _, _ in self.calls if n == name)
         self.calls.append((name, k, request.messages[-1]["content"]))
         script = self.scripts.get(name, [])
