@@ -47,7 +47,6 @@ from drmas_bench.models.adapters import BASE_FILE, base_record, save_adapter
 from drmas_bench.types import UserError
 from drmas_trainer import fsdp, lora
 from drmas_trainer.config import AgentConfig
-from drmas_trainer.logprobs import pack_rows
 from drmas_trainer.optim import local
 from drmas_trainer.rows import chunks, split
 from drmas_trainer.worker import WorkerGroup
@@ -157,14 +156,7 @@ class ShardedWorkerGroup(WorkerGroup):
                 out[k] = lp
             return self._merge_rows(out)
         with torch.no_grad(), self.policy.disable_adapter():
-            for micro, real in self._share(live):
-                batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
-                                  self.pad_id, self.device)
-                with self._autocast():
-                    logp, _ = self._logprobs(batch, chunk=self.settings.logprob_chunk)
-                logp = logp.float().cpu()
-                for b, k in enumerate(micro if real else []):
-                    out[k] = logp[b, : len(rows[k].response_ids)].tolist()
+            self._logprobs_into(rows, live, out)
         return self._merge_rows(out)
 
     def adapter_weights(self) -> Iterator[tuple[str, dict[str, Any], dict[str, Tensor]]]:

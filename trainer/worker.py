@@ -501,15 +501,21 @@ class WorkerGroup(WarmStart):
         with torch.no_grad():
             for agent, ks in by_agent.items():  # per agent, as the update forms its micro-batches
                 self._use_agent(agent)  # per-agent LoRA adapters: the agent's own (a no-op without them)
-                for micro, real in self._share(ks):
-                    batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
-                                      self.pad_id, self.device)
-                    with self._autocast():
-                        logp, _ = self._logprobs(batch, chunk=self.settings.logprob_chunk)
-                    logp = logp.float().cpu()
-                    for b, k in enumerate(micro if real else []):
-                        out[k] = logp[b, : len(rows[k].response_ids)].tolist()
+                self._logprobs_into(rows, ks, out)
         return self._merge_rows(out)
+
+    def _logprobs_into(self, rows: list[Row], ks: list[int], out: list[list[float]]) -> None:
+        """``out[k]`` = the policy's log-probs of row k's response tokens, for this rank's share of
+        ``ks``, micro-batched (padding micro-batches of a sharded group run and write nothing).
+        The caller holds ``torch.no_grad()`` and chooses the adapter."""
+        for micro, real in self._share(ks):
+            batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
+                              self.pad_id, self.device)
+            with self._autocast():
+                logp, _ = self._logprobs(batch, chunk=self.settings.logprob_chunk)
+            logp = logp.float().cpu()
+            for b, k in enumerate(micro if real else []):
+                out[k] = logp[b, : len(rows[k].response_ids)].tolist()
 
     def _token_mismatch(self, k: int, r: Row) -> dict[str, Any] | None:
         """None when row ``r``'s response ids decode to its text (or it carries none), else where the
