@@ -23,7 +23,7 @@ import yaml
 
 from drmas_bench.files import atomic_write
 from drmas_bench.types import Task, Trajectory, UserError
-from drmas_trainer import metric_names as N
+from drmas_trainer import metric_names
 from drmas_trainer.advantages import advantage_stats
 from drmas_trainer.config import TrainConfig, WorkerGroupPlan
 from drmas_trainer.moment_factor import second_moment_factors
@@ -114,8 +114,8 @@ def never_updated(records: list[dict[str, Any]], groups: list[str]) -> list[str]
     """The worker groups that skipped at least one update but applied none over ``records``."""
     out = []
     for g in groups:
-        applied = sum(r.get(N.wg(g, N.OPTIMIZER_STEPS)) or 0 for r in records)
-        skipped = sum(r.get(N.wg(g, N.SKIPPED_STEPS)) or 0 for r in records)
+        applied = sum(r.get(metric_names.wg(g, metric_names.OPTIMIZER_STEPS)) or 0 for r in records)
+        skipped = sum(r.get(metric_names.wg(g, metric_names.SKIPPED_STEPS)) or 0 for r in records)
         if applied == 0 and skipped > 0:
             out.append(g)
     return out
@@ -151,47 +151,49 @@ def step_metrics(step: int, cursor: int, batch: list[Task], trajs: list[Trajecto
         "step": step,
         "data_cursor": cursor,
         "tasks": [t.meta.get("source_id", t.id) for t in batch],
-        N.SCORE: _mean([float(t.reward) for t in trajs]),
-        N.ACC: _mean([1.0 if t.correct else 0.0 for t in trajs]),
-        N.REWARDS: float(scores.mean()),
-        N.NUM_TURNS: _mean([len(t.turns) for t in trajs]),
-        N.RESPONSE_LENGTH: _mean([len(r.response_ids) for r in rb["rows"]]),
+        metric_names.SCORE: _mean([float(t.reward) for t in trajs]),
+        metric_names.ACC: _mean([1.0 if t.correct else 0.0 for t in trajs]),
+        metric_names.REWARDS: float(scores.mean()),
+        metric_names.NUM_TURNS: _mean([len(t.turns) for t in trajs]),
+        metric_names.RESPONSE_LENGTH: _mean([len(r.response_ids) for r in rb["rows"]]),
     }
     stats = advantage_stats(adv, rb["agent"])
     factors = second_moment_factors(scores, rb["uid"], rb["agent"], len(agents))
     for k, a in enumerate(agents):
         mine = [i for i, r in enumerate(rb["rows"]) if r.agent == a]
-        rec[N.agent(a, N.CALLS)] = len(mine) / max(1, len(trajs))
-        rec[N.agent(a, N.VALID)] = _mean([1.0 if rb["valid"][i] else 0.0 for i in mine])
-        rec[N.agent(a, N.RESPONSE_LENGTH)] = _mean([len(rb["rows"][i].response_ids) for i in mine])
-        rec[N.agent(a, N.REWARDS)] = _mean([float(scores[i]) for i in mine])
+        rec[metric_names.agent(a, metric_names.CALLS)] = len(mine) / max(1, len(trajs))
+        rec[metric_names.agent(a, metric_names.VALID)] = _mean([1.0 if rb["valid"][i] else 0.0 for i in mine])
+        rec[metric_names.agent(a, metric_names.RESPONSE_LENGTH)] = _mean([len(rb["rows"][i].response_ids) for i in mine])
+        rec[metric_names.agent(a, metric_names.REWARDS)] = _mean([float(scores[i]) for i in mine])
         s = stats.get(k)
-        rec[N.agent(a, N.ADV_MEAN)] = s["mean"] if s else float("nan")
-        rec[N.agent(a, N.ADV_STD)] = s["std"] if s else float("nan")
-        rec[N.agent(a, N.ADV_ABSMAX)] = s["abs_max"] if s else float("nan")
-        rec[N.agent(a, N.MOMENT_FACTOR)], rec[N.agent(a, N.MOMENT_FACTOR_GROUPS)] = factors[k]
+        rec[metric_names.agent(a, metric_names.ADV_MEAN)] = s["mean"] if s else float("nan")
+        rec[metric_names.agent(a, metric_names.ADV_STD)] = s["std"] if s else float("nan")
+        rec[metric_names.agent(a, metric_names.ADV_ABSMAX)] = s["abs_max"] if s else float("nan")
+        factor, groups = factors[k]
+        rec[metric_names.agent(a, metric_names.MOMENT_FACTOR)] = factor
+        rec[metric_names.agent(a, metric_names.MOMENT_FACTOR_GROUPS)] = groups
     for name, u in updates.items():
         for a, v in u["agent_grad_norm"].items():
-            rec[N.agent(a, N.GRAD_NORM)] = v
-            rec[N.agent(a, N.GRAD_NORM_MAX)] = u["agent_grad_norm_max"][a]
-        for key, out in N.UPDATE_KEYS.items():
+            rec[metric_names.agent(a, metric_names.GRAD_NORM)] = v
+            rec[metric_names.agent(a, metric_names.GRAD_NORM_MAX)] = u["agent_grad_norm_max"][a]
+        for key, out in metric_names.UPDATE_KEYS.items():
             if key in u:
-                rec[N.wg(name, out)] = u[key]
-    for key in N.AVERAGED:
+                rec[metric_names.wg(name, out)] = u[key]
+    for key in metric_names.AVERAGED:
         vals = [u[key] for u in updates.values() if key in u and isinstance(u[key], float) and math.isfinite(u[key])]
-        rec[N.UPDATE_KEYS[key]] = _mean(vals)
+        rec[metric_names.UPDATE_KEYS[key]] = _mean(vals)
     return rec
 
 
 def summarize(run: Path, n_steps: int) -> dict[str, Any]:
     """First/last-5 reward means, skipped steps and per-agent grad-norm spread of a finished run."""
-    recs = [r for r in read_metrics(run) if N.SCORE in r]
-    rewards = [r[N.SCORE] if isinstance(r[N.SCORE], (int, float)) else float("nan") for r in recs]
+    recs = [r for r in read_metrics(run) if metric_names.SCORE in r]
+    rewards = [r[metric_names.SCORE] if isinstance(r[metric_names.SCORE], (int, float)) else float("nan") for r in recs]
     k = min(5, len(rewards))
     out: dict[str, Any] = {"run": str(run), "steps": len(recs),
                            "reward_first5": _mean(rewards[:k]), "reward_last5": _mean(rewards[-k:]),
-                           "skipped_steps": sum(r.get(N.SKIPPED_STEPS) or 0 for r in recs),
-                           "time_s": sum(r.get(N.TIME_STEP) or 0.0 for r in recs)}
+                           "skipped_steps": sum(r.get(metric_names.SKIPPED_STEPS) or 0 for r in recs),
+                           "time_s": sum(r.get(metric_names.TIME_STEP) or 0.0 for r in recs)}
     out["grad_norm_spread"] = grad_norm_spread(recs)
     return out
 
@@ -199,8 +201,8 @@ def summarize(run: Path, n_steps: int) -> dict[str, Any]:
 def grad_norm_spread(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per agent: max, median and max/median of ``agent/<a>/actor/grad_norm`` over the steps."""
     out: dict[str, dict[str, float]] = {}
-    for a in N.agents_with({k for r in records for k in r}, N.GRAD_NORM):
-        k = N.agent(a, N.GRAD_NORM)
+    for a in metric_names.agents_with({k for r in records for k in r}, metric_names.GRAD_NORM):
+        k = metric_names.agent(a, metric_names.GRAD_NORM)
         vals = [r[k] for r in records if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
         if vals:
             med = statistics.median(vals)

@@ -63,7 +63,7 @@ from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
 from drmas_bench.types import Task, Trajectory, UserError
 from drmas_bench.workflows.base import WORKFLOWS, WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer import metric_names as N
+from drmas_trainer import metric_names
 from drmas_trainer.adv_metrics import pools_by_agent, reference_adv_metrics
 from drmas_trainer.advantages import compute_advantages
 from drmas_trainer.config import TrainConfig, plan_worker_groups
@@ -257,10 +257,10 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
         # 2.-6. rollouts, old log-probs, scores, advantages, updates, sync
         record = await rl_step(lp, batch, step, cursor_before)
         # 7. log
-        skipped_total += record[N.SKIPPED_STEPS]
-        record.update({N.SKIPPED_STEPS_TOTAL: skipped_total, N.TIME_STEP: time.perf_counter() - t_step})
+        skipped_total += record[metric_names.SKIPPED_STEPS]
+        record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, metric_names.TIME_STEP: time.perf_counter() - t_step})
         metrics.write(record)
-        bar.set_postfix(reward=f"{record[N.SCORE]:.3f}", refresh=False)
+        bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
         bar.update(1)
         # 8. checkpoint
         if step == n_steps or (cfg.save_every and step % cfg.save_every == 0):
@@ -327,7 +327,7 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     # 2. rollouts: n episodes per prompt through the harness workflow, with the engines' log-probs
     t0 = time.perf_counter()
     trajs = await rollout(batch, cfg, lp.runtime, lp.wf, lp.retriever, step=step)
-    timing = {N.TIME_GEN: time.perf_counter() - t0}
+    timing = {metric_names.TIME_GEN: time.perf_counter() - t0}
     rb = make_rows(trajs, batch, lp.wf.agents)
     by_wg = {wg: [r for r, g in zip(rb["rows"], rb["wg"]) if g == wg] for wg in names}
 
@@ -342,7 +342,7 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
         for wg in names))))
     extra = check_tokens(by_wg, scored, cfg.rollout.max_token_mismatch, step)
     extra.update(correct_rows(by_wg, scored, cfg.rollout))
-    timing[N.TIME_OLD_LOGPROB] = time.perf_counter() - t0
+    timing[metric_names.TIME_OLD_LOGPROB] = time.perf_counter() - t0
 
     # 4. rewards -> row scores (- the KL penalty) -> advantages and their metrics -> loss weights
     scores = row_scores(rb["reward"], rb["valid"], c_inv=cfg.algo.c_inv)
@@ -358,16 +358,16 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
                               loss=lp.loss, seed=derive_seed(cfg.seed, "update", step, wg))
         for wg in names))
     updates = dict(zip(names, results))
-    timing[N.TIME_UPDATE] = time.perf_counter() - t0
+    timing[metric_names.TIME_UPDATE] = time.perf_counter() - t0
 
     # 6. sync the rollout engines with the new weights
     t0 = time.perf_counter()
     await asyncio.gather(*(lp.workers[wg].sync_weights() for wg in names))
-    timing[N.TIME_SYNC] = time.perf_counter() - t0
+    timing[metric_names.TIME_SYNC] = time.perf_counter() - t0
 
     record = step_metrics(step, cursor, batch, trajs, rb, scores, adv, updates, lp.wf.agents, lp.plan)
     record.update(extra)
-    record[N.SKIPPED_STEPS] = sum(u["skipped_steps"] for u in updates.values())
+    record[metric_names.SKIPPED_STEPS] = sum(u["skipped_steps"] for u in updates.values())
     record.update(timing)
     return record
 
@@ -400,11 +400,12 @@ def start_kl_controller(cfg: TrainConfig, run: Path, step0: int) -> KLController
         return None
     ctrl = make_kl_controller(a.kl_ctrl.type, a.kl_ctrl.kl_coef, a.kl_ctrl.target_kl, a.kl_ctrl.horizon)
     if step0 > 0:
-        last = [r for r in read_metrics(run) if r.get("step") == step0 and N.REWARD_KL_COEFF_NEXT in r]
+        last = [r for r in read_metrics(run) if r.get("step") == step0 and metric_names.REWARD_KL_COEFF_NEXT in r]
         if not last:
             raise UserError(f"resuming with use_kl_in_reward from step {step0}: its record in {run / METRICS} has no "
-                            f"{N.REWARD_KL_COEFF_NEXT} (the KL controller's state); resume with the settings it ran with")
-        ctrl.value = float(last[-1][N.REWARD_KL_COEFF_NEXT])
+                            f"{metric_names.REWARD_KL_COEFF_NEXT} (the KL controller's state); "
+                            "resume with the settings it ran with")
+        ctrl.value = float(last[-1][metric_names.REWARD_KL_COEFF_NEXT])
     return ctrl
 
 
@@ -422,8 +423,8 @@ def kl_penalised_scores(ctrl: KLController, kind: str, rows: list[Row], by_wg: d
     token_scores[has.nonzero().squeeze(-1), (lengths - 1)[has]] = scores[has].to(old.dtype)
     rewards, current_kl, beta = kl_reward_step(ctrl, token_scores, old, ref, mask, kind)
     penalty = token_scores.sum(dim=-1) - rewards.sum(dim=-1)  # beta * sum_t kl_t per row
-    return (scores - penalty.to(scores.dtype)), {N.REWARD_KL: current_kl, N.REWARD_KL_COEFF: beta,
-                                                 N.REWARD_KL_COEFF_NEXT: float(ctrl.value)}
+    return (scores - penalty.to(scores.dtype)), {metric_names.REWARD_KL: current_kl, metric_names.REWARD_KL_COEFF: beta,
+                                                 metric_names.REWARD_KL_COEFF_NEXT: float(ctrl.value)}
 
 
 async def rollout(batch: list[Task], cfg: TrainConfig, runtime: TeamRuntime, wf: WorkflowSpec,
@@ -476,7 +477,7 @@ def check_tokens(by_wg: dict[str, list[Row]], scored: dict[str, dict[str, Any]],
     total = 0
     for wg, rows in by_wg.items():
         bad = [m for m in scored[wg]["mismatch"] if m is not None]
-        rec[N.wg(wg, N.TOKEN_MISMATCH)] = len(bad)
+        rec[metric_names.wg(wg, metric_names.TOKEN_MISMATCH)] = len(bad)
         total += len(bad)
         if bad and len(bad) > max_share * len(rows):
             m = bad[0]
@@ -485,7 +486,7 @@ def check_tokens(by_wg: dict[str, list[Row]], scored: dict[str, dict[str, Any]],
                             f"{max_share:g}); first: agent {rows[m['row']].agent}, response token {m['position']} "
                             f"(engine id {m['engine_id']}, the text re-tokenises to {m['text_id']}); the engine's ids "
                             f"and text disagree: check its tokenizer and detokenizer")
-    rec[N.TOKEN_MISMATCH] = total
+    rec[metric_names.TOKEN_MISMATCH] = total
     return rec
 
 
@@ -512,14 +513,14 @@ def correct_rows(by_wg: dict[str, list[Row]], scored: dict[str, dict[str, Any]],
         old, mask = pad_lists([r.old_logprobs for r in rows])
         eng, _ = pad_lists([r.engine_logprobs or [] for r in rows])
         m = mismatch_metrics(old, eng, mask, rc.correction, rc.correction_threshold)
-        return {N.rollout_corr(k): m[k] for k in N.ROLLOUT_CORR_KEYS if k in m}
+        return {metric_names.rollout_corr(k): m[k] for k in metric_names.ROLLOUT_CORR_KEYS if k in m}
 
     every = [r for rows in by_wg.values() for r in rows]
     rec = metrics(every)
     for wg, rows in by_wg.items():
-        rec.update({N.wg(wg, k): v for k, v in metrics(rows).items()})
+        rec.update({metric_names.wg(wg, k): v for k, v in metrics(rows).items()})
     for a in dict.fromkeys(r.agent for r in every):
-        rec.update({N.agent(a, k): v for k, v in metrics([r for r in every if r.agent == a]).items()})
+        rec.update({metric_names.agent(a, k): v for k, v in metrics([r for r in every if r.agent == a]).items()})
     return rec
 
 
