@@ -33,7 +33,10 @@ call the functions below; nothing here formats text (Markdown lives in `drmas_be
   and dollars per call and per question; and the block of the workflow's own effects, which its
   module declares (`WorkflowSpec.effects`).
 - `summarize(records, prices=None, ks=None, n_boot=1000, seed=0, workflow=None)`: the summary dict
-  described in `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`).
+  described in `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`),
+  read in one pass by a `summary_stream.SummaryStream` (it keeps numbers, not records: a run of any
+  size is summarized from an iterator of its records); `summary_of(stream)` is the summary of what
+  a stream has read. `compliance` and `effects` read their records through the same stream.
 """
 
 from __future__ import annotations
