@@ -175,12 +175,13 @@ def effect_phrase(key: str, e: dict[str, Any]) -> str:
 
 class BoardFold:
     """What a leaderboard reads of a run's records, one record at a time: per question (n, correct,
-    repeated sample indices), the workflow's effects (its phrase, `effect_phrase`) and the grading
-    timeouts. Nothing is kept per sample."""
+    repeated sample indices), the workflow's effects (its phrase, `effect_phrase`), the grading
+    timeouts and the calls' tokens. Nothing is kept per sample."""
 
     def __init__(self, workflow: str) -> None:
         self.acc: dict[tuple[str, str], list[Any]] = {}
-        self.timeouts = 0
+        self.timeouts = self.tokens = 0
+        self.usage_unknown = False
         self.declared = workflow_effects(workflow)
         self.effects = fold_of(self.declared[1]) if self.declared is not None else None
 
@@ -193,28 +194,38 @@ class BoardFold:
             slot[4] += 1
         slot[3].add(r.sample_idx)
         self.timeouts += r.grade == "timeout"
+        for t in r.turns:
+            self.usage_unknown |= not t.call.usage_known
+            self.tokens += t.call.prompt_tokens + t.call.completion_tokens
         if self.effects is not None:
             self.effects.add(r)
 
     def result(self) -> Digest:
         qs = {k: Question(k[0], k[1], v[0], v[1], v[2], v[4]) for k, v in sorted(self.acc.items())}
         effect = "–" if self.declared is None or self.effects is None else effect_phrase(self.declared[0], self.effects.result())
-        return Digest(qs, effect, self.timeouts)
+        tokens = None if self.usage_unknown or not qs else self.tokens / len(qs)
+        return Digest(qs, effect, self.timeouts, tokens)
 
 
 @dataclass
 class Digest:
     """A run as a leaderboard reads it (`BoardFold`): its questions (`metrics.questions`), its effect
-    phrase, its grading timeouts."""
+    phrase, its grading timeouts, its prompt + completion tokens per question (None when a call's
+    usage is unknown)."""
 
     questions: dict[tuple[str, str], Question]
     effect: str
     timeouts: int
+    tokens_per_question: float | None = None
 
 
 def digest(run: Run) -> Digest:
     """`BoardFold` over the run's records: those it holds, else RUN/records.compact.jsonl read a line
-    at a time (`compact.stream_views`; when that file is not in step, its records read whole)."""
+    at a time (`compact.stream_views`; when that file is not in step, its records read whole). Kept
+    on the run (its ``__dict__``), so a run is read once whatever asks."""
+    kept = run.__dict__.get("_board_digest")
+    if isinstance(kept, Digest):
+        return kept
     fold = BoardFold(run.workflow)
     records: Iterable[Any] | None = run.views
     if not run.views:
@@ -223,7 +234,8 @@ def digest(run: Run) -> Digest:
             records = select_records(read_samples(run.path / SAMPLES, missing_ok=True), run.config)
     for r in records or ():
         fold.add(r)
-    return fold.result()
+    run.__dict__["_board_digest"] = out = fold.result()
+    return out
 
 
 def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int, dig: Digest | None = None) -> Row:
