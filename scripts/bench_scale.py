@@ -289,7 +289,7 @@ def table(rows: list[dict]) -> str:
             f"{r['reopen']['cpu_s'] / f['cpu_s'] * 100:.0f} | {r['view_bytes'] / 1e6:.1f} | "
             f"{r['view']['cpu_s']:.1f} / {r['view']['peak_rss_mb']:.0f} | "
             f"{r['leaderboard']['cpu_s']:.1f} / {r['leaderboard']['peak_rss_mb']:.0f} | "
-            f"{min(loads, default=0):.1f}–{max(loads, default=0):.1f} |")
+            f"{f'{min(loads):.1f}–{max(loads):.1f}' if loads else '–'} |")
     return "\n".join(lines)
 
 
