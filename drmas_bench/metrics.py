@@ -49,7 +49,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from drmas_bench.pricing import PriceSheet
-from drmas_bench.records import USAGE_SOURCES, RecordView, TurnView, view, views
+from drmas_bench.records import USAGE_SOURCES, TurnView, view, views
 from drmas_bench.summary_stream import QA_KEYS as QA_KEYS  # re-exported: defined beside the stream that reads them
 from drmas_bench.summary_stream import Reader, SummaryStream
 from drmas_bench.summary_stream import role_rules as role_rules
@@ -220,14 +220,6 @@ def pass_hat_values(qs: Sequence[Question], k: int | None = None) -> np.ndarray:
     if k is None:
         return np.array([pass_hat_n(q.n, q.c) for q in qs], dtype=float)
     return np.array([pass_hat_k(q.n, q.c, k) for q in qs], dtype=float)
-
-
-def _record_key(r: RecordView) -> tuple:
-    """A stable order of trajectory records: (benchmark, task id, sample index), then a few recorded
-    numbers for duplicates. Questions, and so the bootstrap's resamples, follow it, so the same
-    records give the same summary (CIs included) whatever order samples.jsonl holds them in."""
-    return (r.benchmark, r.task_id, -1 if r.sample_idx is None else r.sample_idx, r.correct, r.reward, r.wall_s,
-            r.cost_usd)
 
 
 def usage_known(turn: Any) -> bool:
