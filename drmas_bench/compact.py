@@ -127,28 +127,38 @@ def slim_view(rec: dict[str, Any]) -> RecordView:
     return replace(view(rec), raw={"figures": rec["figures"]} if "figures" in rec else {})
 
 
-def _index_key_hashes(run: Path) -> array | None:
-    """A hash of each RUN/samples.index line's (benchmark, task id, sample index), None when unreadable."""
-    out = array("q")
+def _index_key_hashes(run: Path) -> tuple[array, int] | None:
+    """A hash of each RUN/samples.index line's (benchmark, task id, sample index), and the byte of
+    samples.jsonl where its last line ends; None when the index is unreadable."""
+    out, end = array("q"), 0
     try:
         with open(run / INDEX, "rb") as f:
             for raw in f:
                 e = json.loads(raw)
                 out.append(hash((str(e[0]), str(e[1]), int(e[2]))))
+                end = int(e[5])
     except (OSError, ValueError, IndexError, TypeError):
         return None
-    return out
+    return out, end
 
 
 def stream_views(run: str | Path, selected: Callable[[dict[str, Any]], bool]) -> Iterator[RecordView] | None:
     """The records of RUN's selection (``selected``) as `slim_view`s of RUN/records.compact.jsonl, read one
-    line at a time, nothing kept: when the file holds a line per RUN/samples.index line and no key
-    repeats (so there is no earlier copy for a later one to replace). None otherwise: the caller reads
-    them whole (``RunDir.compact_views``, the last copy of a key winning)."""
+    line at a time, nothing kept: when the copy is in step with samples.jsonl (RUN/samples.index covers
+    samples.jsonl to its last byte and the copy holds a line per index line) and no key repeats (so
+    there is no earlier copy for a later one to replace). None otherwise: the caller reads the records
+    whole (``RunDir.compact_views``, or samples.jsonl, the last copy of a key winning)."""
     p = Path(run)
     lines = lines_in(p / COMPACT)
-    keys = _index_key_hashes(p) if lines is not None else None
-    if keys is None or len(keys) != lines or len(np.unique(np.asarray(keys))) != lines:
+    index = _index_key_hashes(p) if lines is not None else None
+    if index is None or len(index[0]) != lines:
+        return None
+    try:
+        if (p / "samples.jsonl").stat().st_size != index[1]:
+            return None
+    except OSError:
+        return None
+    if len(np.unique(np.asarray(index[0]))) != lines:
         return None
     return _read_views(p / COMPACT, selected)
 

@@ -148,6 +148,13 @@ def test_a_run_directory_is_summarized_line_by_line_as_from_its_records(tmp_path
     same(metrics.summarize(streamed, workflow="search_route", n_boot=30),
          metrics.summarize(store.compact_views(), workflow="search_route", n_boot=30))
     store.close()
+    size = (run / "samples.jsonl").stat().st_size
+    with open(run / "samples.jsonl", "a") as f:  # a line the index does not cover yet: no stream
+        f.write("garbage\n")
+    assert compact.stream_views(run, selection_test(config)) is None
+    with open(run / "samples.jsonl", "r+") as f:
+        f.truncate(size)
+    assert compact.stream_views(run, selection_test(config)) is not None
     with open(run / "samples.jsonl", "a") as f:  # the same sample again: the last copy must win, so no stream
         f.write((run / "samples.jsonl").read_text().splitlines()[0] + "\n")
     RunDir(run, config).close()
