@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sys
 from array import array
 from dataclasses import replace
 from pathlib import Path
@@ -101,12 +102,23 @@ class Rows:
 
 def _slim(rec: dict[str, Any]) -> RecordView:
     """The summary's view of a compact record (as `RunDir.compact_views`): no run stamp, no requests,
-    the workflow's stored figures as ``raw``."""
+    the workflow's stored figures as ``raw``. The list row reads nothing of what is left out."""
     rec.pop("run", None)
     for t in rec.get("turns") or ():
         if isinstance(t, dict):
             t.pop("request", None)
+            _share(t, ("agent", "wg"))
+            _share(t.get("completion"), ("finish", "usage"))
     return replace(view(rec), raw={"figures": rec["figures"]} if "figures" in rec else {})
+
+
+def _share(d: Any, keys: tuple[str, ...]) -> None:
+    """One string object for each value of ``keys`` that repeats in every turn (agent names, worker
+    groups, finish reasons): a JSON decoder makes a new one per line."""
+    if isinstance(d, dict):
+        for k in keys:
+            if isinstance(d.get(k), str):
+                d[k] = sys.intern(d[k])
 
 
 def _in_step(p: Path) -> bool:
@@ -191,14 +203,13 @@ def scan(run: Run, wf: str | None) -> tuple[Rows, list[RecordView]]:
     rows, slims, slot_of = Rows(), [], {}
     wf_config = run.config.get("workflow")
     for rec, start, end, is_compact in records(run):
-        v = view(rec)
+        v = rec if end < 0 else _slim(rec if is_compact else compact.compact(rec, wf_config))
         slot = slot_of.setdefault(v.key, len(rows))
         rows.put(slot, row_values(v, kinds_of), start, end)
-        s = v if end < 0 else _slim(rec if is_compact else compact.compact(rec, wf_config))
         if slot == len(slims):
-            slims.append(s)
+            slims.append(v)
         else:
-            slims[slot] = s
+            slims[slot] = v
     del slot_of
     d = rows.data
     rows.reorder(sorted(range(len(d)), key=lambda i: (d[i][0], natural(d[i][1]), d[i][2] or 0)))
