@@ -304,7 +304,9 @@ import json, resource, sys
 from drmas_bench import cli
 rc = cli.main(["view", sys.argv[1], "--out", sys.argv[2]])
 ru = resource.getrusage(resource.RUSAGE_SELF)
-print("BENCH_VIEW " + json.dumps({"rc": rc, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": ru.ru_maxrss / 1024}))
+# the process's own peak (VmHWM); ru_maxrss may carry the parent's peak over the fork
+hwm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+print("BENCH_VIEW " + json.dumps({"rc": rc, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": hwm / 1024}))
 """
 
 
