@@ -35,13 +35,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from drmas_bench import metrics
+from drmas_bench.metrics import Question
 from drmas_bench.records import RecordView, view, views
 from drmas_bench.report import sections
 from drmas_bench.report.charts import PALETTE
 from drmas_bench.report.labels import all_labels, stopped_text, workflow_name
 from drmas_bench.report.runs import NoSamples, Run, open_run
 from drmas_bench.report.sections import Change
-from drmas_bench.report.view_scan import ROW_KEYS, details, natural, row_values, scan, workflow_of
+from drmas_bench.report.view_scan import ROW_KEYS, details, natural, row_values, scan, summary_records, workflow_of
 from drmas_bench.types import UserError
 from drmas_bench.workflows import find_workflow
 from drmas_bench.workflows.rules import FormatRule
@@ -147,14 +148,18 @@ def run_entry(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str
     with `runs.open_run` is read here a record at a time (`view_scan`), its ``n`` and ``benchmarks``
     filled in from the records where its configuration names none."""
     wf = workflow_of(run)
-    rows, slims = scan(run, wf)
+    rows = scan(run, wf)
     if not rows:
         raise NoSamples(f"{run.path}: the run has no finished samples yet")
+    logger.info(f"[view] {len(rows)} trajectories of {run.path}: their summary, then their turns")
     run.n = run.n or max(t[2] or 0 for t in rows.data) + 1
     run.benchmarks = run.benchmarks or sorted({t[0] for t in rows.data})
-    summ = summary if summary is not None else metrics.summarize(slims, workflow=wf)
-    qs = metrics.questions(slims)
-    del slims
+    asked: dict[tuple[str, str], list] = {}  # the questions (`metrics.questions`), tallied as the summary reads
+    feed = _tally_questions(summary_records(run, rows), asked)
+    summ = summary if summary is not None else metrics.summarize(feed, workflow=wf)
+    for _ in feed:  # a given summary: the questions still need their pass
+        pass
+    qs = {k: Question(k[0], k[1], v[0], v[1], v[2], v[4]) for k, v in sorted(asked.items())}
     entry = {"name": run.name, "path": run.path.name, "workflow": wf, "suite": run.suite, "model": run.model_label,
              "team": run.team_label, "sampling": run.sampling_label, "n": run.n, "benchmarks": run.benchmarks,
              "agents": run.agents, "summary": summ, "rows": rows}
@@ -163,6 +168,19 @@ def run_entry(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str
         return (_packed(c) for c in details(run, rows, CHUNK, lambda r: trajectory_detail(r, wf)))
 
     return entry, chunks, qs
+
+
+def _tally_questions(recs: Iterator[RecordView], acc: dict[tuple[str, str], list]) -> Iterator[RecordView]:
+    """``recs`` passed on, each counted into ``acc`` as `metrics.questions` counts: (benchmark, id) ->
+    [samples, correct, question text, sample indices, repeats]."""
+    for r in recs:
+        slot = acc.setdefault((r.benchmark, r.task_id), [0, 0, r.question, set(), 0])
+        slot[0] += 1
+        slot[1] += r.correct
+        if r.sample_idx in slot[3]:
+            slot[4] += 1
+        slot[3].add(r.sample_idx)
+        yield r
 
 
 def run_data(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:

@@ -59,29 +59,33 @@ def row_values(rec: RecordView, kinds_of: Callable[[RecordView], list[str]] | No
 class Rows:
     """The list rows of one run, compactly: a tuple of `ROW_KEYS` values per trajectory (repeated
     strings, benchmarks and routes, stored once) and where its full record is (``start``, ``end``: a
-    byte range of samples.jsonl, or with ``end`` -1 an index into the run's in-memory records).
+    byte range of samples.jsonl, or with ``end`` -1 an index into the run's in-memory records), and
+    its record's place among the records `records` gives (``line``: the summary's pass reads those).
     Iterating gives each row as the page's dict."""
 
     def __init__(self) -> None:
         self.data: list[tuple] = []
         self.start = array("q")
         self.end = array("q")
+        self.line = array("q")
         self._shared: dict[str, str] = {}
 
-    def put(self, slot: int, row: tuple, start: int, end: int) -> None:
+    def put(self, slot: int, row: tuple, start: int, end: int, line: int) -> None:
         """Set row ``slot`` (== len(self): a new one)."""
         row = (self._shared.setdefault(row[0], row[0]),) + row[1:8] + (self._shared.setdefault(row[8], row[8]),) + row[9:]
         if slot == len(self.data):
             self.data.append(row)
             self.start.append(start)
             self.end.append(end)
+            self.line.append(line)
         else:
-            self.data[slot], self.start[slot], self.end[slot] = row, start, end
+            self.data[slot], self.start[slot], self.end[slot], self.line[slot] = row, start, end, line
 
     def reorder(self, order: list[int]) -> None:
         self.data = [self.data[i] for i in order]
-        self.start = array("q", (self.start[i] for i in order))
-        self.end = array("q", (self.end[i] for i in order))
+        for name in ("start", "end", "line"):
+            old = getattr(self, name)
+            setattr(self, name, array("q", (old[i] for i in order)))
 
     def __len__(self) -> int:
         return len(self.data)
@@ -194,26 +198,36 @@ def natural(s: str) -> tuple:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
 
 
-def scan(run: Run, wf: str | None) -> tuple[Rows, list[RecordView]]:
+def scan(run: Run, wf: str | None) -> Rows:
     """Pass 1 (see the module docstring): the run's rows in the page's order (benchmark, then question
-    id with its numbers compared as numbers, then sample) and the views its summary is computed from
-    (in file order; a run holding its records in memory: its own views)."""
+    id with its numbers compared as numbers, then sample)."""
     spec = find_workflow(wf)  # the kind of each env step, as the workflow reads its records
     kinds_of = spec.env_step_kinds if spec is not None else None
-    rows, slims, slot_of = Rows(), [], {}
-    wf_config = run.config.get("workflow")
-    for rec, start, end, is_compact in records(run):
-        v = rec if end < 0 else _slim(rec if is_compact else compact.compact(rec, wf_config))
+    rows, slot_of = Rows(), {}
+    for line, (rec, start, end, _) in enumerate(records(run)):
+        v = view(rec)
         slot = slot_of.setdefault(v.key, len(rows))
-        rows.put(slot, row_values(v, kinds_of), start, end)
-        if slot == len(slims):
-            slims.append(v)
-        else:
-            slims[slot] = v
+        rows.put(slot, row_values(v, kinds_of), start, end, line)
     del slot_of
     d = rows.data
     rows.reorder(sorted(range(len(d)), key=lambda i: (d[i][0], natural(d[i][1]), d[i][2] or 0)))
-    return rows, slims
+    return rows
+
+
+def summary_records(run: Run, rows: Rows) -> Iterator[RecordView]:
+    """The records the run's summary counts, read again one at a time in file order (the last copy of a
+    repeated sample only), as the summary reads them: views of compact records without run stamps
+    and requests (`RunDir.compact_views`' views). A run holding its records in memory: its views."""
+    if run.records:
+        yield from run.views
+        return
+    wanted = sorted(rows.line)
+    wf_config = run.config.get("workflow")
+    at = 0
+    for line, (rec, _, _, is_compact) in enumerate(records(run)):
+        if at < len(wanted) and line == wanted[at]:
+            at += 1
+            yield _slim(rec if is_compact else compact.compact(rec, wf_config))
 
 
 def details(run: Run, rows: Rows, size: int, detail: Callable[[Any], dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
