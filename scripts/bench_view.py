@@ -347,10 +347,12 @@ def same_page(a: Path, b: Path) -> bool:
     return a.read_bytes() == b.read_bytes() and all((fa / n).read_bytes() == (fb / n).read_bytes() for n in names)
 
 
-def cost_table(work: Path, sizes: list[int], baseline: str | None, baseline_max: int) -> list[dict[str, Any]]:
-    """For each size: a run of that many trajectories (`synth_run` of a scripted search run), its page
-    by this tree's code and, up to ``baseline_max`` trajectories, by ``baseline``'s (a git ref)."""
-    src = scripted_search_run(work / "scripted", questions=48, n=2)
+def cost_table(work: Path, sizes: list[int], baseline: str | None, baseline_max: int,
+               source: str | Path | None = None) -> list[dict[str, Any]]:
+    """For each size: a run of that many trajectories (`synth_run` of run ``source``, default a scripted
+    search run), its page by this tree's code and, up to ``baseline_max`` trajectories, by
+    ``baseline``'s (a git ref)."""
+    src = Path(source) if source else scripted_search_run(work / "scripted", questions=48, n=2)
     old = code_of(baseline, work / "baseline") if baseline else None
     rows = []
     for n in sizes:
@@ -400,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.sizes:
         work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-view-"))
-        print_cost(cost_table(work, [int(x) for x in args.sizes.split(",")], args.baseline, args.baseline_max))
+        print_cost(cost_table(work, [int(x) for x in args.sizes.split(",")], args.baseline, args.baseline_max,
+                              args.run))
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         return 0

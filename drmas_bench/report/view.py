@@ -18,10 +18,16 @@ written beside the page, in ``<page name>_files/chunk-R-C.js`` (a script that ha
 page), which the page loads when a trajectory of that chunk is opened: a 100,000-trajectory page
 stays under 5 MB and opens from disk without a server (keep the folder beside the page).
 
-Records come from `report.runs.load_run` (the store's one reader and one selection, so the page
-shows the trajectories the run's summary counts; an unreadable line stops with the repair hint as
-every reader does). The summary is recomputed with `metrics.summarize` from those records, so an
-old run dir shows today's per-agent figures. Parsing is `workflows.protocol`'s and `metrics`'.
+The run is read a record at a time (`report.view_scan`; `write_view` opens it with
+`report.runs.open_run`, which reads the configuration only): the list's rows from the compact records
+(or samples.jsonl), the summary from the same records read again (`metrics.summarize`, over what
+the store's selection keeps, the last copy of a repeated sample; so an old run dir shows today's
+per-agent figures), then the turns, each full record read at its byte range of samples.jsonl, a
+chunk at a time in the page's order; a chunk of a large page is written beside it as soon as it is
+made. What stays in memory per trajectory is its list row and byte range (~0.5 KB) and what the
+summary keeps per sample. `render` also takes runs loaded whole (`report.runs.load_run`) and gives
+the same page. An unreadable line stops with the repair hint as every reader does. Parsing is
+`workflows.protocol`'s and `metrics`'.
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
 """The viewer's reading of a run directory: one record in memory at a time.
 
-Two passes over the run's records (`scan`, then `details`):
+The run's records are read three times, never held together (`scan`, `summary_records`, `details`):
 
-1. Every selected record once, in file order, as the list and the summary need it: from
+1. Every selected record once, in file order, as the list needs it: from
    RUN/records.compact.jsonl (no prompts, no passages) while it is in step with samples.jsonl
    (`compact.current_records`' test), each compact line paired with its RUN/samples.index entry,
    which gives the byte range of the full record in samples.jsonl; else from samples.jsonl itself,
    line by line. Kept per trajectory: its list row as a tuple (`ROW_KEYS`), the byte range of its
-   full record, and the summary's slim view of its compact record (no messages, passages, run
-   stamp or requests: what `RunDir.compact_views` keeps), the last copy of a repeated (benchmark,
-   question, sample) winning in the place of the first, as every reader of samples.jsonl does.
-2. The full records, a chunk of rows at a time in the page's order, each read at its byte range:
+   full record and its place in the file, the last copy of a repeated (benchmark, question, sample)
+   winning in the place of the first, as every reader of samples.jsonl does.
+2. The same records again, the last copy of each, as the summary reads them (the views
+   `RunDir.compact_views` makes: no messages, passages, run stamp or requests), handed one at a
+   time to `metrics.summarize`.
+3. The full records, a chunk of rows at a time in the page's order, each read at its byte range:
    the turns the page shows when a trajectory is opened (`view.trajectory_detail`).
 
 An unreadable samples.jsonl line stops with the store's one-line error and its repair hint; a line
@@ -203,7 +205,7 @@ def scan(run: Run, wf: str | None) -> Rows:
     id with its numbers compared as numbers, then sample)."""
     spec = find_workflow(wf)  # the kind of each env step, as the workflow reads its records
     kinds_of = spec.env_step_kinds if spec is not None else None
-    rows, slot_of = Rows(), {}
+    rows, slot_of = Rows(), dict[tuple, int]()
     for line, (rec, start, end, _) in enumerate(records(run)):
         v = view(rec)
         slot = slot_of.setdefault(v.key, len(rows))
