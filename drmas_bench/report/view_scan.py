@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import sys
 from array import array
 from dataclasses import replace
 from pathlib import Path
@@ -107,24 +106,11 @@ class Rows:
 
 
 def _slim(rec: dict[str, Any]) -> RecordView:
-    """The summary's view of a compact record (as `RunDir.compact_views`): no run stamp, no requests,
-    the workflow's stored figures as ``raw``. The list row reads nothing of what is left out."""
-    rec.pop("run", None)
-    for t in rec.get("turns") or ():
-        if isinstance(t, dict):
-            t.pop("request", None)
-            _share(t, ("agent", "wg"))
-            _share(t.get("completion"), ("finish", "usage"))
-    return replace(view(rec), raw={"figures": rec["figures"]} if "figures" in rec else {})
-
-
-def _share(d: Any, keys: tuple[str, ...]) -> None:
-    """One string object for each value of ``keys`` that repeats in every turn (agent names, worker
-    groups, finish reasons): a JSON decoder makes a new one per line."""
-    if isinstance(d, dict):
-        for k in keys:
-            if isinstance(d.get(k), str):
-                d[k] = sys.intern(d[k])
+    """The summary's view of a compact record, as `RunDir.compact_views` makes it: no run stamp, no
+    request (sampling, messages) on its turns, the workflow's stored figures as ``raw``."""
+    v = view(rec)
+    turns = tuple(replace(t, sampling={}, messages=()) for t in v.turns)
+    return replace(v, run={}, turns=turns, raw={"figures": rec["figures"]} if "figures" in rec else {})
 
 
 def _in_step(p: Path) -> bool:
