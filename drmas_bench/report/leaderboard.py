@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -39,12 +40,14 @@ from drmas_bench.metrics import (
 )
 from drmas_bench.records import view, views
 from drmas_bench.report.compute_matched import matched_line, read_matched
-from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num
+from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, expand_run_dirs, fmt_num, load_run, open_run
 from drmas_bench.run_dir import SAMPLES, read_samples, select_records, selection_test
 from drmas_bench.tasks import select_benchmarks
 from drmas_bench.types import UserError
 from drmas_bench.workflows.rules import fold_of
 from drmas_bench.yamlfile import read_yaml
+
+logger = logging.getLogger(__name__)
 
 # the evaluation protocol of the paper (REFERENCE.md §3), quoted in table captions
 PAPER_PROTOCOL = {"n": 16, "temperature": 0.6, "top_p": 0.95}
@@ -285,6 +288,32 @@ def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int, dig: Dig
         flags.append(f"{dig.timeouts} grading timeouts (graded wrong)")
     row.notes = flags
     return row
+
+
+def open_runs(paths: Iterable[str | Path]) -> list[Run]:
+    """The run directories of ``paths`` (`runs.expand_run_dirs`) as `leaderboard` reads them: each opened
+    without its records (`runs.open_run`) and read once into its `digest`, a compact line at a time.
+    As `runs.load_runs`: a run without finished samples is skipped with a warning, none left is a
+    UserError, runs with the same folder name get distinct names."""
+    out: list[Run] = []
+    dirs = expand_run_dirs(paths)
+    for p in dirs:
+        run = open_run(p)
+        qs = digest(run).questions
+        if not qs:
+            logger.warning(f"warning: skipping {p}: the run has no finished samples yet")
+            continue
+        if not run.n:  # a configuration without n: the records' (as `runs.load_run` reads it)
+            run = load_run(p, compact=True)
+        run.benchmarks = run.benchmarks or sorted({b for b, _ in qs})
+        out.append(run)
+    if not out:
+        raise UserError(f"none of the {len(dirs)} run directories holds finished samples yet")
+    counts = Counter(r.name for r in out)
+    for r in out:
+        if counts[r.name] > 1:
+            r.name = str(r.path)
+    return out
 
 
 def matched_row(run: Run, base: Row) -> Row | None:
