@@ -281,6 +281,7 @@ async def run_split(p: Any, store: Any, run: Callable[[runner.EpisodeRun], Await
         disp.attach(workers)
         logger.info(f"[eval] starting {n} workers ({backend}), each with the team's engines")
         await asyncio.gather(*(w.start() for w in workers))
+        logger.info("[eval] workers ready: " + ", ".join(w.label for w in workers))
         ctx = runner.eval_run(p, None, store, None, CallChain(prices=p.prices), remote=disp,
                               concurrency=cfg.concurrency * n)
         logger.info(f"[eval] {len(p.tasks)} questions x {cfg.n} samples over {n} workers, workflow {p.wf.name}, "
