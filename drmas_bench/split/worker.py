@@ -170,7 +170,12 @@ def process_main(conn: Any, blob: bytes, index: int) -> None:
     """A spawned worker process: serve ``conn`` (a ``multiprocessing`` pipe) until told to stop or the
     coordinator is gone. Messages in: ``("play", items)``, ``("stop",)``; out: ``("ready", info)`` or
     ``("failed", exception)``, then ``("results", [...])`` as episodes finish, and ``("closed", stats)``."""
+    from tqdm import tqdm
+
     _ignore_stop_signals()
+    # the bars a library draws here (the retriever's) lock with a thread lock: tqdm's default also makes a
+    # named semaphore, which a worker killed with SIGKILL would leave to a warning at the coordinator's exit
+    tqdm.set_lock(threading.RLock())
     outbox: queue.Queue = queue.Queue()
 
     def send() -> None:  # its own thread: a full pipe never blocks the episodes or the reading of commands
