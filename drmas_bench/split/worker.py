@@ -26,6 +26,7 @@ import asyncio
 import os
 import pickle
 import queue
+import resource
 import signal
 import threading
 import traceback
@@ -139,7 +140,8 @@ class WorkerCore:
         return out
 
     async def close(self) -> dict[str, Any]:
-        """Cancel the episodes still running, close the engines, the retriever and the cache; the pool's stats."""
+        """Cancel the episodes still running, close the engines, the retriever and the cache; the pool's
+        stats (``peak_rss_bytes``: this process's, sampled) and this process's PID and CPU seconds."""
         for fut in list(self._running):
             fut.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
@@ -154,7 +156,8 @@ class WorkerCore:
                 close()
             if self._cache is not None:
                 self._cache.close()
-        return stats
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return {**stats, "process": {"pid": os.getpid(), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}}
 
 
 # ------------------------------------------------------------------------------- a spawned process
