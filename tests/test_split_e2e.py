@@ -103,6 +103,25 @@ def test_search_on_the_double_two_workers_give_the_one_process_records(double, d
     assert_same_run(tmp_path / "one", tmp_path / "two")
 
 
+def test_a_corrupt_line_is_the_same_one_line_before_any_worker_starts_and_repair_then_resume_works(
+        double, data_dir, tmp_path):
+    from drmas_bench.run_dir import repair_samples
+    from drmas_bench.types import UserError
+
+    run = tmp_path / "run"
+    cfg = dict(model="tiny-random", engine=double, suite="search", benchmarks="hotpotqa", n=2, limit=10,
+               data_dir=str(data_dir), progress=False, out=str(run), workers=2)
+    evaluate(EvalConfig(**cfg))
+    lines = (run / "samples.jsonl").read_bytes().splitlines(keepends=True)
+    (run / "samples.jsonl").write_bytes(b"".join(lines[:5] + [b"{not json\n"] + lines[7:]))  # two samples lost, a bad line
+    with pytest.raises(UserError, match=r"samples.jsonl:6: not a trajectory record \(corrupt line\); run `drmas-bench runs repair"):
+        evaluate(EvalConfig(**cfg))
+    repair_samples(run)
+    s = evaluate(EvalConfig(**cfg))
+    assert s["run"]["episodes_run"] == 2 and s["run"]["episodes_resumed"] == 18
+    assert len(records(run)) == 20
+
+
 # ------------------------------------------------------------------------------- stops and deaths
 
 
