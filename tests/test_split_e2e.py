@@ -214,3 +214,7 @@ def test_ray_actors_on_logical_gpus_give_the_one_process_records(toy_one_process
     assert s["pool"]["split"]["backend"] == "ray" and sum(s["pool"]["split"]["episodes_by_worker"]) == 8
     assert ray_session.available_resources().get("GPU") == 2  # both actors, one logical GPU each, are gone
     assert_same_run(toy_one_process, tmp_path / "ray")
+    from drmas_bench.types import UserError
+
+    with pytest.raises(UserError, match="each worker actor takes one GPU and the Ray cluster has 2"):
+        evaluate(EvalConfig(**TOY, out=str(tmp_path / "three"), workers=3, pool="ray"))

@@ -254,9 +254,13 @@ def ray_options(n: int, address: str | None) -> tuple[dict[str, Any], bool]:
     else one CPU) and whether this call started Ray (then the caller shuts it down)."""
     ray = import_ray()
     started = init_ray(ray_address(address)) if not ray.is_initialized() else False
-    gpus = ray.cluster_resources().get("GPU", 0)
-    if 0 < gpus < n:
-        raise UserError(f"--workers {n} --pool ray: each worker actor takes one GPU and the Ray cluster has {gpus:g}")
+    gpus, cpus = ray.cluster_resources().get("GPU", 0), ray.cluster_resources().get("CPU", 0)
+    if 0 < gpus < n or (not gpus and cpus < n):
+        what = "GPU" if gpus else "CPU (the cluster has no GPU)"
+        if started:
+            ray.shutdown()
+        raise UserError(f"--workers {n} --pool ray: each worker actor takes one {what} and the Ray cluster has "
+                        f"{gpus if gpus else cpus:g}; on a CPU machine ray.init(num_gpus=N) declares logical GPUs")
     return {"num_gpus": 1 if gpus else 0, "num_cpus": 0 if gpus else 1}, started
 
 
