@@ -9,7 +9,8 @@ episodes of one run directory.
   an episode) on the instant test-double engine of scripts/bench_scale.py;
 - a split run stopped by SIGTERM keeps its finished episodes, and the same command with another
   number of workers finishes with each sample once; a worker killed with SIGKILL stops the run with
-  one line naming it, finished work stays, and a rerun completes;
+  one line naming it, finished work stays, and a rerun completes; a worker that cannot start (a fake
+  engine whose construction fails) is one line naming it;
 - the Ray-actor variant on a local Ray with two logical GPUs: the toy records again.
 """
 
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -120,6 +122,36 @@ def test_a_corrupt_line_is_the_same_one_line_before_any_worker_starts_and_repair
     s = evaluate(EvalConfig(**cfg))
     assert s["run"]["episodes_run"] == 2 and s["run"]["episodes_resumed"] == 18
     assert len(records(run)) == 20
+
+
+@dataclass
+class CannotLoadOptions:
+    max_batch: int = 32
+
+
+class CannotLoadEngine:
+    """A fake engine for the worker that cannot start: its construction fails with a user's error, as
+    a model folder missing on a worker's machine would."""
+
+    name = "cannot-load"
+    Options = CannotLoadOptions
+
+    def __init__(self, model: str, **options):
+        from drmas_bench.types import UserError
+
+        raise UserError(f"model {model}: no weights on this machine")
+
+
+def test_a_worker_that_cannot_start_is_one_line_naming_it_and_nothing_is_recorded(monkeypatch, tmp_path):
+    from drmas_bench.engines import ENGINES
+    from drmas_bench.types import UserError
+
+    monkeypatch.setitem(ENGINES, "cannot-load", f"{__name__}:CannotLoadEngine")
+    with pytest.raises(UserError, match=r"^split worker [01] of 2 \(PID \d+\) could not start: worker group 'shared': "
+                                        r"model tiny-random: no weights on this machine$"):
+        evaluate(EvalConfig(model="tiny-random", engine="cannot-load", suite="toy", n=1, limit=2, progress=False,
+                            out=str(tmp_path / "run"), workers=2))
+    assert not (tmp_path / "run" / "samples.jsonl").exists() or _lines(tmp_path / "run") == 0
 
 
 # ------------------------------------------------------------------------------- stops and deaths
