@@ -73,6 +73,7 @@ from drmas_bench.records import view
 from drmas_bench.report.runs import load_run
 from drmas_bench.retrievers import open_retriever
 from drmas_bench.run_dir import RunDir, selection_test
+from drmas_bench.split import run_split
 from drmas_bench.tasks.catalog import get_benchmark
 from drmas_bench.types import UserError
 
@@ -145,11 +146,18 @@ def run(p: Plan) -> Summary:
         retriever = None
         if p.retriever_spec:  # a server that is down, an index that is missing: fails here
             retriever = open_retriever(p.retriever_spec)
-            opened.callback(close_retriever, retriever)
+            if p.cfg.workers > 1:  # probed (an index built and cached) here; each worker opens its own
+                close_retriever(retriever)
+                retriever = None
+            else:
+                opened.callback(close_retriever, retriever)
         store = RunDir(p.out, p.config_doc, fresh=p.cfg.fresh)  # takes RUN/.lock, then writes the identity
         opened.callback(store.close)
         try:
-            stats, pool_stats = asyncio.run(run_on_pool(p, store, call_cache, retriever))
+            if p.cfg.workers > 1:  # the episodes over worker processes / Ray actors, each with its own engines
+                stats, pool_stats = asyncio.run(run_split(p, store, lambda ctx: run_kept(p, store, ctx)))
+            else:
+                stats, pool_stats = asyncio.run(run_on_pool(p, store, call_cache, retriever))
             if stats.stopped and not store.selected():  # a limit below one episode's spending: nothing to summarize
                 raise LimitReached(stats.stopped)
             summary = write_summary(p, store, stats, pool_stats)
@@ -196,23 +204,26 @@ async def run_on_pool(p: Plan, store: RunDir, call_cache: CallCache | None, retr
                               e, log) from None
     try:
         engines = chain.wrap(pool.views(), team, p.config_doc["identity"]["models"], here=cfg.pool != "ray")
-        ctx = runner.EpisodeRun(runner.TeamRuntime(team, engines, p.sampling), wf, store, seed=cfg.seed,
-                                retriever=retriever, workflow_options={**team.workflow_options, **p.protocol_opts},
-                                calls=chain, concurrency=cfg.concurrency, flush_every=cfg.flush_every,
-                                progress=cfg.progress, math_grader=cfg.grader)
+        ctx = runner.eval_run(p, runner.TeamRuntime(team, engines, p.sampling), store, retriever, chain)
         logger.info(f"[eval] {len(p.tasks)} questions x {cfg.n} samples, workflow {wf.name}, run dir {store.path}")
-        try:
-            stats = await runner.run_episodes(p.tasks, cfg.n, ctx)
-            if meter is not None:
-                stats.limits = meter.record(store.selected())
-        except UserError as e:
-            raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
-        except Exception as e:
-            raise unexpected(e, "run stopped", log=store.log_error(e),
-                             hint=f"finished samples are saved in {store.samples_path}; re-run to resume") from None
+        stats = await run_kept(p, store, ctx)
+        if meter is not None:
+            stats.limits = meter.record(store.selected())
         return stats, pool.stats()
     finally:
         await pool.__aexit__(None, None, None)
+
+
+async def run_kept(p: Plan, store: RunDir, ctx: runner.EpisodeRun) -> runner.RunStats:
+    """``runner.run_episodes`` over the plan's tasks; an error says where the finished samples are and
+    that the same command resumes (a bug's traceback goes to RUN/error.log)."""
+    try:
+        return await runner.run_episodes(p.tasks, p.cfg.n, ctx)
+    except UserError as e:
+        raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
+    except Exception as e:
+        raise unexpected(e, "run stopped", log=store.log_error(e),
+                         hint=f"finished samples are saved in {store.samples_path}; re-run to resume") from None
 
 
 def summary_inputs(p: Plan) -> dict[str, Any]:
