@@ -48,10 +48,10 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-from drmas_bench import metrics, runner
-from drmas_bench.call_cache import CallCache, cache_summary
+from drmas_bench import compact, metrics, runner
+from drmas_bench.call_cache import CacheTally, CallCache
 from drmas_bench.calls import CallChain
 from drmas_bench.limits import LimitReached, start_meter
 from drmas_bench.log import UnexpectedError, one_line, traceback_note, unexpected
@@ -69,10 +69,11 @@ from drmas_bench.plan import (  # noqa: F401
 )
 from drmas_bench.pool import make_pool, specs_from_team
 from drmas_bench.provenance import hardware, utc_now
-from drmas_bench.records import views
+from drmas_bench.records import view
 from drmas_bench.report.runs import load_run
 from drmas_bench.retrievers import open_retriever
-from drmas_bench.run_dir import RunDir
+from drmas_bench.run_dir import RunDir, selection_test
+from drmas_bench.split import run_split
 from drmas_bench.tasks.catalog import get_benchmark
 from drmas_bench.types import UserError
 
@@ -95,16 +96,32 @@ class Summary:
         return self.data[key]
 
 
-def protocol_summary(records: list[Any], info: dict | None) -> dict:
+def protocol_summary(records: Iterable[Any], info: dict | None) -> dict:
     """summary.json's ``protocol``: the prompts hash / source and prompt limit of the run, the number
     of recorded calls, how many had their prompt truncated by the engine, and how many carried a
     limit the engine could not apply (an HTTP model without a tokenizer here or on its server:
     ``prompt_limit_unenforced_calls``)."""
-    calls = [t.call for r in views(records) for t in r.turns]
-    truncated = sum(c.prompt_truncated for c in calls)
-    unenforced = sum(c.prompt_limit_unenforced for c in calls)
-    return {**(info or {}), "calls": len(calls), "prompt_truncated_calls": truncated,
-            "prompt_limit_unenforced_calls": unenforced}
+    tally = ProtocolCalls()
+    for r in records:
+        tally.add(r)
+    return tally.result(info)
+
+
+class ProtocolCalls:
+    """`protocol_summary`'s counts, one record at a time (a reader the run's summary feeds)."""
+
+    def __init__(self) -> None:
+        self.calls = self.truncated = self.unenforced = 0
+
+    def add(self, record: Any) -> None:
+        for t in view(record).turns:
+            self.calls += 1
+            self.truncated += t.call.prompt_truncated
+            self.unenforced += t.call.prompt_limit_unenforced
+
+    def result(self, info: dict | None) -> dict:
+        return {**(info or {}), "calls": self.calls, "prompt_truncated_calls": self.truncated,
+                "prompt_limit_unenforced_calls": self.unenforced}
 
 
 def evaluate(config: EvalConfig) -> Summary:
@@ -129,11 +146,18 @@ def run(p: Plan) -> Summary:
         retriever = None
         if p.retriever_spec:  # a server that is down, an index that is missing: fails here
             retriever = open_retriever(p.retriever_spec)
-            opened.callback(close_retriever, retriever)
+            if p.cfg.workers > 1:  # probed (an index built and cached) here; each worker opens its own
+                close_retriever(retriever)
+                retriever = None
+            else:
+                opened.callback(close_retriever, retriever)
         store = RunDir(p.out, p.config_doc, fresh=p.cfg.fresh)  # takes RUN/.lock, then writes the identity
         opened.callback(store.close)
         try:
-            stats, pool_stats = asyncio.run(run_on_pool(p, store, call_cache, retriever))
+            if p.cfg.workers > 1:  # the episodes over worker processes / Ray actors, each with its own engines
+                stats, pool_stats = asyncio.run(run_split(p, store, lambda ctx: run_kept(p, store, ctx)))
+            else:
+                stats, pool_stats = asyncio.run(run_on_pool(p, store, call_cache, retriever))
             if stats.stopped and not store.selected():  # a limit below one episode's spending: nothing to summarize
                 raise LimitReached(stats.stopped)
             summary = write_summary(p, store, stats, pool_stats)
@@ -180,23 +204,26 @@ async def run_on_pool(p: Plan, store: RunDir, call_cache: CallCache | None, retr
                               e, log) from None
     try:
         engines = chain.wrap(pool.views(), team, p.config_doc["identity"]["models"], here=cfg.pool != "ray")
-        ctx = runner.EpisodeRun(runner.TeamRuntime(team, engines, p.sampling), wf, store, seed=cfg.seed,
-                                retriever=retriever, workflow_options={**team.workflow_options, **p.protocol_opts},
-                                calls=chain, concurrency=cfg.concurrency, flush_every=cfg.flush_every,
-                                progress=cfg.progress, math_grader=cfg.grader)
+        ctx = runner.eval_run(p, runner.TeamRuntime(team, engines, p.sampling), store, retriever, chain)
         logger.info(f"[eval] {len(p.tasks)} questions x {cfg.n} samples, workflow {wf.name}, run dir {store.path}")
-        try:
-            stats = await runner.run_episodes(p.tasks, cfg.n, ctx)
-            if meter is not None:
-                stats.limits = meter.record(store.selected())
-        except UserError as e:
-            raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
-        except Exception as e:
-            raise unexpected(e, "run stopped", log=store.log_error(e),
-                             hint=f"finished samples are saved in {store.samples_path}; re-run to resume") from None
+        stats = await run_kept(p, store, ctx)
+        if meter is not None:
+            stats.limits = meter.record(store.selected())
         return stats, pool.stats()
     finally:
         await pool.__aexit__(None, None, None)
+
+
+async def run_kept(p: Plan, store: RunDir, ctx: runner.EpisodeRun) -> runner.RunStats:
+    """``runner.run_episodes`` over the plan's tasks; an error says where the finished samples are and
+    that the same command resumes (a bug's traceback goes to RUN/error.log)."""
+    try:
+        return await runner.run_episodes(p.tasks, p.cfg.n, ctx)
+    except UserError as e:
+        raise UserError(f"{e} (finished samples are saved in {store.samples_path}; re-run to resume)") from None
+    except Exception as e:
+        raise unexpected(e, "run stopped", log=store.log_error(e),
+                         hint=f"finished samples are saved in {store.samples_path}; re-run to resume") from None
 
 
 def summary_inputs(p: Plan) -> dict[str, Any]:
@@ -222,13 +249,18 @@ def write_summary(p: Plan, store, stats, pool_stats: dict) -> Summary:
 
     key = store.summary_key(summary_inputs(p))
     kept = store.kept_summary(key) if stats.episodes == 0 and not stats.stopped and not stats.limits else None
-    # the selection (leaderboard and cost read it too) as views of the compact records, read once: the
-    # metrics, protocol and cache sections all walk them
-    records: list[Any] = [] if kept is not None else store.compact_views()
-    summary = kept if kept is not None else metrics.summarize(records, prices=p.prices, workflow=wf.name)
+    # the selection (leaderboard and cost read it too) as views of the compact records, read one line at
+    # a time: the metrics, protocol and cache sections are summed as they come
+    calls, cache = ProtocolCalls(), CacheTally()
+    if kept is None:
+        records = compact.stream_views(out, selection_test(store.config))
+        summary = metrics.summarize(store.compact_views() if records is None else records, prices=p.prices,
+                                    workflow=wf.name, also=(calls, cache))
+    else:
+        summary = kept
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       # a run limit stopped it: which, and how many of the planned samples are finished
-                      **({"stopped": {**stats.stopped, "samples_finished": len(records),
+                      **({"stopped": {**stats.stopped, "samples_finished": summary["micro"]["samples"],
                                       "samples_planned": len(tasks) * cfg.n}} if stats.stopped else {}),
                       **({"limits": stats.limits} if stats.limits else {}),
                       "episodes_resumed": stats.skipped, "wall_s": round(stats.wall_s, 2),
@@ -240,9 +272,9 @@ def write_summary(p: Plan, store, stats, pool_stats: dict) -> Summary:
                                for a, wg in team.agents.items()}}
     summary["pool"] = pool_stats
     if kept is None:
-        summary["protocol"] = protocol_summary(records, p.protocol_info)
+        summary["protocol"] = calls.result(p.protocol_info)
         summary["grader"] = p.grader
-        summary["cache"] = cache_summary(records, p.call_cache_dir)  # None when off (and no kept call came from a cache)
+        summary["cache"] = cache.result(p.call_cache_dir)  # None when off (and no kept call came from a cache)
     # the engines have imported torch by now: the GPUs are known without a probe of their own
     summary["provenance"] = {**p.provenance, "hardware": hardware(), "finished_at": utc_now(),
                              "duration_s": round(time.monotonic() - p.t0, 2)}

@@ -397,28 +397,43 @@ def cache_summary(records: Iterable[Any], cache_dir: str | None) -> dict[str, An
     A miss is a call an engine computed; ``tokens_saved`` is prompt + completion tokens of the hits,
     ``usd_saved`` their original dollars (None when some are unknown), ``seconds_saved`` their
     original latency minus what the lookups took."""
-    agents: dict[str, dict[str, Any]] = {}
-    any_hit = False
-    for r in map(view, records):
-        for t in r.turns:
+    tally = CacheTally()
+    for r in records:
+        tally.add(r)
+    return tally.result(cache_dir)
+
+
+class CacheTally:
+    """`cache_summary`'s sums, one record at a time (a fold a run's summary feeds as it reads)."""
+
+    def __init__(self) -> None:
+        self.agents: dict[str, dict[str, Any]] = {}
+        self.any_hit = False
+
+    def add(self, record: Any) -> None:
+        for t in view(record).turns:
             c = t.call
-            a = agents.setdefault(t.agent, {"hits": 0, "misses": 0, "tokens_saved": 0,
-                                            "usd_saved": 0.0, "seconds_saved": 0.0})
+            a = self.agents.setdefault(t.agent, {"hits": 0, "misses": 0, "tokens_saved": 0,
+                                                 "usd_saved": 0.0, "seconds_saved": 0.0})
             if not c.cache_hit:
                 a["misses"] += 1
                 continue
-            any_hit = True
+            self.any_hit = True
             a["hits"] += 1
             a["tokens_saved"] += c.tokens
             usd = c.cached_usd
             a["usd_saved"] = None if usd is None or a["usd_saved"] is None else a["usd_saved"] + usd
             a["seconds_saved"] += (c.cached_latency_s or 0.0) - c.latency_s
-    if cache_dir is None and not any_hit:
-        return None
-    for a in agents.values():
-        a["seconds_saved"] = round(a["seconds_saved"], 3)
-        if a["hits"] == 0:
-            a["usd_saved"] = 0.0
-    return {"dir": str(cache_dir) if cache_dir is not None else None,
-            "hits": sum(a["hits"] for a in agents.values()), "misses": sum(a["misses"] for a in agents.values()),
-            "agents": dict(sorted(agents.items()))}
+
+    def result(self, cache_dir: str | None) -> dict[str, Any] | None:
+        """``cache_summary``'s section (None when no cache was asked for and no call came from one)."""
+        if cache_dir is None and not self.any_hit:
+            return None
+        agents = {name: dict(a) for name, a in self.agents.items()}
+        for a in agents.values():
+            a["seconds_saved"] = round(a["seconds_saved"], 3)
+            if a["hits"] == 0:
+                a["usd_saved"] = 0.0
+        return {"dir": str(cache_dir) if cache_dir is not None else None,
+                "hits": sum(a["hits"] for a in agents.values()), "misses": sum(a["misses"] for a in agents.values()),
+                "agents": dict(sorted(agents.items()))}

@@ -9,7 +9,8 @@ So the store appends, beside each samples.jsonl line, its compact form (``compac
 with the messages and observations dropped and the figures its workflow computes from them
 (``WorkflowSpec.record_figures``; search: ``{"evidence": [at answer, anywhere]}``) computed once, now,
 under ``"figures"``, where the workflow's effects read them back.
-Summaries read this file (``read_compact``) and never parse the prompts.
+Summaries read this file (``read_compact``; a run's own summary one line at a time, ``stream_views``)
+and never parse the prompts.
 
 The file starts with a header line naming its format version; a file of another version, or one
 whose line count differs from the index's (a run killed between the appends, a repaired
@@ -19,9 +20,14 @@ samples.jsonl), is rebuilt from samples.jsonl, one line at a time.
 from __future__ import annotations
 
 import json
+from array import array
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
+import numpy as np
+
+from drmas_bench.records import RecordView, view
 from drmas_bench.run_index import INDEX
 from drmas_bench.workflows.base import find_workflow
 
@@ -109,3 +115,58 @@ def current_records(run: str | Path, key: Callable[[dict[str, Any]], Any]) -> li
         return read_compact(p / COMPACT, key)
     except (OSError, ValueError, IndexError, TypeError):
         return None
+
+
+def slim_view(rec: dict[str, Any]) -> RecordView:
+    """A compact record as the summary reads it: a view without the run stamp and the calls' requests,
+    keeping as ``raw`` only its ``figures``."""
+    rec.pop("run", None)  # neither the stamp nor each call's request (sampling) is summarized
+    for t in rec.get("turns") or ():
+        if isinstance(t, dict):
+            t.pop("request", None)
+    return replace(view(rec), raw={"figures": rec["figures"]} if "figures" in rec else {})
+
+
+def _index_key_hashes(run: Path) -> tuple[array, int] | None:
+    """A hash of each RUN/samples.index line's (benchmark, task id, sample index), and the byte of
+    samples.jsonl where its last line ends; None when the index is unreadable."""
+    out, end = array("q"), 0
+    try:
+        with open(run / INDEX, "rb") as f:
+            for raw in f:
+                e = json.loads(raw)
+                out.append(hash((str(e[0]), str(e[1]), int(e[2]))))
+                end = int(e[5])
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
+    return out, end
+
+
+def stream_views(run: str | Path, selected: Callable[[dict[str, Any]], bool]) -> Iterator[RecordView] | None:
+    """The records of RUN's selection (``selected``) as `slim_view`s of RUN/records.compact.jsonl, read one
+    line at a time, nothing kept: when the copy is in step with samples.jsonl (RUN/samples.index covers
+    samples.jsonl to its last byte and the copy holds a line per index line) and no key repeats (so
+    there is no earlier copy for a later one to replace). None otherwise: the caller reads the records
+    whole (``RunDir.compact_views``, or samples.jsonl, the last copy of a key winning)."""
+    p = Path(run)
+    lines = lines_in(p / COMPACT)
+    index = _index_key_hashes(p) if lines is not None else None
+    if index is None or len(index[0]) != lines:
+        return None
+    try:
+        if (p / "samples.jsonl").stat().st_size != index[1]:
+            return None
+    except OSError:
+        return None
+    if len(np.unique(np.asarray(index[0]))) != lines:
+        return None
+    return _read_views(p / COMPACT, selected)
+
+
+def _read_views(path: Path, selected: Callable[[dict[str, Any]], bool]) -> Iterator[RecordView]:
+    with open(path, "rb") as f:
+        f.readline()
+        for raw in f:
+            rec = json.loads(raw)
+            if selected(rec):
+                yield slim_view(rec)

@@ -33,26 +33,32 @@ call the functions below; nothing here formats text (Markdown lives in `drmas_be
   and dollars per call and per question; and the block of the workflow's own effects, which its
   module declares (`WorkflowSpec.effects`).
 - `summarize(records, prices=None, ks=None, n_boot=1000, seed=0, workflow=None)`: the summary dict
-  described in `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`).
+  described in `summarize`'s docstring (rendered by `drmas_bench.report.markdown.format_summary_markdown`),
+  read in one pass by a `summary_stream.SummaryStream` (it keeps numbers, not records: a run of any
+  size is summarized from an iterator of its records); `summary_of(stream)` is the summary of what
+  a stream has read. `compliance` and `effects` read their records through the same stream.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from drmas_bench.pricing import PriceSheet, turn_cost
-from drmas_bench.records import USAGE_SOURCES, RecordView, TurnView, view, views
-from drmas_bench.workflows import find_workflow, registered_workflows
-from drmas_bench.workflows.rules import FormatRule, Rule, as_rule, episode_figures, ordered_reasons
+from drmas_bench.pricing import PriceSheet
+from drmas_bench.records import USAGE_SOURCES, TurnView, view, views
+from drmas_bench.summary_stream import QA_KEYS as QA_KEYS  # re-exported: defined beside the stream that reads them
+from drmas_bench.summary_stream import Reader, SummaryStream
+from drmas_bench.summary_stream import role_rules as role_rules
+from drmas_bench.summary_stream import workflow_effects as workflow_effects
+from drmas_bench.workflows import registered_workflows
+from drmas_bench.workflows.rules import Rule, as_rule
 
 MICRO = "all (micro)"
 MACRO = "mean of benchmarks (macro)"
-QA_KEYS = ("em", "f1", "cover_em")
 
 
 # -------------------------------------------------------------------------------- estimators
@@ -216,21 +222,6 @@ def pass_hat_values(qs: Sequence[Question], k: int | None = None) -> np.ndarray:
     return np.array([pass_hat_k(q.n, q.c, k) for q in qs], dtype=float)
 
 
-def _record_key(r: RecordView) -> tuple:
-    """A stable order of trajectory records: (benchmark, task id, sample index), then a few recorded
-    numbers for duplicates. Questions, and so the bootstrap's resamples, follow it, so the same
-    records give the same summary (CIs included) whatever order samples.jsonl holds them in."""
-    return (r.benchmark, r.task_id, -1 if r.sample_idx is None else r.sample_idx, r.correct, r.reward, r.wall_s,
-            r.cost_usd)
-
-
-def _percentiles(xs: list[float]) -> dict[str, float | None]:
-    if not xs:
-        return {"p50": None, "p95": None}
-    a = np.asarray(xs, dtype=float)
-    return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
-
-
 def usage_known(turn: Any) -> bool:
     """Whether a recorded call's token counts mean something (records from before the field: yes)."""
     return TurnView.of(turn).call.usage_known
@@ -259,63 +250,9 @@ def sum_usd(costs: Iterable[float | None]) -> float | None:
     return total
 
 
-@dataclass
-class _AgentCalls:
-    """One agent's recorded calls, summed (what `_agents` turns into its figures)."""
-
-    calls: int = 0
-    known: int = 0  # calls whose usage is known
-    prompt_tokens: int = 0  # over the known calls
-    completion_tokens: int = 0
-    usd: float | None = 0.0  # None once a priced call's dollars are unknown
-    models: set[str] = field(default_factory=set)
-    seen: list[TurnView] = field(default_factory=list)
-    latency: list[float] = field(default_factory=list)
-
-
-def _agents(trajs: list[RecordView], prices: PriceSheet | None, n_questions: int) -> dict[str, dict[str, Any]]:
-    acc: dict[str, _AgentCalls] = defaultdict(_AgentCalls)
-    for r in trajs:
-        for turn in r.turns:
-            a = acc[turn.agent]
-            c = turn.call
-            a.calls += 1
-            a.seen.append(turn)
-            a.latency.append(c.latency_s)
-            a.models.add(turn.wg or "")
-            if c.usage_known:  # per-call means over the calls whose counts mean something
-                a.known += 1
-                a.prompt_tokens += c.prompt_tokens
-                a.completion_tokens += c.completion_tokens
-            if prices is not None:
-                usd = turn_cost(turn, prices)
-                a.usd = None if usd is None or a.usd is None else a.usd + usd
-    out = {}
-    for name, a in sorted(acc.items()):
-        usage = usage_counts(a.seen)
-        out[name] = {
-            "models": sorted(a.models),
-            "calls": a.calls,
-            "calls_per_traj": a.calls / len(trajs) if trajs else 0.0,
-            "prompt_tokens_per_call": a.prompt_tokens / a.known if a.known else None,
-            "completion_tokens_per_call": a.completion_tokens / a.known if a.known else None,
-            "usage_unknown_calls": usage["unknown"],
-            "usage_counted_calls": usage["counted"],
-            "usage_flagged_calls": usage["flagged"],
-            "latency_s": _percentiles(a.latency),
-            "calls_per_question": a.calls / n_questions if n_questions else 0.0,
-            "tokens_per_question": (None if usage["unknown"] or not n_questions
-                                    else (a.prompt_tokens + a.completion_tokens) / n_questions),
-        }
-        if prices is not None:
-            out[name]["usd_per_call"] = None if a.usd is None else a.usd / a.calls
-            out[name]["usd_per_question"] = None if a.usd is None else (a.usd / n_questions if n_questions else 0.0)
-    return out
-
-
-def _block(qs: list[Question], trajs: list[RecordView], ks: list[int] | None, prices: PriceSheet | None,
+def _block(qs: list[Question], stream: SummaryStream, order: np.ndarray, benchmark: str | None, ks: list[int] | None,
            n_boot: int, seed: int) -> dict[str, Any]:
-    """Every per-population number (one benchmark, or all questions pooled)."""
+    """Every per-population number (one benchmark, or all questions pooled: ``benchmark`` None)."""
     ns = Counter(q.n for q in qs)
     n_mode = ns.most_common(1)[0][0]
     n_min = min(ns)
@@ -331,9 +268,9 @@ def _block(qs: list[Question], trajs: list[RecordView], ks: list[int] | None, pr
     (avg_lo, avg_hi), (pass_lo, pass_hi), hat_top_ci, *hat_cis = bootstrap_means(
         [avg, top, hat_top, *hat_cols.values()], n_boot, seed)
     uneven = [q.id for q in qs if q.n != n_mode]
-    out: dict[str, Any] = {
+    return {
         "questions": len(qs),
-        "samples": len(trajs),
+        "samples": sum(q.n for q in qs),
         "n": n_min,
         "n_min": n_min,
         "n_max": max(ns),
@@ -349,25 +286,8 @@ def _block(qs: list[Question], trajs: list[RecordView], ks: list[int] | None, pr
         "ci95": {"avg@n": [avg_lo, avg_hi], "pass@n": [pass_lo, pass_hi], "pass^n": list(hat_top_ci),
                  "pass^k": {str(k): list(ci) for k, ci in zip(hat_cols, hat_cis)}},
         "ks_skipped": sorted({k for k in wanted if k > n_min}),
-        "latency_s": _percentiles([r.wall_s for r in trajs]),
-        "agents": _agents(trajs, prices, len(qs)),
+        **stream.sample_figures(order, benchmark, len(qs)),
     }
-    usage = usage_counts(t for r in trajs for t in r.turns)
-    out["usage"] = usage
-    if prices is not None:
-        total = sum_usd(turn_cost(t, prices) for r in trajs for t in r.turns)
-        source = "price sheet"
-    else:
-        total = None if usage["unknown"] else sum(r.cost_usd for r in trajs)
-        source = "recorded cost_usd"
-    out.update(usd_total=total, usd_per_question=None if total is None else total / len(qs),
-               usd_per_sample=None if total is None else total / len(trajs), usd_source=source)
-    for key in QA_KEYS:
-        vals = [float(r.extra[key]) for r in trajs if key in r.extra]
-        if vals:
-            out[key] = float(np.mean(vals))
-    out["grading_timeouts"] = grading_timeouts(trajs)
-    return out
 
 
 def grading_timeouts(records: Iterable[Any]) -> int:
@@ -411,13 +331,16 @@ def _macro(blocks: dict[str, dict[str, Any]], qs_by_bench: dict[str, list[Questi
 
 
 def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequence[int] | None = None,
-              n_boot: int = 1000, seed: int = 0, workflow: str | None = None) -> dict[str, Any]:
-    """Summary of trajectory records (dicts from `Trajectory.to_dict()`, or Trajectory objects).
+              n_boot: int = 1000, seed: int = 0, workflow: str | None = None, also: Sequence[Reader] = ()) -> dict[str, Any]:
+    """Summary of trajectory records (dicts from `Trajectory.to_dict()`, Trajectory objects or views),
+    read once, one at a time (`summary_stream.SummaryStream`: an iterator of a run's records is never
+    held whole; with ``workflow`` None the records are read first to infer it).
 
     prices: a PriceSheet to price every call by its turn's `wg`; None sums the recorded `cost_usd`.
     ks: the k of pass@k (default 1, 2, 4, ... up to n, plus n); k above a population's n is skipped.
     n_boot, seed: bootstrap resamples and seed for the 95% CIs (resampling questions).
     workflow: the workflow that wrote the records, for `compliance` (None: inferred from the agents).
+    also: other readers fed every record as it is read (a run's protocol and call-cache sections).
 
     Returns {"benchmarks": {name: block}, "micro": block, "macro": {...}, "labels": {...},
     "compliance": `compliance` over every record, "effects": `effects` over every record,
@@ -436,26 +359,36 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
     had no usage), usd_source, and the mean em / f1 / cover_em of
     `extra` when present. "micro" pools every question; "macro" is the unweighted mean over
     benchmarks (CIs from resampling within each benchmark)."""
-    recs = sorted(views(records), key=_record_key)  # the summary must not depend on line order
-    if not recs:
+    if workflow is None:  # inferred from every record's agents: the records are read first
+        recs = views(records)
+        workflow = workflow or infer_workflow(recs)
+        records = recs
+    stream = SummaryStream(workflow, prices, also)
+    for r in records:
+        stream.add(view(r))
+    return summary_of(stream, ks, n_boot, seed)
+
+
+def summary_of(stream: SummaryStream, ks: Sequence[int] | None = None, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """`summarize`'s summary of the records a `SummaryStream` has read (its workflow and prices)."""
+    if not len(stream):
         raise ValueError("summarize needs at least one record")
-    qs = questions(recs)
+    qs = {k: Question(k[0], k[1], v[0], v[1], v[2], v[4]) for k, v in sorted(stream.questions.items())}
     by_bench: dict[str, list[Question]] = defaultdict(list)
     for q in qs.values():
         by_bench[q.benchmark].append(q)
-    trajs_by_bench: dict[str, list[RecordView]] = defaultdict(list)
-    for r in recs:
-        trajs_by_bench[r.benchmark].append(r)
+    order = stream.order()  # the summary must not depend on line order
     ks_list = list(ks) if ks is not None else None
-    blocks = {b: _block(by_bench[b], trajs_by_bench[b], ks_list, prices, n_boot, seed_for(b, seed)) for b in sorted(by_bench)}
-    micro = _block(list(qs.values()), recs, ks_list, prices, n_boot, seed_for(MICRO, seed))
+    blocks = {b: _block(by_bench[b], stream, order, b, ks_list, n_boot, seed_for(b, seed)) for b in sorted(by_bench)}
+    micro = _block(list(qs.values()), stream, order, None, ks_list, n_boot, seed_for(MICRO, seed))
+    prices = stream.prices
     return {
         "benchmarks": blocks,
         "micro": micro,
         "macro": _macro(blocks, {b: by_bench[b] for b in blocks}, n_boot, seed_for(MACRO, seed)),
         "labels": {"micro": MICRO, "macro": MACRO},
-        "compliance": compliance(recs, workflow),
-        "effects": effects(recs, workflow, agents=micro["agents"]),
+        "compliance": stream.compliance(),
+        "effects": _effects_of(stream, micro["agents"]),
         "unpriced_models": sorted(prices.unpriced) if prices is not None else [],
         "n_boot": n_boot,
         "seed": seed,
@@ -463,21 +396,6 @@ def summarize(records: Iterable[Any], prices: PriceSheet | None = None, ks: Sequ
 
 
 # ------------------------------------------------------------------------------ protocol compliance
-
-def role_rules(workflow: str | None) -> dict[str, FormatRule]:
-    """{agent: format rule} that workflow ``workflow`` declares (`WorkflowSpec.rules`); {} for an
-    unknown or unnamed workflow."""
-    spec = find_workflow(workflow)
-    return dict(spec.rules) if spec is not None else {}
-
-
-def workflow_effects(workflow: str | None) -> tuple[str, Any] | None:
-    """(key, fn) of the effects block that workflow ``workflow`` declares, None when it has none."""
-    spec = find_workflow(workflow)
-    if spec is None or spec.effects is None:
-        return None
-    return spec.effects
-
 
 def infer_workflow(records: Iterable[Any]) -> str | None:
     """The workflow that wrote `records`, from the agents its turns name (samples record no
@@ -523,36 +441,10 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
     Turns without a text (hand-made or old records) count as blank responses."""
 
     recs = views(records)
-    wf = workflow or infer_workflow(recs)
-    rules = role_rules(wf)
-    acc: dict[str, dict[str, Any]] = {}
+    stream = SummaryStream(workflow or infer_workflow(recs))
     for r in recs:
-        for t in r.turns:
-            a = acc.setdefault(t.agent, {"calls": 0, "valid": 0, "by_rules": 0, "reasons": Counter(),
-                                         "length_cut": 0, "empty_responses": 0, "texts": []})
-            a["calls"] += 1
-            a["valid"] += t.valid
-            a["length_cut"] += t.call.finish == "length"
-            a["empty_responses"] += not t.text.strip()
-            a["texts"].append(t.text)
-            if t.agent in rules:
-                why = invalid_reasons(rules[t.agent], t.text)
-                a["reasons"].update(why)
-                a["by_rules"] += not why
-    agents: dict[str, dict[str, Any]] = {}
-    for name, a in sorted(acc.items()):
-        rule = rules.get(name)
-        agents[name] = {
-            "rule": rule.name if rule is not None else None, "calls": a["calls"], "valid": a["valid"],
-            "valid_rate": a["valid"] / a["calls"] if a["calls"] else None,
-            "invalid_reasons": ordered_reasons(rule, a["reasons"]) if rule is not None else {},
-            "valid_by_rules": a["by_rules"] if rule is not None else None,
-            "valid_by_rules_rate": a["by_rules"] / a["calls"] if rule is not None and a["calls"] else None,
-            "length_cut": a["length_cut"], "empty_responses": a["empty_responses"],
-            **(rule.agent_figures(a["texts"]) if rule is not None and rule.agent_figures is not None else {}),
-        }
-    return {"workflow": wf, "agents": agents,
-            "episodes": {"episodes": len(recs), **episode_figures(rules, recs)}}
+        stream.add(r)
+    return stream.compliance()
 
 
 # ------------------------------------------------------------------------------ per-agent effects
@@ -575,17 +467,15 @@ def effects(records: Iterable[Any], workflow: str | None = None,
     tokens) / questions (None when a call's usage is unknown), and with a price sheet usd_per_call,
     usd_per_question. workflow: as in `compliance` (None: `infer_workflow`)."""
     recs = views(records)
-    wf = workflow or infer_workflow(recs)
+    stream = SummaryStream(workflow or infer_workflow(recs))
+    for r in recs:
+        stream.add(r)
     if agents is None:
-        agents = _agents(recs, None, len(questions(recs)))
-    out: dict[str, Any] = {"workflow": wf,
-                           "agents": {name: {k: a[k] for k in AGENT_EFFECT_KEYS if k in a} for name, a in agents.items()}}
-    declared = workflow_effects(wf)
-    if declared is not None:
-        key, fn = declared
-        out[key] = fn(recs)
-        by_bench: dict[str, list[RecordView]] = defaultdict(list)
-        for r in recs:
-            by_bench[r.benchmark].append(r)
-        out["benchmarks"] = {b: {key: fn(by_bench[b])} for b in sorted(by_bench)}
-    return out
+        agents = stream.sample_figures(stream.order(), None, len(stream.questions))["agents"]
+    return _effects_of(stream, agents)
+
+
+def _effects_of(stream: SummaryStream, agents: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"workflow": stream.workflow,
+            "agents": {name: {k: a[k] for k in AGENT_EFFECT_KEYS if k in a} for name, a in agents.items()},
+            **stream.effects_blocks()}

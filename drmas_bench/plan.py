@@ -110,6 +110,9 @@ class EvalConfig:
     pool_budget: float | None = None  # memory budget in models; None: unlimited
     ray_address: str | None = None  # pool "ray": attach to this cluster; None: $RAY_ADDRESS, else start one (docs/scaling.md)
     flush_every: int = EVAL_DEFAULTS["flush_every"]  # append finished trajectories in batches of N
+    # worker processes (Ray actors with pool "ray") the episodes are split over, each with its own engines
+    # and retriever; one run directory written by this process (drmas_bench.split). Not part of the identity
+    workers: int = EVAL_DEFAULTS["workers"]
     cache: str | None = None  # call cache directory (drmas_bench.call_cache; DIR/calls.sqlite3); None: the team file's, else off.
     # Not part of the run's identity: a cached and an uncached run of one configuration are one experiment
     # spending limits (drmas_bench.limits): the run stops cleanly once its calls reach one; None: the team
@@ -131,7 +134,7 @@ class EvalConfig:
 # the EvalConfig fields with a numeric range (drmas_bench.schema.RANGES, shared with the trainer);
 # None values (not set) are not checked. Messages name the flag.
 RANGED_FIELDS = ("n", "limit", "max_new_tokens", "max_prompt_tokens", "seed", "temperature", "top_p", "concurrency",
-                 "max_batch", "flush_every", "pool_budget", "max_usd", "max_tokens")
+                 "max_batch", "flush_every", "pool_budget", "max_usd", "max_tokens", "workers")
 
 
 def choices() -> dict[str, tuple[str, ...]]:
@@ -556,5 +559,8 @@ def plan(cfg: EvalConfig) -> Plan:
     record = run_record(cfg, r, inputs, identity, prompts, grader, started)
     prices = team_prices(cfg.prices, r.team) if cfg.prices else None
     limits = resolve_limits(cfg.max_usd, cfg.max_tokens, r.team, prices, cfg.team or "team.yaml")
+    if limits is not None and cfg.workers > 1:  # the meter sees every call of one process
+        raise UserError("spending limits (--max-usd, --max-tokens, a team file's limits:) need one process: "
+                        "drop them or --workers")
     cache_dir = cfg.cache or r.team.cache
     return Plan(cfg, r, inputs, record, prompts, Costs(prices, str(cache_dir) if cache_dir else None, limits), t0)

@@ -153,6 +153,32 @@ class EpisodeRun:
     want_logprobs: bool = False
     on_finished: Callable[[list[Trajectory]], None] | None = None
     math_grader: str | None = None
+    # episodes played elsewhere (drmas_bench.split: worker processes or Ray actors): ``await
+    # remote.play(task, idx)`` returns the finished, ungraded trajectory; None: played here on `runtime`
+    remote: Any = None
+
+
+async def play(ctx: EpisodeRun, backend: Any, task: Task, idx: int) -> Trajectory:
+    """One episode of ``ctx.workflow`` on (task, sample ``idx``) through ``backend`` (the runtime, or a
+    view of it): the finished trajectory, not graded. The one way an episode is played, in this process
+    or in a split run's worker (``drmas_bench.split``), so both record the same trajectory."""
+    wf = ctx.workflow
+    ep = Episode(task, idx, backend, wf.agents, seed=ctx.seed, retriever=ctx.retriever,
+                 want_logprobs=ctx.want_logprobs, training_step=ctx.step)
+    await wf.fn(ep, **{**wf.defaults, **ctx.workflow_options})
+    return ep.finish()
+
+
+def eval_run(p: Any, runtime: Any, store: RunDir | None, retriever: Any, calls: CallChain | None,
+             **more: Any) -> EpisodeRun:
+    """The ``EpisodeRun`` of an evaluation plan ``p`` (``drmas_bench.plan.Plan``): its workflow, seed,
+    workflow and prompt options, concurrency, flushing, progress and grader; ``more``: fields to set
+    besides (``remote``, a wider ``concurrency``)."""
+    cfg = p.cfg
+    fields = dict(seed=cfg.seed, retriever=retriever, workflow_options={**p.team.workflow_options, **p.protocol_opts},
+                  calls=calls, concurrency=cfg.concurrency, flush_every=cfg.flush_every, progress=cfg.progress,
+                  math_grader=cfg.grader)
+    return EpisodeRun(runtime, p.wf, store, **{**fields, **more})
 
 
 async def run_episodes(tasks: list[Task], n: int, ctx: EpisodeRun) -> RunStats:
@@ -164,7 +190,6 @@ async def run_episodes(tasks: list[Task], n: int, ctx: EpisodeRun) -> RunStats:
 
     wf, store, runtime = ctx.workflow, ctx.store, ctx.runtime
     gate = ctx.calls.meter if ctx.calls is not None else None
-    opts = {**wf.defaults, **ctx.workflow_options}
     done = store.done_keys() if store is not None else set()
     total = len(tasks) * n
     todo_count = total - sum(1 for t in tasks for i in range(n) if (t.benchmark, t.id, i) in done) if done else total
@@ -197,10 +222,12 @@ async def run_episodes(tasks: list[Task], n: int, ctx: EpisodeRun) -> RunStats:
             if gate is not None:
                 await gate.start_episode()
                 started = True
-            ep = Episode(task, idx, backend, wf.agents, seed=ctx.seed, retriever=ctx.retriever,
-                         want_logprobs=ctx.want_logprobs, training_step=ctx.step)
-            await wf.fn(ep, **opts)
-            traj = ep.finish()
+            if ctx.remote is None:
+                traj = await play(ctx, backend, task, idx)
+            else:  # played by a worker: its calls count for the bar when it comes back
+                traj = await ctx.remote.play(task, idx)
+                for tu in traj.turns if ctx.progress else ():
+                    on_call(tu.completion)
         except LimitReached as e:  # no call starts past a limit: this episode is abandoned, never written half
             stats.stopped = stats.stopped or e.stop
         finally:

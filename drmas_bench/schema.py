@@ -134,6 +134,7 @@ EVAL_DEFAULTS: dict[str, Any] = {
     "concurrency": 256,  # episodes in flight
     "pool": "local",  # local (in-process) | ray
     "flush_every": 16,  # append finished trajectories in batches of N
+    "workers": 1,  # processes (or Ray actors) the episodes are split over, each with its own engines
 }
 
 RANGES: dict[str, Range] = {
@@ -148,6 +149,7 @@ RANGES: dict[str, Range] = {
     "batch_size": Range(int, ge=1),
     "max_batch": Range(int, ge=1),
     "flush_every": Range(int, ge=1),
+    "workers": Range(int, ge=1),
     "max_prompt_tokens": Range(int, ge=0, text="an integer >= 0 (0 = no limit)"),
     "seed": Range(int),
     "pool_budget": Range(float, gt=0, text="a number > 0"),

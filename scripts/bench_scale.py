@@ -23,7 +23,9 @@ Per size it measures:
   peak RSS.
 
 It prints a Markdown table (and ``--json FILE`` keeps the figures). Memory per episode is the slope of
-peak RSS between the smallest and each larger size. Run it with ``nice -n 10`` on a shared machine.
+peak RSS between the smallest and each larger size. The last column is the machine's 1-minute load
+average at the start and end of each step (lowest to highest): on a shared machine the wall times
+depend on it, the CPU columns much less. Run it with ``nice -n 10`` on a shared machine.
 """
 
 from __future__ import annotations
@@ -217,11 +219,13 @@ def measured(argv: list[str], *, run_dir: Path | None = None, expected: int = 0,
         report = Path(f.name)
     cmd = [sys.executable, __file__, "--child", str(report), "--child-run", str(run_dir or ""),
            "--child-expected", str(expected), "--", *argv]
+    start_load = os.getloadavg()[0]
     with open(log, "ab") as out:
         r = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
     fig = json.loads(report.read_text()) if report.stat().st_size else {"rc": r.returncode}
     report.unlink()
+    fig["load_1min"] = [start_load, os.getloadavg()[0]]  # the machine's load average when the step began and ended
     if r.returncode != 0 or fig.get("rc") not in (0, None):
         sys.exit(f"bench_scale: `drmas-bench {' '.join(argv)}` failed (exit {r.returncode}); see {log}")
     return fig
@@ -271,19 +275,21 @@ def table(rows: list[dict]) -> str:
     base = rows[0]
     lines = ["| episodes | wall (s) | CPU / episode (ms) | peak RSS (MB) | RSS growth (KB / episode) | "
              "finished, not written (max) | summary CPU (ms / episode) | re-open CPU (% of fresh) | "
-             "view page (MB) | view CPU (s) / peak RSS (MB) | leaderboard CPU (s) / peak RSS (MB) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "view page (MB) | view CPU (s) / peak RSS (MB) | leaderboard CPU (s) / peak RSS (MB) | load (1 min) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         f, e = r["fresh"], r["episodes"]
         growth = ("" if r is base else
                   f"{(f['peak_rss_mb'] - base['fresh']['peak_rss_mb']) * 1024 / (e - base['episodes']):.1f}")
         tail = f.get("tail_cpu_s")
+        loads = [x for step in ("fresh", "reopen", "view", "leaderboard") for x in r[step].get("load_1min", [])]
         lines.append(
             f"| {e:,} | {f['wall_s']:.0f} | {f['cpu_s'] / e * 1e3:.2f} | {f['peak_rss_mb']:.0f} | {growth} | "
             f"{f['max_unwritten']:,} | {'' if tail is None else f'{tail / e * 1e3:.2f}'} | "
             f"{r['reopen']['cpu_s'] / f['cpu_s'] * 100:.0f} | {r['view_bytes'] / 1e6:.1f} | "
             f"{r['view']['cpu_s']:.1f} / {r['view']['peak_rss_mb']:.0f} | "
-            f"{r['leaderboard']['cpu_s']:.1f} / {r['leaderboard']['peak_rss_mb']:.0f} |")
+            f"{r['leaderboard']['cpu_s']:.1f} / {r['leaderboard']['peak_rss_mb']:.0f} | "
+            f"{f'{min(loads):.1f}–{max(loads):.1f}' if loads else '–'} |")
     return "\n".join(lines)
 
 

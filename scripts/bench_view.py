@@ -2,6 +2,12 @@
 
     python scripts/bench_view.py                       # a scripted search_route run, repeated to 10,000
     python scripts/bench_view.py --run runs/NAME --total 10000 --keep bench-view/
+    nice -n 10 python scripts/bench_view.py --sizes 2000,20000,100000 --baseline main   # CPU and memory
+
+`--sizes`: for each size a run directory is written as the store writes one (`synth_run`: the
+records of a scripted search_route run, each copy its own question), and `drmas-bench view` of it
+runs in a child process, by this tree's code and (`--baseline REF`) by the code of a git ref, on the
+same run: CPU seconds, peak RSS, page size, and whether both wrote the same bytes.
 
 Builds a synthetic run directory of `--total` trajectories from real records repeated (those of
 `--run`, else of a scripted search_route run made here with the real workflow, retriever stubbed),
@@ -182,6 +188,48 @@ def repeat_run(src: str | Path, dst: str | Path, total: int) -> Path:
     return dst
 
 
+def synth_run(src: str | Path, dst: str | Path, total: int) -> Path:
+    """A run directory of ``total`` trajectories written as the store writes one (samples.jsonl, the
+    compact records, the index), straight from run ``src``'s selected records: record ``i`` is
+    source record ``i % len``, its question id suffixed ``~copy`` (so each copy is its own question),
+    the rest of it unchanged. Each source record is serialised once and the copies spliced from it,
+    so 100,000 trajectories take seconds. The rows and turns are those of `repeat_run`'s copy."""
+    import zlib
+
+    from drmas_bench import compact
+    from drmas_bench.report.runs import load_run
+    from drmas_bench.run_dir import mismatch_signature
+
+    run = load_run(src)
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    cfg = dict(run.config)
+    cfg.pop("question_ids", None)
+    cfg.pop("limit", None)
+    mark = "\u2063ID\u2063"  # an id no record holds: split on it, each copy's id goes between the parts
+    forms = []
+    for rec in run.records:
+        t = {**rec, "task": {**rec["task"], "id": mark}}
+        forms.append((str(rec["task"]["id"]), str(rec["task"]["benchmark"]), int(rec["sample_idx"]),
+                      json.dumps(t, ensure_ascii=False).split(mark), compact.line(t, cfg.get("workflow")).split(mark),
+                      mismatch_signature(t)))
+    pos = 0
+    with open(dst / "samples.jsonl", "wb") as fs, open(dst / compact.COMPACT, "w", encoding="utf-8") as fc, \
+            open(dst / "samples.index", "w", encoding="utf-8") as fi:
+        fc.write(compact.HEADER)
+        for i in range(total):
+            qid, bench, s, full, small, sig = forms[i % len(forms)]
+            new = f"{qid}~{i // len(forms)}"
+            raw = new.join(full).encode("utf-8")
+            fs.write(raw + b"\n")
+            fc.write(new.join(small))
+            fi.write(json.dumps([bench, new, s, i + 1, pos, pos + len(raw) + 1, zlib.crc32(raw), sig],
+                                ensure_ascii=False, separators=(",", ":")) + "\n")
+            pos += len(raw) + 1
+    (dst / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    return dst
+
+
 # ------------------------------------------------------------------ the browser
 
 
@@ -249,13 +297,116 @@ def open_page(page: str | Path, query: str = "", screenshot: str | Path | None =
     return result
 
 
+# ------------------------------------------------------------------ CPU and memory of `drmas-bench view`
+
+CHILD = """
+import json, resource, sys
+from drmas_bench import cli
+rc = cli.main(["view", sys.argv[1], "--out", sys.argv[2]])
+ru = resource.getrusage(resource.RUSAGE_SELF)
+# the process's own peak (VmHWM); ru_maxrss may carry the parent's peak over the fork
+hwm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+print("BENCH_VIEW " + json.dumps({"rc": rc, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": hwm / 1024}))
+"""
+
+
+def view_cost(run: str | Path, page: str | Path, code: str | Path | None = None) -> dict[str, Any]:
+    """`drmas-bench view RUN --out PAGE` in a child process (the package from folder ``code`` when given,
+    else the installed one): its exit code, CPU seconds (user + system), peak RSS (MB), the page's
+    size and the size of the folder beside it (MB)."""
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = str(Path(code).resolve()) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, "-c", CHILD, str(run), str(page)], capture_output=True, text=True, env=env)
+    line = [x for x in p.stdout.splitlines() if x.startswith("BENCH_VIEW ")]
+    if p.returncode != 0 or not line:
+        raise RuntimeError(f"view of {run} failed: {p.stderr[-2000:]}")
+    out = json.loads(line[-1].split(" ", 1)[1])
+    page = Path(page)
+    folder = page.with_name(page.stem + "_files")
+    out["page_mb"] = page.stat().st_size / 1e6
+    out["files_mb"] = sum(f.stat().st_size for f in folder.iterdir()) / 1e6 if folder.is_dir() else 0.0
+    return out
+
+
+def code_of(ref: str, into: Path) -> Path:
+    """The package ``drmas_bench`` as of git ``ref`` of this repository, extracted into ``into``."""
+    into.mkdir(parents=True, exist_ok=True)
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(root), "archive", ref, "drmas_bench"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def same_page(a: Path, b: Path) -> bool:
+    """Whether two pages and the folders beside them hold the same bytes."""
+    fa, fb = a.with_name(a.stem + "_files"), b.with_name(b.stem + "_files")
+    names = sorted(f.name for f in fa.iterdir()) if fa.is_dir() else []
+    if names != (sorted(f.name for f in fb.iterdir()) if fb.is_dir() else []):
+        return False
+    return a.read_bytes() == b.read_bytes() and all((fa / n).read_bytes() == (fb / n).read_bytes() for n in names)
+
+
+def cost_table(work: Path, sizes: list[int], baseline: str | None, baseline_max: int,
+               source: str | Path | None = None) -> list[dict[str, Any]]:
+    """For each size: a run of that many trajectories (`synth_run` of run ``source``, default a scripted
+    search run), its page by this tree's code and, up to ``baseline_max`` trajectories, by
+    ``baseline``'s (a git ref)."""
+    src = Path(source) if source else scripted_search_run(work / "scripted", questions=48, n=2)
+    old = code_of(baseline, work / "baseline") if baseline else None
+    rows = []
+    for n in sizes:
+        run = synth_run(src, work / f"run-{n}", n)
+        page = {k: work / k / f"view-{n}.html" for k in ("after", "before")}  # one name: the page holds it
+        row: dict[str, Any] = {"n": n, "samples_mb": (run / "samples.jsonl").stat().st_size / 1e6,
+                               "after": view_cost(run, page["after"])}
+        if old is not None and n <= baseline_max:
+            row["before"] = view_cost(run, page["before"], old)
+            row["same_page"] = same_page(page["after"], page["before"])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        shutil.rmtree(run)
+    return rows
+
+
+def print_cost(rows: list[dict[str, Any]]) -> None:
+    print("| trajectories | samples.jsonl (MB) | CPU before / after (s) | CPU ratio | peak RSS before / after (MB) "
+          "| RSS ratio | page (MB) | beside it (MB) | same page |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|:---|")
+    for r in rows:
+        a, b = r["after"], r.get("before")
+        cpu = f"{b['cpu_s']:.1f} / {a['cpu_s']:.1f}" if b else f"– / {a['cpu_s']:.1f}"
+        rss = f"{b['peak_rss_mb']:.0f} / {a['peak_rss_mb']:.0f}" if b else f"– / {a['peak_rss_mb']:.0f}"
+        print(f"| {r['n']:,} | {r['samples_mb']:.0f} | {cpu} | {a['cpu_s'] / b['cpu_s']:.2f} |" if b else
+              f"| {r['n']:,} | {r['samples_mb']:.0f} | {cpu} | |", end="")
+        print(f" {rss} | {a['peak_rss_mb'] / b['peak_rss_mb']:.2f} |" if b else f" {rss} | |", end="")
+        print(f" {a['page_mb']:.2f} | {a['files_mb']:.1f} | {r.get('same_page', '')} |")
+    if len(rows) > 1:
+        lo, hi = rows[0], rows[-1]
+        per = (hi["after"]["peak_rss_mb"] - lo["after"]["peak_rss_mb"]) * 1e6 / (hi["n"] - lo["n"])
+        print(f"after: peak RSS growth {per:.0f} bytes per trajectory ({lo['n']:,} to {hi['n']:,}); "
+              f"CPU {hi['after']['cpu_s'] * 1e3 / hi['n']:.2f} ms per trajectory at {hi['n']:,}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", help="a real run directory whose records are repeated (default: a scripted search run)")
     ap.add_argument("--total", type=int, default=10000, help="trajectories in the synthetic run")
     ap.add_argument("--keep", help="build in this folder and keep it (default: a temporary one)")
     ap.add_argument("--screenshot", help="also save a screenshot of the page here")
+    ap.add_argument("--sizes", help="instead: CPU, peak RSS and sizes of `drmas-bench view` at these sizes "
+                                    "(comma-separated), e.g. 2000,20000,100000")
+    ap.add_argument("--baseline", help="with --sizes: also measure the code of this git ref (e.g. main), same runs")
+    ap.add_argument("--baseline-max", type=int, default=10**9,
+                    help="with --baseline: measure it only up to this many trajectories (it holds every record)")
     args = ap.parse_args(argv)
+    if args.sizes:
+        work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-view-"))
+        print_cost(cost_table(work, [int(x) for x in args.sizes.split(",")], args.baseline, args.baseline_max,
+                              args.run))
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     from drmas_bench.report.view import write_view
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-view-"))

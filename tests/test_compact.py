@@ -86,3 +86,36 @@ def test_the_leaderboard_of_compact_records_is_that_of_the_full_records(tmp_path
     with open(run / "samples.jsonl", "a") as f:  # samples.jsonl ahead of the copy: the full records are read
         f.write((run / "samples.jsonl").read_text().splitlines()[0] + "\n")
     assert any("messages" in t["request"] for rec in load_run(run, compact=True).records for t in rec["turns"])
+
+
+def test_the_leaderboard_of_a_run_read_line_by_line_is_that_of_its_records(tmp_path):
+    """A run holding no records (as `leaderboard` opens it) is read into its digest one compact line at
+    a time: the same tables, CSV and page figures as from its records; and from samples.jsonl when the
+    compact copy is behind."""
+    import dataclasses
+
+    from drmas_bench import report
+    from drmas_bench.report.leaderboard import digest
+    from drmas_bench.report.pages import tokens_per_question
+    from drmas_bench.report.runs import load_run
+
+    runs = [B.scripted_search_run(tmp_path / "s", questions=16, n=2), B.scripted_math_run(tmp_path / "m", questions=8)]
+    for run in runs:
+        RunDir(run, yaml.safe_load((run / "config.yaml").read_text())).close()
+
+    def board(loaded: list) -> str:
+        tables = report.build_leaderboard(loaded, report.parse_metrics("avg@n,pass@n,pass^1"), ci=True, paper=None,
+                                          n_boot=100, seed=0)
+        return report.leaderboard_markdown(tables, ci=True) + report.tables_csv(tables, ci=True)
+
+    full = [load_run(r, compact=True) for r in runs]
+    empty = [dataclasses.replace(r, records=[], views=[]) for r in full]
+    assert not empty[0].views and board(empty) == board(full)
+    assert [tokens_per_question(r) for r in empty] == [tokens_per_question(r) for r in full]
+    assert digest(empty[0]).questions == report.questions(full[0].views)
+    with open(runs[0] / "samples.jsonl", "a") as f:  # a repeated sample: the compact copy is not streamed
+        f.write((runs[0] / "samples.jsonl").read_text().splitlines()[0] + "\n")
+    RunDir(runs[0], yaml.safe_load((runs[0] / "config.yaml").read_text())).close()
+    assert compact.stream_views(runs[0], lambda r: True) is None
+    again = dataclasses.replace(load_run(runs[0], compact=True), records=[], views=[])
+    assert digest(again).questions == report.questions(load_run(runs[0]).views)

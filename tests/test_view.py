@@ -127,6 +127,28 @@ def test_a_corrupt_line_stops_with_the_repair_hint_and_changes_nothing(tmp_path,
     assert (d / "samples.jsonl").read_bytes() == before and not (d / "view.html").exists()
 
 
+def test_the_page_read_a_record_at_a_time_is_the_page_of_the_loaded_run(tmp_path, runs):
+    """`write_view` streams the run (compact records + index when in step, else samples.jsonl): the
+    same page as `render` of the run loaded whole, with a repeated sample (the last copy wins, in the
+    place of the first) and a line cut off by a kill (left out)."""
+    import shutil
+
+    d = B.synth_run(runs[0], tmp_path / "synth", 300)
+    assert (d / "records.compact.jsonl").exists() and (d / "samples.index").exists()
+    from_compact = V.write_view([d], tmp_path / "c.html").read_text(encoding="utf-8")
+    assert from_compact == V.render([load_run(d)])
+    e = tmp_path / "dup"
+    shutil.copytree(runs[0], e)
+    recs = [json.loads(x) for x in (e / "samples.jsonl").read_text().splitlines()]
+    again = json.loads(json.dumps(recs[3]))
+    again["reward"], again["correct"], again["final_answer"] = 1.0, True, "again"
+    with open(e / "samples.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(again) + "\n" + json.dumps(recs[4])[:50])  # the last line cut off mid-append
+    html = V.write_view([e], tmp_path / "d.html").read_text(encoding="utf-8")
+    assert html == V.render([load_run(e)]) and '"a":"again"' in html
+    assert len(load_run(e).records) == 24
+
+
 def test_records_from_before_the_env_account_still_render(tmp_path, runs):
     d = tmp_path / "old"
     import shutil

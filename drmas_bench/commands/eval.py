@@ -22,6 +22,7 @@ EPILOG = """examples:
   drmas-bench eval --model M --suite search --prompts my_prompts.yaml --max-prompt-tokens 8192
   drmas-bench eval --model /shared/ckpt/run1/latest --suite math --pool ray --ray-address HEAD:6379   # a Ray cluster (docs/scaling.md)
   drmas-bench eval --model s3://bucket/run1/latest --suite math   # a checkpoint under an fsspec URL root (downloaded first)
+  drmas-bench eval --model M --suite search --workers 4           # the episodes over 4 processes (--pool ray: Ray actors)
   drmas-bench eval --team team.yaml --suite search --prices prices.yaml --max-usd 5 --max-tokens 2000000
       # stops cleanly at $5 or 2M tokens (exit 3, finished samples kept); the same command with a higher limit resumes
 
@@ -134,6 +135,12 @@ def _run_flags(p: argparse.ArgumentParser, skip: tuple[str, ...]) -> None:
     g.add_argument("--ray-address", metavar="ADDR",
                    help="--pool ray: attach to this Ray cluster (auto, host:port, ray://host:port); default "
                         "$RAY_ADDRESS, else a local Ray is started. The code is shipped (docs/scaling.md)")
+    g.add_argument("--workers", type=int, default=EVAL_DEFAULTS["workers"], metavar="N",
+                   help="split the episodes over N worker processes, each with its own engines and retriever (a model "
+                        "per worker, as one process per GPU); with --pool ray, N Ray actors (one GPU each where the "
+                        "cluster has GPUs; --ray-address for a cluster). One run directory, written here; results "
+                        "as with one process; --concurrency is per worker. Not part of the run's identity: a run "
+                        f"resumes with any N (default {EVAL_DEFAULTS['workers']}; docs/eval.md)")
     g.add_argument("--cache", metavar="DIR",
                    help="call cache: reuse a completion when the call is the same (model content, engine options, prompt, "
                         "sampling, seed, sample index); DIR/calls.sqlite3 is shared safely by concurrent evals. Off by "

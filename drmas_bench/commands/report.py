@@ -135,11 +135,13 @@ def _cost_parser(sub: argparse._SubParsersAction, fmt: Any) -> None:
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from drmas_bench import report
+    from drmas_bench.report.leaderboard import open_runs
 
     metrics = report.parse_metrics(args.metric)
     if args.n_boot < 1:
         raise UserError("--n-boot must be at least 1")
-    runs = report.load_runs(args.runs, compact=True)  # figures only: no prompt or passage is read
+    # each run read once into its per-question digest, a compact line at a time: no record is held
+    runs = open_runs(args.runs)
     paper = None if args.no_paper else report.load_paper(args.paper, required=bool(args.paper))
     tables = report.build_leaderboard(runs, metrics, ci=args.ci, paper=paper, n_boot=args.n_boot, seed=args.seed)
     md = report.leaderboard_markdown(tables, ci=args.ci)

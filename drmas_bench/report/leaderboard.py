@@ -17,33 +17,37 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from drmas_bench import compact
 from drmas_bench.metrics import (
     MACRO,
     MICRO,
     Question,
     avg_values,
     bootstrap_mean_ci,
-    grading_timeouts,
     pass_hat_values,
     pass_values,
-    questions,
     seed_for,
     workflow_effects,
 )
-from drmas_bench.records import views
+from drmas_bench.records import view, views
 from drmas_bench.report.compute_matched import matched_line, read_matched
-from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, fmt_num, question_keys
+from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, expand_run_dirs, fmt_num, load_run, open_run
+from drmas_bench.run_dir import SAMPLES, read_samples, select_records, selection_test
 from drmas_bench.tasks import select_benchmarks
 from drmas_bench.types import UserError
+from drmas_bench.workflows.rules import fold_of
 from drmas_bench.yamlfile import read_yaml
+
+logger = logging.getLogger(__name__)
 
 # the evaluation protocol of the paper (REFERENCE.md §3), quoted in table captions
 PAPER_PROTOCOL = {"n": 16, "temperature": 0.6, "top_p": 0.95}
@@ -155,8 +159,11 @@ def effect_label(records: list[Any], workflow: str) -> str:
     declared = workflow_effects(workflow)
     if declared is None:
         return "–"
-    key, fn = declared
-    e = fn(views(records))
+    return effect_phrase(declared[0], declared[1](views(records)))
+
+
+def effect_phrase(key: str, e: dict[str, Any]) -> str:
+    """`effect_label`'s phrase of a workflow's effects block ``e`` (declared under ``key``)."""
 
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.0f}%"
@@ -169,9 +176,76 @@ def effect_label(records: list[Any], workflow: str) -> str:
             f"{pct(e['accuracy_with_evidence'])} / {pct(e['accuracy_without_evidence'])}")
 
 
-def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
-    """One leaderboard row for a run: per-benchmark, micro and macro values of `metric`."""
-    qs = questions(run.views)
+class BoardFold:
+    """What a leaderboard reads of a run's records, one record at a time: per question (n, correct,
+    repeated sample indices), the workflow's effects (its phrase, `effect_phrase`), the grading
+    timeouts and the calls' tokens. Nothing is kept per sample."""
+
+    def __init__(self, workflow: str) -> None:
+        self.acc: dict[tuple[str, str], list[Any]] = {}
+        self.timeouts = self.tokens = 0
+        self.usage_unknown = False
+        self.declared = workflow_effects(workflow)
+        self.effects = fold_of(self.declared[1]) if self.declared is not None else None
+
+    def add(self, record: Any) -> None:
+        r = view(record)
+        slot = self.acc.setdefault((r.benchmark, r.task_id), [0, 0, r.question, set(), 0])
+        slot[0] += 1
+        slot[1] += r.correct
+        if r.sample_idx in slot[3]:
+            slot[4] += 1
+        slot[3].add(r.sample_idx)
+        self.timeouts += r.grade == "timeout"
+        for t in r.turns:
+            self.usage_unknown |= not t.call.usage_known
+            self.tokens += t.call.prompt_tokens + t.call.completion_tokens
+        if self.effects is not None:
+            self.effects.add(r)
+
+    def result(self) -> Digest:
+        qs = {k: Question(k[0], k[1], v[0], v[1], v[2], v[4]) for k, v in sorted(self.acc.items())}
+        effect = "–" if self.declared is None or self.effects is None else effect_phrase(self.declared[0], self.effects.result())
+        tokens = None if self.usage_unknown or not qs else self.tokens / len(qs)
+        return Digest(qs, effect, self.timeouts, tokens)
+
+
+@dataclass
+class Digest:
+    """A run as a leaderboard reads it (`BoardFold`): its questions (`metrics.questions`), its effect
+    phrase, its grading timeouts, its prompt + completion tokens per question (None when a call's
+    usage is unknown)."""
+
+    questions: dict[tuple[str, str], Question]
+    effect: str
+    timeouts: int
+    tokens_per_question: float | None = None
+
+
+def digest(run: Run) -> Digest:
+    """`BoardFold` over the run's records: those it holds, else RUN/records.compact.jsonl read a line
+    at a time (`compact.stream_views`; when that file is not in step, its records read whole). Kept
+    on the run (its ``__dict__``), so a run is read once whatever asks."""
+    kept = run.__dict__.get("_board_digest")
+    if isinstance(kept, Digest):
+        return kept
+    fold = BoardFold(run.workflow)
+    records: Iterable[Any] | None = run.views
+    if not run.views:
+        records = compact.stream_views(run.path, selection_test(run.config))
+        if records is None:
+            records = select_records(read_samples(run.path / SAMPLES, missing_ok=True), run.config)
+    for r in records or ():
+        fold.add(r)
+    run.__dict__["_board_digest"] = out = fold.result()
+    return out
+
+
+def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int, dig: Digest | None = None) -> Row:
+    """One leaderboard row for a run: per-benchmark, micro and macro values of `metric` (``dig``: the
+    run's `digest`, read here when not given)."""
+    dig = dig if dig is not None else digest(run)
+    qs = dig.questions
     by_bench: dict[str, list[Question]] = defaultdict(list)
     for q in qs.values():
         by_bench[q.benchmark].append(q)
@@ -179,7 +253,7 @@ def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
     row = Row(label=run.name, source="reproduced", model=run.model_label,
               team=f"single-agent ({run.workflow})" if single else run.team_label,
               estimator=run.estimator or "–", step="–" if run.step is None else str(run.step), n=str(run.n),
-              sampling=run.sampling_label, path=str(run.path), effect=effect_label(run.views, run.workflow))
+              sampling=run.sampling_label, path=str(run.path), effect=dig.effect)
     flags: list[str] = []
     values: dict[str, np.ndarray] = {}
     for b in sorted(by_bench, key=lambda b: (run.benchmarks.index(b) if b in run.benchmarks else 99, b)):
@@ -210,11 +284,36 @@ def run_row(run: Run, metric: Metric, ci: bool, n_boot: int, seed: int) -> Row:
     incomplete = sum(1 for q in qs.values() if q.n < run.n)
     if incomplete:
         flags.append(f"{incomplete} questions have fewer than n={run.n} samples (run unfinished?)")
-    timeouts = grading_timeouts(run.views)
-    if timeouts:
-        flags.append(f"{timeouts} grading timeouts (graded wrong)")
+    if dig.timeouts:
+        flags.append(f"{dig.timeouts} grading timeouts (graded wrong)")
     row.notes = flags
     return row
+
+
+def open_runs(paths: Iterable[str | Path]) -> list[Run]:
+    """The run directories of ``paths`` (`runs.expand_run_dirs`) as `leaderboard` reads them: each opened
+    without its records (`runs.open_run`) and read once into its `digest`, a compact line at a time.
+    As `runs.load_runs`: a run without finished samples is skipped with a warning, none left is a
+    UserError, runs with the same folder name get distinct names."""
+    out: list[Run] = []
+    dirs = expand_run_dirs(paths)
+    for p in dirs:
+        run = open_run(p)
+        qs = digest(run).questions
+        if not qs:
+            logger.warning(f"warning: skipping {p}: the run has no finished samples yet")
+            continue
+        if not run.n:  # a configuration without n: the records' (as `runs.load_run` reads it)
+            run = load_run(p, compact=True)
+        run.benchmarks = run.benchmarks or sorted({b for b, _ in qs})
+        out.append(run)
+    if not out:
+        raise UserError(f"none of the {len(dirs)} run directories holds finished samples yet")
+    counts = Counter(r.name for r in out)
+    for r in out:
+        if counts[r.name] > 1:
+            r.name = str(r.path)
+    return out
 
 
 def matched_row(run: Run, base: Row) -> Row | None:
@@ -322,7 +421,7 @@ def paper_rows(paper: dict[str, Any], suite: str, metric: Metric) -> list[Row]:
     return out
 
 
-def _flag_settings(rows_runs: list[tuple[Row, Run]]) -> None:
+def _flag_settings(rows_runs: list[tuple[Row, Run]], digests: dict[int, Digest]) -> None:
     """Add notes to rows whose n or sampling differ from the table's setting: the most common one
     among its runs (a tie goes to the earliest run)."""
     if len(rows_runs) < 2:
@@ -350,7 +449,7 @@ def _flag_settings(rows_runs: list[tuple[Row, Run]]) -> None:
         for (row, _), v in zip(rows_runs, vals):
             if v != usual:
                 row.notes.append(f"{name} {v} differs (table: {usual})")
-    keys = [frozenset(question_keys(run)) for _, run in rows_runs]
+    keys = [frozenset(digests[id(run)].questions) for _, run in rows_runs]
     kc = Counter(keys)
     usual_keys = max(kc, key=lambda v: (kc[v], -keys.index(v)))
     for (row, _), own in zip(rows_runs, keys):  # question ids, on the benchmarks a row shares with the usual set
@@ -368,14 +467,15 @@ def build_leaderboard(runs: Sequence[Run], metrics: Sequence[Metric], ci: bool =
     suites: dict[str, list[Run]] = {}
     for r in runs:
         suites.setdefault(r.suite, []).append(r)
+    digests = {id(r): digest(r) for r in runs}  # each run's records read once
     tables = []
     for suite, srs in suites.items():
         order = suite_order(suite)
-        seen = {b for r in srs for b in r.benchmarks} | {q.benchmark for r in srs for q in r.views}
+        seen = {b for r in srs for b in r.benchmarks} | {b for r in srs for b, _ in digests[id(r)].questions}
         cols = [b for b in order if b in seen] + sorted(seen - set(order))
         for metric in metrics:
-            rows_runs = [(run_row(r, metric, ci, n_boot, seed), r) for r in srs]
-            _flag_settings(rows_runs)
+            rows_runs = [(run_row(r, metric, ci, n_boot, seed, digests[id(r)]), r) for r in srs]
+            _flag_settings(rows_runs, digests)
             for row, r in rows_runs:
                 if len(srs) > 1 and [b for b in cols if b in r.benchmarks] != cols:
                     row.notes.append(f"covers {len(r.benchmarks)} of {len(cols)} benchmarks: micro/macro over its own")

@@ -22,7 +22,7 @@ from drmas_bench.metrics import MACRO, MICRO
 from drmas_bench.report import charts
 from drmas_bench.report.cost import pareto_front
 from drmas_bench.report.labels import label
-from drmas_bench.report.leaderboard import Row, Table
+from drmas_bench.report.leaderboard import Row, Table, digest
 from drmas_bench.report.runs import Run
 
 TEMPLATE = "leaderboard.html.jinja"
@@ -30,7 +30,10 @@ TEMPLATE = "leaderboard.html.jinja"
 
 def tokens_per_question(run: Run) -> float | None:
     """Prompt + completion tokens of every call of the run / its questions; None when a call's usage
-    is unknown (an unknown count is never drawn as 0)."""
+    is unknown (an unknown count is never drawn as 0). A run holding no records: its leaderboard
+    `digest`'s figure."""
+    if not run.views:
+        return digest(run).tokens_per_question
     tokens, qs = 0, set()
     for r in run.views:
         qs.add((r.benchmark, r.task_id))

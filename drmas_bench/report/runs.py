@@ -160,15 +160,8 @@ def _trained_info(config: dict[str, Any], run_path: Path) -> tuple[str | None, A
     return None, None, None
 
 
-def load_run(path: str | Path, compact: bool = False) -> Run:
-    """Read a run directory written by `drmas-bench eval`.
-
-    Only the records of the configuration's selection count (`store.select_records`: a run dir
-    re-run with a smaller --limit / --n keeps the other samples on disk, uncounted). A run dir
-    without finished samples raises `NoSamples`. ``compact``: the records may come in compact form
-    (no prompts, no passages: `drmas_bench.compact`), read from RUN/records.compact.jsonl when it is
-    in step with samples.jsonl; for readers of figures (leaderboards), not of texts (the viewer)."""
-    p = Path(path)
+def _read_config(p: Path) -> dict[str, Any]:
+    """RUN/config.yaml, checked to be a run's configuration (a UserError saying what is wrong otherwise)."""
     cfg_path = p / "config.yaml"
     if not cfg_path.is_file():
         raise UserError(f"{p}: not a run directory (no config.yaml); make one with `drmas-bench eval --out {p}`")
@@ -178,21 +171,46 @@ def load_run(path: str | Path, compact: bool = False) -> Run:
         raise UserError(f"{cfg_path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(config, dict) or "identity" not in config:
         raise UserError(f"{cfg_path}: not a run config (no `identity`)")
+    return config
+
+
+def _run_of(p: Path, config: dict[str, Any], records: list[dict[str, Any]], recs: list[RecordView]) -> Run:
     n = int(config.get("n") or 0)
     benches = [str(b) for b in config.get("benchmarks") or []]
-    kept = current_records(p, sample_key) if compact else None
-    records = select_records(kept if kept is not None else read_samples(p / SAMPLES, missing_ok=True), config)
-    if not records:
-        raise NoSamples(f"{p}: the run has no finished samples yet")
-    recs = views(records)
     ident = config["identity"]
     sampling = {a: {k: s.get(k) for k in SAMPLING_KEYS} for a, s in (ident.get("sampling") or {}).items()}
     estimator, step, base_models = _trained_info(config, p)
     return Run(path=p, name=p.name or str(p), config=config, records=records, suite=str(config.get("suite", "?")),
-               workflow=str(config.get("workflow", "?")), n=n or max(r.sample_idx or 0 for r in recs) + 1,
+               workflow=str(config.get("workflow", "?")),
+               n=n or (max(r.sample_idx or 0 for r in recs) + 1 if recs else 0),
                benchmarks=benches or sorted({r.benchmark for r in recs}),
                team=ident.get("team") or {}, sampling=sampling, seed=ident.get("seed"),
                estimator=estimator, step=step, base_models=base_models, views=recs)
+
+
+def load_run(path: str | Path, compact: bool = False) -> Run:
+    """Read a run directory written by `drmas-bench eval`.
+
+    Only the records of the configuration's selection count (`store.select_records`: a run dir
+    re-run with a smaller --limit / --n keeps the other samples on disk, uncounted). A run dir
+    without finished samples raises `NoSamples`. ``compact``: the records may come in compact form
+    (no prompts, no passages: `drmas_bench.compact`), read from RUN/records.compact.jsonl when it is
+    in step with samples.jsonl; for readers of figures (leaderboards), not of texts (the viewer)."""
+    p = Path(path)
+    config = _read_config(p)
+    kept = current_records(p, sample_key) if compact else None
+    records = select_records(kept if kept is not None else read_samples(p / SAMPLES, missing_ok=True), config)
+    if not records:
+        raise NoSamples(f"{p}: the run has no finished samples yet")
+    return _run_of(p, config, records, views(records))
+
+
+def open_run(path: str | Path) -> Run:
+    """A run directory's configuration and labels as a `Run` holding no record (``records`` empty;
+    ``n`` 0 and ``benchmarks`` empty where the configuration names none): for readers that stream
+    the records themselves (the viewer: `report.view_scan`)."""
+    p = Path(path)
+    return _run_of(p, _read_config(p), [], [])
 
 
 def expand_run_dirs(paths: Iterable[str | Path]) -> list[Path]:

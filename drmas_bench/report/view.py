@@ -18,29 +18,37 @@ written beside the page, in ``<page name>_files/chunk-R-C.js`` (a script that ha
 page), which the page loads when a trajectory of that chunk is opened: a 100,000-trajectory page
 stays under 5 MB and opens from disk without a server (keep the folder beside the page).
 
-Records come from `report.runs.load_run` (the store's one reader and one selection, so the page
-shows the trajectories the run's summary counts; an unreadable line stops with the repair hint as
-every reader does). The summary is recomputed with `metrics.summarize` from those records, so an
-old run dir shows today's per-agent figures. Parsing is `workflows.protocol`'s and `metrics`'.
+The run is read a record at a time (`report.view_scan`; `write_view` opens it with
+`report.runs.open_run`, which reads the configuration only): the list's rows from the compact records
+(or samples.jsonl), the summary from the same records read again (`metrics.summarize`, over what
+the store's selection keeps, the last copy of a repeated sample; so an old run dir shows today's
+per-agent figures), then the turns, each full record read at its byte range of samples.jsonl, a
+chunk at a time in the page's order; a chunk of a large page is written beside it as soon as it is
+made. What stays in memory per trajectory is its list row and byte range (~0.5 KB) and what the
+summary keeps per sample. `render` also takes runs loaded whole (`report.runs.load_run`) and gives
+the same page. An unreadable line stops with the repair hint as every reader does. Parsing is
+`workflows.protocol`'s and `metrics`'.
 """
 
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 import logging
-import re
 import shutil
+import zlib
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from drmas_bench import metrics
+from drmas_bench.metrics import Question
 from drmas_bench.records import RecordView, view, views
 from drmas_bench.report import sections
 from drmas_bench.report.charts import PALETTE
 from drmas_bench.report.labels import all_labels, stopped_text, workflow_name
-from drmas_bench.report.runs import Run, load_run
+from drmas_bench.report.runs import NoSamples, Run, open_run
+from drmas_bench.report.sections import Change
+from drmas_bench.report.view_scan import ROW_KEYS, details, natural, row_values, scan, summary_records, workflow_of
 from drmas_bench.types import UserError
 from drmas_bench.workflows import find_workflow
 from drmas_bench.workflows.rules import FormatRule
@@ -50,14 +58,6 @@ logger = logging.getLogger(__name__)
 CHUNK = 100  # trajectories per compressed chunk: one expand decompresses ~1 MB of text at most
 PACK_ROWS = 2000  # above this many trajectories the list's rows are packed and the turns kept beside the page
 TEMPLATE = "view.html.jinja"
-SHORT = 200  # characters of a question / answer kept in the list row
-
-
-def _short(s: Any, n: int = SHORT) -> str:
-    s = "" if s is None else str(s)
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
 def parsed(rule: FormatRule | None, text: str) -> tuple[str | None, str | None]:
     """(parsed action, verdict) of one response under its agent's format rule (the workflow's
     `WorkflowSpec.rules`): what the rule itself reads off the reply (`FormatRule.parse`); None where
@@ -113,15 +113,8 @@ def turns_view(record: Any, workflow: str | None) -> list[dict[str, Any]]:
 
 def trajectory_row(record: Any, workflow: str | None) -> dict[str, Any]:
     """One trajectory's list row: what the filters and the search box need, nothing more."""
-    rec = view(record)
-    route = "→".join(t.agent for t in rec.turns)
     spec = find_workflow(workflow)  # the kind of each env step, as the workflow reads its records
-    kinds = spec.env_step_kinds(rec) if spec is not None and spec.env_step_kinds is not None else None
-    searches = kinds.count("search") if kinds is not None else None
-    return {"b": rec.benchmark, "id": rec.task_id, "s": rec.sample_idx,
-            "q": _short(rec.question), "c": rec.correct, "r": rec.reward,
-            "nv": sum(not t.valid for t in rec.turns), "n": len(rec.turns),
-            "route": route, "k": searches, "a": _short(rec.final_answer, 80)}
+    return dict(zip(ROW_KEYS, row_values(view(record), spec.env_step_kinds if spec is not None else None)))
 
 
 def trajectory_detail(record: Any, workflow: str | None) -> dict[str, Any]:
@@ -136,13 +129,18 @@ def trajectory_detail(record: Any, workflow: str | None) -> dict[str, Any]:
 
 def _packed(obj: Any) -> str:
     """gzip + base64 of compact JSON: what the page's `DecompressionStream('gzip')` reads back."""
-    raw = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
+    return _packed_parts([json.dumps(obj, ensure_ascii=False, separators=(",", ":"))])
 
 
-def _natural(s: str) -> tuple:
-    """A sort key that puts q2 before q10."""
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
+def _packed_parts(parts: Iterable[str]) -> str:
+    """`_packed` of the JSON text given in parts (the same bytes as one `gzip.compress(.., 6, mtime=0)`)."""
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)
+    out = [z.compress(p.encode("utf-8")) for p in parts]
+    out.append(z.flush())
+    return base64.b64encode(b"".join(out)).decode("ascii")
+
+
+_natural = natural
 
 
 def _order(records: list[Any]) -> list[RecordView]:
@@ -150,16 +148,51 @@ def _order(records: list[Any]) -> list[RecordView]:
     return sorted(views(records), key=lambda r: (r.benchmark, _natural(r.task_id), r.sample_idx or 0))
 
 
-def run_data(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """(the index entry of one run, its compressed detail chunks)."""
-    recs = _order(run.views)
-    wf = run.workflow if metrics.role_rules(run.workflow) else metrics.infer_workflow(recs)
-    summ = summary if summary is not None else metrics.summarize(recs, workflow=wf)
-    chunks = [_packed([trajectory_detail(r, wf) for r in recs[i:i + CHUNK]]) for i in range(0, len(recs), CHUNK)]
+def run_entry(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str, Any], Callable[[], Iterator[str]], dict]:
+    """(the index entry of one run, with its rows as `view_scan.Rows` and its summary; a function giving
+    its compressed detail chunks one at a time; its questions, `metrics.questions`). A run opened
+    with `runs.open_run` is read here a record at a time (`view_scan`), its ``n`` and ``benchmarks``
+    filled in from the records where its configuration names none."""
+    wf = workflow_of(run)
+    rows = scan(run, wf)
+    if not rows:
+        raise NoSamples(f"{run.path}: the run has no finished samples yet")
+    logger.info(f"[view] {len(rows)} trajectories of {run.path}: their summary, then their turns")
+    run.n = run.n or max(t[2] or 0 for t in rows.data) + 1
+    run.benchmarks = run.benchmarks or sorted({t[0] for t in rows.data})
+    asked: dict[tuple[str, str], list] = {}  # the questions (`metrics.questions`), tallied as the summary reads
+    feed = _tally_questions(summary_records(run, rows), asked)
+    summ = summary if summary is not None else metrics.summarize(feed, workflow=wf)
+    for _ in feed:  # a given summary: the questions still need their pass
+        pass
+    qs = {k: Question(k[0], k[1], v[0], v[1], v[2], v[4]) for k, v in sorted(asked.items())}
     entry = {"name": run.name, "path": run.path.name, "workflow": wf, "suite": run.suite, "model": run.model_label,
              "team": run.team_label, "sampling": run.sampling_label, "n": run.n, "benchmarks": run.benchmarks,
-             "agents": run.agents, "summary": summ, "rows": [trajectory_row(r, wf) for r in recs]}
-    return entry, chunks
+             "agents": run.agents, "summary": summ, "rows": rows}
+
+    def chunks() -> Iterator[str]:
+        return (_packed(c) for c in details(run, rows, CHUNK, lambda r: trajectory_detail(r, wf)))
+
+    return entry, chunks, qs
+
+
+def _tally_questions(recs: Iterator[RecordView], acc: dict[tuple[str, str], list]) -> Iterator[RecordView]:
+    """``recs`` passed on, each counted into ``acc`` as `metrics.questions` counts: (benchmark, id) ->
+    [samples, correct, question text, sample indices, repeats]."""
+    for r in recs:
+        slot = acc.setdefault((r.benchmark, r.task_id), [0, 0, r.question, set(), 0])
+        slot[0] += 1
+        slot[1] += r.correct
+        if r.sample_idx in slot[3]:
+            slot[4] += 1
+        slot[3].add(r.sample_idx)
+        yield r
+
+
+def run_data(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(the index entry of one run, its compressed detail chunks): `run_entry` with the chunks made."""
+    entry, chunks, _ = run_entry(run, summary)
+    return entry, list(chunks())
 
 
 def pairs(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]] | None) -> list[list[int]]:
@@ -222,72 +255,86 @@ def run_meta(run: Run, entry: dict[str, Any]) -> str:
             f" · {n} · {len(entry['rows'])} trajectories")
 
 
+def _changes(qa: dict, qb: dict) -> list[Change]:
+    """`sections.changes` from the two runs' questions (`metrics.questions`)."""
+    return [Change(k[0], k[1], qa[k].text, (qa[k].c, qa[k].n), (qb[k].c, qb[k].n)) for k in qa if k in qb]
+
+
 def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | None = None,
-           files: str | None = None) -> tuple[str, dict[str, str]] | str:
+           files: str | None = None, write: Callable[[str, str], None] | None = None) -> str:
     """The page for one run or two (paired) as one HTML string. With ``files`` (a folder name beside
     the page) a large page (over ``PACK_ROWS`` trajectories) keeps its detail chunks there, one small
-    script each, loaded when a trajectory of that chunk is opened: returns (html, {file name: text})."""
+    script each, loaded when a trajectory of that chunk is opened: each is handed to ``write(file
+    name, text)`` as soon as it is made. Every run's rows and summary are made first (pass 1 of
+    `view_scan`), then each run's chunks, one at a time."""
     import jinja2
 
     if not 1 <= len(runs) <= 2:
         raise UserError(f"view takes one run or two, got {len(runs)}")
-    entries, chunks = [], []
-    for i, run in enumerate(runs):
-        e, c = run_data(run, (summaries or [None] * len(runs))[i])
-        entries.append(e)
-        chunks.append(c)
+    made = [run_entry(run, (summaries or [None] * len(runs))[i]) for i, run in enumerate(runs)]
+    entries = [m[0] for m in made]
     colours = agent_colours(runs, entries)
     reports = [{"title": (("A: " if i == 0 else "B: ") if len(runs) > 1 else "") + e["name"], "meta": run_meta(run, e),
                 "stopped": stopped(run),
                 "html": sections.run_report(e["summary"], run.agents, colours, _models(run))}
                for i, (run, e) in enumerate(zip(runs, entries))]
-    changes = (sections.changes_report(sections.changes(runs[0].views, runs[1].views), entries[0]["name"],
-                                       entries[1]["name"]) if len(runs) > 1 else "")
+    changes = (sections.changes_report(_changes(made[0][2], made[1][2]), entries[0]["name"], entries[1]["name"])
+               if len(runs) > 1 else "")
     for e in entries:  # the page's script needs the rows, not the summary (drawn above as HTML)
         e.pop("summary")
     big = sum(len(e["rows"]) for e in entries) > PACK_ROWS
     index: dict[str, Any] = {"runs": entries, "chunk": CHUNK, "colours": colours, "labels": all_labels(),
                              "pairs": pairs(entries[0]["rows"], entries[1]["rows"] if len(entries) > 1 else None)}
-    sidecar: dict[str, str] = {}
     if big:  # the list's rows and pairs gzip-packed (the page opens them first); the turns beside the page
         for e in entries:
-            e["rows_packed"] = _packed(e.pop("rows"))
+            e["rows_packed"] = _packed_parts(e.pop("rows").json_parts())
         index["pairs_packed"] = _packed(index.pop("pairs"))
         if files is not None:
             index["files"] = files
-            for r, run_chunks in enumerate(chunks):
-                for ci, text in enumerate(run_chunks):
-                    sidecar[f"chunk-{r}-{ci}.js"] = f'drmasChunk("{r}-{ci}", "{text}");\n'
-            chunks = [[] for _ in chunks]
+    else:
+        for e in entries:
+            e["rows"] = list(e["rows"])
+    aside = big and files is not None and write is not None
+    chunks: list[list[str]] = [[] for _ in runs]
+    for r, (_, make, _) in enumerate(made):
+        for ci, text in enumerate(make()):
+            if aside:
+                assert write is not None
+                write(f"chunk-{r}-{ci}.js", f'drmasChunk("{r}-{ci}", "{text}");\n')
+            else:
+                chunks[r].append(text)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent), autoescape=True)
-    html = env.get_template(TEMPLATE).render(title=" vs ".join(e["name"] for e in entries), reports=reports,
+    return env.get_template(TEMPLATE).render(title=" vs ".join(e["name"] for e in entries), reports=reports,
                                              changes=changes, index=_script_json(index), chunks=chunks)
-    return (html, sidecar) if files is not None else html
 
 
 def write_view(paths: Sequence[str | Path], out: str | Path | None = None) -> Path:
     """Write the page of one or two run directories; returns its path (default RUN/view.html). A page
     of more than ``PACK_ROWS`` trajectories keeps its turns in ``<page name>_files/`` beside it
-    (written first, then the page; an older folder of that name is replaced)."""
-    runs = [load_run(p) for p in paths]
-    logger.info(f"[view] {' + '.join(f'{len(r.records)} trajectories of {r.path}' for r in runs)}: building the page")
+    (each chunk written as it is made, into a temporary folder that replaces an older folder of that
+    name once the page is built, then the page)."""
+    runs = [open_run(p) for p in paths]
     target = Path(out) if out else runs[0].path / "view.html"
     if target.suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--out {target}: the page is HTML; give a file name ending in .html")
+    logger.info(f"[view] {' + '.join(str(r.path) for r in runs)}: building the page")
     files = target.stem + "_files"
-    rendered = render(runs, files=files)
-    assert isinstance(rendered, tuple)
-    html, sidecar = rendered
     target.parent.mkdir(parents=True, exist_ok=True)
-    folder = target.parent / files
+    folder, tmp_folder = target.parent / files, target.parent / (files + ".tmp")
+    shutil.rmtree(tmp_folder, ignore_errors=True)
+
+    def write(name: str, text: str) -> None:
+        tmp_folder.mkdir(exist_ok=True)
+        (tmp_folder / name).write_text(text, encoding="ascii")
+
+    try:
+        html = render(runs, files=files, write=write)
+    except BaseException:
+        shutil.rmtree(tmp_folder, ignore_errors=True)
+        raise
     if folder.is_dir() and not folder.is_symlink():
         shutil.rmtree(folder)
-    if sidecar:
-        tmp_folder = target.parent / (files + ".tmp")
-        shutil.rmtree(tmp_folder, ignore_errors=True)
-        tmp_folder.mkdir()
-        for name, text in sidecar.items():
-            (tmp_folder / name).write_text(text, encoding="ascii")
+    if tmp_folder.is_dir():
         tmp_folder.replace(folder)
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text(html, encoding="utf-8")

@@ -11,8 +11,9 @@ or by a registered name.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Protocol
 
 from drmas_bench.discovery import discover
 from drmas_bench.records import RecordView
@@ -38,6 +39,8 @@ class FormatRule:
     episode_figures: ``[RecordView, ...] -> {figure: value}``, the per-episode compliance figures
         (e.g. searches per episode), None: none (a workflow whose agents share one such function
         gets it once);
+    both are best a :class:`Folded` (a fold over one item at a time), so that a summary reads a run
+    in one pass holding nothing per sample; a plain function gets every item at the end (`fold_of`);
     labels: the words a reader sees for its reasons and figures (``report.labels`` reads them),
         a label ending in ``(%)`` marks a share."""
 
@@ -96,10 +99,76 @@ def ordered_reasons(rule: FormatRule, counts: dict[str, int]) -> dict[str, int]:
 def episode_figures(rules: dict[str, FormatRule], records: list[RecordView]) -> dict[str, Any]:
     """The per-episode figures every rule of a workflow declares (each function once), over ``records``."""
     out: dict[str, Any] = {}
-    seen: list[Callable[..., Any]] = []
-    for rule in rules.values():
-        fn = rule.episode_figures
-        if fn is not None and fn not in seen:
-            seen.append(fn)
-            out.update(fn(records))
+    for fn in episode_functions(rules):
+        out.update(fn(records))
     return out
+
+
+# ------------------------------------------------------------------------------ folds
+
+
+class Fold(Protocol):
+    """Figures computed one item at a time: ``add`` each item (a reply text, a `RecordView`), then
+    ``result()``."""
+
+    def add(self, item: Any) -> None: ...
+
+    def result(self) -> dict[str, Any]: ...
+
+
+class Folded:
+    """A figure function over a list of items, defined by its fold (``make()`` gives a fresh one):
+    ``Folded(make)(items)`` folds the items; a summary (`fold_of`) folds them as it reads the run."""
+
+    def __init__(self, make: Callable[[], Fold]) -> None:
+        self.make = make
+        self.__doc__ = make.__doc__
+
+    def __call__(self, items: Iterable[Any]) -> dict[str, Any]:
+        f = self.make()
+        for x in items:
+            f.add(x)
+        return f.result()
+
+
+class ListFold:
+    """The fold of a plain figure function: keeps every item and calls ``fn`` on the list at the end."""
+
+    def __init__(self, fn: Callable[[list[Any]], dict[str, Any]]) -> None:
+        self.fn = fn
+        self.items: list[Any] = []
+
+    def add(self, item: Any) -> None:
+        self.items.append(item)
+
+    def result(self) -> dict[str, Any]:
+        return self.fn(self.items)
+
+
+def fold_of(fn: Callable[..., dict[str, Any]]) -> Fold:
+    """A fresh fold of figure function ``fn``: its own when it is a :class:`Folded`, else a `ListFold`."""
+    return fn.make() if isinstance(fn, Folded) else ListFold(fn)
+
+
+def episode_functions(rules: dict[str, FormatRule]) -> list[Callable[..., dict[str, Any]]]:
+    """The distinct per-episode figure functions of a workflow's rules, in the rules' order."""
+    out: list[Callable[..., dict[str, Any]]] = []
+    for rule in rules.values():
+        if rule.episode_figures is not None and rule.episode_figures not in out:
+            out.append(rule.episode_figures)
+    return out
+
+
+class Verdicts:
+    """A verifier's verdicts over its replies, one at a time (``verdict(text)``: its reading), the counts
+    sorted by verdict."""
+
+    def __init__(self, verdict: Callable[[str], str]) -> None:
+        self.verdict = verdict
+        self.counts: Counter = Counter()
+
+    def add(self, text: str) -> None:
+        self.counts[self.verdict(text)] += 1
+
+    def result(self) -> dict[str, Any]:
+        return {"verdicts": dict(sorted(self.counts.items()))}

@@ -12,14 +12,15 @@ did to the score.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
-from drmas_bench.records import mean_or_none, rate, views
+from drmas_bench.records import rate, view
 from drmas_bench.suites.math.refine_loop import ANSWERING, CRITIC, REFINER, refine_loop
 from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
 from drmas_bench.types import Trajectory
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
+from drmas_bench.workflows.rules import Folded
 
 
 def round1_answer(traj: Trajectory) -> str | None:
@@ -28,8 +29,8 @@ def round1_answer(traj: Trajectory) -> str | None:
     return answers[0] if len(answers) > 1 else None
 
 
-def math4_effects(records: Iterable[Any]) -> dict[str, Any]:
-    """What the critic / refiner / verifier did to the score, over E episodes.
+class Math4Effects:
+    """What the critic / refiner / verifier did to the score, over E episodes, one at a time.
 
     - refined = episodes in which the refiner acted (refined_rate = refined / E); replaced = episodes
       whose first solver answer was replaced (by the refiner or a second solver turn);
@@ -38,30 +39,42 @@ def math4_effects(records: Iterable[Any]) -> dict[str, Any]:
     - approve_rate = the verifier's first verdicts that approve / episodes with a verdict;
     - graded_episodes, round1_accuracy, final_accuracy, accuracy_change (final - round 1), over the
       episodes whose first answer's grade is known (the final grade when it was never replaced)."""
-    recs = views(records)
-    flips = dict.fromkeys(("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right"), 0)
-    refined = replaced = approved = judged = 0
-    graded: list[tuple[bool, bool]] = []
-    for r in recs:
+
+    def __init__(self) -> None:
+        self.flips = dict.fromkeys(("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right"), 0)
+        self.episodes = self.refined = self.replaced = self.approved = self.judged = 0
+        self.graded = self.graded_r1 = self.graded_final = 0  # episodes with a known first-answer grade; right first / final
+
+    def add(self, record: Any) -> None:
+        r = view(record)
+        self.episodes += 1
         answers = sum(len(r.agent_turns(a)) for a in ANSWERING)
-        refined += bool(r.agent_turns("refiner"))
+        self.refined += bool(r.agent_turns("refiner"))
         r1 = r.correct if answers == 1 else r.round1_correct if answers > 1 else None
         if answers > 1:
-            replaced += 1
+            self.replaced += 1
             if r1 is not None:
-                flips[f"{'right' if r1 else 'wrong'}_to_{'right' if r.correct else 'wrong'}"] += 1
+                self.flips[f"{'right' if r1 else 'wrong'}_to_{'right' if r.correct else 'wrong'}"] += 1
         if r1 is not None:
-            graded.append((r1, r.correct))
+            self.graded += 1
+            self.graded_r1 += r1
+            self.graded_final += r.correct
         verdicts = r.agent_turns("verifier")
         if verdicts:
-            judged += 1
-            approved += proto.math_verdict(verdicts[0].text) == "approve"
-    r1_acc = mean_or_none([float(a) for a, _ in graded])
-    fin_acc = mean_or_none([float(b) for _, b in graded])
-    return {"episodes": len(recs), "refined": refined, "refined_rate": rate(refined, len(recs)),
-            "replaced": replaced, "flips": flips, "judged": judged, "approve_rate": rate(approved, judged),
-            "graded_episodes": len(graded), "round1_accuracy": r1_acc, "final_accuracy": fin_acc,
-            "accuracy_change": None if r1_acc is None or fin_acc is None else fin_acc - r1_acc}
+            self.judged += 1
+            self.approved += proto.math_verdict(verdicts[0].text) == "approve"
+
+    def result(self) -> dict[str, Any]:
+        r1_acc = rate(self.graded_r1, self.graded)
+        fin_acc = rate(self.graded_final, self.graded)
+        return {"episodes": self.episodes, "refined": self.refined, "refined_rate": rate(self.refined, self.episodes),
+                "replaced": self.replaced, "flips": dict(self.flips), "judged": self.judged,
+                "approve_rate": rate(self.approved, self.judged), "graded_episodes": self.graded,
+                "round1_accuracy": r1_acc, "final_accuracy": fin_acc,
+                "accuracy_change": None if r1_acc is None or fin_acc is None else fin_acc - r1_acc}
+
+
+math4_effects = Folded(Math4Effects)  # over a list of records (`metrics.effects` folds it as it reads)
 
 
 SEEN = {"question", "team_context", "round", "rounds"}

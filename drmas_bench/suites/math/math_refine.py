@@ -13,14 +13,15 @@ default 8192 tokens cut in the middle).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any
 
-from drmas_bench.records import RecordView, mean_or_none, rate, view, views
+from drmas_bench.records import RecordView, rate, view
 from drmas_bench.suites.math.refine_loop import refine_loop
 from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
 from drmas_bench.types import Trajectory
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
+from drmas_bench.workflows.rules import Folded
 
 FLIPS = ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")
 
@@ -39,8 +40,9 @@ def round1_correct(r: Any) -> bool | None:
     return rec.round1_correct
 
 
-def math_effects(records: Iterable[Any]) -> dict[str, Any]:
-    """The verifier's effect in a math_refine run (solver -> verifier -> solver ...), over E episodes.
+class MathEffects:
+    """The verifier's effect in a math_refine run (solver -> verifier -> solver ...), over E episodes, one at a
+    time.
 
     - round2_ran = episodes with more than one solver turn; round2_rate = round2_ran / E;
     - flips {wrong_to_right, right_to_wrong, wrong_to_wrong, right_to_right}: over the round2_ran
@@ -57,40 +59,50 @@ def math_effects(records: Iterable[Any]) -> dict[str, Any]:
 
     right / wrong = graded correct or not by the run's grader. Rates are None when their
     denominator is 0."""
-    recs = views(records)
-    flips: Counter = Counter()
-    ran = ungraded = 0
-    graded: list[tuple[bool, bool]] = []
-    judged: list[tuple[bool, bool]] = []  # (round-1 right, approved)
-    for r in recs:
+
+    def __init__(self) -> None:
+        self.episodes = self.ran = self.ungraded = 0
+        self.flips: Counter = Counter()
+        self.graded = self.graded_r1 = self.graded_final = 0  # episodes with a known round-1 grade; right in round 1 / final
+        self.judged: Counter = Counter()  # (round-1 right, approved) -> episodes
+
+    def add(self, record: Any) -> None:
+        r = view(record)
+        self.episodes += 1
         r1, final = round1_correct(r), r.correct
         if r1 is not None:
-            graded.append((r1, final))
+            self.graded += 1
+            self.graded_r1 += r1
+            self.graded_final += final
         if len(r.agent_turns("solver")) > 1:
-            ran += 1
+            self.ran += 1
             if r1 is None:
-                ungraded += 1
+                self.ungraded += 1
             else:
-                flips[f"{'right' if r1 else 'wrong'}_to_{'right' if final else 'wrong'}"] += 1
-        verdicts = [proto.math_verdict(t.text) for t in r.agent_turns("verifier")]
+                self.flips[f"{'right' if r1 else 'wrong'}_to_{'right' if final else 'wrong'}"] += 1
+        verdicts = r.agent_turns("verifier")
         if verdicts and r1 is not None:
-            judged.append((r1, verdicts[0] == "approve"))
-    right = [ok for r1, ok in judged if r1]
-    wrong = [ok for r1, ok in judged if not r1]
-    approved = [r1 for r1, ok in judged if ok]
-    r1_acc = mean_or_none([float(a) for a, _ in graded])
-    fin_acc = mean_or_none([float(b) for _, b in graded])
-    return {
-        "episodes": len(recs), "round2_ran": ran, "round2_rate": rate(ran, len(recs)),
-        "flips": {k: flips[k] for k in FLIPS}, "round1_ungraded": ungraded,
-        "judged": len(judged), "approve_rate_on_right": rate(sum(right), len(right)),
-        "approve_rate_on_wrong": rate(sum(wrong), len(wrong)),
-        "judge_precision": rate(sum(approved), len(approved)), "judge_recall": rate(sum(right), len(right)),
-        "judge_accuracy": rate(sum(right) + len(wrong) - sum(wrong), len(judged)),
-        "graded_episodes": len(graded), "round1_accuracy": r1_acc, "final_accuracy": fin_acc,
-        "accuracy_change": None if r1_acc is None or fin_acc is None else fin_acc - r1_acc,
-    }
+            self.judged[(bool(r1), proto.math_verdict(verdicts[0].text) == "approve")] += 1
 
+    def result(self) -> dict[str, Any]:
+        j = self.judged
+        right, right_ok = j[(True, True)] + j[(True, False)], j[(True, True)]
+        wrong, wrong_ok = j[(False, True)] + j[(False, False)], j[(False, True)]
+        r1_acc = rate(self.graded_r1, self.graded)
+        fin_acc = rate(self.graded_final, self.graded)
+        return {
+            "episodes": self.episodes, "round2_ran": self.ran, "round2_rate": rate(self.ran, self.episodes),
+            "flips": {k: self.flips[k] for k in FLIPS}, "round1_ungraded": self.ungraded,
+            "judged": right + wrong, "approve_rate_on_right": rate(right_ok, right),
+            "approve_rate_on_wrong": rate(wrong_ok, wrong),
+            "judge_precision": rate(right_ok, right_ok + wrong_ok), "judge_recall": rate(right_ok, right),
+            "judge_accuracy": rate(right_ok + wrong - wrong_ok, right + wrong),
+            "graded_episodes": self.graded, "round1_accuracy": r1_acc, "final_accuracy": fin_acc,
+            "accuracy_change": None if r1_acc is None or fin_acc is None else fin_acc - r1_acc,
+        }
+
+
+math_effects = Folded(MathEffects)  # over a list of records (`metrics.effects` folds it as it reads)
 
 
 def round1_answer(traj: Trajectory) -> str | None:

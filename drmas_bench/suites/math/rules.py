@@ -5,23 +5,35 @@ verifier approvals)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from functools import partial
 from typing import Any
 
 from drmas_bench.grading.extract import reference_boxed
-from drmas_bench.records import RecordView, mean_or_none
+from drmas_bench.records import RecordView
 from drmas_bench.workflows import protocol as proto
-from drmas_bench.workflows.rules import FormatRule, format_rule
+from drmas_bench.workflows.rules import Folded, FormatRule, Verdicts, format_rule
 
 
-def rounds_figures(recs: list[RecordView]) -> dict[str, Any]:
-    """math_refine's per-episode figures: solver rounds per episode and the share of verifier turns
-    that approved."""
-    rounds = [len(r.agent_turns("solver")) for r in recs]
-    verdicts = [proto.math_verdict(t.text) for r in recs for t in r.agent_turns("verifier")]
-    return {"rounds_per_episode": mean_or_none(rounds),
-            "approve_rate": verdicts.count("approve") / len(verdicts) if verdicts else None}
+class Rounds:
+    """math_refine's per-episode figures, one episode at a time: solver rounds per episode and the
+    share of verifier turns that approved."""
+
+    def __init__(self) -> None:
+        self.episodes = self.rounds = self.verdicts = self.approved = 0
+
+    def add(self, r: RecordView) -> None:
+        self.episodes += 1
+        self.rounds += len(r.agent_turns("solver"))
+        for t in r.agent_turns("verifier"):
+            self.verdicts += 1
+            self.approved += proto.math_verdict(t.text) == "approve"
+
+    def result(self) -> dict[str, Any]:
+        return {"rounds_per_episode": self.rounds / self.episodes if self.episodes else None,
+                "approve_rate": self.approved / self.verdicts if self.verdicts else None}
+
+
+rounds_figures = Folded(Rounds)
 
 
 def verifier_parse(text: str) -> tuple[str | None, str | None]:
@@ -30,9 +42,7 @@ def verifier_parse(text: str) -> tuple[str | None, str | None]:
     return (spliced if spliced != text else None), proto.math_verdict(text)
 
 
-def verifier_figures(texts: list[str]) -> dict[str, Any]:
-    """The math verifier's verdicts over its replies."""
-    return {"verdicts": dict(sorted(Counter(proto.math_verdict(t) for t in texts).items()))}
+verifier_figures = Folded(partial(Verdicts, proto.math_verdict))  # the math verifier's verdicts over its replies
 
 
 SOLVER = format_rule(FormatRule(

@@ -9,9 +9,9 @@ from collections import Counter
 from functools import partial
 from typing import Any, Mapping
 
-from drmas_bench.records import RecordView, mean_or_none
+from drmas_bench.records import RecordView
 from drmas_bench.workflows import protocol as proto
-from drmas_bench.workflows.rules import FormatRule, format_rule
+from drmas_bench.workflows.rules import Folded, FormatRule, Verdicts, format_rule
 
 ACTION_KINDS = ("search", "answer", "empty")
 ACTORS = ("searcher", "answerer")  # the format rules of agents whose responses are search env actions
@@ -43,39 +43,61 @@ def search_steps(r: RecordView) -> list[str]:
     return [action_kind(t.agent, t.text) for t in r.turns if t.agent in ACTORS]
 
 
-def search_episode_figures(recs: list[RecordView]) -> dict[str, Any]:
-    """The per-episode figures of a search_route run (compliance's ``episodes`` block): env steps,
-    searches, empty steps per episode, the share that ended on a tagged answer and its complement,
-    and episodes by number of searches."""
-    steps, searches, empty, answered = [], [], [], []
-    for r in recs:
+class SearchEpisodes:
+    """The per-episode figures of a search_route run (compliance's ``episodes`` block), one episode at a
+    time: env steps, searches, empty steps per episode, the share that ended on a tagged answer and
+    its complement, and episodes by number of searches."""
+
+    def __init__(self) -> None:
+        self.episodes = self.steps = self.searches = self.empty = self.answered = 0
+        self.by_searches: Counter = Counter()
+
+    def add(self, r: RecordView) -> None:
         kinds = search_steps(r)
-        steps.append(len(r.env_steps) if r.env_steps is not None else len(r.agent_turns("verifier")))
-        searches.append(kinds.count("search"))
-        empty.append(kinds.count("empty"))
-        answered.append(float(r.final_answer is not None))
-    answer_rate = mean_or_none(answered)
-    return {"steps_per_episode": mean_or_none(steps), "searches_per_episode": mean_or_none(searches),
-            "empty_steps_per_episode": mean_or_none(empty), "answer_tag_rate": answer_rate,
-            "no_answer_rate": None if answer_rate is None else 1.0 - answer_rate,
-            "searches_distribution": {str(k): v for k, v in sorted(Counter(searches).items())}}
+        searches = kinds.count("search")
+        self.episodes += 1
+        self.steps += len(r.env_steps) if r.env_steps is not None else len(r.agent_turns("verifier"))
+        self.searches += searches
+        self.empty += kinds.count("empty")
+        self.answered += r.final_answer is not None
+        self.by_searches[searches] += 1
+
+    def result(self) -> dict[str, Any]:
+        n = self.episodes
+        answer_rate = self.answered / n if n else None
+        return {"steps_per_episode": self.steps / n if n else None,
+                "searches_per_episode": self.searches / n if n else None,
+                "empty_steps_per_episode": self.empty / n if n else None, "answer_tag_rate": answer_rate,
+                "no_answer_rate": None if answer_rate is None else 1.0 - answer_rate,
+                "searches_distribution": {str(k): v for k, v in sorted(self.by_searches.items())}}
 
 
-def actor_figures(role: str) -> Any:
-    """The per-agent figures of a searcher's / answerer's replies: the env action each would be
-    (``actions``: search / answer / empty) and the share that ended the episode on a tagged answer."""
-
-    def figures(texts: list[str]) -> dict[str, Any]:
-        kinds = Counter(action_kind(role, t) for t in texts)
-        return {"actions": {k: kinds[k] for k in ACTION_KINDS},
-                "answer_tag_rate": kinds["answer"] / len(texts) if texts else None}
-
-    return figures
+search_episode_figures = Folded(SearchEpisodes)
 
 
-def verifier_figures(texts: list[str]) -> dict[str, Any]:
-    """The search verifier's verdicts over its replies (answer / search)."""
-    return {"verdicts": dict(sorted(Counter(proto.search_verdict(t) for t in texts).items()))}
+class ActorActions:
+    """A searcher's / answerer's replies, one at a time: the env action each would be (``actions``:
+    search / answer / empty) and the share that ended the episode on a tagged answer."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.kinds: Counter = Counter()
+
+    def add(self, text: str) -> None:
+        self.kinds[action_kind(self.role, text)] += 1
+
+    def result(self) -> dict[str, Any]:
+        n = sum(self.kinds.values())
+        return {"actions": {k: self.kinds[k] for k in ACTION_KINDS},
+                "answer_tag_rate": self.kinds["answer"] / n if n else None}
+
+
+def actor_figures(role: str) -> Folded:
+    """The per-agent figures of a searcher's / answerer's replies (`ActorActions`)."""
+    return Folded(partial(ActorActions, role))
+
+
+verifier_figures = Folded(partial(Verdicts, proto.search_verdict))  # the search verifier's verdicts (answer / search)
 
 
 def verifier_parse(text: str) -> tuple[str | None, str | None]:

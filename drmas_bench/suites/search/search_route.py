@@ -23,18 +23,19 @@ behaviour: an episode the verifier would let run out still gets an answer).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable
+from typing import Any
 
 from drmas_bench.grading.qa import grade_qa
-from drmas_bench.records import rate, view, views
-from drmas_bench.suites.search.rules import ANSWERER, SEARCH_VERIFIER, SEARCHER, search_episode_figures, search_steps
+from drmas_bench.records import rate, view
+from drmas_bench.suites.search.rules import ANSWERER, SEARCH_VERIFIER, SEARCHER, SearchEpisodes, search_steps
 from drmas_bench.suites.search.search_sft import search_sft_examples
 from drmas_bench.types import UserError
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
+from drmas_bench.workflows.rules import Folded
 
 # the per-episode figures of `compliance` the search effects block repeats (one definition:
-# `rules.search_episode_figures`)
+# `rules.SearchEpisodes`)
 SEARCH_EPISODE_KEYS = ("steps_per_episode", "searches_per_episode", "searches_distribution", "no_answer_rate")
 
 
@@ -72,8 +73,9 @@ def evidence_figures(record: dict[str, Any]) -> dict[str, Any]:
     return {"evidence": list(evidence_at_answer(record))}
 
 
-def search_effects(records: Iterable[Any]) -> dict[str, Any]:
-    """What retrieval gave a search_route run's answerer, over E episodes (`evidence_at_answer`):
+class SearchEffects:
+    """What retrieval gave a search_route run's answerer, over E episodes (`evidence_at_answer`), one
+    episode at a time:
 
     - env_recorded = episodes with the env's record (older runs have none: evidence figures None);
     - answerer_episodes = of those, episodes where the answerer acted; evidence_recall = share of
@@ -84,29 +86,45 @@ def search_effects(records: Iterable[Any]) -> dict[str, Any]:
       contain a gold answer: what the searcher found, whether or not the answerer used it;
     - steps_per_episode, searches_per_episode, searches_distribution, no_answer_rate: `compliance`'s
       per-episode figures (the same definitions)."""
-    recs = views(records)
-    at_answer: list[tuple[bool, bool]] = []  # (evidence present, correct)
-    anywhere: list[bool] = []
-    for r in recs:
+
+    def __init__(self) -> None:
+        self.episodes = self.recorded = self.anywhere = 0
+        self.with_ev = self.with_ev_right = self.without = self.without_right = 0
+        self.steps = SearchEpisodes()
+
+    def add(self, record: Any) -> None:
+        r = view(record)
+        self.episodes += 1
+        self.steps.add(r)
         ev, ev_any = evidence_at_answer(r)
         if ev_any is None:
-            continue
-        anywhere.append(ev_any)
-        if ev is not None:
-            at_answer.append((ev, r.correct))
-    with_ev = [ok for ev, ok in at_answer if ev]
-    without = [ok for ev, ok in at_answer if not ev]
-    ep = search_episode_figures(recs)
-    return {
-        "episodes": len(recs), "env_recorded": len(anywhere), "answerer_episodes": len(at_answer),
-        "evidence_recall": rate(len(with_ev), len(at_answer)),
-        "with_evidence": len(with_ev), "without_evidence": len(without),
-        "accuracy_with_evidence": rate(sum(with_ev), len(with_ev)),
-        "accuracy_without_evidence": rate(sum(without), len(without)),
-        "evidence_retrieved_rate": rate(sum(anywhere), len(anywhere)),
-        **{k: ep[k] for k in SEARCH_EPISODE_KEYS},
-    }
+            return
+        self.recorded += 1
+        self.anywhere += ev_any
+        if ev is None:
+            return
+        if ev:
+            self.with_ev += 1
+            self.with_ev_right += r.correct
+        else:
+            self.without += 1
+            self.without_right += r.correct
 
+    def result(self) -> dict[str, Any]:
+        ep = self.steps.result()
+        answered = self.with_ev + self.without
+        return {
+            "episodes": self.episodes, "env_recorded": self.recorded, "answerer_episodes": answered,
+            "evidence_recall": rate(self.with_ev, answered),
+            "with_evidence": self.with_ev, "without_evidence": self.without,
+            "accuracy_with_evidence": rate(self.with_ev_right, self.with_ev),
+            "accuracy_without_evidence": rate(self.without_right, self.without),
+            "evidence_retrieved_rate": rate(self.anywhere, self.recorded),
+            **{k: ep[k] for k in SEARCH_EPISODE_KEYS},
+        }
+
+
+search_effects = Folded(SearchEffects)  # over a list of records (`metrics.effects` folds it as it reads)
 
 
 # each role prompt's placeholders: (those it may use, those it must use). team_context is this

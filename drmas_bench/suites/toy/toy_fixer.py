@@ -23,12 +23,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from drmas_bench.records import RecordView
+from drmas_bench.records import view
 from drmas_bench.suites.toy.grading import grade_toy
 from drmas_bench.suites.toy.toy import ANSWER, TOY_ANSWER, answer_reasons
 from drmas_bench.types import SFTExample
 from drmas_bench.workflows.arithmetic import near_miss, sum_question
 from drmas_bench.workflows.base import Episode, chat, workflow
+from drmas_bench.workflows.rules import Folded
 
 SOLVER_SYSTEM = "You are the Solver. Answer the question with a number inside <answer></answer>."
 FIXER_SYSTEM = ("You are the Fixer. A teammate's answer was wrong. Give the right number inside "
@@ -49,17 +50,29 @@ def _shown(text: str) -> str:
     return found[-1] if found else text.strip()[:20]
 
 
-def fixer_effects(records: list[RecordView]) -> dict[str, Any]:
-    """How often the fixer was called, how often it fixed the episode, and the solver's own accuracy."""
-    called = fixed = solver_right = 0
-    for r in records:
+class FixerEffects:
+    """How often the fixer was called, how often it fixed the episode, and the solver's own accuracy,
+    one episode at a time."""
+
+    def __init__(self) -> None:
+        self.episodes = self.called = self.fixed = self.solver_right = 0
+
+    def add(self, record: Any) -> None:
+        r = view(record)
         n_fix = sum(t.agent == "fixer" for t in r.turns)
-        solver_right += n_fix == 0 and r.correct
-        called += n_fix > 0
-        fixed += n_fix > 0 and r.correct
-    n = len(records)
-    return {"episodes": n, "solver_accuracy": solver_right / n if n else None,
-            "fixer_called_rate": called / n if n else None, "fix_rate": fixed / called if called else None}
+        self.episodes += 1
+        self.solver_right += n_fix == 0 and r.correct
+        self.called += n_fix > 0
+        self.fixed += n_fix > 0 and r.correct
+
+    def result(self) -> dict[str, Any]:
+        n = self.episodes
+        return {"episodes": n, "solver_accuracy": self.solver_right / n if n else None,
+                "fixer_called_rate": self.called / n if n else None,
+                "fix_rate": self.fixed / self.called if self.called else None}
+
+
+fixer_effects = Folded(FixerEffects)  # over a list of records (`metrics.effects` folds it as it reads)
 
 
 def toy_fixer_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accuracy: float = 0.5,
