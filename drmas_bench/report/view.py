@@ -19,9 +19,9 @@ page), which the page loads when a trajectory of that chunk is opened: a 100,000
 stays under 5 MB and opens from disk without a server (keep the folder beside the page).
 
 The run is read a record at a time (`report.view_scan`; `write_view` opens it with
-`report.runs.open_run`, which reads the configuration only): the list's rows from the compact records
-(or samples.jsonl), the summary from the same records read again (`metrics.summarize`, over what
-the store's selection keeps, the last copy of a repeated sample; so an old run dir shows today's
+`report.runs.open_run`, which reads the configuration only): the list's rows and the summary from
+one read of the compact records (or samples.jsonl, read twice; `metrics.summarize`, over what the
+store's selection keeps, the last copy of a repeated sample; so an old run dir shows today's
 per-agent figures), then the turns, each full record read at its byte range of samples.jsonl, a
 chunk at a time in the page's order; a chunk of a large page is written beside it as soon as it is
 made. What stays in memory per trajectory is its list row and byte range (~0.5 KB) and what the

@@ -1,17 +1,19 @@
 """The viewer's reading of a run directory: one record in memory at a time.
 
-The run's records are read three times, never held together (`scan`, `summary_records`, `details`):
+The run's records are read a record at a time, never held together (`read`, then `details`):
 
 1. Every selected record once, in file order, as the list needs it: from
    RUN/records.compact.jsonl (no prompts, no passages) while it is in step with samples.jsonl
    (`compact.current_records`' test), each compact line paired with its RUN/samples.index entry,
    which gives the byte range of the full record in samples.jsonl; else from samples.jsonl itself,
-   line by line. Kept per trajectory: its list row as a tuple (`ROW_KEYS`), the byte range of its
-   full record and its place in the file, the last copy of a repeated (benchmark, question, sample)
-   winning in the place of the first, as every reader of samples.jsonl does.
-2. The same records again, the last copy of each, as the summary reads them (the views
+   line by line (`scan`). Kept per trajectory: its list row as a tuple (`ROW_KEYS`), the byte range
+   of its full record and its place in the file, the last copy of a repeated (benchmark, question,
+   sample) winning, as every reader of samples.jsonl does.
+2. The records the summary counts, the last copy of each, as it reads them (the views
    `RunDir.compact_views` makes: no messages, passages, run stamp or requests), handed one at a
-   time to `metrics.summarize`.
+   time to `metrics.summarize`. From the compact records this is the same read as 1 (the earlier
+   copies of a repeated sample are found in the index first); from samples.jsonl, a second read
+   (`summary_records`).
 3. The full records, a chunk of rows at a time in the page's order, each read at its byte range:
    the turns the page shows when a trajectory is opened (`view.trajectory_detail`).
 
