@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import yaml
 
@@ -295,6 +296,56 @@ def open_page(page: str | Path, query: str = "", screenshot: str | Path | None =
     result["browser_s"] = wall
     result["dom"] = p.stdout  # the page as the browser left it (what a reader sees, as text)
     return result
+
+
+# Several queries of one page in one browser: a frame each, loaded one after the other; each frame's
+# test hook result is collected once its page says it is ready, then the next frame is loaded.
+FRAMES = """<!doctype html><html><head><meta charset="utf-8"></head><body style="margin:0"><pre id="test-result"></pre>
+<script>
+const urls = {urls}, out = [];
+function next() {{
+  if (out.length === urls.length) {{ document.getElementById("test-result").textContent = JSON.stringify(out); return; }}
+  const f = document.createElement("iframe");
+  f.style.cssText = "width:1280px;height:900px;border:0";
+  f.src = urls[out.length];
+  const done = () => {{
+    const d = f.contentDocument;
+    if (!(d && d.body && d.body.dataset.ready)) return setTimeout(done, 50);
+    out.push(JSON.parse(d.getElementById("test-result").textContent || "{{}}"));
+    f.remove();
+    next();
+  }};
+  f.addEventListener("load", done);
+  document.body.append(f);
+}}
+next();
+</script></body></html>"""
+
+
+def open_queries(page: str | Path, queries: list[str], budget_ms: int = 60000) -> list[dict[str, Any]]:
+    """`open_page` of each of ``queries`` (``?test=1&`` + query), all in one headless browser run (a
+    frame each, one after the other): what each page's test hook wrote, in order. The browser's
+    console messages of the whole run are in each result's ``console``."""
+    exe = browser()
+    if exe is None:
+        raise RuntimeError("no headless browser (install Debian's chromium package)")
+    base_url = Path(page).resolve().as_uri() + "?test=1"
+    urls = [base_url + (("&" + quote(q, safe="=&%")) if q else "") for q in queries]  # UTF-8, as a command line's
+    with tempfile.TemporaryDirectory() as profile:
+        wrapper = Path(profile) / "frames.html"
+        wrapper.write_text(FRAMES.format(urls=json.dumps(urls)), encoding="utf-8")
+        cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
+               "--enable-logging=stderr", "--v=0", f"--virtual-time-budget={budget_ms}", "--window-size=1300,1000",
+               "--allow-file-access-from-files", "--dump-dom", wrapper.as_uri()]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    m = re.search(r'<pre id="test-result"[^>]*>(.*?)</pre>', p.stdout, re.DOTALL)
+    import html as _html
+
+    results = json.loads(_html.unescape(m.group(1))) if m and m.group(1).strip() else []
+    console = [(lvl, msg) for lvl, msg in CONSOLE.findall(p.stderr)]
+    for r in results:
+        r["console"] = console
+    return results
 
 
 # ------------------------------------------------------------------ CPU and memory of `drmas-bench view`

@@ -127,6 +127,30 @@ def test_a_corrupt_line_stops_with_the_repair_hint_and_changes_nothing(tmp_path,
     assert (d / "samples.jsonl").read_bytes() == before and not (d / "view.html").exists()
 
 
+def _append_in_step(run: Path, i: int) -> None:
+    """Append a changed copy of record ``i`` (same sample) to samples.jsonl, the compact records and the
+    index, as the store appends one."""
+    import zlib
+
+    from drmas_bench import compact
+    from drmas_bench.run_dir import mismatch_signature
+
+    raw = (run / "samples.jsonl").read_bytes().split(b"\n")[i]
+    rec = json.loads(raw)
+    rec["reward"], rec["correct"], rec["final_answer"] = 1.0, True, "again"
+    line = json.dumps(rec, ensure_ascii=False).encode("utf-8")
+    start = (run / "samples.jsonl").stat().st_size
+    n = len((run / "samples.index").read_text().splitlines())
+    with open(run / "samples.jsonl", "ab") as f:
+        f.write(line + b"\n")
+    with open(run / "records.compact.jsonl", "a", encoding="utf-8") as f:
+        f.write(compact.line(rec, "search_route"))
+    entry = [rec["task"]["benchmark"], rec["task"]["id"], rec["sample_idx"], n + 1, start, start + len(line) + 1,
+             zlib.crc32(line), mismatch_signature(rec)]
+    with open(run / "samples.index", "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry, separators=(",", ":")) + "\n")
+
+
 def test_the_page_read_a_record_at_a_time_is_the_page_of_the_loaded_run(tmp_path, runs):
     """`write_view` streams the run (compact records + index when in step, else samples.jsonl): the
     same page as `render` of the run loaded whole, with a repeated sample (the last copy wins, in the
@@ -137,6 +161,9 @@ def test_the_page_read_a_record_at_a_time_is_the_page_of_the_loaded_run(tmp_path
     assert (d / "records.compact.jsonl").exists() and (d / "samples.index").exists()
     from_compact = V.write_view([d], tmp_path / "c.html").read_text(encoding="utf-8")
     assert from_compact == V.render([load_run(d)])
+    _append_in_step(d, 3)  # a repeated sample in step with the compact records and the index
+    html = V.write_view([d], tmp_path / "c.html").read_text(encoding="utf-8")
+    assert html == V.render([load_run(d)]) and '"a":"again"' in html and len(load_run(d).records) == 300
     e = tmp_path / "dup"
     shutil.copytree(runs[0], e)
     recs = [json.loads(x) for x in (e / "samples.jsonl").read_text().splitlines()]

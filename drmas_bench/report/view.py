@@ -19,9 +19,9 @@ page), which the page loads when a trajectory of that chunk is opened: a 100,000
 stays under 5 MB and opens from disk without a server (keep the folder beside the page).
 
 The run is read a record at a time (`report.view_scan`; `write_view` opens it with
-`report.runs.open_run`, which reads the configuration only): the list's rows from the compact records
-(or samples.jsonl), the summary from the same records read again (`metrics.summarize`, over what
-the store's selection keeps, the last copy of a repeated sample; so an old run dir shows today's
+`report.runs.open_run`, which reads the configuration only): the list's rows and the summary from
+one read of the compact records (or samples.jsonl, read twice; `metrics.summarize`, over what the
+store's selection keeps, the last copy of a repeated sample; so an old run dir shows today's
 per-agent figures), then the turns, each full record read at its byte range of samples.jsonl, a
 chunk at a time in the page's order; a chunk of a large page is written beside it as soon as it is
 made. What stays in memory per trajectory is its list row and byte range (~0.5 KB) and what the
@@ -33,6 +33,7 @@ the same page. An unreadable line stops with the repair hint as every reader doe
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import shutil
@@ -48,7 +49,7 @@ from drmas_bench.report.charts import PALETTE
 from drmas_bench.report.labels import all_labels, stopped_text, workflow_name
 from drmas_bench.report.runs import NoSamples, Run, open_run
 from drmas_bench.report.sections import Change
-from drmas_bench.report.view_scan import ROW_KEYS, details, natural, row_values, scan, summary_records, workflow_of
+from drmas_bench.report.view_scan import ROW_KEYS, Rows, details, natural, read, row_values, workflow_of
 from drmas_bench.types import UserError
 from drmas_bench.workflows import find_workflow
 from drmas_bench.workflows.rules import FormatRule
@@ -154,17 +155,19 @@ def run_entry(run: Run, summary: dict[str, Any] | None = None) -> tuple[dict[str
     with `runs.open_run` is read here a record at a time (`view_scan`), its ``n`` and ``benchmarks``
     filled in from the records where its configuration names none."""
     wf = workflow_of(run)
-    rows = scan(run, wf)
-    if not rows:
+    rows = Rows()
+    asked: dict[tuple[str, str], list] = {}  # the questions (`metrics.questions`), tallied as the summary reads
+    feed = _tally_questions(read(run, wf, rows), asked)
+    first = next(feed, None)
+    if first is None:
         raise NoSamples(f"{run.path}: the run has no finished samples yet")
-    logger.info(f"[view] {len(rows)} trajectories of {run.path}: their summary, then their turns")
+    logger.info(f"[view] {run.path}: the list and the summary, then the turns")
+    feed = itertools.chain([first], feed)
+    summ = summary if summary is not None else metrics.summarize(feed, workflow=wf)
+    for _ in feed:  # the rows are complete (and in the page's order) once every record is read
+        pass
     run.n = run.n or max(t[2] or 0 for t in rows.data) + 1
     run.benchmarks = run.benchmarks or sorted({t[0] for t in rows.data})
-    asked: dict[tuple[str, str], list] = {}  # the questions (`metrics.questions`), tallied as the summary reads
-    feed = _tally_questions(summary_records(run, rows), asked)
-    summ = summary if summary is not None else metrics.summarize(feed, workflow=wf)
-    for _ in feed:  # a given summary: the questions still need their pass
-        pass
     qs = {k: Question(k[0], k[1], v[0], v[1], v[2], v[4]) for k, v in sorted(asked.items())}
     entry = {"name": run.name, "path": run.path.name, "workflow": wf, "suite": run.suite, "model": run.model_label,
              "team": run.team_label, "sampling": run.sampling_label, "n": run.n, "benchmarks": run.benchmarks,

@@ -1,17 +1,19 @@
 """The viewer's reading of a run directory: one record in memory at a time.
 
-The run's records are read three times, never held together (`scan`, `summary_records`, `details`):
+The run's records are read a record at a time, never held together (`read`, then `details`):
 
 1. Every selected record once, in file order, as the list needs it: from
    RUN/records.compact.jsonl (no prompts, no passages) while it is in step with samples.jsonl
    (`compact.current_records`' test), each compact line paired with its RUN/samples.index entry,
    which gives the byte range of the full record in samples.jsonl; else from samples.jsonl itself,
-   line by line. Kept per trajectory: its list row as a tuple (`ROW_KEYS`), the byte range of its
-   full record and its place in the file, the last copy of a repeated (benchmark, question, sample)
-   winning in the place of the first, as every reader of samples.jsonl does.
-2. The same records again, the last copy of each, as the summary reads them (the views
+   line by line (`scan`). Kept per trajectory: its list row as a tuple (`ROW_KEYS`), the byte range
+   of its full record and its place in the file, the last copy of a repeated (benchmark, question,
+   sample) winning, as every reader of samples.jsonl does.
+2. The records the summary counts, the last copy of each, as it reads them (the views
    `RunDir.compact_views` makes: no messages, passages, run stamp or requests), handed one at a
-   time to `metrics.summarize`.
+   time to `metrics.summarize`. From the compact records this is the same read as 1 (the earlier
+   copies of a repeated sample are found in the index first); from samples.jsonl, a second read
+   (`summary_records`).
 3. The full records, a chunk of rows at a time in the page's order, each read at its byte range:
    the turns the page shows when a trajectory is opened (`view.trajectory_detail`).
 
@@ -81,6 +83,12 @@ class Rows:
             self.line.append(line)
         else:
             self.data[slot], self.start[slot], self.end[slot], self.line[slot] = row, start, end, line
+
+    def in_page_order(self) -> None:
+        """Sort the rows as the page lists them: benchmark, then question id (its numbers compared as
+        numbers), then sample."""
+        d = self.data
+        self.reorder(sorted(range(len(d)), key=lambda i: (d[i][0], natural(d[i][1]), d[i][2] or 0)))
 
     def reorder(self, order: list[int]) -> None:
         self.data = [self.data[i] for i in order]
@@ -186,20 +194,67 @@ def natural(s: str) -> tuple:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
 
 
-def scan(run: Run, wf: str | None) -> Rows:
-    """Pass 1 (see the module docstring): the run's rows in the page's order (benchmark, then question
-    id with its numbers compared as numbers, then sample)."""
-    spec = find_workflow(wf)  # the kind of each env step, as the workflow reads its records
-    kinds_of = spec.env_step_kinds if spec is not None else None
-    rows, slot_of = Rows(), dict[tuple, int]()
+def scan(run: Run, wf: str | None, rows: Rows) -> None:
+    """Pass 1 (see the module docstring): fill ``rows`` with the run's rows in the page's order."""
+    kinds_of = _kinds_of(wf)
+    slot_of: dict[tuple, int] = {}
     for line, (rec, start, end, _) in enumerate(records(run)):
         v = view(rec)
         slot = slot_of.setdefault(v.key, len(rows))
         rows.put(slot, row_values(v, kinds_of), start, end, line)
     del slot_of
-    d = rows.data
-    rows.reorder(sorted(range(len(d)), key=lambda i: (d[i][0], natural(d[i][1]), d[i][2] or 0)))
-    return rows
+    rows.in_page_order()
+
+
+def _kinds_of(wf: str | None) -> Callable[[RecordView], list[str]] | None:
+    spec = find_workflow(wf)  # the kind of each env step, as the workflow reads its records
+    return spec.env_step_kinds if spec is not None else None
+
+
+def read(run: Run, wf: str | None, rows: Rows) -> Iterator[RecordView]:
+    """The records the run's summary counts, one at a time (`summary_records`' views), ``rows`` filled
+    with the run's rows on the way, in the page's order once the iterator is spent. Where the compact
+    records are in step, passes 1 and 2 are one: each compact line is read once, its row kept and its
+    view handed on (the earlier copies of a repeated sample, found in the index first, are skipped)."""
+    if run.records or not _in_step(run.path):
+        scan(run, wf, rows)
+        yield from summary_records(run, rows)
+        return
+    kinds_of, selected, skip = _kinds_of(wf), selection_test(run.config), _superseded(run.path)
+    for line, (rec, start, end, _) in enumerate(_from_compact(run.path)):
+        if line not in skip and selected(rec):
+            v = _slim(rec)
+            rows.put(len(rows), row_values(v, kinds_of), start, end, line)
+            yield v
+    rows.in_page_order()
+
+
+def _superseded(p: Path) -> set[int]:
+    """The lines (from 0) of RUN/samples.index whose sample appears again further on: the copies a
+    later one replaces (every reader keeps the last). Keys are compared by hash first; the few that
+    repeat are compared in full."""
+    hashes = array("q")
+    with open(p / INDEX, "rb") as f:
+        for raw in f:
+            e = json.loads(raw)
+            hashes.append(hash((str(e[0]), str(e[1]), int(e[2]))))
+    if len(set(hashes)) == len(hashes):
+        return set()
+    seen: set[int] = set()
+    repeated: set[int] = set()
+    for h in hashes:
+        (repeated if h in seen else seen).add(h)
+    last: dict[tuple, int] = {}
+    out = set()
+    with open(p / INDEX, "rb") as f:
+        for i, raw in enumerate(f):
+            if hashes[i] in repeated:
+                e = json.loads(raw)
+                key = (str(e[0]), str(e[1]), int(e[2]))
+                if key in last:
+                    out.add(last[key])
+                last[key] = i
+    return out
 
 
 def summary_records(run: Run, rows: Rows) -> Iterator[RecordView]:
