@@ -32,6 +32,7 @@ from drmas_bench.engines.hosting import fit_options, option_names
 from drmas_bench.files import fingerprint
 from drmas_bench.limits import Limits, resolve_limits
 from drmas_bench.models import resolve_model
+from drmas_bench.models.adapter_layout import tokenizer_source  # an adapter folder without one: its base's
 from drmas_bench.models.loading import check_tokenizer_dir
 from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
 from drmas_bench.pool import POOLS
@@ -340,8 +341,6 @@ def check_team_models(team, resolved: dict, checked: str | None = None) -> None:
             continue
         if done is None or done not in (where.resolve(), where.resolve().parent.parent):
             refuse_incomplete(where)
-        from drmas_bench.models.adapters import tokenizer_source  # an adapter folder without one: its base's
-
         check_tokenizer_dir(tokenizer_source(where), f"worker group {name!r}",
                             trust_remote_code=bool(g.options.get("trust_remote_code")))
 

@@ -72,7 +72,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from peft import LoraConfig, set_peft_model_state_dict
 from transformers import AutoTokenizer
 
 from drmas_bench.engines.base import (
@@ -350,6 +349,8 @@ class HFEngine(EngineBase):
             self._dirty = True
 
     def _update_adapter_sync(self, name: str, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        from peft import LoraConfig, set_peft_model_state_dict  # deferred: only an adapter update needs peft
+
         safe_name(name, "hf engine: adapter")
         with self._lock:
             if self._hf_model is None:
