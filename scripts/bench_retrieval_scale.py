@@ -164,8 +164,8 @@ def _search_sparse(kind: str, index: Path, qpath: Path, k: int) -> dict[str, Any
     return out
 
 
-def _faiss_index(kind: str, dim: int, n: int, hnsw: tuple[int, int, int] = (32, 200, 128)) -> Any:
-    """A FAISS index of ``kind``; ``hnsw`` = (M, efConstruction, efSearch). Flat and HNSW get their
+def _faiss_index(kind: str, dim: int, n: int, hnsw: tuple[int, int, tuple[int, ...]] = (32, 200, (128,))) -> Any:
+    """A FAISS index of ``kind``; ``hnsw`` = (M, efConstruction, efSearch values). Flat and HNSW get their
     vector store sized for ``n`` rows at once."""
     import faiss
 
@@ -176,7 +176,7 @@ def _faiss_index(kind: str, dim: int, n: int, hnsw: tuple[int, int, int] = (32, 
     if kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, hnsw[0], faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = hnsw[1]
-        index.hnsw.efSearch = hnsw[2]
+        index.hnsw.efSearch = hnsw[2][0]
         _reserve(faiss.downcast_index(index.storage), n, dim)
         return index
     nlist = 1024
@@ -205,9 +205,9 @@ def _unit_rows(rng: Any, m: int, dim: int) -> Any:
     return x
 
 
-def _faiss_run(kind: str, n: int, dim: int, k: int, hnsw: tuple[int, int, int] = (32, 200, 128)) -> dict[str, Any]:
+def _faiss_run(kind: str, n: int, dim: int, k: int, hnsw: tuple[int, int, tuple[int, ...]] = (32, 200, (128,))) -> dict[str, Any]:
     """Build a FAISS index of ``n`` random unit vectors (generation not timed) and search it;
-    ivf / hnsw: also their recall of the exact top-k."""
+    ivf / hnsw: also their recall of the exact top-k; hnsw: searched at each efSearch given."""
     import faiss
     import numpy as np
 
@@ -228,16 +228,24 @@ def _faiss_run(kind: str, n: int, dim: int, k: int, hnsw: tuple[int, int, int] =
     qs = _unit_rows(np.random.default_rng(2), 128 if kind == "flat" else N_QUERIES, dim)  # flat: every query reads every vector
     out: dict[str, Any] = {"build_s": round(build, 1), "build_cpu_s": round(build_cpu, 1), "index_mb": round(_faiss_bytes(kind, n, dim) / 2**20, 1),
                            "rss_mb": round(rss_mb()), "build_peak_rss_mb": round(peak_rss_mb())}
-    if kind == "hnsw":
-        out["params"] = f"M {hnsw[0]}, efConstruction {hnsw[1]}, efSearch {hnsw[2]}"
-    elif kind == "ivf":
+    if kind == "ivf":
         out["params"] = f"nlist {index.nlist}, nprobe {index.nprobe}"
-    out.update(_rates(lambda q: index.search(q, k), qs))
+    exact = _exact_topk(qs, n, dim, k) if kind != "flat" else None
+    searches = []
+    for ef in (hnsw[2] if kind == "hnsw" else (0,)):  # hnsw: one search row per efSearch, same build
+        found: dict[str, Any] = {}
+        if kind == "hnsw":
+            index.hnsw.efSearch = ef
+            found["params"] = f"M {hnsw[0]}, efConstruction {hnsw[1]}, efSearch {ef}"
+        found.update(_rates(lambda q: index.search(q, k), qs))
+        if exact is not None:
+            _, got = index.search(qs, k)
+            found[f"recall_at_{k}"] = round(float(np.mean([len(set(g) & set(e)) / k for g, e in zip(got, exact)])), 3)
+        searches.append(found)
+    out.update(searches[0])
     out["search_peak_rss_mb"] = round(peak_rss_mb())
-    if kind != "flat":
-        _, got = index.search(qs, k)
-        exact = _exact_topk(qs, n, dim, k)
-        out[f"recall_at_{k}"] = round(float(np.mean([len(set(g) & set(e)) / k for g, e in zip(got, exact)])), 3)
+    if len(searches) > 1:
+        out["more"] = searches[1:]
     return out
 
 
@@ -277,7 +285,8 @@ def child_main(args: argparse.Namespace) -> int:
     elif step == "search":
         row = _search_sparse(kind, index, corpus.with_suffix(".queries.jsonl"), args.k)
     else:
-        row = _faiss_run(kind, n, args.dim, args.k, (args.hnsw_m, args.hnsw_ef_construction, args.hnsw_ef_search))
+        row = _faiss_run(kind, n, args.dim, args.k, (args.hnsw_m, args.hnsw_ef_construction,
+                                                      tuple(int(e) for e in str(args.hnsw_ef_search).split(","))))
     row["load_avg"] = round(os.getloadavg()[0], 1)
     print(json.dumps(row), flush=True)
     return 0
@@ -334,7 +343,10 @@ def scale_main(args: argparse.Namespace) -> int:
                     row.update(_child(args, f"search:{kind}:{n}"))
                     row["load_avg"] = f"{build_load} / {row.get('load_avg', '')}"
             print(f"[scale] {row}", file=sys.stderr, flush=True)
+            more = row.pop("more", [])
             rows.append(row)
+            rows.extend({"backend": row["backend"], "passages": n, **m, "load_avg": row.get("load_avg"),
+                         "note": "same build, another efSearch"} for m in more)
             if args.json_out:
                 Path(args.json_out).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     cols = ["backend", "params", "passages", "build_s", "build_cpu_s", "build_peak_rss_mb", "index_mb", "load_s", "rss_mb",
