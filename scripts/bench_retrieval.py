@@ -36,6 +36,7 @@ Scale mode (synthetic corpora at the paper's corpus size; nothing is read from t
                        is measured by scripts/bench_encoder.py)
   --dim D              vector size of the FAISS rows (default 768: e5-base-v2, the reference's
                        wiki-18 index)
+  --n-queries N        bm25 / lucene rows: the first N of the 1,000 generated queries (default 1000)
   --max-rss-gb G       skip a (backend, size) whose estimated peak is above this (default 8)
   --child-timeout S    stop a (backend, size) child after S seconds of wall time (default 900; raise
                        it on a loaded machine)

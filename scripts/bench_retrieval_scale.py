@@ -11,8 +11,9 @@ Each child prints one JSON line: build (``build_s``, ``build_cpu_s``, ``build_pe
 ``index_mb``) or search (``load_s``, ``rss_mb`` after loading, ``search_peak_rss_mb``,
 ``qps_batched``, ``qps_single``, ``qps_cpu``), and the load average (1 min) when it ended. Peak RSS
 is the child's own ``ru_maxrss``; Lucene's includes the JVM in the same process. IVF and HNSW rows
-also give ``recall_at_k``: the share of the exact top-k (computed from the same vectors, regenerated
-chunk by chunk) that they return. The flat and HNSW stores are sized once before the vectors are
+also give ``recall_at_k``: the share of the exact top-k that they return, over the first
+``RECALL_QUERIES`` queries (the exact top-k computed from the same vectors, regenerated chunk by
+chunk). The flat and HNSW stores are sized once before the vectors are
 added (so the peak is the index, not a doubling vector's copy); IVF's lists grow as FAISS grows them.
 """
 
@@ -33,6 +34,8 @@ VOCAB = 300_000
 QUERY_SOURCE = 100_000  # queries come from the first this many passages
 N_QUERIES = 1000
 SINGLE = 100
+RECALL_QUERIES = 200  # ivf / hnsw recall: the exact top-k of this many queries (it reads every vector for each)
+FLAT_QUERIES = 64  # flat reads every vector for every query: fewer queries, the same cost per query
 DEFAULT_WORK = "/tmp/drmas_retrieval_scale"
 FAISS_KINDS = ("flat", "ivf", "hnsw")
 
@@ -149,10 +152,10 @@ def _rates(fn: Any, queries: Any) -> dict[str, float]:
     return {"qps_batched": round(wall, 1), "qps_cpu": round(cpu, 1), "qps_single": round(single, 1)}
 
 
-def _search_sparse(kind: str, index: Path, qpath: Path, k: int) -> dict[str, Any]:
+def _search_sparse(kind: str, index: Path, qpath: Path, k: int, n_queries: int = N_QUERIES) -> dict[str, Any]:
     from drmas_retrieval import load_retriever
 
-    queries = [json.loads(line)["question"] for line in qpath.read_text(encoding="utf-8").splitlines()]
+    queries = [json.loads(line)["question"] for line in qpath.read_text(encoding="utf-8").splitlines()][:n_queries]
     t0 = time.perf_counter()
     r = load_retriever(index, **({"threads": 0} if kind == "bm25" else {"threads": 1}))
     load_s = time.perf_counter() - t0
@@ -225,12 +228,12 @@ def _faiss_run(kind: str, n: int, dim: int, k: int, hnsw: tuple[int, int, tuple[
         build, build_cpu = build + time.perf_counter() - t0, build_cpu + time.process_time() - c0
         print(f"[scale] faiss {kind}: {a + len(x):,}/{n:,} rows ({build:.0f} s, {build_cpu:.0f} s CPU)", file=sys.stderr, flush=True)
     del x
-    qs = _unit_rows(np.random.default_rng(2), 128 if kind == "flat" else N_QUERIES, dim)  # flat: every query reads every vector
+    qs = _unit_rows(np.random.default_rng(2), FLAT_QUERIES if kind == "flat" else N_QUERIES, dim)
     out: dict[str, Any] = {"build_s": round(build, 1), "build_cpu_s": round(build_cpu, 1), "index_mb": round(_faiss_bytes(kind, n, dim) / 2**20, 1),
                            "rss_mb": round(rss_mb()), "build_peak_rss_mb": round(peak_rss_mb())}
     if kind == "ivf":
         out["params"] = f"nlist {index.nlist}, nprobe {index.nprobe}"
-    exact = _exact_topk(qs, n, dim, k) if kind != "flat" else None
+    exact = _exact_topk(qs[:RECALL_QUERIES], n, dim, k) if kind != "flat" else None
     searches = []
     for ef in (hnsw[2] if kind == "hnsw" else (0,)):  # hnsw: one search row per efSearch, same build
         found: dict[str, Any] = {}
@@ -239,7 +242,7 @@ def _faiss_run(kind: str, n: int, dim: int, k: int, hnsw: tuple[int, int, tuple[
             found["params"] = f"M {hnsw[0]}, efConstruction {hnsw[1]}, efSearch {ef}"
         found.update(_rates(lambda q: index.search(q, k), qs))
         if exact is not None:
-            _, got = index.search(qs, k)
+            _, got = index.search(qs[:RECALL_QUERIES], k)
             found[f"recall_at_{k}"] = round(float(np.mean([len(set(g) & set(e)) / k for g, e in zip(got, exact)])), 3)
         searches.append(found)
     out.update(searches[0])
@@ -283,7 +286,7 @@ def child_main(args: argparse.Namespace) -> int:
     if step == "build":
         row = _build_sparse(kind, corpus, n, index)
     elif step == "search":
-        row = _search_sparse(kind, index, corpus.with_suffix(".queries.jsonl"), args.k)
+        row = _search_sparse(kind, index, corpus.with_suffix(".queries.jsonl"), args.k, args.n_queries)
     else:
         row = _faiss_run(kind, n, args.dim, args.k, (args.hnsw_m, args.hnsw_ef_construction,
                                                       tuple(int(e) for e in str(args.hnsw_ef_search).split(","))))
@@ -307,7 +310,7 @@ def _estimate_gb(kind: str, n: int, dim: int) -> float:
 def _child(args: argparse.Namespace, spec: str) -> dict[str, Any]:
     timeout = args.child_timeout
     cmd = [sys.executable, str(Path(__file__).with_name("bench_retrieval.py")), "--child", spec, "--k", str(args.k),
-           "--dim", str(args.dim), "--work-dir", str(args.work_dir or DEFAULT_WORK), "--hnsw-m", str(args.hnsw_m),
+           "--dim", str(args.dim), "--n-queries", str(args.n_queries), "--work-dir", str(args.work_dir or DEFAULT_WORK), "--hnsw-m", str(args.hnsw_m),
            "--hnsw-ef-construction", str(args.hnsw_ef_construction), "--hnsw-ef-search", str(args.hnsw_ef_search)]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -351,7 +354,7 @@ def scale_main(args: argparse.Namespace) -> int:
                 Path(args.json_out).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     cols = ["backend", "params", "passages", "build_s", "build_cpu_s", "build_peak_rss_mb", "index_mb", "load_s", "rss_mb",
             "search_peak_rss_mb", "qps_batched", "qps_single", "qps_cpu", f"recall_at_{args.k}", "load_avg", "note"]
-    print(f"\nsynthetic corpus, k={args.k}, {N_QUERIES} queries (batches of 64; single: {SINGLE} one per call; qps_cpu: batched, per CPU second), "
+    print(f"\nsynthetic corpus, k={args.k}, {min(args.n_queries, N_QUERIES)} queries (bm25 / lucene; faiss: {N_QUERIES}, flat {FLAT_QUERIES}) (batches of 64; single: {SINGLE} one per call; qps_cpu: batched, per CPU second), "
           f"1 thread; {os.cpu_count()} CPUs visible, load average {os.getloadavg()[0]:.1f}\n")
     print(tabulate([[r.get(c, "") for c in cols] for r in rows], headers=cols, tablefmt="github"))
     return 0
