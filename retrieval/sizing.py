@@ -20,7 +20,7 @@ from typing import Any
 from drmas_retrieval.base import RetrievalError
 from drmas_retrieval.corpus import require_corpus
 
-BUILD_BYTES_PER_CORPUS_BYTE = 5.2  # peak RSS of a bm25s build per byte of corpus jsonl (fit: 250k and 500k passages)
+BUILD_BYTES_PER_CORPUS_BYTE = 5.2  # peak RSS of a bm25s build per byte of corpus jsonl (measured 5.0 at 500k, 1M and 2M passages)
 BUILD_BYTES_BASE = 150 * 2**20  # the interpreter, numpy, bm25s
 SAMPLE_BYTES = 4 * 2**20  # the head of the corpus read to measure a passage's size
 ALTERNATIVE = ("build a Lucene index instead (drmas-bench retrieval index --kind lucene, the lucene extra: "
@@ -92,7 +92,8 @@ def check_bm25_fits(corpus: str | os.PathLike[str], limit: int | None = None, av
 
 
 # CPU per query of a bm25s search, per passage indexed (it scores every passage, then takes the
-# top k): measured 8.2 ms at 250k and 17.9 ms at 500k passages (one thread), about 36-39 ns a passage
+# top k): measured 8.2 ms at 250k, 17.9 ms at 500k, 42.0 ms at 1M and 74.6 ms at 2M passages (one
+# thread), 33-42 ns a passage; so the warning starts at about 2.6M passages (2.8M by the 1M-2M line)
 BM25_QUERY_S_PER_PASSAGE = 3.9e-8
 SLOW_QUERY_S = 0.1
 

@@ -116,10 +116,16 @@ async def run_ours(url: str, n: int, conc: int) -> None:
     from drmas_bench.engines import make_engine
 
     eng = make_engine("openai", MODEL, base_url=url, max_concurrency=conc, tokenizer="none")
-    reqs = [make_request(i) for i in range(n)]
-    outs = await asyncio.gather(*(eng.generate([r]) for r in reqs))
+    texts: list[str] = []
+
+    async def one(i: int) -> None:
+        out = (await eng.generate([make_request(i)]))[0]
+        assert out.completion_tokens == 16
+        texts.append(out.text)
+
+    await asyncio.gather(*(one(i) for i in range(n)))
     await eng.close()
-    assert len(outs) == n and outs[-1][0].completion_tokens == 16
+    assert len(texts) == n
 
 
 async def run_raw(url: str, n: int, conc: int) -> None:

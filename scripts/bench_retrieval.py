@@ -36,7 +36,14 @@ Scale mode (synthetic corpora at the paper's corpus size; nothing is read from t
                        is measured by scripts/bench_encoder.py)
   --dim D              vector size of the FAISS rows (default 768: e5-base-v2, the reference's
                        wiki-18 index)
+  --n-queries N        bm25 / lucene rows: the first N of the 1,000 generated queries (default 1000)
   --max-rss-gb G       skip a (backend, size) whose estimated peak is above this (default 8)
+  --child-timeout S    stop a (backend, size) child after S seconds of wall time (default 900; raise
+                       it on a loaded machine)
+  --hnsw-m M, --hnsw-ef-construction E, --hnsw-ef-search S
+                       the hnsw rows' graph degree, build breadth and search breadths (default
+                       32, 200, 128: the dense index's defaults; a smaller build breadth builds faster;
+                       several efSearch values, comma-separated, give one row each from one build)
 
 Example:
   python scripts/bench_retrieval.py --dense-index /tmp/idx/minilm --n-queries 1000 --k 10
@@ -164,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-kinds", default="bm25,lucene,flat,ivf", help="scale mode backends (default bm25,lucene,flat,ivf)")
     ap.add_argument("--dim", type=int, default=768, help="scale mode: FAISS vector size (default 768)")
     ap.add_argument("--max-rss-gb", type=float, default=8.0, help="scale mode: skip runs estimated above this peak (default 8)")
+    ap.add_argument("--child-timeout", type=float, default=900.0, help="scale mode: seconds a child may run (default 900)")
+    ap.add_argument("--hnsw-m", type=int, default=32, help="scale mode: HNSW graph degree M (default 32)")
+    ap.add_argument("--hnsw-ef-construction", type=int, default=200, help="scale mode: HNSW efConstruction (default 200)")
+    ap.add_argument("--hnsw-ef-search", default="128", help="scale mode: HNSW efSearch, comma-separated: one row each, same build (default 128)")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # scale mode: one measurement in a child process
     args = ap.parse_args(argv)
     if args.child:

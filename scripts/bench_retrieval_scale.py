@@ -7,9 +7,14 @@ bm25s's English stop words (removed at index time, as real stop words are). Quer
 a random passage among the first 100,000 (so every size holds their source) around a few stop
 words, like a question. FAISS rows are random unit vectors (no encoder runs), queries too.
 
-Each child prints one JSON line: build (``build_s``, ``build_peak_rss_mb``, ``index_mb``) or search
-(``load_s``, ``rss_mb`` after loading, ``search_peak_rss_mb``, ``qps_batched``, ``qps_single``).
-Peak RSS is the child's own ``ru_maxrss``; Lucene's includes the JVM in the same process.
+Each child prints one JSON line: build (``build_s``, ``build_cpu_s``, ``build_peak_rss_mb``,
+``index_mb``) or search (``load_s``, ``rss_mb`` after loading, ``search_peak_rss_mb``,
+``qps_batched``, ``qps_single``, ``qps_cpu``), and the load average (1 min) when it ended. Peak RSS
+is the child's own ``ru_maxrss``; Lucene's includes the JVM in the same process. IVF and HNSW rows
+also give ``recall_at_k``: the share of the exact top-k that they return, over the first
+``RECALL_QUERIES`` queries (the exact top-k computed from the same vectors, regenerated chunk by
+chunk). The flat and HNSW stores are sized once before the vectors are
+added (so the peak is the index, not a doubling vector's copy); IVF's lists grow as FAISS grows them.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ VOCAB = 300_000
 QUERY_SOURCE = 100_000  # queries come from the first this many passages
 N_QUERIES = 1000
 SINGLE = 100
+RECALL_QUERIES = 200  # ivf / hnsw recall: the exact top-k of this many queries (it reads every vector for each)
+FLAT_QUERIES = 64  # flat reads every vector for every query: fewer queries, the same cost per query
 DEFAULT_WORK = "/tmp/drmas_retrieval_scale"
 FAISS_KINDS = ("flat", "ivf", "hnsw")
 
@@ -145,10 +152,10 @@ def _rates(fn: Any, queries: Any) -> dict[str, float]:
     return {"qps_batched": round(wall, 1), "qps_cpu": round(cpu, 1), "qps_single": round(single, 1)}
 
 
-def _search_sparse(kind: str, index: Path, qpath: Path, k: int) -> dict[str, Any]:
+def _search_sparse(kind: str, index: Path, qpath: Path, k: int, n_queries: int = N_QUERIES) -> dict[str, Any]:
     from drmas_retrieval import load_retriever
 
-    queries = [json.loads(line)["question"] for line in qpath.read_text(encoding="utf-8").splitlines()]
+    queries = [json.loads(line)["question"] for line in qpath.read_text(encoding="utf-8").splitlines()][:n_queries]
     t0 = time.perf_counter()
     r = load_retriever(index, **({"threads": 0} if kind == "bm25" else {"threads": 1}))
     load_s = time.perf_counter() - t0
@@ -160,20 +167,31 @@ def _search_sparse(kind: str, index: Path, qpath: Path, k: int) -> dict[str, Any
     return out
 
 
-def _faiss_index(kind: str, dim: int, n: int) -> Any:
+def _faiss_index(kind: str, dim: int, n: int, hnsw: tuple[int, int, tuple[int, ...]] = (32, 200, (128,))) -> Any:
+    """A FAISS index of ``kind``; ``hnsw`` = (M, efConstruction, efSearch values). Flat and HNSW get their
+    vector store sized for ``n`` rows at once."""
     import faiss
 
     if kind == "flat":
-        return faiss.IndexFlatIP(dim)
+        index = faiss.IndexFlatIP(dim)
+        _reserve(index, n, dim)
+        return index
     if kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = 200
-        index.hnsw.efSearch = 128
+        index = faiss.IndexHNSWFlat(dim, hnsw[0], faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = hnsw[1]
+        index.hnsw.efSearch = hnsw[2][0]
+        _reserve(faiss.downcast_index(index.storage), n, dim)
         return index
     nlist = 1024
     index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
     index.nprobe = 16
     return index
+
+
+def _reserve(flat: Any, n: int, dim: int) -> None:
+    """Give a flat store the capacity of ``n`` rows (resize, then back to empty: the capacity stays)."""
+    flat.codes.resize(n * dim * 4)
+    flat.codes.resize(0)
 
 
 def _faiss_bytes(kind: str, n: int, dim: int) -> int:
@@ -190,33 +208,73 @@ def _unit_rows(rng: Any, m: int, dim: int) -> Any:
     return x
 
 
-def _faiss_run(kind: str, n: int, dim: int, k: int) -> dict[str, Any]:
-    """Build a FAISS index of ``n`` random unit vectors (generation not timed) and search it."""
+def _faiss_run(kind: str, n: int, dim: int, k: int, hnsw: tuple[int, int, tuple[int, ...]] = (32, 200, (128,))) -> dict[str, Any]:
+    """Build a FAISS index of ``n`` random unit vectors (generation not timed) and search it;
+    ivf / hnsw: also their recall of the exact top-k; hnsw: searched at each efSearch given."""
     import faiss
     import numpy as np
 
     faiss.omp_set_num_threads(1)
-    rng = np.random.default_rng(1)
-    index = _faiss_index(kind, dim, n)
+    index = _faiss_index(kind, dim, n, hnsw)
     build = build_cpu = 0.0
     if kind == "ivf":  # 40 training rows per list (FAISS's minimum is 39)
-        x = _unit_rows(rng, 40 * 1024, dim)
+        x = _unit_rows(np.random.default_rng(3), 40 * 1024, dim)
         t0, c0 = time.perf_counter(), time.process_time()
         index.train(x)
         build, build_cpu = build + time.perf_counter() - t0, build_cpu + time.process_time() - c0
-    for a in range(0, n, 100_000):
-        x = _unit_rows(rng, min(100_000, n - a), dim)
+    for a, x in _chunks(n, dim):
         t0, c0 = time.perf_counter(), time.process_time()
         index.add(x)
         build, build_cpu = build + time.perf_counter() - t0, build_cpu + time.process_time() - c0
-        print(f"[scale] faiss {kind}: {a + len(x):,}/{n:,} rows ({build:.0f} s)", file=sys.stderr, flush=True)
+        print(f"[scale] faiss {kind}: {a + len(x):,}/{n:,} rows ({build:.0f} s, {build_cpu:.0f} s CPU)", file=sys.stderr, flush=True)
     del x
-    qs = _unit_rows(rng, 128 if kind == "flat" else N_QUERIES, dim)  # flat: every query reads every vector
+    qs = _unit_rows(np.random.default_rng(2), FLAT_QUERIES if kind == "flat" else N_QUERIES, dim)
     out: dict[str, Any] = {"build_s": round(build, 1), "build_cpu_s": round(build_cpu, 1), "index_mb": round(_faiss_bytes(kind, n, dim) / 2**20, 1),
-                           "rss_mb": round(rss_mb())}
-    out.update(_rates(lambda q: index.search(q, k), qs))
-    out["build_peak_rss_mb"] = out["search_peak_rss_mb"] = round(peak_rss_mb())
+                           "rss_mb": round(rss_mb()), "build_peak_rss_mb": round(peak_rss_mb())}
+    if kind == "ivf":
+        out["params"] = f"nlist {index.nlist}, nprobe {index.nprobe}"
+    exact = _exact_topk(qs[:RECALL_QUERIES], n, dim, k) if kind != "flat" else None
+    searches = []
+    for ef in (hnsw[2] if kind == "hnsw" else (0,)):  # hnsw: one search row per efSearch, same build
+        found: dict[str, Any] = {}
+        if kind == "hnsw":
+            index.hnsw.efSearch = ef
+            found["params"] = f"M {hnsw[0]}, efConstruction {hnsw[1]}, efSearch {ef}"
+        found.update(_rates(lambda q: index.search(q, k), qs))
+        if exact is not None:
+            _, got = index.search(qs[:RECALL_QUERIES], k)
+            found[f"recall_at_{k}"] = round(float(np.mean([len(set(g) & set(e)) / k for g, e in zip(got, exact)])), 3)
+        searches.append(found)
+    out.update(searches[0])
+    out["search_peak_rss_mb"] = round(peak_rss_mb())
+    if len(searches) > 1:
+        out["more"] = searches[1:]
     return out
+
+
+def _chunks(n: int, dim: int, size: int = 100_000) -> Any:
+    """The ``n`` base vectors, 100,000 at a time, the same on every call (seed 1)."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    for a in range(0, n, size):
+        yield a, _unit_rows(rng, min(size, n - a), dim)
+
+
+def _exact_topk(qs: Any, n: int, dim: int, k: int) -> Any:
+    """The exact inner-product top-k ids of ``qs`` over the ``n`` base vectors, chunk by chunk."""
+    import numpy as np
+
+    best_s = np.full((len(qs), k), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(qs), k), dtype=np.int64)
+    for a, x in _chunks(n, dim):
+        s = qs @ x.T
+        top = np.argpartition(-s, k, axis=1)[:, :k]
+        cand_s = np.concatenate([best_s, np.take_along_axis(s, top, axis=1)], axis=1)
+        cand_i = np.concatenate([best_i, top + a], axis=1)
+        keep = np.argsort(-cand_s, axis=1)[:, :k]
+        best_s, best_i = np.take_along_axis(cand_s, keep, axis=1), np.take_along_axis(cand_i, keep, axis=1)
+    return best_i
 
 
 def child_main(args: argparse.Namespace) -> int:
@@ -228,9 +286,11 @@ def child_main(args: argparse.Namespace) -> int:
     if step == "build":
         row = _build_sparse(kind, corpus, n, index)
     elif step == "search":
-        row = _search_sparse(kind, index, corpus.with_suffix(".queries.jsonl"), args.k)
+        row = _search_sparse(kind, index, corpus.with_suffix(".queries.jsonl"), args.k, args.n_queries)
     else:
-        row = _faiss_run(kind, n, args.dim, args.k)
+        row = _faiss_run(kind, n, args.dim, args.k, (args.hnsw_m, args.hnsw_ef_construction,
+                                                      tuple(int(e) for e in str(args.hnsw_ef_search).split(","))))
+    row["load_avg"] = round(os.getloadavg()[0], 1)
     print(json.dumps(row), flush=True)
     return 0
 
@@ -247,9 +307,11 @@ def _estimate_gb(kind: str, n: int, dim: int) -> float:
     return 2.0 + n * 1.0e-6  # Lucene: the JVM's heap plus the passage store being written
 
 
-def _child(args: argparse.Namespace, spec: str, timeout: float = 900) -> dict[str, Any]:
+def _child(args: argparse.Namespace, spec: str) -> dict[str, Any]:
+    timeout = args.child_timeout
     cmd = [sys.executable, str(Path(__file__).with_name("bench_retrieval.py")), "--child", spec, "--k", str(args.k),
-           "--dim", str(args.dim), "--work-dir", str(args.work_dir or DEFAULT_WORK)]
+           "--dim", str(args.dim), "--n-queries", str(args.n_queries), "--work-dir", str(args.work_dir or DEFAULT_WORK), "--hnsw-m", str(args.hnsw_m),
+           "--hnsw-ef-construction", str(args.hnsw_ef_construction), "--hnsw-ef-search", str(args.hnsw_ef_search)]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -280,14 +342,19 @@ def scale_main(args: argparse.Namespace) -> int:
             else:
                 row.update(_child(args, f"build:{kind}:{n}"))
                 if "note" not in row:
+                    build_load = row.pop("load_avg", None)
                     row.update(_child(args, f"search:{kind}:{n}"))
+                    row["load_avg"] = f"{build_load} / {row.get('load_avg', '')}"
             print(f"[scale] {row}", file=sys.stderr, flush=True)
+            more = row.pop("more", [])
             rows.append(row)
+            rows.extend({"backend": row["backend"], "passages": n, **m, "load_avg": row.get("load_avg"),
+                         "note": "same build, another efSearch"} for m in more)
             if args.json_out:
                 Path(args.json_out).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-    cols = ["backend", "passages", "build_s", "build_cpu_s", "build_peak_rss_mb", "index_mb", "load_s", "rss_mb",
-            "search_peak_rss_mb", "qps_batched", "qps_single", "qps_cpu", "note"]
-    print(f"\nsynthetic corpus, k={args.k}, {N_QUERIES} queries (batches of 64; single: {SINGLE} one per call; qps_cpu: batched, per CPU second), "
+    cols = ["backend", "params", "passages", "build_s", "build_cpu_s", "build_peak_rss_mb", "index_mb", "load_s", "rss_mb",
+            "search_peak_rss_mb", "qps_batched", "qps_single", "qps_cpu", f"recall_at_{args.k}", "load_avg", "note"]
+    print(f"\nsynthetic corpus, k={args.k}, {min(args.n_queries, N_QUERIES)} queries (bm25 / lucene; faiss: {N_QUERIES}, flat {FLAT_QUERIES}) (batches of 64; single: {SINGLE} one per call; qps_cpu: batched, per CPU second), "
           f"1 thread; {os.cpu_count()} CPUs visible, load average {os.getloadavg()[0]:.1f}\n")
     print(tabulate([[r.get(c, "") for c in cols] for r in rows], headers=cols, tablefmt="github"))
     return 0

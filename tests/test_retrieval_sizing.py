@@ -74,3 +74,17 @@ def test_a_large_bm25s_index_warns_that_queries_are_slow():
     line = sizing.bm25_query_warning(21_015_324)  # wiki-18
     assert line is not None and "\n" not in line and "--kind lucene" in line and "21,015,324 passages" in line
     assert sizing.bm25_query_warning(int(sizing.SLOW_QUERY_S / sizing.BM25_QUERY_S_PER_PASSAGE) + 10) is not None
+
+
+# scripts/bench_retrieval.py --scale on 100-word passages (docs/scaling.md, "Retrieval at scale"):
+# passages -> (corpus jsonl bytes, bm25s build peak RSS MiB, CPU ms a query)
+MEASURED = {1_000_000: (729_564_234, 3652, 42.0), 2_000_000: (1_460_226_019, 7177, 74.6)}
+
+
+def test_the_thresholds_agree_with_the_measured_builds_and_queries():
+    for n, (corpus_bytes, peak_mib, query_ms) in MEASURED.items():
+        est = sizing.bm25_build_bytes(corpus_bytes) / 2**20
+        assert peak_mib <= est <= 1.1 * peak_mib  # above the measured peak, not far above
+        assert sizing.bm25_query_warning(n) is None and query_ms < 1000 * sizing.SLOW_QUERY_S
+    # the 1M-2M line reaches 0.1 s of CPU a query at about 2.8M passages: warned by then
+    assert sizing.bm25_query_warning(2_800_000) is not None

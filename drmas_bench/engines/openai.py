@@ -110,6 +110,7 @@ import asyncio
 import logging
 import os
 import time
+from functools import partial
 from typing import Any, ClassVar
 
 from drmas_bench.engines.base import EngineBase, EngineError, local_tokenizer_dir, parse_options
@@ -225,7 +226,8 @@ class OpenAIEngine(EngineBase):
         if o.top_k_off == "omit":
             self.dialect.notes.append("top_k_off=omit: no top_k is sent for \"no top-k\" (the server's own default applies)")
         self._dialect_known = not o.server_schema  # the server's schema read (or not to be read)
-        self._dialect_lock: asyncio.Lock | None = None
+        self._dialect_read: asyncio.Future[None] | None = None  # the one read of the schema under way
+        self._dialect_ready = asyncio.Event()  # set when that read ends; every call made meanwhile waits on it
         self._warned_notes = 0
         # chat mode: does the server answer the chat form of /tokenize? None = not asked yet
         self.server_tokenize: bool | None = None if o.tokenize_endpoint else False
@@ -276,11 +278,14 @@ class OpenAIEngine(EngineBase):
     async def generate(self, requests: list[Request]) -> list[Completion]:
         """One Completion per Request, in order; requests run concurrently (bounded). Every
         request is checked and encoded before any is sent."""
-        encoded = [self.encode_request(r) for r in requests]
+        if len(requests) == 1:  # how episodes call: no list of encodings, no gather
+            ids, cut = self.encode_request(requests[0])
+            if self._client is None or self._client.loop is not asyncio.get_running_loop():
+                await self._ensure_client()
+            return [await self._one(requests[0], ids, cut)]
+        encoded = list(map(self.encode_request, requests))
         await self._ensure_client()
-        if len(requests) == 1:
-            return [await self._one(requests[0], *encoded[0])]
-        return list(await asyncio.gather(*(self._one(r, ids, cut) for r, (ids, cut) in zip(requests, encoded))))
+        return list(await asyncio.gather(*map(self._one, requests, *zip(*encoded))))  # no closure: self stays a plain local
 
     # ------------------------------------------------------------------ internals
 
@@ -295,13 +300,13 @@ class OpenAIEngine(EngineBase):
         self._client = await HttpClient.open(self.options.max_concurrency, self.options.timeout_s, headers, self.base_url)
         self._sem = asyncio.Semaphore(self.options.max_concurrency)
         self._tokenize_lock = asyncio.Lock()
-        self._dialect_lock = asyncio.Lock()
+        self._dialect_read = None
 
     async def _post(self, url: str, body: dict[str, Any], check: Any) -> Any:
         """POST under the shared retry policy; retries exhausted -> one-line EngineError."""
         client = self._client
         try:
-            return await asend_with_retries(lambda: client.post(url, body), self.retry_policy,
+            return await asend_with_retries(partial(client.request, "POST", url, body), self.retry_policy,
                                             on_attempt=self._count_attempt, check=check,
                                             final=looks_like_validation_error)
         except RetriesExhausted as e:
@@ -370,29 +375,46 @@ class OpenAIEngine(EngineBase):
         llama-cpp-python publish one; a paid API does not, and that is fine): which request fields
         it takes, how "no top-k" is said there, whether ``/completions`` takes token ids, and the
         sampling defaults it would add (switched off). No schema: the defaults stand, and a request
-        the server refuses for one of these fields teaches the same (``adapt_to_refusal``)."""
-        assert self._dialect_lock is not None and self._client is not None
-        async with self._dialect_lock:
-            if self._dialect_known:
-                return
-            try:
-                resp = await self._client.get(f"{server_root(self.base_url)}/openapi.json",
-                                              timeout_s=min(10.0, self.options.timeout_s))
-                doc = resp.json() if resp.status_code == 200 else None
-            except (TransportFailure, ValueError):
-                doc = None
-            if doc is not None:
-                had = len(self.dialect.notes)
-                dialect_from_schema(request_properties(doc, "/completions", exclude="/chat/completions"),
-                                    request_properties(doc, "/chat/completions"), self.options, self.dialect)
-                if not self.dialect.token_prompt and self.tokenizer is not None:
-                    self.dialect.notes.append(
-                        "the server's /completions takes no token ids: the prompt templated and cut here is sent as "
-                        "text (the server tokenizes it again)")
-                if len(self.dialect.notes) > had:
-                    logger.debug(f"openai engine: learned from {server_root(self.base_url)}/openapi.json")
-            self._dialect_known = True
-            self._flush_notes()
+        the server refuses for one of these fields teaches the same (``adapt_to_refusal``).
+
+        The first call starts the read; calls made meanwhile wait on that same read and are all
+        woken together when it ends (a lock would let them through one per turn of the event loop,
+        which throttles a burst of thousands of calls). A read that failed is started again by the
+        next call; a caller cancelled while waiting does not cancel the read (it is a task of its own)."""
+        read = self._dialect_read
+        if read is None or (read.done() and not self._dialect_known):
+            self._dialect_ready = asyncio.Event()
+            read = self._dialect_read = asyncio.ensure_future(self._read_dialect(self._dialect_ready))
+        await self._dialect_ready.wait()
+        if not self._dialect_known:
+            read.result()  # the read's own error (a read that failed), raised to each caller that waited on it
+
+    async def _read_dialect(self, ready: asyncio.Event) -> None:
+        try:
+            await self._read_schema()
+        finally:
+            ready.set()
+
+    async def _read_schema(self) -> None:
+        assert self._client is not None
+        try:
+            resp = await self._client.get(f"{server_root(self.base_url)}/openapi.json",
+                                          timeout_s=min(10.0, self.options.timeout_s))
+            doc = resp.json() if resp.status_code == 200 else None
+        except (TransportFailure, ValueError):
+            doc = None
+        if doc is not None:
+            had = len(self.dialect.notes)
+            dialect_from_schema(request_properties(doc, "/completions", exclude="/chat/completions"),
+                                request_properties(doc, "/chat/completions"), self.options, self.dialect)
+            if not self.dialect.token_prompt and self.tokenizer is not None:
+                self.dialect.notes.append(
+                    "the server's /completions takes no token ids: the prompt templated and cut here is sent as "
+                    "text (the server tokenizes it again)")
+            if len(self.dialect.notes) > had:
+                logger.debug(f"openai engine: learned from {server_root(self.base_url)}/openapi.json")
+        self._dialect_known = True
+        self._flush_notes()
 
     def _prompt_text(self, ids: list[int]) -> str:
         """Token ids as the text a server tokenizes back (special tokens kept: the chat template's markers)."""

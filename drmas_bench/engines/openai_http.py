@@ -101,9 +101,9 @@ class HttpClient:
 
     async def request(self, method: str, url: str, body: Any = None, timeout_s: float | None = None) -> Reply:
         """One attempt: the answer read whole, or a TransportFailure."""
-        timeout = self.timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
+        extra = {} if timeout_s is None else {"timeout": aiohttp.ClientTimeout(total=timeout_s)}  # else the session's
         try:
-            async with self.session.request(method, url, json=body, timeout=timeout) as resp:
+            async with self.session.request(method, url, json=body, **extra) as resp:
                 content = await resp.read()
                 return Reply(resp.status, resp.headers, content)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
