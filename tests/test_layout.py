@@ -694,17 +694,69 @@ def test_a_backend_is_one_class_and_one_engines_entry(tmp_path, monkeypatch):
                             n=1, limit=1, out=str(tmp_path / "run2"), progress=False))
 
 
+# Run in one fresh interpreter by test_every_module_imports_alone_in_a_fresh_interpreter: a scout
+# child imports every project module and reports the third-party modules that came with them; this
+# process imports those (and no project module), then forks one child per project module, so each
+# child starts with no project module loaded, as a fresh interpreter does, without paying for torch,
+# transformers or inspect_ai again (about 180 fresh interpreters cost over a minute of CPU).
+_FORK_IMPORTER = """
+import importlib, os, sys
+PROJECT = ("drmas_bench", "drmas_trainer", "drmas_retrieval")
+names = sys.argv[1:]
+
+def in_child(fn):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            msg = fn()
+        except BaseException as e:
+            msg = "FAILED " + type(e).__name__ + ": " + str(e).splitlines()[0][:300] if str(e) else "FAILED " + type(e).__name__
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    out = b""
+    while chunk := os.read(r, 1 << 16):
+        out += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    return out.decode() if status == 0 else "FAILED exit status %d" % status
+
+def scout():
+    for n in names:
+        try:
+            importlib.import_module(n)
+        except BaseException:
+            pass
+    return "\\n".join(m for m in sys.modules if m.split(".")[0] not in PROJECT)
+
+for m in in_child(scout).split("\\n"):
+    if m and m not in sys.modules:
+        try:
+            importlib.import_module(m)
+        except BaseException:
+            pass
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in PROJECT)
+assert not loaded, loaded
+print("preloaded", len(sys.modules))
+for n in names:
+    print(n, "->", in_child(lambda: (importlib.import_module(n), "ok")[1]))
+"""
+
+
 @pytest.mark.slow
 def test_every_module_imports_alone_in_a_fresh_interpreter():
     """The circle finder reads the files' import statements and so misses a circle closed by a
     package's ``__init__`` (``retrievers`` -> ``workflows.protocol`` ran ``workflows/__init__``, whose
-    ``search_sft`` imported ``retrievers`` half-built). Importing each module first, alone, finds it."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def alone(name: str) -> str | None:
-        r = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=300)
-        return None if r.returncode == 0 else f"{name}: {r.stderr.strip().splitlines()[-1:]}"
-
-    with ThreadPoolExecutor(2) as pool:
-        failed = [f for f in pool.map(alone, sorted(m for m in _modules() if not m.endswith(".__main__"))) if f]
+    ``search_sft`` imported ``retrievers`` half-built). Importing each module first, alone, finds it:
+    each in its own process forked from one that holds the third-party packages but no project
+    module (_FORK_IMPORTER)."""
+    names = sorted(m for m in _modules() if not m.endswith(".__main__"))
+    r = subprocess.run([sys.executable, "-c", _FORK_IMPORTER, *names], capture_output=True, text=True, timeout=600,
+                       cwd=REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = dict(line.split(" -> ", 1) for line in r.stdout.splitlines() if " -> " in line)
+    assert sorted(got) == names, r.stdout[-3000:]
+    failed = [f"{n}: {v}" for n, v in got.items() if v != "ok"]
     assert failed == []
