@@ -468,14 +468,16 @@ class OpenAIEngine(EngineBase):
         assert self._sem is not None and self._client is not None
         unenforced = False
         url = self.url
-        if not self._dialect_known:
-            await self._learn_dialect()
-        if request.sampling.top_k != -1 and not self.dialect.has_top_k:
-            raise EngineError(f"openai engine: the server at {self.base_url} has no top_k field (its schema), so "
-                              f"top_k={request.sampling.top_k} cannot be honoured")
         sem = self._sem
         await sem.acquire()  # (acquire/release: no context-manager coroutine per call)
         try:
+            # the schema read is awaited with a slot held: a burst of calls at an engine's start waits
+            # on the semaphore (which it does anyway), and at most max_concurrency of them on the read
+            if not self._dialect_known:
+                await self._learn_dialect()
+            if request.sampling.top_k != -1 and not self.dialect.has_top_k:
+                raise EngineError(f"openai engine: the server at {self.base_url} has no top_k field (its schema), so "
+                                  f"top_k={request.sampling.top_k} cannot be honoured")
             t0 = time.perf_counter()
             if self.mode == "chat" and request.max_prompt_tokens is not None:
                 prompt_ids, truncated, unenforced = await self._limited_chat(request)
