@@ -94,7 +94,7 @@ Options (``OpenAIOptions``):
 
 HTTP goes through one ``aiohttp`` session per event loop (``openai_http``: a keep-alive pool of
 ``max_concurrency`` connections, replies read whole, JSON parsed once); the engine's own work per
-call is the body, the checks and the reply's parsing (``openai_wire``), about 0.3 ms of CPU
+call is the body, the checks and the reply's parsing (``openai_wire``), about 0.16 ms of CPU
 (``scripts/bench_openai.py``). What a server takes is learned in ``openai_dialect``.
 
 ``Completion.prompt_tokens`` / ``completion_tokens`` come from the response's ``usage`` (see above);
