@@ -15,7 +15,7 @@ A dead server therefore costs at most ``(retries + 1) x timeout + the waits`` pe
 
 - `RetryPolicy(retries=3, backoff_s=0.5, backoff_max_s=8.0, jitter=0.5)`; ``retries`` = attempts
   after the first (0 = no retry).
-- `send_with_retries(send, policy, on_attempt=None, check=None)` / `asend_with_retries(...)`: call
+- `send_with_retries(send, policy, on_attempt=None, check=None)` / `asend_with_retries(..., first=)`: call
   ``send()`` (returns a response) until it gives a non-retryable answer; raise
   `RetriesExhausted` (``attempts``, ``reason``: the last failure in one line) when every attempt
   failed. ``check(response)`` (optional) looks into a 2xx answer and returns a reason when its body
@@ -154,23 +154,32 @@ def _repeated_final(outcome: Any, previous: str | None, final: Callable[[Any], b
     return (previous is not None and body == previous and final(outcome)), body
 
 
+_NOT_YET = object()
+
+
 async def asend_with_retries(send: Callable[[], Awaitable[Any]], policy: RetryPolicy,
                              on_attempt: Callable[[], None] | None = None,
                              check: Callable[[Any], str | None] | None = None,
-                             final: Callable[[Any], bool] | None = None) -> Any:
+                             final: Callable[[Any], bool] | None = None,
+                             first: Any = _NOT_YET) -> Any:
     """``await send()`` under ``policy`` (asyncio waits); the first non-retryable response (or a
-    repeated one ``final`` accepts)."""
+    repeated one ``final`` accepts). ``first``: the outcome (response or TransportFailure) of a
+    first attempt the caller already made and counted itself (a caller that tries once inline and
+    comes here only when that answer is not a plain success); the attempts then go on from the second."""
     import httpx
 
     reason = ""
     previous: str | None = None
     for attempt in range(policy.attempts):
-        if on_attempt:
-            on_attempt()
-        try:
-            outcome = await send()
-        except (httpx.TransportError, TransportFailure) as e:
-            outcome = e
+        if attempt == 0 and first is not _NOT_YET:
+            outcome = first
+        else:
+            if on_attempt:
+                on_attempt()
+            try:
+                outcome = await send()
+            except (httpx.TransportError, TransportFailure) as e:
+                outcome = e
         fail = _failure(outcome, check)
         if fail is None:
             return outcome

@@ -52,6 +52,32 @@ def test_transport_failures_are_retried_then_reported_in_one_line():
     assert err.value.attempts == 2 and err.value.reason == "ConnectError: Cannot connect to host 127.0.0.1:9"
 
 
+def test_a_first_attempt_made_by_the_caller_counts_as_attempt_one():
+    """``first=``: the caller's own first outcome; a failure goes on from the second attempt (the
+    same total), a non-retryable answer is returned without calling ``send``."""
+    calls, counted = [], []
+
+    async def send():
+        calls.append(1)
+        return Reply(200, {}, b"{}")
+
+    policy = RetryPolicy(retries=2, backoff_s=0.001, backoff_max_s=0.002)
+    out = asyncio.run(asend_with_retries(send, policy, on_attempt=lambda: counted.append(1),
+                                         first=TransportFailure("TimeoutError", timeout=True)))
+    assert out.status_code == 200 and len(calls) == 1 and len(counted) == 1
+    calls.clear()
+    assert asyncio.run(asend_with_retries(send, policy, first=Reply(404, {}, b"no"))).status_code == 404 and not calls
+
+    async def down():
+        calls.append(1)
+        raise TransportFailure("ConnectError", "refused")
+
+    calls.clear()
+    with pytest.raises(RetriesExhausted) as err:
+        asyncio.run(asend_with_retries(down, policy, first=Reply(503, {}, b"busy")))
+    assert err.value.attempts == 3 and len(calls) == 2
+
+
 def test_session_closes_with_its_event_loop(server):
     """One ``asyncio.run`` per call (as the tests and small scripts do): each loop's session is
     closed when that loop ends, and the next call opens a new one that works."""

@@ -101,11 +101,12 @@ class HttpClient:
 
     async def request(self, method: str, url: str, body: Any = None, timeout_s: float | None = None) -> Reply:
         """One attempt: the answer read whole, or a TransportFailure."""
-        extra = {} if timeout_s is None else {"timeout": aiohttp.ClientTimeout(total=timeout_s)}  # else the session's
         try:
-            async with self.session.request(method, url, json=body, **extra) as resp:
-                content = await resp.read()
-                return Reply(resp.status, resp.headers, content)
+            if timeout_s is None:  # the session's timeout
+                async with self.session.request(method, url, json=body) as resp:
+                    return Reply(resp.status, resp.headers, await resp.read())
+            async with self.session.request(method, url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                return Reply(resp.status, resp.headers, await resp.read())
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise _failure(exc) from None
 
