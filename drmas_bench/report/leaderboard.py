@@ -40,7 +40,16 @@ from drmas_bench.metrics import (
 )
 from drmas_bench.records import view, views
 from drmas_bench.report.compute_matched import matched_line, read_matched
-from drmas_bench.report.runs import COMPARED, SAMPLING_KEYS, Run, expand_run_dirs, fmt_num, load_run, open_run
+from drmas_bench.report.runs import (
+    COMPARED,
+    SAMPLING_KEYS,
+    Run,
+    expand_run_dirs,
+    fmt_num,
+    load_run,
+    named_apart,
+    open_run,
+)
 from drmas_bench.run_dir import SAMPLES, read_samples, select_records, selection_test
 from drmas_bench.tasks import select_benchmarks
 from drmas_bench.types import UserError
@@ -307,13 +316,7 @@ def open_runs(paths: Iterable[str | Path]) -> list[Run]:
             run = load_run(p, compact=True)
         run.benchmarks = run.benchmarks or sorted({b for b, _ in qs})
         out.append(run)
-    if not out:
-        raise UserError(f"none of the {len(dirs)} run directories holds finished samples yet")
-    counts = Counter(r.name for r in out)
-    for r in out:
-        if counts[r.name] > 1:
-            r.name = str(r.path)
-    return out
+    return named_apart(out, len(dirs))
 
 
 def matched_row(run: Run, base: Row) -> Row | None:

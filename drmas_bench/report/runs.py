@@ -238,8 +238,14 @@ def load_runs(paths: Iterable[str | Path], compact: bool = False) -> list[Run]:
             runs.append(load_run(p, compact=compact))
         except NoSamples as e:
             logger.warning(f"warning: skipping {p}: {str(e).split(': ', 1)[-1]}")
+    return named_apart(runs, len(dirs))
+
+
+def named_apart(runs: list[Run], n_dirs: int) -> list[Run]:
+    """``runs`` (read from ``n_dirs`` run directories), those sharing a folder name renamed to their
+    path; none at all is a UserError."""
     if not runs:
-        raise UserError(f"none of the {len(dirs)} run directories holds finished samples yet")
+        raise UserError(f"none of the {n_dirs} run directories holds finished samples yet")
     counts = Counter(r.name for r in runs)
     for r in runs:
         if counts[r.name] > 1:
