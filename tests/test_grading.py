@@ -515,7 +515,8 @@ def test_power_tower_times_out_from_a_worker_thread():
     assert [r.attempts for r in results] == [1, 1, 2, 1, 1, 1]
     assert results[2].extracted == "9^{9^{9^{9^{9}}}}"
     assert "CPU time" in results[2].detail
-    assert RETRY_FACTOR * timeout <= results[2].seconds  # the retry's limit, in CPU seconds <= wall
+    # the retry's limit, in CPU seconds <= wall (less the kernel's CPU-accounting tick: 1.198 s was seen)
+    assert RETRY_FACTOR * timeout - 0.02 <= results[2].seconds
     # the two limits in CPU seconds, plus slack for killing and restarting a worker; a busy machine
     # stretches the slack (busy_factor: at load 20 on 2 cores this batch took 9.7 s of wall time)
     assert wall <= (1 + RETRY_FACTOR) * timeout + 5.0 * busy_factor()
