@@ -1,37 +1,37 @@
 """`drmas-bench`: one console script, one sub-command per module in drmas_bench/commands/.
 
 Adding a command = one module with ``register(subparsers)`` (which calls ``set_defaults(func=...)``)
-and one line in ``COMMANDS``. Command modules import their heavy dependencies inside the function
+and one line in ``COMMANDS`` (a lazy ``"module:register"`` entry). Command modules import their heavy dependencies inside the function
 that runs, so ``drmas-bench --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
+from typing import Callable
 
 from drmas_bench import __version__, log, signals
 from drmas_bench.limits import EXIT_CODE as LIMIT_EXIT_CODE
 from drmas_bench.limits import LimitReached
+from drmas_bench.registry import Registry
 from drmas_bench.types import UserError
 
-COMMANDS = [
-    "drmas_bench.commands.data",  # data list / check / show
-    "drmas_bench.commands.models",  # models list / prepare / chat
-    "drmas_bench.commands.retrieval",  # retrieval index / eval / serve
-    "drmas_bench.commands.eval",  # eval: a team over benchmarks, resumable
-    "drmas_bench.commands.sweep",  # sweep: many agent -> model assignments on one suite, paired, Pareto table
-    "drmas_bench.commands.runs",  # runs repair: quarantine unreadable lines of a run's samples.jsonl
-    "drmas_bench.commands.cache",  # cache stats / prune: the call cache (drmas_bench.call_cache)
-    "drmas_bench.commands.report",  # leaderboard / compare / cost
-    "drmas_bench.commands.view",  # view: one self-contained HTML page of a run's summary and trajectories
-    "drmas_bench.commands.export",  # export: a finished run as an Inspect AI log or a Hugging Face model card
-    "drmas_bench.commands.train",  # train / regress / plot (imports the trainer lazily)
-    "drmas_bench.commands.config_schema",  # config-schema: the keys of team / prices / prompts / train files
-]
+COMMANDS: Registry[Callable[[argparse._SubParsersAction], None]] = Registry("command module")
+COMMANDS.register("data", "drmas_bench.commands.data:register")  # data list / check / show
+COMMANDS.register("models", "drmas_bench.commands.models:register")  # models list / prepare / chat
+COMMANDS.register("retrieval", "drmas_bench.commands.retrieval:register")  # retrieval index / eval / serve
+COMMANDS.register("eval", "drmas_bench.commands.eval:register")  # eval: a team over benchmarks, resumable
+COMMANDS.register("sweep", "drmas_bench.commands.sweep:register")  # sweep: many agent -> model assignments on one suite, paired, Pareto table
+COMMANDS.register("runs", "drmas_bench.commands.runs:register")  # runs repair: quarantine unreadable lines of a run's samples.jsonl
+COMMANDS.register("cache", "drmas_bench.commands.cache:register")  # cache stats / prune: the call cache (drmas_bench.call_cache)
+COMMANDS.register("report", "drmas_bench.commands.report:register")  # leaderboard / compare / cost
+COMMANDS.register("view", "drmas_bench.commands.view:register")  # view: one self-contained HTML page of a run's summary and trajectories
+COMMANDS.register("export", "drmas_bench.commands.export:register")  # export: a finished run as an Inspect AI log or a Hugging Face model card
+COMMANDS.register("train", "drmas_bench.commands.train:register")  # train / regress / plot (imports the trainer lazily)
+COMMANDS.register("config_schema", "drmas_bench.commands.config_schema:register")  # config-schema: the keys of team / prices / prompts / train files
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(name).register(sub)
+        COMMANDS.get(name)(sub)
     for p in _leaf_parsers(sub):  # `drmas-bench eval ... -v` works as well as `drmas-bench -v eval ...`
         _add_global_flags(p, top=False)
     return parser

@@ -1,53 +1,116 @@
-"""Finding the suites: every package in ``drmas_bench/suites/`` and every module named in
-``$DRMAS_SUITES`` (comma-separated importable names: a suite kept outside this repository), each
-with every module of its folder (name order), so a new workflow or rule is found by its file.
+"""Finding the suites: every package in ``drmas_bench/suites/``, every package an installed
+distribution declares in the ``drmas_bench.suites`` entry-point group (so ``pip install my-suite``
+is all it takes), and every entry of ``$DRMAS_SUITES`` (comma-separated: an importable module name,
+or a folder path holding a suite package: one with a ``/``), each with every module of its folder
+(name order), so a new workflow or rule is found by its file.
 
 A suite's modules register what they hold when they are imported: its ``Suite`` and benchmarks
 (``tasks.base``), its workflows (``workflows.base.workflow``), its format rules
 (``workflows.rules.format_rule``) and its grading family (``grading.families.register_family``).
 The registries call :func:`discover` before they are read, so a suite is found by being there; no
-list names it. Imports go by name (``importlib``): the registries sit below the suites.
+list names it. Once every suite is in, the registries they fill are frozen
+(``registry.freeze_suite_registries``). Imports go by name (``importlib``): the registries sit
+below the suites.
+
+An outside package declares itself in its ``pyproject.toml``::
+
+    [project.entry-points."drmas_bench.suites"]
+    mcq = "my_suite"
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import pkgutil
+import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
+from drmas_bench.registry import freeze_suite_registries
 from drmas_bench.types import UserError
 
 SUITES_ENV = "DRMAS_SUITES"
+ENTRY_POINT_GROUP = "drmas_bench.suites"
 SUITES_DIR = Path(__file__).parent / "suites"
 _found: list[str] = []  # the suite modules imported, in order (filled once per process)
 
 
+def is_path(entry: str) -> bool:
+    """Whether a ``$DRMAS_SUITES`` entry is a folder path (it has a path separator) rather than a module name."""
+    return "/" in entry or os.sep in entry
+
+
+def _entry_point_modules() -> list[str]:
+    """The modules the installed distributions declare in the ``drmas_bench.suites`` group."""
+    return [ep.value.partition(":")[0].strip() for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)]
+
+
 def suite_modules() -> list[str]:
-    """The modules :func:`discover` imports: the packages under ``drmas_bench/suites/`` in name
-    order, then those ``$DRMAS_SUITES`` names."""
+    """What :func:`discover` imports: the packages under ``drmas_bench/suites/`` in name order, then
+    the entry-point group's modules, then the ``$DRMAS_SUITES`` entries (names or folder paths)."""
     here = [f"drmas_bench.suites.{m.name}" for m in sorted(pkgutil.iter_modules([str(SUITES_DIR)]), key=lambda m: m.name)
             if m.ispkg]
-    extra = [n.strip() for n in os.environ.get(SUITES_ENV, "").split(",") if n.strip()]
-    return here + [n for n in extra if n not in here]
+    extra = _entry_point_modules() + [n.strip() for n in os.environ.get(SUITES_ENV, "").split(",") if n.strip()]
+    return here + [n for n in dict.fromkeys(extra) if n not in here]
+
+
+def _import_folder(entry: str) -> str:
+    """Import the suite package in folder ``entry`` under its folder's name; returns that name."""
+    folder = Path(entry).expanduser().resolve()
+    init = folder / "__init__.py"
+    if not init.is_file():
+        raise UserError(f"{SUITES_ENV}: {entry} is not a suite package (no folder with an __init__.py there)")
+    name = folder.name
+    if not name.isidentifier():
+        raise UserError(f"{SUITES_ENV}: {entry}: the folder's name {name!r} is not a Python module name")
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if Path(getattr(loaded, "__file__", "") or "").resolve() == init:
+            return name
+        raise UserError(f"{SUITES_ENV}: {entry}: a module named {name!r} is already imported "
+                        f"({getattr(loaded, '__file__', None) or 'built in'}); rename the folder")
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return name
+
+
+def _import_suite(entry: str) -> str:
+    """Import one suite (a module name or a folder path) and every module of its folder; returns its module name.
+    A suite outside this package that cannot be imported is one UserError naming it."""
+    outside = not entry.startswith("drmas_bench.")
+    try:
+        name = _import_folder(entry) if is_path(entry) else importlib.import_module(entry).__name__
+    except ModuleNotFoundError as e:
+        if outside and e.name is not None and entry.startswith(e.name):
+            raise UserError(f"{SUITES_ENV}: cannot import the suite module {entry!r} ({e})") from None
+        raise
+    module = sys.modules[name]
+    for sub in sorted(pkgutil.iter_modules(getattr(module, "__path__", [])), key=lambda m: m.name):
+        importlib.import_module(f"{name}.{sub.name}")
+    return name
 
 
 def discover() -> list[str]:
-    """Import every suite once (a second call, or one made while the suites import, does nothing);
-    returns the suite modules. A module named in ``$DRMAS_SUITES`` that cannot be imported is one
-    UserError naming it."""
+    """Import every suite once (a second call, or one made while the suites import, does nothing),
+    then freeze the registries they fill; returns the suite modules' names."""
     if _found:
         return list(_found)
-    names = suite_modules()
-    _found.extend(names)  # first: a suite importing a registry that calls discover() must not recurse
-    for name in names:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name is not None and name.startswith(e.name) and not name.startswith("drmas_bench."):
-                _found.remove(name)
-                raise UserError(f"{SUITES_ENV}: cannot import the suite module {name!r} ({e})") from None
-            raise
-        for sub in sorted(pkgutil.iter_modules(getattr(module, "__path__", [])), key=lambda m: m.name):
-            importlib.import_module(f"{name}.{sub.name}")
+    entries = suite_modules()
+    _found.extend(entries)  # first: a suite importing a registry that calls discover() must not recurse
+    try:
+        names = [_import_suite(entry) for entry in entries]
+    except BaseException:
+        _found.clear()
+        raise
+    _found[:] = names
+    freeze_suite_registries()
     return list(_found)

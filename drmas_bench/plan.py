@@ -141,7 +141,7 @@ RANGED_FIELDS = ("n", "limit", "max_new_tokens", "max_prompt_tokens", "seed", "t
 def choices() -> dict[str, tuple[str, ...]]:
     """The fields with a fixed set of values, from their registries."""
 
-    return {"engine": tuple(ENGINES), "pool": POOLS, "suite": suite_names()}
+    return {"engine": tuple(ENGINES), "pool": tuple(POOLS), "suite": suite_names()}
 
 
 def flag(name: str) -> str:

@@ -108,7 +108,7 @@ def grade_trajectories(trajs: list[Trajectory], family: str, timeout_s: float = 
     known_names()  # the suites are registered
     by_family: dict[str, list[Trajectory]] = {}
     for t in trajs:
-        b = BENCHMARKS.get(t.task.benchmark)
+        b = BENCHMARKS.find(t.task.benchmark)
         by_family.setdefault(b.family if b is not None else family, []).append(t)
     for family, group in by_family.items():
         pairs = [(t.final_answer, t.task.answers) for t in group]

@@ -49,7 +49,8 @@ REF_TABLE: dict[str, tuple[tuple[str, str | None], tuple[str, str], tuple[str, s
 REF_BY_GBAI: dict[str, dict[bool, str]] = {
     "auto": {True: "agent_agent", False: "traj_traj"},
     "master": {True: "agent_agent", False: "traj_traj"},
-    "3b556f2": {True: "drmas", False: "grpo_first_row"},
+    "reference_2025_10": {True: "drmas", False: "grpo_first_row"},
+    "3b556f2": {True: "drmas", False: "grpo_first_row"},  # its alias (the reference vectors' name)
 }
 GBAI_NAMES = {"agent_agent", "traj_traj", "agent_traj", "traj_agent", *REF_BY_GBAI}
 
@@ -236,7 +237,7 @@ def test_row_order_does_not_matter():
         kw = dict(estimator=est, group_by_agent=gbai)
         base = compute_advantages(scores, uid, traj, agent, **kw)
         perm = torch.randperm(scores.numel(), generator=g)
-        if est == "grpo_first_row" or (est == "3b556f2" and gbai is False):
+        if est == "grpo_first_row" or (est in ("reference_2025_10", "3b556f2") and gbai is False):
             # shuffle whole trajectories; rows of one trajectory keep their relative order
             _, t_idx = torch.unique(traj, return_inverse=True)
             key = torch.rand(int(t_idx.max()) + 1, generator=g)
@@ -372,6 +373,7 @@ def test_mixed_estimators_hand_worked():
 
 def test_aliases_are_the_same_function():
     assert ESTIMATORS["master"] is ESTIMATORS["auto"]
+    assert ESTIMATORS["3b556f2"] is ESTIMATORS["reference_2025_10"]  # the commit the reference vectors name it by
 
 
 # One uid. Trajectory 1 (R=1): solver 1.0, solver 0.9 (format penalty), verifier 1.0.
@@ -452,9 +454,9 @@ def test_reference_names_reduce_to_the_project_estimators():
     """REFERENCE.md 2c: by (uid, agent) agent_agent = auto = Dr. MAS; by uid agent_agent is the global
     step-level estimator and traj_traj = auto = GRPO; 3b556f2 is Dr. MAS / the first-row GRPO."""
     same = {
-        True: {"agent_agent": "drmas", "auto": "drmas", "master": "drmas", "3b556f2": "drmas"},
+        True: {"agent_agent": "drmas", "auto": "drmas", "master": "drmas", "reference_2025_10": "drmas"},
         False: {"agent_agent": "global_step", "traj_traj": "grpo", "auto": "grpo", "master": "grpo",
-                "3b556f2": "grpo_first_row"},
+                "reference_2025_10": "grpo_first_row"},
     }
     for b, (scores, uid, traj, agent) in enumerate(BATCHES[:60]):
         for gbai, pairs in same.items():
@@ -608,7 +610,7 @@ def test_registry_accepts_a_new_estimator():
         with pytest.raises(ValueError):
             register_estimator("drmas")(_est)
     finally:
-        ESTIMATORS.pop("test_step_mean_agent_std", None)
+        ESTIMATORS.unregister("test_step_mean_agent_std")
 
 
 def test_row_scores():

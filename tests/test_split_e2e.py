@@ -200,7 +200,7 @@ def double():
     yield ENGINE_KIND
     from drmas_bench.engines import ENGINES
 
-    ENGINES.pop(ENGINE_KIND, None)
+    ENGINES.unregister(ENGINE_KIND)
 
 
 @pytest.fixture(scope="module")

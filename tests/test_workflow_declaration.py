@@ -37,16 +37,19 @@ def echo_effects(records: list[RecordView]) -> dict:
 
 @pytest.fixture(scope="module")
 def shout_echo():
-    @workflow("test_shout_echo", agents=("caller", "echoer"), family="toy",
-              rules={"caller": shout_rule}, effects=("echo", echo_effects))
-    async def shout_echo(ep: Episode) -> None:
-        first = await ep.caller([{"role": "user", "content": ep.task.question}])
-        first.valid = not shout_rule(first.completion.text)
-        second = await ep.echoer([{"role": "user", "content": first.completion.text}])
-        ep.final_answer = second.completion.text
+    get_workflow("toy")  # the suites are discovered (the registry freezes): this test's entry is its own
+    with WORKFLOWS.unfrozen():
+        @workflow("test_shout_echo", agents=("caller", "echoer"), family="toy",
+                  rules={"caller": shout_rule}, effects=("echo", echo_effects))
+        async def shout_echo(ep: Episode) -> None:
+            first = await ep.caller([{"role": "user", "content": ep.task.question}])
+            first.valid = not shout_rule(first.completion.text)
+            second = await ep.echoer([{"role": "user", "content": first.completion.text}])
+            ep.final_answer = second.completion.text
 
     yield get_workflow("test_shout_echo")
-    del WORKFLOWS["test_shout_echo"]
+    with WORKFLOWS.unfrozen():
+        del WORKFLOWS["test_shout_echo"]
 
 
 class FakeBackend:
@@ -119,12 +122,14 @@ def echo_suite(shout_echo):
     its generation limit and its grading family, and one built-in benchmark."""
     from drmas_bench.tasks.base import BENCHMARKS, SUITES, Benchmark, Suite, register, register_suite
 
-    suite = register_suite(Suite("test_echo_suite", workflow="test_shout_echo", max_new_tokens=7, family="toy"))
-    bench = register(Benchmark(
-        "test_echo_bench", "test_echo_suite", "Echo (a test suite)", 3, to_task=lambda rec, i, b: Task.from_dict(rec),
-        generate=lambda: [Task(id=str(i), benchmark="test_echo_bench", question="say hi", answers=["3"]) for i in range(3)]))
+    with SUITES.unfrozen(), BENCHMARKS.unfrozen():
+        suite = register_suite(Suite("test_echo_suite", workflow="test_shout_echo", max_new_tokens=7, family="toy"))
+        bench = register(Benchmark(
+            "test_echo_bench", "test_echo_suite", "Echo (a test suite)", 3, to_task=lambda rec, i, b: Task.from_dict(rec),
+            generate=lambda: [Task(id=str(i), benchmark="test_echo_bench", question="say hi", answers=["3"]) for i in range(3)]))
     yield suite, bench
-    del BENCHMARKS["test_echo_bench"], SUITES["test_echo_suite"]
+    with SUITES.unfrozen(), BENCHMARKS.unfrozen():
+        del BENCHMARKS["test_echo_bench"], SUITES["test_echo_suite"]
 
 
 def test_a_suite_defined_here_picks_its_workflow_token_limit_and_grading(echo_suite):
@@ -157,11 +162,15 @@ def test_a_workflow_names_its_grading_family_once():
     async def episode(ep: Episode) -> None:
         ep.final_answer = "x"
 
-    try:
+    get_workflow("toy")  # the suites are discovered (the registry freezes)
+    with pytest.raises(ValueError, match="registry is frozen"):
         workflow("test_family_spelled_grader", agents=("a",), grader="qa")(episode)
-        assert get_workflow("test_family_spelled_grader").family == "qa"
-    finally:
-        WORKFLOWS.pop("test_family_spelled_grader", None)
+    with WORKFLOWS.unfrozen():
+        try:
+            workflow("test_family_spelled_grader", agents=("a",), grader="qa")(episode)
+            assert get_workflow("test_family_spelled_grader").family == "qa"
+        finally:
+            WORKFLOWS.unregister("test_family_spelled_grader")
     with pytest.raises(ValueError, match="name its grading family once"):
         workflow("test_family_twice", agents=("a",), family="qa", grader="qa")
     with pytest.raises(ValueError, match="name its grading family once"):

@@ -35,16 +35,17 @@ The reference's names (its ``adv_estimator`` values and versions) take the group
 False. "agent" there means the row pool of g, "traj" the cell pool of g and the cell average c_i
 as numerator:
 
-==================  ====================  ======================  ======================
-estimator           numerator             mean over               std over
-==================  ====================  ======================  ======================
-``agent_agent``     row score x_i         rows of g               rows of g
-``traj_traj``       cell average c_i      cells of g              cells of g
-``agent_traj``      row score x_i         rows of g               cells of g
-``traj_agent``      cell average c_i      cells of g              rows of g
-``auto``/``master`` ``agent_agent`` if group_by_agent else ``traj_traj``
-``3b556f2``         ``drmas`` if group_by_agent else ``grpo_first_row`` (the 2025-10 version)
-==================  ====================  ======================  ======================
+=======================  ====================  ======================  ======================
+estimator                numerator             mean over               std over
+=======================  ====================  ======================  ======================
+``agent_agent``          row score x_i         rows of g               rows of g
+``traj_traj``            cell average c_i      cells of g              cells of g
+``agent_traj``           row score x_i         rows of g               cells of g
+``traj_agent``           cell average c_i      cells of g              rows of g
+``auto``/``master``      ``agent_agent`` if group_by_agent else ``traj_traj``
+``reference_2025_10``    ``drmas`` if group_by_agent else ``grpo_first_row`` (the 2025-10 version,
+                         commit 3b556f2; ``3b556f2`` is its alias, the reference vectors' name)
+=======================  ====================  ======================  ======================
 
 So with group_by_agent True ``agent_agent`` = ``master`` = ``drmas``; with False ``agent_agent`` =
 ``global_step`` and ``traj_traj`` = ``master`` = ``grpo``. Earlier versions of this module registered
@@ -85,6 +86,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from drmas_bench.registry import Registry
 from drmas_trainer.segments import dense_ids as _dense_ids
 from drmas_trainer.segments import segment_moments as _segment_moments
 from drmas_trainer.segments import take as _take
@@ -271,7 +273,7 @@ class Rows:
 # ----------------------------------------------------------------------------------------------
 
 Estimator = Callable[[Rows], Terms]
-ESTIMATORS: dict[str, Estimator] = {}
+ESTIMATORS: Registry[Estimator] = Registry("advantage estimator", error=ValueError)
 #: names whose meaning depends on ``group_by_agent`` (the reference's names); the rest fix their index
 GROUP_INDEXED: set[str] = set()
 #: names that meant something else before they took the reference's meaning -> the old estimator's name
@@ -293,12 +295,9 @@ def register_estimator(name: str, *aliases: str, group_indexed: bool = False) ->
     """
 
     def deco(fn: Estimator) -> Estimator:
-        for key in (name, *aliases):
-            if key in ESTIMATORS:
-                raise ValueError(f"estimator {key!r} is already registered")
-            ESTIMATORS[key] = fn
-            if group_indexed:
-                GROUP_INDEXED.add(key)
+        ESTIMATORS.register(name, fn, aliases=aliases)
+        if group_indexed:
+            GROUP_INDEXED.update((name, *aliases))
         return fn
 
     return deco
@@ -418,10 +417,11 @@ def auto(r: Rows) -> Terms:
     return agent_agent(r) if r.group_by_agent else traj_traj(r)
 
 
-@register_estimator("3b556f2", group_indexed=True)
-def v2025_10(r: Rows) -> Terms:
-    """The reference's 2025-10 estimator (master @ 3b556f2): ``drmas`` if group_by_agent, else
-    ``grpo_first_row`` (statistics over the first row of each (uid, traj) in batch order)."""
+@register_estimator("reference_2025_10", "3b556f2", group_indexed=True)
+def reference_2025_10(r: Rows) -> Terms:
+    """The reference's 2025-10 estimator (its master at commit 3b556f2, the name the reference
+    vectors give it, kept as an alias): ``drmas`` if group_by_agent, else ``grpo_first_row``
+    (statistics over the first row of each (uid, traj) in batch order)."""
     r.group  # noqa: B018  (refuses to run without group_by_agent)
     return drmas(r) if r.group_by_agent else grpo_first_row(r)
 
@@ -438,8 +438,7 @@ def check_group_index(estimator: str, group_by_agent: bool | None) -> None:
     different estimator in this project before (see :data:`RENAMED`), and the reference itself
     always runs them under an explicit ``group_by_agent_id``.
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {estimator!r}; known: {', '.join(estimator_names())}")
+    ESTIMATORS.get(estimator)  # an unknown name: one ValueError listing the known ones
     if needs_group_index(estimator) and group_by_agent is None:
         was = f"; what this project called {estimator!r} before is {RENAMED[estimator]!r}" if estimator in RENAMED else ""
         raise ValueError(f"estimator {estimator!r} is the reference's and needs group_by_agent "
@@ -487,7 +486,7 @@ def compute_advantages(
             (trajectory values over the uid, reference master's baseline), ``"grpo_first_row"``,
             ``"global_step"``, ``"drmas_mean_only"``, ``"drmas_std_only"``, ``"grpo_row_score"``.
             The reference's names (``"agent_agent"``, ``"traj_traj"``, ``"agent_traj"``,
-            ``"traj_agent"``, ``"auto"`` = ``"master"``, ``"3b556f2"``) need ``group_by_agent``.
+            ``"traj_agent"``, ``"auto"`` = ``"master"``, ``"reference_2025_10"`` = ``"3b556f2"``) need ``group_by_agent``.
         norm_by_std: True divides by ``std + eps``; False returns the mean-centred score only.
         eps: added to the std in the denominator (reference: 1e-6).
         single_row: rule for a statistic computed over a single value.
@@ -499,7 +498,7 @@ def compute_advantages(
             refused by the others (whose name already fixes the index), so that a name never
             runs under an index its caller did not choose.
 
-    Rows may come in any order; only ``grpo_first_row`` (and ``3b556f2`` by uid) depends on it:
+    Rows may come in any order; only ``grpo_first_row`` (and ``reference_2025_10`` by uid) depends on it:
     its "first row" is the lowest row index of the trajectory. Statistics use exactly the rows given: call before padding.
 
     Returns:
@@ -534,7 +533,7 @@ def advantages64(scores: Tensor, uid: Tensor, traj: Tensor, agent: Tensor, estim
     if not bool(torch.isfinite(x).all()):
         raise ValueError("scores contain NaN or inf")
     rows = Rows(x, *(t.detach().to("cpu", torch.int64) for t in (uid, traj, agent)), group_by_agent=group_by_agent)
-    return _normalise(ESTIMATORS[estimator](rows), norm_by_std, eps, single_row, std_floor)
+    return _normalise(ESTIMATORS.get(estimator)(rows), norm_by_std, eps, single_row, std_floor)
 
 
 def _normalise(terms: Terms, norm_by_std: bool, eps: float, single_row: SingleRow, std_floor: float) -> Tensor:

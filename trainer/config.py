@@ -222,7 +222,7 @@ class AlgoConfig(CoercingSchema):
     estimator: str = Field("drmas", description="drmas | grpo | grpo_first_row | global_step | drmas_mean_only | "
                                                 "drmas_std_only | grpo_row_score; the reference's names (need "
                                                 "group_by_agent): agent_agent | traj_traj | agent_traj | traj_agent | "
-                                                "auto | master | 3b556f2 (docs/advantages.md)")
+                                                "auto | master | reference_2025_10 (alias 3b556f2) (docs/advantages.md)")
     group_by_agent: Optional[bool] = Field(None, description="the reference's group_by_agent_id, for its estimator "
                                                              "names only: true pools per (uid, agent), false per uid")
     norm_by_std: bool = Field(True, description="false: mean-centred scores only")

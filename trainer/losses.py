@@ -36,6 +36,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from drmas_bench.registry import Registry
+
 __all__ = ["AGG_MODES", "KL_PENALTIES", "POLICY_LOSSES", "TokenLoss", "agg_loss", "kl_kind", "kl_penalty", "loss_mode",
            "masked_mean", "policy_loss"]
 
@@ -97,18 +99,12 @@ def agg_loss(loss_mat: Tensor, mask: Tensor, agg: str) -> Tensor:
 
 
 #: per-token KL estimators by name (verl's ``kl_penalty`` kinds): ``fn(logp, ref_logp) -> [B, T]``
-KL_PENALTIES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {}
+KL_PENALTIES: Registry[Callable[[Tensor, Tensor], Tensor]] = Registry("kl_type", error=ValueError)
 
 
-def kl_kind(*names: str) -> Callable:
-    """Register a per-token KL estimator under ``names`` (a new kind is one decorated function)."""
-    def deco(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
-        for n in names:
-            if n in KL_PENALTIES:
-                raise ValueError(f"KL kind {n!r} is already registered")
-            KL_PENALTIES[n] = fn
-        return fn
-    return deco
+def kl_kind(name: str, *aliases: str) -> Callable:
+    """Register a per-token KL estimator under ``name`` and ``aliases`` (a new kind is one decorated function)."""
+    return KL_PENALTIES.register(name, aliases=aliases)
 
 
 @kl_kind("k1", "kl")
@@ -147,10 +143,7 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kl_type: str = "k3") -> Tensor:
         kl_type: a name of :data:`KL_PENALTIES`: ``k1`` = ``kl``, ``abs``, ``k2`` = ``mse``,
             ``k3`` = ``low_var_kl`` (verl's names).
     """
-    fn = KL_PENALTIES.get(kl_type)
-    if fn is None:
-        raise ValueError(f"unknown kl_type {kl_type!r}; known: {', '.join(KL_PENALTIES)}")
-    return fn(logp, ref_logp)
+    return KL_PENALTIES.get(kl_type)(logp, ref_logp)  # an unknown name: one ValueError listing the known ones
 
 
 @dataclass
@@ -173,15 +166,13 @@ class TokenLoss:
 
 
 #: policy-loss modes: ``fn(logp, log_ratio, adv, mask, clip_low, clip_high, dual_clip) -> TokenLoss``
-POLICY_LOSSES: dict[str, Callable[..., TokenLoss]] = {}
+POLICY_LOSSES: Registry[Callable[..., TokenLoss]] = Registry("policy loss mode", error=ValueError)
 
 
 def loss_mode(name: str, clip_low: float, clip_high: float, agg: Agg) -> Callable:
     """Register a policy-loss mode (``algo.loss``) under ``name`` with its default clip and aggregation."""
     def deco(fn: Callable[..., TokenLoss]) -> Callable[..., TokenLoss]:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = fn
+        POLICY_LOSSES.register(name, fn)
         _MODE_DEFAULTS[name] = (clip_low, clip_high, agg)
         return fn
     return deco
@@ -222,8 +213,7 @@ def _gspo(logp: Tensor, log_ratio: Tensor, adv: Tensor, m: Tensor, clip_low: flo
 def _settings(mode: str, clip_low: float | None, clip_high: float | None, agg: str | None,
               dual_clip: float | None) -> tuple[float, float, str]:
     """The mode's defaults filled in and checked: (clip_low, clip_high, agg)."""
-    if mode not in POLICY_LOSSES:
-        raise ValueError(f"unknown policy loss mode {mode!r}; known: {', '.join(POLICY_LOSSES)}")
+    POLICY_LOSSES.get(mode)  # an unknown name: one ValueError listing the known ones
     d_low, d_high, d_agg = _MODE_DEFAULTS[mode]
     agg = d_agg if agg is None else agg
     if agg not in AGG_MODES:
@@ -321,7 +311,7 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     m = mask.bool()
     adv = _zero_out(_check_shapes(logp, old_logp, advantages, mask).detach().to(work), m)
     log_ratio = _zero_out(logp - old_logp.detach().to(work), m)  # 0 (and no gradient) off the mask
-    t = POLICY_LOSSES[mode](logp, log_ratio, adv, m, clip_low, clip_high, dual_clip)
+    t = POLICY_LOSSES.get(mode)(logp, log_ratio, adv, m, clip_low, clip_high, dual_clip)
     pg_tok = t.pg
     if pg_weights is not None:
         if pg_weights.shape != logp.shape:

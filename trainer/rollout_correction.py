@@ -36,6 +36,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from drmas_bench.registry import Registry
+
 __all__ = ["CORRECTIONS", "SAFETY_BOUND", "correction", "correction_weights", "log_ratio", "mismatch_metrics", "pad_lists",
            "seq_level"]
 
@@ -43,7 +45,7 @@ __all__ = ["CORRECTIONS", "SAFETY_BOUND", "correction", "correction_weights", "l
 SAFETY_BOUND = 20.0
 
 #: name -> fn(log_ratio [B, T], mask [B, T] bool, log_c float) -> weights [B, T] (0 on padding)
-CORRECTIONS: dict[str, Callable[[Tensor, Tensor, float], Tensor]] = {}
+CORRECTIONS: Registry[Callable[[Tensor, Tensor, float], Tensor]] = Registry("rollout correction", error=ValueError)
 #: names whose weight is one number per sequence (their ratio metrics are per sequence too)
 _SEQ_LEVEL: set[str] = set()
 #: names that drop (weight 0) rather than truncate
@@ -55,9 +57,7 @@ def correction(name: str, *, seq: bool = False, masks: bool = False) -> Callable
     ``seq``: its weight is per sequence; ``masks``: it drops tokens (weight 0) above the threshold."""
 
     def deco(fn: Callable[[Tensor, Tensor, float], Tensor]) -> Callable[[Tensor, Tensor, float], Tensor]:
-        if name in CORRECTIONS:
-            raise ValueError(f"rollout correction {name!r} registered twice")
-        CORRECTIONS[name] = fn
+        CORRECTIONS.register(name, fn)
         if seq:
             _SEQ_LEVEL.add(name)
         if masks:
@@ -117,8 +117,7 @@ def _mis_seq(lr: Tensor, mask: Tensor, log_c: float) -> Tensor:
 
 
 def _check(name: str, threshold: float, *shapes: Tensor) -> None:
-    if name not in CORRECTIONS:
-        raise ValueError(f"unknown rollout correction {name!r}; known: {', '.join(CORRECTIONS)}")
+    CORRECTIONS.get(name)  # an unknown name: one ValueError listing the known ones
     if not (math.isfinite(threshold) and threshold > 1.0):
         raise ValueError(f"the correction threshold must be a finite number > 1, got {threshold}")
     if any(t.shape != shapes[0].shape or t.dim() != 2 for t in shapes):
@@ -133,7 +132,7 @@ def correction_weights(name: str, old_logp: Tensor, engine_logp: Tensor, mask: T
     (0 on padding; 1 on real tokens for ``none``). ``threshold`` is C (> 1)."""
     _check(name, threshold, old_logp, engine_logp, mask)
     m = mask.bool()
-    w = CORRECTIONS[name](log_ratio(old_logp, engine_logp, m), m, math.log(threshold))
+    w = CORRECTIONS.get(name)(log_ratio(old_logp, engine_logp, m), m, math.log(threshold))
     return w.float().detach()
 
 
@@ -177,7 +176,7 @@ def mismatch_metrics(old_logp: Tensor, engine_logp: Tensor, mask: Tensor, name: 
         high, low = lr > log_c, lr < -log_c
         ratio_mean = tok(r_tok)
         ratio_max = float(r_tok.masked_fill(~m, -math.inf).max())
-    w = CORRECTIONS[name](lr, m, log_c)
+    w = CORRECTIONS.get(name)(lr, m, log_c)
     return {
         "kl": tok(-lr),
         "k3_kl": tok(r_tok - lr - 1.0),

@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--estimator", help="advantage estimator: drmas, grpo, grpo_first_row, global_step, drmas_mean_only, "
                                        "drmas_std_only, grpo_row_score, or a reference name with "
                                        "--set algo.group_by_agent=true|false: agent_agent, traj_traj, agent_traj, "
-                                       "traj_agent, auto, master, 3b556f2 (default: the recipe's; docs/advantages.md)")
+                                       "traj_agent, auto, master, reference_2025_10 (default: the recipe's; docs/advantages.md)")
     p.add_argument("--loss", choices=["ppo", "gspo"], help="policy loss (default: the recipe's)")
     p.add_argument("--shared", action="store_true", help="agents with the same model share one worker group")
     p.add_argument("--out", help="run directory (default runs/<recipe>-<estimator>[-by_agent|-by_uid][-shared]-s<seed>)")

@@ -6,7 +6,7 @@
     engine = make_engine("sglang", "Qwen/Qwen3-4B", mem_fraction_static=0.5)
     completions = await engine.generate([request, ...])
 
-Adding a backend = one entry in ``ENGINES`` ("module:Class", imported only when asked for) and a
+Adding a backend = one entry in ``ENGINES`` (a lazy "module:Class", imported only when asked for) and a
 class that implements ``base.Engine`` with an ``Options`` dataclass and declares its traits
 (``base.EngineBase``: ``remote``, ``process_wide``, ``gpu_memory_fraction``, ``serves_adapters``). Code outside this
 package asks :func:`traits` or the options (``hosting.option_names``), never an engine's name.
@@ -15,25 +15,21 @@ package asks :func:`traits` or the options (``hosting.option_names``), never an 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
 from drmas_bench.engines.base import Engine, EngineError, parse_options
+from drmas_bench.registry import Registry
 
-ENGINES: dict[str, str] = {
-    "hf": "drmas_bench.engines.hf:HFEngine",
-    "openai": "drmas_bench.engines.openai:OpenAIEngine",
-    "sglang": "drmas_bench.engines.sglang:SGLangEngine",
-}
+ENGINES: Registry[type] = Registry("engine", error=EngineError)
+ENGINES.register("hf", "drmas_bench.engines.hf:HFEngine")
+ENGINES.register("openai", "drmas_bench.engines.openai:OpenAIEngine")
+ENGINES.register("sglang", "drmas_bench.engines.sglang:SGLangEngine")
 
 
 def engine_class(kind: str) -> type:
-    """The class registered under ``kind`` (imports its module)."""
-    if kind not in ENGINES:
-        raise EngineError(f"unknown engine {kind!r}; choose one of: {', '.join(sorted(ENGINES))}")
-    module, _, cls = ENGINES[kind].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    """The class registered under ``kind`` (imports its module); an unknown kind is an EngineError."""
+    return ENGINES.get(kind)
 
 
 DEFAULT_ENGINE = "hf"  # what a worker group runs on when nothing names an engine

@@ -8,7 +8,6 @@ output is replaced only with ``force``.
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.export.source import load_finished
+from drmas_bench.registry import Registry, resolve
 from drmas_bench.types import UserError
 
 
@@ -29,13 +29,12 @@ class Format:
     check: str | None = None  # "module:function" raising a UserError when the format's extra is missing
 
 
-FORMATS: dict[str, Format] = {
-    "inspect": Format("drmas_bench.export.inspect_log:write_inspect", "export/inspect.eval", False,
+FORMATS: Registry[Format] = Registry("export format")
+FORMATS.register("inspect", Format("drmas_bench.export.inspect_log:write_inspect", "export/inspect.eval", False,
                       "an Inspect AI log (.eval): one sample per trajectory, every agent's turns, scores, usage",
-                      "drmas_bench.export:require_inspect"),
-    "hub": Format("drmas_bench.export.hub:write_hub", "export/hub", True,
-                  "a Hugging Face model card (README.md with model-index eval results) + samples.parquet"),
-}
+                      "drmas_bench.export:require_inspect"))
+FORMATS.register("hub", Format("drmas_bench.export.hub:write_hub", "export/hub", True,
+                  "a Hugging Face model card (README.md with model-index eval results) + samples.parquet"))
 
 
 def require_inspect() -> None:
@@ -48,18 +47,14 @@ def require_inspect() -> None:
 
 
 def _resolve(ref: str) -> Any:
-    module, name = ref.split(":")
-    return getattr(importlib.import_module(module), name)
+    return resolve(ref)
 
 
 def export_run(run_dir: str | os.PathLike, fmt: str, out: str | os.PathLike | None = None,
                force: bool = False) -> list[Path]:
     """Export ``run_dir`` as ``fmt`` to ``out`` (default: the format's path inside the run dir);
     returns the files written. An existing ``out`` is refused unless ``force``."""
-    if fmt not in FORMATS:
-        raise UserError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
-
-    f = FORMATS[fmt]
+    f = FORMATS.get(fmt)
     if f.check:
         _resolve(f.check)()
     dest = Path(out) if out is not None else Path(run_dir) / f.default_out

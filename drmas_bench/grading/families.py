@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from drmas_bench.discovery import discover
+from drmas_bench.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -24,26 +25,22 @@ class Family:
     takes_grader: bool = False
 
 
-FAMILIES: dict[str, Family] = {}
+FAMILIES: Registry[Family] = Registry("grading family", filled_by_suites=True)
 
 
 def register_family(name: str, family: Family) -> Family:
-    """Register grading family ``name`` (a suite's ``__init__`` does, once)."""
-    if name in FAMILIES and FAMILIES[name] is not family:
-        raise ValueError(f"grading family {name!r} registered twice")
-    FAMILIES[name] = family
+    """Register grading family ``name`` (a suite's ``grading.py`` does, once)."""
+    FAMILIES.register(name, family)
     return family
 
 
 def takes_grader(family: str) -> bool:
     """Whether grading family ``family`` (unknown or mixed ones: no) takes ``--grader``."""
     discover()
-    return family in FAMILIES and FAMILIES[family].takes_grader
+    return family in FAMILIES and FAMILIES.get(family).takes_grader
 
 
 def grade_family(family: str, pairs, timeout_s: float = 5.0, math_grader: str | None = None) -> list[tuple[bool, dict]]:
     """Grade ``pairs`` ((final answer or None, gold answers), ...) by grading family ``family``."""
     discover()
-    if family not in FAMILIES:
-        raise ValueError(f"unknown grading family {family!r}; known: {', '.join(sorted(FAMILIES))}")
-    return FAMILIES[family].grade(pairs, timeout_s, math_grader)
+    return FAMILIES.get(family).grade(pairs, timeout_s, math_grader)

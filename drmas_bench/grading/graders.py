@@ -27,7 +27,7 @@ from typing import Callable
 
 from drmas_bench.grading.compat import compat_equal
 from drmas_bench.grading.extract import extract_boxed, extract_boxed_strict
-from drmas_bench.types import UserError
+from drmas_bench.registry import Registry
 
 DEFAULT_GRADER = "careful"
 # names that once meant something else: refused with this hint rather than silently remapped
@@ -53,20 +53,18 @@ class MathGrader:
         return {"name": self.name, "version": self.version}
 
 
-GRADERS: dict[str, MathGrader] = {}
+GRADERS: Registry[MathGrader] = Registry("math grader", hints=RENAMED)
 
 
 def register(grader: MathGrader) -> MathGrader:
-    GRADERS[grader.name] = grader
+    """Register a math grader under its name."""
+    GRADERS.register(grader.name, grader)
     return grader
 
 
 def get_grader(name: str) -> MathGrader:
     """The registered grader called `name`; a UserError naming the known ones otherwise."""
-    if name in GRADERS:
-        return GRADERS[name]
-    hint = f" ({RENAMED[name]})" if name in RENAMED else ""
-    raise UserError(f"unknown math grader {name!r}{hint}; known: {', '.join(GRADERS)}")
+    return GRADERS.get(name)
 
 
 def _math() -> ModuleType:

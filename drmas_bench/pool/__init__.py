@@ -25,19 +25,17 @@ from drmas_bench.pool.base import EngineSpec, PoolBase, PoolEngineView, specs_fr
 from drmas_bench.pool.local import LocalPool
 from drmas_bench.pool.policy import BudgetError
 from drmas_bench.pool.ray_pool import RayPool  # imports ray only when a RayPool is made (cluster.import_ray)
-from drmas_bench.types import UserError
+from drmas_bench.registry import Registry
 
-POOLS = ("local", "ray")
+POOLS: Registry[type[PoolBase]] = Registry("pool")  # --pool's choices
+POOLS.register("local", LocalPool)
+POOLS.register("ray", RayPool)
 
 
 def make_pool(kind: str, groups: Mapping[str, Any], **options: Any) -> PoolBase:
     """A pool of ``kind`` (``local`` or ``ray``) over ``groups`` ({worker group: EngineSpec, ...});
-    ``options`` are the pool's options (see ``LocalPool`` / ``RayPool``)."""
-    if kind == "local":
-        return LocalPool(groups, **options)
-    if kind == "ray":
-        return RayPool(groups, **options)
-    raise UserError(f"unknown pool {kind!r}; choose one of: {', '.join(POOLS)}")
+    ``options`` are the pool's options (see ``LocalPool`` / ``RayPool``); an unknown kind is one UserError."""
+    return POOLS.get(kind)(groups, **options)
 
 
 __all__ = ["BudgetError", "EngineSpec", "LocalPool", "POOLS", "PoolBase", "PoolEngineView", "RayPool",

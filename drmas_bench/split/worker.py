@@ -54,13 +54,15 @@ def plan_blob(p: Any) -> bytes:
     kinds = {g.engine for g in p.team.worker_groups.values()}
     light = replace(p, resolved=replace(p.resolved, benches=[], wf=None))
     return pickle.dumps({"plan": light, "workflow": p.wf.name, "benchmarks": [b.name for b in p.benches],
-                         "engines": {k: ENGINES[k] for k in kinds if k in ENGINES}})
+                         "engines": {k: ENGINES.entry(k) for k in kinds if k in ENGINES}})
 
 
 def plan_from_blob(blob: bytes) -> Any:
     """The plan ``plan_blob`` packed, its workflow and benchmarks from this process's registries."""
     doc = pickle.loads(blob)
-    ENGINES.update(doc["engines"])
+    for kind, entry in doc["engines"].items():  # the built-in ones are registered here already
+        if kind not in ENGINES:
+            ENGINES.register(kind, entry)
     p = doc["plan"]
     benches = [get_benchmark(name) for name in doc["benchmarks"]]
     return replace(p, resolved=replace(p.resolved, benches=benches, wf=get_workflow(doc["workflow"])))

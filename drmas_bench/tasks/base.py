@@ -1,8 +1,9 @@
 """What a benchmark is and how it is registered: the leaf every suite module imports.
 
-``Benchmark`` (one entry per benchmark), ``register`` (adds it to ``BENCHMARKS``) and the small
-record helpers the suites' ``to_task`` functions share. Loading, selecting and the hub live in
-``registry``, which imports the suites; the suites import only this module, so nothing imports back.
+``Benchmark`` (one entry per benchmark), ``register`` (adds it to ``BENCHMARKS``), ``Suite`` and
+``register_suite`` (``SUITES``), and the small record helpers the suites' ``to_task`` functions
+share. Loading, selecting and the hub live in ``tasks.catalog``; the suites import only this module
+(through ``drmas_bench.suite``), so nothing imports back.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from drmas_bench.registry import Registry
 from drmas_bench.types import Task
 
 
@@ -61,8 +63,9 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class Suite:
-    """A benchmark suite, declared by its module (``tasks/<suite>.py``, before its benchmarks): what
-    a run of its benchmarks uses unless a flag or a team file says otherwise."""
+    """A benchmark suite, declared in its folder (``drmas_bench/suites/<suite>/benchmarks.py``, or a
+    package of your own: docs/architecture.md), before its benchmarks: what a run of its benchmarks
+    uses unless a flag or a team file says otherwise."""
 
     name: str  # used on the command line (``--suite``)
     workflow: str  # the default workflow, a key of drmas_bench.workflows.WORKFLOWS
@@ -70,28 +73,26 @@ class Suite:
     family: str  # the grading family of its benchmarks (a key of grading.families.FAMILIES)
 
 
-BENCHMARKS: dict[str, Benchmark] = {}
-SUITES: dict[str, Suite] = {}
+BENCHMARKS: Registry[Benchmark] = Registry("benchmark", filled_by_suites=True)
+SUITES: Registry[Suite] = Registry("suite", filled_by_suites=True)
 SPLITS = ("test", "train")
 
 
 def register_suite(s: Suite) -> Suite:
-    if s.name in SUITES:
-        raise ValueError(f"suite {s.name!r} registered twice")
-    SUITES[s.name] = s
+    """Register suite ``s`` (its ``benchmarks.py`` does, before its benchmarks)."""
+    SUITES.register(s.name, s)
     return s
 
 
 def register(b: Benchmark) -> Benchmark:
-    if b.name in BENCHMARKS:
-        raise ValueError(f"benchmark {b.name!r} registered twice")
+    """Register benchmark ``b`` of a registered suite; returns it with its suite's family when it names none."""
     if b.suite not in SUITES:
         raise ValueError(f"benchmark {b.name!r}: unknown suite {b.suite!r}")
     if b.split not in SPLITS:
         raise ValueError(f"benchmark {b.name!r}: unknown split {b.split!r}")
     if not b.family:
-        b = replace(b, family=SUITES[b.suite].family)
-    BENCHMARKS[b.name] = b
+        b = replace(b, family=SUITES.get(b.suite).family)
+    BENCHMARKS.register(b.name, b)
     return b
 
 

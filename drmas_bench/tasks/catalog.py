@@ -33,51 +33,43 @@ from drmas_bench.types import Task, UserError
 ENV_DATA_DIR = "DRMAS_DATA_DIR"
 
 
-def _ensure_loaded() -> None:
-    # discovering the suites registers their suites and benchmarks (drmas_bench/suites/<suite>/);
-    # suites are kept in name order, benchmarks suite by suite, whichever suite was imported first
-
-    discover()
-    if list(SUITES) != sorted(SUITES):
-        items = sorted(SUITES.items())
-        SUITES.clear()
-        SUITES.update(items)
-    names = list(SUITES)
-    order = sorted(BENCHMARKS.values(), key=lambda b: names.index(b.suite))
-    if list(BENCHMARKS) != [b.name for b in order]:
-        BENCHMARKS.clear()
-        BENCHMARKS.update((b.name, b) for b in order)
-
-
 def suite_names() -> tuple[str, ...]:
-    """The registered suites' names (``--suite``'s choices)."""
-    _ensure_loaded()
-    return tuple(SUITES)
+    """The registered suites' names in name order (``--suite``'s choices); the suites are discovered
+    first (drmas_bench/suites/<suite>/ and the outside ones: ``drmas_bench.discovery``)."""
+    discover()
+    return tuple(sorted(SUITES))
 
 
 def get_suite(name: str) -> Suite:
-    _ensure_loaded()
+    """The suite ``name``; an unknown name is one UserError listing the known ones."""
+    discover()
     if name not in SUITES:
-        raise UserError(f"unknown suite {name!r}; known: {', '.join(SUITES)}")
-    return SUITES[name]
+        raise UserError(f"unknown suite {name!r}; known: {', '.join(suite_names())}")
+    return SUITES.get(name)
+
+
+def _benchmarks() -> list[Benchmark]:
+    """Every registered benchmark, suite by suite (in name order), each suite's in its registration order."""
+    names = suite_names()
+    return sorted(BENCHMARKS.values(), key=lambda b: names.index(b.suite))
 
 
 def known_names() -> list[str]:
-    _ensure_loaded()
-    return list(BENCHMARKS)
+    return [b.name for b in _benchmarks()]
 
 
 def get_benchmark(name: str) -> Benchmark:
-    _ensure_loaded()
+    """The benchmark ``name``; an unknown name is one UserError listing the known ones."""
+    discover()
     if name not in BENCHMARKS:
-        raise UserError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
-    return BENCHMARKS[name]
+        raise UserError(f"unknown benchmark {name!r}; known: {', '.join(known_names())}")
+    return BENCHMARKS.get(name)
 
 
 def benchmarks_of_suite(suite: str, split: str = "test") -> list[Benchmark]:
     """The suite's evaluation benchmarks (``split="test"``) or its training sets (``"train"``)."""
     get_suite(suite)
-    return [b for b in BENCHMARKS.values() if b.suite == suite and b.split == split]
+    return [b for b in _benchmarks() if b.suite == suite and b.split == split]
 
 
 def select_benchmarks(suite: str | None, names: str | list[str] | None) -> list[Benchmark]:

@@ -25,6 +25,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from drmas_bench.discovery import discover
 from drmas_bench.records import RecordView
+from drmas_bench.registry import Registry
 from drmas_bench.types import Completion, Request, Sampling, SFTExample, Task, Trajectory, Turn, UserError
 from drmas_bench.workflows.rules import FormatRule, Rule, as_rule
 
@@ -79,7 +80,7 @@ class WorkflowSpec:
     record_figures: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
-WORKFLOWS: dict[str, WorkflowSpec] = {}
+WORKFLOWS: Registry[WorkflowSpec] = Registry("workflow", filled_by_suites=True)
 
 
 def workflow(name: str, agents: tuple[str, ...], family: str | None = None, needs_retriever: bool = False,
@@ -132,14 +133,12 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
     fam: str = family if family is not None else str(grader)
 
     def deco(fn):
-        if name in WORKFLOWS:
-            raise ValueError(f"workflow {name!r} registered twice")
         prompts_file = Path(inspect.getfile(fn)).with_name(f"{name}.prompts.yaml") if placeholders else None
-        WORKFLOWS[name] = WorkflowSpec(name, fn, agents, fam, needs_retriever, signature_defaults(fn),
+        WORKFLOWS.register(name, WorkflowSpec(name, fn, agents, fam, needs_retriever, signature_defaults(fn),
                                        {a: as_rule(r) for a, r in (rules or {}).items()}, effects,
                                        dict(placeholders or {}), prompt_limit, sft, round1_answer, env_step_agent,
                                        title or name, dict(labels or {}), prompts_file, env_step_kinds,
-                                       record_figures)
+                                       record_figures))
         return fn
 
     return deco
@@ -156,7 +155,7 @@ def signature_defaults(fn: Callable[..., Any]) -> dict[str, Any]:
     return {p.name: p.default for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
-def registered_workflows() -> dict[str, WorkflowSpec]:
+def registered_workflows() -> Registry[WorkflowSpec]:
     """Every registered workflow, the suites discovered first (`drmas_bench.discovery`: a suite
     registers its workflows when it is imported; nothing here imports a suite)."""
     discover()
@@ -165,15 +164,12 @@ def registered_workflows() -> dict[str, WorkflowSpec]:
 
 def find_workflow(name: str | None) -> WorkflowSpec | None:
     """The registered workflow ``name``, None when there is none (or no name)."""
-    return registered_workflows().get(name or "")
+    return registered_workflows().find(name)
 
 
 def get_workflow(name: str) -> WorkflowSpec:
     """The registered workflow ``name``; an unknown name is one UserError listing the known ones."""
-    spec = find_workflow(name)
-    if spec is None:
-        raise UserError(f"unknown workflow {name!r}; known: {', '.join(workflow_names())}")
-    return spec
+    return registered_workflows().get(name)
 
 
 def workflow_names() -> list[str]:

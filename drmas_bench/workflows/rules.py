@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from drmas_bench.discovery import discover
 from drmas_bench.records import RecordView
+from drmas_bench.registry import Registry
 
 Parsed = tuple[str | None, str | None]  # (the action a reply took, the verdict it gave); None: it has none
 
@@ -57,10 +58,10 @@ class FormatRule:
         return list(self.reasons(text))
 
 
-RULES: dict[str, FormatRule] = {}
+RULES: Registry[FormatRule] = Registry("format rule", filled_by_suites=True)
 
 
-def registered_rules() -> dict[str, FormatRule]:
+def registered_rules() -> Registry[FormatRule]:
     """Every registered format rule, the suites discovered first (`drmas_bench.discovery`)."""
     discover()
     return RULES
@@ -68,9 +69,7 @@ def registered_rules() -> dict[str, FormatRule]:
 
 def format_rule(rule: FormatRule) -> FormatRule:
     """Register ``rule`` under its name (how a workflow may name it); returns it."""
-    if rule.name in RULES and RULES[rule.name] is not rule:
-        raise ValueError(f"format rule {rule.name!r} registered twice")
-    RULES[rule.name] = rule
+    RULES.register(rule.name, rule)
     return rule
 
 
@@ -83,9 +82,7 @@ def as_rule(rule: Rule) -> FormatRule:
     if isinstance(rule, FormatRule):
         return rule
     if isinstance(rule, str):
-        if rule not in registered_rules():
-            raise ValueError(f"unknown format rule {rule!r}; known: {', '.join(sorted(RULES))}")
-        return RULES[rule]
+        return registered_rules().get(rule)
     return FormatRule(getattr(rule, "__name__", repr(rule)), rule)
 
 
