@@ -39,7 +39,7 @@ from drmas_bench.suites.math.math_refine import FLIPS, round1_correct
 from drmas_bench.suites.math.refine_loop import ANSWERING
 from drmas_bench.suites.search.rules import ACTION_KINDS, action_kind, search_steps
 from drmas_bench.suites.search.search_route import SEARCH_EPISODE_KEYS, evidence_at_answer
-from drmas_bench.workflows import protocol as proto
+from protocol_roles import P as proto
 from drmas_bench.workflows.rules import ordered_reasons
 
 

@@ -15,7 +15,7 @@ from drmas_bench.metrics import compliance, infer_workflow, invalid_reasons, rol
 from drmas_bench.report.markdown import format_summary_markdown
 from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.suites.search.rules import action_kind
-from drmas_bench.workflows import protocol as P
+from protocol_roles import P
 from drmas_bench.workflows.base import Episode
 
 # ------------------------------------------------------------------ a plain reference implementation

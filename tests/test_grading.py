@@ -647,7 +647,7 @@ def test_a_gold_that_normalises_to_empty_is_matched_by_its_spelling_only(gold):
 
 
 def test_empty_gold_reward_in_the_search_env_is_its_spelling():
-    from drmas_bench.workflows.protocol import SearchEnv
+    from drmas_bench.suites.search.env import SearchEnv
 
     for gold in (["The The"], ["!!!"], ["A+", "*"]):
         for action in ("<answer></answer>", "<answer>The</answer>", "<answer>The The The</answer>", "<answer>!!!</answer>"):

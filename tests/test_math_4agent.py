@@ -20,7 +20,7 @@ from drmas_bench.suites.math.math_4agent import math4_effects
 from drmas_bench.suites.math.refine_loop import CRITIC, REFINER, critique_splice, refine_loop
 from drmas_bench.types import Task
 from drmas_bench.workflows import get_workflow
-from drmas_bench.workflows import protocol as P
+from protocol_roles import P
 from drmas_bench.workflows.base import Episode
 
 RULES = {"critic": CRITIC, "refiner": REFINER}

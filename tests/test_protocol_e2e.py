@@ -17,7 +17,7 @@ import yaml
 from fastapi import Request as FReq
 
 from drmas_bench.cli import main
-from drmas_bench.workflows import protocol as P
+from protocol_roles import P
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ from drmas_bench.grading.extract import extract_boxed_strict, reference_boxed
 from drmas_bench.grading.qa import empty_golds, grade_qa, normalize_qa
 from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import get_workflow
-from drmas_bench.workflows import protocol as P
+from protocol_roles import P
 from drmas_bench.workflows.base import Episode
 from drmas_retrieval import Hit
 

@@ -12,7 +12,7 @@ import pytest
 from drmas_bench.metrics import invalid_reasons
 from drmas_bench.api import evaluate_compute_matched
 from drmas_bench.report import compute_matched as CM
-from drmas_bench.workflows import protocol as P
+from protocol_roles import P
 from drmas_bench.suites.search.search_single import single_action, single_valid
 from test_workflows_protocol import ANSWER, MTASK, SEARCH, TASK, FakeRetriever, FakeScriptedAgents, run_wf
 
@@ -223,7 +223,6 @@ def test_math_single_warm_start_examples_are_the_workflows_own_prompts_with_boxe
     with probability solver_accuracy (else a near miss), reproducible from the seed."""
     import re
 
-    import drmas_bench.workflows.protocol as P
     from drmas_bench.workflows import get_workflow
     from drmas_bench.suites.math.math_single import math_single_sft_examples
 

@@ -152,6 +152,23 @@ def test_recipe_loads() -> None:
     assert cfg.algo.group_by_agent is True
 
 
+def test_fixer_accuracy_is_the_workflows_own_warm_start_option() -> None:
+    """``sft.fixer_accuracy`` is a keyword of toy_fixer's example maker, not a trainer field: checked by
+    name and type against that maker, refused for a workflow whose maker does not take it."""
+    from drmas_trainer.config import SFTConfig, load_config
+    from drmas_bench.types import UserError
+
+    assert "fixer_accuracy" not in SFTConfig.model_fields
+    assert load_config("tiny_fixer", {"sft.fixer_accuracy": 0.5}).sft.model_extra == {"fixer_accuracy": 0.5}
+    with pytest.raises(UserError, match="sft.fixer_accuracy: expected float"):
+        load_config("tiny_fixer", {"sft.fixer_accuracy": "lots"})
+    with pytest.raises(UserError, match="sft.fixer_acuracy: unknown key.*warm-start options: fixer_accuracy, "):
+        load_config("tiny_fixer", {"sft.fixer_acuracy": 0.5})
+    with pytest.raises(UserError, match="sft.fixer_accuracy: unknown key.*workflow toy's warm-start options: "
+                                        "checker_accuracy"):
+        load_config("tiny", {"sft.fixer_accuracy": 0.5})
+
+
 # ------------------------------------------------------------------------------ the study's 2 x 2
 
 

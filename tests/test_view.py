@@ -18,7 +18,7 @@ from drmas_bench import cli
 from drmas_bench.report import view as V
 from drmas_bench.report.runs import load_run
 from drmas_bench.types import UserError
-from drmas_bench.workflows import protocol as P
+from protocol_roles import P
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_view", ROOT / "scripts" / "bench_view.py")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import drmas_bench.workflows.protocol as P
+from protocol_roles import P
 from drmas_bench import models as M
 from drmas_bench.models.smollm2 import SEARCH_ADAPTER, adapter_dir, adapter_sha256
 from tests.conftest import find_data_dir

@@ -13,7 +13,7 @@ from drmas_bench.agents.team import build_team
 from drmas_bench.retrievers import retriever_record
 from drmas_bench.types import Completion, Request, Sampling, Task, UserError
 from drmas_bench.workflows import get_workflow
-from drmas_bench.workflows import protocol as P
+from protocol_roles import P
 from drmas_bench.workflows.base import Episode
 from drmas_retrieval import Hit
 

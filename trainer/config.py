@@ -29,13 +29,14 @@ shares full weights); ``shared`` and ``shared_base`` together are refused (pick 
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from drmas_bench.engines import ENGINES, traits
 from drmas_bench.files import safe_name
@@ -52,7 +53,7 @@ from drmas_bench.schema import (
     registered,
 )
 from drmas_bench.types import UserError
-from drmas_bench.workflows import workflow_names
+from drmas_bench.workflows import get_workflow, workflow_names
 from drmas_bench.yamlfile import read_yaml
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
@@ -279,7 +280,11 @@ class AlgoConfig(CoercingSchema):
 
 class SFTConfig(CoercingSchema):
     """Supervised warm start on generated toy examples (steps: 0 = none). Deliberately partial: the
-    solver's targets are right only ``solver_accuracy`` of the time, so RL has something to fix."""
+    solver's targets are right only ``solver_accuracy`` of the time, so RL has something to fix.
+    Other keys are the workflow's own warm-start options: keyword parameters of its example maker
+    (``@workflow(sft=...)``, e.g. toy_fixer's ``fixer_accuracy``), checked against it (``TrainConfig``)."""
+
+    model_config = ConfigDict(**{**COERCING, "extra": "allow"})
 
     steps: Int = RANGES["steps"].field(0, description="optimiser steps per agent (0 = no warm start); a shared group does the sum of its agents'")
     agent_steps: dict[str, Annotated[Int, RANGES["steps"].field()]] = Field(
@@ -289,7 +294,6 @@ class SFTConfig(CoercingSchema):
     seed: Int = Field(0, description="example generation")
     solver_accuracy: Float = Field(0.5, ge=0, le=1, description="share of solver targets with the right sum (the rest: near misses)")
     checker_accuracy: Float = Field(0.8, ge=0, le=1, description="share of checker targets with the right verdict")
-    fixer_accuracy: Float = Field(0.3, ge=0, le=1, description="toy_fixer: share of fixer targets with the right sum")
     retry_share: Float = RANGES["share"].field(0.2, description='share of solver examples on the "previous answer was rejected" prompt, in [0, 1]')
     max_operand: Int = Field(9, ge=0, description="toy operands are 0..max_operand")
 
@@ -394,6 +398,25 @@ class TrainConfig(CoercingSchema):
         if self.shared and self.shared_base:
             raise ValueError("shared (one set of weights for the group's agents) and shared_base (one frozen base, "
                              "an adapter per agent) exclude each other; set one of them")
+        return self
+
+    @model_validator(mode="after")
+    def _sft_options(self) -> "TrainConfig":
+        """The sft section's keys beyond its own are the workflow's warm-start options: each must be a
+        keyword parameter of its example maker, of its default's type."""
+        extra = dict(self.sft.model_extra or {})
+        if extra:
+            maker = get_workflow(self.workflow).sft
+            options = {p.name: p.default for p in inspect.signature(maker).parameters.values()
+                       if p.kind is p.KEYWORD_ONLY and p.default is not p.empty} if maker is not None else {}
+            for k, v in extra.items():
+                if k not in options:
+                    raise ValueError(f"sft.{k}: unknown key; the sft section's own keys: {', '.join(SFTConfig.model_fields)}"
+                                     f"; workflow {self.workflow}'s warm-start options: {', '.join(sorted(options)) or 'none'}")
+                d = options[k]
+                if d is not None and not isinstance(v, type(d)) and not (isinstance(d, float) and isinstance(v, int)
+                                                                        and not isinstance(v, bool)):
+                    raise ValueError(f"sft.{k}: expected {type(d).__name__} (like the default {d!r}), got {v!r}")
         return self
 
     @field_validator("device")

@@ -171,7 +171,7 @@ async def warm_start(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers
         for a, k in per_agent.items():
             examples += make_examples([a], k * s.batch_size, seed=derive_seed(s.seed, "sft", a),
                                       solver_accuracy=s.solver_accuracy, checker_accuracy=s.checker_accuracy,
-                                      fixer_accuracy=s.fixer_accuracy,
+                                      **(s.model_extra or {}),  # the workflow's own options (toy_fixer's fixer_accuracy)
                                       max_operand=s.max_operand, retry_share=s.retry_share,
                                       data_dir=cfg.data.data_dir, retriever=cfg.retriever,  # what search_route's maker reads
                                       workflow_options=cfg.workflow_options)

@@ -12,7 +12,7 @@ The reference saves, for each step it checkpoints::
 kept: ``"Qwen2.5-7B_Verifier Agent"``), a shared group ``"<model>_" + "_".join(agent ids without
 spaces)`` (``"Qwen2.5-7B_VerifierAgent_SearchAgent_AnswerAgent"``). The agent ids are the
 reference's agent registry names, mapped here to this project's workflows and agents
-(:data:`REFERENCE_AGENTS`); the workflow (and so the suite) is the one whose agents the checkpoint
+(:func:`reference_agents`, from the names the suites give their agents: ``Suite.agent_names``); the workflow (and so the suite) is the one whose agents the checkpoint
 holds exactly.
 
 :func:`team_folder` turns ``ROOT`` or ``ROOT/global_step_N`` into a team folder in the model cache,
@@ -44,7 +44,7 @@ from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from drmas_bench.models.model_cache import cache_dir
 from drmas_bench.tasks.catalog import get_suite, suite_names
 from drmas_bench.types import UserError
-from drmas_bench.workflows import get_workflow
+from drmas_bench.workflows import get_workflow, workflow_names
 from drmas_retrieval.locks import file_lock
 
 logger = logging.getLogger(__name__)
@@ -54,19 +54,22 @@ STEP_DIR = re.compile(r"^global_step_(\d+)$")
 LORA_DIR = "lora_adapter"
 MERGE_VERSION = 1  # part of the cache key: a change to how groups are merged merges them again
 
-# workflow -> {the reference's agent id: this workflow's agent}. The ids are the names in the
-# reference's agent registry (agent_system/agent/agents/*).
-REFERENCE_AGENTS: dict[str, dict[str, str]] = {
-    "math_refine": {"Solver Agent": "solver", "Verifier Agent": "verifier"},
-    "math_single": {"Solver Agent": "solver"},
-    "math_4agent": {"Solver Agent": "solver", "Critic Agent": "critic", "Refiner Agent": "refiner",
-                    "Verifier Agent": "verifier"},
-    "search_route": {"Verifier Agent": "verifier", "Search Agent": "searcher", "Answer Agent": "answerer"},
-}
+def reference_agents() -> dict[str, dict[str, str]]:
+    """workflow -> {the reference's agent id: this workflow's agent}, for every registered workflow
+    whose suite names all its agents (``Suite.agent_names``: the names in the reference's agent
+    registry, agent_system/agent/agents/*), in workflow-name order."""
+    out: dict[str, dict[str, str]] = {}
+    for name in workflow_names():
+        wf = get_workflow(name)
+        suite = _suite_of(wf)
+        names = get_suite(suite).agent_names if suite else {}
+        if names and all(a in names for a in wf.agents):
+            out[name] = {names[a]: a for a in wf.agents}
+    return out
 
 
 def known_ids() -> list[str]:
-    return sorted({a for m in REFERENCE_AGENTS.values() for a in m})
+    return sorted({a for m in reference_agents().values() for a in m})
 
 
 def is_reference_checkpoint(path: str | os.PathLike) -> bool:
@@ -137,7 +140,8 @@ def read_team(path: str | os.PathLike, workflow: str | None = None, suite: str |
             if a in holder:
                 raise UserError(f"{step}: agent {a!r} is in two worker groups ({holder[a]!r}, {wg!r})")
             holder[a] = wg
-    fits = [w for w, m in REFERENCE_AGENTS.items() if set(m) == set(holder)]
+    teams = reference_agents()
+    fits = [w for w, m in teams.items() if set(m) == set(holder)]
     if workflow:
         if workflow not in fits:
             raise UserError(f"{step}: --workflow {workflow} does not take the checkpoint's agents "
@@ -151,7 +155,7 @@ def read_team(path: str | os.PathLike, workflow: str | None = None, suite: str |
     # several fit: the suite's default workflow first
     defaults = {get_suite(s).workflow for s in suite_names()}
     w = next((w for w in fits if w in defaults), fits[0])
-    return ReferenceTeam(step, w, suites[w], groups, {REFERENCE_AGENTS[w][a]: wg for a, wg in holder.items()})
+    return ReferenceTeam(step, w, suites[w], groups, {teams[w][a]: wg for a, wg in holder.items()})
 
 
 def _suite_of(wf: Any) -> str | None:
@@ -161,7 +165,7 @@ def _suite_of(wf: Any) -> str | None:
 
 
 def _no_fit(step: Path, holder: dict, suite: str | None):
-    wants = "; ".join(f"{w}: {' + '.join(m)}" for w, m in REFERENCE_AGENTS.items())
+    wants = "; ".join(f"{w}: {' + '.join(m)}" for w, m in reference_agents().items())
     where = f" in suite {suite}" if suite else ""
     raise UserError(f"{step}: no workflow{where} has exactly the agents {', '.join(sorted(holder))} ({wants})")
 

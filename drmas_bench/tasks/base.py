@@ -71,6 +71,10 @@ class Suite:
     workflow: str  # the default workflow, a key of drmas_bench.workflows.WORKFLOWS
     max_new_tokens: int  # the default generation limit of each call
     family: str  # the grading family of its benchmarks (a key of grading.families.FAMILIES)
+    # {agent: the name the reference gives it}: how a team context names the agent (``{{agent_name}}``)
+    # and the agent id in a reference-trained (verl) checkpoint; a workflow of this suite whose
+    # agents all have one is a team such a checkpoint may hold (models.verl_ckpt.reference_agents)
+    agent_names: dict[str, str] = field(default_factory=dict, hash=False)
 
 
 BENCHMARKS: Registry[Benchmark] = Registry("benchmark", filled_by_suites=True)

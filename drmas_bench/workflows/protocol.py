@@ -1,28 +1,19 @@
-"""The interface protocol of REFERENCE.md §2b: what a model sees and must emit, as data plus rules.
+"""The interface protocol of REFERENCE.md §2b that every suite shares: the tag grammar, the chat
+layout, the rendering of a team context and an env history, and the prompt templates.
 
-Everything a reference-trained checkpoint learned lives here, so the workflows stay short. Each rule
-is checked against the reference's own outputs (tests/test_reference_vectors.py; the rule table is
-docs/protocol.md):
+What a role must emit and what is read off it is its suite's (the role table: ``suites/math/rules.py``
+for the solver and math_verifier, ``suites/search/rules.py`` for the search_verifier, searcher and
+answerer; the search environment: ``suites/search/env.py``); the pieces two suites use live here:
 
-- projection (what a response becomes: the team-context text and, for the searcher and answerer, the
-  env action): `project(role, text)`, built on `verify_splice` and `tag_action`;
-- validity (the c_inv format penalty): `reasons(role, text)` (every reason a response fails; each
-  role is registered as a format rule of that name), `valid(role, text)`, `has_cjk`;
-- verdicts: `math_verdict`, `search_verdict` (on the spliced response);
-- the search environment: `SearchEnv` (done test, reward = EM of the last answer match in the
-  episode's text, query extraction), `observation` (``<information>`` + JSON + ``</information>``);
+- tags: `verify_splice` (a verifier's projected text), `verify_reasons` (a verifier's validity),
+  `tag_action` (an actor's projected action), `think_reasons`, `has_cjk`;
 - rendering: `history` (``Step {n}:{A} {O}\\n`` entries, last 4 steps), `team_context`
-  (``\\nThe output of "{Agent Name}": {projected}\\n`` entries);
+  (``\\nThe output of "{Agent Name}": {projected}\\n`` entries, each agent under the name its suite
+  gives it);
 - chat layout: `chat(templates, role, **values)` -> the system line + the role prompt as the user
   message;
 - prompt templates: `Templates`, loaded from the file shipped beside each workflow
   (``<workflow>.prompts.yaml``), replaced by a team file's ``prompts:`` entry or ``--prompts FILE``.
-
-The five protocol roles (solver, math_verifier, search_verifier, searcher, answerer) are text
-functions here; each suite turns the roles its workflows use into format rules
-(``workflows.rules.FormatRule``: ``suites/math/rules.py``, ``suites/search/rules.py``), and the
-workflows' agents map onto them (the verifier agent is ``math_verifier`` in math_refine and
-``search_verifier`` in search_route).
 
 Template files (YAML)::
 
@@ -45,29 +36,22 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Literal, Mapping, Optional, Protocol, Sequence
 
 import yaml
 from pydantic import Field
 
 from drmas_bench.engines.prompt import TRUNCATE_SIDES
-from drmas_bench.grading.extract import has_boxed_answer
-from drmas_bench.grading.qa import grade_qa
 from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import find_workflow
 from drmas_bench.yamlfile import read_yaml
 
-# ------------------------------------------------------------------------------ roles and tags
+# ------------------------------------------------------------------------------ tags
 
-# the names the reference writes in the team context, per agent of our workflows
-AGENT_NAMES = {"solver": "Solver Agent", "verifier": "Verifier Agent", "searcher": "Search Agent",
-               "answerer": "Answer Agent", "critic": "Critic Agent", "refiner": "Refiner Agent"}
-ACTION_TAGS = {"searcher": "search", "answerer": "answer"}  # each looks for its own tag only
-VERIFIERS = ("math_verifier", "search_verifier")  # the roles whose reply is a <verify> verdict
 VERIFY_OPEN, VERIFY_CLOSE = "<verify>", "</verify>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CJK_LO, CJK_HI = "\u4e00", "\u9fff"  # CJK unified ideographs: a verifier / action response with one is invalid
@@ -92,6 +76,13 @@ def verify_splice(text: str) -> str:
     return text[:head] + text[head:end].strip() + text[end:]
 
 
+def verify_reasons(text: str) -> list[str]:
+    """Every reason a verifier's response (math or search) fails its validity rule:
+    missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk (`has_cjk`)."""
+    out = [] if VERIFY_OPEN in text and VERIFY_CLOSE in text else ["missing_verify_tag"]
+    return out + (["cjk"] if has_cjk(text) else [])
+
+
 def tag_action(text: str, tag: str) -> str:
     """A searcher's / answerer's projected action: ``<tag>`` + the stripped text between the first
     ``<tag>`` and the first ``</tag>`` + ``</tag>``; "" unless both occur (other tags inside stay; a
@@ -103,212 +94,12 @@ def tag_action(text: str, tag: str) -> str:
     return op + text[start + len(op):end].strip() + cl
 
 
-def project(role: str, text: str) -> str:
-    """What the reference keeps of `role`'s response (team context; the env action for the
-    searcher and answerer): solver unchanged, verifiers spliced, searcher / answerer tag actions."""
-    if role == "solver":
-        return text
-    if role in VERIFIERS:
-        return verify_splice(text)
-    if role in ACTION_TAGS:
-        return tag_action(text, ACTION_TAGS[role])
-    raise ValueError(f"unknown protocol role {role!r}; roles: solver, {', '.join(VERIFIERS + tuple(ACTION_TAGS))}")
-
-
-def reasons(role: str, text: str) -> list[str]:
-    """Every reason `role`'s response fails its validity rule, the row's is_action_valid (REFERENCE
-    §2b "Validity"; invalid costs the row c_inv); empty: valid. One implementation: `valid` is its
-    negation and compliance counts these reasons.
-
-    - solver: the reference's boxed extraction on the whole response returns a string (no CJK
-      rule); missing_boxed (no ``\\boxed`` at all), unbalanced_boxed (there is one, but the
-      extraction finds no answer: the last one is not ``\\boxed{`` with its closing brace);
-    - verifiers: missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk;
-    - searcher / answerer: missing_action_tag (its own pair, ``<search>`` / ``<answer>``, absent),
-      think_count (``<think>`` or ``</think>`` not exactly once), think_order (each once, closing
-      first), cjk (where the action sits is not checked).
-
-    cjk = a character in U+4E00..U+9FFF (`has_cjk`)."""
-    out: list[str] = []
-    if role == "solver":
-        if not has_boxed_answer(text):
-            out.append("missing_boxed" if "\\boxed" not in text else "unbalanced_boxed")
-        return out
-    if role in VERIFIERS:
-        if VERIFY_OPEN not in text or VERIFY_CLOSE not in text:
-            out.append("missing_verify_tag")
-    elif role in ACTION_TAGS:
-        tag = ACTION_TAGS[role]
-        if f"<{tag}>" not in text or f"</{tag}>" not in text:
-            out.append("missing_action_tag")
-        out += think_reasons(text)
-    else:
-        raise ValueError(f"unknown protocol role {role!r}; roles: solver, {', '.join(VERIFIERS + tuple(ACTION_TAGS))}")
-    if has_cjk(text):
-        out.append("cjk")
-    return out
-
-
 def think_reasons(text: str) -> list[str]:
     """think_count (``<think>`` or ``</think>`` not exactly once) or think_order (each once, the
-    closing tag first): the think-block part of the searcher's and answerer's rule."""
+    closing tag first): the think-block part of an actor's rule."""
     if text.count(THINK_OPEN) != 1 or text.count(THINK_CLOSE) != 1:
         return ["think_count"]
     return ["think_order"] if text.find(THINK_OPEN) > text.find(THINK_CLOSE) else []
-
-
-def valid(role: str, text: str) -> bool:
-    """Whether `role`'s response passes its validity rule: `reasons` finds none."""
-    return not reasons(role, text)
-
-
-def math_verdict(text: str) -> str:
-    """'approve' | 'reject' of a math verifier's raw response: case-sensitive substring tests on the
-    spliced response, approve first; neither counts as approve (``<verify>re ject</verify>`` and a
-    later ``<verify> reject </verify>`` approve: only the first pair's ends are stripped)."""
-    spliced = verify_splice(text)
-    if "<verify>approve</verify>" in spliced:
-        return "approve"
-    if "<verify>reject</verify>" in spliced:
-        return "reject"
-    return "approve"
-
-
-def search_verdict(text: str) -> str:
-    """'answer' | 'search' of a search verifier's raw response: the spliced response lower-cased,
-    then yes -> answer, else no -> search, else answer (the splice is case-sensitive, the test is
-    not: ``<VERIFY>no</VERIFY>`` searches, ``<VERIFY> no </VERIFY>`` answers)."""
-    low = verify_splice(text).lower()
-    if "<verify>yes</verify>" in low:
-        return "answer"
-    if "<verify>no</verify>" in low:
-        return "search"
-    return "answer"
-
-
-# ------------------------------------------------------------------------------ the search environment
-
-_SEARCH_RE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-NO_RESULTS = "No search results found."
-
-
-def observation(hits: Iterable[Any] | None) -> str:
-    """The retriever's top-k for one query as the env hands them on: ``<information>`` + the JSON of
-    ``{"result": R}`` + ``</information>``, R = ``Doc {i}: `` + strip(contents) + ``\\n`` per
-    document (the last one too); contents is the server's ``"Title"\\ntext`` (`Hit.contents`).
-
-    JSON in Python's default layout (non-ASCII as ``\\uXXXX``; ``<``, ``>``, ``/`` unescaped). No
-    documents for the query gives ``{"result": ""}``; ``None`` (the server returned no result list
-    at all) gives ``{"result": "No search results found."}``."""
-    if hits is None:
-        result = NO_RESULTS
-    else:
-        result = "".join(f"Doc {i}: {_contents(h).strip()}\n" for i, h in enumerate(hits, 1))
-    return "<information>" + json.dumps({"result": result}) + "</information>"
-
-
-def observation_passages(obs: str) -> str:
-    """The passages' own text in an `observation` (the JSON's ``result``, newlines and quotes
-    unescaped), for reading what was retrieved (`suites.search.search_route.search_effects`); a text not in that
-    layout (hand-made records) is returned as it is."""
-    inner = obs.strip()
-    if inner.startswith("<information>") and inner.endswith("</information>"):
-        try:
-            doc = json.loads(inner[len("<information>"):-len("</information>")])
-        except ValueError:
-            return obs
-        if isinstance(doc, dict) and isinstance(doc.get("result"), str):
-            return doc["result"]
-    return obs
-
-
-def _contents(hit: Any) -> str:
-    if isinstance(hit, dict):
-        return hit["contents"] if "contents" in hit else f'"{hit["title"]}"\n{hit["text"]}'
-    return hit.contents
-
-
-def env_query(action: str) -> str | None:
-    """The query of an env action: the text of the first shortest ``<search>``..``</search>``
-    match (newlines allowed), unstripped; None unless both tags occur."""
-    if "<search>" not in action or "</search>" not in action:
-        return None
-    m = _SEARCH_RE.search(action)
-    return m.group(1) if m else None
-
-
-def last_answer(text: str) -> str | None:
-    """The stripped content of the last shortest ``<answer>``..``</answer>`` match in `text`, or None."""
-    found = _ANSWER_RE.findall(text)
-    return found[-1].strip() if found else None
-
-
-@dataclass
-class EnvStep:
-    """One step of the search env: the action it took and what it made of it."""
-
-    step: int  # 1-based; empty steps count
-    action: str  # the projected action ("" for an empty step)
-    done: bool = False
-    reward: float = 0.0
-    query: str | None = None  # as extracted, before the tool strips it; None when done or none
-    observation: str = ""  # "" for an empty step and at done
-    response: str = ""  # the acting agent's whole response ("" when nobody acted)
-
-
-@dataclass
-class SearchEnv:
-    """The reference's search env for one episode (REFERENCE §2b "Search control flow", step 4).
-
-    `act(action)` counts the turn, stores the action and decides: done when the turn reaches
-    `max_steps` or the action holds both ``<answer>`` and ``</answer>`` (two substring tests); at
-    done the reward is the EM against `golds` of the last answer match in the concatenation of every
-    action and stored observation so far; otherwise the step's query (if any) is for the caller to
-    retrieve, and `observe` stores the observation (the env keeps it as ``\\n`` + obs + ``\\n``)."""
-
-    golds: list[str]
-    max_steps: int = 4
-    steps: list[EnvStep] = field(default_factory=list)
-    _text: list[str] = field(default_factory=list, init=False, repr=False)  # what the env concatenates
-
-    def act(self, action: str, response: str = "") -> EnvStep:
-
-        st = EnvStep(len(self.steps) + 1, action, response=response)
-        self.steps.append(st)
-        self._text.append(action)
-        st.done = st.step >= self.max_steps or ("<answer>" in action and "</answer>" in action)
-        if st.done:
-            answer = last_answer("".join(self._text))
-            st.reward = grade_qa(answer, self.golds).em if answer is not None else 0.0
-        else:
-            st.query = env_query(action)
-        return st
-
-    def observe(self, observation: str) -> None:
-        """The observation of the last step (the env stores it wrapped in newlines)."""
-        self.steps[-1].observation = observation
-        if observation:
-            self._text.append("\n" + observation + "\n")
-
-    @property
-    def done(self) -> bool:
-        return bool(self.steps) and self.steps[-1].done
-
-    @property
-    def answer(self) -> str | None:
-        """What the env graded at done: the last answer match of the episode's text (None if none)."""
-        return last_answer("".join(self._text)) if self.done else None
-
-    @property
-    def reward(self) -> float:
-        return sum(s.reward for s in self.steps)
-
-    def record(self) -> dict[str, Any]:
-        """The env's account of the episode (kept in the trajectory's ``extra["env"]``)."""
-        steps = [{k: v for k, v in asdict(s).items() if k != "response"} for s in self.steps]
-        return {"steps": steps, "answer": self.answer, "reward": self.reward,
-                "length": len(self.steps), "won": self.done and self.reward >= 1}
 
 
 # ------------------------------------------------------------------------------ rendering
@@ -316,7 +107,16 @@ class SearchEnv:
 HISTORY_WINDOW = 4  # the history shows the last 4 steps (with 4-step episodes: all earlier ones)
 
 
-def history(tpl: "Templates", steps: list[EnvStep], window: int = HISTORY_WINDOW) -> str:
+class Step(Protocol):
+    """An env step as the history shows it (the search env's `EnvStep` is one)."""
+
+    step: int
+    action: str
+    observation: str
+    response: str
+
+
+def history(tpl: "Templates", steps: Sequence[Step], window: int = HISTORY_WINDOW) -> str:
     """The history text of the env prompt: one ``history_entry`` per stored step of the last
     `window` (absolute step numbers), joined by ``history_sep``; ``history_empty`` at step 1."""
     if not steps:
@@ -327,14 +127,16 @@ def history(tpl: "Templates", steps: list[EnvStep], window: int = HISTORY_WINDOW
         for s in steps[-window:])
 
 
-def team_context(tpl: "Templates", outputs: list[tuple[str, str]]) -> str:
+def team_context(tpl: "Templates", outputs: list[tuple[str, str]], names: Mapping[str, str] | None = None) -> str:
     """The team context: one ``context_entry`` per (agent, projected text), in call order, joined
-    by ``context_sep``; ``context_empty`` when nobody spoke yet."""
+    by ``context_sep``; ``context_empty`` when nobody spoke yet. ``names``: {agent: the name the
+    entry gives it} (``{{agent_name}}``; the suite's ``Suite.agent_names``), an agent not in it by its own."""
     if not outputs:
         return tpl.parts["context_empty"]
+    names = names or {}
     return tpl.parts["context_sep"].join(
         render(tpl.parts["context_entry"], agent=agent, Agent=agent.capitalize(),
-               agent_name=AGENT_NAMES.get(agent, agent), turn=i, text=text)
+               agent_name=names.get(agent, agent), turn=i, text=text)
         for i, (agent, text) in enumerate(outputs, 1))
 
 

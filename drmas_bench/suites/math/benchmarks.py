@@ -11,6 +11,7 @@ import ast
 import re
 from typing import Any
 
+from drmas_bench.suites.math.rules import AGENT_NAMES
 from drmas_bench.tasks.base import (
     Benchmark,
     HubSource,
@@ -24,7 +25,7 @@ from drmas_bench.tasks.base import (
 from drmas_bench.types import Task
 
 # the math suite: math_refine by default, long reasoning (4096 new tokens), graded as math
-register_suite(Suite("math", workflow="math_refine", max_new_tokens=4096, family="math"))
+register_suite(Suite("math", workflow="math_refine", max_new_tokens=4096, family="math", agent_names=AGENT_NAMES))
 
 
 def _math_task(rec: dict[str, Any], i: int, bench: str) -> Task:

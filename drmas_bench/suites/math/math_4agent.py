@@ -16,7 +16,7 @@ from typing import Any
 
 from drmas_bench.records import rate, view
 from drmas_bench.suites.math.refine_loop import ANSWERING, CRITIC, REFINER, refine_loop
-from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
+from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER, math_verdict
 from drmas_bench.types import Trajectory
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
@@ -62,7 +62,7 @@ class Math4Effects:
         verdicts = r.agent_turns("verifier")
         if verdicts:
             self.judged += 1
-            self.approved += proto.math_verdict(verdicts[0].text) == "approve"
+            self.approved += math_verdict(verdicts[0].text) == "approve"
 
     def result(self) -> dict[str, Any]:
         r1_acc = rate(self.graded_r1, self.graded)

@@ -17,7 +17,7 @@ from typing import Any
 
 from drmas_bench.records import RecordView, rate, view
 from drmas_bench.suites.math.refine_loop import refine_loop
-from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
+from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER, math_verdict
 from drmas_bench.types import Trajectory
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
@@ -48,7 +48,7 @@ class MathEffects:
     - flips {wrong_to_right, right_to_wrong, wrong_to_wrong, right_to_right}: over the round2_ran
       episodes whose round-1 grade is known, (round-1 answer graded correct?) -> (final answer graded
       correct?); round1_ungraded = round2_ran episodes without a recorded round-1 grade (older runs);
-    - the verifier as a judge of the round-1 answer (its first verdict, `protocol.math_verdict`;
+    - the verifier as a judge of the round-1 answer (its first verdict, `rules.math_verdict`;
       anything but a reject approves), over the `judged` episodes with a verdict and a known round-1
       grade: approve_rate_on_right = P(approve | right), approve_rate_on_wrong = P(approve | wrong),
       judge_precision = P(right | approve), judge_recall = approve_rate_on_right, judge_accuracy =
@@ -82,7 +82,7 @@ class MathEffects:
                 self.flips[f"{'right' if r1 else 'wrong'}_to_{'right' if final else 'wrong'}"] += 1
         verdicts = r.agent_turns("verifier")
         if verdicts and r1 is not None:
-            self.judged[(bool(r1), proto.math_verdict(verdicts[0].text) == "approve")] += 1
+            self.judged[(bool(r1), math_verdict(verdicts[0].text) == "approve")] += 1
 
     def result(self) -> dict[str, Any]:
         j = self.judged

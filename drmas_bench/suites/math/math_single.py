@@ -3,7 +3,7 @@
 The paper compares its teams with one model trained alone (single-agent GRPO). This is that model's
 episode: the solver sees the question and nothing else (no team, no team context, no second round),
 answers once, and its whole response is the final answer, graded like math_refine's. Validity
-(`protocol.valid("solver")`), chat layout (`protocol.chat`) and the prompt limit (8192 tokens, cut in
+(`rules.valid("solver")`), chat layout (`protocol.chat`) and the prompt limit (8192 tokens, cut in
 the middle) are math_refine's, so the two differ only in the team. Prompts:
 ``math_single.prompts.yaml`` (or ``--prompts``); placeholder: question. Options: prompts, protocol.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from drmas_bench.suites.math.rules import SOLVER
+from drmas_bench.suites.math.rules import SOLVER, valid
 from drmas_bench.types import SFTExample
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.arithmetic import near_miss, sum_question
@@ -45,5 +45,5 @@ async def math_single(ep: Episode, prompts: proto.Templates | None = None,
     tpl = prompts or proto.default_templates("math_single")
     ep.limit_prompts(*(protocol or proto.ProtocolOptions()).resolve("math_single"))
     sol = await ep.solver(proto.chat(tpl, "solver", question=ep.task.question))
-    sol.valid = proto.valid("solver", sol.completion.text)
+    sol.valid = valid("solver", sol.completion.text)
     ep.final_answer = sol.completion.text

@@ -8,7 +8,7 @@ optional roles (the reference's MathMultiAgentOrchestra: Solver -> Critic -> Ref
 The critic and the refiner act iff they are among the team's agents: `math_refine` is this loop over
 (solver, verifier), `math_4agent` over all four. Final answer = the last solver or refiner output,
 whole (the math env grades it). One team context for the episode, entries named as the reference
-names its agents (``Critic Agent``, ``Refiner Agent``: `protocol.AGENT_NAMES`).
+names its agents (``Critic Agent``, ``Refiner Agent``: `rules.AGENT_NAMES`).
 
 Rules of the two roles (checked on the reference's own outputs, tests/test_math_4agent.py):
 
@@ -26,7 +26,7 @@ from functools import partial
 from typing import Callable
 
 from drmas_bench.grading.extract import reference_boxed
-from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER
+from drmas_bench.suites.math.rules import AGENT_NAMES, MATH_VERIFIER, SOLVER, math_verdict, project, reasons
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode
 from drmas_bench.workflows.rules import FormatRule, format_rule
@@ -68,14 +68,14 @@ CRITIC = format_rule(FormatRule(
     "critic", critic_reasons, ("missing_critique_tag", "cjk"), critic_parse,
     labels={"missing_critique_tag": "no <critique> tag", "cjk": "CJK characters"}))
 REFINER = format_rule(FormatRule(
-    "refiner", partial(proto.reasons, "solver"), ("missing_boxed", "unbalanced_boxed"),
+    "refiner", partial(reasons, "solver"), ("missing_boxed", "unbalanced_boxed"),
     lambda text: (reference_boxed(text), None),  # its answer, read as the solver's
     labels={"missing_boxed": "no \\boxed{}", "unbalanced_boxed": "unbalanced \\boxed{}"}))
 
 # agent -> (its format rule, what of its response enters the team context)
 ROLES: dict[str, tuple[FormatRule, Callable[[str], str]]] = {
-    "solver": (SOLVER, partial(proto.project, "solver")), "critic": (CRITIC, critique_splice),
-    "refiner": (REFINER, lambda text: text), "verifier": (MATH_VERIFIER, partial(proto.project, "math_verifier"))}
+    "solver": (SOLVER, partial(project, "solver")), "critic": (CRITIC, critique_splice),
+    "refiner": (REFINER, lambda text: text), "verifier": (MATH_VERIFIER, partial(project, "math_verifier"))}
 
 
 async def refine_loop(ep: Episode, tpl: proto.Templates, rounds: int, agents: tuple[str, ...]) -> None:
@@ -85,7 +85,7 @@ async def refine_loop(ep: Episode, tpl: proto.Templates, rounds: int, agents: tu
     said: list[tuple[str, str]] = []  # (agent, team-context text): one team context for the episode
 
     async def act(agent: str, r: int) -> str:
-        msgs = proto.chat(tpl, agent, question=ep.task.question, team_context=proto.team_context(tpl, said),
+        msgs = proto.chat(tpl, agent, question=ep.task.question, team_context=proto.team_context(tpl, said, AGENT_NAMES),
                       round=r + 1, rounds=rounds)
         turn = await ep.call(agent, msgs)
         text = turn.completion.text
@@ -104,5 +104,5 @@ async def refine_loop(ep: Episode, tpl: proto.Templates, rounds: int, agents: tu
         for agent in ("critic", "refiner"):
             if agent in agents:
                 await act(agent, r)
-        if "verifier" in agents and proto.math_verdict(await act("verifier", r)) == "approve":
+        if "verifier" in agents and math_verdict(await act("verifier", r)) == "approve":
             break

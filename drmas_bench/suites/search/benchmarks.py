@@ -14,6 +14,7 @@ import ast
 import json
 from typing import Any
 
+from drmas_bench.suites.search.rules import AGENT_NAMES
 from drmas_bench.tasks.base import (
     Benchmark,
     HubSource,
@@ -27,7 +28,7 @@ from drmas_bench.tasks.base import (
 from drmas_bench.types import Task
 
 # the search suite: search_route by default, 800 new tokens a call, graded by QA exact match
-register_suite(Suite("search", workflow="search_route", max_new_tokens=800, family="qa"))
+register_suite(Suite("search", workflow="search_route", max_new_tokens=800, family="qa", agent_names=AGENT_NAMES))
 
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
 

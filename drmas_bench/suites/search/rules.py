@@ -1,5 +1,6 @@
-"""The search suite's format rules (the protocol's search_verifier, searcher and answerer roles as
-`workflows.rules.FormatRule` objects) and what they read off replies and episodes: each reply's env
+"""The search suite's protocol roles (REFERENCE.md §2b: search_verifier, searcher, answerer: what
+each must emit, its projection and the verifier's verdict) and its format rules (those roles as
+`workflows.rules.FormatRule` objects) with what they read off replies and episodes: each reply's env
 action and verdict, and per episode the env's steps (from its own record, ``extra["env"]``, else
 from the actors' texts), for compliance, the viewer and search_route's effects."""
 
@@ -10,8 +11,62 @@ from functools import partial
 from typing import Any, Mapping
 
 from drmas_bench.records import RecordView
+from drmas_bench.suites.search.env import env_query
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.rules import Folded, FormatRule, Verdicts, format_rule
+
+# the names the reference gives this suite's agents (its team context, its checkpoints' agent ids)
+AGENT_NAMES = {"verifier": "Verifier Agent", "searcher": "Search Agent", "answerer": "Answer Agent"}
+ACTION_TAGS = {"searcher": "search", "answerer": "answer"}  # each looks for its own tag only
+ROLES = ("search_verifier", *ACTION_TAGS)  # the suite's protocol roles
+
+
+def _role(role: str) -> str:
+    if role not in ROLES:
+        raise ValueError(f"unknown search protocol role {role!r}; roles: {', '.join(ROLES)}")
+    return role
+
+
+def project(role: str, text: str) -> str:
+    """What the reference keeps of `role`'s response (team context; the env action for the searcher
+    and answerer): the verifier's spliced, the searcher's / answerer's tag action."""
+    if _role(role) == "search_verifier":
+        return proto.verify_splice(text)
+    return proto.tag_action(text, ACTION_TAGS[role])
+
+
+def reasons(role: str, text: str) -> list[str]:
+    """Every reason `role`'s response fails its validity rule (REFERENCE §2b "Validity"; invalid
+    costs the row c_inv); empty: valid.
+
+    - search_verifier: missing_verify_tag (``<verify>`` or ``</verify>`` absent), cjk;
+    - searcher / answerer: missing_action_tag (its own pair, ``<search>`` / ``<answer>``, absent),
+      think_count (``<think>`` or ``</think>`` not exactly once), think_order (each once, closing
+      first), cjk (where the action sits is not checked)."""
+    if _role(role) == "search_verifier":
+        return proto.verify_reasons(text)
+    tag = ACTION_TAGS[role]
+    out = [] if f"<{tag}>" in text and f"</{tag}>" in text else ["missing_action_tag"]
+    out += proto.think_reasons(text)
+    return out + (["cjk"] if proto.has_cjk(text) else [])
+
+
+def valid(role: str, text: str) -> bool:
+    """Whether `role`'s response passes its validity rule: `reasons` finds none."""
+    return not reasons(role, text)
+
+
+def search_verdict(text: str) -> str:
+    """'answer' | 'search' of a search verifier's raw response: the spliced response lower-cased,
+    then yes -> answer, else no -> search, else answer (the splice is case-sensitive, the test is
+    not: ``<VERIFY>no</VERIFY>`` searches, ``<VERIFY> no </VERIFY>`` answers)."""
+    low = proto.verify_splice(text).lower()
+    if "<verify>yes</verify>" in low:
+        return "answer"
+    if "<verify>no</verify>" in low:
+        return "search"
+    return "answer"
+
 
 ACTION_KINDS = ("search", "answer", "empty")
 ACTORS = ("searcher", "answerer")  # the format rules of agents whose responses are search env actions
@@ -21,14 +76,14 @@ def action_kind(role: str, text: str) -> str:
     """What the search env makes of a searcher's / answerer's response: 'answer' (its projected
     action holds ``<answer>`` and ``</answer>``: the episode ends), 'search' (a query), or 'empty'
     (neither: the step passes). For records without the env's own account (``extra["env"]``)."""
-    action = proto.project(role, text)
+    action = project(role, text)
     if "<answer>" in action and "</answer>" in action:
         return "answer"
-    return "search" if proto.env_query(action) is not None else "empty"
+    return "search" if env_query(action) is not None else "empty"
 
 
 def step_kind(step: Mapping[str, Any]) -> str:
-    """An env step's kind from the env's record (`protocol.SearchEnv.record`)."""
+    """An env step's kind from the env's record (`env.SearchEnv.record`)."""
     if step.get("done"):
         return "answer" if "<answer>" in str(step.get("action")) and "</answer>" in str(step.get("action")) else "end"
     return "search" if step.get("query") is not None else "empty"
@@ -97,13 +152,13 @@ def actor_figures(role: str) -> Folded:
     return Folded(partial(ActorActions, role))
 
 
-verifier_figures = Folded(partial(Verdicts, proto.search_verdict))  # the search verifier's verdicts (answer / search)
+verifier_figures = Folded(partial(Verdicts, search_verdict))  # the search verifier's verdicts (answer / search)
 
 
 def verifier_parse(text: str) -> tuple[str | None, str | None]:
     """(the spliced reply where the splice changed it, the verdict)."""
     spliced = proto.verify_splice(text)
-    return (spliced if spliced != text else None), proto.search_verdict(text)
+    return (spliced if spliced != text else None), search_verdict(text)
 
 
 ACTION_REASONS = ("missing_action_tag", "think_count", "think_order", "cjk")
@@ -114,20 +169,20 @@ EPISODE_LABELS = {"answer_tag_rate": "ended on a tagged answer (%)", "steps_per_
                   "no_answer_rate": "no answer (%)", "searches_distribution": "episodes by number of searches"}
 
 SEARCH_VERIFIER = format_rule(FormatRule(
-    "search_verifier", partial(proto.reasons, "search_verifier"), ("missing_verify_tag", "cjk"), verifier_parse,
+    "search_verifier", partial(reasons, "search_verifier"), ("missing_verify_tag", "cjk"), verifier_parse,
     agent_figures=verifier_figures, labels=REASON_LABELS))
 def actor_parse(role: str) -> Any:
     """The parse of a searcher's / answerer's reply: its projected env action ("" for an empty step)."""
 
     def parse(text: str) -> tuple[str | None, str | None]:
-        return proto.tag_action(text, proto.ACTION_TAGS[role]), None
+        return proto.tag_action(text, ACTION_TAGS[role]), None
 
     return parse
 
 
 def actor_rule(role: str) -> FormatRule:
     """The searcher's or the answerer's format rule (their own action tag, the think block, no CJK)."""
-    return format_rule(FormatRule(role, partial(proto.reasons, role), ACTION_REASONS, actor_parse(role),
+    return format_rule(FormatRule(role, partial(reasons, role), ACTION_REASONS, actor_parse(role),
                                   agent_figures=actor_figures(role), episode_figures=search_episode_figures,
                                   labels={**REASON_LABELS, **EPISODE_LABELS}))
 

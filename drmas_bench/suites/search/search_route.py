@@ -6,7 +6,7 @@
                   t = max_steps -> nobody acts, the action is ""
         "answer": the answerer acts                       (the same context; the packaged prompt
                                                            does not show it, as in the reference)
-        the env takes the projected action (`protocol.SearchEnv`): done at the last step or when
+        the env takes the projected action (`env.SearchEnv`): done at the last step or when
         the action holds <answer> and </answer>; then reward = EM of the last answer match in the
         episode's actions and observations. Else a <search> query (an empty one too) retrieves top-k
         passages; no query = an empty step. history += "Step t:" action observation
@@ -27,7 +27,18 @@ from typing import Any
 
 from drmas_bench.grading.qa import grade_qa
 from drmas_bench.records import rate, view
-from drmas_bench.suites.search.rules import ANSWERER, SEARCH_VERIFIER, SEARCHER, SearchEpisodes, search_steps
+from drmas_bench.suites.search.env import SearchEnv, observation, observation_passages
+from drmas_bench.suites.search.rules import (
+    AGENT_NAMES,
+    ANSWERER,
+    SEARCH_VERIFIER,
+    SEARCHER,
+    SearchEpisodes,
+    project,
+    search_steps,
+    search_verdict,
+    valid,
+)
 from drmas_bench.suites.search.search_sft import search_sft_examples
 from drmas_bench.types import UserError
 from drmas_bench.workflows import protocol as proto
@@ -42,7 +53,7 @@ SEARCH_EPISODE_KEYS = ("steps_per_episode", "searches_per_episode", "searches_di
 def evidence_at_answer(r: Any) -> tuple[bool | None, bool | None]:
     """(evidence when the answerer was called, evidence anywhere in the episode) of one search_route
     episode: whether a gold answer occurs, SQuAD-normalised as a whole-token span (`grade_qa`'s
-    cover-EM), in the passages (`protocol.observation_passages`) the env showed before the answerer's last call (the observations of
+    cover-EM), in the passages (`env.observation_passages`) the env showed before the answerer's last call (the observations of
     the steps before its step; step t = the t-th verifier turn), resp. in every observation of the
     episode. First None: the answerer never acted; both None: no env record (``extra["env"]``,
     runs from before it). A compact record (``drmas_bench.compact``) carries both, computed when stored
@@ -54,7 +65,7 @@ def evidence_at_answer(r: Any) -> tuple[bool | None, bool | None]:
     if isinstance(kept, list) and len(kept) == 2:
         return kept[0], kept[1]
     golds = list(rec.answers)
-    obs = [proto.observation_passages(str(s.get("observation") or "")) for s in rec.env_steps]
+    obs = [observation_passages(str(s.get("observation") or "")) for s in rec.env_steps]
     step = answer_step = 0
     for t in rec.turns:
         if t.agent == "verifier":
@@ -156,15 +167,15 @@ async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: 
         raise UserError(f"search_route: last_step must be 'end' or 'answer', got {last_step!r}")
     tpl = prompts or proto.default_templates("search_route")
     ep.limit_prompts(*(protocol or proto.ProtocolOptions()).resolve("search_route"))
-    env = proto.SearchEnv(list(ep.task.answers), max_steps)
+    env = SearchEnv(list(ep.task.answers), max_steps)
     for t in range(1, max_steps + 1):
         seen = dict(question=ep.task.question, history=proto.history(tpl, env.steps), step=t, max_steps=max_steps,
                     prior_steps=t - 1)
-        ver = await ep.verifier(proto.chat(tpl, "verifier", team_context=proto.team_context(tpl, []), **seen))
-        ver.valid = proto.valid("search_verifier", ver.completion.text)
-        verdict = proto.project("search_verifier", ver.completion.text)
-        context = proto.team_context(tpl, [("verifier", verdict)])
-        route = proto.search_verdict(ver.completion.text)
+        ver = await ep.verifier(proto.chat(tpl, "verifier", team_context=proto.team_context(tpl, [], AGENT_NAMES), **seen))
+        ver.valid = valid("search_verifier", ver.completion.text)
+        verdict = project("search_verifier", ver.completion.text)
+        context = proto.team_context(tpl, [("verifier", verdict)], AGENT_NAMES)
+        route = search_verdict(ver.completion.text)
         if route == "search" and t == max_steps and last_step == "end":
             role = None  # nobody acts: the env takes an empty action and the episode ends
         else:
@@ -173,12 +184,12 @@ async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: 
         if role is not None:
             turn = await ep.call(role, proto.chat(tpl, role, team_context=context, verifier_output=verdict, **seen))
             response = turn.completion.text
-            turn.valid = proto.valid(role, response)
-        st = env.act(proto.project(role, response) if role else "", response)
+            turn.valid = valid(role, response)
+        st = env.act(project(role, response) if role else "", response)
         if st.done:
             break
         if st.query is not None:  # the tool strips the query; an empty one is still sent
             results = await asyncio.to_thread(ep.retriever.search, [st.query.strip()], topk)
-            env.observe(proto.observation(results[0] if results else None))
+            env.observe(observation(results[0] if results else None))
     ep.final_answer = env.answer
     ep.traj.extra["env"] = env.record()

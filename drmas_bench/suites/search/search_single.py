@@ -5,10 +5,10 @@ docs/eval.md, after Search-R1's protocol; REFERENCE §2b for everything the team
     step t = 1..max_steps:
         the agent replies; its action is the first complete <search>q</search> or <answer>a</answer>
         of the reply (whichever closes first; `single_action`), else "" (an empty step)
-        the env takes the action (`protocol.SearchEnv`, the team's env): done at the last step or
+        the env takes the action (`env.SearchEnv`, the team's env): done at the last step or
         when the action holds <answer> and </answer>; then reward = EM of the last answer match in
         the episode's actions and observations. Else a query (an empty one too) retrieves top-k
-        passages and the next user message is `protocol.observation(...)` exactly; an empty step's
+        passages and the next user message is `env.observation(...)` exactly; an empty step's
         next user message is the ``no_action`` prompt.
         messages += [the reply up to the end of its action, the next user message]
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 
+from drmas_bench.suites.search.env import SearchEnv, observation
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import Episode, workflow
 from drmas_bench.workflows.rules import FormatRule, format_rule
@@ -85,7 +86,7 @@ async def search_single(ep: Episode, max_steps: int = 4, topk: int = 3, prompts:
                         protocol: proto.ProtocolOptions | None = None) -> None:
     tpl = prompts or proto.default_templates("search_single")
     ep.limit_prompts(*(protocol or proto.ProtocolOptions()).resolve("search_single"))
-    env = proto.SearchEnv(list(ep.task.answers), max_steps)
+    env = SearchEnv(list(ep.task.answers), max_steps)
     messages = proto.chat(tpl, "agent", question=ep.task.question, max_steps=max_steps, max_searches=max_steps - 1)
     for t in range(1, max_steps + 1):
         turn = await ep.agent(list(messages))
@@ -97,7 +98,7 @@ async def search_single(ep: Episode, max_steps: int = 4, topk: int = 3, prompts:
             break
         if st.query is not None:  # the tool strips the query; an empty one is still sent
             results = await asyncio.to_thread(ep.retriever.search, [st.query.strip()], topk)
-            env.observe(proto.observation(results[0] if results else None))
+            env.observe(observation(results[0] if results else None))
             follow = env.steps[-1].observation
         else:
             follow = proto.render(tpl.roles["no_action"], step=t, max_steps=max_steps)

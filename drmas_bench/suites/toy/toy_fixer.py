@@ -82,7 +82,11 @@ def toy_fixer_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_a
     The solver's target is ``<answer>N</answer>``, N the right sum with probability
     ``solver_accuracy``, else a near miss (sum +- 1..3). The fixer sees a near miss said to be wrong;
     its target is the right sum with probability ``fixer_accuracy``, else another near miss (never
-    the one it was told is wrong). Other options of the trainer's ``sft:`` section are ignored."""
+    the one it was told is wrong). Other options of the trainer's ``sft:`` section are ignored.
+    ``fixer_accuracy`` is this workflow's own warm-start option (a recipe's ``sft.fixer_accuracy``,
+    in [0, 1]; the trainer checks its name and type against this signature)."""
+    if not 0 <= fixer_accuracy <= 1:
+        raise ValueError(f"sft.fixer_accuracy: a share in [0, 1], got {fixer_accuracy}")
     unknown = sorted(set(agents) - {"solver", "fixer"})
     if unknown:
         raise ValueError(f"the toy_fixer warm start knows the agents solver and fixer, not {', '.join(unknown)}")
