@@ -10,7 +10,7 @@ import pytest
 
 from drmas_bench.tasks import BENCHMARKS, known_names, load_tasks, select_benchmarks
 from drmas_bench.suites.math.benchmarks import _dapo_task, dapo_problem
-from drmas_bench.suites.search.benchmarks import normalize_question
+from drmas_bench.tasks.loaders import normalize_question
 from drmas_bench.types import UserError
 
 

@@ -87,7 +87,7 @@ def select_benchmarks(suite: str | None, names: str | list[str] | None) -> list[
     elif suite:
         chosen = benchmarks_of_suite(suite)
     else:
-        raise UserError("choose a --suite (math, search, toy) or --benchmarks")
+        raise UserError(f"choose a --suite ({', '.join(suite_names())}) or --benchmarks")
     if not chosen:
         raise UserError("the benchmark selection is empty")
     return chosen
@@ -169,7 +169,7 @@ def _to_tasks(b: Benchmark, records: Iterator[tuple[Any, dict[str, Any]]], where
     naming ``where(position)``. So is a task id seen before (naming both places): an evaluation keeps
     results per (benchmark, task id) and the trainer groups a prompt's samples by task id (GRPO), so
     two questions under one id would be merged into one. (The reference's NQ + HotpotQA mix repeats
-    ids across its two sources; ``_qa_task`` prefixes them with the source.)"""
+    ids across its two sources; ``tasks.loaders.qa_task`` prefixes them with the source.)"""
     tasks: list[Task] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()
     first_at: dict[str, Any] = {}

@@ -11,32 +11,22 @@ import ast
 import re
 from typing import Any
 
-from drmas_bench.suites.math.rules import AGENT_NAMES
-from drmas_bench.tasks.base import (
+from drmas_bench.suite import (
     Benchmark,
     HubSource,
     Suite,
+    Task,
     answer_text,
     first_field,
+    math_task,
     record_id,
     register,
     register_suite,
 )
-from drmas_bench.types import Task
+from drmas_bench.suites.math.rules import AGENT_NAMES
 
 # the math suite: math_refine by default, long reasoning (4096 new tokens), graded as math
 register_suite(Suite("math", workflow="math_refine", max_new_tokens=4096, family="math", agent_names=AGENT_NAMES))
-
-
-def _math_task(rec: dict[str, Any], i: int, bench: str) -> Task:
-    question = first_field(rec, "problem", "question")
-    gold = answer_text(first_field(rec, "answer", "final_answer"))
-    if not str(question).strip():
-        raise ValueError("empty problem")
-    if not gold:
-        raise ValueError("empty answer")
-    meta: dict[str, Any] = {k: rec[k] for k in ("subject", "level", "type", "url") if k in rec}
-    return Task(record_id(rec, i, "id", "unique_id", "idx", "problem_idx"), bench, str(question), [gold], meta)
 
 
 def _olympiad_task(rec: dict[str, Any], i: int, bench: str) -> Task:
@@ -54,24 +44,24 @@ def _olympiad_task(rec: dict[str, Any], i: int, bench: str) -> Task:
 
 
 register(Benchmark(
-    "aime24", "math", "AIME 2024", 30, _math_task,
+    "aime24", "math", "AIME 2024", 30, math_task,
     files=("math/aime24/test.jsonl",), hub=HubSource("HuggingFaceH4/aime_2024", split="train"),
 ))
 register(Benchmark(
-    "aime25", "math", "AIME 2025", 30, _math_task,
+    "aime25", "math", "AIME 2025", 30, math_task,
     files=("math/aime25/test.jsonl",), hub=HubSource("MathArena/aime_2025", split="train"),
     note="local file converted from MathArena's answers.csv + problem .tex (MANIFEST.md)",
 ))
 register(Benchmark(
-    "amc23", "math", "AMC 2023", 40, _math_task,
+    "amc23", "math", "AMC 2023", 40, math_task,
     files=("math/amc23/test.jsonl",), hub=HubSource("knoveleng/AMC-23", split="train"),
 ))
 register(Benchmark(
-    "math500", "math", "MATH500", 500, _math_task,
+    "math500", "math", "MATH500", 500, math_task,
     files=("math/math500/test.jsonl",), hub=HubSource("HuggingFaceH4/MATH-500", split="test"),
 ))
 register(Benchmark(
-    "minerva", "math", "Minerva Math", 272, _math_task,
+    "minerva", "math", "Minerva Math", 272, math_task,
     # the upstream file has no answer field; test_with_answer.jsonl adds the last \boxed{} of the solution
     files=("math/minerva_math/test_with_answer.jsonl",),
     hub=HubSource("zwhe99/simplerl-minerva-math", split="test"),

@@ -10,22 +10,10 @@ Questions are normalised as the reference's data is: stripped, "?" appended when
 
 from __future__ import annotations
 
-import ast
-import json
 from typing import Any
 
+from drmas_bench.suite import Benchmark, HubSource, Suite, qa_task, register, register_suite
 from drmas_bench.suites.search.rules import AGENT_NAMES
-from drmas_bench.tasks.base import (
-    Benchmark,
-    HubSource,
-    Suite,
-    answer_text,
-    first_field,
-    record_id,
-    register,
-    register_suite,
-)
-from drmas_bench.types import Task
 
 # the search suite: search_route by default, 800 new tokens a call, graded by QA exact match
 register_suite(Suite("search", workflow="search_route", max_new_tokens=800, family="qa", agent_names=AGENT_NAMES))
@@ -33,43 +21,9 @@ register_suite(Suite("search", workflow="search_route", max_new_tokens=800, fami
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
 
 
-def _as_list(v: Any) -> list:
-    if isinstance(v, str) and v.startswith("["):
-        try:
-            return json.loads(v)
-        except json.JSONDecodeError:
-            return ast.literal_eval(v)  # literal only; never eval
-    if isinstance(v, dict) and "target" in v:  # Search-R1: reward_model.ground_truth.target
-        return _as_list(v["target"])
-    return list(v) if isinstance(v, (list, tuple)) else [v]
-
-
-def normalize_question(q: Any) -> str:
-    """As the reference's test data (REFERENCE.md §2b): stripped, ending with "?"."""
-    q = str(q).strip()
-    return q if not q or q.endswith("?") else q + "?"
-
-
-def _qa_task(rec: dict[str, Any], i: int, bench: str) -> Task:
-    question = normalize_question(first_field(rec, "question"))
-    if rec.get("data_source") is not None and rec.get("id") is not None:  # a mixed file (Search-R1): ids
-        rec = {**rec, "id": f"{rec['data_source']}_{rec['id']}"}  # repeat across sources, so prefix them
-    if not question:
-        raise ValueError("empty question")
-    if "reward_model" in rec:
-        golds = _as_list(rec["reward_model"]["ground_truth"])
-    else:
-        golds = _as_list(first_field(rec, "golden_answers", "answer", "possible_answers"))
-    answers = [a for a in (answer_text(g) for g in golds) if a]
-    if not answers:
-        raise ValueError("no gold answer")
-    meta: dict[str, Any] = {k: rec[k] for k in ("type", "dataset", "split", "data_source") if k in rec and rec[k] is not None}
-    return Task(record_id(rec, i, "id", "_id"), bench, question, answers, meta)
-
-
 def _qa(name: str, title: str, rows: int, rel: str, split: str, **kw: Any) -> Benchmark:
     return register(Benchmark(
-        name, "search", title, rows, _qa_task, files=(rel,) + kw.pop("more_files", ()),
+        name, "search", title, rows, qa_task, files=(rel,) + kw.pop("more_files", ()),
         hub=HubSource(FLASHRAG, split=split, config=kw.pop("config", name)), **kw,
     ))
 
@@ -90,7 +44,7 @@ _qa("bamboogle", "Bamboogle (test)", 125, "qa/bamboogle/test.jsonl", "test")
 # with `data_source`, `question`, `golden_answers` and reward_model.ground_truth.target. Hub only,
 # unless a copy is saved under the data dir (the hub's train.parquet as is, or as JSON lines).
 register(Benchmark(
-    "nq_hotpotqa_train", "search", "NQ + HotpotQA training mix (Search-R1)", 169615, _qa_task,
+    "nq_hotpotqa_train", "search", "NQ + HotpotQA training mix (Search-R1)", 169615, qa_task,
     files=("qa/nq_hotpotqa_train/train.parquet", "qa/nq_hotpotqa_train/train.jsonl"),
     hub=HubSource("PeterJinGo/nq_hotpotqa_train", split="train"), split="train",
 ))

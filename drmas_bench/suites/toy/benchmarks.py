@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import random
 
-from drmas_bench.tasks.base import Benchmark, Suite, register, register_suite
-from drmas_bench.types import Task
+from drmas_bench.suite import Benchmark, Suite, Task, register, register_suite
 
 TOY_EVAL_SEED = 1234
 TOY_EVAL_SIZE = 64

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from drmas_bench.grading.extract import extract_answer_tag
-from drmas_bench.grading.families import Family, register_family
+from drmas_bench.suite import Family, register_family
 
 _INT = re.compile(r"[-+]?\d+")
 

@@ -11,10 +11,8 @@ import random
 import re
 from typing import Any
 
-from drmas_bench.types import SFTExample
+from drmas_bench.suite import Episode, FormatRule, SFTExample, chat, format_rule, workflow
 from drmas_bench.workflows.arithmetic import near_miss, sum_question
-from drmas_bench.workflows.base import Episode, chat, workflow
-from drmas_bench.workflows.rules import FormatRule, format_rule
 
 ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 VERDICT = re.compile(r"<verdict>\s*(approve|reject)\s*</verdict>", re.IGNORECASE)
