@@ -23,7 +23,14 @@ from drmas_bench.figures import OPTIONAL, PLACEHOLDER, Effects, Figure, as_effec
 from drmas_bench.report.compare import compare_runs
 from drmas_bench.report.labels import rule_figure_keys
 from drmas_bench.report.leaderboard import build_leaderboard, digest, effect_phrase, parse_metrics
-from drmas_bench.report.markdown import compare_markdown, md_label, run_summary_markdown, sweep_markdown, table_markdown
+from drmas_bench.report.markdown import (
+    compare_markdown,
+    effects_markdown,
+    md_label,
+    run_summary_markdown,
+    sweep_markdown,
+    table_markdown,
+)
 from drmas_bench.report.runs import Run
 from drmas_bench.report.view import render
 from drmas_bench.runner import grade_trajectories
@@ -224,3 +231,13 @@ def test_a_declaration_is_checked_where_it_is_made():
     with pytest.raises(ValueError, match="must be a name other than"):
         as_effects(("labels", fn))
     assert as_effects(Effects("k", fn, {"x": "an x"})).figures == (Figure("x", "an x"),)  # type: ignore[arg-type]
+
+
+def test_a_bare_effects_pair_is_still_shown():
+    """A workflow that declares only ``(key, fn)``: its block is shown in words made from its keys, and
+    its leaderboard phrase is its first three figures, labelled."""
+    bare = as_effects(("k", lambda records: {}))
+    block = {"episodes": 4, "hit_rate": 0.5, "misses": 2, "spread": 1.25}
+    assert effect_phrase(bare, block) == "hit rate 50%; misses 2; spread 1.25"
+    md = "\n".join(effects_markdown({"workflow": None, "k": block}))
+    assert {"episodes", "hit rate", "misses", "spread"} <= _first_cells(md) and "| 50.0 " in md
