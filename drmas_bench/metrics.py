@@ -438,6 +438,9 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
     (``FormatRule.episode_figures``; e.g. search_route's steps and searches per episode, math_refine's
     rounds and approvals).
 
+    ``labels``: {key: words} the workflow's rules declare for their reasons and figures
+    (`figures.rule_labels`), so a report of the summary shows each under its own words.
+
     Turns without a text (hand-made or old records) count as blank responses."""
 
     recs = views(records)
@@ -459,7 +462,8 @@ def effects(records: Iterable[Any], workflow: str | None = None,
     """What each agent contributes, from the recorded turns: {"workflow", "agents": {agent: figures},
     and for a workflow that declares effects (`WorkflowSpec.effects`: its key and a function over
     the records, defined in the workflow's module) that block over every record,
-    "benchmarks": {benchmark: {key: the same block over its records}}}.
+    "benchmarks": {benchmark: {key: the same block over its records}}, "labels": {figure key: words}
+    of its declared figures in order (`WorkflowSpec.effect_labels`)}.
 
     agents: the per-agent figures `summarize` computed (`_agents` over every record; computed here
     when None): calls, calls_per_question, latency_s {p50, p95} of the calls' ``latency_s``, prompt /

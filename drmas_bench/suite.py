@@ -16,7 +16,9 @@ A suite declares (docs/architecture.md has the recipe and a complete example, ex
 - its workflows: ``@workflow(name, agents=..., family=..., rules=...)`` over an async function of an
   :class:`Episode` (``await ep.<agent>(chat(system, user))`` -> a :class:`Turn`); each agent's reply
   format a :class:`FormatRule` (``format_rule`` registers it), with per-agent and per-episode
-  figures (best a :class:`Folded`), its effects over the run's :class:`RecordView` records;
+  figures (best a :class:`Folded`) with their labels and formats, its effects over the run's
+  :class:`RecordView` records declared as :class:`Effects` of :class:`Figure` s (what summary.md, the
+  viewer, the leaderboard, compare and sweep show);
 - prompt templates (``placeholders=``, a ``<workflow>.prompts.yaml`` beside the module): the
   ``prompts: Templates`` and ``protocol: ProtocolOptions`` options and ``protocol.chat(tpl, role, ...)``.
 
@@ -26,6 +28,7 @@ or option is a :class:`UserError` (one line, exit 2).
 
 from __future__ import annotations
 
+from drmas_bench.figures import Effects, Figure
 from drmas_bench.grading.families import Family, register_family
 from drmas_bench.grading.qa import grade_qa
 from drmas_bench.grading.standard import MATH as MATH_FAMILY
@@ -57,7 +60,7 @@ __all__ = [
     "Family", "register_family", "QA_FAMILY", "MATH_FAMILY", "grade_qa",
     # workflows, their format rules and figures
     "workflow", "Episode", "chat", "FormatRule", "format_rule", "Folded", "Verdicts", "RecordView", "mean_or_none",
-    "rate", "SFTExample",
+    "rate", "SFTExample", "Effects", "Figure",
     # prompt templates
     "protocol", "Templates", "ProtocolOptions",
     # the records that flow

@@ -24,6 +24,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from drmas_bench.figures import Effects, rule_labels
 from drmas_bench.pricing import PriceSheet, turn_cost
 from drmas_bench.records import USAGE_SOURCES, RecordView, TurnView
 from drmas_bench.workflows import find_workflow
@@ -39,12 +40,20 @@ def role_rules(workflow: str | None) -> dict[str, FormatRule]:
     return dict(spec.rules) if spec is not None else {}
 
 
-def workflow_effects(workflow: str | None) -> tuple[str, Any] | None:
-    """(key, fn) of the effects block that workflow ``workflow`` declares, None when it has none."""
+def workflow_effects(workflow: str | None) -> Effects | None:
+    """The effects block that workflow ``workflow`` declares (`figures.Effects`: key, fn, its figures),
+    None when it has none."""
     spec = find_workflow(workflow)
     if spec is None or spec.effects is None:
         return None
     return spec.effects
+
+
+def effect_labels(workflow: str | None) -> dict[str, str]:
+    """{key: words} of the effects block workflow ``workflow`` declares (`WorkflowSpec.effect_labels`:
+    its figures in order, then its other labels); {} for an unknown workflow."""
+    spec = find_workflow(workflow)
+    return spec.effect_labels() if spec is not None else {}
 
 
 class Reader(Protocol):
@@ -300,7 +309,9 @@ class SummaryStream:
         episodes: dict[str, Any] = {"episodes": len(self)}
         for f in self.episode_folds:
             episodes.update(f.result())
-        return {"workflow": self.workflow, "agents": agents, "episodes": episodes}
+        # the words its rules declare for their reasons and figures, so the summary reads without them
+        return {"workflow": self.workflow, "agents": agents, "episodes": episodes,
+                "labels": rule_labels(self.rules.values())}
 
     def effects_blocks(self) -> dict[str, Any]:
         """The workflow's effects block over every record and per benchmark (`metrics.effects`), {} when
@@ -309,7 +320,8 @@ class SummaryStream:
             return {}
         key = self.effects[0]
         return {key: self.effects_all.result(),
-                "benchmarks": {b: {key: self.effects_by_bench[b].result()} for b in sorted(self.effects_by_bench)}}
+                "benchmarks": {b: {key: self.effects_by_bench[b].result()} for b in sorted(self.effects_by_bench)},
+                "labels": effect_labels(self.workflow)}  # its declared figures' words, in order
 
 
 def percentiles(xs: Sequence[float] | np.ndarray) -> dict[str, float | None]:

@@ -47,6 +47,7 @@ from drmas_bench.plan import check_team_models, plan, resolve, resolve_local_mod
 from drmas_bench.pricing import load_prices, team_prices
 from drmas_bench.report.compare import compare_runs
 from drmas_bench.report.cost import alone_latency, pareto_front, plot_pareto, run_turn_cost
+from drmas_bench.report.leaderboard import digest
 from drmas_bench.report.markdown import sweep_markdown
 from drmas_bench.report.runs import load_run
 from drmas_bench.run_dir import read_samples, sample_key, select_records, selection_of
@@ -262,8 +263,9 @@ def label(assignment: dict[str, str]) -> str:
 
 def assignment_figures(run: Any, prices: Any = None) -> dict[str, Any]:
     """One assignment's figures from its run (``report.runs.Run``): avg@n, pass@k, pass^k, calls, cache hits,
-    tokens, latency (mean per question of its calls' summed latency) and dollars as if alone, and
-    the dollars the sweep paid (cached calls cost nothing)."""
+    tokens, latency (mean per question of its calls' summed latency) and dollars as if alone, the
+    dollars the sweep paid (cached calls cost nothing), and the agents' effect: the phrase the
+    workflow declares over its effects block (``report.leaderboard.digest``; "–" without one)."""
 
     qs = list(metrics.questions(run.views).values())
     n_min = min(q.n for q in qs)
@@ -301,6 +303,7 @@ def assignment_figures(run: Any, prices: Any = None) -> dict[str, Any]:
         "usd_paid": paid,
         "model_calls": calls,
         "cache_hits": hits,
+        "effect": digest(run).effect,
     }
 
 

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from drmas_bench.figures import rule_labels
 from drmas_bench.metrics import (
     AGENT_EFFECT_KEYS,
     MACRO,
@@ -39,8 +40,9 @@ from drmas_bench.suites.math.math_refine import FLIPS, round1_correct
 from drmas_bench.suites.math.refine_loop import ANSWERING
 from drmas_bench.suites.search.rules import ACTION_KINDS, action_kind, search_steps
 from drmas_bench.suites.search.search_route import SEARCH_EPISODE_KEYS, evidence_at_answer
-from protocol_roles import P as proto
+from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows.rules import ordered_reasons
+from protocol_roles import P as proto
 
 
 def _episode_figures(rules: dict, records: list[RecordView]) -> dict[str, Any]:
@@ -291,7 +293,8 @@ def compliance(records: Iterable[Any], workflow: str | None = None) -> dict[str,
             **(AGENT_FIGURES[rule.name](a["texts"]) if rule is not None and rule.name in AGENT_FIGURES else {}),
         }
     return {"workflow": wf, "agents": agents,
-            "episodes": {"episodes": len(recs), **_episode_figures(rules, recs)}}
+            "episodes": {"episodes": len(recs), **_episode_figures(rules, recs)},
+            "labels": rule_labels(rules.values())}  # the declaration's words, not a figure: read as declared
 
 
 
@@ -322,6 +325,7 @@ def effects(records: Iterable[Any], workflow: str | None = None,
         for r in recs:
             by_bench[r.benchmark].append(r)
         out["benchmarks"] = {b: {key: fn(by_bench[b])} for b in sorted(by_bench)}
+        out["labels"] = get_workflow(wf).effect_labels()  # the declaration's words, not a figure
     return out
 
 

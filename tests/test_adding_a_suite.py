@@ -1,9 +1,10 @@
 """Adding a suite is one folder: a throwaway suite in a temporary package (found through
 ``$DRMAS_SUITES``, nothing edited anywhere else) with a 3-agent ``plan -> act -> check`` loop, its
-own format rules (tags, actions, verdicts) and a per-episode figure. A real evaluation with the real
-CLI (tiny-random, a fresh interpreter) shows its actions, verdicts and figure in summary.json,
-summary.md and the viewer page in real headless Chromium; the real trainer trains it one step with
-the tiny recipe's machinery."""
+own format rules (tags, actions, verdicts, a figure of its own, its own word for actions), a
+per-episode figure and an effects block with declared figures. A real evaluation with the real CLI
+(tiny-random, a fresh interpreter) shows them, under its own words, in summary.json, summary.md, the
+viewer page (in real headless Chromium), the leaderboard and compare; the real trainer trains it one
+step with the tiny recipe's machinery."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ register_family("tri", Family(grade))
     "plan_act_check.py": '''
 from collections import Counter
 
+from drmas_bench.figures import Effects, Figure
 from drmas_bench.records import mean_or_none
 from drmas_bench.workflows.base import Episode, chat, workflow
 from drmas_bench.workflows.rules import FormatRule, format_rule
@@ -68,18 +70,34 @@ def checks_per_episode(recs):
     return {"tri_checks_per_episode": mean_or_none([len(r.agent_turns("checker")) for r in recs])}
 
 
+def check_figures(texts):
+    return {"verdicts": dict(Counter(map(check_verdict, texts))),
+            "tri_reasoned_rejects": sum(check_verdict(t) == "tri-fail" and " " in t for t in texts)}
+
+
+def tri_effects(recs):
+    n = len(recs)
+    return {"tri_episodes": n, "tri_rechecked_rate": sum(len(r.agent_turns("checker")) > 1 for r in recs) / n if n else None}
+
+
 PLAN = format_rule(FormatRule("tri_plan", lambda t: [] if "<plan>" in t else ["tri_no_plan_tag"], ("tri_no_plan_tag",),
                               labels={"tri_no_plan_tag": "no plan tag"}))
 ACT = format_rule(FormatRule("tri_act", lambda t: [], (), lambda t: (act_kind(t), None),
-                             agent_figures=lambda texts: {"actions": dict(Counter(map(act_kind, texts)))}))
+                             agent_figures=lambda texts: {"actions": dict(Counter(map(act_kind, texts)))},
+                             labels={"actions": "tri moves"}))
 CHECK = format_rule(FormatRule("tri_check", lambda t: [], (), lambda t: (None, check_verdict(t)),
-                               agent_figures=lambda texts: {"verdicts": dict(Counter(map(check_verdict, texts)))},
-                               episode_figures=checks_per_episode,
-                               labels={"tri_checks_per_episode": "tri checks per episode"}))
+                               agent_figures=check_figures, episode_figures=checks_per_episode,
+                               labels={"tri_checks_per_episode": "tri checks per episode", "verdicts": "tri rulings",
+                                       "tri_reasoned_rejects": "tri rejects with a reason"},
+                               formats={"tri_reasoned_rejects": "count"}))
+EFFECTS = Effects("tri", tri_effects,
+                  figures=[Figure("tri_rechecked_rate", "tri checked twice", "share"),
+                           Figure("tri_episodes", "tri episodes", "count")],
+                  phrase="tri checked twice in {tri_rechecked_rate} of {tri_episodes}")
 
 
 @workflow("plan_act_check", agents=("planner", "actor", "checker"), family="tri", title="plan-act-check",
-          rules={"planner": PLAN, "actor": ACT, "checker": CHECK})
+          rules={"planner": PLAN, "actor": ACT, "checker": CHECK}, effects=EFFECTS)
 async def plan_act_check(ep: Episode, rounds: int = 2) -> None:
     for r in range(rounds):
         plan = await ep.planner(chat("Plan in <plan></plan>.", ep.task.question))
@@ -136,6 +154,22 @@ def test_the_suites_actions_verdicts_and_figure_reach_the_summaries(run_dir):
     md = (run_dir / "summary.md").read_text()
     assert "plan-act-check workflow" in md and "tri checks per episode" in md
     assert any(v in md for v in agents["checker"]["verdicts"]) and any(a in md for a in agents["actor"]["actions"])
+    # its own figures and effects, each under the words it declares (its "actions" word over the built-in one)
+    assert s["compliance"]["labels"]["actions"] == "tri moves" and agents["checker"]["tri_reasoned_rejects"] >= 0
+    assert s["effects"]["labels"] == {"tri_rechecked_rate": "tri checked twice (%)", "tri_episodes": "tri episodes"}
+    assert s["effects"]["tri"]["tri_episodes"] == 12
+    for words in ("tri moves: ", "tri rulings: ", "tri rejects with a reason: ", "| tri checked twice (%) ",
+                  "| tri episodes "):
+        assert words in md, words
+
+
+@pytest.mark.slow
+def test_the_suites_effects_reach_the_leaderboard_and_compare(run_dir, suite_env, tmp_path):
+    board = _cli(suite_env, "leaderboard", str(run_dir), "--no-paper", cwd=tmp_path).stdout
+    s = json.loads((run_dir / "summary.json").read_text())["effects"]["tri"]
+    assert f"tri checked twice in {100 * s['tri_rechecked_rate']:.0f}% of 12" in board
+    cmp = _cli(suite_env, "compare", str(run_dir), str(run_dir), cwd=tmp_path).stdout
+    assert "| tri checked twice (%) " in cmp and "| tri episodes " in cmp
 
 
 @pytest.mark.slow
@@ -148,6 +182,7 @@ def test_the_suites_parse_shows_in_the_viewer_page(run_dir, suite_env, tmp_path)
     _cli(suite_env, "view", str(run_dir), "--out", str(page), cwd=tmp_path)
     html = page.read_text(encoding="utf-8")
     assert "plan-act-check" in html and "tri checks per episode" in html
+    assert all(w in html for w in ("tri moves: ", "tri rulings: ", "tri rejects with a reason: ", "tri checked twice (%)"))
     chunks = re.findall(r'<script type="text/plain" id="chunk-[^"]*">([^<]*)</script>', html)
     turns = [t for c in chunks for d in json.loads(gzip.decompress(base64.b64decode(c))) for t in d["turns"]]
     assert {t["action"] for t in turns if t["agent"] == "actor"} <= {"tri-act-long", "tri-act-short"}

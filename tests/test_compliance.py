@@ -315,7 +315,12 @@ def test_summary_markdown_explains_a_search_run():
     s = summarize(recs, n_boot=10, workflow="search_route")
     md = format_summary_markdown(s)
     ep = s["compliance"]["episodes"]
-    assert f"{ep['searches_per_episode']:.2f} searches" in md
-    assert f"ended on a tagged answer: {100 * ep['answer_tag_rate']:.0f}%" in md
+    # every per-episode figure the rules declare, under its own label
+    assert f"searches per episode: {ep['searches_per_episode']:.2f}" in md
+    assert f"ended on a tagged answer (%): {100 * ep['answer_tag_rate']:.1f}" in md
+    # and every per-agent figure: the actors' actions and their answer share, the verifier's verdicts
+    actor = s["compliance"]["agents"]["searcher"]
+    assert f"actions: search {actor['actions']['search']}, answer {actor['actions']['answer']}" in md
+    assert f"ended on a tagged answer (%): {100 * actor['answer_tag_rate']:.1f}" in md
     for name, a in s["compliance"]["agents"].items():
         assert f"| {name} " in md and f"{100 * a['valid_rate']:.0f}%" in md

@@ -270,24 +270,37 @@ def test_effects_per_benchmark_add_up():
     assert sum(b["math"]["episodes"] for b in per.values()) == len(recs)
 
 
+def _md_rows(md: str, heading: str) -> dict[str, list[str]]:
+    """The rows of the Markdown table under ``heading``: first cell -> the other cells."""
+    section = md.split(heading)[1].split("\n### ")[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ") and "---" not in line]
+    return {r[0]: r[1:] for r in rows}
+
+
 def test_summary_markdown_shows_the_flip_table_and_evidence_recall():
     recs = random_math_run(2)
     s = json.loads(json.dumps(summarize(recs, n_boot=10, workflow="math_refine")))
     md = format_summary_markdown(s)
     m = s["effects"]["math"]
-    assert "### The verifier's effect" in md and "wrong -> right" in md
-    section = md.split("### The verifier's effect")[1]
-    row = next(line for line in section.splitlines() if line.startswith("| all "))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2:6] == [str(m["flips"][k]) for k in FLIPS]
+    heading = "### Why: what the math refinement workflow's agents did to the score"
+    assert heading in md
+    rows = _md_rows(md, heading)
+    assert rows["figure"][-1] == "all"  # a benchmark per column, then all records
+    words = {"wrong_to_right": "wrong -> right", "right_to_wrong": "right -> wrong", "wrong_to_wrong": "wrong -> wrong",
+             "right_to_right": "right -> right"}
+    assert [rows[words[k]][-1] for k in FLIPS] == [str(m["flips"][k]) for k in FLIPS]
+    assert rows["round 2 ran (%)"][-1] == f"{100 * m['round2_rate']:.1f}"
+    assert f"Of {m['episodes']} episodes, {m['round2_ran']} ran a second solver round" in md  # the declared note
     assert "### Where the time went: call latency per agent" in md
 
     recs = random_search_run(2)
     s = json.loads(json.dumps(summarize(recs, n_boot=10)))
     md = format_summary_markdown(s)
     e = s["effects"]["search"]
-    assert "### What retrieval gave the answerer" in md
-    assert f"{100 * e['evidence_recall']:.0f}% (of {e['answerer_episodes']})" in md
+    rows = _md_rows(md, "### Why: what the search workflow's agents did to the score")
+    assert rows["evidence recall (%)"][-1] == f"{100 * e['evidence_recall']:.1f}"
+    assert rows["episodes where the answerer acted"][-1] == str(e["answerer_episodes"])
 
 
 def test_old_records_still_summarise():
@@ -308,12 +321,13 @@ def test_old_records_still_summarise():
     e = s["effects"]["search"]
     assert (e["env_recorded"], e["evidence_recall"], e["evidence_retrieved_rate"]) == (0, None, None)
     md = format_summary_markdown(json.loads(json.dumps(s)))
-    assert "have no env record" in md
+    rows = _md_rows(md, "### Why: what the search workflow's agents did to the score")
+    assert rows["episodes with an env record"][-1] == "0" and rows["episodes"][-1] == str(len(search_old))
     hand = {"task": {"id": "1", "benchmark": "aime24"}, "turns": [{"agent": "solver", "completion": {}}]}
     s = summarize([hand], n_boot=10, workflow="math_refine")  # a solver alone would be inferred as math_single
     assert s["effects"]["math"]["round1_accuracy"] == 0.0
     del s["effects"]
-    assert "verifier's effect" not in format_summary_markdown(s)
+    assert "agents did to the score" not in format_summary_markdown(s)
 
 
 def test_leaderboard_rows_say_the_agents_effect():

@@ -124,7 +124,8 @@ def test_search_eval_follows_the_reference_loop(served, data_dir, tmp_path):
             for r in recs]
     assert eff["answerer_episodes"] == 3 and eff["evidence_recall"] == pytest.approx(sum(seen) / 3)
     assert (eff["searches_per_episode"], eff["no_answer_rate"]) == (1.0, 0.0)
-    assert "### What retrieval gave the answerer" in (tmp_path / "run" / "summary.md").read_text()
+    md = (tmp_path / "run" / "summary.md").read_text()
+    assert "### Why: what the search workflow's agents did to the score" in md and "| evidence recall (%) " in md
 
 
 def test_checkpoint_prompts_are_used_and_a_flag_override_is_announced(served, data_dir, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """Paired comparisons (`compare_runs`): two runs on their shared questions (same benchmark + task
 id): differences in avg@n and pass@k with a seeded paired bootstrap CI, an exact two-sided sign test
-over the questions whose success rate differs, and the questions that flipped.
+over the questions whose success rate differs, the questions that flipped, and the effects block each
+run's workflow declares, side by side (`effects_sides`).
 """
 
 from __future__ import annotations
@@ -8,9 +9,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
-from drmas_bench.metrics import MICRO, Question, avg_values, bootstrap_mean_ci, pass_values, questions, seed_for
-from drmas_bench.report.leaderboard import suite_order
+from drmas_bench.figures import labels_of
+from drmas_bench.metrics import (
+    MICRO,
+    Question,
+    avg_values,
+    bootstrap_mean_ci,
+    pass_values,
+    questions,
+    seed_for,
+    workflow_effects,
+)
+from drmas_bench.report.leaderboard import digest, suite_order
 from drmas_bench.report.runs import Run, differing
 from drmas_bench.types import UserError
 
@@ -88,6 +100,18 @@ def _paired(name: str, qa: list[Question], qb: list[Question], only_a: int, only
 
 
 @dataclass
+class EffectsSide:
+    """One workflow's effects block in a comparison: its key, the words of its declared figures, and
+    the block over run A's and run B's records (None for a run of another workflow)."""
+
+    key: str
+    workflow: str
+    words: dict[str, str]
+    a: dict[str, Any] | None
+    b: dict[str, Any] | None
+
+
+@dataclass
 class Comparison:
     a: Run
     b: Run
@@ -96,6 +120,22 @@ class Comparison:
     notes: list[str]
     n_boot: int
     seed: int
+    effects: list[EffectsSide] = field(default_factory=list)  # what each run's workflow declares, side by side
+
+
+def effects_sides(a: Run, b: Run) -> list[EffectsSide]:
+    """The effects blocks the two runs' workflows declare (`figures.Effects`), over all of each run's
+    records (`leaderboard.digest`), one side per block key: A and B together when their workflows
+    declare the same key."""
+    out: dict[str, EffectsSide] = {}
+    for side, run in (("a", a), ("b", b)):
+        declared = workflow_effects(run.workflow)
+        block = digest(run).effects
+        if declared is None or block is None:
+            continue
+        s = out.setdefault(declared.key, EffectsSide(declared.key, run.workflow, labels_of(declared.figures), None, None))
+        setattr(s, side, block)
+    return list(out.values())
 
 
 def compare_runs(a: Run, b: Run, n_boot: int = 2000, seed: int = 0) -> Comparison:
@@ -130,4 +170,4 @@ def compare_runs(a: Run, b: Run, n_boot: int = 2000, seed: int = 0) -> Compariso
     only_a_b = [bn for bn in {k[0] for k in qa} ^ {k[0] for k in qb} if bn not in benches]
     if only_a_b:
         notes.append(f"benchmarks in one run only (left out): {', '.join(sorted(only_a_b))}")
-    return Comparison(a, b, results, pooled, notes, n_boot, seed)
+    return Comparison(a, b, results, pooled, notes, n_boot, seed, effects_sides(a, b))

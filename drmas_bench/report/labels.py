@@ -13,8 +13,9 @@ checks that no raw key reaches the page.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
+from drmas_bench.figures import fill, format_of_label, lookup, rule_labels, shown_keys
 from drmas_bench.workflows import find_workflow, registered_rules, registered_workflows
 
 # key -> the words a reader sees (units in parentheses). Keys of summary.json (metrics.summarize),
@@ -71,6 +72,7 @@ LABELS: dict[str, str] = {
     "empty_responses": "blank replies",
     "actions": "actions",
     "verdicts": "verdicts",
+    "rule_figures": "what its rule read",  # the column of every figure an agent's rule declares
     # why: per episode (the figures themselves are named by the rules that compute them)
     "episodes": "episodes",
     # a paired comparison of two runs
@@ -107,12 +109,10 @@ CAPTIONS = {
 
 def declared_labels() -> dict[str, str]:
     """The words the suites declare for their own keys: each format rule's (its reasons and
-    figures, `FormatRule.labels`) and each workflow's (its effects, `WorkflowSpec.labels`)."""
-    out: dict[str, str] = {}
-    for rule in registered_rules().values():
-        out.update(rule.labels)
+    figures, `FormatRule.labels`) and each workflow's (its effects' figures and `WorkflowSpec.labels`)."""
+    out: dict[str, str] = rule_labels(registered_rules().values())
     for spec in registered_workflows().values():
-        out.update(spec.labels)
+        out.update(spec.effect_labels())
     return out
 
 
@@ -121,10 +121,16 @@ def all_labels() -> dict[str, str]:
     return {**declared_labels(), **LABELS}
 
 
-def label(key: str) -> str:
-    """The words a reader sees for summary key ``key`` (`LABELS`, then the suites' own:
-    `declared_labels`); an unknown key gets its words with underscores spaced, a ``pass@K`` /
-    ``pass^K`` / ``avg@K`` its name with "(%)"."""
+Words = Mapping[str, str] | None  # the words one run's declaration gives its own keys (read first)
+
+
+def label(key: str, own: Words = None) -> str:
+    """The words a reader sees for summary key ``key``: ``own`` (what the run's workflow and rules
+    declare, from summary.json's ``labels`` or the registry: a suite's word for ``actions`` wins over
+    the built-in one), then `LABELS`, then any suite's (`declared_labels`); an unknown key gets its
+    words with underscores spaced, a ``pass@K`` / ``pass^K`` / ``avg@K`` its name with "(%)"."""
+    if own and key in own:
+        return own[key]
     if key in LABELS:
         return LABELS[key]
     declared = declared_labels()
@@ -135,10 +141,98 @@ def label(key: str) -> str:
     return key.replace("_", " ")
 
 
-def is_share(key: str) -> bool:
-    """Whether the figure under ``key`` is a share in [0, 1] (shown in %)."""
+def is_share(key: str, own: Words = None) -> bool:
+    """Whether the figure under ``key`` is a share in [0, 1] (shown in %): a declared label says so by
+    its unit (`figures.format_of_label`), a built-in key by its name."""
+    if own and key in own:
+        return format_of_label(own[key]) == "share"
     return (key in _SHARES or key.endswith(_SHARE_SUFFIXES) or key[:5] in ("pass@", "pass^")
             or key[:4] == "avg@" or (key not in LABELS and declared_labels().get(key, "").endswith("(%)")))
+
+
+def is_points(key: str, own: Words = None) -> bool:
+    """Whether the figure under ``key`` is a difference of shares in percentage points (label unit "(pts)")."""
+    if not key or (key in LABELS and not (own and key in own)):
+        return False
+    words = own[key] if own and key in own else declared_labels().get(key, "")
+    return format_of_label(words) == "points"
+
+
+def rule_words(comp: Mapping[str, Any] | None) -> dict[str, str]:
+    """The words a compliance block's rules declare: summary.json's ``compliance.labels``, else (a
+    summary written before labels were stored) the registry's for its workflow."""
+    comp = comp or {}
+    if isinstance(comp.get("labels"), Mapping):
+        return dict(comp["labels"])
+    spec = find_workflow(comp.get("workflow"))
+    return spec.rule_labels() if spec is not None else {}
+
+
+def effect_words(eff: Mapping[str, Any] | None) -> dict[str, str]:
+    """The words of an effects block's declared figures, in order: summary.json's ``effects.labels``,
+    else (a summary written before labels were stored) the registry's for its workflow."""
+    eff = eff or {}
+    if isinstance(eff.get("labels"), Mapping):
+        return dict(eff["labels"])
+    spec = find_workflow(eff.get("workflow"))
+    return spec.effect_labels() if spec is not None else {}
+
+
+# keys of summary.json's effects that are not a workflow's block
+_EFFECTS_FRAME = ("workflow", "agents", "benchmarks", "labels")
+
+
+def effect_blocks(eff: Mapping[str, Any] | None) -> list[tuple[str, list[tuple[str, dict[str, Any]]], list[str], dict[str, str]]]:
+    """Every workflow block in summary.json's ``effects``, as (its key, [(benchmark or "all", the
+    block)], the keys shown in order (`figures.shown_keys`), their words): one row source per
+    benchmark and, with several (or none), one over all records. What summary.md and the viewer draw."""
+    eff = eff or {}
+    words = effect_words(eff)
+    out = []
+    for key, whole in eff.items():
+        if key in _EFFECTS_FRAME or not isinstance(whole, dict):
+            continue
+        per = [(b, v[key]) for b, v in (eff.get("benchmarks") or {}).items() if isinstance(v, dict) and key in v]
+        blocks = per + ([("all", whole)] if len(per) != 1 else [])
+        out.append((key, blocks, shown_keys([b for _, b in blocks], words), words))
+    return out
+
+
+def rule_figure_keys(entry: Mapping[str, Any]) -> list[str]:
+    """The keys of one agent's compliance entry that its rule's figures added (`FormatRule.agent_figures`):
+    every key beyond compliance's own."""
+    return [k for k in entry if k not in _COMPLIANCE_KEYS]
+
+
+# an agent's compliance entry's own keys (`summary_stream.SummaryStream.compliance`); others are its rule's figures
+_COMPLIANCE_KEYS = ("rule", "calls", "valid", "valid_rate", "invalid_reasons", "valid_by_rules", "valid_by_rules_rate",
+                    "length_cut", "empty_responses")
+
+
+def effect_note(workflow: str | None, block: Mapping[str, Any], own: Words = None) -> str:
+    """The sentences a workflow declares under its effects table (`figures.Effects.note`), its figures
+    written from ``block`` (the block over all records; `short_value`); "" for none."""
+    spec = find_workflow(workflow)
+    if spec is None or spec.effects is None or not spec.effects.note:
+        return ""
+    return fill(spec.effects.note, block, lambda k, x: short_value(k, x, own))
+
+
+def short_value(key: str, x: Any, own: Words = None) -> str:
+    """A figure's value in a sentence: a share as ``62%``, points as ``+5.0 pts``, counts as ``name n``
+    pairs, a real number with two decimals, a count as it is; "–" for none."""
+    if x is None or (isinstance(x, float) and x != x):
+        return "–"
+    if is_points(key, own):
+        return f"{100 * x:+.1f} pts"
+    if is_share(key, own) and isinstance(x, (int, float)) and not isinstance(x, bool):
+        return f"{100 * x:.0f}%"
+    return value(key, x, own)
+
+
+def figure_value(block: Mapping[str, Any], key: str) -> Any:
+    """The value under a (dotted) figure key of a block, None when it has none."""
+    return lookup(block, key)[1]
 
 
 def workflow_name(workflow: str | None) -> str:
@@ -166,10 +260,11 @@ def with_ci(x: float | None, ci: Any) -> str:
     return f"{pct(x)} [{pct(ci[0])}, {pct(ci[1])}]"
 
 
-def value(key: str, x: Any) -> str:
-    """The cell text of ``x`` under summary key ``key``: shares in %, p50 / p95 pairs as ``a / b``,
-    dollars to four significant digits, other floats with two decimals, counts as they are,
-    dicts of counts as ``label n`` lists; "–" for none."""
+def value(key: str, x: Any, own: Words = None) -> str:
+    """The cell text of ``x`` under summary key ``key`` (``own``: the run's declared words, `label`):
+    shares in %, points with a sign, p50 / p95 pairs as ``a / b``, dollars to four significant
+    digits, other floats with two decimals, counts as they are, dicts of counts as ``label n``
+    lists; "–" for none."""
     if x is None:
         return "–"
     if isinstance(x, bool):
@@ -178,13 +273,15 @@ def value(key: str, x: Any) -> str:
         if set(x) == {"p50", "p95"}:
             p50, p95 = x["p50"], x["p95"]
             return "–" if p50 is None else f"{p50:.2f} / {p95:.2f}"
-        return ", ".join(f"{label(str(k))} {value('', v)}" for k, v in x.items()) or "–"
+        return ", ".join(f"{label(str(k), own)} {value('', v)}" for k, v in x.items()) or "–"
     if isinstance(x, (list, tuple)):
         return ", ".join(value("", v) for v in x) or "–"
+    if isinstance(x, (int, float)) and is_points(key, own):
+        return "–" if x != x else f"{100 * x:+.1f}"
     if isinstance(x, float):
         if x != x:
             return "–"
-        if is_share(key):
+        if is_share(key, own):
             return pct(x)
         if key.startswith("usd"):
             return "0" if x == 0 else f"{x:.4g}"

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from drmas_bench import compact
+from drmas_bench.figures import Effects, fill, labels_of, lookup, shown_keys
 from drmas_bench.metrics import (
     MACRO,
     MICRO,
@@ -40,6 +41,7 @@ from drmas_bench.metrics import (
 )
 from drmas_bench.records import view, views
 from drmas_bench.report.compute_matched import matched_line, read_matched
+from drmas_bench.report.labels import label, short_value
 from drmas_bench.report.runs import (
     COMPARED,
     SAMPLING_KEYS,
@@ -161,28 +163,24 @@ def suite_order(suite: str) -> list[str]:
 
 
 def effect_label(records: list[Any], workflow: str) -> str:
-    """What the team's other agents did to the score, in one phrase for a leaderboard cell
-    (`suites.math.math_refine.math_effects` / `suites.search.search_route.search_effects`; "–" for other workflows): math, how often
-    the verifier sent the solver to round 2 and the round-1 -> final flips; search, evidence recall
-    and accuracy with / without evidence."""
+    """What the team's other agents did to the score, in one phrase for a leaderboard cell: the phrase
+    its workflow declares over its effects block (`effect_phrase`); "–" for a workflow without one."""
     declared = workflow_effects(workflow)
     if declared is None:
         return "–"
-    return effect_phrase(declared[0], declared[1](views(records)))
+    return effect_phrase(declared, declared.fn(views(records)))
 
 
-def effect_phrase(key: str, e: dict[str, Any]) -> str:
-    """`effect_label`'s phrase of a workflow's effects block ``e`` (declared under ``key``)."""
-
-    def pct(x: float | None) -> str:
-        return "–" if x is None else f"{100 * x:.0f}%"
-    if key == "math":
-        f = e["flips"]
-        ungraded = f" ({e['round1_ungraded']} round-1 answers never graded)" if e["round1_ungraded"] else ""
-        return (f"round 2 in {pct(e['round2_rate'])}: wrong->right {f['wrong_to_right']}, right->wrong "
-                f"{f['right_to_wrong']}{ungraded}; acc {pct(e['round1_accuracy'])} -> {pct(e['final_accuracy'])}")
-    return (f"evidence recall {pct(e['evidence_recall'])}; acc with / without evidence "
-            f"{pct(e['accuracy_with_evidence'])} / {pct(e['accuracy_without_evidence'])}")
+def effect_phrase(declared: Effects, e: dict[str, Any]) -> str:
+    """A workflow's effects block ``e`` in the one phrase its declaration gives (`figures.Effects.phrase`:
+    ``{key}`` is the figure's `labels.short_value`); with no phrase declared, its first three figures
+    (or keys), each labelled."""
+    words = labels_of(declared.figures)
+    write = lambda k, x: short_value(k, x, words)  # noqa: E731
+    if declared.phrase:
+        return fill(declared.phrase, e, write)
+    keys = [k for k in shown_keys([e], words) if k != "episodes"][:3]
+    return "; ".join(f"{label(k, words)} {write(k, lookup(e, k)[1])}" for k in keys) or "–"
 
 
 class BoardFold:
@@ -214,21 +212,23 @@ class BoardFold:
 
     def result(self) -> Digest:
         qs = {k: Question(k[0], k[1], v[0], v[1], v[2], v[4]) for k, v in sorted(self.acc.items())}
-        effect = "–" if self.declared is None or self.effects is None else effect_phrase(self.declared[0], self.effects.result())
+        block = self.effects.result() if self.declared is not None and self.effects is not None else None
+        effect = "–" if self.declared is None or block is None else effect_phrase(self.declared, block)
         tokens = None if self.usage_unknown or not qs else self.tokens / len(qs)
-        return Digest(qs, effect, self.timeouts, tokens)
+        return Digest(qs, effect, self.timeouts, tokens, block)
 
 
 @dataclass
 class Digest:
     """A run as a leaderboard reads it (`BoardFold`): its questions (`metrics.questions`), its effect
     phrase, its grading timeouts, its prompt + completion tokens per question (None when a call's
-    usage is unknown)."""
+    usage is unknown), its workflow's effects block (`compare` and `sweep` show it)."""
 
     questions: dict[tuple[str, str], Question]
     effect: str
     timeouts: int
     tokens_per_question: float | None = None
+    effects: dict[str, Any] | None = None  # its workflow's effects block over the run (None: it declares none)
 
 
 def digest(run: Run) -> Digest:

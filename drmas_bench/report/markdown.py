@@ -3,7 +3,8 @@ come in computed (drmas_bench.metrics, report.leaderboard / compare / cost); thi
 
 - `format_summary_markdown(summary)`: a run's summary.json as tables (accuracy with CIs, cost and
   latency, agents, protocol compliance, per-agent effects, notes); `compliance_markdown` and
-  `effects_markdown` are its compliance and effects sections.
+  `effects_markdown` are its compliance and effects sections, drawing whatever the workflow and its
+  rules declare (`drmas_bench.figures`) under the declared words.
 - `table_markdown(table, ci)`, `leaderboard_markdown(tables, ci)`: leaderboard sections.
 - `compare_markdown(comparison, max_flips)`: a paired comparison and its flipped questions.
 - `cost_markdown(costs, prices_source, unpriced)`: a cost study's team and per-agent tables.
@@ -20,10 +21,23 @@ from typing import Any, Iterable, Sequence
 
 from tabulate import tabulate
 
+from drmas_bench.figures import shown_keys
 from drmas_bench.metrics import MACRO, MICRO, QA_KEYS
 from drmas_bench.report.compare import Comparison
 from drmas_bench.report.cost import TeamCost, cost_notes
-from drmas_bench.report.labels import USD_SOURCES, caption, label, stopped_text, value
+from drmas_bench.report.labels import (
+    USD_SOURCES,
+    Words,
+    caption,
+    effect_blocks,
+    effect_note,
+    figure_value,
+    label,
+    rule_figure_keys,
+    rule_words,
+    stopped_text,
+    value,
+)
 from drmas_bench.report.leaderboard import Cell, Table
 
 
@@ -88,6 +102,7 @@ def compare_markdown(cmp: Comparison, max_flips: int = 50) -> str:
     ]
     if cmp.notes:
         lines += [*[f"- {n}" for n in cmp.notes], ""]
+    lines += compare_effects_markdown(cmp)
     flips = [f for r in cmp.benchmarks for f in r.flips]
     lines += [f"## Flipped questions ({len(flips)})", ""]
     if flips:
@@ -100,6 +115,20 @@ def compare_markdown(cmp: Comparison, max_flips: int = 50) -> str:
     else:
         lines.append("none")
     return "\n".join(lines) + "\n"
+
+
+def compare_effects_markdown(cmp: Comparison) -> list[str]:
+    """The effects blocks the two runs' workflows declare (`compare.effects_sides`), a figure per row
+    in its declared order and words, A and B side by side; [] when neither declares one."""
+    lines: list[str] = []
+    for side in cmp.effects:
+        blocks = [blk for blk in (side.a, side.b) if blk is not None]
+        keys = shown_keys(blocks, side.words)
+        cell = lambda blk, k: "–" if blk is None else _md_value(k, figure_value(blk, k), side.words)  # noqa: E731
+        rows = [[md_label(k, side.words), cell(side.a, k), cell(side.b, k)] for k in keys]
+        lines += [f"## {caption('effects', side.workflow)}", "",
+                  tabulate(rows, ["figure", "A", "B"], tablefmt="github", disable_numparse=True), ""]
+    return lines
 
 
 def _clip(s: str, width: int) -> str:
@@ -261,63 +290,52 @@ def _share(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.0f}%"
 
 
-def md_label(key: str) -> str:
+def md_label(key: str, own: Words = None) -> str:
     """`labels.label` for Markdown: a tag in it (``<verify>``) in backticks, so it stays visible."""
-    return re.sub(r"(<[a-z/]+>|\\boxed\{\})", r"`\1`", label(key))
+    return re.sub(r"(<[a-z/]+>|\\boxed\{\})", r"`\1`", label(key, own))
 
 
-def _counts(d: dict[str, int] | None) -> str:
-    return ", ".join(f"{md_label(str(k))} {v}" for k, v in (d or {}).items()) or "–"
+def _counts(d: dict[str, int] | None, own: Words = None) -> str:
+    return ", ".join(f"{md_label(str(k), own)} {v}" for k, v in (d or {}).items()) or "–"
+
+
+def _md_value(key: str, x: Any, own: Words) -> str:
+    """`labels.value` for Markdown: a dict of counts with its names' labels in backticks where tagged."""
+    return _counts(x, own) if isinstance(x, dict) and set(x) != {"p50", "p95"} else value(key, x, own)
 
 
 def compliance_markdown(comp: dict[str, Any] | None) -> list[str]:
-    """The protocol-compliance section (metrics.compliance): one row per agent, then one line of
-    per-episode figures; [] for a summary written before compliance was computed."""
+    """The protocol-compliance section (metrics.compliance): one row per agent (every figure its rule
+    reads under its own label), then one line of the per-episode figures the rules declare; [] for a
+    summary written before compliance was computed."""
 
     if not comp or not comp.get("agents"):
         return []
+    own = rule_words(comp)
     head = ["agent", label("calls"), "valid", label("invalid_reasons"), label("length_cut"), label("empty_responses"),
-            "actions / verdicts"]
+            label("rule_figures")]
     rows = []
     for a, v in comp["agents"].items():
-        seen = v.get("actions") or v.get("verdicts")
         valid = _share(v.get("valid_rate"))
         if v.get("valid_by_rules_rate") is not None and v["valid_by_rules"] != v.get("valid"):
             valid += f" ({label('valid_by_rules')}: {_share(v['valid_by_rules_rate'])})"  # recorded under other rules
-        rows.append([a, v["calls"], valid, _counts(v.get("invalid_reasons")),
-                     v.get("length_cut", 0), v.get("empty_responses", 0), _counts(seen)])
+        read = "; ".join(f"{md_label(k, own)}: {_md_value(k, v[k], own)}" for k in rule_figure_keys(v)) or "–"
+        rows.append([a, v["calls"], valid, _counts(v.get("invalid_reasons"), own),
+                     v.get("length_cut", 0), v.get("empty_responses", 0), read])
     out = ["", f"### {caption('compliance', comp.get('workflow'))}", "",
            tabulate(rows, head, tablefmt="github", disable_numparse=True)]
     ep = comp.get("episodes") or {}
-    fmt = lambda x: "–" if x is None else f"{x:.2f}"  # noqa: E731
-    if "searches_per_episode" in ep:
-        dist = ", ".join(f"{k}: {v}" for k, v in ep.get("searches_distribution", {}).items())
-        out += ["", f"Per episode ({ep['episodes']}): {fmt(ep['steps_per_episode'])} steps, "
-                    f"{fmt(ep['searches_per_episode'])} searches (episodes by searches: {dist}), "
-                    f"{fmt(ep['empty_steps_per_episode'])} empty steps; ended on a tagged answer: "
-                    f"{_share(ep['answer_tag_rate'])}."]
-    elif "rounds_per_episode" in ep:
-        out += ["", f"Per episode ({ep['episodes']}): {fmt(ep['rounds_per_episode'])} solver rounds; "
-                    f"verifier approvals: {_share(ep.get('approve_rate'))}."]
-    elif len(ep) > 1:  # any other workflow's figures (its rules' `episode_figures`), each with its label
-        figures = "; ".join(f"{label(k)}: {value(k, x)}" for k, x in ep.items() if k != "episodes")
+    if len(ep) > 1:  # the figures the workflow's rules declare (`FormatRule.episode_figures`), each with its label
+        figures = "; ".join(f"{md_label(k, own)}: {_md_value(k, x, own)}" for k, x in ep.items() if k != "episodes")
         out += ["", f"Per episode ({ep['episodes']}): {figures}."]
     return out
 
 
-def _num(x: float | None, digits: int = 2) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
-
-
-def _rate_of(x: float | None, n: int) -> str:
-    """A share with the count it is over: `62% (of 40)`; – when there is nothing to count."""
-    return "–" if x is None else f"{100 * x:.0f}% (of {n})"
-
-
 def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
-    """The per-agent effects sections (metrics.effects): per-agent latency and cost, then the math
-    block (the verifier's flip table) or the search block (evidence recall), one row per benchmark
-    and, with several, one for all records; [] for a summary written before effects were computed."""
+    """The per-agent effects sections (metrics.effects): per-agent latency, then the workflow's own
+    block, whatever figures it declares (`labels.effect_blocks`: a figure per row in its declared
+    order and words, a benchmark per column and, with several, one for all records) and its note;
+    [] for a summary written before effects were computed."""
 
     if not eff:
         return []
@@ -327,46 +345,13 @@ def effects_markdown(eff: dict[str, Any] | None) -> list[str]:
         rows = [[a, value("latency_s", v.get("latency_s"))] for a, v in eff["agents"].items()]
         out += ["", "### Where the time went: call latency per agent", "",
                 tabulate(rows, head, tablefmt="github", disable_numparse=True)]
-    blocks = [(b, v) for b, v in (eff.get("benchmarks") or {}).items()]
-    if "math" in eff:
-        head = ["benchmark"] + [label(k) for k in ("round2_rate", "wrong_to_right", "right_to_wrong", "wrong_to_wrong",
-                                                    "right_to_right", "approve_rate_on_right", "approve_rate_on_wrong",
-                                                    "judge_precision", "round1_accuracy", "final_accuracy")]
-        rows = []
-        for name, m in [(b, v["math"]) for b, v in blocks] + ([("all", eff["math"])] if len(blocks) != 1 else []):
-            f = m["flips"]
-            rows.append([name, _rate_of(m["round2_rate"], m["episodes"]), *[str(f[k]) for k in
-                         ("wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right")],
-                         _share(m["approve_rate_on_right"]), _share(m["approve_rate_on_wrong"]),
-                         _share(m["judge_precision"]), _share(m["round1_accuracy"]), _share(m["final_accuracy"])])
-        out += ["", "### The verifier's effect (math: round-1 answer -> final answer, graded)", "",
+    for _key, blocks, keys, own in effect_blocks(eff):
+        head = ["figure"] + [b for b, _ in blocks]
+        rows = [[md_label(k, own)] + [_md_value(k, figure_value(blk, k), own) for _, blk in blocks] for k in keys]
+        out += ["", f"### {caption('effects', eff.get('workflow'))}", "",
                 tabulate(rows, head, tablefmt="github", disable_numparse=True)]
-        m = eff["math"]
-        out += ["", f"Of {m['episodes']} episodes, {m['round2_ran']} ran a second solver round; the verifier judged "
-                    f"{m['judged']} first answers (judge accuracy {_share(m['judge_accuracy'])}); accuracy "
-                    f"{_share(m['round1_accuracy'])} after round 1 -> {_share(m['final_accuracy'])} final."]
-        if m["round1_ungraded"]:
-            out += [f"{m['round1_ungraded']} episodes ran round 2 but their round-1 answer was never graded "
-                    "(a run recorded before round-1 grades were kept): left out of the flip table."]
-    if "search" in eff:
-        head = ["benchmark"] + [label(k) for k in ("evidence_recall", "accuracy_with_evidence", "accuracy_without_evidence",
-                                                    "evidence_retrieved_rate", "searches_per_episode", "steps_per_episode",
-                                                    "no_answer_rate")]
-        rows = []
-        for name, s in [(b, v["search"]) for b, v in blocks] + ([("all", eff["search"])] if len(blocks) != 1 else []):
-            rows.append([name, _rate_of(s["evidence_recall"], s["answerer_episodes"]),
-                         _rate_of(s["accuracy_with_evidence"], s["with_evidence"]),
-                         _rate_of(s["accuracy_without_evidence"], s["without_evidence"]),
-                         _rate_of(s["evidence_retrieved_rate"], s["env_recorded"]),
-                         _num(s["searches_per_episode"]), _num(s["steps_per_episode"]), _share(s["no_answer_rate"])])
-        out += ["", "### What retrieval gave the answerer (search)", "",
-                tabulate(rows, head, tablefmt="github", disable_numparse=True), "",
-                "Evidence recall: episodes where a gold answer (SQuAD-normalised) was in the passages retrieved "
-                "before the answerer's last call, of those where the answerer acted."]
-        s = eff["search"]
-        if s["env_recorded"] < s["episodes"]:
-            out += [f"{s['episodes'] - s['env_recorded']} of {s['episodes']} episodes have no env record (an older "
-                    "run): no evidence figures for them."]
+        note = effect_note(eff.get("workflow"), blocks[-1][1], own)
+        out += ["", note] if note else []
     return out
 
 
@@ -525,15 +510,16 @@ def _usd6(x: float | None) -> str:
 
 
 def sweep_markdown(doc: dict[str, Any]) -> str:
-    """``sweep.md``: one table, an assignment per row (accuracy in %, Pareto fronts marked)."""
+    """``sweep.md``: one table, an assignment per row (accuracy in %, Pareto fronts marked, the agents'
+    effect in the phrase the workflow declares; "–" in a sweep.json written before it was kept)."""
     rows = doc["assignments"]
     ks = sorted({k for r in rows for k in r["pass@k"]}, key=int)
     top = ks[-1] if ks else "n"
     lines = [f"# Sweep: {doc['suite']} suite, workflow {doc['workflow']}, {doc['finished']} of "
              f"{doc['design']['planned']} assignments ({doc['design']['kind']}; {doc['design']['possible']} possible)", ""]
     lines.append(f"| # | assignment | avg@n | pass@{top} | pass^{top} | latency s/question | tokens | $ as alone | $ paid "
-                 f"| calls (cache hits) | Δ avg@n vs baseline [95% CI] | front $ | front latency |")
-    lines.append("|" + "---|" * 13)
+                 f"| calls (cache hits) | Δ avg@n vs baseline [95% CI] | front $ | front latency | agents' effect |")
+    lines.append("|" + "---|" * 14)
     for i, r in enumerate(rows, 1):
         vs = r.get("vs_baseline")
         if r.get("baseline"):
@@ -545,7 +531,8 @@ def sweep_markdown(doc: dict[str, Any]) -> str:
         lines.append(f"| {i} | {r['label']} | {_pct(r['avg@n'])} | {_pct(r['pass@k'].get(top))} | "
                      f"{_pct(r.get('pass^k', {}).get(top))} | {r['latency_s']:.3f} | {r['tokens'] if r['tokens'] is not None else 'unknown'} | {_usd6(r['usd'])} | "
                      f"{_usd6(r['usd_paid'])} | {r['model_calls']} ({r['cache_hits']}) | {delta} | "
-                     f"{'★' if r['pareto_usd'] else ''} | {'★' if r['pareto_latency'] else ''} |")
+                     f"{'★' if r['pareto_usd'] else ''} | {'★' if r['pareto_latency'] else ''} | "
+                     f"{str(r.get('effect') or '–').replace('|', '/')} |")
     lines.append("")
     ratio = doc.get("calls_ratio")
     lines.append(f"- model calls sent: {doc['model_calls']} of {doc['calls_without_cache']} that independent evals "

@@ -2,8 +2,9 @@
 summary, with human labels (`report.labels`) and inline SVG charts (`report.charts`).
 
 - How good: score per benchmark with its 95% CI (table + points with whiskers).
-- Why: protocol compliance per agent (table + valid / each reason's share per agent), what an
-  episode did, and the workflow's effects block (search: evidence; math: the verifier's flips).
+- Why: protocol compliance per agent (table + valid / each reason's share per agent, and every
+  figure the agent's rule reads under its own label), what an episode did, and the workflow's
+  effects block, whatever figures it declares (`labels.effect_blocks`).
 - At what cost: calls, tokens and dollars per agent (table + calls and tokens bars).
 - Where the time went: call latency per agent, trajectory latency per benchmark (table + bars).
 - For two runs, what changed question by question: fixed, broken, unchanged (bars + the list).
@@ -22,7 +23,19 @@ from typing import Any, Iterable, Sequence
 
 from drmas_bench.metrics import QA_KEYS, questions
 from drmas_bench.report import charts
-from drmas_bench.report.labels import USD_SOURCES, caption, label, pct, value, with_ci
+from drmas_bench.report.labels import (
+    USD_SOURCES,
+    caption,
+    effect_blocks,
+    effect_note,
+    figure_value,
+    label,
+    pct,
+    rule_figure_keys,
+    rule_words,
+    value,
+    with_ci,
+)
 
 
 @dataclass(frozen=True)
@@ -120,8 +133,14 @@ def scores(summary: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------ why
 
 
-def _counts_text(d: dict[str, Any] | None) -> str:
-    return ", ".join(f"{label(str(k))}: {v}" for k, v in (d or {}).items() if v) or "none"
+def _counts_text(d: dict[str, Any] | None, own: dict[str, str] | None = None) -> str:
+    return ", ".join(f"{label(str(k), own)}: {v}" for k, v in (d or {}).items() if v) or "none"
+
+
+def rule_figures_text(entry: dict[str, Any], own: dict[str, str]) -> str:
+    """An agent's figures its format rule read (actions, verdicts, any other it declares), each under
+    its own label: ``actions: search 3, answer 1; ended on a tagged answer (%): 25.0``."""
+    return "; ".join(f"{label(k, own)}: {value(k, entry[k], own)}" for k in rule_figure_keys(entry)) or "–"
 
 
 def compliance(comp: dict[str, Any] | None, colours: dict[str, str]) -> str:
@@ -129,8 +148,9 @@ def compliance(comp: dict[str, Any] | None, colours: dict[str, str]) -> str:
     if not comp or not comp.get("agents"):
         return ""
     wf = comp.get("workflow")
+    own = rule_words(comp)
     head = ["agent", label("calls"), label("valid_rate"), label("invalid_reasons"), label("length_cut"),
-            label("empty_responses"), "actions / verdicts"]
+            label("empty_responses"), label("rule_figures")]
     rows: list[list[Any]] = []
     bars: list[tuple[str, list[tuple[str, float | None, str]]]] = []
     for a, v in comp["agents"].items():
@@ -138,15 +158,14 @@ def compliance(comp: dict[str, Any] | None, colours: dict[str, str]) -> str:
         tip = f"{v.get('valid', '–')} of {v.get('calls', '–')} calls recorded valid"
         if v.get("valid_by_rules_rate") is not None and v.get("valid_by_rules") != v.get("valid"):
             valid += f" ({label('valid_by_rules')}: {pct(v['valid_by_rules_rate'], 0)})"
-        seen = v.get("actions") or v.get("verdicts")
-        rows.append([a, _num(str(v.get("calls", "–"))), _num(valid, tip), _counts_text(v.get("invalid_reasons")),
-                     _num(str(v.get("length_cut", 0))), _num(str(v.get("empty_responses", 0))), _counts_text(seen)])
+        rows.append([a, _num(str(v.get("calls", "–"))), _num(valid, tip), _counts_text(v.get("invalid_reasons"), own),
+                     _num(str(v.get("length_cut", 0))), _num(str(v.get("empty_responses", 0))), rule_figures_text(v, own)])
         calls = v.get("calls") or 0
         bars.append((f"{a} ({calls} calls)", []))
         bars.append(("valid", [("", v.get("valid_rate"), charts.GOOD)]))
         for reason, k in (v.get("invalid_reasons") or {}).items():
             if k:
-                bars.append((label(reason), [("", k / calls if calls else None, charts.BAD)]))
+                bars.append((label(reason, own), [("", k / calls if calls else None, charts.BAD)]))
     out = [_h(caption("compliance", wf)),
            _side(table(head, rows, "compliance"), [charts.bars("compliance", caption("compliance_chart"), bars,
                                                           fmt=lambda x: f"{100 * x:.0f}%", max_value=1.0)])]
@@ -154,52 +173,36 @@ def compliance(comp: dict[str, Any] | None, colours: dict[str, str]) -> str:
 
 
 def episodes(comp: dict[str, Any] | None) -> str:
-    """What an episode did (compliance.episodes), a figure per row."""
+    """What an episode did (compliance.episodes: the figures the workflow's rules declare), a figure
+    per row, each under its own label."""
     ep = (comp or {}).get("episodes") or {}
+    own = rule_words(comp)
     out = []
     if len(ep) > 1:
-        erows = []
-        for k, x in ep.items():
-            if k == "searches_distribution":
-                text = ", ".join(f"{n} search{'' if str(n) == '1' else 'es'}: {c}" for n, c in x.items()) or "–"
-            else:
-                text = value(k, x)
-            erows.append([label(k), _num(text)])
+        erows = [[label(k, own), _num(value(k, x, own))] for k, x in ep.items()]
         out += [_h(caption("episodes", (comp or {}).get("workflow"))), table(["figure", "per episode"], erows, "episodes")]
     return "".join(out)
 
 
-def _transposed(blocks: list[tuple[str, dict[str, Any]]], keys: Sequence[str], name: str) -> str:
+def _transposed(blocks: list[tuple[str, dict[str, Any]]], keys: Sequence[str], name: str,
+                own: dict[str, str] | None = None) -> str:
     """A figure per row, a benchmark per column: narrow whatever the number of figures."""
     head = ["figure"] + [b for b, _ in blocks]
-    rows = [[label(k)] + [_num(value(k, blk.get(k))) for _, blk in blocks] for k in keys]
+    rows = [[label(k, own)] + [_num(value(k, figure_value(blk, k), own)) for _, blk in blocks] for k in keys]
     return table(head, rows, name)
 
 
 def effects(eff: dict[str, Any] | None) -> str:
-    """The workflow's own effects block (search: evidence; math: the verifier's flips), per benchmark
-    and over all records; the per-agent figures of ``effects.agents`` are in the cost and time tables."""
+    """The workflow's own effects block, whatever it declares (`labels.effect_blocks`: its figures in
+    their order and words, then any other key of the block), per benchmark and over all records, with
+    its declared note; the per-agent figures of ``effects.agents`` are in the cost and time tables."""
     if not eff:
         return ""
     out = []
-    for key in ("search", "math"):
-        if key not in eff:
-            continue
-        per = [(b, v[key]) for b, v in (eff.get("benchmarks") or {}).items() if key in v]
-        blocks = per + ([("all", eff[key])] if len(per) != 1 else [])
-        blocks = [(b, {**blk, **(blk.get("flips") or {})}) for b, blk in blocks]
-        if key == "search":
-            keys = ["evidence_recall", "accuracy_with_evidence", "accuracy_without_evidence",
-                    "evidence_retrieved_rate", "searches_per_episode", "steps_per_episode", "no_answer_rate"]
-            note = ("Evidence recall: episodes where a gold answer was in the passages retrieved before the "
-                    "answerer's last call, of those where the answerer acted.")
-        else:
-            keys = ["round2_rate", "wrong_to_right", "right_to_wrong", "wrong_to_wrong", "right_to_right",
-                    "approve_rate_on_right", "approve_rate_on_wrong", "judge_precision", "round1_accuracy",
-                    "final_accuracy"]
-            note = "Round 1 -> final: the solver's round-1 answer against its final answer, both graded."
-        keys = [k for k in keys if any(k in blk for _, blk in blocks)]
-        out += [_h(caption("effects", eff.get("workflow"))), _transposed(blocks, keys, f"effects-{key}"), _note(note)]
+    for key, blocks, keys, own in effect_blocks(eff):
+        out += [_h(caption("effects", eff.get("workflow"))), _transposed(blocks, keys, f"effects-{key}", own)]
+        note = effect_note(eff.get("workflow"), blocks[-1][1], own)
+        out += [_note(note)] if note else []
     return "".join(out)
 
 

@@ -46,7 +46,7 @@ from drmas_bench.metrics import Question
 from drmas_bench.records import RecordView, view, views
 from drmas_bench.report import sections
 from drmas_bench.report.charts import PALETTE
-from drmas_bench.report.labels import all_labels, stopped_text, workflow_name
+from drmas_bench.report.labels import all_labels, rule_words, stopped_text, workflow_name
 from drmas_bench.report.runs import NoSamples, Run, open_run
 from drmas_bench.report.sections import Change
 from drmas_bench.report.view_scan import ROW_KEYS, Rows, details, natural, read, row_values, workflow_of
@@ -283,10 +283,11 @@ def render(runs: Sequence[Run], summaries: Sequence[dict[str, Any] | None] | Non
                for i, (run, e) in enumerate(zip(runs, entries))]
     changes = (sections.changes_report(_changes(made[0][2], made[1][2]), entries[0]["name"], entries[1]["name"])
                if len(runs) > 1 else "")
+    words = all_labels()  # the runs' own rules' words (a reason's, a figure's) over the built-in ones
     for e in entries:  # the page's script needs the rows, not the summary (drawn above as HTML)
-        e.pop("summary")
+        words.update(rule_words(e.pop("summary").get("compliance")))
     big = sum(len(e["rows"]) for e in entries) > PACK_ROWS
-    index: dict[str, Any] = {"runs": entries, "chunk": CHUNK, "colours": colours, "labels": all_labels(),
+    index: dict[str, Any] = {"runs": entries, "chunk": CHUNK, "colours": colours, "labels": words,
                              "pairs": pairs(entries[0]["rows"], entries[1]["rows"] if len(entries) > 1 else None)}
     if big:  # the list's rows and pairs gzip-packed (the page opens them first); the turns beside the page
         for e in entries:

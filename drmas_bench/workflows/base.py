@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
 
 from drmas_bench.discovery import discover
+from drmas_bench.figures import Effects, as_effects, labels_of, rule_labels
 from drmas_bench.records import RecordView
 from drmas_bench.registry import Registry
 from drmas_bench.types import Completion, Request, Sampling, SFTExample, Task, Trajectory, Turn, UserError
@@ -40,9 +41,9 @@ class AgentBackend(Protocol):
     async def generate(self, agent: str, request: Request) -> Completion: ...
 
 
-# A workflow's effects: (the summary block's key, a function over its records, each a
-# `records.RecordView`, returning the block; the workflow's module defines it).
-Effects = tuple[str, Callable[[list[RecordView]], dict[str, Any]]]
+# A workflow's effects: `figures.Effects` (the summary block's key, a function over its records, each
+# a `records.RecordView`, returning the block, and the figures it declares; the workflow's module
+# defines it). A plain (key, fn) pair is accepted too.
 # A warm start's example maker: ``fn(agents, n, seed, **the recipe's sft options)`` -> n examples per
 # agent in agents (options it has no use for are ignored).
 SFTMaker = Callable[..., list[SFTExample]]
@@ -79,6 +80,19 @@ class WorkflowSpec:
     # (the prompts, the env's observations: drmas_bench.compact), computed once when the record is stored
     record_figures: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
+    def __post_init__(self) -> None:
+        if self.effects is not None:  # a plain (key, fn) pair, or Effects with its figures checked
+            self.effects = as_effects(self.effects)
+
+    def effect_labels(self) -> dict[str, str]:
+        """{key: words} of its effects block: its declared figures in order, then its ``labels``."""
+        declared = labels_of(self.effects.figures) if self.effects is not None else {}
+        return {**declared, **{k: v for k, v in self.labels.items() if k not in declared}}
+
+    def rule_labels(self) -> dict[str, str]:
+        """{key: words} its agents' format rules declare (reasons and figures; `figures.rule_labels`)."""
+        return rule_labels(self.rules.values())
+
 
 WORKFLOWS: Registry[WorkflowSpec] = Registry("workflow", filled_by_suites=True)
 
@@ -101,9 +115,11 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
         rules: {agent: format rule} that compliance checks each agent's responses against (a
             `rules.FormatRule`, a name registered with `rules.format_rule`, or a bare function
             text -> reasons it fails).
-        effects: (key, fn): ``fn(records)`` (a list of `records.RecordView`) returns the workflow's
-            block of the summary's effects,
-            stored under ``key`` for the whole run and per benchmark.
+        effects: ``Effects(key, fn, figures=[Figure(key, label, format), ...], phrase=..., note=...)``
+            (`drmas_bench.figures`; a bare ``(key, fn)`` pair declares no figures): ``fn(records)``
+            (a list of `records.RecordView`) returns the workflow's block of the summary's effects,
+            stored under ``key`` for the whole run and per benchmark; its figures' labels and
+            formats are what every report shows (summary.json stores the labels).
         placeholders: {role: (allowed, required)} placeholders of each prompt in the workflow's
             packaged ``<name>.prompts.yaml`` (a prompts file is checked against them); None: the
             workflow has no prompt templates.
@@ -120,8 +136,8 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
             env's observations, which the compact copy of a record drops (``drmas_bench.compact``
             keeps them under ``"figures"``; the effects read them back from there).
         title: how captions name the workflow (default: its name).
-        labels: {key: words} of the keys its effects block adds (summary.md and the viewer show
-            them; a label ending in "(%)" marks a share).
+        labels: {key: words} of keys its effects block adds beyond its declared figures (a label
+            ending in "(%)" marks a share, "(pts)" points).
 
     Its packaged prompt templates, when it declares ``placeholders``, are the file
     ``<name>.prompts.yaml`` beside the module that defines ``fn``.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
 from drmas_bench.discovery import discover
+from drmas_bench.figures import Figure
 from drmas_bench.records import RecordView
 from drmas_bench.registry import Registry
 
@@ -42,8 +43,11 @@ class FormatRule:
         gets it once);
     both are best a :class:`Folded` (a fold over one item at a time), so that a summary reads a run
     in one pass holding nothing per sample; a plain function gets every item at the end (`fold_of`);
-    labels: the words a reader sees for its reasons and figures (``report.labels`` reads them),
-        a label ending in ``(%)`` marks a share."""
+    labels: the words a reader sees for its reasons and figures (``report.labels`` reads them; every
+        figure it declares is shown under its own label, summary.json stores them), a label ending
+        in ``(%)`` marks a share, ``(pts)`` points;
+    formats: {figure: format} where the label's unit does not say it (`drmas_bench.figures.FORMATS`:
+        share, points, count, number, counts)."""
 
     name: str
     reasons: Callable[[str], list[str]]
@@ -52,6 +56,14 @@ class FormatRule:
     agent_figures: Callable[[list[str]], dict[str, Any]] | None = None
     episode_figures: Callable[[list[RecordView]], dict[str, Any]] | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    formats: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key, fmt in self.formats.items():  # a format that is not one, or contradicts its label: refused here
+            try:
+                Figure(key, self.labels.get(key, key), fmt)
+            except ValueError as e:
+                raise ValueError(f"format rule {self.name!r}: {e}") from None
 
     def __call__(self, text: str) -> list[str]:
         """``rule(text)`` is ``rule.reasons(text)`` (a rule reads like the function it was)."""

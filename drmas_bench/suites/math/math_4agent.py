@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drmas_bench.figures import Effects, Figure
 from drmas_bench.records import rate, view
 from drmas_bench.suites.math.refine_loop import ANSWERING, CRITIC, REFINER, refine_loop
 from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER, math_verdict
@@ -80,18 +81,27 @@ math4_effects = Folded(Math4Effects)  # over a list of records (`metrics.effects
 SEEN = {"question", "team_context", "round", "rounds"}
 AGENTS = ("solver", "critic", "refiner", "verifier")
 PLACEHOLDERS = {a: (SEEN, {"question", "team_context"}) for a in AGENTS}
-LABELS = {"refined": "refiner acted", "refined_rate": "refiner acted (%)", "replaced": "first answer replaced",
-          "flips": "round 1 -> final", "wrong_to_right": "wrong -> right", "right_to_wrong": "right -> wrong",
-          "wrong_to_wrong": "wrong -> wrong", "right_to_right": "right -> right", "judged": "episodes with a verdict",
-          "approve_rate": "first verdict approves (%)", "graded_episodes": "graded episodes",
-          "round1_accuracy": "round-1 accuracy (%)", "final_accuracy": "final accuracy (%)",
-          "accuracy_change": "accuracy change (pts)"}
+FLIP_WORDS = {"wrong_to_right": "wrong -> right", "right_to_wrong": "right -> wrong", "wrong_to_wrong": "wrong -> wrong",
+              "right_to_right": "right -> right"}
+# what the critic / refiner / verifier did, as every report shows it (`drmas_bench.figures`)
+MATH4_EFFECTS = Effects(
+    "math_4agent", math4_effects,
+    figures=(Figure("refined_rate", "refiner acted", "share"),
+             *(Figure(f"flips.{k}", words, "count") for k, words in FLIP_WORDS.items()),
+             Figure("approve_rate", "first verdict approves", "share"), Figure("round1_accuracy", "round-1 accuracy", "share"),
+             Figure("final_accuracy", "final accuracy", "share"), Figure("accuracy_change", "accuracy change", "points"),
+             Figure("episodes", "episodes", "count"), Figure("refined", "refiner acted", "count"),
+             Figure("replaced", "first answer replaced", "count"), Figure("judged", "episodes with a verdict", "count"),
+             Figure("graded_episodes", "graded episodes", "count")),
+    phrase=("refiner in {refined_rate}: wrong->right {flips.wrong_to_right}, right->wrong {flips.right_to_wrong}; "
+            "acc {round1_accuracy} -> {final_accuracy}"),
+    note="Round 1 -> final: the first answer against the final one (the last solver or refiner answer), both graded.")
 
 
 @workflow("math_4agent", agents=AGENTS, family="math",
           rules={"solver": SOLVER, "critic": CRITIC, "refiner": REFINER, "verifier": MATH_VERIFIER},
-          effects=("math_4agent", math4_effects), placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),
-          round1_answer=round1_answer, title="4-agent math", labels=LABELS)
+          effects=MATH4_EFFECTS, placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),
+          round1_answer=round1_answer, title="4-agent math")
 async def math_4agent(ep: Episode, rounds: int = 2, prompts: proto.Templates | None = None,
                       protocol: proto.ProtocolOptions | None = None) -> None:
     tpl = prompts or proto.default_templates("math_4agent")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from drmas_bench.figures import Effects, Figure
 from drmas_bench.records import RecordView, rate, view
 from drmas_bench.suites.math.refine_loop import refine_loop
 from drmas_bench.suites.math.rules import MATH_VERIFIER, SOLVER, math_verdict
@@ -117,20 +118,34 @@ SEEN = {"question", "team_context", "round", "rounds"}
 PLACEHOLDERS = {"solver": (SEEN, {"question", "team_context"}), "verifier": (SEEN, {"question", "team_context"})}
 
 
-MATH_LABELS = {"round2_ran": "round 2 ran", "round2_rate": "round 2 ran (%)", "flips": "round 1 -> final",
-               "wrong_to_right": "wrong -> right", "right_to_wrong": "right -> wrong", "wrong_to_wrong": "wrong -> wrong",
-               "right_to_right": "right -> right", "round1_ungraded": "round-1 answers never graded",
-               "judged": "first answers judged", "approve_rate_on_right": "approves right (%)",
-               "approve_rate_on_wrong": "approves wrong (%)", "judge_precision": "judge precision (%)",
-               "judge_recall": "judge recall (%)", "judge_accuracy": "judge accuracy (%)",
-               "graded_episodes": "graded episodes", "round1_accuracy": "round-1 accuracy (%)",
-               "final_accuracy": "final accuracy (%)", "accuracy_change": "accuracy change (pts)"}
+FLIP_WORDS = {"wrong_to_right": "wrong -> right", "right_to_wrong": "right -> wrong", "wrong_to_wrong": "wrong -> wrong",
+              "right_to_right": "right -> right"}
+# the verifier's effect as every report shows it (`drmas_bench.figures`): the figures in reading order
+MATH_EFFECTS = Effects(
+    "math", math_effects,
+    figures=(Figure("round2_rate", "round 2 ran", "share"),
+             *(Figure(f"flips.{k}", words, "count") for k, words in FLIP_WORDS.items()),
+             Figure("approve_rate_on_right", "approves right", "share"),
+             Figure("approve_rate_on_wrong", "approves wrong", "share"),
+             Figure("judge_precision", "judge precision", "share"), Figure("round1_accuracy", "round-1 accuracy", "share"),
+             Figure("final_accuracy", "final accuracy", "share"), Figure("accuracy_change", "accuracy change", "points"),
+             Figure("episodes", "episodes", "count"), Figure("round2_ran", "round 2 ran", "count"),
+             Figure("round1_ungraded", "round-1 answers never graded", "count"),
+             Figure("judged", "first answers judged", "count"), Figure("judge_recall", "judge recall", "share"),
+             Figure("judge_accuracy", "judge accuracy", "share"), Figure("graded_episodes", "graded episodes", "count")),
+    phrase=("round 2 in {round2_rate}: wrong->right {flips.wrong_to_right}, right->wrong {flips.right_to_wrong}"
+            "[ ({round1_ungraded} round-1 answers never graded)]; acc {round1_accuracy} -> {final_accuracy}"),
+    note=("Round 1 -> final: the solver's round-1 answer against its final answer, both graded. Of {episodes} "
+          "episodes, {round2_ran} ran a second solver round; the verifier judged {judged} first answers (judge "
+          "accuracy {judge_accuracy}); accuracy {round1_accuracy} after round 1 -> {final_accuracy} final."
+          "[ {round1_ungraded} episodes ran round 2 but their round-1 answer was never graded (a run recorded "
+          "before round-1 grades were kept): left out of the flip table.]"))
 
 
 @workflow("math_refine", agents=("solver", "verifier"), family="math",
-          rules={"solver": SOLVER, "verifier": MATH_VERIFIER}, effects=("math", math_effects),
+          rules={"solver": SOLVER, "verifier": MATH_VERIFIER}, effects=MATH_EFFECTS,
           placeholders=PLACEHOLDERS, prompt_limit=(8192, "middle"),  # REFERENCE §2b / §3
-          round1_answer=round1_answer, title="math refinement", labels=MATH_LABELS)
+          round1_answer=round1_answer, title="math refinement")
 async def math_refine(ep: Episode, rounds: int = 2, prompts: proto.Templates | None = None,
                       protocol: proto.ProtocolOptions | None = None) -> None:
     tpl = prompts or proto.default_templates("math_refine")

@@ -102,4 +102,5 @@ MATH_VERIFIER = format_rule(FormatRule(
     "math_verifier", partial(reasons, "math_verifier"), ("missing_verify_tag", "cjk"), verifier_parse,
     agent_figures=verifier_figures, episode_figures=rounds_figures,
     labels={"missing_verify_tag": "no <verify> tag", "cjk": "CJK characters",
-            "rounds_per_episode": "solver rounds per episode", "approve_rate": "verifier approvals (%)"}))
+            "rounds_per_episode": "solver rounds per episode", "approve_rate": "verifier approvals (%)",
+            "verdicts": "verdicts"}))

@@ -170,7 +170,9 @@ EPISODE_LABELS = {"answer_tag_rate": "ended on a tagged answer (%)", "steps_per_
 
 SEARCH_VERIFIER = format_rule(FormatRule(
     "search_verifier", partial(reasons, "search_verifier"), ("missing_verify_tag", "cjk"), verifier_parse,
-    agent_figures=verifier_figures, labels=REASON_LABELS))
+    agent_figures=verifier_figures, labels={**REASON_LABELS, "verdicts": "verdicts"}))
+
+
 def actor_parse(role: str) -> Any:
     """The parse of a searcher's / answerer's reply: its projected env action ("" for an empty step)."""
 
@@ -184,7 +186,7 @@ def actor_rule(role: str) -> FormatRule:
     """The searcher's or the answerer's format rule (their own action tag, the think block, no CJK)."""
     return format_rule(FormatRule(role, partial(reasons, role), ACTION_REASONS, actor_parse(role),
                                   agent_figures=actor_figures(role), episode_figures=search_episode_figures,
-                                  labels={**REASON_LABELS, **EPISODE_LABELS}))
+                                  labels={**REASON_LABELS, **EPISODE_LABELS, "actions": "actions"}))
 
 
 SEARCHER, ANSWERER = actor_rule("searcher"), actor_rule("answerer")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from drmas_bench.figures import Effects, Figure
 from drmas_bench.grading.qa import grade_qa
 from drmas_bench.records import rate, view
 from drmas_bench.suites.search.env import SearchEnv, observation, observation_passages
@@ -149,16 +150,29 @@ PLACEHOLDERS = {"verifier": (SEEN, {"question", "history"}),
                 "answerer": (SEEN | {"verifier_output"}, {"question", "history"})}
 
 
-SEARCH_LABELS = {"env_recorded": "episodes with an env record", "answerer_episodes": "episodes where the answerer acted",
-                 "evidence_recall": "evidence recall (%)", "with_evidence": "answered with evidence",
-                 "without_evidence": "answered without evidence", "accuracy_with_evidence": "accuracy with evidence (%)",
-                 "accuracy_without_evidence": "accuracy without evidence (%)",
-                 "evidence_retrieved_rate": "gold retrieved at all (%)"}
+# what retrieval gave the answerer, as every report shows it (`drmas_bench.figures`)
+SEARCH_EFFECTS = Effects(
+    "search", search_effects,
+    figures=(Figure("evidence_recall", "evidence recall", "share"),
+             Figure("accuracy_with_evidence", "accuracy with evidence", "share"),
+             Figure("accuracy_without_evidence", "accuracy without evidence", "share"),
+             Figure("evidence_retrieved_rate", "gold retrieved at all", "share"),
+             Figure("searches_per_episode", "searches per episode", "number"),
+             Figure("steps_per_episode", "env steps per episode", "number"), Figure("no_answer_rate", "no answer", "share"),
+             Figure("episodes", "episodes", "count"), Figure("env_recorded", "episodes with an env record", "count"),
+             Figure("answerer_episodes", "episodes where the answerer acted", "count"),
+             Figure("with_evidence", "answered with evidence", "count"),
+             Figure("without_evidence", "answered without evidence", "count"),
+             Figure("searches_distribution", "episodes by number of searches", "counts")),
+    phrase=("evidence recall {evidence_recall}; acc with / without evidence "
+            "{accuracy_with_evidence} / {accuracy_without_evidence}"),
+    note=("Evidence recall: episodes where a gold answer (SQuAD-normalised) was in the passages retrieved before "
+          "the answerer's last call, of those where the answerer acted."))
 
 
 @workflow("search_route", agents=("verifier", "searcher", "answerer"), family="qa", needs_retriever=True,
           rules={"verifier": SEARCH_VERIFIER, "searcher": SEARCHER, "answerer": ANSWERER},
-          effects=("search", search_effects), placeholders=PLACEHOLDERS, title="search", labels=SEARCH_LABELS,
+          effects=SEARCH_EFFECTS, placeholders=PLACEHOLDERS, title="search",
           prompt_limit=(4096, "left"), sft=search_sft_examples, env_step_agent="verifier",
           env_step_kinds=search_steps, record_figures=evidence_figures)  # REFERENCE §2b / §3
 async def search_route(ep: Episode, max_steps: int = 4, topk: int = 3, prompts: proto.Templates | None = None,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from drmas_bench.figures import Effects, Figure
 from drmas_bench.records import view
 from drmas_bench.suites.toy.grading import grade_toy
 from drmas_bench.suites.toy.toy import ANSWER, TOY_ANSWER, answer_reasons
@@ -73,6 +74,13 @@ class FixerEffects:
 
 
 fixer_effects = Folded(FixerEffects)  # over a list of records (`metrics.effects` folds it as it reads)
+# the fixer's effect as every report shows it (`drmas_bench.figures`)
+FIXER_EFFECTS = Effects(
+    "fixer", fixer_effects,
+    figures=(Figure("fixer_called_rate", "fixer called", "share"),
+             Figure("fix_rate", "fixed, of the episodes it was called", "share"),
+             Figure("solver_accuracy", "solver right alone", "share"), Figure("episodes", "episodes", "count")),
+    phrase="fixer called in {fixer_called_rate}, fixed {fix_rate}; solver right alone {solver_accuracy}")
 
 
 def toy_fixer_sft_examples(agents: list[str], n: int, seed: int = 0, *, solver_accuracy: float = 0.5,
@@ -113,7 +121,7 @@ def round1_answer(traj: Any) -> str | None:
 
 
 @workflow("toy_fixer", agents=("solver", "fixer"), family="toy", rules={"solver": TOY_ANSWER, "fixer": TOY_ANSWER},
-          effects=("fixer", fixer_effects), sft=toy_fixer_sft_examples, round1_answer=round1_answer)
+          effects=FIXER_EFFECTS, sft=toy_fixer_sft_examples, round1_answer=round1_answer)
 async def toy_fixer(ep: Episode, fixes: int = 2) -> None:
     gold = ep.task.answers[0]
     turn = await ep.solver(solver_prompt(ep.task.question))
