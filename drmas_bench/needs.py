@@ -15,16 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from drmas_bench.checkpoints import is_url, plan_local_copy, plan_model_copy
 from drmas_bench.engines import traits
 from drmas_bench.models.names import ALIASES, plan_alias
 from drmas_bench.models.verl_ckpt import is_reference_checkpoint, plan_merge
 from drmas_bench.preparation import Step, pending
-
-if TYPE_CHECKING:  # annotations only: plan imports this module
-    from drmas_bench.plan import EvalConfig
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,7 @@ class Pending:
     yet: the configuration and the steps found so far. ``api.prepare`` performs them and plans again
     (then the plan is complete); ``drmas-bench models prepare`` does the same ahead of time."""
 
-    cfg: EvalConfig  # as given
+    cfg: Any  # the plan.EvalConfig as given (plan imports this module)
     steps: tuple[Step, ...]  # every step found so far, done or not (``todo``: the ones left)
     started: str  # when planning began (UTC), kept for the run's provenance
     t0: float  # time.monotonic() when planning began
@@ -51,7 +48,7 @@ class Pending:
 class Located:
     """A configuration with ``model`` pointing at the local folder the run reads (existing or not yet)."""
 
-    cfg: EvalConfig  # model: the local folder; suite: inferred from a reference checkpoint's agents
+    cfg: Any  # the plan.EvalConfig with model: the local folder; suite: inferred from a reference checkpoint's agents
     step_url: str | None  # a checkpoint URL's step (ROOT/latest read as ROOT/step_K); None: a local model
     steps: tuple[Step, ...]  # what fills the folder (each done or not)
     checkpoint: str | None  # the local checkpoint folder ``model`` names (checked for completeness); None: none
@@ -62,7 +59,7 @@ class Located:
         return not pending(self.steps)
 
 
-def locate(cfg: EvalConfig) -> Located:
+def locate(cfg: Any) -> Located:
     """Where ``cfg.model``'s checkpoint will be read from, and the steps that put it there."""
     steps: list[Step] = []
     model, step_url, copy = plan_local_copy(cfg.model, on_nodes=cfg.pool == "ray") if cfg.model else (None, None, None)

