@@ -51,7 +51,6 @@ class Located:
     cfg: Any  # the plan.EvalConfig with model: the local folder; suite: inferred from a reference checkpoint's agents
     step_url: str | None  # a checkpoint URL's step (ROOT/latest read as ROOT/step_K); None: a local model
     steps: tuple[Step, ...]  # what fills the folder (each done or not)
-    checkpoint: str | None  # the local checkpoint folder ``model`` names (checked for completeness); None: none
 
     @property
     def ready(self) -> bool:
@@ -71,9 +70,7 @@ def locate(cfg: Any) -> Located:
         steps.append(merge)
         model = str(merge.dest)
         suite = cfg.suite or (None if cfg.benchmarks else ref.suite)
-    located = replace(cfg, model=model, suite=suite)
-    checkpoint = model if model and (Path(model).is_dir() or steps) else None
-    return Located(located, step_url, tuple(steps), checkpoint)
+    return Located(replace(cfg, model=model, suite=suite), step_url, tuple(steps))
 
 
 def model_steps(team: Any, on_nodes: bool) -> list[Step]:

@@ -108,7 +108,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_prepare(sub: argparse._SubParsersAction, fmt: type) -> None:
+def _add_prepare(sub: argparse._SubParsersAction, fmt: type[argparse.HelpFormatter]) -> None:
     """`models prepare` and its flags."""
     pp = sub.add_parser("prepare", help="build aliases, fetch checkpoint URLs, merge reference checkpoints (into the cache)",
                         description="Make models available offline, ahead of a run (eval does the same first "
