@@ -336,11 +336,12 @@ def _episodes(run: Path) -> list:
                    [t["completion"]["text"] for t in r["turns"]]) for r in rows)
 
 
-def test_a_plan_of_a_url_checkpoint_downloads_nothing_and_the_run_fetches_it(tmp_path, monkeypatch):
+def test_a_plan_of_a_url_checkpoint_downloads_nothing_and_the_run_fetches_it(tmp_path, monkeypatch, capsys):
     """plan() of `--model URL/latest` reads the pointer and the marker, writes nothing (no folder, no
     lock in the cache) and carries the fetch: source, destination, size. evaluate() fetches it (the
     optimiser state left out) and its episodes equal those of the same checkpoint as a local folder."""
     from drmas_bench.api import EvalConfig, evaluate, plan
+    from drmas_bench.cli import main
     from drmas_bench.needs import Pending
 
     url = _toy_checkpoint(tmp_path / "bucket" / "run1")
@@ -359,6 +360,10 @@ def test_a_plan_of_a_url_checkpoint_downloads_nothing_and_the_run_fetches_it(tmp
         p = plan(cfg)
     assert isinstance(p, Pending) and _files(cache) == ["keep.txt"]
     [step] = p.todo
+    capsys.readouterr()
+    assert main(["eval", "--model", cfg.model, "--suite", "toy", "--limit", "2", "--out", cfg.out, "--dry-run"]) == 0
+    assert f"fetch checkpoint {url}/step_1 -> {step.dest} (to do," in capsys.readouterr().out
+    assert _files(cache) == ["keep.txt"] and not Path(cfg.out).exists()
     step_dir = tmp_path / "bucket" / "run1" / "step_1"
     eval_bytes = sum(f.stat().st_size for f in step_dir.rglob("*") if f.is_file() and f.parts[-2] != "optim"
                      and f.name != "COMPLETE")
@@ -374,6 +379,10 @@ def test_a_plan_of_a_url_checkpoint_downloads_nothing_and_the_run_fetches_it(tmp
     assert _clockless(s["micro"]) == _clockless(local["micro"])
     again = plan(cfg)  # the copy is found: a complete plan, the fetch recorded as done
     assert not isinstance(again, Pending) and [x.done for x in again.resolved.prepared] == [True]
+    assert main(["eval", "--model", cfg.model, "--suite", "toy", "--limit", "2", "--n", "1", "--out", cfg.out,
+                 "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "(in the cache" in out and "nothing to fetch" in out and "would run 2 questions x 1 samples" in out
 
 
 def test_a_download_cut_short_resumes_with_the_files_it_lacks(tmp_path, monkeypatch):
