@@ -24,8 +24,11 @@ precedence rule tells an explicit value from a default:
   engine has is an error).
 
 ``evaluate`` is two steps: :func:`drmas_bench.plan.plan` (pure: everything is checked and resolved,
-nothing is opened or loaded and the run directory is not touched: a mistake leaves no config behind)
-and :func:`run`, which owns every resource of the run and closes it, also on an error or a stop
+nothing is opened, loaded, fetched or built and the run directory is not touched: a mistake leaves no
+config behind; what must be fetched, merged or built first comes back as a ``needs.Pending`` of
+steps) and :func:`run`, which first performs those steps (:func:`prepare`: a checkpoint URL
+downloaded, a reference checkpoint merged, an alias built, each into the cache, resumable) and plans
+again, then owns every resource of the run and closes it, also on an error or a stop
 signal: the call cache and the retriever (opened first), the run directory (its lock is taken, its
 identity checked: resume or refuse), the pool of engines (behind the call chain, ``calls.py``), then
 :func:`write_summary` writes the summary. Every run records its provenance
@@ -55,6 +58,7 @@ from drmas_bench.call_cache import CacheTally, CallCache
 from drmas_bench.calls import CallChain
 from drmas_bench.limits import LimitReached, start_meter
 from drmas_bench.log import UnexpectedError, one_line, traceback_note, unexpected
+from drmas_bench.needs import Pending
 
 # the config and its resolution live in drmas_bench.plan; re-exported here for callers of drmas_bench.api
 from drmas_bench.plan import (  # noqa: F401
@@ -68,6 +72,7 @@ from drmas_bench.plan import (  # noqa: F401
     validate_config,
 )
 from drmas_bench.pool import make_pool, specs_from_team
+from drmas_bench.preparation import perform
 from drmas_bench.provenance import hardware, utc_now
 from drmas_bench.records import view
 from drmas_bench.report.runs import load_run
@@ -134,11 +139,31 @@ def evaluate(config: EvalConfig) -> Summary:
     return run(plan(config))  # everything is checked in plan(), before anything opens
 
 
-def run(p: Plan) -> Summary:
-    """Run plan ``p``: open what it names (the call cache, checked; the retriever, probed; both before
-    the run directory is touched), take the run directory (its lock, its identity: resume or refuse),
-    run the episodes on a pool of the team's engines, write the summary. Everything it opened is
-    closed on the way out, also on an error or a stop signal (SIGTERM arrives as KeyboardInterrupt)."""
+def prepare(p: Plan | Pending) -> Plan:
+    """A complete plan: ``p`` itself, or, for a :class:`needs.Pending`, its steps performed (fetched,
+    merged, built into the cache; ``drmas_bench.preparation``) and the configuration planned again,
+    until nothing is left (a checkpoint's team may name models of its own to prepare). A step whose
+    source changed while it ran, so that the same step is pending again, is one line."""
+    before: set = set()
+    while isinstance(p, Pending):
+        todo = {(s.action, s.dest) for s in p.todo}
+        if todo & before:
+            s = next(s for s in p.todo if (s.action, s.dest) in before)
+            raise UserError(f"{s.source}: still not in the cache after it was prepared ({s.action}); "
+                            "it may have changed meanwhile: run again")
+        before |= todo
+        perform(p.todo, show_progress=p.cfg.progress)
+        p = plan(p.cfg, clock=(p.started, p.t0))
+    return p
+
+
+def run(p: Plan | Pending) -> Summary:
+    """Run plan ``p``: perform what it still needs fetched, merged or built (:func:`prepare`), open
+    what it names (the call cache, checked; the retriever, probed; both before the run directory is
+    touched), take the run directory (its lock, its identity: resume or refuse), run the episodes on
+    a pool of the team's engines, write the summary. Everything it opened is closed on the way out,
+    also on an error or a stop signal (SIGTERM arrives as KeyboardInterrupt)."""
+    p = prepare(p)
     with contextlib.ExitStack() as opened:
         call_cache = None
         if p.call_cache_dir:  # a damaged file is refused here, before any model loads
@@ -303,4 +328,4 @@ def evaluate_compute_matched(cfg: EvalConfig, team_dir: str | Path):
     return final, compute_matched(team_dir, final.run_dir)
 
 
-__all__ = ["EvalConfig", "LimitReached", "Plan", "Summary", "evaluate", "evaluate_compute_matched", "parse_engine_args", "plan", "run", "write_summary"]
+__all__ = ["EvalConfig", "LimitReached", "Pending", "Plan", "Summary", "prepare", "evaluate", "evaluate_compute_matched", "parse_engine_args", "plan", "run", "write_summary"]

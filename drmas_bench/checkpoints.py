@@ -35,10 +35,10 @@ temp folder renamed into place, so only complete downloads are ever used):
 - ``--resume``: the driver downloads the checkpoint into ``RUN/.ckpt-cache/step_K`` (in-process
   worker groups load from there); with Ray actors the driver downloads only its own files and each
   actor downloads its group's model and optimiser state on its own node (:func:`node_copy`);
-- ``eval --model ROOT/step_K`` (or ``ROOT/latest``): :func:`cached_checkpoint` downloads into
+- ``eval --model ROOT/step_K`` (or ``ROOT/latest``): ``plan()`` finds the step without downloading
+  (:func:`plan_local_copy`), the run performs it: :func:`cached_checkpoint` downloads into
   ``<drmas cache dir>/checkpoints/<hash of the step's URL>/``, reused while the remote marker (its
-  random id) is unchanged, so a root reused after ``--fresh`` is downloaded again; evals of the
-  same checkpoint download it one at a time (a lock file under ``<cache>/locks``).
+  random id) is unchanged; one download at a time (a lock under ``<cache>/locks``), resumed if cut.
 
 Credentials and options come from fsspec's own configuration (environment variables,
 ``~/.config/fsspec``, the backend's own files: AWS_* for s3fs, ...); nothing here handles keys.
@@ -54,15 +54,18 @@ import posixpath
 import re
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 from drmas_bench.models.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
 from drmas_bench.models.model_cache import cache_dir
+from drmas_bench.preparation import Bar, Step, human_bytes
 from drmas_bench.types import UserError
 from drmas_retrieval.locks import file_lock
 
 MARKER = "COMPLETE"
+PARTIAL_SOURCE = ".source"  # in a partial download: the remote marker it is a copy of (resumed only while equal)
 LATEST = "latest"
 STEP_NAME = re.compile(r"^step_(\d+)$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -191,7 +194,6 @@ def group_files_present(folder: Location, name: str) -> bool:
     """Worker group ``name``'s part of checkpoint ``folder`` as this process sees it: its model
     folder (config.json and a safetensors file; a LoRA group: base.json and its adapters'
     safetensors) and its optimiser state ``optim/<name>.pt``."""
-
     fs, path = filesystem(folder)
     model = join(path, "models", name)
     full = fs.isfile(join(model, "config.json")) and bool(fs.glob(join(model, "*.safetensors")))
@@ -231,25 +233,58 @@ def upload(local: str | os.PathLike, url: Location) -> None:
         fs.put_file(str(f), dest)
 
 
-def _download(url: str, dest: Path) -> None:
-    """Copy the file or the folder (its files, recursively) at ``url`` to ``dest``."""
+def _remote_files(url: str) -> list[tuple[str, list[str], int | None]]:
+    """The files at ``url`` (a file, or a folder's files recursively): (remote path, the parts of
+    its name relative to ``url``, its size where the filesystem says)."""
     fs, path = filesystem(url)
     if fs.isfile(path):
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fs.get_file(path, str(dest))
-        return
-    files = fs.find(path)
-    if not files:
+        return [(path, [], fs.size(path))]
+    found = fs.find(path, detail=True)
+    if not found:
         raise UserError(f"{url}: nothing there to download")
     base = path.rstrip("/") + "/"
-    for f in files:
+    out = []
+    for f, info in sorted(found.items()):
         rel = str(f)[len(base):] if str(f).startswith(base) else posixpath.basename(str(f))
         parts = rel.split("/")
         if any(p in ("", ".", "..") for p in parts):  # an object key may say anything: stay inside dest
             raise UserError(f"{url}: refusing to download {rel!r}: not a plain relative name")
-        target = dest.joinpath(*parts)
+        size = info.get("size") if isinstance(info, dict) else None
+        out.append((str(f), parts, int(size) if isinstance(size, int) else None))
+    return out
+
+
+def remote_size(*urls: str) -> int | None:
+    """The bytes a download of ``urls`` (files or folders) reads; None when the filesystem cannot tell."""
+    try:
+        sizes = [size for url in urls for _, _, size in _remote_files(url)]
+    except (UserError, OSError):
+        return None
+    return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+
+
+def _download(url: str, dest: Path, resume: bool = False, show_progress: bool = False) -> None:
+    """Copy the file or folder (recursively) at ``url`` to ``dest``, each file through ``NAME.part``
+    renamed when whole; ``resume``: a file already there with the remote size is kept."""
+    fs, _ = filesystem(url)
+    files = _remote_files(url)
+    total, done = sum(size or 0 for _, _, size in files), 0
+    bar = Bar(posixpath.basename(url.rstrip("/")), show_progress, human_bytes)
+    for f, parts, size in files:
+        target = dest.joinpath(*parts) if parts else dest
+        if resume and size is not None and target.is_file() and target.stat().st_size == size:
+            done += size
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        fs.get_file(f, str(target))
+        part = target.with_name(target.name + ".part")
+        try:
+            fs.get_file(f, str(part))
+        except OSError as e:
+            raise UserError(f"{url}: downloading {'/'.join(parts) or posixpath.basename(f)} failed "
+                            f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); run again to resume") from None
+        os.replace(part, target)
+        done += size or 0
+        bar(done, total)
 
 
 def _marker(url: str) -> bytes | None:
@@ -332,24 +367,35 @@ def resolve_latest(url: str) -> str:
     return join(posixpath.dirname(url.rstrip("/")), name)
 
 
-def fetch(ckpt: str, dest: str | os.PathLike, parts: Iterable[str] | None = None) -> Path:
+def fetch(ckpt: str, dest: str | os.PathLike, parts: Iterable[str] | None = None, resume: bool = False,
+          show_progress: bool = False) -> Path:
     """Download complete checkpoint ``ckpt`` (or only ``parts`` of it, relative names) into ``dest``
-    (replaced): into a temp folder beside it, marker checked before and after, then renamed."""
+    (replaced): into a temp folder beside it, marker checked before and after, then renamed.
+    ``resume`` (the caller holds a lock on ``dest``): the temp folder ``.part-<name>`` is kept when cut
+    and reused by the next attempt while the remote marker is the same."""
     dest = Path(dest)
     before = _marker(ckpt)
     if before is None:
         raise UserError(f"{ckpt}: not a complete checkpoint (no {MARKER} marker)")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = dest.parent / (f".part-{dest.name}" if resume else f".tmp-{dest.name}-{os.getpid()}")
+    source = tmp / PARTIAL_SOURCE
+    if not (resume and source.is_file() and source.read_bytes() == before):
+        shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    source.write_bytes(before)
     try:
         for part in (parts if parts is not None else [""]):
-            _download(join(ckpt, part) if part else ckpt, tmp / part if part else tmp)
+            _download(join(ckpt, part) if part else ckpt, tmp / part if part else tmp, resume=resume,
+                      show_progress=show_progress)
         if _marker(ckpt) != before:
+            shutil.rmtree(tmp, ignore_errors=True)  # nothing of it is worth resuming
             raise UserError(f"{ckpt} changed while it was downloaded (pruned or rewritten); try again")
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not resume:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
+    source.unlink()
     (tmp / MARKER).write_bytes(before)
     if dest.exists():
         shutil.rmtree(dest)
@@ -368,49 +414,111 @@ TEAM_PARTS = ("team.yaml", "trainer_state.json")
 _IN_CHECKPOINT = re.compile(r"^(?P<step>.+/step_\d+)/models/[^/]+/?$")
 
 
-def cached_model(url: str) -> Path:
-    """A model folder given by URL, as a local folder on this node: ``<drmas cache dir>/checkpoints/
-    models/<hash of url>``. This is how a Ray actor resolves ``ROOT/step_K/models/<wg>`` when a
-    checkpoint URL is evaluated with ``--pool ray`` (each node downloads only the groups it loads).
-    Inside a checkpoint the copy is reused while the step's marker is unchanged, and a step without
-    its marker is refused; any other folder URL is downloaded once. One download at a time per URL."""
-
+def _model_source(url: str) -> tuple[str, bytes]:
+    """(url without its trailing slash, the marker its copy is kept for): inside a checkpoint the
+    step's ``COMPLETE`` marker (a step without one is refused), any other folder URL a placeholder."""
     url = url.rstrip("/")
     m = _IN_CHECKPOINT.match(url)
     marker = _marker(m.group("step")) if m else b"not in a checkpoint"
     if marker is None:  # only inside a checkpoint (m matched): outside one the marker is a placeholder
         raise UserError(f"{m.group('step') if m else url}: not a complete checkpoint (no {MARKER} marker)")
-    base = cache_dir() / "checkpoints" / "models"
-    dest = base / _cache_key(url)
-    stamp = base / f"{dest.name}.source"  # beside the folder: a model folder holds only the model's files
+    return url, marker
+
+
+def _model_dest(url: str) -> tuple[Path, Path]:
+    """(the model folder's copy, its stamp beside it: a model folder holds only the model's files)."""
+    dest = cache_dir() / "checkpoints" / "models" / _cache_key(url)
+    return dest, dest.with_name(f"{dest.name}.source")
+
+
+@dataclass(frozen=True)
+class ModelCopy(Step):
+    """A model folder under a URL copied into the cache (:func:`cached_model`)."""
+
+    action: ClassVar[str] = "fetch model"
+
+    def perform(self, show_progress: bool) -> Path:
+        return cached_model(self.source, show_progress=show_progress)
+
+
+def plan_model_copy(url: str) -> ModelCopy:
+    """What :func:`cached_model` would do for ``url``, found without doing it (the step's marker and
+    the folder's size are read; nothing is written)."""
+    url, marker = _model_source(url)
+    dest, stamp = _model_dest(url)
+    done = dest.is_dir() and stamp.is_file() and stamp.read_bytes() == marker
+    return ModelCopy(url, dest, None if done else remote_size(url), done)
+
+
+def cached_model(url: str, show_progress: bool = False) -> Path:
+    """A model folder given by URL, as a local folder on this node: ``<drmas cache dir>/checkpoints/
+    models/<hash of url>``. This is how a Ray actor resolves ``ROOT/step_K/models/<wg>`` when a
+    checkpoint URL is evaluated with ``--pool ray`` (each node downloads only the groups it loads).
+    Inside a checkpoint the copy is reused while the step's marker is unchanged (a step without one is
+    refused); any other folder URL is downloaded once. One download at a time per URL, resumed if cut."""
+
+    url, marker = _model_source(url)
+    m = _IN_CHECKPOINT.match(url)
+    dest, stamp = _model_dest(url)
     with file_lock(cache_dir() / "locks" / f"model-{dest.name}.lock"):
         if dest.is_dir() and stamp.is_file() and stamp.read_bytes() == marker:
             return dest
-        tmp = base / f".tmp-{dest.name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            _download(url, tmp)
-            if m and _marker(m.group("step")) != marker:
-                raise UserError(f"{m.group('step')} changed while it was downloaded (pruned or rewritten); try again")
-        except BaseException:
+        tmp = dest.parent / f".part-{dest.name}"
+        tmp_stamp = dest.parent / f".part-{dest.name}.source"
+        if not (tmp_stamp.is_file() and tmp_stamp.read_bytes() == marker):
             shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp_stamp.write_bytes(marker)
+        _download(url, tmp, resume=True, show_progress=show_progress)
+        if m and _marker(m.group("step")) != marker:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise UserError(f"{m.group('step')} changed while it was downloaded (pruned or rewritten); try again")
         stamp.unlink(missing_ok=True)
         shutil.rmtree(dest, ignore_errors=True)
         os.rename(tmp, dest)
+        tmp_stamp.unlink()
         stamp.write_bytes(marker)
     return dest
 
 
-def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS) -> Path:
+def checkpoint_dest(step_url: str, parts: tuple[str, ...] = EVAL_PARTS) -> Path:
+    """Where :func:`cached_checkpoint` keeps its copy of ``step_url`` (``parts`` of it)."""
+    return cache_dir() / "checkpoints" / _cache_key(step_url if parts == EVAL_PARTS else f"{step_url} {' '.join(parts)}")
+
+
+@dataclass(frozen=True)
+class CheckpointCopy(Step):
+    """A checkpoint under a URL copied into the cache (:func:`cached_checkpoint`)."""
+
+    action: ClassVar[str] = "fetch checkpoint"
+    parts: tuple[str, ...] = EVAL_PARTS
+
+    def perform(self, show_progress: bool) -> Path:
+        return cached_checkpoint(self.source, self.parts, show_progress=show_progress)
+
+
+def plan_checkpoint_copy(url: str, parts: tuple[str, ...] = EVAL_PARTS) -> CheckpointCopy:
+    """What :func:`cached_checkpoint` would do for ``url`` (``ROOT/latest`` read as the step it
+    names), found without doing it: the ``latest`` pointer, the remote marker and the sizes are
+    read; nothing is written and no lock is taken."""
+    step_url = resolve_latest(url)
+    remote = _marker(step_url)
+    if remote is None:
+        raise UserError(f"{step_url}: not a complete checkpoint (no {MARKER} marker)")
+    dest = checkpoint_dest(step_url, parts)
+    done = (dest / MARKER).is_file() and (dest / MARKER).read_bytes() == remote
+    return CheckpointCopy(step_url, dest, None if done else remote_size(*(join(step_url, p) for p in parts)), done, parts)
+
+
+def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS, show_progress: bool = False) -> Path:
     """A local copy of checkpoint ``url`` (``ROOT/step_K`` or ``ROOT/latest``) for ``eval``:
     ``<drmas cache dir>/checkpoints/<hash of ROOT/step_K>``, downloaded again when the remote marker
-    differs from the copy's. Only complete downloads are kept (:func:`fetch`), and only ``parts``:
-    by default what eval reads (:data:`EVAL_PARTS`: the team file, the state and the models; no
-    optimiser state); :data:`TEAM_PARTS` for a Ray eval, whose nodes fetch the models themselves."""
+    differs from the copy's. Only complete downloads are kept (:func:`fetch`, resumed if cut), and only
+    ``parts``: by default what eval reads (:data:`EVAL_PARTS`: the team file, the state and the models;
+    no optimiser state); :data:`TEAM_PARTS` for a Ray eval, whose nodes fetch the models themselves."""
 
     step_url = resolve_latest(url)
-    dest = cache_dir() / "checkpoints" / _cache_key(step_url if parts == EVAL_PARTS else f"{step_url} {' '.join(parts)}")
+    dest = checkpoint_dest(step_url, parts)
     remote = _marker(step_url)
     if remote is None:
         raise UserError(f"{step_url}: not a complete checkpoint (no {MARKER} marker)")
@@ -419,7 +527,7 @@ def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS) -> Path:
     with file_lock(cache_dir() / "locks" / f"checkpoint-{dest.name}.lock"):
         if (dest / MARKER).is_file() and (dest / MARKER).read_bytes() == remote:
             return dest
-        return fetch(step_url, dest, parts=parts)
+        return fetch(step_url, dest, parts=parts, resume=True, show_progress=show_progress)
 
 
 def node_copy(url: str) -> Path:
@@ -460,17 +568,25 @@ def refuse_incomplete(folder: str | os.PathLike) -> None:
                         f"not evaluated{hint}")
 
 
-def local_copy(model: str, on_nodes: bool = False) -> tuple[str, str | None]:
+def plan_local_copy(model: str, on_nodes: bool = False) -> tuple[str, str | None, CheckpointCopy | None]:
     """``model`` given as a checkpoint URL (``ROOT/step_K`` or ``ROOT/latest`` under an fsspec
-    ckpt_root, e.g. ``s3://bucket/run1/latest``) -> ``(local folder, step URL)``: the local copy is
+    ckpt_root, e.g. ``s3://bucket/run1/latest``) -> ``(local folder, step URL, the step that fills
+    the folder)``, found without downloading (:func:`plan_checkpoint_copy`): the local copy is
     ``<cache dir>/checkpoints/<hash of ROOT/step_K>``, then evaluated as a checkpoint folder (its
-    team.yaml is untrusted data, as for any folder). ``on_nodes`` (a Ray eval): the copy holds only
-    the team file and the nodes fetch the models (:func:`model_on_nodes`). Anything else:
-    ``(model, None)``."""
+    team.yaml is untrusted data). ``on_nodes`` (a Ray eval): the copy holds only the team file and the
+    nodes fetch the models (:func:`model_on_nodes`). Anything else: ``(model, None, None)``."""
     if not is_url(model):
-        return model, None
-    step_url = resolve_latest(model)
-    return str(cached_checkpoint(step_url, parts=TEAM_PARTS if on_nodes else EVAL_PARTS)), step_url
+        return model, None, None
+    step = plan_checkpoint_copy(model, parts=TEAM_PARTS if on_nodes else EVAL_PARTS)
+    return str(step.dest), step.source, step
+
+
+def local_copy(model: str, on_nodes: bool = False, show_progress: bool = False) -> tuple[str, str | None]:
+    """:func:`plan_local_copy`'s folder, downloaded now: ``(local folder, step URL)``."""
+    folder, step_url, step = plan_local_copy(model, on_nodes)
+    if step is not None:
+        step.perform(show_progress)
+    return folder, step_url
 
 
 def model_on_nodes(model: str, step_url: str) -> str:

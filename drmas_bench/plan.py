@@ -2,13 +2,16 @@
 loads and before the run directory is touched (a mistake leaves no config behind).
 
 The precedence rule (``drmas_bench.api``'s docstring): built-in defaults < team file / a checkpoint's
-team.yaml < explicit values. In order: the numeric ranges and choices (:func:`validate_config`), a
-checkpoint URL's local copy, a reference-trainer (verl) checkpoint merged into a team folder
-(``models.verl_ckpt``; its suite inferred from its agents), the benchmarks, the workflow (chosen
-before the team is validated), the team with its engines and options (:func:`resolve`), the prompts and prompt limit
-(:func:`resolve_protocol`), the tasks, the retriever's spec, each local model checked once (incomplete
-checkpoint, broken tokenizer) and identified, then the run's identity, provenance and default name.
-Nothing is opened: the call cache, the retriever and the engines are ``api.run``'s.
+team.yaml < explicit values. In order: the numeric ranges and choices (:func:`validate_config`), where
+``--model``'s checkpoint will be read (``needs.locate``: a checkpoint URL's copy, a reference-trainer
+(verl) checkpoint's merged team folder, its suite inferred from its agents), the benchmarks, the
+workflow (chosen before the team is validated), the team with its engines and options
+(:func:`resolve`), the prompts and prompt limit (:func:`resolve_protocol`), the tasks, the
+retriever's spec, what the local models need (``needs.model_steps``: an alias to build, a model URL
+to copy), each local model checked once (incomplete checkpoint, broken tokenizer) and identified,
+then the run's identity, provenance and default name. Nothing is opened, fetched, merged or built:
+what must be is returned as a ``needs.Pending`` of steps (``drmas_bench.preparation``), which
+``api.run`` performs before it plans again; the call cache, the retriever and the engines are ``api.run``'s.
 Engine knowledge is asked of ``drmas_bench.engines`` (traits, options), never by an engine's name.
 """
 
@@ -26,7 +29,7 @@ import yaml
 
 from drmas_bench.agents.explicit import Explicit
 from drmas_bench.agents.team import build_team, validate_sampling
-from drmas_bench.checkpoints import is_url, local_copy, refuse_incomplete
+from drmas_bench.checkpoints import is_url, plan_model_copy, refuse_incomplete
 from drmas_bench.engines import DEFAULT_ENGINE, ENGINES, traits
 from drmas_bench.engines.hosting import fit_options, option_names
 from drmas_bench.files import fingerprint
@@ -34,8 +37,9 @@ from drmas_bench.limits import Limits, resolve_limits
 from drmas_bench.models import resolve_model
 from drmas_bench.models.adapter_layout import tokenizer_source  # an adapter folder without one: its base's
 from drmas_bench.models.loading import check_tokenizer_dir
-from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
+from drmas_bench.needs import Located, Pending, locate, model_steps
 from drmas_bench.pool import POOLS
+from drmas_bench.preparation import Step, pending
 from drmas_bench.pricing import PriceSheet, team_prices
 from drmas_bench.provenance import (
     collect,
@@ -206,6 +210,7 @@ class Resolved:
     team: TeamSpec
     sampling: Sampling  # the defaults with the explicit values applied (team file in between per agent)
     checkpoint: str | None = None  # the checkpoint folder ``model`` named, already refused if incomplete
+    prepared: tuple[Step, ...] = ()  # what was fetched, merged or built for it (drmas_bench.preparation), all done
 
 
 def team_file(cfg: EvalConfig) -> tuple[Path | None, Any]:
@@ -234,16 +239,22 @@ def _model_for_list(v: list[str] | dict[str, str] | None) -> list[str] | None:
 
 
 def resolve(cfg: EvalConfig) -> Resolved:
-    """Benchmarks, workflow (chosen before the team is validated), team and sampling for ``cfg``."""
+    """Benchmarks, workflow (chosen before the team is validated), team and sampling for ``cfg``,
+    whose checkpoint (a URL's copy, a reference checkpoint's merge) must be in the cache already:
+    else one line saying how to prepare it (``plan`` returns the steps instead)."""
+    located = locate(cfg)
+    if not located.ready:
+        todo = pending(located.steps)[0]
+        raise UserError(f"{todo.source} is not prepared yet ({todo.action}): run `drmas-bench models prepare "
+                        f"{todo.source}`, or evaluate it (the run prepares it)")
+    return resolve_located(located)
 
-    step_url, checkpoint = None, None
-    if cfg.model:  # a checkpoint URL: a local copy first (with a Ray pool only its team file)
-        model, step_url = local_copy(cfg.model, on_nodes=cfg.pool == "ray")
-        cfg = replace(cfg, model=model)
+
+def resolve_located(located: Located) -> Resolved:
+    """:func:`resolve` of a configuration whose ``model`` is the local folder :func:`needs.locate` found."""
+
+    cfg, step_url, checkpoint = located.cfg, located.step_url, None
     if cfg.model and Path(cfg.model).is_dir():
-        if is_reference_checkpoint(cfg.model):  # the reference trainer's: merged into a team folder (cached)
-            folder, ref = team_folder(cfg.model, workflow=cfg.workflow, suite=cfg.suite, show_progress=cfg.progress)
-            cfg = replace(cfg, model=str(folder), suite=cfg.suite or (None if cfg.benchmarks else ref.suite))
         refuse_incomplete(str(cfg.model))  # before its team.yaml is read (check_team_models skips it)
         checkpoint = str(cfg.model)
     benches = select_benchmarks(cfg.suite, cfg.benchmarks)
@@ -280,7 +291,7 @@ def resolve(cfg: EvalConfig) -> Resolved:
         if recorded - {None, v}:
             logger.info(f"[eval] {flag(key)} {v} overrides the team file's {key}")
     sampling = Sampling(**{**SAMPLING_DEFAULTS, "max_new_tokens": suite_spec.max_new_tokens, **explicit})
-    return Resolved(suite, benches, wf, team, sampling, checkpoint)
+    return Resolved(suite, benches, wf, team, sampling, checkpoint, located.steps)
 
 
 def resolve_protocol(cfg: EvalConfig, team, wf):
@@ -308,9 +319,9 @@ def resolve_protocol(cfg: EvalConfig, team, wf):
 
 def resolve_local_models(team, on_nodes: bool = False) -> dict[str, Any]:
     """Each local worker group's model resolved once (models.resolve_model), for the checks and the
-    identity: {wg: Path | hub id | None}. Remote groups are left out. ``on_nodes`` (a Ray pool,
-    whose nodes resolve what they load): an alias is not prepared here, and a checkpoint URL or a
-    model this machine cannot see is ``None``."""
+    identity: {wg: Path | hub id | None}, nothing built or fetched (``needs.model_steps`` are done
+    first: an alias not built is one line). Remote groups are left out. ``on_nodes`` (a Ray pool,
+    whose nodes resolve what they load): a checkpoint URL or a model this machine cannot see is ``None``."""
 
     out: dict[str, Any] = {}
     for name, g in team.worker_groups.items():
@@ -319,8 +330,11 @@ def resolve_local_models(team, on_nodes: bool = False) -> dict[str, Any]:
         if on_nodes and is_url(str(g.model)):  # fetched by the nodes, not the driver
             out[name] = None
             continue
+        if is_url(str(g.model)):  # its copy in the cache (fetched by a step)
+            out[name] = plan_model_copy(str(g.model)).dest
+            continue
         try:
-            out[name] = resolve_model(g.model, prepare=not on_nodes)
+            out[name] = resolve_model(g.model, prepare=False)
         except UserError:
             if not on_nodes:
                 raise
@@ -540,15 +554,25 @@ def plan_prompts(cfg: EvalConfig, r: Resolved) -> Prompts:
                     "max_prompt_tokens": limit, "truncate": side})
 
 
-def plan(cfg: EvalConfig) -> Plan:
-    """Check and resolve ``cfg`` into a :class:`Plan` (module docstring); nothing is opened or loaded,
-    and the run directory is not touched (a mistake leaves no config behind)."""
+def plan(cfg: EvalConfig, clock: tuple[str, float] | None = None) -> Plan | Pending:
+    """Check and resolve ``cfg`` into a :class:`Plan` (module docstring); nothing is opened, loaded,
+    fetched or built, and the run directory is not touched (a mistake leaves no config behind).
+    While something must be fetched, merged or built first (``needs``), the answer is a
+    :class:`needs.Pending` carrying those steps: ``api.prepare`` performs them and plans again.
+    ``clock``: (started, t0) of a first planning that this one completes."""
 
-    started, t0 = utc_now(), time.monotonic()
+    started, t0 = clock or (utc_now(), time.monotonic())
     validate_config(cfg)
-    r = resolve(cfg)
+    located = locate(cfg)
+    if not located.ready:  # the checkpoint's team is read from the folder these steps make
+        return Pending(cfg, located.steps, started, t0)
+    r = resolve_located(located)
     prompts = plan_prompts(cfg, r)
     inputs = load_inputs(cfg, r)
+    steps = (*r.prepared, *model_steps(r.team, on_nodes=cfg.pool == "ray"))
+    if pending(steps):
+        return Pending(cfg, steps, started, t0)
+    r = replace(r, prepared=steps)
     resolved = resolve_local_models(r.team, on_nodes=cfg.pool == "ray")  # each model once, for checks and identity
     check_team_models(r.team, resolved, r.checkpoint)  # before the run dir is touched and any call is made
     # the benchmarks name their grading family (one suite per run: one family)

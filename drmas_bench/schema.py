@@ -30,7 +30,7 @@ from typing import Annotated, Any, Optional
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from drmas_bench.engines import ENGINES
+from drmas_bench.engines import DEFAULT_ENGINE, ENGINES
 from drmas_bench.types import UserError
 
 
@@ -300,7 +300,7 @@ class ModelOnEngine(Schema):
     """The worker-group core shared by eval and training: one model served by one engine."""
 
     model: str = Field(min_length=1, description="model alias, local folder or hub id")
-    engine: str = Field("hf", description="inference engine, a name in the engine registry (drmas_bench.engines.ENGINES)")
+    engine: str = Field(DEFAULT_ENGINE, description="inference engine, a name in the engine registry (drmas_bench.engines.ENGINES)")
 
     @field_validator("engine")
     @classmethod

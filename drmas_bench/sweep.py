@@ -39,7 +39,7 @@ import yaml
 
 from drmas_bench import metrics
 from drmas_bench.agents.assign import assignment_name, short_model_name
-from drmas_bench.api import evaluate
+from drmas_bench.api import evaluate, prepare
 from drmas_bench.engines import DEFAULT_ENGINE, traits
 from drmas_bench.files import atomic_write, fingerprint
 from drmas_bench.models import resolve_model
@@ -459,14 +459,15 @@ def run_sweep(base: Any, d: Design, out: str | Path, *, n_boot: int = 2000, boot
     doc: dict[str, Any] = {}
     cfgs = [assignment_config(base, asg, out / "runs" / name) for asg, name in zip(d.assignments, names)]
     # every assignment checked before the first one runs: the first planned in full (data, team,
-    # prompts: plan() opens nothing), the others in what differs between them (team, models, prices)
-    first = plan(cfgs[0])
+    # prompts: plan() opens nothing; check_models prepared the models), the others in what differs
+    # between them (team, models, prices)
+    first = prepare(plan(cfgs[0]))
     for cfg in cfgs[1:]:
         check_assignment(cfg)
     for i, (asg, cfg) in enumerate(zip(d.assignments, cfgs), 1):
         run_dir = Path(cfg.out)
         # a run dir with a summary may be finished: its plan (pure) says whether it is this configuration
-        if (run_dir / "summary.json").is_file() and finished(first if i == 1 else plan(cfg)):
+        if (run_dir / "summary.json").is_file() and finished(first if i == 1 else prepare(plan(cfg))):
             skipped += 1
             logger.info(f"[sweep] {i}/{len(names)} {label(asg)}: finished earlier, kept ({run_dir})")
         else:

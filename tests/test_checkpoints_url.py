@@ -293,3 +293,121 @@ def test_a_node_fetches_one_model_folder_by_url(mem_root, tmp_path, monkeypatch)
     moved = models_on_nodes(groups, f"{mem_root}/step_1")
     assert groups["a"].model == "models/a"  # a new set of groups; the given ones are left as they were
     assert [g.model for g in moved.values()] == [f"{mem_root}/step_1/models/a", "../elsewhere", "/opt/m", "gpt-x"]
+
+
+# ------------------------------------------------------------------------------ plan, then prepare
+
+
+def _toy_checkpoint(root: Path) -> str:
+    """A complete checkpoint of the toy team (tiny-random per group) under a file:// root, as the
+    trainer leaves it: ROOT/step_1/{team.yaml, trainer_state.json, models/<wg>, optim/}, COMPLETE, latest."""
+    import shutil
+
+    from drmas_bench.models import resolve_model
+
+    tiny = Path(resolve_model("tiny-random"))
+    step = root / "step_1"
+    for wg in ("solver", "checker"):
+        shutil.copytree(tiny, step / "models" / wg)
+    (step / "optim").mkdir()
+    (step / "optim" / "solver.pt").write_bytes(b"not read by eval")
+    (step / "team.yaml").write_text("worker_groups:\n  solver: {model: models/solver}\n  checker: {model: models/checker}\n"
+                                    "agents: {solver: solver, checker: checker}\n")
+    (step / "trainer_state.json").write_text(json.dumps({"step": 1}))
+    (step / "COMPLETE").write_text("step 1\nid abc\n")
+    (root / "latest").write_text("step_1\n")
+    return root.as_uri()
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def _clockless(d):
+    """A summary block without its clock fields (latencies)."""
+    if isinstance(d, dict):
+        return {k: _clockless(v) for k, v in d.items() if "latency" not in k}
+    return d
+
+
+def _episodes(run: Path) -> list:
+    rows = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    return sorted((r["task"]["id"], r["sample_idx"], r["final_answer"], r["reward"],
+                   [t["completion"]["text"] for t in r["turns"]]) for r in rows)
+
+
+def test_a_plan_of_a_url_checkpoint_downloads_nothing_and_the_run_fetches_it(tmp_path, monkeypatch, capsys):
+    """plan() of `--model URL/latest` reads the pointer and the marker, writes nothing (no folder, no
+    lock in the cache) and carries the fetch: source, destination, size. evaluate() fetches it (the
+    optimiser state left out) and its episodes equal those of the same checkpoint as a local folder."""
+    from drmas_bench.api import EvalConfig, evaluate, plan
+    from drmas_bench.cli import main
+    from drmas_bench.needs import Pending
+
+    url = _toy_checkpoint(tmp_path / "bucket" / "run1")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "keep.txt").write_text("x")  # a cache that is there already is left as it is
+    monkeypatch.setenv("DRMAS_CACHE_DIR", str(cache))
+    cfg = EvalConfig(model=f"{url}/latest", suite="toy", limit=2, n=1, out=str(tmp_path / "eval"), concurrency=4,
+                     max_batch=4, progress=False)
+
+    def no_download(*a, **k):
+        raise AssertionError("plan() downloaded")
+
+    with monkeypatch.context() as m:
+        m.setattr(checkpoints, "_download", no_download)
+        p = plan(cfg)
+    assert isinstance(p, Pending) and _files(cache) == ["keep.txt"]
+    [step] = p.todo
+    capsys.readouterr()
+    assert main(["eval", "--model", cfg.model, "--suite", "toy", "--limit", "2", "--out", cfg.out, "--dry-run"]) == 0
+    assert f"fetch checkpoint {url}/step_1 -> {step.dest} (to do," in capsys.readouterr().out
+    assert _files(cache) == ["keep.txt"] and not Path(cfg.out).exists()
+    step_dir = tmp_path / "bucket" / "run1" / "step_1"
+    eval_bytes = sum(f.stat().st_size for f in step_dir.rglob("*") if f.is_file() and f.parts[-2] != "optim"
+                     and f.name != "COMPLETE")
+    assert (step.action, step.source, step.size_bytes) == ("fetch checkpoint", f"{url}/step_1", eval_bytes)
+    assert step.dest.parent == cache / "checkpoints" and str(step.dest) in p.describe()
+
+    s = evaluate(cfg)
+    assert (step.dest / "COMPLETE").read_bytes() == (step_dir / "COMPLETE").read_bytes()
+    assert not (step.dest / "optim").exists() and s["micro"]["samples"] == 2
+    local = evaluate(EvalConfig(model=str(step_dir), suite="toy", limit=2, n=1, out=str(tmp_path / "local"),
+                                concurrency=4, max_batch=4, progress=False))
+    assert _episodes(tmp_path / "eval") == _episodes(tmp_path / "local")
+    assert _clockless(s["micro"]) == _clockless(local["micro"])
+    again = plan(cfg)  # the copy is found: a complete plan, the fetch recorded as done
+    assert not isinstance(again, Pending) and [x.done for x in again.resolved.prepared] == [True]
+    assert main(["eval", "--model", cfg.model, "--suite", "toy", "--limit", "2", "--n", "1", "--out", cfg.out,
+                 "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "(in the cache" in out and "nothing to fetch" in out and "would run 2 questions x 1 samples" in out
+
+
+def test_a_download_cut_short_resumes_with_the_files_it_lacks(tmp_path, monkeypatch):
+    """A fetch that fails after some files is one line saying a second attempt resumes; the partial
+    folder keeps the whole files, and the next attempt downloads only the others."""
+    url = _toy_checkpoint(tmp_path / "bucket" / "run1")
+    monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))
+    fs_cls = type(checkpoints.filesystem(url)[0])
+    real, got, cut = fs_cls.get_file, [], [True]
+
+    def flaky(self, rpath, lpath, *a, **k):
+        got.append(rpath)
+        if len(got) == 3 and cut and cut.pop():
+            raise ConnectionError("connection reset by peer")
+        return real(self, rpath, lpath, *a, **k)
+
+    monkeypatch.setattr(fs_cls, "get_file", flaky)
+    with pytest.raises(UserError) as e:
+        checkpoints.cached_checkpoint(f"{url}/latest")
+    assert "\n" not in str(e.value) and "failed (ConnectionError" in str(e.value) and "run again to resume" in str(e.value)
+    first = list(got)
+    got.clear()
+    dest = checkpoints.cached_checkpoint(f"{url}/latest")
+    assert (dest / "COMPLETE").is_file() and (dest / "models" / "checker" / "config.json").is_file()
+    total = len([f for f in (tmp_path / "bucket" / "run1" / "step_1").rglob("*")
+                 if f.is_file() and "optim" not in f.parts and f.name != "COMPLETE"])
+    assert len(first) == 3 and len(got) == total - 2  # the two whole files were kept
+    assert not list((tmp_path / "cache" / "checkpoints").glob(".part-*")) and not list(dest.rglob("*.part"))

@@ -624,17 +624,17 @@ def test_grade_qa_scores():
 # gold -> the answers that match it (every other answer below scores 0 against it)
 ARTICLE_GOLDS = {"The The": {"The The", "the the", "THE THE!", " the  the "}, "A+": {"A", "a", "a!"},
                  "'A": {"A", "a", "a!"}, "a": {"A", "a", "a!"}, "An the": {"an the", "An, the"}, "(a": {"A", "a", "a!"},
-                 "!!!": set(), "*": set(), "+-*/": set(), " ": set()}
-ARTICLE_ANSWERS = ["", " ", "?", "!!!", "the", "A", "a", "a!", "an", "The The", "the the", "THE THE!", " the  the ",
-                   "The The The", "an the", "An, the", "the band The The"]
+                 "!!!": {"!!!", " ! ! ! "}, "*": {"*"}, "+-*/": {"+-*/", "+ - * /"}, " ": set()}
+ARTICLE_ANSWERS = ["", " ", "?", "!!!", " ! ! ! ", "!!", "*", "+-*/", "+ - * /", "the", "A", "a", "a!", "an", "The The",
+                   "the the", "THE THE!", " the  the ", "The The The", "an the", "An, the", "the band The The"]
 
 
 @pytest.mark.parametrize("gold", sorted(ARTICLE_GOLDS))
 def test_a_gold_that_normalises_to_empty_is_matched_by_its_spelling_only(gold):
     """`The The` (a band; real golds in HotpotQA, NQ, TriviaQA) normalises to "": the reference's EM
     pays 1 to any answer that normalises to "" too. Ours pays its spelling (articles kept, case and
-    punctuation ignored) and 0 to a blank answer or other articles; a gold of punctuation alone
-    matches nothing."""
+    punctuation ignored), a gold of punctuation alone (`!!!`, the band) its characters (spaces
+    aside), and 0 to a blank answer, other punctuation or other articles; a blank gold matches nothing."""
     assert normalize_qa(gold) == ""
     for answer in ARTICLE_ANSWERS:
         hit = float(answer in ARTICLE_GOLDS[gold])
@@ -646,15 +646,34 @@ def test_a_gold_that_normalises_to_empty_is_matched_by_its_spelling_only(gold):
     assert empty_golds([gold, "Matt Johnson"]) == [gold]
 
 
+def reference_em(prediction: str, golds: list[str]) -> int:
+    """The reference's em_check, written plainly: the SQuAD-normalised prediction equals a normalised
+    gold (normalize_qa is the reference's normaliser on its 3,000 qa_normalize vectors)."""
+    return int(any(normalize_qa(prediction) == normalize_qa(g) for g in golds))
+
+
+@pytest.mark.parametrize("gold", sorted(g for g in ARTICLE_GOLDS if g.strip()))
+def test_the_correct_answer_to_an_empty_gold_scores_as_in_the_reference(gold):
+    """Where the reference and we differ on a gold that normalises to "", we pay less, never more
+    (a blank answer, other articles, other punctuation), and the gold's own spelling scores 1 in both:
+    `!!!` for the band `!!!` (it scored 0 here before)."""
+    for answer in ARTICLE_ANSWERS:
+        assert grade_qa(answer, [gold]).em <= reference_em(answer, [gold]), (gold, answer)
+    assert grade_qa(gold, [gold]).em == reference_em(gold, [gold]) == 1
+
+
 def test_empty_gold_reward_in_the_search_env_is_its_spelling():
     from drmas_bench.suites.search.env import SearchEnv
 
     for gold in (["The The"], ["!!!"], ["A+", "*"]):
-        for action in ("<answer></answer>", "<answer>The</answer>", "<answer>The The The</answer>", "<answer>!!!</answer>"):
+        for action in ("<answer></answer>", "<answer>The</answer>", "<answer>The The The</answer>", "<answer>?</answer>"):
             env = SearchEnv(golds=gold)
             assert env.act(action).reward == 0.0, (gold, action)
     assert SearchEnv(golds=["The The"]).act("<answer>The The</answer>").reward == 1.0
+    assert SearchEnv(golds=["!!!"]).act("<answer>!!!</answer>").reward == 1.0
+    assert SearchEnv(golds=["The The"]).act("<answer>!!!</answer>").reward == 0.0
     assert SearchEnv(golds=["A+", "*"]).act("<answer>a</answer>").reward == 1.0
+    assert SearchEnv(golds=["A+", "*"]).act("<answer>*</answer>").reward == 1.0
     assert SearchEnv(golds=["The The", "Matt Johnson"]).act("<answer>matt johnson</answer>").reward == 1.0
 
 

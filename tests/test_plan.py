@@ -99,3 +99,14 @@ def test_resolve_reads_the_team_file_once(tmp_path, monkeypatch):
     monkeypatch.setattr(team_mod, "read_yaml", lambda p, what: (reads.append(Path(p)), real(p, what))[1])
     r = resolve(EvalConfig(team=str(tmp_path / "team.yaml"), suite="toy"))
     assert r.wf.name == "toy" and reads == [tmp_path / "team.yaml"]
+
+
+def test_a_plan_builds_no_alias_and_the_run_does(tmp_path, monkeypatch):
+    """An alias not built yet is a step of the plan (nothing written to the cache), not a build."""
+    from drmas_bench.needs import Pending
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DRMAS_CACHE_DIR", str(cache))
+    p = plan(replace(TOY, out=str(tmp_path / "run")))
+    assert isinstance(p, Pending) and not cache.exists()
+    assert [(s.action, s.source, s.dest) for s in p.todo] == [("build alias", "tiny-random", cache / "models" / "tiny-random")]

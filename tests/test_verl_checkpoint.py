@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -240,15 +241,89 @@ def test_eval_refuses_an_unknown_agent_in_one_line(tmp_path, cache, capsys):
     assert not (tmp_path / "run").exists() and _leftovers(cache) == []
 
 
-def test_eval_infers_the_suite_and_gives_each_agent_its_group(tmp_path, cache):
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def test_eval_infers_the_suite_and_gives_each_agent_its_group(tmp_path, cache, monkeypatch):
+    """plan() merges nothing (no folder, no lock in the cache): it carries the merge as a step, which
+    the run (api.prepare) performs; the plan after it infers the suite and gives each agent its group."""
+    from drmas_bench.api import plan
+    from drmas_bench.needs import Pending
+    from drmas_bench.preparation import perform
+
     root = _plain_checkpoint(tmp_path / "ck", {"tiny_Verifier Agent": 1, "tiny_SearchAgent_AnswerAgent": 2})
-    r = resolve(EvalConfig(model=str(root / "global_step_7")))
-    assert r.suite == "search" and r.wf.name == "search_route"
+    cfg = EvalConfig(model=str(root / "global_step_7"), limit=1, n=1, out=str(tmp_path / "run"), progress=False)
+    before = _files(cache)
+
+    def no_merge(*a, **k):
+        raise AssertionError("plan() merged")
+
+    with monkeypatch.context() as m:
+        m.setattr(verl_merge, "merge_group", no_merge)
+        p = plan(cfg)
+        assert isinstance(p, Pending) and _files(cache) == before and not (cache / "locks").exists()
+        [step] = p.todo
+        assert step.action == "merge reference checkpoint" and step.source == cfg.model
+        assert step.dest.parent == cache / "checkpoints" and not step.dest.exists()
+        shards = sum(f.stat().st_size for f in (root / "global_step_7").rglob("model_world_size_*.pt"))
+        assert step.size_bytes == shards and step.dest.name in p.describe()
+        with pytest.raises(UserError, match="not prepared yet .*models prepare"):
+            resolve(cfg)  # resolve() is pure too: one line saying how to prepare it
+    perform(p.todo, show_progress=False)
+    assert _leftovers(cache) == [step.dest.name]
+    r = resolve(cfg)
+    assert r.suite == "search" and r.wf.name == "search_route" and r.checkpoint == str(step.dest)
     assert {a: r.team.agents[a] for a in ("verifier", "searcher", "answerer")} == {
         "verifier": "tiny_Verifier_Agent", "searcher": "tiny_SearchAgent_AnswerAgent",
         "answerer": "tiny_SearchAgent_AnswerAgent"}
     with pytest.raises(UserError, match="no workflow in suite math has exactly the agents"):
-        resolve(EvalConfig(model=str(root), suite="math"))
+        plan(replace(cfg, model=str(root), suite="math"))
+
+
+def test_models_prepare_merges_a_reference_checkpoint_ahead_of_eval(tmp_path, cache, capsys):
+    """`models prepare ROOT --dry-run` says what would be merged and does nothing; without it the
+    merge lands where eval looks for it; a name that is none of the three kinds is one line."""
+    root = _plain_checkpoint(tmp_path / "ck", {"tiny_SolverAgent_VerifierAgent": 1})
+    assert main(["models", "prepare", str(root), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"merge reference checkpoint {root} -> {cache / 'checkpoints'}") and "(to do, " in out
+    assert _leftovers(cache) == [] and not (cache / "locks").exists()
+    assert main(["models", "prepare", str(root), "--no-progress"]) == 0
+    [name] = _leftovers(cache)
+    assert (cache / "checkpoints" / name / "team.yaml").is_file() and name in out
+    assert resolve(EvalConfig(model=str(root))).checkpoint == str(cache / "checkpoints" / name)
+    assert main(["models", "prepare", str(root), "--dry-run"]) == 0
+    assert "(in the cache)" in capsys.readouterr().out
+    assert main(["models", "prepare", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a model alias" in err
+
+
+def test_a_merge_cut_short_goes_on_with_the_groups_it_had_not_finished(tmp_path, cache, monkeypatch):
+    """A merge interrupted after its first worker group keeps that group in the partial folder; the
+    next attempt merges only the other one, and the team folder equals an uninterrupted merge's."""
+    root = _plain_checkpoint(tmp_path / "ck", {"tiny_Solver Agent": 1, "tiny_Verifier Agent": 3})
+    calls, real = [], verl_merge.merge_group
+
+    def cut(*a, **k):
+        calls.append(a[0].name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(verl_merge, "merge_group", cut)
+    with pytest.raises(KeyboardInterrupt):
+        team_folder(root, show_progress=False)
+    assert _leftovers(cache) and all(n.startswith(".part-verl-") for n in _leftovers(cache))
+    monkeypatch.setattr(verl_merge, "merge_group", lambda *a, **k: (calls.append(a[0].name), real(*a, **k))[1])
+    folder, _ = team_folder(root, show_progress=False)
+    assert calls == ["tiny_Solver Agent", "tiny_Verifier Agent", "tiny_Verifier Agent"]
+    assert _leftovers(cache) == [folder.name] and not (folder / ".done").exists()
+    orig = load_file(str(TINY / "model.safetensors"))
+    for name, scale in (("tiny_Solver_Agent", 1), ("tiny_Verifier_Agent", 3)):
+        got = load_file(str(folder / "models" / name / "model.safetensors"))
+        assert all(torch.equal(got[k], orig[k] * scale) for k in orig)
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from drmas_bench.engines import ENGINES, traits
+from drmas_bench.engines import DEFAULT_ENGINE, ENGINES, traits
 from drmas_bench.files import safe_name
 from drmas_bench.schema import (
     COERCING,
@@ -97,7 +97,7 @@ class AgentConfig(ModelOnEngine):
     model_config = COERCING
 
     model: Optional[str] = Field(None, description="alias, folder or hub id; null = the config's `model`")
-    engine: str = Field("hf", description="rollout engine: hf (CPU/GPU, in process) | sglang (GPU)")
+    engine: str = Field(DEFAULT_ENGINE, description="rollout engine: hf (CPU/GPU, in process) | sglang (GPU)")
     wg: Optional[str] = Field(None, description="worker group name; null = the agent's name (or the model's, with shared: true)")
     lr: Rate = Field(1e-6,
                       description="AdamW learning rate (REFERENCE §1: 1e-6 per agent), finite and >= 0 (0: weights never move)")

@@ -29,7 +29,7 @@ from typing import Any
 from peft import LoraConfig as PeftLoraConfig
 from peft import get_peft_model, get_peft_model_state_dict
 
-from drmas_bench.models import adapters as A
+from drmas_bench.models.adapters import adapter_layout, attach_saved, resolve_base
 from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import UserError
 from drmas_trainer.config import AgentConfig, LoraConfig
@@ -66,14 +66,14 @@ def load_policy(path: str, adapters: dict[str, AgentConfig], *, dtype: Any) -> t
     adapters loaded trainable). Returns (policy, the base reference a checkpoint records: None for a
     fresh start, where the caller knows the base's name)."""
 
-    layout = A.adapter_layout(path) if Path(path).is_dir() else None
+    layout = adapter_layout(path) if Path(path).is_dir() else None
     if layout is None:
         return attach(load_causal_lm(path, dtype=dtype), adapters), None
     missing = sorted(set(adapters) - set(layout.adapters))
     if missing:
         raise UserError(f"{path}: holds the adapter(s) {', '.join(layout.adapters)}, not {', '.join(missing)}")
-    base = load_causal_lm(A.resolve_base(layout), dtype=dtype)
-    pm = A.attach_saved(base, {n: layout.adapters[n] for n in adapters}, trainable=True)
+    base = load_causal_lm(resolve_base(layout), dtype=dtype)
+    pm = attach_saved(base, {n: layout.adapters[n] for n in adapters}, trainable=True)
     _trainable(pm, list(adapters))
     return pm, layout.base
 

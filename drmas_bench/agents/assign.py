@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from drmas_bench.engines import DEFAULT_ENGINE
 from drmas_bench.types import UserError
 from drmas_bench.workflows import registered_workflows
 
@@ -39,7 +40,7 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", short_model_name(s)).strip("-") or "model"
 
 
-def assignment_team(assignment: dict[str, str], workflow: str | None = None, engine: str = "hf",
+def assignment_team(assignment: dict[str, str], workflow: str | None = None, engine: str = DEFAULT_ENGINE,
                     base_url: str | None = None) -> dict[str, Any]:
     """A team mapping (the `--team` file format) for one assignment: one worker group per distinct
     model, agents on the same model share it."""
@@ -77,7 +78,7 @@ def workflow_for_agents(agents: Sequence[str]) -> str | None:
 
 
 def write_assignment_teams(agents: Sequence[str], models: Sequence[str], out_dir: str | Path,
-                           workflow: str | None = None, engine: str = "hf", base_url: str | None = None) -> list[Path]:
+                           workflow: str | None = None, engine: str = DEFAULT_ENGINE, base_url: str | None = None) -> list[Path]:
     """Write one team YAML per assignment into `out_dir`; returns the files in enumeration order."""
 
     if workflow is not None:

@@ -46,7 +46,7 @@ from typing import Any, Optional
 from pydantic import Field, field_validator, model_validator
 
 from drmas_bench.agents.explicit import Explicit, apply_explicit
-from drmas_bench.engines import ENGINES, engine_class, traits
+from drmas_bench.engines import DEFAULT_ENGINE, ENGINES, engine_class, traits
 from drmas_bench.files import safe_name
 from drmas_bench.schema import LimitsSchema, ModelOnEngine, SamplingSchema, Schema, parse, sampling_overrides
 from drmas_bench.types import Sampling, UserError
@@ -150,7 +150,7 @@ class TeamFileSchema(Schema):
 class WorkerGroupSpec:
     name: str
     model: str  # alias, local path or hub id
-    engine: str = "hf"
+    engine: str = DEFAULT_ENGINE
     price: str | None = None  # key in the price sheet (default: the model's name)
     base_url: str | None = None  # openai engine
     api_key_env: str | None = None  # openai engine: env var holding the key
@@ -342,7 +342,7 @@ def _wg_name(model: str) -> str:
 
 
 def build_team(workflow: str, agents: tuple[str, ...], *, model: str | None = None, team_file: str | None = None,
-               model_for: list[str] | None = None, engine: str = "hf", base_url: str | None = None,
+               model_for: list[str] | None = None, engine: str = DEFAULT_ENGINE, base_url: str | None = None,
                engine_options: dict[str, Any] | None = None, trust_remote_code: bool = False,
                explicit: Explicit | None = None, team_doc: Any = None) -> TeamSpec:
     """Resolve the CLI's team flags into a TeamSpec (see the module docstring), built once: the

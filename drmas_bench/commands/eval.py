@@ -21,7 +21,8 @@ EPILOG = """examples:
   drmas-bench eval --model runs/tiny/ckpt/latest --suite toy      # a trained team (its team.yaml)
   drmas-bench eval --model M --suite search --prompts my_prompts.yaml --max-prompt-tokens 8192
   drmas-bench eval --model /shared/ckpt/run1/latest --suite math --pool ray --ray-address HEAD:6379   # a Ray cluster (docs/scaling.md)
-  drmas-bench eval --model s3://bucket/run1/latest --suite math   # a checkpoint under an fsspec URL root (downloaded first)
+  drmas-bench eval --model s3://bucket/run1/latest --suite math   # a checkpoint under an fsspec URL root (fetched first)
+  drmas-bench eval --model s3://bucket/run1/latest --suite math --dry-run   # what would be fetched, merged, built; no run
   drmas-bench eval --model M --suite search --workers 4           # the episodes over 4 processes (--pool ray: Ray actors)
   drmas-bench eval --team team.yaml --suite search --prices prices.yaml --max-usd 5 --max-tokens 2000000
       # stops cleanly at $5 or 2M tokens (exit 3, finished samples kept); the same command with a higher limit resumes
@@ -37,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a team of agents on benchmarks (resumable)", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_eval_flags(p)
+    p.add_argument("--dry-run", action="store_true",
+                   help="plan only: print what the run would fetch, merge or build first (source, destination, "
+                        "size) and where it would write, then exit; nothing is downloaded or written")
     p.set_defaults(func=cmd_eval)
 
 
@@ -193,8 +197,25 @@ def resolve_config(args: argparse.Namespace):
     return r.suite, r.benches, r.wf, r.team, r.sampling
 
 
+def dry_run(config) -> str:
+    """``eval --dry-run``'s text: the steps the run would perform first, else what it would run."""
+    from drmas_bench.api import Pending, plan
+
+    p = plan(config)
+    if isinstance(p, Pending):
+        return "\n".join(["the run would first:", *(f"  {s.describe()}" for s in p.todo),
+                          "then plan again (the checkpoint's team file names the rest)"])
+    done = [f"  {s.describe()}" for s in p.resolved.prepared]
+    return "\n".join([*(["prepared already:", *done] if done else []), "nothing to fetch, merge or build",
+                      f"would run {len(p.tasks)} questions x {p.cfg.n} samples, workflow {p.wf.name}, into {p.out}"])
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from drmas_bench.api import evaluate
+
+    if getattr(args, "dry_run", False):
+        print(dry_run(config_from_args(args)))
+        return 0
 
     if getattr(args, "compute_matched", None):
         from drmas_bench.api import evaluate_compute_matched

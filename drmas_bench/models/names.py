@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from drmas_bench.models.adapter_names import is_adapter_folder
 from drmas_bench.models.model_cache import MARKER, models_dir, progress, read_marker
@@ -27,6 +27,7 @@ from drmas_bench.models.smollm2 import (
     check_adapter,
 )
 from drmas_bench.models.tiny import TINY_DEFAULT_SEED, build_tiny_random
+from drmas_bench.preparation import Step
 from drmas_bench.types import UserError
 from drmas_retrieval.locks import file_lock
 
@@ -179,6 +180,21 @@ def _hub_cached_snapshot(repo_id: str) -> Path | None:
     except Exception:  # noqa: BLE001 - a malformed id or cache simply means "not cached"
         return None
     return Path(hit).parent if isinstance(hit, str) else None
+
+
+@dataclass(frozen=True)
+class AliasBuild(Step):
+    """An alias built in the cache (:func:`prepare_model`)."""
+
+    action: ClassVar[str] = "build alias"
+
+    def perform(self, show_progress: bool) -> Path:
+        return prepare_model(self.source)
+
+
+def plan_alias(name: str) -> AliasBuild:
+    """What :func:`prepare_model` would do for alias ``name`` (done when it is built already)."""
+    return AliasBuild(name, alias_path(name), None, is_prepared(name))
 
 
 def resolve_model(name_or_path: str | os.PathLike[str], prepare: bool = True,

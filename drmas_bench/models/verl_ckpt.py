@@ -20,9 +20,11 @@ holds exactly.
 folder, or for LoRA an adapter folder beside its merged base ``models/<wg>.base/``). ``key`` hashes
 the shards' content identity (names, sizes, modification times, and the first and last MiB of each
 file), so a second eval finds the folder at once and a changed shard merges again; one lock per
-key (``<cache>/locks``) makes two evals at once merge once; the merge is written into a temp folder
-renamed into place, so a failed merge leaves nothing behind. The team folder is then evaluated like
-any checkpoint folder holding a ``team.yaml``.
+key (``<cache>/locks``) makes two evals at once merge once; the merge is written into a partial
+folder renamed into place, so a failed merge leaves no team folder behind, and the next attempt
+keeps the worker groups it had finished. The team folder is then evaluated like any checkpoint
+folder holding a ``team.yaml``. ``plan()`` only finds what would be merged (:func:`plan_merge`:
+read, nothing written); the run, or ``drmas-bench models prepare ROOT``, merges.
 """
 
 from __future__ import annotations
@@ -33,15 +35,15 @@ import logging
 import os
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from drmas_bench.models.model_cache import cache_dir
+from drmas_bench.preparation import Bar, Step
 from drmas_bench.tasks.catalog import get_suite, suite_names
 from drmas_bench.types import UserError
 from drmas_bench.workflows import get_workflow, workflow_names
@@ -208,22 +210,6 @@ def content_key(team: ReferenceTeam) -> str:
 # ------------------------------------------------------------------------------ merging
 
 
-class _Bar:
-    """A progress bar on stderr for one worker group's tensors (quiet when stderr is not a tty)."""
-
-    def __init__(self, label: str, show: bool):
-        self.label, self.show = label, show and sys.stderr.isatty()
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.show:
-            width = 30
-            fill = width * done // max(total, 1)
-            sys.stderr.write(f"\r[merge] {self.label} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}")
-            if done == total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 def _peft_base_name(key: str) -> str | None:
     """A LoRA model's shard key -> the base model's name (``base_model.model.`` and ``.base_layer``
     removed), or None for the adapter's own tensors."""
@@ -243,7 +229,7 @@ def _write_group(wg_id: str, folder: Path, tmp: Path, name: str, final: Path, sh
         if not (lora / ADAPTER_CONFIG).is_file() or not (lora / ADAPTER_WEIGHTS).is_file():
             raise UserError(f"{lora}: a LoRA adapter folder needs {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS}")
         base = tmp / "models" / f"{name}.base"
-        info = verl_merge.merge_group(folder, base, rename=_peft_base_name, progress=_Bar(f"{wg_id} (base)", show))
+        info = verl_merge.merge_group(folder, base, rename=_peft_base_name, progress=Bar(f"merge {wg_id} (base)", show))
         adapter = tmp / "models" / name
         adapter.mkdir(parents=True)
         try:
@@ -256,38 +242,80 @@ def _write_group(wg_id: str, folder: Path, tmp: Path, name: str, final: Path, sh
         (adapter / ADAPTER_CONFIG).write_text(json.dumps(cfg, indent=2), encoding="utf-8")
         shutil.copyfile(lora / ADAPTER_WEIGHTS, adapter / ADAPTER_WEIGHTS)
         return {**info, "lora": True}
-    return verl_merge.merge_group(folder, tmp / "models" / name, progress=_Bar(wg_id, show))
+    return verl_merge.merge_group(folder, tmp / "models" / name, progress=Bar(f"merge {wg_id}", show))
+
+
+def merged_folder(key: str) -> Path:
+    """Where the team merged from shards of content key ``key`` lives: ``<cache>/checkpoints/verl-<key>``."""
+    return cache_dir() / "checkpoints" / f"verl-{key}"
+
+
+def _shard_bytes(team: ReferenceTeam) -> int:
+    """The bytes a merge reads: every group's model shards (and a LoRA adapter's weights)."""
+    return sum(f.stat().st_size for folder in team.groups.values()
+               for f in [*folder.glob("model_world_size_*_rank_*.pt"), *(folder / LORA_DIR).glob(ADAPTER_WEIGHTS)])
+
+
+@dataclass(frozen=True)
+class ReferenceMerge(Step):
+    """A reference checkpoint's worker groups merged into a team folder in the cache (:func:`team_folder`)."""
+
+    action: ClassVar[str] = "merge reference checkpoint"
+    workflow: str | None = None  # the flags that chose among the workflows that fit (read_team)
+    suite: str | None = None
+
+    def perform(self, show_progress: bool) -> Path:
+        return team_folder(self.source, workflow=self.workflow, suite=self.suite, show_progress=show_progress)[0]
+
+
+def plan_merge(path: str | os.PathLike, workflow: str | None = None,
+               suite: str | None = None) -> tuple[ReferenceMerge, ReferenceTeam]:
+    """What :func:`team_folder` would do for ``path``, found without doing it: the team read, its
+    content key computed (the shards are read, not loaded), nothing written and no lock taken."""
+    team = read_team(path, workflow=workflow, suite=suite)
+    final = merged_folder(content_key(team))
+    done = (final / "team.yaml").is_file()
+    step = ReferenceMerge(str(path), final, None if done else _shard_bytes(team), done, workflow, suite)
+    return step, team
 
 
 def team_folder(path: str | os.PathLike, workflow: str | None = None, suite: str | None = None,
                 show_progress: bool = True) -> tuple[Path, ReferenceTeam]:
-    """The merged team folder of reference checkpoint ``path`` (module docstring), merged if needed."""
+    """The merged team folder of reference checkpoint ``path`` (module docstring), merged if needed.
+    The merge goes to ``.part-verl-<key>``, one worker group at a time; a group is finished when its
+    name is in ``.done/``, so a merge cut short goes on with the groups it had not finished."""
 
     team = read_team(path, workflow=workflow, suite=suite)
     key = content_key(team)
-    base = cache_dir() / "checkpoints"
-    final = base / f"verl-{key}"
+    final = merged_folder(key)
     with file_lock(cache_dir() / "locks" / f"verl-{key}.lock"):
         if (final / "team.yaml").is_file():
             return final, team
-        tmp = base / f".tmp-verl-{key}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp = final.with_name(f".part-verl-{key}")
+        done = tmp / ".done"
+        done.mkdir(parents=True, exist_ok=True)
+        names: dict[str, str] = {}
         try:
-            names: dict[str, str] = {}
             for wg_id, folder in team.groups.items():
                 names[wg_id] = group_name(wg_id, set(names.values()))
+                if (done / names[wg_id]).is_file():
+                    logger.info(f"[merge] {team.step.name}/actor/{wg_id}: merged earlier, kept")
+                    continue
+                for old in (tmp / "models" / names[wg_id], tmp / "models" / f"{names[wg_id]}.base"):
+                    shutil.rmtree(old, ignore_errors=True)  # what a cut merge of this group left
                 logger.info(f"[merge] {team.step.name}/actor/{wg_id} -> models/{names[wg_id]}")
                 _write_group(wg_id, folder, tmp, names[wg_id], final, show_progress)
-            doc = {"workflow": team.workflow,
-                   "worker_groups": {names[wg]: {"model": f"models/{names[wg]}"} for wg in team.groups},
-                   "agents": {agent: names[wg] for agent, wg in team.agents.items()}}
-            (tmp / "team.yaml").write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-            (tmp / "source.json").write_text(json.dumps(
-                {"kind": "verl", "step": str(team.step), "groups": {names[wg]: wg for wg in team.groups}}, indent=2))
-            shutil.rmtree(final, ignore_errors=True)
-            os.rename(tmp, final)
-        except BaseException:
+                (done / names[wg_id]).write_text(wg_id, encoding="utf-8")
+        except UserError:  # a shard refused: nothing to go on from (a fixed shard is another key)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        doc = {"workflow": team.workflow,
+               "worker_groups": {names[wg]: {"model": f"models/{names[wg]}"} for wg in team.groups},
+               "agents": {agent: names[wg] for agent, wg in team.agents.items()}}
+        (tmp / "team.yaml").write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        (tmp / "source.json").write_text(json.dumps(
+            {"kind": "verl", "step": str(team.step), "groups": {names[wg]: wg for wg in team.groups}}, indent=2))
+        shutil.rmtree(done)
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
     return final, team
