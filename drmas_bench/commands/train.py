@@ -83,8 +83,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", action="store_true", help="print the per-worker-group GPU memory plan and exit "
                                                        "(exit 1 when it does not fit --gpu-memory); trains nothing")
     p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
-                   help="memory of one GPU for --plan, GiB (default 140: an H200)")
-    p.add_argument("--prompt-tokens", type=int, default=4096, help="longest prompt of a training row for --plan (default 4096)")
+                   help="memory of one GPU for --plan, GiB (default: --gpu's, else the recipe's plan.gpu's, else 140: "
+                        "an H200)")
+    p.add_argument("--gpu", default=None, metavar="NAME",
+                   help="--plan's GPU for the predicted hours: h100 | h200 | a100 (default: the recipe's plan.gpu, or "
+                        "the one whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.hours)")
+    p.add_argument("--prompt-tokens", type=int, default=None,
+                   help="longest prompt of a training row for --plan (default: the recipe's plan.prompt_tokens, else 4096)")
     p.add_argument("--gpus", type=int, default=None, metavar="N",
                    help="--plan on N GPUs with sharded worker groups (FSDP2): fsdp.ranks = N colocated (the "
                         "reference's layout) unless the recipe sets fsdp, N / groups with fsdp.layout=separate")
@@ -161,10 +166,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
-    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory)."""
+    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory) and the
+    predicted hours (drmas_trainer.hours), on the flags' hardware or the recipe's ``plan:`` section."""
     from drmas_bench.workflows.base import get_workflow
     from drmas_trainer.config import plan_worker_groups
-    from drmas_trainer.memory import DEFAULT_GPU_GIB, format_plan, memory_plan, model_shape
+    from drmas_trainer.hours import HARDWARE, format_hours, hardware_for, predict, training_prompts
+    from drmas_trainer.memory import DEFAULT_GPU_GIB, format_plan, memory_plan, model_shape, why_not
 
     groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
     shapes = {}
@@ -173,14 +180,25 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
             shapes[name] = model_shape(str(g.settings.model))
         except ValueError as e:
             raise UserError(f"--plan: worker group {name}: {e}") from None
+    gpu_name = getattr(args, "gpu", None)
+    if gpu_name is not None and gpu_name not in HARDWARE:
+        raise UserError(f"--gpu: unknown GPU {gpu_name!r}; known: {', '.join(HARDWARE)}")
+    if gpu_name is None and args.gpu_memory is None:
+        gpu_name = cfg.plan.gpu
+    gpu, hw = hardware_for(gpu_name, args.gpu_memory)
+    gib = args.gpu_memory or (hw.memory_gib if gpu_name else DEFAULT_GPU_GIB)
+    gpus = getattr(args, "gpus", None)
+    prompt_tokens = getattr(args, "prompt_tokens", None) or cfg.plan.prompt_tokens or 4096
     # placement: --local = one GPU for all groups; otherwise Ray actors (the trainer's default with a GPU)
-    plan = memory_plan(cfg, groups, shapes, gpu_gib=args.gpu_memory or DEFAULT_GPU_GIB, use_ray=not args.local,
-                       prompt_tokens=args.prompt_tokens, gpus=getattr(args, "gpus", None))
+    plan = memory_plan(cfg, groups, shapes, gpu_gib=gib, use_ray=not args.local, prompt_tokens=prompt_tokens, gpus=gpus)
     print(format_plan(plan, cfg.recipe))
+    tasks, why = training_prompts(cfg)
+    print(format_hours(predict(cfg, groups, shapes, plan, hw, gpu=gpu, gpus=plan.n_gpus, tasks=tasks, tasks_why=why)))
     if not plan.fits:
         pk = plan.peak
+        reason = next((ln.removeprefix("why: ") for ln in why_not(plan) if ln.startswith(f"why: {pk.phase} on GPU {pk.gpu}")), "")
         logger.warning(f"plan: does not fit: {pk.phase} on GPU {pk.gpu} needs {pk.bytes / 2**30:.1f} GiB > "
-                       f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)")
+                       f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)" + (f"; {reason}" if reason else ""))
         return 1
     return 0
 
