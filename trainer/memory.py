@@ -38,8 +38,10 @@ every group on the same N GPUs, taking turns to update; separate: each group on 
 :func:`why_not` says, for a phase that does not fit, how much of it the engines are and the
 ``mem_fraction_static`` under which it would fit.
 
-Phases per GPU: **rollout** (every resident state + every engine awake: the trainer's rollouts keep
-all engines awake), **update** (resident states + the updating group's extras + engines that do not
+Phases per GPU: **rollout** (every resident state + the engines under the rollout budget: the GPU
+less the training state, the engines that never sleep, other processes (``plan.reserved_gib``) and
+one sync bucket; as many sleeping engines awake as fit, the least recently used of the rest asleep,
+:func:`rollout_peak`), **update** (resident states + the updating group's extras + engines that do not
 sleep; groups sharing a GPU as Ray actors update at the same time, in-process groups one after the
 other), **sync** (rollout's memory + one weight bucket). ``seq`` = ``--prompt-tokens`` (default
 4096) + ``rollout.max_new_tokens``. Activation sizes are estimates (the rest is exact arithmetic);
@@ -111,6 +113,7 @@ KNOWN_SHAPES: dict[str, ModelShape] = {
     "qwen/qwen2.5-3b": ModelShape(2048, 36, 16, 2, 11008, 151_936, tied=True, qkv_bias=True),
     "qwen/qwen2-0.5b": ModelShape(896, 24, 14, 2, 4864, 151_936, tied=True, qkv_bias=True),
     "meta-llama/llama-3.2-3b-instruct": ModelShape(3072, 28, 24, 8, 8192, 128_256, head_dim=128, tied=True),
+    "meta-llama/llama-3.2-3b": ModelShape(3072, 28, 24, 8, 8192, 128_256, head_dim=128, tied=True),
 }
 
 
@@ -536,14 +539,21 @@ def why_not(plan: MemoryPlan) -> list[str]:
         awake = [m for m in gm if not m.engine_sleeps]
         eng = sum(m.engine for m in awake)
         rest = p.bytes - eng
-        line = (f"why: {p.phase} on GPU {p.gpu} = {eng / GIB:.1f} GiB of {len(awake)} engine(s) that do not sleep + "
-                f"{rest / GIB:.1f} GiB of training state and overhead")
+        line = f"why: {p.phase} on GPU {p.gpu} = " + (f"{eng / GIB:.1f} GiB of {len(awake)} engine(s) that do not sleep + "
+                                                     if awake else "") + f"{rest / GIB:.1f} GiB of training state and overhead"
         if rest < plan.gpu_bytes and awake and all("mem_fraction_static" in " ".join(m.notes) for m in awake):
             frac = (plan.gpu_bytes - rest) / len(awake) / plan.gpu_bytes
             line += (f"; it fits with engine_options.mem_fraction_static <= {math.floor(frac * 100) / 100:.2f} "
                      f"per engine, or sleep_engine: true")
         else:
-            line += "; the training state exceeds the GPU: more ranks (--gpus), optimizer_offload: cpu, " \
-                    "a smaller micro_batch_size or gradient_checkpointing"
+            items = {k: v for m in gm for k, v in (*m.resident.items(), *(m.update.items() if m.name in p.phase or
+                                                                              "all groups" in p.phase else ()))}
+            big = max(items, key=lambda k: items[k]) if items else ""
+            fixes = ["more ranks (--gpus)"]
+            fixes += ["optimizer_offload: cpu"] if any(any(k.startswith("optimizer") for k in m.resident) for m in gm) else []
+            fixes += ["a smaller micro_batch_size"] if any(k.startswith("activations") for k in items) else []
+            fixes += ["gradient_checkpointing"] if any(k.startswith("activations (all") for k in items) else []
+            line += (f" (the largest item: {big} {items[big] / GIB:.1f} GiB)" if big else "") \
+                + "; the training state alone exceeds the GPU: " + ", ".join(fixes)
         lines.append(line)
     return lines

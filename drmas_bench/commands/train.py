@@ -30,10 +30,12 @@ TRAIN_EPILOG = """examples:
   drmas-bench train --recipe math_qwen3_4b --estimator drmas --data-dir ../shared/data   # GPU (sglang), DAPO-Math-17k
   drmas-bench train --recipe math_qwen3_4b_1gpu --plan                          # memory plan, exit 1 if it cannot fit
   drmas-bench train --recipe math_qwen3_4b --plan --ray --gpu-memory 80         # the same on 80 GB GPUs
-  drmas-bench train --recipe search_qwen2.5_7b --plan --gpus 8 --gpu-memory 79  # FSDP2 over 8 GPUs (colocated)
+  drmas-bench train --recipe search_qwen2.5_7b --plan --gpu-memory 80           # a paper row on its 8 x H100: memory and hours
+  drmas-bench train --recipe math_qwen3_8b --plan --gpus 8 --gpu-memory 141     # the same row on 8 x H200
 
-Recipes: trainer/recipes/*.yaml (tiny, math_qwen3_4b, math_qwen3_4b_shared, math_qwen3_4b_1gpu,
-math_qwen3_1.7b_80gb, search_qwen2.5_7b) or a YAML path. GPU memory: --plan (docs/trainer.md).
+Recipes: trainer/recipes/*.yaml (tiny; the paper's rows search_qwen2.5_3b[_shared], search_qwen2.5_7b[_shared],
+search_hetero_llama3.2_3b_qwen2.5_7b, math_qwen3_4b[_shared], math_qwen3_8b[_shared]; math_qwen3_4b_1gpu,
+math_qwen3_1.7b_80gb, ...) or a YAML path. GPU memory and hours: --plan (docs/trainer.md).
 Any config key can be overridden with --set SECTION.KEY=VALUE (e.g. --set rollout.n=4).
 The run directory gets metrics.jsonl, config.yaml and ckpt/step_K/ (+ ckpt/latest);
 `drmas-bench eval --model RUN/ckpt/latest --suite toy` evaluates the trained team,
@@ -165,13 +167,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
-    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory) and the
-    predicted hours (drmas_trainer.hours), on the flags' hardware or the recipe's ``plan:`` section."""
+def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = None, gpus: int | None = None,
+                prompt_tokens: int | None = None, local: bool = False) -> tuple[Any, Any]:
+    """(memory plan, hours estimate) of ``cfg`` as ``train --plan`` makes them: the hardware is
+    ``gpu`` (a row of drmas_trainer.hours.HARDWARE), else the one ``gpu_gib`` suggests, else the
+    recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``, ``prompt_tokens``: the flags (default
+    the recipe's fsdp section and ``plan.prompt_tokens``, else 4096); ``local``: every group in one
+    process on one GPU (else Ray actors)."""
     from drmas_bench.workflows.base import get_workflow
     from drmas_trainer.config import plan_worker_groups
-    from drmas_trainer.hours import HARDWARE, format_hours, hardware_for, predict, training_prompts
-    from drmas_trainer.memory import DEFAULT_GPU_GIB, format_plan, memory_plan, model_shape, why_not
+    from drmas_trainer.hours import HARDWARE, hardware_for, predict, training_prompts
+    from drmas_trainer.memory import DEFAULT_GPU_GIB, memory_plan, model_shape
 
     groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
     shapes = {}
@@ -180,23 +186,32 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
             shapes[name] = model_shape(str(g.settings.model))
         except ValueError as e:
             raise UserError(f"--plan: worker group {name}: {e}") from None
-    gpu_name = getattr(args, "gpu", None)
-    if gpu_name is not None and gpu_name not in HARDWARE:
-        raise UserError(f"--gpu: unknown GPU {gpu_name!r}; known: {', '.join(HARDWARE)}")
-    if gpu_name is None and args.gpu_memory is None:
-        gpu_name = cfg.plan.gpu
-    gpu, hw = hardware_for(gpu_name, args.gpu_memory)
-    gib = args.gpu_memory or (hw.memory_gib if gpu_name else DEFAULT_GPU_GIB)
-    gpus = getattr(args, "gpus", None)
-    prompt_tokens = getattr(args, "prompt_tokens", None) or cfg.plan.prompt_tokens or 4096
-    # placement: --local = one GPU for all groups; otherwise Ray actors (the trainer's default with a GPU)
-    plan = memory_plan(cfg, groups, shapes, gpu_gib=gib, use_ray=not args.local, prompt_tokens=prompt_tokens, gpus=gpus)
-    print(format_plan(plan, cfg.recipe))
+    if gpu is not None and gpu not in HARDWARE:
+        raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}")
+    if gpu is None and gpu_gib is None:
+        gpu = cfg.plan.gpu
+    name, hw = hardware_for(gpu, gpu_gib)
+    gib = gpu_gib or (hw.memory_gib if gpu else DEFAULT_GPU_GIB)
+    plan = memory_plan(cfg, groups, shapes, gpu_gib=gib, use_ray=not local,
+                       prompt_tokens=prompt_tokens or cfg.plan.prompt_tokens or 4096, gpus=gpus)
     tasks, why = training_prompts(cfg)
-    print(format_hours(predict(cfg, groups, shapes, plan, hw, gpu=gpu, gpus=plan.n_gpus, tasks=tasks, tasks_why=why)))
+    return plan, predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why)
+
+
+def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
+    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory) and the
+    predicted hours (drmas_trainer.hours), on the flags' hardware or the recipe's ``plan:`` section."""
+    from drmas_trainer.hours import format_hours
+    from drmas_trainer.memory import format_plan, why_not
+
+    plan, est = plan_recipe(cfg, gpu=getattr(args, "gpu", None), gpu_gib=args.gpu_memory, gpus=getattr(args, "gpus", None),
+                            prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local)
+    print(format_plan(plan, cfg.recipe))
+    print(format_hours(est))
     if not plan.fits:
         pk = plan.peak
-        reason = next((ln.removeprefix("why: ") for ln in why_not(plan) if ln.startswith(f"why: {pk.phase} on GPU {pk.gpu}")), "")
+        head = f"why: {pk.phase} on GPU {pk.gpu}"
+        reason = next((ln.removeprefix(head).lstrip(" =:") for ln in why_not(plan) if ln.startswith(head)), "")
         logger.warning(f"plan: does not fit: {pk.phase} on GPU {pk.gpu} needs {pk.bytes / 2**30:.1f} GiB > "
                        f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)" + (f"; {reason}" if reason else ""))
         return 1
