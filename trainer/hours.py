@@ -41,62 +41,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from drmas_bench.tasks import catalog
+from drmas_bench.types import UserError
+from drmas_trainer.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for
+from drmas_trainer.plan_config import PlanCallConfig
+
+__all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
+           "training_prompts"]
 
 if TYPE_CHECKING:
     from drmas_trainer.config import TrainConfig, WorkerGroupPlan
     from drmas_trainer.memory import MemoryPlan, ModelShape
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """One GPU kind's published figures (one table, :data:`HARDWARE`)."""
-
-    title: str
-    memory_gib: float  # what the driver reports (nvidia-smi), GiB: --gpu-memory's default for this GPU
-    hbm_bytes_s: float  # GPU memory bandwidth, bytes/s
-    bf16_flops: float  # dense bf16 tensor-core peak, FLOP/s (the sparse figure is twice this)
-    nvlink_bytes_s: float  # GPU-GPU, one direction, bytes/s (half the bidirectional figure)
-    pcie_bytes_s: float  # host-GPU, one direction, bytes/s
-    host_bytes_s: float  # host memory bandwidth of the node (all CPU sockets), bytes/s
-    gpus_per_node: int  # GPUs sharing that host memory
-    source: str
-
-
-#: Every hardware figure of the hours model, with its source. None of them was fitted to anything.
-HARDWARE: dict[str, Hardware] = {
-    # NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3 at 3.35 TB/s, 989 TFLOPS bf16 dense
-    # (1,979 with sparsity), NVLink 900 GB/s, PCIe Gen5 128 GB/s (both bidirectional); nvidia-smi
-    # reports 81,559 MiB. Host: DGX H100, 2 x Xeon 8480C, 8 DDR5-4800 channels each (8 x 38.4 GB/s
-    # per socket, Intel ark).
-    "h100": Hardware("NVIDIA H100 SXM5 80 GB", 81_559 / 1024, 3.35e12, 989e12, 450e9, 64e9, 2 * 8 * 38.4e9, 8,
-                     "NVIDIA H100 datasheet; DGX H100 host (2 x Xeon 8480C, DDR5-4800)"),
-    # NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e at 4.8 TB/s, bf16 as H100 (989 dense),
-    # NVLink 900 GB/s, PCIe Gen5 128 GB/s; nvidia-smi reports 143,771 MiB. Host: DGX H200, as DGX H100.
-    "h200": Hardware("NVIDIA H200 SXM 141 GB", 143_771 / 1024, 4.8e12, 989e12, 450e9, 64e9, 2 * 8 * 38.4e9, 8,
-                     "NVIDIA H200 datasheet; DGX H200 host (2 x Xeon 8480C, DDR5-4800)"),
-    # NVIDIA A100 Tensor Core GPU datasheet (SXM4 80 GB): HBM2e at 2,039 GB/s, 312 TFLOPS bf16 dense,
-    # NVLink 600 GB/s, PCIe Gen4 64 GB/s (both bidirectional); nvidia-smi reports 81,920 MiB. Host:
-    # DGX A100, 2 x EPYC 7742, 8 DDR4-3200 channels each (8 x 25.6 GB/s per socket, AMD).
-    "a100": Hardware("NVIDIA A100 SXM4 80 GB", 81_920 / 1024, 2.039e12, 312e12, 300e9, 32e9, 2 * 8 * 25.6e9, 8,
-                     "NVIDIA A100 datasheet; DGX A100 host (2 x EPYC 7742, DDR4-3200)"),
-}
-
-#: Model FLOPs utilisation of the FLOP-bound phases (prefill, the update): Meta's Llama 3 training
-#: reports 38-43 % bf16 MFU on H100s ("The Llama 3 Herd of Models", 2024, table 4); we take 0.40.
-MFU = 0.40
-#: Memory-bandwidth utilisation of decoding: Databricks measured about 60 % MBU for 7B-class models
-#: on A100 and H100 at small batch ("LLM Inference Performance Engineering: Best Practices", 2023).
-MBU = 0.60
-
-
-def hardware_for(name: str | None, gpu_gib: float | None) -> tuple[str, Hardware]:
-    """The hardware row named ``name``, else by the plan's --gpu-memory ``gpu_gib``: over 100 GiB an
-    H200, else an H100 (an A100 only by name), else the H200 (the memory plan's default)."""
-    if name:
-        return name, HARDWARE[name]
-    key = "h100" if gpu_gib is not None and gpu_gib <= 100 else "h200"
-    return key, HARDWARE[key]
 
 
 def forward_flops(shape: "ModelShape", ctx: float) -> float:
@@ -174,15 +132,11 @@ def _lru_wakes(order: list[str], capacity: int) -> list[int]:
 def training_prompts(cfg: "TrainConfig") -> tuple[int | None, str]:
     """(distinct training prompts, where the figure comes from) without loading the data: a
     registry benchmark's size, the toy generator's, or a local file's line count; None if unknown."""
-    from pathlib import Path
-
     src = cfg.data.source
     n: int | None = None
     if src == "toy":
         n, why = cfg.data.size, "toy data.size"
     elif src.startswith("benchmark:"):
-        from drmas_bench.tasks import catalog
-
         catalog.known_names()
         names = [x.strip() for x in src.split(":", 1)[1].split(",") if x.strip()]
         if all(x in catalog.BENCHMARKS for x in names):
@@ -208,55 +162,15 @@ def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: di
     ``memplan`` (ranks per group; colocated or separate; engines awake at once under the rollout
     budget); ``tasks``: distinct training prompts (None: the run's length in steps is unknown when
     the recipe counts epochs)."""
-    from drmas_bench.types import UserError
-    from drmas_trainer.config import PlanCallConfig
-
-    pc = cfg.plan
-    group_of = {a: g for g, p in groups.items() for a in p.agents}
-    B = cfg.rollout.prompts_per_step * cfg.rollout.n
-    L = cfg.rollout.max_new_tokens
-    r = pc.response_share * L
-    specs = pc.calls or [PlanCallConfig(agent=a) for a in group_of]
-    for c in specs:
-        if c.agent not in group_of:
-            raise UserError(f"plan.calls: unknown agent {c.agent!r}; the workflow's agents: {', '.join(group_of)}")
     ranks = max(memplan.ranks, 1)  # a group's engines and shards: one per GPU of its `ranks` GPUs
-    shared_gpus = len(memplan.gpus) == 1  # every group on the same GPUs: their updates share them, in turn
-    eff_flops, eff_bw = hw.bf16_flops * MFU, hw.hbm_bytes_s * MBU
-    calls: list[Call] = []
-    for c in specs:
-        g = group_of[c.agent]
-        sh = shapes[g]
-        b = c.share * B / ranks
-        p = pc.question_tokens + c.context_tokens
-        call = Call(c.agent, g, b, p, r)
-        call.prefill_s = b * p * forward_flops(sh, p / 2) / eff_flops
-        mem = L * 2 * sh.params + b * r * (p + r / 2) * kv_bytes_per_token(sh)
-        comp = b * r * 2 * sh.params
-        call.decode_s, call.decode_bound = max((mem / eff_bw, "memory"), (comp / eff_flops, "compute"))
-        calls.append(call)
+    calls = _calls(cfg, groups, shapes, hw, ranks)
     capacity = min((ro.awake for ro in memplan.rollouts if ro.engines), default=len(groups))
     for call, w in zip(calls, _lru_wakes([c.group for c in calls], capacity)):
         call.wakes = w
-    update_s: dict[str, float] = {}
-    offload_s: dict[str, float] = {}
-    for g, plan in groups.items():
-        sh, s = shapes[g], plan.settings
-        mine = [c for c in calls if c.group == g]
-        tokens = sum(c.batch * ranks * (c.prompt + c.response) for c in mine)
-        ctx = sum(c.batch * (c.prompt + c.response) ** 2 / 2 for c in mine) / max(sum(c.batch * (c.prompt + c.response)
-                                                                                       for c in mine), 1e-9)
-        passes = (1 if cfg.rollout.old_logprobs == "recompute" else 0) + (1 if cfg.algo.use_kl_in_reward else 0) \
-            + cfg.algo.ppo_epochs * (3 + (1 if s.gradient_checkpointing else 0))
-        update_s[g] = tokens * forward_flops(sh, ctx) * passes / (ranks * eff_flops)
-        if s.optimizer_offload == "cpu" and not plan.lora:
-            opt_steps = cfg.algo.ppo_epochs * cfg.algo.mini_batches
-            sharing = min(hw.gpus_per_node, gpus)  # the ranks of one node step at once on its host memory
-            offload_s[g] = opt_steps * (8 * sh.params / ranks / hw.pcie_bytes_s
-                                        + 28 * sh.params / ranks / (hw.host_bytes_s / sharing))
+    update_s, offload_s = _updates(cfg, groups, shapes, calls, hw, ranks, gpus)
     per_group = {g: update_s[g] + offload_s.get(g, 0.0) for g in groups}
-    update_wall = sum(per_group.values()) if shared_gpus else max(per_group.values())
-    syncs = sum(c.wakes for c in calls)
+    # every group on the same GPUs: their updates take turns; each on GPUs of its own: at the same time
+    update_wall = sum(per_group.values()) if len(memplan.gpus) == 1 else max(per_group.values())
     sync_s = 0.0
     for c in calls:
         if c.wakes:
@@ -270,9 +184,58 @@ def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: di
     else:
         steps = max(1, math.ceil(cfg.epochs * tasks / cfg.rollout.prompts_per_step))
         steps_why = f"epochs {cfg.epochs:g} x {tasks_why} / {cfg.rollout.prompts_per_step} prompts per step"
+    pc = cfg.plan
     reported = pc.reported_hours if gpu == (pc.gpu or gpu) else None  # only beside the reference's own hardware
-    return HoursEstimate(gpu, hw, gpus, steps, steps_why, calls, update_s, offload_s, update_wall, sync_s, syncs,
-                         reported)
+    return HoursEstimate(gpu, hw, gpus, steps, steps_why, calls, update_s, offload_s, update_wall, sync_s,
+                         sum(c.wakes for c in calls), reported)
+
+
+def _calls(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
+           hw: Hardware, ranks: int) -> list[Call]:
+    """The step's generate calls with their prefill and decode seconds (module docstring)."""
+    pc = cfg.plan
+    group_of = {a: g for g, p in groups.items() for a in p.agents}
+    B = cfg.rollout.prompts_per_step * cfg.rollout.n
+    L = cfg.rollout.max_new_tokens
+    r = pc.response_share * L
+    specs = pc.calls or [PlanCallConfig(agent=a) for a in group_of]
+    eff_flops, eff_bw = hw.bf16_flops * MFU, hw.hbm_bytes_s * MBU
+    calls: list[Call] = []
+    for c in specs:
+        if c.agent not in group_of:
+            raise UserError(f"plan.calls: unknown agent {c.agent!r}; the workflow's agents: {', '.join(group_of)}")
+        g = group_of[c.agent]
+        sh = shapes[g]
+        b = c.share * B / ranks
+        p = pc.question_tokens + c.context_tokens
+        call = Call(c.agent, g, b, p, r)
+        call.prefill_s = b * p * forward_flops(sh, p / 2) / eff_flops
+        mem = L * 2 * sh.params + b * r * (p + r / 2) * kv_bytes_per_token(sh)
+        comp = b * r * 2 * sh.params
+        call.decode_s, call.decode_bound = max((mem / eff_bw, "memory"), (comp / eff_flops, "compute"))
+        calls.append(call)
+    return calls
+
+
+def _updates(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
+             calls: list[Call], hw: Hardware, ranks: int, gpus: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Per group: its update's compute seconds, and its optimizer offload's (module docstring)."""
+    update_s: dict[str, float] = {}
+    offload_s: dict[str, float] = {}
+    for g, plan in groups.items():
+        sh, s = shapes[g], plan.settings
+        rows = [(c.batch * ranks, c.prompt + c.response) for c in calls if c.group == g]  # (rows, tokens per row)
+        tokens = sum(n * t for n, t in rows)
+        ctx = sum(n * t * t / 2 for n, t in rows) / max(tokens, 1e-9)  # F is linear in ctx: exact for the sum
+        passes = (1 if cfg.rollout.old_logprobs == "recompute" else 0) + (1 if cfg.algo.use_kl_in_reward else 0) \
+            + cfg.algo.ppo_epochs * (3 + (1 if s.gradient_checkpointing else 0))
+        update_s[g] = tokens * forward_flops(sh, ctx) * passes / (ranks * hw.bf16_flops * MFU)
+        if s.optimizer_offload == "cpu" and not plan.lora:
+            opt_steps = cfg.algo.ppo_epochs * cfg.algo.mini_batches
+            sharing = min(hw.gpus_per_node, gpus)  # the ranks of one node step at once on its host memory
+            offload_s[g] = opt_steps * (8 * sh.params / ranks / hw.pcie_bytes_s
+                                        + 28 * sh.params / ranks / (hw.host_bytes_s / sharing))
+    return update_s, offload_s
 
 
 def format_hours(est: HoursEstimate) -> str:
