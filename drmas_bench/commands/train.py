@@ -26,7 +26,8 @@ TRAIN_EPILOG = """examples:
   drmas-bench train --recipe math_qwen3_4b --ray-address HEAD:6379 --set ckpt_root=s3://bucket/run1    # an fsspec URL (needs s3fs)
   drmas-bench train --recipe math_qwen3_4b --set model=tiny-random --set device=cpu \
       --set agent_defaults.engine=hf --set 'agent_defaults.engine_options={}' \
-      --set rollout.prompts_per_step=2 --set rollout.n=2 --set rollout.max_new_tokens=16 --steps 1   # shrunk, CPU
+      --set rollout.prompts_per_step=2 --set rollout.n=2 --set rollout.max_new_tokens=16 --set fsdp.ranks=1 \
+      --steps 1                                                                 # shrunk, CPU (one process per group)
   drmas-bench train --recipe math_qwen3_4b --estimator drmas --data-dir ../shared/data   # GPU (sglang), DAPO-Math-17k
   drmas-bench train --recipe math_qwen3_4b_1gpu --plan                          # memory plan, exit 1 if it cannot fit
   drmas-bench train --recipe math_qwen3_4b --plan --ray --gpu-memory 80         # the same on 80 GB GPUs
