@@ -2,9 +2,8 @@
 one step per phase and of the whole run, from the hardware's published figures, the models'
 shapes, the recipe and the workload of one step (the recipe's ``plan:`` section).
 
-    hw = HARDWARE["h100"]
-    est = predict(cfg, groups, shapes, memplan, hw, gpus=4, tasks=17917)
-    print(format_hours(est))
+    est = predict(cfg, groups, shapes, memplan, HARDWARE["h100"], gpu="h100", gpus=4, tasks=17917)
+    print(format_hours(est))   # drmas_bench.commands.train.plan_recipe(cfg) makes memplan and est in one call
 
 Per step (B = prompts_per_step x n episodes; each group's engine runs on every one of the N GPUs
 with the step's batch split evenly, TP 1; P = a group's parameters; W = 2P bytes of bf16 weights):

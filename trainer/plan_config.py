@@ -31,7 +31,7 @@ class PlanConfig(CoercingSchema):
     takes"): the recipe's GPU kind, memory other processes hold, and the workload of one step. How
     many GPUs is the ``fsdp`` section's (ranks per group, colocated or separate)."""
 
-    gpu: Optional[str] = Field(None, description="the GPU of the hours model: a row of drmas_trainer.hours.HARDWARE "
+    gpu: Optional[str] = Field(None, description="the GPU of the hours model: a row of drmas_trainer.hardware.HARDWARE "
                                "(h100, h200, a100); also --gpu-memory's default (null: h200)")
     prompt_tokens: Optional[Int] = RANGES["positive_count"].field(
         None, description="longest prompt of a row for the memory plan (--prompt-tokens default; null = 4096)")

@@ -90,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "an H200)")
     p.add_argument("--gpu", default=None, metavar="NAME",
                    help="--plan's GPU for the predicted hours: h100 | h200 | a100 (default: the recipe's plan.gpu, or "
-                        "the one whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.hours)")
+                        "the one whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.hardware)")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="longest prompt of a training row for --plan (default: the recipe's plan.prompt_tokens, else 4096)")
     p.add_argument("--gpus", type=int, default=None, metavar="N",
@@ -171,7 +171,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = None, gpus: int | None = None,
                 prompt_tokens: int | None = None, local: bool = False) -> tuple[Any, Any]:
     """(memory plan, hours estimate) of ``cfg`` as ``train --plan`` makes them: the hardware is
-    ``gpu`` (a row of drmas_trainer.hours.HARDWARE), else the one ``gpu_gib`` suggests, else the
+    ``gpu`` (a row of drmas_trainer.hardware.HARDWARE), else the one ``gpu_gib`` suggests, else the
     recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``, ``prompt_tokens``: the flags (default
     the recipe's fsdp section and ``plan.prompt_tokens``, else 4096); ``local``: every group in one
     process on one GPU (else Ray actors)."""
