@@ -224,7 +224,10 @@ def _plan(recipe: str, gib: float, gpus: int, **overrides):
 def test_the_plan_shards_a_groups_training_state_over_the_gpus():
     from drmas_trainer.memory import format_plan
 
-    one, eight = _plan("math_qwen3_4b", 79, 1), _plan("math_qwen3_4b", 79, 8)
+    # the paper row's recipe as it was before it followed the reference: unsharded, AdamW on the GPU
+    adamw_on_gpu = {"fsdp.ranks": 1, "agent_defaults.optimizer_offload": "none",
+                    "agent_defaults.engine_options": {"mem_fraction_static": 0.35}}
+    one, eight = _plan("math_qwen3_4b", 79, 1, **adamw_on_gpu), _plan("math_qwen3_4b", 79, 8, **adamw_on_gpu)
     a = {k: v for k, v in one.groups[0].resident.items()}
     b = {k.removesuffix(" / 8"): v for k, v in eight.groups[0].resident.items()}
     assert b["weights fp32"] == -(-a["weights fp32"] // 8) and b["optimizer adamw"] == -(-a["optimizer adamw"] // 8)
@@ -237,11 +240,20 @@ def test_the_plan_shards_a_groups_training_state_over_the_gpus():
 def test_a_plan_that_does_not_fit_says_why_and_what_would():
     from drmas_trainer.memory import format_plan
 
-    plan = _plan("search_qwen2.5_7b", 79, 8)
+    # engines that never sleep: three at 0.35 of the GPU beside the training state
+    awake = {"agent_defaults.sleep_engine": False, "agent_defaults.engine_options": {"mem_fraction_static": 0.35}}
+    plan = _plan("search_qwen2.5_7b", 79, 8, **awake)
     assert not plan.fits
     why = [ln for ln in format_plan(plan).splitlines() if ln.startswith("why: ")]
-    assert why[0].startswith("why: rollout") and "3 awake engine(s)" in why[0]
-    frac = min(float(ln.rsplit("<= ", 1)[1].split()[0]) for ln in why)  # every phase that did not fit
+    assert why[0].startswith("why: rollout") and "3 engine(s) that do not sleep" in why[0]
+    frac = min(float(ln.rsplit("<= ", 1)[1].split()[0]) for ln in why if "<= " in ln)
+    assert _plan("search_qwen2.5_7b", 79, 8, **{**awake, "agent_defaults.engine_options": {"mem_fraction_static": frac}}).fits
+    # sleeping engines share the rollout under a budget; one that alone does not fit says so
+    huge = _plan("search_qwen2.5_7b", 79, 8, **{"agent_defaults.engine_options": {"mem_fraction_static": 0.95}})
+    assert not huge.fits and huge.rollouts[0].awake == 0
+    line = next(ln for ln in format_plan(huge).splitlines() if ln.startswith("why: rollout"))
+    assert "not even one engine fits" in line
+    frac = float(line.rsplit("<= ", 1)[1])
     assert _plan("search_qwen2.5_7b", 79, 8, **{"agent_defaults.engine_options": {"mem_fraction_static": frac}}).fits
 
 

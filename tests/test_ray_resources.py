@@ -30,7 +30,8 @@ def test_math_recipe_on_one_gpu_is_a_one_line_error_before_any_actor(one_gpu, da
     from drmas_trainer.trainer import train
 
     cfg = load_config("math_qwen3_4b", {"model": "tiny-random", "device": "cpu", "data.data_dir": str(data_dir),
-                                        "data.limit": 4, "rollout.prompts_per_step": 2, "steps": 1, "epochs": None})
+                                        "data.limit": 4, "rollout.prompts_per_step": 2, "steps": 1, "epochs": None,
+                                        "fsdp.ranks": 1})  # one unsharded group per GPU (the recipe shards over 4)
     t0 = time.monotonic()
     with pytest.raises(UserError) as e:
         train(cfg, tmp_path / "run", use_ray=True, progress=False)

@@ -24,15 +24,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.data]
 
 # the CPU recipes on the toy task run whole elsewhere (.ci/run's tiny phase, tests/test_trainer*.py,
 # tests/test_toy_fixer.py); search_warmstart is a warm-start-only recipe on its own generated examples
-# (tests/test_warmstart.py, scripts/make_search_warmstart.py)
+# (tests/test_warmstart.py, scripts/make_search_warmstart.py); a recipe with per-agent models (the
+# heterogeneous paper row) is not shrunk by `model=tiny-random`: its tiny counterpart trains in CI instead,
+# and its plan is checked in tests/test_paper_rows.py
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")
-                 if p.stem not in ("tiny", "tiny_single", "tiny_lora", "tiny_fixer", "tiny_4agent", "search_warmstart"))
+                 if p.stem not in ("tiny", "tiny_single", "tiny_lora", "tiny_fixer", "tiny_4agent", "search_warmstart")
+                 and not any("model" in (a or {}) for a in (yaml.safe_load(p.read_text()).get("agents") or {}).values()))
 
 # the shrink: sizes and the CPU engine only (engine_options are the sglang engine's, so they go too)
 SHRINK = ["model=tiny-random", "device=cpu", "agent_defaults.engine=hf", "agent_defaults.engine_options={}",
           "rollout.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=8", "data.limit=4",
           # 4 trajectories cannot fill the search recipe's 5 mini-batches (refused since the range checks)
-          "algo.mini_batches=2"]
+          "algo.mini_batches=2",
+          # the paper rows shard each group over their node's GPUs (fsdp.ranks); one process here
+          "fsdp.ranks=1"]
 EVAL_ON = {"math_refine": ("math", "aime24"), "math_4agent": ("math", "aime24"), "search_route": ("search", "hotpotqa"), "toy": ("toy", "toy")}
 
 

@@ -55,6 +55,7 @@ from drmas_bench.schema import (
 from drmas_bench.types import UserError
 from drmas_bench.workflows import get_workflow, workflow_names
 from drmas_bench.yamlfile import read_yaml
+from drmas_trainer.plan_config import PlanConfig
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 
@@ -372,6 +373,8 @@ class TrainConfig(CoercingSchema):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="supervised warm start (toy)")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray placement")
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description="worker groups sharded over several GPUs (FSDP2)")
+    plan: PlanConfig = Field(default_factory=PlanConfig, description="train --plan's hardware and workload "
+                             "(memory plan and predicted hours; the trainer does not read it)")
 
     @model_validator(mode="before")
     @classmethod

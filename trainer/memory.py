@@ -38,8 +38,10 @@ every group on the same N GPUs, taking turns to update; separate: each group on 
 :func:`why_not` says, for a phase that does not fit, how much of it the engines are and the
 ``mem_fraction_static`` under which it would fit.
 
-Phases per GPU: **rollout** (every resident state + every engine awake: the trainer's rollouts keep
-all engines awake), **update** (resident states + the updating group's extras + engines that do not
+Phases per GPU: **rollout** (every resident state + the engines under the rollout budget: the GPU
+less the training state, the engines that never sleep, other processes (``plan.reserved_gib``) and
+one sync bucket; as many sleeping engines awake as fit, the least recently used of the rest asleep,
+:func:`rollout_peak`), **update** (resident states + the updating group's extras + engines that do not
 sleep; groups sharing a GPU as Ray actors update at the same time, in-process groups one after the
 other), **sync** (rollout's memory + one weight bucket). ``seq`` = ``--prompt-tokens`` (default
 4096) + ``rollout.max_new_tokens``. Activation sizes are estimates (the rest is exact arithmetic);
@@ -111,6 +113,7 @@ KNOWN_SHAPES: dict[str, ModelShape] = {
     "qwen/qwen2.5-3b": ModelShape(2048, 36, 16, 2, 11008, 151_936, tied=True, qkv_bias=True),
     "qwen/qwen2-0.5b": ModelShape(896, 24, 14, 2, 4864, 151_936, tied=True, qkv_bias=True),
     "meta-llama/llama-3.2-3b-instruct": ModelShape(3072, 28, 24, 8, 8192, 128_256, head_dim=128, tied=True),
+    "meta-llama/llama-3.2-3b": ModelShape(3072, 28, 24, 8, 8192, 128_256, head_dim=128, tied=True),
 }
 
 
@@ -180,6 +183,24 @@ class GPUPhase:
 
 
 @dataclass
+class RolloutBudget:
+    """One GPU's rollout under a memory budget (:func:`rollout_peak`): the engines of the worker groups
+    on it share what the training state, other processes and one sync bucket leave; as many stay
+    awake as fit, the least recently used of the others sleeps (weights and KV cache released)."""
+
+    gpu: int
+    budget: int  # bytes left for engines: GPU - overhead - resident states - other processes - one bucket
+    engines: dict[str, int]  # group -> its engine's bytes when awake
+    awake: int  # engines awake at once in the worst case (the largest ones): 0 = not even one fits
+    peak: int  # the rollout's memory on this GPU with ``awake`` engines awake (no bucket)
+    reason: str  # one line: the arithmetic and what it means
+
+    @property
+    def all_awake(self) -> bool:
+        return self.awake >= len(self.engines)
+
+
+@dataclass
 class MemoryPlan:
     gpu_bytes: int
     groups: list[GroupMemory]
@@ -187,15 +208,67 @@ class MemoryPlan:
     placement: str
     seq: int
     phases: list[GPUPhase]
-    one_engine_rollout: list[int]  # per GPU: rollout with one engine awake at a time (a pool budget of one)
+    rollouts: list[RolloutBudget] = field(default_factory=list)  # per GPU: the rollout under the budget
+    reserved_bytes: int = 0  # per GPU, held by other processes (plan.reserved_gib: a retrieval server)
+    ranks: int = 1  # GPUs each group is sharded over (1: unsharded)
+    together: bool = True  # groups sharing a GPU update at the same time (Ray actors); False: in turn
 
     @property
     def peak(self) -> GPUPhase:
         return max(self.phases, key=lambda p: p.bytes)
 
     @property
+    def n_gpus(self) -> int:
+        """The GPUs the layout uses: each row of ``gpus`` stands for ``ranks`` of them."""
+        return self.ranks * len(self.gpus)
+
+    @property
     def fits(self) -> bool:
         return self.peak.bytes <= self.gpu_bytes
+
+
+def rollout_peak(engines: dict[str, int], budget: int) -> tuple[int, int]:
+    """(engines awake at once, their bytes) for a rollout whose ``engines`` (group -> bytes when
+    awake) share ``budget`` bytes of one GPU: the pool keeps awake what fits and sleeps the least
+    recently used of the rest, so any set of engines may be the awake one; the guarantee is the
+    largest k engines fitting together. k = 0: not even the largest one fits (the run cannot roll
+    out on this GPU); k = len(engines): every engine stays awake (no wake-ups after the first).
+
+    The budget a runtime pool should use on a GPU is ``MemoryPlan.rollouts[gpu].budget`` (bytes);
+    the memory of the rollout phase is the GPU's resident states + overhead + other processes +
+    the k engines, what ``MemoryPlan.rollouts[gpu].peak`` holds."""
+    sizes = sorted(engines.values(), reverse=True)
+    k, used = 0, 0
+    for b in sizes:
+        if used + b > budget:
+            break
+        k, used = k + 1, used + b
+    return k, used
+
+
+def _rollout(gpu: int, gm: list["GroupMemory"], fixed: int, reserved: int, bucket: int, gpu_bytes: int) -> RolloutBudget:
+    """The rollout of one GPU under its budget (:func:`rollout_peak`), with the one-line reason. An
+    engine that does not sleep (``sleep_engine: false``) is always awake: part of the fixed memory."""
+    never = sum(m.engine for m in gm if not m.engine_sleeps)
+    fixed += never
+    engines = {m.name: m.engine for m in gm if m.engine_sleeps}
+    budget = gpu_bytes - fixed - reserved - bucket
+    k, used = rollout_peak(engines, max(budget, 0))
+    sizes = ", ".join(f"{n} {b / GIB:.1f}" for n, b in engines.items()) or "none sleeps"
+    head = (f"rollout budget on GPU {gpu}: {gpu_bytes / GIB:.1f} GiB - {fixed / GIB:.1f} training state and overhead"
+            + (" (with the engines that never sleep)" if never else "")
+            + (f" - {reserved / GIB:.1f} other processes" if reserved else "")
+            + f" - {bucket / GIB:.1f} sync bucket = {budget / GIB:.1f} GiB for engines ({sizes} GiB)")
+    if not engines:
+        tail = "no engine sleeps (sleep_engine: false): all stay awake"
+    elif k == 0:
+        tail = "not even one engine fits: a smaller mem_fraction_static, more ranks or optimizer_offload: cpu"
+    elif k >= len(engines):
+        tail = "every engine stays awake" if len(engines) > 1 else "its engine stays awake"
+    else:
+        tail = (f"{k} of {len(engines)} awake at once, the least recently used of the others asleep "
+                f"(weights and KV cache released, woken with a weight sync)")
+    return RolloutBudget(gpu, budget, engines, k, fixed + reserved + used, f"{head}: {tail}")
 
 
 #: the linear layers peft's "all-linear" adapts in a decoder layer (every linear but the output head)
@@ -316,7 +389,7 @@ def group_memory(name: str, plan: WorkerGroupPlan, shape: ModelShape, *, seq: in
 
 def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: dict[str, ModelShape], *,
                 gpu_gib: float = DEFAULT_GPU_GIB, use_ray: bool = False, prompt_tokens: int = 4096,
-                gpus: int | None = None) -> MemoryPlan:
+                gpus: int | None = None, reserved_gib: float | None = None) -> MemoryPlan:
     """The plan of ``groups`` (``plan_worker_groups``) with the model ``shapes`` per group.
 
     Options: ``gpu_gib`` (memory of one GPU); ``use_ray`` (groups are Ray actors reserving
@@ -325,8 +398,11 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
     updates one after the other); ``prompt_tokens`` (longest prompt of a training row); ``gpus``
     (sharded groups, ``fsdp.ranks`` > 1 or ``gpus`` given: the node's GPUs; colocated, every group
     has a shard and an engine on each of the ``ranks`` GPUs, ``ranks`` = ``gpus`` unless the recipe
-    says; separate, each group has ``gpus / groups`` GPUs of its own)."""
+    says; separate, each group has ``gpus / groups`` GPUs of its own); ``reserved_gib`` (memory per GPU
+    that other processes hold, e.g. the reference's retrieval server; default the recipe's
+    ``plan.reserved_gib``)."""
     gpu_bytes = int(gpu_gib * GIB)
+    reserved = int((cfg.plan.reserved_gib if reserved_gib is None else reserved_gib) * GIB)
     seq = prompt_tokens + cfg.rollout.max_new_tokens
     ranks, layout = sharding(cfg, len(groups), gpus)
     mems = [group_memory(n, p, shapes[n], seq=seq, response=cfg.rollout.max_new_tokens, gpu_bytes=gpu_bytes,
@@ -347,7 +423,8 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
             gpus_of = [[n] for n in names]  # one GPU of each group's own set
             placement = (f"FSDP2, separate: each group sharded over {ranks} GPUs of its own ({ranks * len(names)} "
                          f"GPUs); GPU i stands for each GPU of group i")
-        return _phases(cfg, groups, mems, gpus_of, placement, seq, gpu_bytes, use_ray, together=False)
+        return _phases(cfg, groups, mems, gpus_of, placement, seq, gpu_bytes, use_ray, together=False,
+                       reserved=reserved, ranks=ranks)
     if use_ray:
         per = max(1, math.floor(1 / cfg.ray.gpus_per_worker)) if cfg.ray.gpus_per_worker < 1 else 1
         on = [names[i: i + per] for i in range(0, len(names), per)]
@@ -356,7 +433,7 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
     else:
         on = [names]
         placement = "in process: every group on one GPU, updates one after the other"
-    return _phases(cfg, groups, mems, on, placement, seq, gpu_bytes, use_ray)
+    return _phases(cfg, groups, mems, on, placement, seq, gpu_bytes, use_ray, together=use_ray, reserved=reserved)
 
 
 def sharding(cfg: TrainConfig, n_groups: int, gpus: int | None) -> tuple[int, str]:
@@ -372,19 +449,25 @@ def sharding(cfg: TrainConfig, n_groups: int, gpus: int | None) -> tuple[int, st
 
 
 def _phases(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], mems: list[GroupMemory], gpus: list[list[str]],
-            placement: str, seq: int, gpu_bytes: int, use_ray: bool, together: bool = True) -> MemoryPlan:
+            placement: str, seq: int, gpu_bytes: int, use_ray: bool, together: bool = True, reserved: int = 0,
+            ranks: int = 1) -> MemoryPlan:
     """Per GPU: rollout, update and sync phases (module docstring); ``together`` False: groups on
-    one GPU update one after the other (colocated sharded groups take turns)."""
+    one GPU update one after the other (colocated sharded groups take turns); ``reserved``: bytes
+    per GPU held by other processes (a retrieval server), counted in every phase."""
     by = {m.name: m for m in mems}
     phases: list[GPUPhase] = []
-    one_engine: list[int] = []
+    rollouts: list[RolloutBudget] = []
     for i, gnames in enumerate(gpus):
         gm = [by[n] for n in gnames]
-        base = int(PROCESS_OVERHEAD_GIB * GIB) * (len(gm) if use_ray else 1)
+        base = int(PROCESS_OVERHEAD_GIB * GIB) * (len(gm) if use_ray else 1) + reserved
         resident = sum(sum(m.resident.values()) for m in gm)
-        engines = sum(m.engine for m in gm)
-        phases.append(GPUPhase(i, "rollout", base + resident + engines, "resident states + all engines awake"))
-        one_engine.append(base + resident + max(m.engine for m in gm))
+        bucket = max(m.sync_bytes or groups[m.name].settings.sync_bucket_mb << 20 for m in gm)  # LoRA: one adapter
+        ro = _rollout(i, gm, base - reserved + resident, reserved, bucket, gpu_bytes)
+        rollouts.append(ro)
+        what = ("resident states + every engine awake" if ro.all_awake else
+                f"resident states + {max(ro.awake, 1)} of {len(ro.engines)} sleeping engines awake (budget)")
+        rollout = ro.peak + (0 if ro.awake or not ro.engines else max(ro.engines.values()))  # none fits: the largest
+        phases.append(GPUPhase(i, "rollout", rollout, what))
         awake = sum(m.engine for m in gm if not m.engine_sleeps)
         if use_ray and together and len(gm) > 1:
             extra = sum(sum(m.update.values()) for m in gm)
@@ -394,9 +477,8 @@ def _phases(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], mems: list[Gro
             for m in gm:
                 phases.append(GPUPhase(i, f"update {m.name}", base + resident + awake + sum(m.update.values()),
                                        f"resident + {m.name}'s update extras + engines that do not sleep"))
-        bucket = max(m.sync_bytes or groups[m.name].settings.sync_bucket_mb << 20 for m in gm)  # LoRA: one adapter
-        phases.append(GPUPhase(i, "sync", base + resident + engines + bucket, "rollout memory + one weight bucket"))
-    return MemoryPlan(gpu_bytes, mems, gpus, placement, seq, phases, one_engine)
+        phases.append(GPUPhase(i, "sync", rollout + bucket, "rollout memory + one weight bucket"))
+    return MemoryPlan(gpu_bytes, mems, gpus, placement, seq, phases, rollouts, reserved, ranks, together)
 
 
 def _g(b: float) -> str:
@@ -425,10 +507,10 @@ def format_plan(plan: MemoryPlan, recipe: str = "") -> str:
     for p in plan.phases:
         ok = "fits" if p.bytes <= plan.gpu_bytes else "DOES NOT FIT"
         out.append(f"  {p.gpu:<4} {p.phase:<30} {_g(p.bytes)}  {plan.gpu_bytes / GIB:5.0f}  {ok}  ({p.items})")
-    for i, b in enumerate(plan.one_engine_rollout):
-        if len(plan.gpus[i]) > 1:
-            out.append(f"  GPU {i}: rollout with one engine awake at a time (a pool budget of one, which the "
-                       f"trainer's rollouts do not use yet) would need {b / GIB:.1f} GiB")
+    if plan.reserved_bytes:
+        out.append(f"  every phase counts {plan.reserved_bytes / GIB:.1f} GiB per GPU held by other processes "
+                   f"(plan.reserved_gib)")
+    out.extend(f"  {r.reason}" for r in plan.rollouts)
     pk = plan.peak
     out.append(f"peak: {pk.phase} on GPU {pk.gpu}, {pk.bytes / GIB:.1f} GiB of {plan.gpu_bytes / GIB:.0f} GiB: "
                + ("fits" if plan.fits else "does not fit"))
@@ -437,25 +519,41 @@ def format_plan(plan: MemoryPlan, recipe: str = "") -> str:
 
 
 def why_not(plan: MemoryPlan) -> list[str]:
-    """What makes each phase that does not fit too large: its engines' share, and the engine share
-    (``mem_fraction_static``) under which it would fit, when the engines are the part to shrink."""
+    """What makes each phase that does not fit too large, one line each: for a rollout or sync, the
+    budget arithmetic and the ``mem_fraction_static`` under which one engine would fit beside the
+    rest; for an update, the training state's items and what shrinks them."""
     by = {m.name: m for m in plan.groups}
     lines = []
     for p in plan.phases:
         if p.bytes <= plan.gpu_bytes:
             continue
+        ro = plan.rollouts[p.gpu] if plan.rollouts else None
         gm = [by[n] for n in plan.gpus[p.gpu]]
-        awake = [m for m in gm if not p.phase.startswith("update") or not m.engine_sleeps]
+        if p.phase in ("rollout", "sync") and ro is not None and ro.engines:
+            line = f"why: {p.phase} on GPU {p.gpu}: {ro.reason}"
+            frac = (ro.budget / plan.gpu_bytes) if ro.budget > 0 else 0.0
+            if frac > 0 and all("mem_fraction_static" in " ".join(m.notes) for m in gm if m.name in ro.engines):
+                line += f"; one engine fits with engine_options.mem_fraction_static <= {math.floor(frac * 100) / 100:.2f}"
+            lines.append(line)
+            continue
+        awake = [m for m in gm if not m.engine_sleeps]
         eng = sum(m.engine for m in awake)
         rest = p.bytes - eng
-        line = (f"why: {p.phase} on GPU {p.gpu} = {eng / GIB:.1f} GiB of {len(awake)} awake engine(s) + "
-                f"{rest / GIB:.1f} GiB of training state and overhead")
+        line = f"why: {p.phase} on GPU {p.gpu} = " + (f"{eng / GIB:.1f} GiB of {len(awake)} engine(s) that do not sleep + "
+                                                     if awake else "") + f"{rest / GIB:.1f} GiB of training state and overhead"
         if rest < plan.gpu_bytes and awake and all("mem_fraction_static" in " ".join(m.notes) for m in awake):
             frac = (plan.gpu_bytes - rest) / len(awake) / plan.gpu_bytes
             line += (f"; it fits with engine_options.mem_fraction_static <= {math.floor(frac * 100) / 100:.2f} "
-                     f"per engine")
-        elif rest >= plan.gpu_bytes:
-            line += "; the training state alone exceeds the GPU: more ranks (--gpus), optimizer_offload: cpu, " \
-                    "a smaller micro_batch_size or gradient_checkpointing"
+                     f"per engine, or sleep_engine: true")
+        else:
+            items = {k: v for m in gm for k, v in (*m.resident.items(), *(m.update.items() if m.name in p.phase or
+                                                                              "all groups" in p.phase else ()))}
+            big = max(items, key=lambda k: items[k]) if items else ""
+            fixes = ["more ranks (--gpus)"]
+            fixes += ["optimizer_offload: cpu"] if any(any(k.startswith("optimizer") for k in m.resident) for m in gm) else []
+            fixes += ["a smaller micro_batch_size"] if any(k.startswith("activations") for k in items) else []
+            fixes += ["gradient_checkpointing"] if any(k.startswith("activations (all") for k in items) else []
+            line += (f" (the largest item: {big} {items[big] / GIB:.1f} GiB)" if big else "") \
+                + "; the training state alone exceeds the GPU: " + ", ".join(fixes)
         lines.append(line)
     return lines

@@ -26,14 +26,17 @@ TRAIN_EPILOG = """examples:
   drmas-bench train --recipe math_qwen3_4b --ray-address HEAD:6379 --set ckpt_root=s3://bucket/run1    # an fsspec URL (needs s3fs)
   drmas-bench train --recipe math_qwen3_4b --set model=tiny-random --set device=cpu \
       --set agent_defaults.engine=hf --set 'agent_defaults.engine_options={}' \
-      --set rollout.prompts_per_step=2 --set rollout.n=2 --set rollout.max_new_tokens=16 --steps 1   # shrunk, CPU
+      --set rollout.prompts_per_step=2 --set rollout.n=2 --set rollout.max_new_tokens=16 --set fsdp.ranks=1 \
+      --steps 1                                                                 # shrunk, CPU (one process per group)
   drmas-bench train --recipe math_qwen3_4b --estimator drmas --data-dir ../shared/data   # GPU (sglang), DAPO-Math-17k
   drmas-bench train --recipe math_qwen3_4b_1gpu --plan                          # memory plan, exit 1 if it cannot fit
   drmas-bench train --recipe math_qwen3_4b --plan --ray --gpu-memory 80         # the same on 80 GB GPUs
-  drmas-bench train --recipe search_qwen2.5_7b --plan --gpus 8 --gpu-memory 79  # FSDP2 over 8 GPUs (colocated)
+  drmas-bench train --recipe search_qwen2.5_7b --plan --gpu-memory 80           # a paper row on its 8 x H100: memory and hours
+  drmas-bench train --recipe math_qwen3_8b --plan --gpus 8 --gpu-memory 141     # the same row on 8 x H200
 
-Recipes: trainer/recipes/*.yaml (tiny, math_qwen3_4b, math_qwen3_4b_shared, math_qwen3_4b_1gpu,
-math_qwen3_1.7b_80gb, search_qwen2.5_7b) or a YAML path. GPU memory: --plan (docs/trainer.md).
+Recipes: trainer/recipes/*.yaml (tiny; the paper's rows search_qwen2.5_3b[_shared], search_qwen2.5_7b[_shared],
+search_hetero_llama3.2_3b_qwen2.5_7b, math_qwen3_4b[_shared], math_qwen3_8b[_shared]; math_qwen3_4b_1gpu,
+math_qwen3_1.7b_80gb, ...) or a YAML path. GPU memory and hours: --plan (docs/trainer.md).
 Any config key can be overridden with --set SECTION.KEY=VALUE (e.g. --set rollout.n=4).
 The run directory gets metrics.jsonl, config.yaml and ckpt/step_K/ (+ ckpt/latest);
 `drmas-bench eval --model RUN/ckpt/latest --suite toy` evaluates the trained team,
@@ -83,8 +86,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", action="store_true", help="print the per-worker-group GPU memory plan and exit "
                                                        "(exit 1 when it does not fit --gpu-memory); trains nothing")
     p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
-                   help="memory of one GPU for --plan, GiB (default 140: an H200)")
-    p.add_argument("--prompt-tokens", type=int, default=4096, help="longest prompt of a training row for --plan (default 4096)")
+                   help="memory of one GPU for --plan, GiB (default: --gpu's, else the recipe's plan.gpu's, else 140: "
+                        "an H200)")
+    p.add_argument("--gpu", default=None, metavar="NAME",
+                   help="--plan's GPU for the predicted hours: h100 | h200 | a100 (default: the recipe's plan.gpu, or "
+                        "the one whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.hardware)")
+    p.add_argument("--prompt-tokens", type=int, default=None,
+                   help="longest prompt of a training row for --plan (default: the recipe's plan.prompt_tokens, else 4096)")
     p.add_argument("--gpus", type=int, default=None, metavar="N",
                    help="--plan on N GPUs with sharded worker groups (FSDP2): fsdp.ranks = N colocated (the "
                         "reference's layout) unless the recipe sets fsdp, N / groups with fsdp.layout=separate")
@@ -160,11 +168,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
-    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory)."""
+def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = None, gpus: int | None = None,
+                prompt_tokens: int | None = None, local: bool = False) -> tuple[Any, Any]:
+    """(memory plan, hours estimate) of ``cfg`` as ``train --plan`` makes them: the hardware is
+    ``gpu`` (a row of drmas_trainer.hardware.HARDWARE), else the one ``gpu_gib`` suggests, else the
+    recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``, ``prompt_tokens``: the flags (default
+    the recipe's fsdp section and ``plan.prompt_tokens``, else 4096); ``local``: every group in one
+    process on one GPU (else Ray actors)."""
     from drmas_bench.workflows.base import get_workflow
     from drmas_trainer.config import plan_worker_groups
-    from drmas_trainer.memory import DEFAULT_GPU_GIB, format_plan, memory_plan, model_shape
+    from drmas_trainer.hours import HARDWARE, hardware_for, predict, training_prompts
+    from drmas_trainer.memory import DEFAULT_GPU_GIB, memory_plan, model_shape
 
     groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
     shapes = {}
@@ -173,14 +187,34 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
             shapes[name] = model_shape(str(g.settings.model))
         except ValueError as e:
             raise UserError(f"--plan: worker group {name}: {e}") from None
-    # placement: --local = one GPU for all groups; otherwise Ray actors (the trainer's default with a GPU)
-    plan = memory_plan(cfg, groups, shapes, gpu_gib=args.gpu_memory or DEFAULT_GPU_GIB, use_ray=not args.local,
-                       prompt_tokens=args.prompt_tokens, gpus=getattr(args, "gpus", None))
+    if gpu is not None and gpu not in HARDWARE:
+        raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}")
+    if gpu is None and gpu_gib is None:
+        gpu = cfg.plan.gpu
+    name, hw = hardware_for(gpu, gpu_gib)
+    gib = gpu_gib or (hw.memory_gib if gpu else DEFAULT_GPU_GIB)
+    plan = memory_plan(cfg, groups, shapes, gpu_gib=gib, use_ray=not local,
+                       prompt_tokens=prompt_tokens or cfg.plan.prompt_tokens or 4096, gpus=gpus)
+    tasks, why = training_prompts(cfg)
+    return plan, predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why)
+
+
+def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
+    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory) and the
+    predicted hours (drmas_trainer.hours), on the flags' hardware or the recipe's ``plan:`` section."""
+    from drmas_trainer.hours import format_hours
+    from drmas_trainer.memory import format_plan, why_not
+
+    plan, est = plan_recipe(cfg, gpu=getattr(args, "gpu", None), gpu_gib=args.gpu_memory, gpus=getattr(args, "gpus", None),
+                            prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local)
     print(format_plan(plan, cfg.recipe))
+    print(format_hours(est))
     if not plan.fits:
         pk = plan.peak
+        head = f"why: {pk.phase} on GPU {pk.gpu}"
+        reason = next((ln.removeprefix(head).lstrip(" =:") for ln in why_not(plan) if ln.startswith(head)), "")
         logger.warning(f"plan: does not fit: {pk.phase} on GPU {pk.gpu} needs {pk.bytes / 2**30:.1f} GiB > "
-                       f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)")
+                       f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)" + (f"; {reason}" if reason else ""))
         return 1
     return 0
 

@@ -1,0 +1,267 @@
+"""How long a training run takes, predicted before launch (``drmas-bench train --plan``): the time of
+one step per phase and of the whole run, from the hardware's published figures, the models'
+shapes, the recipe and the workload of one step (the recipe's ``plan:`` section).
+
+    est = predict(cfg, groups, shapes, memplan, HARDWARE["h100"], gpu="h100", gpus=4, tasks=17917)
+    print(format_hours(est))   # drmas_bench.commands.train.plan_recipe(cfg) makes memplan and est in one call
+
+Per step (B = prompts_per_step x n episodes; each group's engine runs on every one of the N GPUs
+with the step's batch split evenly, TP 1; P = a group's parameters; W = 2P bytes of bf16 weights):
+
+- **rollout**, per generate call (``plan.calls``, in order; the batch waits for its longest
+  response): b = share x B / N sequences per engine, prompt p = ``question_tokens`` +
+  ``context_tokens``, mean response r = ``response_share`` x max_new_tokens, longest response
+  L = max_new_tokens.
+  - *prefill*: b x p x F(p / 2) FLOPs at the hardware's bf16 peak x :data:`MFU`;
+  - *decode*: memory bound: L x W (weights read every decode step) + b x r x (p + r / 2) x
+    KV bytes per token (the cache read by every decode step), at HBM bandwidth x :data:`MBU`; or
+    compute bound, b x r x 2P FLOPs at the peak x :data:`MFU`, whichever takes longer.
+- **update**, per worker group (in turn on the same GPUs when colocated; at the same time on
+  separate GPUs): T = the tokens of its agents' rows (share x B x (p + r) per call), F(ctx / 2)
+  FLOPs per token per forward, forwards per token = old log-probs (1, ``old_logprobs:
+  recompute``) + reference policy (1, KL in the reward) + ppo_epochs x (3 forward and backward,
+  + 1 recompute with gradient checkpointing), over the group's ranks GPUs at the peak x
+  :data:`MFU`; with ``optimizer_offload: cpu`` each optimizer step moves 8P / ranks bytes over
+  PCIe (fp32 gradients down, fp32 weights up) and AdamW reads and writes 28P / ranks bytes of host
+  memory (a node's host bandwidth shared by its GPUs).
+- **weight syncs and wake-ups**: an engine woken after sleeping gets its weights again (the update
+  holds every engine asleep, so each group's first call of a step is one); under the rollout's
+  budget (``MemoryPlan.rollouts``: k engines awake at once, least recently used asleep) each call
+  whose engine was put to sleep is another. Each moves W: gathered over NVLink from the other
+  ranks' shards ((N - 1) / N x W) and written into the engine (2 x W of HBM traffic).
+
+F(c) = 2P + 4 x layers x c x heads x head_dim: a token's forward FLOPs (matrix products and the
+attention over c earlier tokens). Not modelled: the retrieval server's latency, the reward (math
+grading), validation runs, checkpoints, start-up, and the wait for stragglers beyond the longest
+response. No constant here was fitted to the reference's reported hours.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from drmas_bench.tasks import catalog
+from drmas_bench.types import UserError
+from drmas_trainer.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for
+from drmas_trainer.plan_config import PlanCallConfig
+
+__all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
+           "training_prompts"]
+
+if TYPE_CHECKING:
+    from drmas_trainer.config import TrainConfig, WorkerGroupPlan
+    from drmas_trainer.memory import MemoryPlan, ModelShape
+
+
+def forward_flops(shape: "ModelShape", ctx: float) -> float:
+    """A token's forward FLOPs attending to ``ctx`` earlier tokens: 2 per parameter (matrix products)
+    + 4 x layers x ctx x heads x head_dim (scores and the weighted sum)."""
+    return 2 * shape.params + 4 * shape.layers * ctx * shape.heads * shape.hd
+
+
+def kv_bytes_per_token(shape: "ModelShape") -> int:
+    """The engine's bf16 KV cache per token: keys and values of every layer."""
+    return shape.layers * 2 * shape.kv_heads * shape.hd * 2
+
+
+@dataclass
+class Call:
+    """One generate call of a step, as the model computes it (seconds per phase)."""
+
+    agent: str
+    group: str
+    batch: float  # sequences per engine (per GPU)
+    prompt: float  # mean prompt tokens
+    response: float  # mean response tokens
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    decode_bound: str = ""  # "memory" | "compute"
+    wakes: int = 0  # 1 when its engine was asleep (a weight sync)
+
+
+@dataclass
+class HoursEstimate:
+    gpu: str
+    hardware: Hardware
+    gpus: int
+    steps: int | None  # None: the number of training prompts is unknown (a path that is not there)
+    steps_why: str
+    calls: list[Call]
+    update_s: dict[str, float]  # group -> its update's compute
+    offload_s: dict[str, float]  # group -> its optimizer offload traffic
+    update_wall_s: float  # the update phase: groups in turn (colocated) or at once (separate)
+    sync_s: float
+    syncs: int  # weight syncs (wake-ups) per step
+    reported_hours: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rollout_s(self) -> float:
+        return sum(c.prefill_s + c.decode_s for c in self.calls)
+
+    @property
+    def step_s(self) -> float:
+        return self.rollout_s + self.update_wall_s + self.sync_s
+
+    @property
+    def hours(self) -> float | None:
+        return None if self.steps is None else self.steps * self.step_s / 3600
+
+
+def _lru_wakes(order: list[str], capacity: int) -> list[int]:
+    """Per call, 1 when its engine must wake: every engine starts asleep (the update holds them
+    asleep), at most ``capacity`` stay awake, the least recently used sleeps first."""
+    awake: list[str] = []  # least recently used first
+    out = []
+    for g in order:
+        if g in awake:
+            awake.remove(g)
+            out.append(0)
+        else:
+            if len(awake) >= max(capacity, 1):
+                awake.pop(0)
+            out.append(1)
+        awake.append(g)
+    return out
+
+
+def training_prompts(cfg: "TrainConfig") -> tuple[int | None, str]:
+    """(distinct training prompts, where the figure comes from) without loading the data: a
+    registry benchmark's size, the toy generator's, or a local file's line count; None if unknown."""
+    src = cfg.data.source
+    n: int | None = None
+    if src == "toy":
+        n, why = cfg.data.size, "toy data.size"
+    elif src.startswith("benchmark:"):
+        catalog.known_names()
+        names = [x.strip() for x in src.split(":", 1)[1].split(",") if x.strip()]
+        if all(x in catalog.BENCHMARKS for x in names):
+            n = sum(catalog.BENCHMARKS[x].expected_rows for x in names)
+            why = f"{src}: {n:,} prompts (the registry's size)"
+        else:
+            why = f"{src}: unknown size"
+    elif Path(src).is_file() and src.endswith(".jsonl"):
+        with open(src, "rb") as f:
+            n = sum(1 for line in f if line.strip())
+        why = f"{src}: {n:,} lines"
+    else:
+        why = f"{src}: size unknown before loading"
+    if n is not None and cfg.data.limit is not None:
+        n, why = min(n, cfg.data.limit), why + f", data.limit {cfg.data.limit}"
+    return n, why
+
+
+def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
+            memplan: "MemoryPlan", hw: Hardware, *, gpu: str, gpus: int, tasks: int | None,
+            tasks_why: str = "") -> HoursEstimate:
+    """The hours of ``cfg`` (module docstring) on ``gpus`` GPUs of ``hw``, its groups laid out as in
+    ``memplan`` (ranks per group; colocated or separate; engines awake at once under the rollout
+    budget); ``tasks``: distinct training prompts (None: the run's length in steps is unknown when
+    the recipe counts epochs)."""
+    ranks = max(memplan.ranks, 1)  # a group's engines and shards: one per GPU of its `ranks` GPUs
+    calls = _calls(cfg, groups, shapes, hw, ranks)
+    capacity = min((ro.awake for ro in memplan.rollouts if ro.engines), default=len(groups))
+    for call, w in zip(calls, _lru_wakes([c.group for c in calls], capacity)):
+        call.wakes = w
+    update_s, offload_s = _updates(cfg, groups, shapes, calls, hw, ranks, gpus)
+    per_group = {g: update_s[g] + offload_s.get(g, 0.0) for g in groups}
+    # every group on the same GPUs: their updates take turns; each on GPUs of its own: at the same time
+    update_wall = sum(per_group.values()) if len(memplan.gpus) == 1 else max(per_group.values())
+    sync_s = 0.0
+    for c in calls:
+        if c.wakes:
+            W = 2 * shapes[c.group].params
+            sync_s += W * (ranks - 1) / ranks / hw.nvlink_bytes_s + 2 * W / hw.hbm_bytes_s
+    steps: int | None
+    if cfg.epochs is None:
+        steps, steps_why = cfg.steps, f"steps {cfg.steps}"
+    elif tasks is None:
+        steps, steps_why = None, f"epochs {cfg.epochs:g} over {tasks_why}"
+    else:
+        steps = max(1, math.ceil(cfg.epochs * tasks / cfg.rollout.prompts_per_step))
+        steps_why = f"epochs {cfg.epochs:g} x {tasks_why} / {cfg.rollout.prompts_per_step} prompts per step"
+    pc = cfg.plan
+    reported = pc.reported_hours if gpu == (pc.gpu or gpu) else None  # only beside the reference's own hardware
+    return HoursEstimate(gpu, hw, gpus, steps, steps_why, calls, update_s, offload_s, update_wall, sync_s,
+                         sum(c.wakes for c in calls), reported)
+
+
+def _calls(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
+           hw: Hardware, ranks: int) -> list[Call]:
+    """The step's generate calls with their prefill and decode seconds (module docstring)."""
+    pc = cfg.plan
+    group_of = {a: g for g, p in groups.items() for a in p.agents}
+    B = cfg.rollout.prompts_per_step * cfg.rollout.n
+    L = cfg.rollout.max_new_tokens
+    r = pc.response_share * L
+    specs = pc.calls or [PlanCallConfig(agent=a) for a in group_of]
+    eff_flops, eff_bw = hw.bf16_flops * MFU, hw.hbm_bytes_s * MBU
+    calls: list[Call] = []
+    for c in specs:
+        if c.agent not in group_of:
+            raise UserError(f"plan.calls: unknown agent {c.agent!r}; the workflow's agents: {', '.join(group_of)}")
+        g = group_of[c.agent]
+        sh = shapes[g]
+        b = c.share * B / ranks
+        p = pc.question_tokens + c.context_tokens
+        call = Call(c.agent, g, b, p, r)
+        call.prefill_s = b * p * forward_flops(sh, p / 2) / eff_flops
+        mem = L * 2 * sh.params + b * r * (p + r / 2) * kv_bytes_per_token(sh)
+        comp = b * r * 2 * sh.params
+        call.decode_s, call.decode_bound = max((mem / eff_bw, "memory"), (comp / eff_flops, "compute"))
+        calls.append(call)
+    return calls
+
+
+def _updates(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
+             calls: list[Call], hw: Hardware, ranks: int, gpus: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Per group: its update's compute seconds, and its optimizer offload's (module docstring)."""
+    update_s: dict[str, float] = {}
+    offload_s: dict[str, float] = {}
+    for g, plan in groups.items():
+        sh, s = shapes[g], plan.settings
+        rows = [(c.batch * ranks, c.prompt + c.response) for c in calls if c.group == g]  # (rows, tokens per row)
+        tokens = sum(n * t for n, t in rows)
+        ctx = sum(n * t * t / 2 for n, t in rows) / max(tokens, 1e-9)  # F is linear in ctx: exact for the sum
+        passes = (1 if cfg.rollout.old_logprobs == "recompute" else 0) + (1 if cfg.algo.use_kl_in_reward else 0) \
+            + cfg.algo.ppo_epochs * (3 + (1 if s.gradient_checkpointing else 0))
+        update_s[g] = tokens * forward_flops(sh, ctx) * passes / (ranks * hw.bf16_flops * MFU)
+        if s.optimizer_offload == "cpu" and not plan.lora:
+            opt_steps = cfg.algo.ppo_epochs * cfg.algo.mini_batches
+            sharing = min(hw.gpus_per_node, gpus)  # the ranks of one node step at once on its host memory
+            offload_s[g] = opt_steps * (8 * sh.params / ranks / hw.pcie_bytes_s
+                                        + 28 * sh.params / ranks / (hw.host_bytes_s / sharing))
+    return update_s, offload_s
+
+
+def format_hours(est: HoursEstimate) -> str:
+    """The prediction as text: per call its prefill and decode, then the step's phases and the run."""
+    hw = est.hardware
+    out = [f"\nhours on {est.gpus} x {hw.title} ({hw.source}): bf16 {hw.bf16_flops / 1e12:.0f} TFLOP/s at MFU "
+           f"{MFU:.2f}, HBM {hw.hbm_bytes_s / 1e12:.2f} TB/s at MBU {MBU:.2f}, NVLink {hw.nvlink_bytes_s / 1e9:.0f} "
+           f"GB/s, PCIe {hw.pcie_bytes_s / 1e9:.0f} GB/s (one direction)",
+           f"  {'call':<22} {'seq/GPU':>8} {'prompt':>7} {'resp':>6} {'prefill s':>10} {'decode s':>9}  bound   wake"]
+    for i, c in enumerate(est.calls, 1):
+        out.append(f"  {f'{i}. {c.agent} ({c.group})':<22} {c.batch:8.1f} {c.prompt:7.0f} {c.response:6.0f} "
+                   f"{c.prefill_s:10.1f} {c.decode_s:9.1f}  {c.decode_bound:<7} {'yes' if c.wakes else 'no'}")
+    upd = ", ".join(f"{g} {s:.1f}" + (f" + offload {est.offload_s[g]:.1f}" if g in est.offload_s else "")
+                    for g, s in est.update_s.items())
+    out.append(f"  step: rollout {est.rollout_s:.1f} s + update {est.update_wall_s:.1f} s ({upd}) + "
+               f"{est.syncs} weight sync(s) {est.sync_s:.1f} s = {est.step_s:.1f} s")
+    if est.hours is None:
+        out.append(f"  run: unknown number of steps ({est.steps_why})")
+    else:
+        line = f"  run: {est.steps:,} steps ({est.steps_why}) x {est.step_s:.1f} s = {est.hours:.1f} h predicted"
+        if est.reported_hours:
+            line += f"; the reference reports ~{est.reported_hours:g} h (ratio {est.hours / est.reported_hours:.2f})"
+        out.append(line)
+    return "\n".join(out)
+
+
+def as_dict(est: HoursEstimate) -> dict[str, Any]:
+    """The figures a table of rows needs."""
+    return {"step_s": est.step_s, "rollout_s": est.rollout_s, "update_s": est.update_wall_s, "sync_s": est.sync_s,
+            "syncs": est.syncs, "steps": est.steps, "hours": est.hours, "reported_hours": est.reported_hours}

@@ -1,0 +1,53 @@
+"""The recipe's ``plan:`` section (issue 51): what ``drmas-bench train --plan`` assumes where its flags
+do not say - the GPU kind, memory other processes hold, the longest prompt, the reported hours, and
+the workload of one step. drmas_trainer.memory and drmas_trainer.hours read it; the trainer never
+does. How many GPUs is the recipe's ``fsdp`` section's.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field, field_validator
+
+from drmas_bench.schema import RANGES, CoercingSchema, Float, Int, registered
+from drmas_trainer.hardware import HARDWARE
+
+
+class PlanCallConfig(CoercingSchema):
+    """One synchronous generate call of a training step, as the hours model sees it: the batch waits
+    for its longest response before the next call starts (the reference's orchestra calls agent by
+    agent over every open episode)."""
+
+    agent: str = Field(..., description="the agent that answers this call (one of the workflow's agents)")
+    share: Float = Field(1.0, gt=0, le=1, allow_inf_nan=False,
+                         description="share of the step's episodes still open that this call serves, in (0, 1]")
+    context_tokens: Int = Field(0, ge=0, description="prompt tokens beyond the question's own: earlier responses "
+                                "(team context) and observations (retrieved passages) it sees")
+
+
+class PlanConfig(CoercingSchema):
+    """What ``train --plan`` assumes where its flags do not say (docs/trainer.md, "How long a run
+    takes"): the recipe's GPU kind, memory other processes hold, and the workload of one step. How
+    many GPUs is the ``fsdp`` section's (ranks per group, colocated or separate)."""
+
+    gpu: Optional[str] = Field(None, description="the GPU of the hours model: a row of drmas_trainer.hardware.HARDWARE "
+                               "(h100, h200, a100); also --gpu-memory's default (null: h200)")
+    prompt_tokens: Optional[Int] = RANGES["positive_count"].field(
+        None, description="longest prompt of a row for the memory plan (--prompt-tokens default; null = 4096)")
+    reserved_gib: Float = RANGES["rate"].field(0.0, description="GPU memory per GPU held by other processes (the "
+                                               "reference's retrieval server: about 6 GB per GPU), GiB")
+    reported_hours: Optional[Float] = Field(None, gt=0, allow_inf_nan=False, description="the reference's reported "
+                                            "time of this configuration, shown beside the prediction")
+    question_tokens: Int = Field(300, ge=0, description="mean prompt tokens of a call before any context: the "
+                                 "templated question (docs/results/parity.md measured 315 math, 150 search)")
+    response_share: Float = Field(0.5, gt=0, le=1, allow_inf_nan=False,
+                                  description="mean response length / rollout.max_new_tokens, in (0, 1] (an "
+                                              "assumption of the workload; the longest response is max_new_tokens)")
+    calls: list[PlanCallConfig] = Field(default_factory=list, description="the generate calls of one step, in "
+                                        "order (empty: each workflow agent once over every episode)")
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, v: str | None) -> str | None:
+        return v if v is None else registered(v, HARDWARE, "gpu")
