@@ -84,6 +84,9 @@ class FakeScriptedEngine:
             pass
         self.synced += 1
 
+    async def update_adapter(self, name: str, config: Any, tensors: Any) -> None:
+        self.synced += 1
+
     async def wake(self) -> None:
         self.is_awake = True
 
@@ -114,25 +117,36 @@ def moved(wg: WorkerGroup) -> None:
             p.add_(0.05 * torch.randn(p.shape, generator=g))
 
 
-def steps(tiny_path: str, tmp_path: Any, n: int = 1, **over: Any) -> list[dict[str, Any]]:
-    """``n`` training steps of the tiny recipe (BASE + ``over``) from the same starting state every
-    time; per step: what ``Loop.observe`` saw, the step's record, and each group's gradient as the
-    optimiser stepped on it (``grads[wg]``, flat)."""
-    cfg = load_config("tiny", {**BASE, **over})
+def watch(wg: WorkerGroup, seen: list[dict[str, Any]]) -> None:
+    """Record the gradient each optimiser steps on (torch's public step pre-hook): per worker group,
+    or per LoRA adapter (each has its own optimiser), flat, under ``grads[name]``."""
+    opts = getattr(wg.optimizer, "optimizers", None) or {wg.name: wg.optimizer}
+    for key, opt in opts.items():
+        params = [p for group in opt.param_groups for p in group["params"]]
+
+        def grab(o: Any, args: Any, kwargs: Any, key: str = key, params: list = params) -> None:
+            grads = [p.grad.detach().flatten().clone() for p in params if p.grad is not None]
+            if grads:
+                seen[-1]["grads"][key] = torch.cat(grads)
+        opt.register_step_pre_hook(grab)
+
+
+def steps(tiny_path: str, tmp_path: Any, n: int = 1, recipe: str = "tiny", **over: Any) -> list[dict[str, Any]]:
+    """``n`` training steps of ``recipe`` (BASE + ``over``) from the same starting state every
+    time; per step: what ``Loop.observe`` saw, the step's record, and each group's (LoRA: each
+    adapter's) gradient as its optimiser stepped on it (``grads[name]``, flat)."""
+    cfg = load_config(recipe, {**BASE, **over})
     wf = get_workflow(cfg.workflow)
     plan = plan_worker_groups(cfg, wf.agents)
     workers: dict[str, WorkerGroup] = {}
     seen: list[dict[str, Any]] = []
     for name, g in plan.items():
+        lora = dict(adapters=dict(g.adapters), adapter_of=dict(g.adapter_of)) if g.lora else {}
         wg = workers[name] = WorkerGroup(name, g.agents, g.settings, tiny_path, device="cpu",
-                                         seed=derive_seed(cfg.seed, "wg", name), torch_threads=1)
+                                         seed=derive_seed(cfg.seed, "wg", name), torch_threads=1, **lora)
         moved(wg)
         wg.engine = FakeScriptedEngine(wg.tokenizer)
-
-        def grab(opt: Any, args: Any, kwargs: Any, wg: WorkerGroup = wg) -> None:
-            seen[-1]["grads"][wg.name] = torch.cat([p.grad.detach().flatten().clone() for p in wg.params
-                                                    if p.grad is not None])
-        wg.optimizer.register_step_pre_hook(grab)
+        watch(wg, seen)
     runtime = TeamRuntime(rollout_team(cfg, plan, wf), workers, rollout_sampling(cfg))
     lp = Loop(cfg, plan, wf, runtime, None, workers, kl_ctrl=start_kl_controller(cfg, tmp_path, 0),
               observe=lambda obs: seen[-1].update(obs))
@@ -303,6 +317,19 @@ def test_per_agent_grad_clip_scales_each_groups_gradient_to_its_own_bound(base, 
         want = g * (clip[wg] / (norms[wg] + 1e-6))  # torch's clip_grad_norm_
         assert torch.allclose(on["grads"][wg], want, rtol=1e-4, atol=1e-7 * norms[wg])
         assert float(on["grads"][wg].double().norm()) == pytest.approx(clip[wg], rel=1e-4)
+
+
+def test_per_agent_grad_clip_of_lora_adapters_in_one_group(tiny_path, tmp_path):
+    """shared_base: one worker group, an adapter per agent, each clipped to its own agent's bound."""
+    off = steps(tiny_path, tmp_path, recipe="tiny_lora")[0]
+    assert set(off["grads"]) == {"solver", "checker"} and list(off["updates"]) == ["shared"]
+    norms = {a: float(g.double().norm()) for a, g in off["grads"].items()}
+    clip = {"solver": 0.5 * norms["solver"], "checker": 0.25 * norms["checker"]}
+    on = steps(tiny_path, tmp_path, recipe="tiny_lora", **{f"agents.{a}.grad_clip": c for a, c in clip.items()})[0]
+    total = math.sqrt(sum(v * v for v in norms.values()))
+    assert on["updates"]["shared"]["grad_norm"] == pytest.approx(total, rel=1e-4)  # over all adapters, before the clip
+    for a, g in off["grads"].items():
+        assert torch.allclose(on["grads"][a], g * (clip[a] / (norms[a] + 1e-6)), rtol=1e-4, atol=1e-7 * norms[a])
 
 
 def test_kl_in_the_reward_and_its_adaptive_controller(base, tiny_path, tmp_path):
