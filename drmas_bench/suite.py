@@ -37,6 +37,7 @@ from drmas_bench.records import RecordView, mean_or_none, rate
 from drmas_bench.tasks.base import (
     Benchmark,
     HubSource,
+    Sampled,
     Suite,
     answer_text,
     first_field,
@@ -53,7 +54,7 @@ from drmas_bench.workflows.rules import Folded, FormatRule, Verdicts, format_rul
 
 __all__ = [
     # the suite and its benchmarks
-    "Benchmark", "HubSource", "Suite", "register", "register_suite",
+    "Benchmark", "HubSource", "Sampled", "Suite", "register", "register_suite",
     # the record loaders and their helpers
     "qa_task", "math_task", "normalize_question", "answer_text", "first_field", "record_id",
     # grading

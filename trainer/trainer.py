@@ -51,6 +51,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -304,7 +305,11 @@ def next_prompts(tasks: list[Task], cursor: int, k: int, data: Any) -> list[Task
 @dataclass
 class Loop:
     """What every iteration uses: the config, the worker groups and their plan, the workflow, the
-    rollout team, the retriever, and the KL controller (None without KL in the reward)."""
+    rollout team, the retriever, and the KL controller (None without KL in the reward). ``observe``,
+    when set, is called once per step, after the update, with what the step trained on: the rows of
+    :func:`make_rows` (each Row as its worker group got it: advantage, loss weights, old log-probs),
+    ``scores`` (after any KL penalty), ``adv`` and ``updates`` (per worker group); tests/test_switches.py
+    checks every training switch through it."""
 
     cfg: TrainConfig
     plan: dict[str, Any]
@@ -313,6 +318,7 @@ class Loop:
     retriever: Any
     workers: dict[str, Any]
     kl_ctrl: KLController | None = None
+    observe: Callable[[dict[str, Any]], None] | None = None
 
     @property
     def loss(self) -> LossSettings:
@@ -359,6 +365,8 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
         for wg in names))
     updates = dict(zip(names, results))
     timing[metric_names.TIME_UPDATE] = time.perf_counter() - t0
+    if lp.observe is not None:
+        lp.observe({**rb, "scores": scores, "adv": adv, "updates": updates})
 
     # 6. sync the rollout engines with the new weights
     t0 = time.perf_counter()

@@ -1,4 +1,5 @@
-"""`drmas-bench data list | check | show`: what benchmarks exist, whether local copies are valid."""
+"""`drmas-bench data list | check | show | prepare`: what benchmarks exist, whether local copies are
+valid, and the reference's sampled validation sets built from them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ EPILOG = """examples:
   drmas-bench data check --data-dir ../shared/data --suite math --allow-missing
   drmas-bench data check --data-dir ../shared/data --train       # the training sets too
   drmas-bench data show aime24 --n 3
+  drmas-bench data prepare --sampled --data-dir ../shared/data   # math_sampled, search_sampled
 """
 
 
@@ -54,6 +56,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--n", type=int, default=3, help="how many tasks to show (default 3)")
     q.add_argument("--json", action="store_true", help="print tasks as JSON lines")
     q.set_defaults(func=cmd_show)
+
+    q = dsub.add_parser("prepare", help="build derived sets into the data dir: --sampled, the reference's validation "
+                                        "sets (test_sampled) from the first rows of their sources",
+                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common(q)
+    q.add_argument("--sampled", action="store_true",
+                   help="the reference's sampled validation sets (math_sampled: the first 50 of MATH500 + AIME24 + "
+                        "AIME25, 110; search_sampled: the first 30 of each of its 7 sources, 210), written as the "
+                        "reference writes test_sampled.parquet")
+    q.add_argument("--suite", choices=suite_names(), help="only this suite's sets")
+    q.add_argument("--out", help="write under this folder instead of the data dir (same relative paths)")
+    q.add_argument("--force", action="store_true", help="rebuild a set whose file exists (an earlier build or "
+                                                        "the reference's own file)")
+    q.set_defaults(func=cmd_prepare)
 
 
 def _rows(suite: str | None, data_dir):
@@ -164,8 +180,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     d = catalog.resolve_data_dir(args.data_dir)
     rows = _rows(args.suite, d)
     headers = ["suite", "benchmark", "expected", "found", "status", "notes"]
-    table, bad, missing = _check_rows([b for b in rows if b.split != "train"], d)
+    table, bad, missing = _check_rows([b for b in rows if b.split == "test"], d)
     t_table, t_bad, t_missing = _check_rows([b for b in rows if b.split == "train"], d)
+    v_table, v_bad, v_missing = _check_rows([b for b in rows if b.split == "val"], d)
     if table:
         print("evaluation benchmarks\n")
         print(tabulate(table, headers=headers))
@@ -173,6 +190,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(("\n" if table else "") + "training sets" + ("" if args.train else " (not counted in the exit code; --train counts them)")
               + "\n")
         print(tabulate(t_table, headers=headers))
+    if v_table:  # built here from the evaluation benchmarks: shown, never counted in the exit code
+        print("\nvalidation sets (not counted in the exit code; `data prepare --sampled` builds them)\n")
+        print(tabulate(v_table, headers=headers))
+        if v_bad:
+            print(f"\nvalidation sets invalid: {', '.join(v_bad)} (rebuild: data prepare --sampled --force)")
     if d is None:
         print("\nno data dir given (--data-dir / $DRMAS_DATA_DIR): only built-in benchmarks have a copy here")
     if args.train:
@@ -208,4 +230,21 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(textwrap.indent(textwrap.shorten(t.question, 600, placeholder=" ...") if len(t.question) > 600 else t.question, "  Q: "))
         print(f"  A: {t.answers if len(t.answers) > 1 else t.answers[0]}")
         print()
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from drmas_bench.tasks.sampled import prepare_sampled
+
+    if not args.sampled:
+        raise UserError("say what to prepare: --sampled (the reference's validation sets)")
+    built = prepare_sampled(args.data_dir, args.out, suite=args.suite, force=args.force)
+    for b in built:
+        parts = ", ".join(f"{source} {n}" for source, n in b.counts.items())
+        print(f"{b.benchmark.name}: {sum(b.counts.values())} rows ({parts}) -> {b.path}")
+        for note in b.notes:
+            print(f"  note: {note}")
+    if built:
+        print("validate on them during training with val.benchmarks: [" + ", ".join(b.benchmark.name for b in built)
+              + "] (and val.data: the folder they are in, when it is not the data dir)")
     return 0

@@ -37,6 +37,20 @@ class HubSource:
 
 
 @dataclass(frozen=True)
+class Sampled:
+    """How a validation set is made from the first rows of other benchmarks, as the reference builds
+    its ``test_sampled.parquet`` (search: the first 30 rows of each source; math: the first 50 of
+    MATH500, then AIME24 and AIME25 whole). ``drmas-bench data prepare --sampled`` writes the file
+    (drmas_bench.tasks.sampled); the benchmark that declares it reads that file, or the reference's
+    own file put in its place, as it comes."""
+
+    # (source benchmark, how many of its first rows (None: all), the data_source the rows carry)
+    parts: tuple[tuple[str, int | None, str], ...]
+    # one source task -> one row in the reference's layout: row(task, data_source, index in its source)
+    row: Callable[[Task, str, int], dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class Benchmark:
     name: str  # registry key, used on the command line
     suite: str  # the `Suite` it belongs to (math | search | toy): the workflow family whose prompts it feeds
@@ -52,13 +66,15 @@ class Benchmark:
     generate: Callable[[], list[Task]] | None = None  # for built-in suites that need no files
     note: str = ""
     # "test": an evaluation benchmark (its test or dev split), part of its suite's default selection;
-    # "train": a training set (a recipe's `data.source: benchmark:NAME`), only ever chosen by name
+    # "train": a training set (a recipe's `data.source: benchmark:NAME`), only ever chosen by name;
+    # "val": a validation set made from other benchmarks' rows (`sampled`), only ever chosen by name
     split: str = "test"
+    sampled: Sampled | None = None  # how `data prepare --sampled` builds its file (split "val")
 
     @property
     def kind(self) -> str:
-        """How messages name it: "benchmark" or "training set"."""
-        return "training set" if self.split == "train" else "benchmark"
+        """How messages name it: "benchmark", "training set" or "validation set"."""
+        return {"train": "training set", "val": "validation set"}.get(self.split, "benchmark")
 
 
 @dataclass(frozen=True)
@@ -79,7 +95,7 @@ class Suite:
 
 BENCHMARKS: Registry[Benchmark] = Registry("benchmark", filled_by_suites=True)
 SUITES: Registry[Suite] = Registry("suite", filled_by_suites=True)
-SPLITS = ("test", "train")
+SPLITS = ("test", "train", "val")
 
 
 def register_suite(s: Suite) -> Suite:
@@ -94,6 +110,8 @@ def register(b: Benchmark) -> Benchmark:
         raise ValueError(f"benchmark {b.name!r}: unknown suite {b.suite!r}")
     if b.split not in SPLITS:
         raise ValueError(f"benchmark {b.name!r}: unknown split {b.split!r}")
+    if (b.split == "val") != (b.sampled is not None):
+        raise ValueError(f"benchmark {b.name!r}: a validation set (split val) is the one that declares `sampled`")
     if not b.family:
         b = replace(b, family=SUITES.get(b.suite).family)
     BENCHMARKS.register(b.name, b)

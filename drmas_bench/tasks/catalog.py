@@ -224,6 +224,11 @@ def hub_unreachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
 
 def _missing_error(b: Benchmark, data_dir: Path | None, why: str) -> UserError:
     where = f"{data_dir}/{b.files[0]}" if data_dir else f"<data dir>/{b.files[0]}"
+    if b.sampled is not None:  # made here from other benchmarks' rows, never on the hub
+        sources = ", ".join(src for src, _, _ in b.sampled.parts)
+        return UserError(f"{b.kind} {b.name}: no local copy ({where} not found); build it from {sources} with "
+                         f"`drmas-bench data prepare --sampled --data-dir DIR`, or put the reference's own "
+                         f"test_sampled.parquet there")
     hub = b.hub.describe() if b.hub else "(no hub source)"
     return UserError(
         f"{b.kind} {b.name}: no local copy ({where} not found) and the hub is unavailable ({why}); "

@@ -14,6 +14,7 @@ from typing import Any
 from drmas_bench.suite import (
     Benchmark,
     HubSource,
+    Sampled,
     Suite,
     Task,
     answer_text,
@@ -108,4 +109,40 @@ register(Benchmark(
     split="train",
     note="local file: the deduplicated 17,917-prompt copy (MANIFEST.md); the reference itself trains on a "
          "filtered DAPO variant that is not public",
+))
+
+
+# The reference's validation set (its examples/data_preprocess/drmas_math.py: test_sampled.parquet):
+# the first 50 rows of MATH500 (data_source math500_first50), then AIME24 and AIME25 whole, 110 rows
+# in verl's row layout. `drmas-bench data prepare --sampled` writes it from the local sources; the
+# reference's own file at the same path is read the same way.
+
+
+def math_row(t: Task, data_source: str, index: int) -> dict[str, Any]:
+    """One task as the reference's math preparation writes a test row."""
+    gold = t.answers[0]
+    return {"data_source": data_source, "ability": "math", "reward_model": {"style": "rule", "ground_truth": gold},
+            "prompt": [{"role": "user", "content": t.question}],
+            "extra_info": {"split": "test", "index": index, "answer": gold, "question": t.question},
+            "env_kwargs": {"ground_truth": gold, "question": t.question, "data_source": data_source}}
+
+
+def _verl_math_task(rec: dict[str, Any], i: int, bench: str) -> Task:
+    """A verl test row (data_source, prompt, reward_model.ground_truth, extra_info.index) as a Task
+    whose id is ``<data_source>-<index>`` and whose meta keeps the data_source."""
+    source = str(rec["data_source"])
+    question = next(m["content"] for m in rec["prompt"] if m.get("role", "user") == "user")
+    gold = answer_text(str(rec["reward_model"]["ground_truth"]))
+    if not str(question).strip() or not gold:
+        raise ValueError("empty problem or answer")
+    index = (rec.get("extra_info") or {}).get("index")
+    return Task(f"{source}-{i if index is None else index}", bench, str(question), [gold], {"data_source": source})
+
+
+register(Benchmark(
+    "math_sampled", "math", "The reference's math validation set (test_sampled)", 110, _verl_math_task,
+    files=("math/drmas_math/test_sampled.parquet",), split="val",
+    sampled=Sampled((("math500", 50, "math500_first50"), ("aime24", None, "aime24"), ("aime25", None, "aime25")),
+                    math_row),
+    note="built by `drmas-bench data prepare --sampled` (or the reference's own file)",
 ))
