@@ -30,6 +30,7 @@ COMMANDS = [
     "drmas_bench.commands.view",  # view: one self-contained HTML page of a run's summary and trajectories
     "drmas_bench.commands.export",  # export: a finished run as an Inspect AI log or a Hugging Face model card
     "drmas_bench.commands.train",  # train / regress / plot (imports the trainer lazily)
+    "drmas_bench.commands.train_report",  # train-report: one HTML page of a training run's curves and validation steps
     "drmas_bench.commands.config_schema",  # config-schema: the keys of team / prices / prompts / train files
 ]
 
