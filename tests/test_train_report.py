@@ -165,6 +165,20 @@ def test_best_step_is_the_plain_maximum_on_random_inputs():
         assert (got.step if got else None) == want
 
 
+def test_grid_steps_are_round_and_cover_the_range():
+    rng = random.Random(1)
+    for _ in range(500):
+        raw = 10 ** rng.uniform(-6, 6)
+        step = R.nice_step(raw)
+        mantissa = step / 10 ** math.floor(math.log10(step) + 1e-12)
+        assert raw <= step * (1 + 1e-9) < 2.5 * raw and any(math.isclose(mantissa, m) for m in (1, 2, 2.5, 5))
+
+
+def test_a_chart_with_nothing_logged_draws_its_empty_box():
+    svg = R.line_chart("grad-norm", "t", [R.Series("solver", "#000", [(1, None, None)])], "y", log=True)
+    assert "nothing logged" in svg and 'data-log="0"' in svg
+
+
 def test_a_run_without_validation_says_so(tmp_path, capsys):
     d = tmp_path / "noval"
     log = MetricsLog(d)

@@ -38,7 +38,10 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import quote
 
+import yaml
+
 from drmas_bench.files import atomic_write
+from drmas_bench.report import charts as report_charts
 from drmas_bench.report.charts import PALETTE
 from drmas_bench.report.runs import open_run
 from drmas_bench.types import UserError
@@ -128,8 +131,6 @@ def check_training_run(run: Path) -> None:
         raise UserError(f"{run}: no such folder; give the --out folder of `drmas-bench train`")
     cfg = run / CONFIG
     if cfg.is_file():
-        import yaml
-
         try:
             doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
         except yaml.YAMLError:
@@ -158,8 +159,9 @@ class Series:
 class Scale:
     """Steps to x and values to y of one chart (log10 when ``log``)."""
 
-    def __init__(self, x0: float, x1: float, y0: float, y1: float, log: bool) -> None:
+    def __init__(self, x0: float, x1: float, y0: float, y1: float, log: bool, tick: float = 0.0) -> None:
         self.x0, self.x1, self.y0, self.y1, self.log = x0, x1, y0, y1, log
+        self.tick = tick or (y1 - y0) / 4  # linear: the distance between grid lines
 
     def x(self, step: float) -> float:
         return LEFT + (W - LEFT - RIGHT) * (step - self.x0) / (self.x1 - self.x0)
@@ -172,7 +174,7 @@ class Scale:
 def _scale(series: Sequence[Series], share: bool, log: bool, steps: Sequence[int] = ()) -> Scale:
     """The chart's ranges: ``steps`` (else the series' steps; one more on each side for a single
     step); shares on 0..1; a log axis from the decade under the smallest value to the one over the
-    largest; else 0 (or the minimum when negative) to the maximum with a small margin."""
+    largest; else from 0 (or under the minimum when negative) to over the maximum, on round grid lines."""
     steps = list(steps) or [s for ser in series for s, _, _ in ser.points]
     x0, x1 = (min(steps), max(steps)) if steps else (0, 1)
     if x1 <= x0:
@@ -181,11 +183,18 @@ def _scale(series: Sequence[Series], share: bool, log: bool, steps: Sequence[int
     if share:
         return Scale(x0, x1, 0.0, 1.0, False)
     if log:
-        lo, hi = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
-        return Scale(x0, x1, lo, hi if hi > lo else lo + 1, True)
+        e0, e1 = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
+        return Scale(x0, x1, e0, e1 if e1 > e0 else e0 + 1, True)
     lo, hi = min([0.0, *vals]), max([0.0, *vals])
-    pad = (hi - lo) * 0.05 or 1.0
-    return Scale(x0, x1, lo if lo == 0 else lo - pad, hi + pad, False)
+    tick = nice_step((hi - lo) / 4 or 0.25)
+    y0 = math.floor(lo / tick) * tick
+    return Scale(x0, x1, y0, max(y0 + tick, math.ceil(hi / tick) * tick), False, tick)
+
+
+def nice_step(raw: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 x a power of ten that is >= ``raw`` (> 0): grid lines at round values."""
+    e = 10.0 ** math.floor(math.log10(raw))
+    return next(m * e for m in (1, 2, 2.5, 5, 10) if m * e >= raw * (1 - 1e-9))
 
 
 def _fmt(v: float, share: bool) -> str:
@@ -198,7 +207,7 @@ def _axes(sc: Scale, share: bool, x_label: str, y_label: str) -> list[str]:
     if sc.log:
         ticks = [10.0 ** e for e in range(int(sc.y0), int(sc.y1) + 1)]
     else:
-        ticks = [sc.y0 + (sc.y1 - sc.y0) * i / 4 for i in range(5)]
+        ticks = [sc.y0 + sc.tick * i for i in range(round((sc.y1 - sc.y0) / sc.tick) + 1)]
     for t in ticks:
         y = sc.y(t)
         out.append(f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
@@ -222,7 +231,7 @@ def line_chart(name: str, title: str, series: Sequence[Series], y_label: str, sh
     drawn on 0..100 %. ``log``: a log10 axis (only when every value is > 0). ``steps``: the x range
     (the page gives every chart the same one)."""
     series = [s for s in series if any(v is not None for _, v, _ in s.points)]
-    if log and any(v is not None and v <= 0 for s in series for _, v, _ in s.points):
+    if not series or any(v is not None and v <= 0 for s in series for _, v, _ in s.points):
         log = False  # a zero gradient norm (no signal in the step) has no place on a log axis: draw it linear
     sc = _scale(series, share, log, steps)
     body = _axes(sc, share, x_label, y_label)
@@ -272,7 +281,7 @@ def link(folder: Path, page_dir: Path) -> str:
     return quote(Path(rel).as_posix()) + "/"
 
 
-def charts(records: Sequence[dict[str, Any]], points: Sequence[ValPoint], page_dir: Path) -> list[str]:
+def page_charts(records: Sequence[dict[str, Any]], points: Sequence[ValPoint], page_dir: Path) -> list[str]:
     """The four charts of the page."""
     keys = {k for r in records for k in r}
     best = best_step(points)
@@ -361,14 +370,12 @@ def best_line(points: Sequence[ValPoint], run: Path, page_dir: Path) -> str:
 
 def run_meta(run: Path, records: Sequence[dict[str, Any]]) -> str:
     """The line under the title: workflow, model, estimator, steps logged (from config.yaml)."""
-    import yaml
-
     try:
         cfg = yaml.safe_load((run / CONFIG).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
         cfg = {}
     cfg = cfg if isinstance(cfg, dict) else {}
-    algo = cfg.get("algo") if isinstance(cfg.get("algo"), dict) else {}
+    algo: dict[str, Any] = cfg["algo"] if isinstance(cfg.get("algo"), dict) else {}
     steps = [r["step"] for r in records if isinstance(r.get("step"), int)]
     parts = [f"workflow {cfg['workflow']}" if cfg.get("workflow") else "", f"model {cfg['model']}" if cfg.get("model") else "",
              f"estimator {algo['estimator']}" if algo.get("estimator") else "", "shared" if cfg.get("shared") else "",
@@ -435,8 +442,6 @@ def render(run: str | os.PathLike, page_dir: str | os.PathLike | None = None) ->
     (where the page will be written; default the run folder)."""
     import jinja2
 
-    from drmas_bench import report
-
     run = Path(run)
     check_training_run(run)
     pdir = Path(page_dir) if page_dir is not None else run
@@ -445,9 +450,9 @@ def render(run: str | os.PathLike, page_dir: str | os.PathLike | None = None) ->
     if not records and not points:
         raise UserError(f"{run}: no training step logged and no validation folder yet; nothing to draw")
     env = jinja2.Environment(loader=jinja2.ChoiceLoader([
-        jinja2.DictLoader({"page": TEMPLATE}), jinja2.FileSystemLoader(Path(report.__file__).parent)]), autoescape=True)
+        jinja2.DictLoader({"page": TEMPLATE}), jinja2.FileSystemLoader(Path(report_charts.__file__).parent)]), autoescape=True)
     return env.get_template("page").render(
-        name=run.resolve().name, meta=run_meta(run, records), best=best_line(points, run, pdir), charts="".join(charts(records, points, pdir)),
+        name=run.resolve().name, meta=run_meta(run, records), best=best_line(points, run, pdir), charts="".join(page_charts(records, points, pdir)),
         table=validation_table(points, pdir) if points else "", val_dir=VAL, val_hint=f"{run}/{VAL}/step_N")
 
 

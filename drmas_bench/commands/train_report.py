@@ -6,6 +6,7 @@ run folder RUN/val/step_N/; the best validation step named). The page is built b
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 EPILOG = """examples:
   drmas-bench train --recipe tiny --out runs/tiny-drmas
@@ -27,8 +28,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_train_report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from drmas_trainer.report_page import best_step, validation_points, write_report
 
     out = write_report(args.run, args.out)
