@@ -31,6 +31,7 @@ COMMANDS.register("report", "drmas_bench.commands.report:register")  # leaderboa
 COMMANDS.register("view", "drmas_bench.commands.view:register")  # view: one self-contained HTML page of a run's summary and trajectories
 COMMANDS.register("export", "drmas_bench.commands.export:register")  # export: a finished run as an Inspect AI log or a Hugging Face model card
 COMMANDS.register("train", "drmas_bench.commands.train:register")  # train / regress / plot (imports the trainer lazily)
+COMMANDS.register("train_report", "drmas_bench.commands.train_report:register")  # train-report: one HTML page of a training run's curves and validation steps
 COMMANDS.register("config_schema", "drmas_bench.commands.config_schema:register")  # config-schema: the keys of team / prices / prompts / train files
 
 

@@ -25,7 +25,8 @@ from drmas_trainer import metric_names
 _STYLES = ("-", "--", ":", "-.")
 
 
-def _moving_average(xs: list[float], w: int = 5) -> list[float]:
+def moving_average(xs: list[float], w: int = 5) -> list[float]:
+    """Each value's mean with the ``w - 1`` before it, non-finite ones left out (NaN where none is finite)."""
     out = []
     for i in range(len(xs)):
         win = [x for x in xs[max(0, i - w + 1): i + 1] if math.isfinite(x)]
@@ -55,7 +56,7 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
         reward = [float(r[metric_names.SCORE]) if isinstance(r[metric_names.SCORE], (int, float)) else float("nan")
                   for r in recs]  # null (a non-finite value) in metrics.jsonl: a gap
         ax_r.plot(steps, reward, color=color, alpha=0.3, linewidth=1)
-        ax_r.plot(steps, _moving_average(reward), color=color, linewidth=2, label=f"{label} (5-step mean)")
+        ax_r.plot(steps, moving_average(reward), color=color, linewidth=2, label=f"{label} (5-step mean)")
         agents = metric_names.agents_with({k for r in recs for k in r}, metric_names.GRAD_NORM)
         for j, agent in enumerate(agents):
             key = metric_names.agent(agent, metric_names.GRAD_NORM)
