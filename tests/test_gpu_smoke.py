@@ -442,7 +442,7 @@ def config_from_shape(shape: Any, tok: Any) -> Any:
         return Qwen3Config(**common, head_dim=shape.hd)
     if shape.qkv_bias:
         return Qwen2Config(**common, use_sliding_window=False, rope_theta=1_000_000.0)
-    return LlamaConfig(**common, head_dim=shape.hd, rope_theta=500_000.0)
+    return LlamaConfig(**common, head_dim=shape.hd, rope_parameters={"rope_type": "default", "rope_theta": 500_000.0})
 
 
 def build_row_model(root: Path, shape: Any) -> Path:

@@ -83,7 +83,7 @@ def build_tiny_random_llama(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Call
     config = LlamaConfig(
         vocab_size=raw.get_vocab_size(), hidden_size=hidden_size, intermediate_size=3 * hidden_size,
         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=8192,
-        rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, rms_norm_eps=1e-5, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
         bos_token_id=ids["<|begin_of_text|>"], eos_token_id=[ids["<|eot_id|>"], ids["<|end_of_text|>"]],
         pad_token_id=ids["<|finetune_right_pad_id|>"], dtype="float32",
     )
