@@ -49,7 +49,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from drmas_bench.checkpoints import is_url, node_copy, upload
+from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.models.adapters import BASE_FILE, base_record, save_adapter
+from drmas_bench.models.loading import load_causal_lm
 from drmas_trainer import fsdp, lora
 from drmas_trainer.config import AgentConfig
 from drmas_trainer.optim import local
@@ -179,9 +181,6 @@ class ShardedWorkerGroup(WorkerGroup):
         parameters already are in the compute dtype); loaded at its first use and kept."""
         root = getattr(self, "_reference_sharded", None)
         if root is None:
-            from drmas_bench.engines.base import resolve_model_path
-            from drmas_bench.models.loading import load_causal_lm
-
             ref = load_causal_lm(resolve_model_path(self.settings.model or self.model_path), dtype=self.compute_dtype)
             ref.eval().requires_grad_(False)
             # on the CPU until fully_shard moves each unit's shard to the device: the whole copy never is there

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,6 @@ def build_tiny_random_llama(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Call
                             hidden_size: int = 128, num_layers: int = 3) -> dict[str, Any]:
     """Write a random LlamaForCausalLM + its tokenizer into ``dest``; byte-identical for the same seed
     (with the same transformers / tokenizers / torch versions)."""
-    import tokenizers
     import torch
     import transformers
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -105,4 +105,4 @@ def build_tiny_random_llama(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Call
     n = sum(p.numel() for p in model.parameters())
     return {"seed": seed, "parameters": n, "vocab_size": config.vocab_size, "dtype": "float32",
             "architecture": "LlamaForCausalLM", "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__, "torch": torch.__version__.split("+")[0]}
+            "tokenizers": version("tokenizers"), "torch": torch.__version__.split("+")[0]}
