@@ -453,8 +453,8 @@ def build_row_model(root: Path, shape: Any) -> Path:
     dest = root / "row"
     tok = AutoTokenizer.from_pretrained(root / "tiny")
     torch.manual_seed(0)
-    with torch.device("cpu" if CPU else "cuda"):
-        model = AutoModelForCausalLM.from_config(config_from_shape(shape, tok), dtype=torch.bfloat16)
+    with torch.device("cpu" if CPU else "cuda"):  # random init on the GPU: seconds, not minutes
+        model = AutoModelForCausalLM.from_config(config_from_shape(shape, tok)).to(torch.bfloat16)
     model.generation_config = GenerationConfig(eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
                                                bos_token_id=tok.pad_token_id)
     model.save_pretrained(dest)
