@@ -530,11 +530,13 @@ def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS, show_progre
         return fetch(step_url, dest, parts=parts, resume=True, show_progress=show_progress)
 
 
-def node_copy(url: str) -> Path:
+def node_copy(url: str, owner: str = "") -> Path:
     """A local copy, on this node, of one part of a checkpoint (a worker group's model folder or
-    optimiser file): ``<drmas cache dir>/checkpoints/parts/<hash of url>``, downloaded afresh."""
+    optimiser file): ``<drmas cache dir>/checkpoints/parts/<hash of url>``, downloaded afresh.
+    ``owner`` keeps apart the copies that processes of one node read at the same time (the ranks of
+    a sharded worker group: each downloads its own, which no other rank replaces while it reads)."""
 
-    base = cache_dir() / "checkpoints" / "parts" / _cache_key(url)
+    base = cache_dir() / "checkpoints" / "parts" / _cache_key(f"{url}#{owner}" if owner else url)
     dest = base / posixpath.basename(url.rstrip("/"))
     tmp = base.parent / f".tmp-{base.name}-{os.getpid()}"
     with file_lock(cache_dir() / "locks" / f"part-{base.name}.lock"):  # two actors of a node never swap it under each other

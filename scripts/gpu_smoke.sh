@@ -30,6 +30,10 @@
 #   train-offload (test_train[offload]) the train step with optimizer_offload: cpu (AdamW state in host memory)
 #   train-lora   (test_train_lora) LoRA on the 0.5B-shaped model: 2 agents on one frozen base, a rank-16 adapter +
 #                AdamW each, 3 steps on rows of both, adapter-only sync; peak memory next to the plan's estimate
+#   train-row    (test_train_row) the smallest paper row's worker group (search, one Qwen2.5-3B for three agents;
+#                its recipe read at run time, ROW_RECIPES / GPU_SMOKE_ROW_RECIPE) with random weights of the real
+#                architecture (from the public config's numbers, no download), 2 steps of rollouts (hf engine),
+#                old log-probs, update, sync: measured peak memory per phase beside the memory plan's figure
 #   cli          `drmas-bench train --recipe tiny` for 3 RL steps on CUDA (rollouts, update, sync, checkpoint)
 #   pytest-gpu   the gpu-marked tests of tests/test_memory.py and tests/test_losses.py
 #   fsdp         scripts/fsdp_smoke.py: a worker group sharded over 2 GPUs (FSDP2, NCCL), 2 AdamW steps on the
@@ -81,7 +85,7 @@ export DRMAS_CACHE_DIR="$WORK/cache" PYTHONUNBUFFERED=1
 # GPU_SMOKE_STEPS: the steps to run (names as below, separated by spaces or commas); empty = all
 ONLY=${GPU_SMOKE_STEPS:-}
 ONLY=" ${ONLY//,/ } "
-ALL_STEPS=" build engine pool train train-tis logprob-fp32 logprob-bf16 faiss encoder train-offload train-lora cli pytest-gpu fsdp "
+ALL_STEPS=" build engine pool train train-tis logprob-fp32 logprob-bf16 faiss encoder train-offload train-lora train-row cli pytest-gpu fsdp "
 for s in $ONLY; do
   [[ "$ALL_STEPS" == *" $s "* ]] || { say "FAIL setup: unknown step '$s' in GPU_SMOKE_STEPS (one of:$ALL_STEPS)"; exit 1; }
 done
@@ -161,6 +165,8 @@ run_step encoder 60 "$PY" scripts/bench_encoder.py "${ENC[@]}"
 run_step train-offload 100 "${SMOKE[@]}" "$T::test_train[offload]"
 # per-agent LoRA (issue 27): 2 agents, one frozen base, an adapter + AdamW each; adapter-only sync
 run_step train-lora 100 "${SMOKE[@]}" "$T::test_train_lora"
+# the memory model against a real row's group: 3B parameters, two steps, peak per phase next to the plan
+run_step train-row 240 "${SMOKE[@]}" "$T::test_train_row"
 DEV=cuda; STEPS_SFT=20; [[ "$MODE" == cpu ]] && { DEV=cpu; STEPS_SFT=5; }
 run_step cli 120 "$PY" -m drmas_bench train --recipe tiny --estimator drmas --steps 3 --local --no-progress \
   --out "$WORK/run-tiny" --set model="$MODELS/tiny" --set device=$DEV --set sft.steps=$STEPS_SFT \

@@ -34,6 +34,6 @@ else
 fi
 
 echo "[setup] preparing offline models in ${DRMAS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/drmas-bench} (DRMAS_CACHE_DIR moves it)"
-drmas-bench models prepare smollm2-135m-instruct smollm2-135m-search tiny-random
+drmas-bench models prepare smollm2-135m-instruct smollm2-135m-search tiny-random tiny-random-llama
 
 echo "[setup] done. Activate with: . $VENV/bin/activate"

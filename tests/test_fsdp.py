@@ -3,12 +3,16 @@ processes) equals the single-process WorkerGroup update on the same rows, for ev
 mode and aggregation, shared and LoRA groups and the CPU-offloaded optimiser; the optimiser state
 saved per rank resumes with another rank count.
 
-Tolerance: parameters after two AdamW steps within 2e-5 absolute of the single-process ones, i.e.
-2 % of one step (lr 1e-3): the data-parallel sums run in another order, so the float32 gradients
-differ in their last bits, and AdamW divides each gradient by its own running scale, so a
-parameter whose gradient nearly cancels (two agents' terms in a shared group) moves by a visibly
-different fraction of lr (measured: at most 2e-6 with one agent, 1.4e-5 with two). The pre-clip
-gradient norms (global and per agent) agree to 1e-4 relative, the loss likewise.
+Tolerance, relative to the update's own move: after two AdamW steps (lr 1e-3) the sharded
+parameters differ from the single-process ones by at most REL_MOVE (2 %) of how far the
+single-process update moved them (:func:`_gap`: both distances as norms over all parameters). The
+data-parallel sums run in another order, so the float32 gradients differ in their last bits, and
+AdamW divides each gradient by its own running scale, so a parameter whose gradient nearly cancels
+(two agents' terms in a shared group) moves by a visibly different fraction of lr, and by how much
+depends on the machine's float kernels: an absolute limit of 2e-5 failed `shared-two-agents` with 2
+ranks on an AMD EPYC machine (5.23e-5 apart, within 0.6 % of the step there). AdamW's weights alone
+would not show a wrong loss scale (the update is scale-free), so the pre-clip gradient norms
+(global and per agent) must agree to 1e-4 relative, the loss likewise.
 The multi-process runs start real processes (each imports torch and transformers): slow tier; the
 row split and padding are checked in the fast tier without processes.
 """
@@ -19,6 +23,7 @@ import asyncio
 import copy
 import math
 import random
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -28,9 +33,10 @@ from drmas_bench.models import resolve_model
 from drmas_trainer.config import AgentConfig, LoraConfig
 from drmas_trainer.fsdp import spawn_ranks
 from drmas_trainer.fsdp_worker import ShardedWorkerGroup
+from drmas_trainer.optim import local
 from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
-ATOL = 2e-5
+REL_MOVE = 0.02  # the sharded weights' distance from the single-process ones / the update's own move
 LR = 1e-3
 
 #: name -> (agents, group settings, loss settings, LoRA)
@@ -72,6 +78,17 @@ def _kwargs(case: str) -> tuple[list[str], AgentConfig, dict]:
     return list(agents), s, extra
 
 
+def _gap(one: dict[str, torch.Tensor], many: dict[str, torch.Tensor], before: dict[str, torch.Tensor]) -> float:
+    """||many - one|| / ||one - before|| over all parameters: how far a sharded update's weights are
+    from the single-process update's, as a share of that update's own move."""
+    def norm(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+        return math.sqrt(sum(float((a[k].double() - b[k].double()).square().sum()) for k in a))
+
+    move = norm(one, before)
+    assert move > 0, "the update did not move the weights"
+    return norm(many, one) / move
+
+
 def _name(agents: list[str]) -> str:
     return agents[0] if len(agents) == 1 else "shared"
 
@@ -104,18 +121,24 @@ def _rank_cases(rank: int, world: int, cases: list[str], rows: dict[str, list[Ro
                                 device="cpu", **extra)
         if case in SCORE_CASES:  # old and reference log-probs, rows split over the ranks
             scored = asyncio.run(wg.score_rows(copy.deepcopy(rows[case]), reference=True))
+            ref = getattr(wg, "_reference_sharded", None)  # full weights: the frozen copy, sharded too
+            if ref is not None:
+                scored["reference_numel"] = [sum(wg._full(p).numel() for p in ref.parameters()),
+                                             sum(local(p).numel() for p in ref.parameters())]
             got[f"scored:{case}"] = scored if rank == 0 else None
         out, state = _update(wg, case, rows[case])
         got[case] = (out, state) if rank == 0 else None
-        if world == 2 and case in RESUME_CASES:
-            asyncio.run(wg.save(f"{folder}/{case}/model", f"{folder}/{case}/optim.pt"))
+        if world == 2 and case in RESUME_CASES:  # one of them into a file:// URL: staged, uploaded per rank
+            where = Path(folder, case).as_uri() if case == URL_CASE else f"{folder}/{case}"
+            asyncio.run(wg.save(f"{where}/model", f"{where}/optim.pt"))
             after = _update(wg, case, rows[case])
             got[f"after:{case}"] = after if rank == 0 else None
     for case in RESUME_CASES if world == 4 else ():
         agents, s, extra = _kwargs(case)
-        wg = ShardedWorkerGroup(_name(agents), agents, s, f"{folder}/{case}/model", rank=rank, world=world,
+        where = Path(folder, case).as_uri() if case == URL_CASE else f"{folder}/{case}"
+        wg = ShardedWorkerGroup(_name(agents), agents, s, f"{where}/model", rank=rank, world=world,
                                 init_method="", device="cpu", **extra)
-        asyncio.run(wg.load_optimizer(f"{folder}/{case}/optim.pt"))
+        asyncio.run(wg.load_optimizer(f"{where}/optim.pt"))
         resumed = _update(wg, case, rows[case])
         got[f"resumed:{case}"] = resumed if rank == 0 else None
     return got
@@ -130,6 +153,8 @@ def _single(case: str, rows: list[Row]) -> tuple[dict, dict[str, torch.Tensor]]:
 SCORE_CASES = ("ppo-token-mean", "lora-shared-base")
 #: cases whose 2-rank checkpoint is resumed by 4 ranks and by one process
 RESUME_CASES = ("ppo-token-mean", "offload-cpu", "lora-shared-base")
+#: the resume case saved into and resumed from a file:// URL (an fsspec checkpoint root)
+URL_CASE = "offload-cpu"
 
 
 @pytest.fixture(scope="module")
@@ -143,12 +168,14 @@ def runs(tmp_path_factory) -> dict:
     return {"single": single, "sharded": sharded, "folder": folder, "rows": rows}
 
 
-def _compare(one: tuple[dict, dict], many: tuple[dict, dict], token_level: bool) -> None:
+def _compare(one: tuple[dict, dict], many: tuple[dict, dict], before: dict[str, torch.Tensor],
+             token_level: bool) -> None:
     (m1, w1), (mn, wn) = one, many
     assert m1["optimizer_steps"] == mn["optimizer_steps"] == 2 and mn["skipped_steps"] == 0
-    moved = max(float((w1[k] - wn[k]).abs().max()) for k in w1)
-    assert moved <= ATOL, moved
-    assert mn["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-4)
+    gap = _gap(w1, wn, before)
+    print(f"gap {gap:.4%} of the update's move")  # shown with -s: the figure docs/trainer.md quotes
+    assert gap <= REL_MOVE, f"{gap:.2%} of the update's move apart"
+    assert mn["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-4)  # a wrong loss scale shows here
     for a, v in m1["agent_grad_norm"].items():
         assert mn["agent_grad_norm"][a] == pytest.approx(v, rel=1e-4)
     # the loss is exact under any split; the other metrics are per-micro-batch token means, averaged
@@ -162,11 +189,11 @@ def _compare(one: tuple[dict, dict], many: tuple[dict, dict], token_level: bool)
 @pytest.mark.parametrize("case", list(CASES))
 def test_sharded_update_equals_the_single_process_update(runs, case, world):
     single, sharded = runs["single"][case], runs["sharded"][world][case]
-    # the step did move the weights (an update that changes nothing would pass trivially)
+    # the step did move the weights, by about lr per step (AdamW): the gap is a share of a real move
     agents, s, extra = _kwargs(case)
     before = WorkerGroup(_name(agents), agents, s, _path(), device="cpu", **extra).policy.state_dict()
-    assert max(float((single[1][k] - before[k]).abs().max()) for k in before) > 10 * ATOL
-    _compare(single, sharded, CASES[case][2].token_level)
+    assert max(float((single[1][k] - before[k]).abs().max()) for k in before) > 0.5 * LR
+    _compare(single, sharded, before, CASES[case][2].token_level)
 
 
 @pytest.mark.slow
@@ -182,6 +209,9 @@ def test_sharded_old_and_reference_logprobs_equal_the_single_process_ones(runs, 
         diff = max(abs(a - b) for x, y in zip(got[key], want[key]) for a, b in zip(x, y))
         assert diff <= 1e-5, (key, diff)
     assert got["mismatch"] == want["mismatch"]
+    if not CASES[case][3]:  # full weights: each rank holds its 1/world share of the frozen reference copy
+        full, mine = got["reference_numel"]
+        assert mine <= full / world * 1.1, (mine, full)
 
 
 # ----------------------------------------------------------------------------------------- fast: the split
@@ -235,6 +265,26 @@ def test_the_plan_shards_a_groups_training_state_over_the_gpus():
     assert eight.fits and not one.fits  # 2 x Qwen3-4B: one GPU per group does not fit 80 GB, 8 shared GPUs do
     text = format_plan(eight)
     assert "colocated" in text and "update solver" in text and "update verifier" in text  # groups take turns
+
+
+def test_the_plan_shards_the_frozen_reference_copy_of_kl_in_the_reward():
+    """With KL in the reward a full-weight group keeps a frozen reference copy; sharded over 8 GPUs
+    each holds 1/8 of it (drmas_trainer.fsdp_worker shards it like the policy), not all of it."""
+    one, eight = _plan("math_qwen3_4b_adaptive_kl", 141, 1), _plan("math_qwen3_4b_adaptive_kl", 79, 8)
+    whole = one.groups[0].resident["reference policy bf16 (frozen)"]
+    assert whole == 2 * one.groups[0].shape.params  # bf16
+    assert eight.groups[0].resident["reference policy bf16 (frozen) / 8"] == -(-whole // 8)
+    assert not any(k == "reference policy bf16 (frozen)" for k in eight.groups[0].resident)
+
+
+def test_sharded_groups_without_ray_are_refused_before_the_run_folder_exists(tmp_path):
+    from drmas_bench.types import UserError
+    from drmas_trainer.config import load_config
+    from drmas_trainer.trainer import train
+
+    with pytest.raises(UserError, match="--ray"):
+        train(load_config("tiny", {"fsdp.ranks": 2}), tmp_path / "run", use_ray=False, progress=False)
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_plan_that_does_not_fit_says_why_and_what_would():
@@ -312,14 +362,16 @@ def test_a_sharded_checkpoint_resumes_with_another_rank_count(runs, case):
     """2 ranks save (model folder + per-rank optimiser shards); 4 ranks and one process resume from
     it: their next update is the one the 2 ranks made after saving (same tolerance as above)."""
     folder, rows = runs["folder"], runs["rows"]
-    assert (folder / case / "optim.dcp" / "__1_0.distcp").is_file()
+    assert (folder / case / "optim.dcp" / "__1_0.distcp").is_file()  # URL_CASE: uploaded by rank 1 itself
+    assert (folder / case / "optim.dcp" / ".metadata").is_file()
     agents, s, extra = _kwargs(case)
     one = WorkerGroup(_name(agents), agents, s, str(folder / case / "model"), device="cpu", **extra)
+    saved = {k: v.detach().clone() for k, v in one.policy.state_dict().items()}
     asyncio.run(one.load_optimizer(str(folder / case / "optim.pt")))
     assert one.optimizer_steps == 2
     two = runs["sharded"][2][f"after:{case}"]
     for other in (runs["sharded"][4][f"resumed:{case}"], _update(one, case, rows[case])):
-        moved = max(float((two[1][k] - other[1][k]).abs().max()) for k in two[1])
-        assert moved <= ATOL, moved
+        gap = _gap(two[1], other[1], saved)
+        assert gap <= REL_MOVE, f"{gap:.2%} of the update's move apart"
         assert other[0]["grad_norm"] == pytest.approx(two[0]["grad_norm"], rel=1e-4)
         assert other[0]["optimizer_steps"] == 2 and other[0]["lr"] == pytest.approx(two[0]["lr"])

@@ -409,6 +409,184 @@ def plan_lora_update_gib(plan: Any, model_dir: Path, plen: int, rlen: int) -> fl
     return round((sum(m.resident.values()) + sum(m.update.values())) / GIB, 3)
 
 
+#: The paper row whose worker group the ``train-row`` step runs: the smallest of the reference's compute
+#: table (search, one Qwen2.5-3B shared by the three agents, 4 x H100). The first of these recipes that
+#: exists is read at run time (``GPU_SMOKE_ROW_RECIPE`` names another).
+ROW_RECIPES = ("search_qwen2.5_3b_shared", "search_qwen2.5_3b", "gspo_search_qwen2.5_3b")
+#: The dry run's trunk for the row's architecture (its vocabulary stays the real one).
+ROW_CPU = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 128, "head_dim": 0}
+
+
+def row_recipe() -> str:
+    from drmas_trainer.config import RECIPES_DIR
+
+    name = os.environ.get("GPU_SMOKE_ROW_RECIPE")
+    if name:
+        return name
+    found = [r for r in ROW_RECIPES if (RECIPES_DIR / f"{r}.yaml").is_file()]
+    assert found, f"none of the row recipes {ROW_RECIPES} is in {RECIPES_DIR}"
+    return found[0]
+
+
+def config_from_shape(shape: Any, tok: Any) -> Any:
+    """A transformers config of ``shape``'s architecture (drmas_trainer.memory.ModelShape: the public
+    config's numbers, no download): Qwen3 (q/k norms), Qwen2 (q/k/v biases) or Llama."""
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    common = dict(vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
+                  num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+                  intermediate_size=shape.intermediate, tie_word_embeddings=shape.tied, max_position_embeddings=32768,
+                  rms_norm_eps=1e-6, bos_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                  pad_token_id=tok.pad_token_id)
+    if shape.qk_norm:
+        return Qwen3Config(**common, head_dim=shape.hd)
+    if shape.qkv_bias:
+        return Qwen2Config(**common, use_sliding_window=False, rope_theta=1_000_000.0)
+    return LlamaConfig(**common, head_dim=shape.hd, rope_parameters={"rope_type": "default", "rope_theta": 500_000.0})
+
+
+def build_row_model(root: Path, shape: Any) -> Path:
+    """The row's architecture with random weights (bf16, initialised on the GPU), tiny's tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    dest = root / "row"
+    tok = AutoTokenizer.from_pretrained(root / "tiny")
+    torch.manual_seed(0)
+    with torch.device("cpu" if CPU else "cuda"):  # random init on the GPU: seconds, not minutes
+        model = AutoModelForCausalLM.from_config(config_from_shape(shape, tok)).to(torch.bfloat16)
+    model.generation_config = GenerationConfig(eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
+                                               bos_token_id=tok.pad_token_id)
+    model.save_pretrained(dest)
+    tok.save_pretrained(dest)
+    del model
+    return dest
+
+
+def row_plan(name: str, plan: Any, settings: Any, shape: Any, seq: int, response: int) -> dict[str, float | None]:
+    """The memory plan's figure (GiB) of each phase of the row's group on one GPU, without the CUDA
+    context (``drmas_trainer.memory.group_memory``): rollout = resident + engine, update = resident +
+    its update extras (+ the engine unless it sleeps), sync = rollout + one bucket; the old log-prob
+    pass has no phase of its own in the plan."""
+    from drmas_trainer.memory import GIB, group_memory
+
+    m = group_memory(name, dataclasses.replace(plan, settings=settings), shape, seq=seq, response=response,
+                     gpu_bytes=140 * GIB)
+    res, upd = sum(m.resident.values()), sum(m.update.values())
+    awake = 0 if m.engine_sleeps else m.engine
+    return {"rollout": round((res + m.engine) / GIB, 3), "old_log_prob": None,
+            "update": round((res + upd + awake) / GIB, 3),
+            "sync": round((res + m.engine + (settings.sync_bucket_mb << 20)) / GIB, 3)}
+
+
+def test_train_row(models: Path) -> None:
+    """The smallest paper row's worker group for two steps, with random weights of the real
+    architecture (ROW_RECIPES; the recipe is read now: its group's dtype, micro-batch, gradient
+    checkpointing, optimizer and offload, log-prob chunk, loss, mini-batches, sleep_engine), on one GPU
+    (unsharded) with the hf engine in place of sglang. Each step: rollouts (engine awake), old
+    log-probs, the update (engine asleep when the recipe sleeps it), the weight sync; the peak memory
+    of each phase (``torch.cuda.max_memory_allocated``) is printed beside the plan's figure for the
+    same group and sequence (``drmas_trainer.memory.group_memory``: resident + engine, resident +
+    update extras, resident + engine + one sync bucket; no CUDA context). Step 1 allocates AdamW's
+    state lazily; step 2 is the steady state. Checks: finite loss and gradient norm, weights moved,
+    the engine generates after each sync."""
+    import torch
+
+    from drmas_bench.workflows import get_workflow
+    from drmas_trainer.config import load_config, plan_worker_groups
+    from drmas_trainer.memory import GIB, ModelShape, group_memory, model_shape
+    from drmas_trainer.worker import LossSettings, Row, WorkerGroup
+
+    dev = device()
+    recipe = row_recipe()
+    cfg = load_config(recipe)
+    name, plan = next(iter(plan_worker_groups(cfg, get_workflow(cfg.workflow).agents).items()))
+    real = model_shape(str(plan.settings.model))  # the built-in table: the public config's numbers, offline
+    shape = ModelShape(**{**real.__dict__, **ROW_CPU}) if CPU else real
+    n, words, max_new = (4, 40, 8) if CPU else (16, 1200, min(cfg.rollout.max_new_tokens, 256))
+    folder = build_row_model(models, shape)
+    settings = plan.settings.model_copy(update={
+        "engine": "hf", "engine_options": {"max_batch": n, "dtype": plan.settings.dtype}, "model": str(folder)})
+    gpu_gib = torch.cuda.get_device_properties(0).total_memory / GIB if dev == "cuda" else 140.0
+    seq_guess = words * 2 + max_new  # ~2 tokens a word of the filler below (tiny's tokenizer), + the response
+    note = ""
+    if max(v or 0 for v in row_plan(name, plan, settings, shape, seq_guess, max_new).values()) > gpu_gib - 2:
+        # the row runs sharded over 4 GPUs; unsharded on one it may not fit: AdamW to host memory, as the plan says
+        settings = settings.model_copy(update={"optimizer_offload": "cpu"})
+        note = f"optimizer_offload: cpu (the plan of the unsharded group does not fit {gpu_gib:.0f} GiB otherwise)"
+    wg = WorkerGroup(name, plan.agents, settings, str(folder), device=dev, seed=0)
+    a = cfg.algo
+    loss = LossSettings(mode=a.loss, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip, agg=a.agg,
+                        entropy_coef=a.entropy_coef)
+    filler = " ".join(f"passage {i} says the answer is in doc {i % 7}." for i in range(words // 8))
+
+    def prompts(step: int) -> list[Any]:  # a search-sized prompt (retrieved passages), one call per agent in turn
+        from drmas_bench.types import Request, Sampling
+
+        return [Request(plan.agents[i % len(plan.agents)],
+                        [{"role": "user", "content": f"Question {step}.{i}: {filler} Who wrote it?"}],
+                        Sampling(temperature=1.0, top_p=1.0, max_new_tokens=max_new, seed=100 * step + i),
+                        want_logprobs=True) for i in range(n)]
+
+    def phase(peaks: dict[str, Any], key: str, t0: float) -> None:
+        peaks[key] = {"peak_gib": peak_gib(dev), "s": round(time.perf_counter() - t0, 2)}
+
+    async def go() -> dict[str, Any]:
+        await wg.start_engine()
+        before = wg.params[1].detach().float().clone()
+        steps, ok, seq = [], True, 0
+        for k in range(2):
+            peaks: dict[str, Any] = {}
+            reset_peak(dev)
+            t0 = time.perf_counter()
+            comps = await wg.generate(prompts(k))
+            phase(peaks, "rollout", t0)
+            rows = [Row(r.agent, c.prompt_ids, c.token_ids, c.logprobs or [], 1.0 if i % 2 == 0 else -1.0, text=c.text)
+                    for i, (r, c) in enumerate(zip(prompts(k), comps))]
+            seq = max(seq, max(len(r.prompt_ids) + len(r.response_ids) for r in rows))
+            reset_peak(dev)
+            t0 = time.perf_counter()
+            scored = await wg.score_rows(rows, recompute=True)
+            for r, lp in zip(rows, scored["logprobs"]):
+                r.old_logprobs = lp
+            phase(peaks, "old_log_prob", t0)
+            reset_peak(dev)
+            t0 = time.perf_counter()
+            out = await wg.update(rows, loss=loss, mini_batches=min(a.mini_batches, n), seed=k)
+            phase(peaks, "update", t0)
+            reset_peak(dev)
+            t0 = time.perf_counter()
+            await wg.sync_weights()
+            phase(peaks, "sync", t0)
+            again = await wg.generate(prompts(k)[:2])
+            good = (out["optimizer_steps"] >= 1 and math.isfinite(out["grad_norm"]) and math.isfinite(out["loss"])
+                    and all(c.token_ids for c in again) and not any(scored["mismatch"]))
+            ok = ok and good
+            steps.append({"step": k + 1, "ok": good, "loss": round(out["loss"], 5),
+                          "grad_norm": round(out["grad_norm"], 4), "phases": peaks})
+        moved = not torch.equal(before, wg.params[1].detach().float())
+        await wg.close()
+        plan_gib = row_plan(name, plan, settings, shape, seq, max_new)
+        m = group_memory(name, dataclasses.replace(plan, settings=settings), shape, seq=seq, response=max_new,
+                         gpu_bytes=140 * GIB)
+        for st in steps:  # measured beside planned, per phase
+            for key, v in st["phases"].items():
+                v["plan_gib"] = plan_gib[key]
+        return {"ok": ok and moved, "recipe": recipe, "note": note, "gpu_gib": round(gpu_gib, 1), "model": f"{plan.settings.model} (random weights)", "group": name,
+                "agents": plan.agents, "params": sum(p.numel() for p in wg.params), "shape": shape.__dict__,
+                "rows": n, "seq": seq, "dtype": settings.dtype, "micro_batch_size": settings.micro_batch_size,
+                "optimizer_offload": settings.optimizer_offload, "sleep_engine": settings.sleep_engine,
+                "plan_items_gib": {k: round(v / GIB, 3) for k, v in {**m.resident, **m.update}.items()},
+                "plan_engine_gib": round(m.engine / GIB, 3), "weights_moved": moved, "steps": steps}
+
+    r = asyncio.run(go())
+    report(**r)
+    for st in r["steps"]:  # one readable line per phase: measured next to the plan
+        print("  step {}: ".format(st["step"]) + ", ".join(
+            f"{k} {v['peak_gib']} GiB (plan {v['plan_gib']})" for k, v in st["phases"].items()))
+    assert r["ok"], r
+
+
 def test_faiss() -> None:
     """faiss on the GPU: a flat inner-product index over random vectors, searched on GPU and CPU,
     placed by the dense retriever's own code (skips without faiss, or with a faiss-cpu build)."""

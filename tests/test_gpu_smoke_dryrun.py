@@ -86,6 +86,6 @@ def test_every_pytest_step_passes_on_cpu_in_one_process(tmp_path):
     assert "No module named 'ray' (absent on the GPU machine)" in out  # the sitecustomize was in force
     passed = set(re.findall(r"^PASSED tests/test_gpu_smoke\.py::(\S+)", out, flags=re.M))
     want = {"test_build", "test_engine", "test_pool", "test_train[adamw]", "test_train[offload]", "test_train_tis",
-            "test_train_lora", "test_faiss"}
+            "test_train_lora", "test_train_row", "test_faiss"}
     assert want <= passed, (sorted(want - passed), out[-4000:])
     assert out.count("RESULT {") >= len(want), out[-4000:]

@@ -123,6 +123,50 @@ def test_tiny_random_loads_chats_and_generates(tiny_dir, monkeypatch):
     assert isinstance(M.chat(model, tok, "What is 3 + 4?", max_new_tokens=4), str)
 
 
+# --- tiny-random-llama -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory) -> Path:
+    """tiny-random-llama built once for this module (the builder the alias runs)."""
+    root = tmp_path_factory.mktemp("tiny-llama")
+    info = M.build_tiny_random_llama(root, log=lambda m: None)
+    assert info["architecture"] == "LlamaForCausalLM"
+    return root
+
+
+def test_tiny_random_llama_has_its_own_architecture_and_tokenizer(llama_dir, tiny_dir):
+    """The other half of a heterogeneous tiny team: a Llama (not Qwen2) whose tokenizer gives the same
+    text other ids than tiny-random's, with Llama 3's special tokens and chat template."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    llama, qwen = AutoTokenizer.from_pretrained(llama_dir), AutoTokenizer.from_pretrained(tiny_dir)
+    model = AutoModelForCausalLM.from_pretrained(llama_dir)
+    assert type(model).__name__ == "LlamaForCausalLM" and model.config.tie_word_embeddings
+    assert model.config.vocab_size == len(llama) == 1536 and len(qwen) != len(llama)
+    text = "What is 3 + 4? <answer>7</answer>"
+    a, b = llama(text, add_special_tokens=False)["input_ids"], qwen(text, add_special_tokens=False)["input_ids"]
+    assert a != b and llama.decode(a) == qwen.decode(b) == text
+    msgs = [{"role": "system", "content": "You are the checker."}, {"role": "user", "content": "What is 3 + 4?"}]
+    prompt = llama.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    assert prompt == ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are the checker.<|eot_id|>"
+                      "<|start_header_id|>user<|end_header_id|>\n\nWhat is 3 + 4?<|eot_id|>"
+                      "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    ids = llama(prompt, add_special_tokens=False)["input_ids"]
+    assert ids[0] == llama.bos_token_id and ids.count(llama.convert_tokens_to_ids("<|eot_id|>")) == 2
+    assert "<|im_start|>" not in llama.get_vocab() and "<|eot_id|>" not in qwen.get_vocab()
+    assert llama.eos_token_id in model.generation_config.eos_token_id
+    assert llama.pad_token_id not in (llama.eos_token_id, llama.bos_token_id)
+    assert isinstance(M.chat(model, llama, "What is 3 + 4?", max_new_tokens=4), str)
+
+
+@pytest.mark.slow
+def test_tiny_random_llama_is_deterministic(llama_dir, tmp_path):
+    again = tmp_path / "again"
+    M.build_tiny_random_llama(again, log=lambda m: None)
+    assert file_hashes(llama_dir) == file_hashes(again)
+
+
 def test_prepare_reuses_and_ignores_half_written(tmp_cache):
     dest = tmp_cache / "models" / "tiny-random"
     dest.mkdir(parents=True)

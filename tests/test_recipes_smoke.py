@@ -23,12 +23,13 @@ from drmas_trainer.config import RECIPES_DIR
 pytestmark = [pytest.mark.slow, pytest.mark.data]
 
 # the CPU recipes on the toy task run whole elsewhere (.ci/run's tiny phase, tests/test_trainer*.py,
-# tests/test_toy_fixer.py); search_warmstart is a warm-start-only recipe on its own generated examples
+# tests/test_toy_fixer.py, tests/test_hetero.py); search_warmstart is a warm-start-only recipe on its own generated examples
 # (tests/test_warmstart.py, scripts/make_search_warmstart.py); a recipe with per-agent models (the
 # heterogeneous paper row) is not shrunk by `model=tiny-random`: its tiny counterpart trains in CI instead,
 # and its plan is checked in tests/test_paper_rows.py
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")
-                 if p.stem not in ("tiny", "tiny_single", "tiny_lora", "tiny_fixer", "tiny_4agent", "search_warmstart")
+                 if p.stem not in ("tiny", "tiny_single", "tiny_lora", "tiny_fixer", "tiny_4agent", "tiny_hetero",
+                                   "search_warmstart")
                  and not any("model" in (a or {}) for a in (yaml.safe_load(p.read_text()).get("agents") or {}).values()))
 
 # the shrink: sizes and the CPU engine only (engine_options are the sglang engine's, so they go too)

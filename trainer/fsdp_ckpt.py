@@ -18,6 +18,7 @@ before sharding it.
 
 from __future__ import annotations
 
+import posixpath
 import warnings
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import torch.distributed.checkpoint as dcp
 from torch import Tensor
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from drmas_bench.checkpoints import is_url, node_copy
 from drmas_trainer.optim import AdapterOptimizers, CPUOffloadAdamW, local
 
 __all__ = ["load_plain_optimizer", "load_sharded_optimizer", "save_sharded_optimizer"]
@@ -98,10 +100,19 @@ def _install(wg: Any, state: dict[str, Any]) -> None:
             holder[key] = new
 
 
+def shards_folder(wg: Any, path: str, record: dict[str, Any]) -> Path:
+    """The ``.dcp`` folder that the record at ``path`` names: beside it, or, when ``path`` is a URL (a
+    checkpoint root under fsspec), this process's own copy of it on this node."""
+    if is_url(path):
+        return node_copy(f"{posixpath.dirname(path)}/{record['shards']}", owner=getattr(wg, "_copy_owner", ""))
+    return Path(path).parent / record["shards"]
+
+
 def load_sharded_optimizer(wg: Any, path: str, record: dict[str, Any]) -> None:
-    """Read the ``.dcp`` folder named by ``record`` into ``wg``'s optimiser, whatever the rank count
-    that wrote it (one process: read whole; every rank of a sharded group calls it)."""
-    reader = dcp.FileSystemReader(str(Path(path).parent / record["shards"]))
+    """Read the ``.dcp`` folder named by ``record`` (at ``path``, a local file or a URL) into ``wg``'s
+    optimiser, whatever the rank count that wrote it (one process: read whole; every rank of a
+    sharded group calls it)."""
+    reader = dcp.FileSystemReader(str(shards_folder(wg, path, record)))
     saved = set(reader.read_metadata().state_dict_metadata)
     names = _names(wg)
     template: dict[str, Any] = {}

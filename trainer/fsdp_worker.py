@@ -28,6 +28,8 @@ and the hooks that make the update data parallel:
 - **save**: rank 0 writes the consolidated HF folder (what ``eval --model`` loads) from tensors
   gathered one at a time; the optimiser state is written per rank with
   ``torch.distributed.checkpoint`` (``drmas_trainer.fsdp_ckpt``), loadable with any rank count.
+  Under an fsspec URL checkpoint root each rank saves into a staging folder of its own and
+  uploads its files; on resume each rank downloads its own copy of the parts it reads.
 """
 
 from __future__ import annotations
@@ -35,16 +37,21 @@ from __future__ import annotations
 import json as _json
 import math
 import os
+import posixpath
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from drmas_bench.checkpoints import is_url
+from drmas_bench.checkpoints import is_url, node_copy, upload
+from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.models.adapters import BASE_FILE, base_record, save_adapter
-from drmas_bench.types import UserError
+from drmas_bench.models.loading import load_causal_lm
 from drmas_trainer import fsdp, lora
 from drmas_trainer.config import AgentConfig
 from drmas_trainer.optim import local
@@ -52,6 +59,17 @@ from drmas_trainer.rows import chunks, split
 from drmas_trainer.worker import WorkerGroup
 
 __all__ = ["ShardedWorkerGroup"]
+
+
+def _publish(local: str, target: str) -> None:
+    """A staged file or folder to its place: uploaded to a URL, copied to a local path."""
+    if is_url(target):
+        upload(local, target)
+    elif os.path.isdir(local):
+        shutil.copytree(local, target, dirs_exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        shutil.copy2(local, target)
 
 
 def _is_dtensor(t: Any) -> bool:
@@ -80,6 +98,7 @@ class ShardedWorkerGroup(WorkerGroup):
         kwargs["device"] = str(dev)
         fsdp.init_group(rank, world, init_method, dev, backend)
         self.rank, self.world = rank, world
+        self._copy_owner = f"rank{rank}"  # a URL checkpoint's parts: each rank reads its own node copy
         self._grad_scale = float(world)  # FSDP averages over the ranks; the sum is the mini-batch's gradient
         self._reshard = reshard_after_forward
         super().__init__(name, agents, settings, model_path, **kwargs)
@@ -142,22 +161,33 @@ class ShardedWorkerGroup(WorkerGroup):
         return out
 
     def _reference_logprobs(self, rows: list[Any]) -> list[list[float]]:
-        """``drmas_trainer.reference_policy``'s log-probs with the rows split over the ranks. LoRA:
-        the frozen base is the sharded policy with its adapters off, run through the FSDP root (every
-        rank as many forwards); full weights: each rank's unsharded frozen copy on its share."""
-        from drmas_trainer.reference_policy import reference_logprobs
-
+        """``drmas_trainer.reference_policy``'s log-probs with the rows split over the ranks, each
+        rank as many forwards. LoRA: the frozen base is the sharded policy with its adapters off, run
+        through the policy's FSDP root. Full weights: the frozen copy is sharded too
+        (:meth:`_reference_root`), so a GPU holds 1/N of it, not all of it."""
         out: list[list[float]] = [[] for _ in rows]
         live = [k for k, r in enumerate(rows) if r.response_ids]
-        if not self.adapters:
-            pieces = split(live, self.world)
-            mine = pieces[self.rank] if self.rank < len(pieces) else []
-            for k, lp in zip(mine, reference_logprobs(self, [rows[k] for k in mine])):
-                out[k] = lp
-            return self._merge_rows(out)
-        with torch.no_grad(), self.policy.disable_adapter():
-            self._logprobs_into(rows, live, out)
+        with torch.no_grad():
+            if self.adapters:
+                with self.policy.disable_adapter():
+                    self._logprobs_into(rows, live, out)
+            else:
+                self._logprobs_into(rows, live, out, root=self._reference_root())
         return self._merge_rows(out)
+
+    def _reference_root(self) -> fsdp.LogprobForward:
+        """The full-weight group's frozen reference copy (the recipe's model, never a checkpoint), in
+        the compute dtype, sharded over the ranks like the policy (FSDP2, no mixed-precision cast: its
+        parameters already are in the compute dtype); loaded at its first use and kept."""
+        root = getattr(self, "_reference_sharded", None)
+        if root is None:
+            ref = load_causal_lm(resolve_model_path(self.settings.model or self.model_path), dtype=self.compute_dtype)
+            ref.eval().requires_grad_(False)
+            # on the CPU until fully_shard moves each unit's shard to the device: the whole copy never is there
+            root = fsdp.shard_policy(ref, self.world, self.device, reshard_after_forward=True)
+            root.eval()
+            self._reference_sharded = root
+        return root
 
     def adapter_weights(self) -> Iterator[tuple[str, dict[str, Any], dict[str, Tensor]]]:
         for name, config, tensors in super().adapter_weights():
@@ -178,10 +208,11 @@ class ShardedWorkerGroup(WorkerGroup):
 
     async def save(self, folder: str, optimizer_path: str | None = None) -> None:
         """Rank 0: the consolidated HF folder (or a LoRA group's adapters); every rank: its shard of
-        the optimiser state (``drmas_trainer.fsdp_ckpt``). Every rank must call it."""
+        the optimiser state (``drmas_trainer.fsdp_ckpt``). Every rank must call it. URLs (an fsspec
+        checkpoint root): :meth:`_save_staged`."""
         if is_url(folder) or (optimizer_path is not None and is_url(optimizer_path)):
-            raise UserError(f"worker group {self.name}: a sharded group ({self.world} ranks) saves into a folder all "
-                            f"its ranks share; an fsspec URL checkpoint root is not supported for it")
+            await self._save_staged(folder, optimizer_path)
+            return
         if not self.weights_finite():
             raise RuntimeError(f"worker group {self.name}: refusing to checkpoint non-finite weights")
         if self.adapters:  # each engine start folder is written per rank; the checkpoint by rank 0
@@ -197,6 +228,26 @@ class ShardedWorkerGroup(WorkerGroup):
             from drmas_trainer.fsdp_ckpt import save_sharded_optimizer
 
             save_sharded_optimizer(self, optimizer_path)
+        dist.barrier()
+
+    async def _save_staged(self, folder: str, optimizer_path: str | None) -> None:
+        """Save into a staging folder of this rank's own (the ranks need not share a disk), then
+        publish: rank 0 its model folder and the optimiser record, every rank its own ``.distcp``
+        shard file (rank 0 also the shards' ``.metadata``), file by file into the ``.dcp`` folder
+        beside the record. A barrier at the end: when any rank returns, every file is there."""
+        with tempfile.TemporaryDirectory(prefix=f"drmas-save-{self.name}-rank{self.rank}-") as stage:
+            model = os.path.join(stage, "model")
+            opt = os.path.join(stage, posixpath.basename(optimizer_path)) if optimizer_path is not None else None
+            await self.save(model, opt)  # ends with a barrier: every rank's shard is written
+            if self.rank == 0:
+                _publish(model, folder)
+                if opt is not None and optimizer_path is not None:
+                    _publish(opt, optimizer_path)
+            if opt is not None and optimizer_path is not None:
+                shards = Path(opt).with_suffix(".dcp")
+                into = f"{posixpath.dirname(optimizer_path)}/{shards.name}"
+                for f in sorted(shards.iterdir()):  # this rank's files only: another rank's are never touched
+                    _publish(str(f), f"{into}/{f.name}")
         dist.barrier()
 
     def _gathered_adapters(self) -> dict[str, dict[str, Tensor]]:
@@ -223,7 +274,8 @@ class ShardedWorkerGroup(WorkerGroup):
         single-process group (its full state, cut into this rank's shards)."""
         from drmas_trainer.fsdp_ckpt import load_plain_optimizer
 
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        local_path = str(node_copy(path, owner=self._copy_owner)) if is_url(path) else path
+        state = torch.load(local_path, map_location="cpu", weights_only=True)
         if "shards" in state:
             await super().load_optimizer(path)
             return

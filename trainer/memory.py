@@ -31,7 +31,8 @@ frozen output head needs no gradient accumulator unless it is a LoRA target). It
 the adapters (bf16, 2A each).
 
 A group **sharded** over N GPUs (``fsdp.ranks``, or ``train --plan --gpus N``) keeps on each of
-them 1/N of its weights, gradients, optimiser state (or host share) and snapshot, plus, during its
+them 1/N of its weights, gradients, optimiser state (or host share), snapshot and frozen reference
+copy (KL in the reward, :func:`reference_memory`), plus, during its
 update, two gathered decoder layers and the gathered root (embeddings, output head); activations
 and the output layer are its rank's micro-batch's; each GPU has one engine per group (colocated:
 every group on the same N GPUs, taking turns to update; separate: each group on its own N GPUs).
@@ -410,8 +411,7 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
     if cfg.algo.use_kl_in_reward:  # KL in the reward: a frozen reference copy per full-weight group (drmas_trainer.
         for m, p in zip(mems, groups.values()):  # reference_policy); a LoRA group's reference is its own frozen base
             if not p.lora:
-                bf16 = p.settings.dtype == "bfloat16"
-                m.resident[f"reference policy {'bf16' if bf16 else 'fp32'} (frozen)"] = (2 if bf16 else 4) * shapes[m.name].params
+                m.resident.update(reference_memory(p.settings, shapes[m.name], ranks))
     names = [m.name for m in mems]
     if ranks > 1:
         use_ray = True
@@ -434,6 +434,15 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
         on = [names]
         placement = "in process: every group on one GPU, updates one after the other"
     return _phases(cfg, groups, mems, on, placement, seq, gpu_bytes, use_ray, together=use_ray, reserved=reserved)
+
+
+def reference_memory(s: AgentConfig, shape: ModelShape, ranks: int = 1) -> dict[str, int]:
+    """The frozen reference copy of a full-weight group with KL in the reward, in its compute dtype:
+    whole on the group's GPU, or, sharded over ``ranks`` GPUs (``drmas_trainer.fsdp_worker``), 1/N of
+    it on each (its layers are gathered one at a time during the old-log-prob pass, not the update)."""
+    b = 2 if s.dtype == "bfloat16" else 4
+    name = f"reference policy {'bf16' if b == 2 else 'fp32'} (frozen)"
+    return {f"{name} / {ranks}": -(-b * shape.params // ranks)} if ranks > 1 else {name: b * shape.params}
 
 
 def sharding(cfg: TrainConfig, n_groups: int, gpus: int | None) -> tuple[int, str]:

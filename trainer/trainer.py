@@ -68,6 +68,7 @@ from drmas_trainer import metric_names
 from drmas_trainer.adv_metrics import pools_by_agent, reference_adv_metrics
 from drmas_trainer.advantages import compute_advantages
 from drmas_trainer.config import TrainConfig, plan_worker_groups
+from drmas_trainer.fsdp_ray import check_sharded
 from drmas_trainer.loss_balance import row_loss_weights
 from drmas_trainer.prepare import (
     load_train_tasks,
@@ -126,6 +127,8 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
     tasks = load_train_tasks(cfg)
     retriever = rollout_retriever(cfg, wf)
     ckpt_io.resolve_root(Path(out), cfg.ckpt_root)  # a URL whose fsspec backend is missing fails here
+    use_ray = torch.cuda.is_available() and _has_ray() if use_ray is None else use_ray
+    check_sharded(cfg, use_ray)  # fsdp.ranks > 1 without --ray: refused before the run folder exists
     with RunLock(make_run_dir(out)):  # one trainer per run directory, from before anything is deleted
         for name in RUN_FILES + (CKPT_CACHE,):  # a planted symlink must not redirect a write outside the run dir
             inside(out, Path(out) / name)

@@ -133,8 +133,8 @@ class WorkerGroup(WarmStart):
         self.name = name
         self.agents = list(agents)
         self.settings = settings
-        if is_url(model_path):  # resuming from a URL checkpoint root: this node's own copy
-            model_path = str(node_copy(model_path))
+        if is_url(model_path):  # resuming from a URL checkpoint root: this node's own copy (a rank's own)
+            model_path = str(node_copy(model_path, owner=self._copy_owner))
         self.model_path = resolve_model_path(model_path)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -299,6 +299,7 @@ class WorkerGroup(WarmStart):
 
     world = 1  # ranks of the group (drmas_trainer.fsdp_worker shards it over several)
     rank = 0
+    _copy_owner = ""  # whose node-local copy of a URL checkpoint part this process reads (fsdp_worker: its rank's)
     _grad_scale = 1.0  # multiplies each micro-batch's loss before backward
 
     def _wrap_policy(self) -> None:
@@ -504,15 +505,17 @@ class WorkerGroup(WarmStart):
                 self._logprobs_into(rows, ks, out)
         return self._merge_rows(out)
 
-    def _logprobs_into(self, rows: list[Row], ks: list[int], out: list[list[float]]) -> None:
+    def _logprobs_into(self, rows: list[Row], ks: list[int], out: list[list[float]], root: Any = None) -> None:
         """``out[k]`` = the policy's log-probs of row k's response tokens, for this rank's share of
         ``ks``, micro-batched (padding micro-batches of a sharded group run and write nothing).
-        The caller holds ``torch.no_grad()`` and chooses the adapter."""
+        The caller holds ``torch.no_grad()`` and chooses the adapter. ``root``: another module to
+        run instead (a sharded group's frozen reference copy, ``fsdp_worker``)."""
         for micro, real in self._share(ks):
             batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
                               self.pad_id, self.device)
             with self._autocast():
-                logp, _ = self._logprobs(batch, chunk=self.settings.logprob_chunk)
+                logp, _ = (root(batch, chunk=self.settings.logprob_chunk) if root is not None
+                           else self._logprobs(batch, chunk=self.settings.logprob_chunk))
             logp = logp.float().cpu()
             for b, k in enumerate(micro if real else []):
                 out[k] = logp[b, : len(rows[k].response_ids)].tolist()
@@ -560,14 +563,15 @@ class WorkerGroup(WarmStart):
     async def load_optimizer(self, path: str) -> None:
         """Restore the optimiser state written by :meth:`save` (``weights_only=True``); a URL is
         downloaded on this node first."""
+        source = path  # a URL: the record's own, where its shards folder is found
         if is_url(path):
-            path = str(node_copy(path))
+            path = str(node_copy(path, owner=self._copy_owner))
         where = "cpu" if self.settings.optimizer_offload == "cpu" else self.device
         state = torch.load(path, map_location=where, weights_only=True)
         if "shards" in state:  # written by a sharded group: its shards, re-cut for this group
             from drmas_trainer.fsdp_ckpt import load_sharded_optimizer
 
-            load_sharded_optimizer(self, path, state)
+            load_sharded_optimizer(self, source, state)
         else:
             self.optimizer.load_state_dict(state["optimizer"])
         self.optimizer_steps = int(state["optimizer_steps"])

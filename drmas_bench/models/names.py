@@ -27,6 +27,7 @@ from drmas_bench.models.smollm2 import (
     check_adapter,
 )
 from drmas_bench.models.tiny import TINY_DEFAULT_SEED, build_tiny_random
+from drmas_bench.models.tiny_llama import build_tiny_random_llama
 from drmas_bench.preparation import Step
 from drmas_bench.types import UserError
 from drmas_retrieval.locks import file_lock
@@ -58,6 +59,11 @@ def _build_smollm2(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
 def _build_tiny(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
 
     return build_tiny_random(dest, seed=TINY_DEFAULT_SEED, log=log)
+
+
+def _build_tiny_llama(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
+
+    return build_tiny_random_llama(dest, seed=TINY_DEFAULT_SEED, log=log)
 
 
 def _build_smollm2_search(dest: Path, log: Callable[[str], None]) -> dict[str, Any]:
@@ -92,6 +98,13 @@ ALIASES: dict[str, ModelAlias] = {
         "tiny-random",
         "~1.6M-param random Qwen2 + local byte-level BPE tokenizer (tests, CI); seed 0",
         _build_tiny, recipe=1, size_hint="~7 MB",
+    ),
+    # the other half of a heterogeneous tiny team (trainer/recipes/tiny_hetero.yaml): another
+    # architecture and another tokenizer (vocabulary, special tokens, chat template) than tiny-random
+    "tiny-random-llama": ModelAlias(
+        "tiny-random-llama",
+        "~0.8M-param random Llama + its own byte-level BPE tokenizer and Llama-3 chat template (tests, CI); seed 0",
+        _build_tiny_llama, recipe=1, size_hint="~4 MB",
     ),
 }
 
