@@ -1,9 +1,8 @@
 """The checkpoint layout that the trainer writes and ``eval`` reads, and checkpoints under URLs.
 
-This lives in the harness (DESIGN: the harness knows nothing of training) because both sides need
-it: ``drmas_trainer.checkpoint`` writes local roots and calls the URL functions here; ``eval``
-reads a checkpoint folder or URL through :func:`local_copy`, :func:`refuse_incomplete` and
-:func:`model_on_nodes`. One layout for a local root and a URL root::
+This lives in the harness (DESIGN: the harness knows nothing of training) because both sides need it:
+``drmas_trainer.checkpoint`` writes local roots and calls the URL functions here; ``eval`` reads a checkpoint
+folder or URL through :func:`local_copy`, :func:`refuse_incomplete` and :func:`model_on_nodes`. One layout::
 
     ROOT/step_K/                a checkpoint: team.yaml, trainer_state.json, models/<wg>/,
                                 optim/<wg>.pt, rng.pt
@@ -532,9 +531,8 @@ def cached_checkpoint(url: str, parts: tuple[str, ...] = EVAL_PARTS, show_progre
 
 def node_copy(url: str, owner: str = "") -> Path:
     """A local copy, on this node, of one part of a checkpoint (a worker group's model folder or
-    optimiser file): ``<drmas cache dir>/checkpoints/parts/<hash of url>``, downloaded afresh.
-    ``owner`` keeps apart the copies that processes of one node read at the same time (the ranks of
-    a sharded worker group: each downloads its own, which no other rank replaces while it reads)."""
+    optimiser file): ``<drmas cache dir>/checkpoints/parts/<hash of url[#owner]>``, downloaded afresh;
+    ``owner`` (a sharded group's rank) gives each reader of one node a copy no other replaces."""
 
     base = cache_dir() / "checkpoints" / "parts" / _cache_key(f"{url}#{owner}" if owner else url)
     dest = base / posixpath.basename(url.rstrip("/"))

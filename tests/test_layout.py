@@ -611,14 +611,11 @@ SUITE_FREE = ("report", "workflows", "models", "split", "runner.py", "run_dir.py
 # the named exceptions: file -> the names it may hold, and why
 SUITE_NAME_EXCEPTIONS = {
     # the trainer's ``data.source: toy`` (the toy suite's generator) and the toy workflow it defaults to
-    "trainer/config.py": {"toy"}, "trainer/prepare.py": {"toy"},
+    "trainer/config.py": {"toy"}, "trainer/prepare.py": {"toy"}, "trainer/hours.py": {"toy"},
     # "search" there is an env step's kind (``WorkflowSpec.env_step_kinds``: search | empty | answer | end)
     "drmas_bench/report/view_scan.py": {"search"},
 }
-# not yet: the report's effect blocks drawn by their keys (issue 49 item 1 renders any declared block;
-# empty this once it lands)
-SUITE_NAMES_PENDING = {"drmas_bench/report/leaderboard.py": {"math"}, "drmas_bench/report/markdown.py": {"math", "search"},
-                       "drmas_bench/report/sections.py": {"math", "search"}}
+SUITE_NAMES_PENDING: dict[str, set[str]] = {}  # none: the report draws every declared block by its declaration
 
 
 def test_no_suite_workflow_or_agent_is_named_outside_the_suites():
