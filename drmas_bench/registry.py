@@ -36,7 +36,12 @@ T = TypeVar("T")
 _MISSING: Any = object()  # no default given
 
 
-class RegistryError(UserError, ValueError):
+class DeclarationError(UserError, ValueError):
+    """A suite's declaration refused where it is made (a field of the wrong kind, a needed option
+    missing): one line, printed as it is (a ValueError too, for callers that catch those)."""
+
+
+class RegistryError(DeclarationError):
     """A registration refused: a name registered twice, or a registration after the registry froze."""
 
 
