@@ -103,7 +103,7 @@ class Registry(Generic[T]):
         self._check_open(name)
         for key in (name, *aliases):
             old = self._entries.get(key)
-            if key in self._entries and old is not entry:
+            if key in self._entries and old is not entry and not (isinstance(entry, str) and old == entry):
                 raise RegistryError(f"{self.kind} {key!r} registered twice")
         for key in (name, *aliases):
             self._entries[key] = entry
