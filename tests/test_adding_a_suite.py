@@ -1,7 +1,7 @@
 """Adding a suite is one folder: a throwaway suite in a temporary package (found through
 ``$DRMAS_SUITES``, nothing edited anywhere else) with a 3-agent ``plan -> act -> check`` loop, its
 own format rules (tags, actions, verdicts) and a per-episode figure. A real evaluation with the real
-CLI (tiny-random, a fresh interpreter) shows its actions, verdicts and figure in summary.json,
+CLI (tiny-random, a fresh interpreter; the suite imports only ``drmas_bench.suite``) shows its actions, verdicts and figure in summary.json,
 summary.md and the viewer page in real headless Chromium; the real trainer trains it one step with
 the tiny recipe's machinery."""
 
@@ -26,8 +26,7 @@ FILES = {
     "__init__.py": '''"""A throwaway suite: sums, planned, done and checked by three agents."""
 ''',
     "benchmarks.py": '''
-from drmas_bench.tasks.base import Benchmark, Suite, register, register_suite
-from drmas_bench.types import Task
+from drmas_bench.suite import Benchmark, Suite, Task, register, register_suite
 
 register_suite(Suite("tri", workflow="plan_act_check", max_new_tokens=12, family="tri"))
 
@@ -39,7 +38,7 @@ def sums():
 register(Benchmark("tri_sums", "tri", "Throwaway sums", 6, to_task=lambda rec, i, name: None, generate=sums))
 ''',
     "grading.py": '''
-from drmas_bench.grading.families import Family, register_family
+from drmas_bench.suite import Family, register_family
 
 
 def grade(pairs, timeout_s, math_grader):
@@ -51,9 +50,7 @@ register_family("tri", Family(grade))
     "plan_act_check.py": '''
 from collections import Counter
 
-from drmas_bench.records import mean_or_none
-from drmas_bench.workflows.base import Episode, chat, workflow
-from drmas_bench.workflows.rules import FormatRule, format_rule
+from drmas_bench.suite import Episode, FormatRule, chat, format_rule, mean_or_none, workflow
 
 
 def act_kind(text):
