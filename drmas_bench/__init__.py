@@ -1,9 +1,13 @@
 """drmas-bench: evaluate and train teams of LLM agents.
 
-Layout (DESIGN.md): tasks/ (benchmark registry), workflows/ (multi-agent episodes as async code),
-engines/ (hf, openai, sglang), pool/ (who is awake), grading/, metrics.py, pricing.py, store.py,
-api.py (the library entry point: evaluate, EvalConfig), commands/ (the CLI). The trainer lives in ``drmas_trainer``,
-retrieval in ``drmas_retrieval``.
+Layout (docs/architecture.md): suites/ (one folder per suite: benchmarks, workflows, format rules,
+grading family, prompts; found by ``discovery``, outside ones through ``$DRMAS_SUITES`` or the
+``drmas_bench.suites`` entry point), ``suite`` (the one module a suite's author imports),
+``registry`` (the one Registry type), tasks/ (benchmarks: loading and selecting), workflows/ (the
+Episode API, format rules, the protocol every suite shares), engines/ (hf, openai, sglang), pool/
+(who is awake), grading/, metrics.py, pricing.py, run_dir.py (run folders), api.py (the library
+entry point: evaluate, EvalConfig), cli.py and commands/ (the CLI). The trainer lives in
+``drmas_trainer``, retrieval in ``drmas_retrieval``.
 
     from drmas_bench import evaluate, EvalConfig
     summary = evaluate(EvalConfig(model="tiny-random", suite="toy", n=2, limit=3))

@@ -14,6 +14,7 @@ import sys
 from typing import Callable
 
 from drmas_bench import __version__, log, signals
+from drmas_bench.discovery import discover
 from drmas_bench.limits import EXIT_CODE as LIMIT_EXIT_CODE
 from drmas_bench.limits import LimitReached
 from drmas_bench.registry import Registry
@@ -125,6 +126,13 @@ def _cpu_threads_default() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _cpu_threads_default()
+    try:  # the suites, their declarations checked, before any parser or command (`--help` lists their names)
+        discover()
+    except UserError as e:
+        if "--debug" in (sys.argv[1:] if argv is None else argv):
+            raise
+        print(f"drmas-bench: error: {e}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:

@@ -25,16 +25,26 @@ import importlib.util
 import os
 import pkgutil
 import sys
+import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Callable
 
-from drmas_bench.registry import freeze_suite_registries
+from drmas_bench.registry import Registry, freeze_suite_registries
 from drmas_bench.types import UserError
 
 SUITES_ENV = "DRMAS_SUITES"
 ENTRY_POINT_GROUP = "drmas_bench.suites"
 SUITES_DIR = Path(__file__).parent / "suites"
 _found: list[str] = []  # the suite modules imported, in order (filled once per process)
+_done: list[bool] = []  # [True] once every suite is imported and its declarations checked
+
+# What is checked once every suite is in, before any command runs: each a function raising a
+# one-line UserError that names the suite, the file and the field (``where``); lazy entries, so this
+# leaf imports none of the modules that declare them.
+CHECKS: Registry[Callable[[], None]] = Registry("declaration check")
+CHECKS.register("rule names", "drmas_bench.workflows.base:resolve_rule_names")
+CHECKS.register("prompts files", "drmas_bench.workflows.protocol:check_packaged_prompts")
 
 
 def is_path(entry: str) -> bool:
@@ -83,34 +93,99 @@ def _import_folder(entry: str) -> str:
     return name
 
 
+def suite_of(module: str) -> str:
+    """The suite (its module's name, as discovered) that module ``module`` belongs to; else ``module``."""
+    return next((s for s in _found if module == s or module.startswith(s + ".")), module)
+
+
+def where(module: str, file: str | os.PathLike | None, line: int | None = None) -> str:
+    """How an error names a declaration's place: ``suite S: FILE[:LINE]`` (FILE from the suite's folder)."""
+    suite = suite_of(module)
+    top = sys.modules.get(suite)
+    return _place(suite, Path(getattr(top, "__file__", "") or ".").parent, file, line)
+
+
+def _place(suite: str, folder: Path | None, file: str | os.PathLike | None, line: int | None) -> str:
+    path = str(file or "?")
+    if folder is not None:
+        try:
+            path = Path(path).resolve().relative_to(folder.resolve().parent).as_posix()
+        except ValueError:
+            pass
+    return f"suite {suite}: {path}" + (f":{line}" if line else "")
+
+
+def _failed(entry: str, folder: Path | None, e: BaseException) -> UserError:
+    """The one line of a suite module that failed to import: the suite, the innermost line of its own
+    folder the error passed through, and the error (a UserError's own words, else its type and message)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if isinstance(e, SyntaxError) and e.filename:
+        frames.append(traceback.FrameSummary(e.filename, e.lineno or 0, ""))
+    mine = [f for f in frames if folder is not None and Path(f.filename).resolve().is_relative_to(folder)]
+    label = Path(entry).name if is_path(entry) else entry
+    place = _place(label, folder, mine[-1].filename, mine[-1].lineno) if mine else f"suite {label}"
+    what = str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+    return UserError(f"{place}: {what}")
+
+
 def _import_suite(entry: str) -> str:
-    """Import one suite (a module name or a folder path) and every module of its folder; returns its module name.
-    A suite outside this package that cannot be imported is one UserError naming it."""
+    """Import one suite (a module name or a folder path) and every module of its folder; returns its
+    module name. A suite that cannot be imported (missing, or an error while its modules run, a
+    refused declaration among them) is one UserError naming the suite, its file and line."""
     outside = not entry.startswith("drmas_bench.")
     try:
         name = _import_folder(entry) if is_path(entry) else importlib.import_module(entry).__name__
     except ModuleNotFoundError as e:
         if outside and e.name is not None and entry.startswith(e.name):
             raise UserError(f"{SUITES_ENV}: cannot import the suite module {entry!r} ({e})") from None
-        raise
+        raise _failed(entry, _folder_of(entry), e) from e
+    except UserError as e:
+        if str(e).startswith(SUITES_ENV):
+            raise
+        raise _failed(entry, _folder_of(entry), e) from e
+    except Exception as e:
+        raise _failed(entry, _folder_of(entry), e) from e
     module = sys.modules[name]
+    folder = Path(module.__file__ or ".").parent.resolve()
     for sub in sorted(pkgutil.iter_modules(getattr(module, "__path__", [])), key=lambda m: m.name):
-        importlib.import_module(f"{name}.{sub.name}")
+        try:
+            importlib.import_module(f"{name}.{sub.name}")
+        except Exception as e:
+            raise _failed(name, folder, e) from e
     return name
+
+
+def _folder_of(entry: str) -> Path | None:
+    """The folder of suite ``entry`` (a path, or where its module would be found), None if unknown."""
+    if is_path(entry):
+        return Path(entry).expanduser().resolve()
+    try:
+        spec = importlib.util.find_spec(entry)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin).parent.resolve() if spec is not None and spec.origin else None
 
 
 def discover() -> list[str]:
     """Import every suite once (a second call, or one made while the suites import, does nothing),
-    then freeze the registries they fill; returns the suite modules' names."""
+    check what they declare (`CHECKS`), then freeze the registries they fill; returns the suite
+    modules' names. A broken suite is one UserError naming the suite, the file and the field."""
     if _found:
         return list(_found)
     entries = suite_modules()
     _found.extend(entries)  # first: a suite importing a registry that calls discover() must not recurse
     try:
-        names = [_import_suite(entry) for entry in entries]
+        _found[:] = [_import_suite(entry) for entry in entries]
+        for name in CHECKS:
+            CHECKS.get(name)()
     except BaseException:
         _found.clear()
         raise
-    _found[:] = names
+    _done.append(True)
     freeze_suite_registries()
     return list(_found)
+
+
+def discovered() -> bool:
+    """Whether every suite is imported and checked (a declaration made later is checked at once)."""
+    return bool(_done)

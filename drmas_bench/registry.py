@@ -36,7 +36,12 @@ T = TypeVar("T")
 _MISSING: Any = object()  # no default given
 
 
-class RegistryError(UserError, ValueError):
+class DeclarationError(UserError, ValueError):
+    """A suite's declaration refused where it is made (a field of the wrong kind, a needed option
+    missing): one line, printed as it is (a ValueError too, for callers that catch those)."""
+
+
+class RegistryError(DeclarationError):
     """A registration refused: a name registered twice, or a registration after the registry froze."""
 
 
@@ -98,7 +103,7 @@ class Registry(Generic[T]):
         self._check_open(name)
         for key in (name, *aliases):
             old = self._entries.get(key)
-            if key in self._entries and old is not entry:
+            if key in self._entries and old is not entry and not (isinstance(entry, str) and old == entry):
                 raise RegistryError(f"{self.kind} {key!r} registered twice")
         for key in (name, *aliases):
             self._entries[key] = entry

@@ -4,7 +4,7 @@ own format rules (tags, actions, verdicts, a figure of its own, its own word for
 per-episode figure and an effects block with declared figures. A real evaluation with the real CLI
 (tiny-random, a fresh interpreter) shows them, under its own words, in summary.json, summary.md, the
 viewer page (in real headless Chromium), the leaderboard and compare; the real trainer trains it one
-step with the tiny recipe's machinery."""
+step with the tiny recipe's machinery. The suite imports only ``drmas_bench.suite``."""
 
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ FILES = {
     "__init__.py": '''"""A throwaway suite: sums, planned, done and checked by three agents."""
 ''',
     "benchmarks.py": '''
-from drmas_bench.tasks.base import Benchmark, Suite, register, register_suite
-from drmas_bench.types import Task
+from drmas_bench.suite import Benchmark, Suite, Task, register, register_suite
 
 register_suite(Suite("tri", workflow="plan_act_check", max_new_tokens=12, family="tri"))
 
@@ -40,7 +39,7 @@ def sums():
 register(Benchmark("tri_sums", "tri", "Throwaway sums", 6, to_task=lambda rec, i, name: None, generate=sums))
 ''',
     "grading.py": '''
-from drmas_bench.grading.families import Family, register_family
+from drmas_bench.suite import Family, register_family
 
 
 def grade(pairs, timeout_s, math_grader):
@@ -52,10 +51,7 @@ register_family("tri", Family(grade))
     "plan_act_check.py": '''
 from collections import Counter
 
-from drmas_bench.figures import Effects, Figure
-from drmas_bench.records import mean_or_none
-from drmas_bench.workflows.base import Episode, chat, workflow
-from drmas_bench.workflows.rules import FormatRule, format_rule
+from drmas_bench.suite import Effects, Episode, Figure, FormatRule, chat, format_rule, mean_or_none, workflow
 
 
 def act_kind(text):

@@ -552,7 +552,8 @@ DEFERRED_PROJECT_IMPORTS = {
 
 # all of the project that `import drmas_bench.cli` (every `drmas-bench` command, --help included)
 # loads before a command runs
-CLI_IMPORTS = {"drmas_bench", "drmas_bench.cli", "drmas_bench.limits", "drmas_bench.log", "drmas_bench.registry", "drmas_bench.signals",
+CLI_IMPORTS = {"drmas_bench", "drmas_bench.cli", "drmas_bench.discovery", "drmas_bench.limits", "drmas_bench.log",
+               "drmas_bench.registry", "drmas_bench.signals",
                "drmas_bench.types"}
 
 

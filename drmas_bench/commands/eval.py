@@ -11,6 +11,7 @@ from drmas_bench.engines import ENGINES
 from drmas_bench.grading.graders import DEFAULT_GRADER, GRADERS
 from drmas_bench.schema import EVAL_DEFAULTS
 from drmas_bench.tasks.catalog import get_suite, suite_names
+from drmas_bench.workflows import workflow_names
 
 EPILOG = """examples:
   drmas-bench eval --model smollm2-135m-instruct --suite toy --n 4
@@ -73,8 +74,8 @@ def _team_flags(p: argparse.ArgumentParser, skip: tuple[str, ...]) -> None:
     g.add_argument("--engine-args", "--model-args", dest="engine_args", metavar="K=V,...", type=_engine_args,
                    help="engine options for every worker group whose engine has them, e.g. dtype=bfloat16,device=cuda:1 "
                         "or mem_fraction_static=0.7 (values read as YAML; see docs/engines.md); win over a team file's options")
-    g.add_argument("--workflow", help="workflow name (default: the team file's, else the suite's: math_refine, "
-                                      "search_route, toy; single-agent baselines: math_single, search_single)")
+    g.add_argument("--workflow", help="workflow name, one of " + ", ".join(workflow_names()) + " (default: the team "
+                   "file's, else the suite's: " + ", ".join(f"{s} {get_suite(s).workflow}" for s in suite_names()) + ")")
     if "compute_matched" not in skip:
         g.add_argument("--compute-matched", metavar="TEAM_RUN",
                        help="single-agent workflows: give the agent the team run's measured tokens per question "

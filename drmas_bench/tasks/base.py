@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from drmas_bench.registry import Registry
+from drmas_bench.registry import DeclarationError, Registry
 from drmas_bench.types import Task
 
 
@@ -107,11 +107,12 @@ def register_suite(s: Suite) -> Suite:
 def register(b: Benchmark) -> Benchmark:
     """Register benchmark ``b`` of a registered suite; returns it with its suite's family when it names none."""
     if b.suite not in SUITES:
-        raise ValueError(f"benchmark {b.name!r}: unknown suite {b.suite!r}")
+        raise DeclarationError(f"benchmark {b.name!r}: unknown suite {b.suite!r} (register_suite it first; "
+                               f"known: {', '.join(SUITES) or 'none'})")
     if b.split not in SPLITS:
-        raise ValueError(f"benchmark {b.name!r}: unknown split {b.split!r}")
+        raise DeclarationError(f"benchmark {b.name!r}: split: unknown split {b.split!r}; known: {', '.join(SPLITS)}")
     if (b.split == "val") != (b.sampled is not None):
-        raise ValueError(f"benchmark {b.name!r}: a validation set (split val) is the one that declares `sampled`")
+        raise DeclarationError(f"benchmark {b.name!r}: sampled: a validation set (split val) is the one that declares it")
     if not b.family:
         b = replace(b, family=SUITES.get(b.suite).family)
     BENCHMARKS.register(b.name, b)

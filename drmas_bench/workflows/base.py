@@ -23,12 +23,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
 
-from drmas_bench.discovery import discover
+from drmas_bench.discovery import discover, discovered, where
 from drmas_bench.figures import Effects, as_effects, labels_of, rule_labels
 from drmas_bench.records import RecordView
-from drmas_bench.registry import Registry
+from drmas_bench.registry import DeclarationError, Registry
 from drmas_bench.types import Completion, Request, Sampling, SFTExample, Task, Trajectory, Turn, UserError
-from drmas_bench.workflows.rules import FormatRule, Rule, as_rule
+from drmas_bench.workflows.rules import RULES, FormatRule, Rule, as_rule
 
 
 class AgentBackend(Protocol):
@@ -145,19 +145,54 @@ def workflow(name: str, agents: tuple[str, ...], family: str | None = None, need
     after the episode, each with a default), so they are written once, in the signature."""
 
     if (family is None) == (grader is None):
-        raise ValueError(f"workflow {name!r}: name its grading family once (family=...)")
+        raise DeclarationError(f"workflow {name!r}: name its grading family once (family=...)")
     fam: str = family if family is not None else str(grader)
 
     def deco(fn):
         prompts_file = Path(inspect.getfile(fn)).with_name(f"{name}.prompts.yaml") if placeholders else None
-        WORKFLOWS.register(name, WorkflowSpec(name, fn, agents, fam, needs_retriever, signature_defaults(fn),
-                                       {a: as_rule(r) for a, r in (rules or {}).items()}, effects,
+        defaults = signature_defaults(fn)
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+        lacking = [o for o in TEMPLATE_OPTIONS if o not in defaults] if placeholders and not takes_any else []
+        if lacking:
+            raise DeclarationError(f"workflow {name!r}: placeholders= (prompt templates) needs the option(s) "
+                             f"{', '.join(f'{o}=None' for o in lacking)} in its signature (the run passes its templates "
+                             f"and prompt limits as them); its options: {', '.join(defaults) or 'none'}")
+        unknown = sorted(set(rules or {}) - set(agents))
+        if unknown:
+            raise DeclarationError(f"workflow {name!r}: rules.{unknown[0]}: not one of its agents ({', '.join(agents)})")
+        WORKFLOWS.register(name, WorkflowSpec(name, fn, agents, fam, needs_retriever, defaults,
+                                       {a: _rule_of(r) for a, r in (rules or {}).items()}, effects,
                                        dict(placeholders or {}), prompt_limit, sft, round1_answer, env_step_agent,
                                        title or name, dict(labels or {}), prompts_file, env_step_kinds,
                                        record_figures))
         return fn
 
     return deco
+
+
+TEMPLATE_OPTIONS = ("prompts", "protocol")  # what a workflow with prompt templates is passed (protocol.Templates, ProtocolOptions)
+
+
+def _rule_of(rule: Rule) -> Any:
+    """A declared rule as a FormatRule; a registered rule's name not registered yet while the suites
+    are still being discovered stays a name, resolved once they all are (`resolve_rule_names`)."""
+    if isinstance(rule, str) and rule not in RULES and not discovered():
+        return rule
+    return as_rule(rule)
+
+
+def resolve_rule_names() -> None:
+    """Every workflow's rules named by a registered name are the rules (run once every suite is in,
+    `discovery.CHECKS`); an unknown name is one UserError naming the suite, the file and the field."""
+    for name in WORKFLOWS:
+        spec = WORKFLOWS.get(name)
+        for agent, rule in list(spec.rules.items()):
+            if isinstance(rule, str):
+                if rule not in RULES:
+                    place = where(spec.fn.__module__, inspect.getsourcefile(spec.fn), spec.fn.__code__.co_firstlineno)
+                    raise UserError(f"{place}: workflow {name!r}: rules.{agent}: unknown format rule {rule!r}; "
+                                    f"known: {', '.join(RULES) or 'none'}")
+                spec.rules[agent] = RULES.get(rule)
 
 
 def signature_defaults(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -167,7 +202,7 @@ def signature_defaults(fn: Callable[..., Any]) -> dict[str, Any]:
     missing = [p.name for p in params if p.default is inspect.Parameter.empty
                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if missing:
-        raise ValueError(f"workflow {fn.__name__}: option(s) {', '.join(missing)} need a default")
+        raise DeclarationError(f"workflow {fn.__name__}: option(s) {', '.join(missing)} need a default")
     return {p.name: p.default for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 

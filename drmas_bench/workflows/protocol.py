@@ -44,10 +44,11 @@ from typing import Any, Literal, Mapping, Optional, Protocol, Sequence
 import yaml
 from pydantic import Field
 
+from drmas_bench import discovery
 from drmas_bench.engines.prompt import TRUNCATE_SIDES
 from drmas_bench.schema import Schema, parse
 from drmas_bench.types import UserError
-from drmas_bench.workflows.base import find_workflow
+from drmas_bench.workflows.base import find_workflow, registered_workflows
 from drmas_bench.yamlfile import read_yaml
 
 # ------------------------------------------------------------------------------ tags
@@ -157,6 +158,19 @@ PARTS: dict[str, set[str]] = {
 }
 
 
+# which rendering parts a role prompt's placeholder needs: a workflow whose roles may use
+# {{team_context}} renders the context parts, {{history}} the history parts; the others it never reads
+PARTS_OF = {"team_context": ("context_entry", "context_sep", "context_empty"),
+            "history": ("history_entry", "history_sep", "history_empty")}
+
+
+def needed_parts(workflow: str) -> list[str]:
+    """The rendering parts `workflow` uses (`PARTS_OF` the placeholders its role prompts may use):
+    a packaged prompts file must hold these; the others are optional."""
+    allowed = set().union(*(a for a, _ in placeholders(workflow).values())) if placeholders(workflow) else set()
+    return [part for ph, parts in PARTS_OF.items() if ph in allowed for part in parts]
+
+
 def render(template: str, **values: Any) -> str:
     """Substitute ``{{name}}`` placeholders (names already validated at load time)."""
     return _PH.sub(lambda m: str(values[m.group(1)]), template)
@@ -199,10 +213,31 @@ def placeholders(workflow: str) -> dict[str, tuple[set[str], set[str]]]:
 def _packaged(workflow: str) -> Templates:
 
     p = packaged_path(workflow)
-    if not placeholders(workflow) or p is None or not p.is_file():
+    if not placeholders(workflow) or p is None:
         raise UserError(f"workflow {workflow!r} has no prompt templates")
-    d = yaml.safe_load(p.read_text(encoding="utf-8"))
+    if not p.is_file():
+        raise UserError(f"{p.name}: missing: workflow {workflow!r} declares placeholders= (prompt templates), "
+                        f"which it ships beside its module as {p.name}")
+    try:
+        d = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise UserError(f"{p.name}: not YAML ({str(e).splitlines()[0]})") from None
     return _merge(Templates(workflow, "", {}, {}), d, where=p.name, source="packaged", complete=True)
+
+
+def check_packaged_prompts() -> None:
+    """Every registered workflow that declares prompt templates ships its prompts file, with a
+    template for each of its roles and each rendering part it uses (run once every suite is in,
+    `discovery.CHECKS`); else one UserError naming the suite, the file and the field."""
+    for name in registered_workflows():
+        spec = find_workflow(name)
+        if spec is None or not spec.placeholders:
+            continue
+        try:
+            _packaged(name)
+        except UserError as e:
+            what = str(e).removeprefix(f"{spec.prompts_file.name}: ") if spec.prompts_file else str(e)
+            raise UserError(f"{discovery.where(spec.fn.__module__, spec.prompts_file)}: {what}") from None
 
 
 def default_templates(workflow: str) -> Templates:
@@ -253,9 +288,9 @@ def _merge(base: Templates, d: Any, *, where: str, source: str, complete: bool =
         parts[part] = _check(text, PARTS[part], set(), where, f"parts.{part}")
     system = base.system if f.system is None else f.system
     if complete:
-        lacking = [r for r in spec if r not in roles] + [p for p in PARTS if p not in parts]
+        lacking = [f"roles.{r}" for r in spec if r not in roles] + [f"parts.{p}" for p in needed_parts(wf) if p not in parts]
         if lacking:
-            raise UserError(f"{where}: no template for {lacking[0]!r}")
+            raise UserError(f"{where}: {lacking[0]}: no template (workflow {wf} uses it)")
     return Templates(wf, system, roles, parts, source)
 
 

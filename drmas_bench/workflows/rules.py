@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Protocol
 from drmas_bench.discovery import discover
 from drmas_bench.figures import Figure
 from drmas_bench.records import RecordView
-from drmas_bench.registry import Registry
+from drmas_bench.registry import DeclarationError, Registry
 
 Parsed = tuple[str | None, str | None]  # (the action a reply took, the verdict it gave); None: it has none
 
@@ -79,9 +79,32 @@ def registered_rules() -> Registry[FormatRule]:
     return RULES
 
 
+def check_rule(rule: FormatRule) -> FormatRule:
+    """``rule`` when its fields are what they say (a function where a function goes, names as text),
+    else one ValueError naming the rule and the field: a malformed rule is refused where it is
+    declared (when its suite is discovered), not mid-run."""
+    def bad(field_name: str, want: str, got: Any) -> DeclarationError:
+        return DeclarationError(f"FormatRule {rule.name!r}: {field_name}: expected {want}, got {type(got).__name__} {got!r:.60}")
+
+    if not isinstance(rule.name, str) or not rule.name:
+        raise bad("name", "a non-empty string", rule.name)
+    for f in ("reasons", "parse"):
+        if not callable(getattr(rule, f)):
+            raise bad(f, "a function of a reply's text", getattr(rule, f))
+    for f in ("agent_figures", "episode_figures"):
+        if getattr(rule, f) is not None and not callable(getattr(rule, f)):
+            raise bad(f, "a function (or a Folded) or None", getattr(rule, f))
+    if isinstance(rule.reason_names, str) or not all(isinstance(r, str) for r in rule.reason_names):
+        raise bad("reason_names", "a tuple of reason names", rule.reason_names)
+    if not isinstance(rule.labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in rule.labels.items()):
+        raise bad("labels", "a mapping of name -> words", rule.labels)
+    return rule
+
+
 def format_rule(rule: FormatRule) -> FormatRule:
-    """Register ``rule`` under its name (how a workflow may name it); returns it."""
-    RULES.register(rule.name, rule)
+    """Register ``rule`` under its name (how a workflow may name it), its fields checked
+    (`check_rule`); returns it."""
+    RULES.register(check_rule(rule).name, rule)
     return rule
 
 
@@ -92,9 +115,12 @@ def as_rule(rule: Rule) -> FormatRule:
     """A workflow's declared rule as a :class:`FormatRule`: the object itself, a registered name, or a
     bare function ``text -> reasons`` (a rule with nothing else to say, named after the function)."""
     if isinstance(rule, FormatRule):
-        return rule
+        return check_rule(rule)
     if isinstance(rule, str):
         return registered_rules().get(rule)
+    if not callable(rule):
+        raise DeclarationError(f"a rule is a FormatRule, a registered rule's name or a function text -> reasons; "
+                         f"got {type(rule).__name__} {rule!r:.60}")
     return FormatRule(getattr(rule, "__name__", repr(rule)), rule)
 
 
