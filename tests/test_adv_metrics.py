@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import zlib
 from collections import defaultdict
 
 import numpy as np
@@ -193,7 +194,7 @@ KINDS = {"kl": lambda lp, r: lp - r, "k1": lambda lp, r: lp - r, "abs": lambda l
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("ctrl_type", ["fixed", "adaptive"])
 def test_kl_steps_match_the_loop_reference(kind, ctrl_type):
-    rng = random.Random(hash((kind, ctrl_type)) % 1000)
+    rng = random.Random(zlib.crc32(f"{kind}/{ctrl_type}".encode()))  # str hash() differs per process
     ctrl = make_kl_controller(ctrl_type, 0.05, target_kl=0.02, horizon=50)
     beta_ref = 0.05
     for _ in range(4):
@@ -215,7 +216,7 @@ def test_kl_steps_match_the_loop_reference(kind, ctrl_type):
         scores[torch.arange(B), torch.tensor(lengths) - 1] = torch.tensor(score, dtype=torch.float64)
         rewards, current, beta = kl_reward_step(ctrl, scores, torch.tensor(old, dtype=torch.float64),
                                                 torch.tensor(ref, dtype=torch.float64), mask, kind)
-        assert beta == pytest.approx(beta_ref, rel=1e-12)
+        assert beta == pytest.approx(beta_ref, rel=1e-9)  # as ctrl.value below: the KL it updates from agrees to ~1e-10
         assert current == pytest.approx(want_kl, rel=1e-6, abs=1e-12)
         assert rewards.flatten().tolist() == pytest.approx([v for r in want_rewards for v in r], rel=1e-9, abs=1e-12)
         if ctrl_type == "adaptive":

@@ -37,7 +37,9 @@ def test_the_memory_plan_counts_a_frozen_reference_per_full_weight_group_and_non
     for a, b in zip(off.groups, on.groups):
         extra = {k: v for k, v in b.resident.items() if k not in a.resident}
         assert len(extra) == 1 and next(iter(extra)).startswith("reference policy")
-        assert next(iter(extra.values())) in (2 * b.shape.params, 4 * b.shape.params)
+        # bf16 or fp32; sharded like its policy over the recipe's fsdp.ranks GPUs (one GPU's share)
+        ranks = on.ranks
+        assert next(iter(extra.values())) in {-(-w * b.shape.params // ranks) for w in (2, 4)}
     lora_off = _plan("math_qwen3_4b_lora")
     lora_on = _plan("math_qwen3_4b_lora", **{"algo.use_kl_in_reward": True})
     assert [g.resident for g in lora_off.groups] == [g.resident for g in lora_on.groups]
