@@ -101,9 +101,11 @@ def tiny_corpus() -> list[str]:
     return lines
 
 
-def train_tiny_tokenizer(vocab_size: int = 4096) -> Any:
-    """A byte-level BPE ``tokenizers.Tokenizer`` trained on :func:`tiny_corpus` (digits split one by
-    one, ChatML special tokens first: ``<|endoftext|>`` = 0, ``<|im_start|>`` = 1, ``<|im_end|>`` = 2)."""
+def train_tiny_tokenizer(vocab_size: int = 4096, special_tokens: list[str] | None = None,
+                         corpus: list[str] | None = None) -> Any:
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``corpus`` (:func:`tiny_corpus` by
+    default; digits split one by one, the special tokens first: by default ChatML's,
+    ``<|endoftext|>`` = 0, ``<|im_start|>`` = 1, ``<|im_end|>`` = 2)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -112,9 +114,10 @@ def train_tiny_tokenizer(vocab_size: int = 4096) -> Any:
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=TINY_SPECIAL_TOKENS,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2,
+                                  special_tokens=TINY_SPECIAL_TOKENS if special_tokens is None else special_tokens,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(tiny_corpus(), trainer=trainer)
+    tok.train_from_iterator(tiny_corpus() if corpus is None else corpus, trainer=trainer)
     return tok
 
 

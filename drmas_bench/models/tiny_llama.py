@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.models.model_cache import progress
-from drmas_bench.models.tiny import TINY_DEFAULT_SEED, tiny_corpus
+from drmas_bench.models.tiny import TINY_DEFAULT_SEED, tiny_corpus, train_tiny_tokenizer
 
 #: Llama 3's special tokens (their ids here: 0..5, in this order); pad is Llama 3.1's own pad token
 LLAMA_SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
@@ -50,18 +50,7 @@ def llama_corpus() -> list[str]:
 def train_llama_tokenizer(vocab_size: int = LLAMA_VOCAB_SIZE) -> Any:
     """A byte-level BPE ``tokenizers.Tokenizer`` on :func:`llama_corpus` (digits one by one, the
     :data:`LLAMA_SPECIAL_TOKENS` first)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=LLAMA_SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(llama_corpus(), trainer=trainer)
-    return tok
+    return train_tiny_tokenizer(vocab_size, LLAMA_SPECIAL_TOKENS, llama_corpus())
 
 
 def build_tiny_random_llama(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Callable[[str], None] = progress,
