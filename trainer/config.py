@@ -187,6 +187,19 @@ class RolloutConfig(CoercingSchema):
     correction_threshold: Float = Field(2.0, gt=1.0, allow_inf_nan=False,
                                         description="C of the correction: ratios are truncated at C (tis) or "
                                                     "dropped above it (mis); > 1")
+    engines: Literal["auto", "awake", "pooled"] = Field(
+        "auto", description="the worker groups' engines during rollouts: awake (each stays awake and is synced right "
+                            "after its update) | pooled (a pool adopts them per GPU and keeps awake what the memory "
+                            "budget allows, sleeping the least recently used; held asleep during updates; a stale "
+                            "engine is synced when it wakes) | auto (pooled when the budget says not all engines fit "
+                            "on a GPU at once, else awake; docs/trainer.md)")
+    engine_budget_gib: Optional[Float] = Field(
+        None, gt=0, allow_inf_nan=False, description="pooled: GiB per GPU the awake engines may hold together during "
+                                                     "rollouts (null: from the memory plan on CUDA: the GPU less the "
+                                                     "resident states; none on CPU)")
+    engines_awake: Optional[Int] = Field(
+        None, ge=1, description="pooled: the budget as a number of engines per GPU (times the largest engine's "
+                                "footprint), instead of engine_budget_gib")
     max_token_mismatch: Float = RANGES["share"].field(
         0.01, description="stop the run when more than this share of a worker group's rows in one step have "
                           "response ids that do not decode to the text the workflow used, in [0, 1]")
@@ -197,6 +210,12 @@ class RolloutConfig(CoercingSchema):
         from drmas_trainer.rollout_correction import CORRECTIONS  # the registry (imports torch)
 
         return registered(v, list(CORRECTIONS), "rollout correction")
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> "RolloutConfig":
+        if self.engine_budget_gib is not None and self.engines_awake is not None:
+            raise ValueError("give rollout.engine_budget_gib or rollout.engines_awake, not both")
+        return self
 
     @model_validator(mode="after")
     def _correction_needs_recompute(self) -> "RolloutConfig":

@@ -46,6 +46,14 @@ hands the engine a lazy generator of bf16 tensors (``update_weights(..., bucket_
 MiB)`` when the engine takes buckets). The plan of all of it per GPU: ``drmas_trainer.memory``
 (``train --plan``).
 
+**The engine's lifecycle** (``engine_sleep`` / ``engine_wake`` / ``engine_counts``): an update
+marks the engine's weights *stale*; ``engine_wake`` (and ``generate``, which wakes through it)
+syncs a stale engine before it serves, and also one whose sleep dropped weights it cannot restore
+itself (an engine with ``keeps_weights_asleep = False``, e.g. SGLang releasing its weights). So a
+request never meets old weights, whoever woke the engine (the trainer after the update, or the
+rollout pool that adopted it: ``drmas_trainer.rollout_engines``), and every sync, wake, sleep and
+generate call is counted for the step's metrics.
+
 **Precision.** Weights and AdamW state are float32; ``dtype: bfloat16`` runs the forward/backward
 under bf16 autocast and hands the engine bf16 copies (bytes per parameter: ``drmas_trainer.optim``).
 """
@@ -169,6 +177,10 @@ class WorkerGroup(WarmStart):
                                                             "dtype": settings.dtype}, settings.engine_options)
         self.optimizer_steps = 0
         self.skipped_steps = 0
+        self._engine_stale = False  # the policy changed since the engine last got its weights
+        self._engine_lost = False  # the engine's last sleep dropped weights only a sync restores
+        self._engine_lock: asyncio.Lock | None = None  # one wake (and its sync) at a time
+        self.engine_counters = {"syncs": 0, "wakes": 0, "sleeps": 0, "generate_calls": 0}
 
     def _make_optimizer(self, lr: float) -> Any:
         """The group's optimiser per ``optimizer`` / ``optimizer_offload`` (see :func:`make_optimizer`);
@@ -253,10 +265,48 @@ class WorkerGroup(WarmStart):
             await self.sync_weights()
 
     async def generate(self, requests: list[Request]) -> list[Completion]:
-        """Rollouts: the engine's ``generate`` (the harness's TeamRuntime calls this)."""
+        """Rollouts: the engine's ``generate`` (the harness's TeamRuntime calls this); an engine that
+        is asleep or holds stale weights is woken (and synced) first."""
         if self.engine is None:
             await self.start_engine()
+        if self._engine_stale or self._engine_lost or not self.engine.is_awake:
+            await self.engine_wake()
+        self.engine_counters["generate_calls"] += 1
         return await self.engine.generate(requests)
+
+    async def engine_wake(self) -> None:
+        """Wake the engine; sync it first when its weights are stale or were dropped by its sleep."""
+        if self.engine is None:
+            await self.start_engine()
+            return
+        if self._engine_lock is None:
+            self._engine_lock = asyncio.Lock()
+        async with self._engine_lock:
+            if self._engine_stale or self._engine_lost:
+                await self.sync_weights()
+            elif not self.engine.is_awake:
+                await self.engine.wake()
+                self.engine_counters["wakes"] += 1
+
+    async def engine_sleep(self) -> None:
+        """Put the engine to sleep (its weights and KV cache released, per its sleep mode)."""
+        if self.engine is None or not self.engine.is_awake:
+            return
+        if self._engine_lock is None:
+            self._engine_lock = asyncio.Lock()
+        async with self._engine_lock:
+            if not self.engine.is_awake:
+                return
+            await self.engine.sleep()
+            self.engine_counters["sleeps"] += 1
+            if not getattr(self.engine, "keeps_weights_asleep", True):
+                self._engine_lost = True
+
+    async def engine_info(self) -> dict[str, Any]:
+        """``{"awake", "footprint_bytes", "counters"}`` of the engine (what a pool adopting it needs)."""
+        e = self.engine
+        return {"awake": bool(e is not None and e.is_awake), "footprint_bytes": int(e.footprint_bytes()) if e else 0,
+                "counters": dict(self.engine_counters)}
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """The policy's weights by ``state_dict`` name (what ``update_weights`` takes), in the
@@ -276,6 +326,9 @@ class WorkerGroup(WarmStart):
             release_cached_memory(self.device)  # the update's freed blocks go back before the engine wakes
             if not self.engine.is_awake:
                 await self.engine.wake()
+                self.engine_counters["wakes"] += 1
+            self.engine_counters["syncs"] += 1
+            self._engine_stale = self._engine_lost = False
             if self.adapters:  # LoRA: only the adapters move; the engine's base is the frozen one
                 for name, config, tensors in self.adapter_weights():
                     await self.engine.update_adapter(name, config, tensors)
@@ -433,8 +486,8 @@ class WorkerGroup(WarmStart):
         """
         loss = loss or LossSettings()
         t0 = time.perf_counter()
-        if self.settings.sleep_engine and self.engine is not None and self.engine.is_awake:
-            await self.engine.sleep()
+        if self.settings.sleep_engine:
+            await self.engine_sleep()
         rows = [r for r in rows if r.response_ids]
         rng = random.Random(seed)
         acc = Acc()
@@ -450,6 +503,8 @@ class WorkerGroup(WarmStart):
             for chunk in split(order, mini_batches):
                 self._optimizer_step([rows[i] for i in chunk], loss, acc, agent_norms, norms)
         n_ok = self.optimizer_steps - steps0
+        if n_ok:
+            self._engine_stale = True  # the next wake (or generate) syncs the engine
         out: dict[str, Any] = {
             "optimizer_steps": n_ok,
             "skipped_steps": self.skipped_steps - skipped0,
@@ -482,8 +537,8 @@ class WorkerGroup(WarmStart):
         "engine_id", "text_id"} per row], "old_logprob_s"}``: ``position`` is the first response token
         where the engine's ids and the text's re-tokenisation differ."""
         t0 = time.perf_counter()
-        if recompute and self.settings.sleep_engine and self.engine is not None and self.engine.is_awake:
-            await self.engine.sleep()  # the forward's memory, as the update's
+        if recompute and self.settings.sleep_engine:
+            await self.engine_sleep()  # the forward's memory, as the update's
         mismatch = [self._token_mismatch(k, r) for k, r in enumerate(rows)]
         logprobs = self._old_logprobs(rows) if recompute else None
         out = {"logprobs": logprobs, "mismatch": mismatch, "old_logprob_s": time.perf_counter() - t0}

@@ -4,6 +4,12 @@
 A backend (``LocalPool``, ``RayPool``) supplies five coroutines over an opaque *handle* per worker
 group (an engine, an actor): ``_load``, ``_sleep``, ``_wake``, ``_generate``, ``_close_handle``.
 The engines do the sleeping and waking; the pool only decides when.
+
+**Adopted engines** (:class:`Adopted`): an engine someone else created and keeps (the trainer's
+worker groups: the engine lives beside its policy, so weights never travel). The pool schedules it
+like its own, starting from the state it was handed in, and never closes it. **Holding asleep**
+(:meth:`PoolBase.hold_asleep` / :meth:`PoolBase.release`): the trainer's update phase needs the
+engines' memory; held groups are put to sleep and stay asleep until released.
 """
 
 from __future__ import annotations
@@ -35,6 +41,24 @@ class EngineSpec:
     model: str
     options: dict[str, Any] = field(default_factory=dict)
     footprint_hint: int | None = None
+
+
+@dataclass
+class Adopted:
+    """An engine the pool adopts instead of creating it (the adopt hook): the pool wakes, sleeps and
+    serves it under its budget but never closes it (its owner does).
+
+    - ``engine``: anything with ``async generate(requests)``, ``async sleep()``, ``async wake()``
+      (e.g. a trainer worker group's engine seen through ``drmas_trainer.rollout_engines``).
+    - ``footprint``: bytes it occupies awake (what the budget books for it).
+    - ``awake``: its state when adopted.
+    - ``model``: for the pool's stats.
+    """
+
+    engine: Any
+    footprint: int
+    awake: bool = True
+    model: str = ""
 
 
 def specs_from_team(team: Any) -> dict[str, EngineSpec]:
@@ -96,6 +120,8 @@ class _Group:
     sleep_task: asyncio.Task | None = None
     counters: GroupCounters = field(default_factory=GroupCounters)
     model: str = ""
+    adopted: bool = False  # the pool did not create the engine and does not close it
+    held: bool = False  # held asleep (hold_asleep) until released
 
     @property
     def pending(self) -> int:
@@ -188,6 +214,9 @@ class PoolBase:
         for name, spec in groups.items():
             g = _Group(name=name, spec=spec, model=str(getattr(spec, "model", "") or ""))
             g.hint = getattr(spec, "footprint_hint", None)
+            if isinstance(spec, Adopted):  # in place, in the state it was handed over: no load
+                g.adopted, g.handle, g.footprint = True, spec.engine, int(spec.footprint)
+                g.state = AWAKE if spec.awake else ASLEEP
             self._groups[name] = g
         self.meter = MemoryMeter(meter_interval_s)
         self._started = False
@@ -279,6 +308,40 @@ class PoolBase:
                 raise
         return self
 
+    async def hold_asleep(self, groups: list[str] | None = None) -> None:
+        """Hold ``groups`` (default: all) asleep: each is put to sleep once its running round is
+        done, is never woken until :meth:`release`, and its new requests wait. Returns when every
+        one of them is asleep (the memory is free)."""
+        names = list(self._groups) if groups is None else [self._group(n).name for n in groups]
+        for n in names:
+            self._groups[n].held = True
+        self._kick()
+        while True:
+            busy = [t for n in names for t in (self._groups[n].sleep_task, self._groups[n].wake_task)
+                    if t is not None and not t.done()]
+            busy += [t for t in self._rounds if not t.done()] if any(self._groups[n].serving for n in names) else []
+            if not busy:
+                if all(self._groups[n].state == ASLEEP for n in names):
+                    return
+                failed = [n for n in names if not self._groups[n].held]
+                if failed:
+                    raise UserError(f"worker group(s) {', '.join(failed)} could not be put to sleep: "
+                                    + "; ".join(e for e in self._errors if e.split(':')[0] in failed))
+                self._kick()
+                await asyncio.sleep(0)
+                continue
+            await asyncio.gather(*busy, return_exceptions=True)
+
+    def state_of(self, wg: str) -> str:
+        """The pool's view of ``wg``: ``asleep``, ``waking``, ``awake`` or ``sleeping``."""
+        return self._group(wg).state
+
+    def release(self, groups: list[str] | None = None) -> None:
+        """End :meth:`hold_asleep` for ``groups`` (default: all): they wake again on demand."""
+        for n in list(self._groups) if groups is None else groups:
+            self._group(n).held = False
+        self._kick()
+
     async def warm(self, wg: str) -> None:
         """Make sure ``wg`` is loaded and awake now (scheduled like a request, so the budget holds)."""
         await self._submit(self._group(wg), [])
@@ -356,6 +419,9 @@ class PoolBase:
                 if task is not None and not task.done():
                     await asyncio.gather(task, return_exceptions=True)
         for g in self._groups.values():
+            if g.adopted:  # its owner closes it; the pool lets go
+                g.handle = None
+                continue
             if g.handle is not None:
                 try:
                     await self._close_handle(g)
@@ -398,7 +464,7 @@ class PoolBase:
         for g in self._groups.values():
             fp = policy.estimate_footprint(g.footprint, hint=g.hint, largest_known=largest, budget=budget)
             oldest = g.tickets[0].t if g.tickets else float("inf")
-            out.append(GroupState(g.name, fp, g.state, g.serving, g.pending, oldest, g.last_used))
+            out.append(GroupState(g.name, fp, g.state, g.serving, g.pending, oldest, g.last_used, g.held))
         return out
 
     async def _submit(self, g: _Group, requests: list[Request]) -> list[Completion]:
@@ -433,6 +499,12 @@ class PoolBase:
             if isinstance(d, policy.Wait) and d != self._waiting:
                 self._log("wait", d.group)
             self._waiting = d if isinstance(d, policy.Wait) else None
+            if isinstance(d, policy.Sleep):
+                for name in d.groups:
+                    s = self._groups[name]
+                    s.state = SLEEPING
+                    s.sleep_task = asyncio.create_task(self._do_sleep(s))
+                continue
             if not isinstance(d, Serve):
                 return
             self._apply(d)
@@ -484,6 +556,7 @@ class PoolBase:
             g.counters.sleep_s += time.perf_counter() - t0
         except Exception as exc:
             g.state = AWAKE  # still holds its memory
+            g.held = False  # not asked again (hold_asleep reports it)
             self._errors.append(f"{g.name}: sleep failed: {type(exc).__name__}: {exc}")
         finally:
             g.sleep_task = None
