@@ -30,7 +30,9 @@ fit runs instead of running out of memory.
 what stays resident during rollouts: weights, optimiser states, process overhead; each engine booked
 at the plan's figure), else none (CPU: nothing to budget, so auto means awake). The GPUs are the
 groups' Ray GPU ids (groups with the same ids share a pool); in process every group is on one.
-Sharded groups (``fsdp.ranks`` > 1) stay awake: a sync there is a collective of all ranks.
+A sharded group (``fsdp.ranks`` > 1) is one engine to the pool: its handle sleeps and wakes every
+rank's engine at once, so a stale group syncs on all ranks together (the sync is a collective);
+colocated groups (a rank of each on every GPU) share one pool whose budget is one GPU's.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def budget_from_plan(plan: Any) -> Budget:
     by = {m.name: m for m in plan.groups}
     rollout = {p.gpu: p.bytes for p in plan.phases if p.phase == "rollout"}
     room = [plan.gpu_bytes - (rollout[i] - sum(by[n].engine for n in names)) for i, names in enumerate(plan.gpus)]
-    return Budget(bytes=max(1, min(room)), footprints={m.name: int(m.engine) for m in plan.groups},
+    return Budget(bytes=min(room), footprints={m.name: int(m.engine) for m in plan.groups},
                   source=f"memory plan: {fmt_bytes(plan.gpu_bytes)} GPU less the resident states")
 
 
@@ -187,15 +189,13 @@ class RolloutEngines:
         """Decide awake or pooled for these started worker groups and, pooled, adopt their engines
         (held asleep until the first rollout)."""
         requested = cfg.rollout.engines
-        if cfg.fsdp.ranks > 1:
-            if requested == POOLED:
-                raise UserError("rollout.engines: pooled is not available with fsdp.ranks > 1 (a sharded group's "
-                                "sync is a collective of its ranks); use awake or auto")
-            return cls(AWAKE, workers, "sharded worker groups stay awake")
         budget = configured_budget(cfg.rollout)
         if budget is None and requested != AWAKE:
             budget = planned_budget(cfg, plan, use_ray)
         budget = budget or Budget(source="rollout.engines: awake")
+        if budget.bytes is not None and budget.bytes <= 0:
+            raise UserError(f"the rollout budget leaves no room for an engine ({budget.source}: "
+                            f"{fmt_bytes(budget.bytes)}); see `drmas-bench train --plan` for what the GPU holds")
         info = dict(zip(workers, await asyncio.gather(*(w.engine_info() for w in workers.values()))))
         fp = {n: int((budget.footprints or {}).get(n) or info[n]["footprint_bytes"]) for n in workers}
         sets = gpu_sets(infos, use_ray)

@@ -315,22 +315,26 @@ class PoolBase:
         names = list(self._groups) if groups is None else [self._group(n).name for n in groups]
         for n in names:
             self._groups[n].held = True
-        self._kick()
+        kicked = False
         while True:
+            self._kick()
             busy = [t for n in names for t in (self._groups[n].sleep_task, self._groups[n].wake_task)
                     if t is not None and not t.done()]
             busy += [t for t in self._rounds if not t.done()] if any(self._groups[n].serving for n in names) else []
-            if not busy:
-                if all(self._groups[n].state == ASLEEP for n in names):
-                    return
-                failed = [n for n in names if not self._groups[n].held]
-                if failed:
-                    raise UserError(f"worker group(s) {', '.join(failed)} could not be put to sleep: "
-                                    + "; ".join(e for e in self._errors if e.split(':')[0] in failed))
-                self._kick()
-                await asyncio.sleep(0)
+            if busy:
+                await asyncio.gather(*busy, return_exceptions=True)
+                kicked = False
                 continue
-            await asyncio.gather(*busy, return_exceptions=True)
+            if all(self._groups[n].state == ASLEEP for n in names):
+                return
+            failed = [n for n in names if not self._groups[n].held]
+            if failed:
+                raise UserError(f"worker group(s) {', '.join(failed)} could not be put to sleep: "
+                                + "; ".join(e for e in self._errors if e.split(':')[0] in failed))
+            if kicked:  # nothing running and the policy sleeps nothing: a bug, not a wait
+                raise RuntimeError(f"pool: held groups {names} are neither asleep nor going to sleep")
+            kicked = True
+            await asyncio.sleep(0)
 
     def state_of(self, wg: str) -> str:
         """The pool's view of ``wg``: ``asleep``, ``waking``, ``awake`` or ``sleeping``."""
