@@ -11,6 +11,7 @@ import asyncio
 import math
 
 import pytest
+from fake_engines import FakeEngine, Ledger
 
 from drmas_bench.pool import BudgetError, LocalPool, make_pool
 from drmas_bench.pool.policy import (
@@ -29,8 +30,7 @@ from drmas_bench.pool.policy import (
     order,
     to_hold,
 )
-from drmas_bench.types import Completion, Request, Sampling, UserError
-from fake_engines import FakeEngine, Ledger
+from drmas_bench.types import Request, Sampling, UserError
 
 MB = 2**20
 
@@ -434,8 +434,9 @@ def test_a_cancelled_caller_is_not_served():
 
 
 def adopted_pool(ledger, names=("v", "s", "a"), fp=100, keeps=True, **opts):
-    from drmas_bench.pool import Adopted
     from fake_engines import FakeWeightsEngine
+
+    from drmas_bench.pool import Adopted
 
     engines = {n: FakeWeightsEngine(n, fp, ledger, keeps_weights_asleep=keeps) for n in names}  # awake, as handed over
     ledger.budget = None  # adopted awake, over the budget, until held asleep

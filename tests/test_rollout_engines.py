@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fake_engines import FakeWeightsEngine, Ledger
 
 from drmas_bench.types import Request, Sampling, UserError
 from drmas_trainer import metric_names as mn
@@ -38,7 +39,6 @@ from drmas_trainer.rollout_engines import (
 )
 from drmas_trainer.rows import Row
 from drmas_trainer.worker import WorkerGroup
-from fake_engines import FakeWeightsEngine, Ledger
 
 torch.set_num_threads(1)
 SEARCH = ("verifier", "searcher", "answerer")

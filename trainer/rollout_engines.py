@@ -47,6 +47,7 @@ from drmas_bench.pool import Adopted, LocalPool
 from drmas_bench.pool.policy import fmt_bytes
 from drmas_bench.types import Trajectory, UserError
 from drmas_trainer import metric_names
+from drmas_trainer.memory import GIB, memory_plan, model_shape
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def configured_budget(rollout: Any) -> Budget | None:
     if rollout.engines_awake is not None:
         return Budget(models=float(rollout.engines_awake), source=f"rollout.engines_awake {rollout.engines_awake}")
     if rollout.engine_budget_gib is not None:
-        return Budget(bytes=int(rollout.engine_budget_gib * 2**30), source=f"rollout.engine_budget_gib {rollout.engine_budget_gib:g}")
+        return Budget(bytes=int(rollout.engine_budget_gib * GIB), source=f"rollout.engine_budget_gib {rollout.engine_budget_gib:g}")
     return None
 
 
@@ -93,8 +94,6 @@ def planned_budget(cfg: Any, plan: dict[str, Any], use_ray: bool) -> Budget:
 
     if not torch.cuda.is_available():
         return Budget(source="no CUDA device: nothing to budget")
-    from drmas_trainer.memory import GIB, memory_plan, model_shape
-
     gpu_gib = torch.cuda.get_device_properties(0).total_memory / GIB
     try:
         shapes = {n: model_shape(str(g.settings.model)) for n, g in plan.items()}
@@ -200,6 +199,7 @@ class RolloutEngines:
         fp = {n: int((budget.footprints or {}).get(n) or info[n]["footprint_bytes"]) for n in workers}
         sets = gpu_sets(infos, use_ray)
         mode, why = choose(requested, [[fp[n] for n in s] for s in sets], budget)
+        logger.info(f"[train] rollout engines: {mode} ({why})")
         if mode == AWAKE:
             return cls(AWAKE, workers, why)
         pools: dict[str, LocalPool] = {}
@@ -247,10 +247,11 @@ class RolloutEngines:
         got = await asyncio.gather(*(self.workers[n].engine_info() for n in names))
         return {n: dict(i.get("counters", {})) for n, i in zip(names, got)}
 
-    def stats(self) -> dict[str, Any]:
-        """The mode, why, and each pool's counters (``pool.stats()``) for the run's files."""
-        return {"mode": self.mode, "why": self.why,
-                "pools": [p.stats() for p in self._distinct_pools()]}
+    def describe(self) -> dict[str, Any]:
+        """The mode, why, and (pooled) each pool's groups and budget, for ``RUN/workers.json``."""
+        pools = [{"groups": [n for n, q in self.pools.items() if q is p], "budget_bytes": p.budget_bytes,
+                  "budget_models": p.budget_models} for p in self._distinct_pools()]
+        return {"mode": self.mode, "why": self.why, **({"pools": pools} if pools else {})}
 
     async def close(self) -> None:
         """Close the pools (the engines stay with their worker groups, which close them)."""

@@ -176,11 +176,9 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                     + (f", from checkpoint step {found[0]}" if found else ""))
         await start_workers(cfg, plan, resume_from, use_ray, workers)
         infos = await asyncio.gather(*(w.info() for w in workers.values()))
-        engines = await RolloutEngines.start(cfg, workers, infos, plan, bool(use_ray))
-        logger.info(f"[train] rollout engines: {engines.mode} ({engines.why})")
+        engines = await RolloutEngines.start(cfg, workers, infos, plan, bool(use_ray))  # awake or pooled (it logs why)
         (run / "workers.json").write_text(json.dumps({"ray": bool(use_ray), "worker_groups": infos,
-                                                      "rollout_engines": {"mode": engines.mode, "why": engines.why}},
-                                                     indent=1))
+                                                      "rollout_engines": engines.describe()}, indent=1))
         runtime = TeamRuntime(rollout_team(cfg, plan, wf), engines.views(), rollout_sampling(cfg))
 
         # --- step 0: the supervised warm start, saved as the untrained team ---------------------
@@ -191,8 +189,7 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                     f"{cfg.rollout.n} episodes each")
 
         # --- RL iterations ------------------------------------------------------------------------
-        lp = Loop(cfg, plan, wf, runtime, retriever, workers, kl_ctrl=start_kl_controller(cfg, run, int(state["step"])),
-                  engines=engines)
+        lp = Loop(cfg, plan, wf, runtime, retriever, workers, start_kl_controller(cfg, run, int(state["step"])), engines)
         return await rl_loop(lp, run, tasks, state, n_steps, metrics, progress)
     finally:
         if engines is not None:

@@ -46,13 +46,10 @@ hands the engine a lazy generator of bf16 tensors (``update_weights(..., bucket_
 MiB)`` when the engine takes buckets). The plan of all of it per GPU: ``drmas_trainer.memory``
 (``train --plan``).
 
-**The engine's lifecycle** (``engine_sleep`` / ``engine_wake`` / ``engine_counts``): an update
-marks the engine's weights *stale*; ``engine_wake`` (and ``generate``, which wakes through it)
-syncs a stale engine before it serves, and also one whose sleep dropped weights it cannot restore
-itself (an engine with ``keeps_weights_asleep = False``, e.g. SGLang releasing its weights). So a
-request never meets old weights, whoever woke the engine (the trainer after the update, or the
-rollout pool that adopted it: ``drmas_trainer.rollout_engines``), and every sync, wake, sleep and
-generate call is counted for the step's metrics.
+**The engine's lifecycle** (``drmas_trainer.engine_lifecycle``): an update marks the engine's
+weights *stale*; ``generate`` and ``engine_wake`` sync a stale engine before it serves, so a
+request never meets old weights, whoever woke the engine; syncs, wakes, sleeps and generate calls
+are counted for the step's metrics.
 
 **Precision.** Weights and AdamW state are float32; ``dtype: bfloat16`` runs the forward/backward
 under bf16 autocast and hands the engine bf16 copies (bytes per parameter: ``drmas_trainer.optim``).
@@ -95,6 +92,7 @@ from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import Completion, Request, SFTExample, UserError
 from drmas_trainer import lora
 from drmas_trainer.config import AgentConfig
+from drmas_trainer.engine_lifecycle import EngineLifecycle
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.lora import adapter_tensors
 from drmas_trainer.losses import policy_loss
@@ -109,7 +107,7 @@ __all__ = ["SFT_MAX_BAD_IN_A_ROW", "SFT_REPORT_EVERY_S", "LossSettings", "Row", 
 # ----------------------------------------------------------------------------------------- the group
 
 
-class WorkerGroup(WarmStart):
+class WorkerGroup(WarmStart, EngineLifecycle):
     """Policy + optimiser + rollout engine for the agents of one worker group (module docstring).
 
     Args:
@@ -177,10 +175,7 @@ class WorkerGroup(WarmStart):
                                                             "dtype": settings.dtype}, settings.engine_options)
         self.optimizer_steps = 0
         self.skipped_steps = 0
-        self._engine_stale = False  # the policy changed since the engine last got its weights
-        self._engine_lost = False  # the engine's last sleep dropped weights only a sync restores
-        self._engine_lock: asyncio.Lock | None = None  # one wake (and its sync) at a time
-        self.engine_counters = {"syncs": 0, "wakes": 0, "sleeps": 0, "generate_calls": 0}
+        self._init_lifecycle()  # stale / lost flags and the engine counters (engine_lifecycle.py)
 
     def _make_optimizer(self, lr: float) -> Any:
         """The group's optimiser per ``optimizer`` / ``optimizer_offload`` (see :func:`make_optimizer`);
@@ -273,40 +268,6 @@ class WorkerGroup(WarmStart):
             await self.engine_wake()
         self.engine_counters["generate_calls"] += 1
         return await self.engine.generate(requests)
-
-    async def engine_wake(self) -> None:
-        """Wake the engine; sync it first when its weights are stale or were dropped by its sleep."""
-        if self.engine is None:
-            await self.start_engine()
-            return
-        if self._engine_lock is None:
-            self._engine_lock = asyncio.Lock()
-        async with self._engine_lock:
-            if self._engine_stale or self._engine_lost:
-                await self.sync_weights()
-            elif not self.engine.is_awake:
-                await self.engine.wake()
-                self.engine_counters["wakes"] += 1
-
-    async def engine_sleep(self) -> None:
-        """Put the engine to sleep (its weights and KV cache released, per its sleep mode)."""
-        if self.engine is None or not self.engine.is_awake:
-            return
-        if self._engine_lock is None:
-            self._engine_lock = asyncio.Lock()
-        async with self._engine_lock:
-            if not self.engine.is_awake:
-                return
-            await self.engine.sleep()
-            self.engine_counters["sleeps"] += 1
-            if not getattr(self.engine, "keeps_weights_asleep", True):
-                self._engine_lost = True
-
-    async def engine_info(self) -> dict[str, Any]:
-        """``{"awake", "footprint_bytes", "counters"}`` of the engine (what a pool adopting it needs)."""
-        e = self.engine
-        return {"awake": bool(e is not None and e.is_awake), "footprint_bytes": int(e.footprint_bytes()) if e else 0,
-                "counters": dict(self.engine_counters)}
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """The policy's weights by ``state_dict`` name (what ``update_weights`` takes), in the
