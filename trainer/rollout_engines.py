@@ -195,6 +195,10 @@ class RolloutEngines:
         if budget.bytes is not None and budget.bytes <= 0:
             raise UserError(f"the rollout budget leaves no room for an engine ({budget.source}: "
                             f"{fmt_bytes(budget.bytes)}); see `drmas-bench train --plan` for what the GPU holds")
+        if requested == AWAKE or (requested == "auto" and budget.bytes is None and budget.models is None):
+            why = choose(requested, [], budget)[1]
+            logger.info(f"[train] rollout engines: awake ({why})")
+            return cls(AWAKE, workers, why)
         info = dict(zip(workers, await asyncio.gather(*(w.engine_info() for w in workers.values()))))
         fp = {n: int((budget.footprints or {}).get(n) or info[n]["footprint_bytes"]) for n in workers}
         sets = gpu_sets(infos, use_ray)
