@@ -265,7 +265,10 @@ def _train(run, extra: list[str], use_ray: bool = False) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_tiny_recipe_pooled_equals_all_awake(tmp_path):
+def test_tiny_recipe_pooled_in_process_and_on_ray_equals_all_awake(tmp_path):
+    """The micro tiny recipe, 2 steps, three ways: all awake in process (today's layout), pooled in
+    process with one engine awake at a time, pooled on Ray with both groups' actors on one logical
+    GPU (the pool in the driver adopts engines that live in the actors)."""
     awake = _train(tmp_path / "awake", ["rollout.engines=awake"])
     pooled = _train(tmp_path / "pooled", ["rollout.engines_awake=1"])  # auto: two engines, a budget of one: pooled
     _same_run(awake, pooled)
@@ -276,20 +279,16 @@ def test_tiny_recipe_pooled_equals_all_awake(tmp_path):
     info = json.loads((tmp_path / "pooled" / "workers.json").read_text())
     assert info["rollout_engines"]["mode"] == "pooled" and "engines_awake 1" in info["rollout_engines"]["why"]
 
-
-@pytest.mark.slow
-def test_ray_pooled_on_one_logical_gpu_equals_local_all_awake(tmp_path):
     pytest.importorskip("ray")
     from drmas_trainer.ray_workers import init_ray, shutdown_ray
 
-    awake = _train(tmp_path / "awake", ["rollout.engines=awake"])
     assert init_ray(num_cpus=2, num_gpus=1)  # one logical GPU: both groups' actors on it
     try:
-        pooled = _train(tmp_path / "ray", ["rollout.engines_awake=1", "ray.gpus_per_worker=0.5"], use_ray=True)
+        on_ray = _train(tmp_path / "ray", ["rollout.engines_awake=1", "ray.gpus_per_worker=0.5"], use_ray=True)
     finally:
         shutdown_ray()
-    _same_run(awake, pooled)
+    _same_run(awake, on_ray)
     info = json.loads((tmp_path / "ray" / "workers.json").read_text())
     assert info["ray"] is True and info["rollout_engines"]["mode"] == "pooled"
     assert len({tuple(g["ray_gpu_ids"]) for g in info["worker_groups"]}) == 1
-    assert all(r[mn.ENGINE_WAKES] >= 2 for r in pooled) and [r[mn.WEIGHT_SYNCS] for r in pooled] == [0, 2]
+    assert [r[mn.WEIGHT_SYNCS] for r in on_ray] == [0, 2] and all(r[mn.ENGINE_WAKES] >= 2 for r in on_ray)
