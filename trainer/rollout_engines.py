@@ -210,7 +210,8 @@ class RolloutEngines:
         for names in sets:
             pool = LocalPool({n: Adopted(WorkerEngine(workers[n]), fp[n], bool(info[n]["awake"]),
                                          model=str(plan[n].settings.model) if n in plan else "") for n in names},
-                             budget_bytes=budget.bytes, budget_models=budget.models, preload=False)
+                             budget_bytes=budget.bytes, budget_models=budget.models, preload=False,
+                             meter_interval_s=1.0)  # the trainer's memory is measured elsewhere: sample rarely
             await pool.start()
             await pool.hold_asleep()  # the budget holds from here: nothing awake until the first rollout
             pools.update({n: pool for n in names})
