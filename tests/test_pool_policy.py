@@ -1,6 +1,6 @@
 """The pool's dispatch policy (pure) and LocalPool's orchestration of it.
 
-The orchestration tests use ``FakeEngine``, a FAKE engine defined here: it generates nothing real,
+The orchestration tests use ``FakeEngine``, a FAKE engine (tests/fake_engines.py): it generates nothing real,
 it only records wake / sleep / generate events and the bytes it claims to hold, so the tests can
 check WHEN the pool wakes and sleeps engines. Real engines are exercised in test_pool_local.py.
 """
@@ -11,6 +11,7 @@ import asyncio
 import math
 
 import pytest
+from fake_engines import FakeEngine, Ledger
 
 from drmas_bench.pool import BudgetError, LocalPool, make_pool
 from drmas_bench.pool.policy import (
@@ -20,20 +21,22 @@ from drmas_bench.pool.policy import (
     WAKING,
     GroupState,
     Serve,
+    Sleep,
     Wait,
     decide,
     estimate_footprint,
     fmt_bytes,
     make_room,
     order,
+    to_hold,
 )
-from drmas_bench.types import Completion, Request, Sampling, UserError
+from drmas_bench.types import Request, Sampling, UserError
 
 MB = 2**20
 
 
-def G(name, state=ASLEEP, *, fp=100, serving=0, pending=0, oldest=math.inf, last_used=0.0):
-    return GroupState(name, fp, state, serving, pending, oldest, last_used)
+def G(name, state=ASLEEP, *, fp=100, serving=0, pending=0, oldest=math.inf, last_used=0.0, held=False):
+    return GroupState(name, fp, state, serving, pending, oldest, last_used, held)
 
 
 # ---------------------------------------------------------------------------------- policy (pure)
@@ -168,76 +171,26 @@ def test_fmt_and_state_validation():
         GroupState("a", 1, "dozing")
 
 
+def test_held_groups_sleep_first_least_recently_used_first():
+    gs = [G("a", AWAKE, last_used=3.0, held=True), G("b", AWAKE, last_used=1.0, held=True),
+          G("c", pending=5, oldest=0.0)]
+    assert to_hold(gs) == ("b", "a")
+    assert decide(gs, 100) == Sleep(("b", "a"))  # before any request is served
+    # a held group that serves finishes its round; one that is waking or sleeping is left alone
+    gs = [G("a", AWAKE, serving=1, held=True), G("b", WAKING, serving=1, held=True), G("d", SLEEPING, held=True)]
+    assert to_hold(gs) == () and decide(gs, 100) is None
+
+
+def test_held_groups_are_never_woken_and_do_not_block_the_others():
+    gs = [G("h", pending=9, oldest=0.0, held=True), G("x", pending=1, oldest=5.0)]
+    assert [g.name for g in order(gs)] == ["x"]  # the held group's requests wait for the release
+    assert decide(gs, 100) == Serve("x", wake=True)
+    assert decide([G("h", pending=9, oldest=0.0, held=True)], 100) is None
+    released = [G("h", pending=9, oldest=0.0), G("x", pending=1, oldest=5.0)]
+    assert decide(released, 100) == Serve("h", wake=True)
+
+
 # ---------------------------------------------------------------------------------- LocalPool + FakeEngine
-
-
-class Ledger:
-    """What the FAKE engines claim to hold; fails the test if the budget is ever broken."""
-
-    def __init__(self, budget: int | None) -> None:
-        self.budget = budget
-        self.resident = 0
-        self.peak = 0
-        self.events: list[tuple[str, str]] = []
-
-    def take(self, name: str, n: int) -> None:
-        self.resident += n
-        self.peak = max(self.peak, self.resident)
-        assert self.budget is None or self.resident <= self.budget, f"{name} broke the budget: {self.resident}"
-
-
-class FakeEngine:
-    """A FAKE engine for orchestration tests only: no model, completions echo the prompt."""
-
-    name = "fake"
-
-    def __init__(self, model: str, footprint: int, ledger: Ledger, delay: float = 0.005,
-                 gate: asyncio.Event | None = None) -> None:
-        self.model = model
-        self.fp = footprint
-        self.ledger = ledger
-        self.delay = delay
-        self.gate = gate
-        self._awake = True
-        self.calls = 0
-        ledger.take(model, footprint)
-        ledger.events.append(("load", model))
-
-    @property
-    def is_awake(self) -> bool:
-        return self._awake
-
-    def footprint_bytes(self) -> int:
-        return self.fp
-
-    async def generate(self, requests: list[Request]) -> list[Completion]:
-        assert self._awake, f"{self.model} asked to generate while asleep"
-        self.calls += 1
-        self.ledger.events.append(("gen", self.model))
-        if self.gate is not None:
-            await self.gate.wait()
-        await asyncio.sleep(self.delay)
-        self.ledger.events.append(("done", self.model))
-        return [Completion(text=f"{self.model}:{r.messages[-1]['content']}") for r in requests]
-
-    async def sleep(self) -> None:
-        assert self._awake
-        await asyncio.sleep(0.001)
-        self._awake = False
-        self.ledger.resident -= self.fp
-        self.ledger.events.append(("sleep", self.model))
-
-    async def wake(self) -> None:
-        assert not self._awake
-        await asyncio.sleep(0.001)
-        self.ledger.take(self.model, self.fp)
-        self._awake = True
-        self.ledger.events.append(("wake", self.model))
-
-    async def close(self) -> None:
-        if self._awake:
-            self.ledger.resident -= self.fp
-        self._awake = False
 
 
 def req(text: str, agent: str = "a") -> Request:
@@ -476,5 +429,65 @@ def test_a_cancelled_caller_is_not_served():
             await asyncio.sleep(0.02)
             assert ("load", "b") not in ledger.events and pool.stats()["groups"]["b"]["requests"] == 0
         assert tb.cancelled()
+
+    asyncio.run(main())
+
+
+def adopted_pool(ledger, names=("v", "s", "a"), fp=100, keeps=True, **opts):
+    from fake_engines import FakeWeightsEngine
+
+    from drmas_bench.pool import Adopted
+
+    engines = {n: FakeWeightsEngine(n, fp, ledger, keeps_weights_asleep=keeps) for n in names}  # awake, as handed over
+    ledger.budget = None  # adopted awake, over the budget, until held asleep
+    return LocalPool({n: Adopted(e, fp, awake=True, model=n) for n, e in engines.items()}, preload=False, **opts), engines
+
+
+def test_adopted_engines_are_held_asleep_served_in_place_and_not_closed():
+    async def main():
+        ledger = Ledger(budget=None)
+        pool, engines = adopted_pool(ledger, budget_bytes=100)
+        async with pool:
+            assert ledger.resident == 300 and pool.stats()["loads"] == 0  # adopted: nothing loaded
+            await pool.hold_asleep()
+            assert ledger.resident == 0 and all(pool.state_of(n) == ASLEEP for n in engines)
+            ledger.budget, ledger.peak = 100, 0  # from here the ledger fails the test if the pool breaks the budget
+            # requests for held groups wait; the release serves them, one engine awake at a time
+            task = asyncio.ensure_future(asyncio.gather(*(pool.generate(n, [req(str(i), n)]) for i in range(4) for n in "vsa")))
+            await asyncio.sleep(0.05)
+            assert not task.done() and ledger.resident == 0
+            pool.release()
+            outs = await task
+            assert sorted(o[0].text for o in outs)[:2] == ["a|initial|0|0", "a|initial|0|1"]
+            st = pool.stats()
+            assert st["wakes"] >= 3 and st["loads"] == 0 and ledger.peak == 100
+            await pool.hold_asleep(["v", "s", "a"])
+            assert ledger.resident == 0
+        assert all(not e._awake for e in engines.values())
+        assert ("close",) not in ledger.events
+        engines["v"].ledger.budget = None
+        await engines["v"].wake()  # still usable: the pool let go without closing it
+        assert (await engines["v"].generate([req("z", "v")]))[0].text == "v|initial|0|z"
+
+    asyncio.run(main())
+
+
+def test_hold_asleep_waits_for_a_running_round():
+    async def main():
+        ledger = Ledger(budget=None)
+        pool, engines = adopted_pool(ledger, names=("v",))
+        gate = asyncio.Event()
+        engines["v"].gate = gate
+        async with pool:
+            running = asyncio.ensure_future(pool.generate("v", [req("x", "v")]))
+            await asyncio.sleep(0.01)
+            hold = asyncio.ensure_future(pool.hold_asleep())
+            await asyncio.sleep(0.01)
+            assert not hold.done() and engines["v"]._awake  # never slept under a running round
+            gate.set()
+            await hold
+            assert (await running)[0].text == "v|initial|0|x" and not engines["v"]._awake
+            ev = ledger.events
+            assert ev.index(("done", "v")) < ev.index(("sleep", "v"))
 
     asyncio.run(main())

@@ -59,6 +59,9 @@ class FakeScriptedEngine:
         self.is_awake = True
         self.synced = 0
 
+    def footprint_bytes(self) -> int:
+        return 0  # no weights of its own: the rollout keeps it awake (nothing to budget)
+
     def reply(self, req: Request) -> str:
         k = (req.sampling.seed or 0) % 5
         user = req.messages[-1]["content"]

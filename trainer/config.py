@@ -56,6 +56,7 @@ from drmas_bench.types import UserError
 from drmas_bench.workflows import get_workflow, workflow_names
 from drmas_bench.yamlfile import read_yaml
 from drmas_trainer.plan_config import PlanConfig
+from drmas_trainer.rollout_config import DataConfig, RolloutConfig
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 
@@ -155,57 +156,6 @@ WG_SETTINGS = ("model", "lr", "lr_warmup_steps", "weight_decay", "betas", "grad_
                "optimizer_offload", "sync_bucket_mb", "lora")
 #: the WG_SETTINGS that belong to an agent's own adapter in a ``shared_base`` group (may differ per agent)
 ADAPTER_SETTINGS = ("lr", "lr_warmup_steps", "weight_decay", "betas", "grad_clip", "lora")
-
-
-class DataConfig(CoercingSchema):
-    """Where the training prompts come from and in which order."""
-
-    source: str = Field("toy", description='"toy" (generated) | "benchmark:NAME[,NAME]" (registry) | path to a Task .jsonl')
-    size: Int = RANGES["positive_count"].field(1000, description="toy: how many questions to generate")
-    max_operand: Int = Field(9, ge=0, description="toy: operands are 0..max_operand")
-    seed: Int = Field(0, description="toy generation seed and the shuffle seed (epoch e uses seed + e)")
-    shuffle: bool = Field(True, description="reshuffle the prompts every epoch")
-    limit: Optional[Int] = RANGES["limit"].field(None, description="use only the first N tasks of the source")
-    data_dir: Optional[str] = Field(None, description="benchmark files (default $DRMAS_DATA_DIR, else the hub)")
-
-
-class RolloutConfig(CoercingSchema):
-    """How rollouts are sampled (one iteration = prompts_per_step x n trajectories)."""
-
-    prompts_per_step: Int = Field(32, ge=1, description="distinct prompts per iteration (REFERENCE §6: math 32, search 128)")
-    n: Int = Field(8, ge=1, description="rollouts per prompt, the group of the advantage statistics (math 8, search 5)")
-    temperature: Float = RANGES["temperature"].field(
-        1.0, description="sampling temperature of every agent (agents.NAME.sampling overrides), finite and >= 0")
-    top_p: Float = RANGES["top_p"].field(1.0, description="nucleus sampling mass, in (0, 1]")
-    max_new_tokens: Int = RANGES["max_new_tokens"].field(512, description="completion tokens per agent call")
-    concurrency: Int = RANGES["concurrency"].field(1024, description="episodes in flight, >= 1")
-    old_logprobs: Literal["recompute", "engine"] = Field(
-        "recompute", description="the PPO ratio's old log-probs: recompute (a no-grad forward of the trainer's policy "
-                                 "before the step's first update; the default, as verl) | engine (the rollout engine's; "
-                                 "saves that forward, exact only when the engine computes like the trainer)")
-    correction: str = Field("none", description="rollout correction of the engine/trainer gap, per token's policy "
-                                                "gradient: none | tis_token | tis_seq | mis_token | mis_seq (needs "
-                                                "old_logprobs: recompute; docs/trainer.md)")
-    correction_threshold: Float = Field(2.0, gt=1.0, allow_inf_nan=False,
-                                        description="C of the correction: ratios are truncated at C (tis) or "
-                                                    "dropped above it (mis); > 1")
-    max_token_mismatch: Float = RANGES["share"].field(
-        0.01, description="stop the run when more than this share of a worker group's rows in one step have "
-                          "response ids that do not decode to the text the workflow used, in [0, 1]")
-
-    @field_validator("correction")
-    @classmethod
-    def _correction(cls, v: str) -> str:
-        from drmas_trainer.rollout_correction import CORRECTIONS  # the registry (imports torch)
-
-        return registered(v, list(CORRECTIONS), "rollout correction")
-
-    @model_validator(mode="after")
-    def _correction_needs_recompute(self) -> "RolloutConfig":
-        if self.correction != "none" and self.old_logprobs == "engine":
-            raise ValueError(f"correction {self.correction} needs old_logprobs: recompute (with the engine's own "
-                             f"log-probs as the old policy there is no gap left to correct)")
-        return self
 
 
 class KLCtrlConfig(CoercingSchema):

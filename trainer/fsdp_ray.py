@@ -91,6 +91,17 @@ class ShardedRayHandle:
     async def sync_weights(self) -> float:
         return await self._all("sync_weights")
 
+    async def engine_sleep(self) -> None:
+        """Every rank's engine to sleep (the rollout pool's sleep of this group)."""
+        return await self._all("engine_sleep")
+
+    async def engine_wake(self) -> None:
+        """Every rank's engine awake; a stale group syncs on all ranks together (a collective)."""
+        return await self._all("engine_wake")
+
+    async def engine_info(self) -> dict[str, Any]:
+        return await self._all("engine_info")
+
     async def save(self, folder: str, optimizer_path: str | None = None) -> None:
         return await self._all("save", folder, optimizer_path)
 

@@ -44,6 +44,16 @@ REWARD_KL = "actor/reward_kl_penalty"  # mean over rows of the row's mean per-to
 REWARD_KL_COEFF = "actor/reward_kl_penalty_coeff"  # the beta this step's rewards used
 REWARD_KL_COEFF_NEXT = "actor/reward_kl_penalty_coeff_next"  # the controller's beta for the next step (resume reads it)
 TOKEN_MISMATCH = "rollout/token_mismatch"  # rows whose response ids do not decode to the text the workflow used
+# the rollout engines over the step (team, and per worker group under wg/<g>/; drmas_trainer.rollout_engines)
+WEIGHT_SYNCS = "rollout/weight_syncs"  # policy -> engine weight syncs
+ENGINE_WAKES = "rollout/engine_wakes"  # engine wakes from sleep (a sync's own wake included)
+ENGINE_SLEEPS = "rollout/engine_sleeps"  # engine sleeps (weights and KV cache released)
+GENERATE_CALLS = "rollout/generate_calls"  # generate calls the engines served (one per agent call and episode)
+REFERENCE_SYNCS = "rollout/reference_syncs"  # syncs the reference would make for these rollouts: one per batched
+# agent call of its lockstep loop (agent a's k-th call in every episode at once), each waking the engine and syncing
+ENGINES_POOLED = "rollout/engines_pooled"  # 1 when a pool kept the engines under a memory budget, 0 all awake
+ENGINE_COUNTERS = {"syncs": WEIGHT_SYNCS, "wakes": ENGINE_WAKES, "sleeps": ENGINE_SLEEPS,
+                   "generate_calls": GENERATE_CALLS}  # WorkerGroup.engine_counters key -> the record's name
 
 # --- the rollout engine vs the trainer (trainer/rollout_correction.py), team, agent/<a>/ and wg/<g>/ ---------
 ROLLOUT_CORR = "rollout_corr/"  # verl's prefix; the keys below follow it (rollout_corr/kl, ...)

@@ -153,8 +153,9 @@ class WorkerActor:
 class RayWorkerHandle:
     """Controller-side handle of a worker-group actor, with the same async methods as WorkerGroup
     (``generate``, ``update``, ``score_rows``, ``sft``, ``sync_weights``, ``save``, ``load_optimizer``, ``info``,
-    ``start_engine``, ``close``). ``spawn`` asks Ray for the actor; ``ready`` waits for it (with a
-    timeout) and builds the worker group inside it. A failed remote call is a one-line UserError."""
+    ``start_engine``, ``engine_sleep``, ``engine_wake``, ``engine_info``, ``close``). ``spawn`` asks Ray for the
+    actor; ``ready`` waits for it (with a timeout) and builds the worker group inside it. A failed remote call is a
+    one-line UserError."""
 
     def __init__(self, actor: Any, name: str, setup: tuple[tuple, dict] | None = None, gpus: float = 0.0) -> None:
         self.actor = actor
@@ -213,6 +214,15 @@ class RayWorkerHandle:
 
     async def sync_weights(self) -> float:
         return await self._call("sync_weights")
+
+    async def engine_sleep(self) -> None:
+        return await self._call("engine_sleep")
+
+    async def engine_wake(self) -> None:
+        return await self._call("engine_wake")
+
+    async def engine_info(self) -> dict[str, Any]:
+        return await self._call("engine_info")
 
     async def save(self, folder: str, optimizer_path: str | None = None) -> None:
         return await self._call("save", folder, optimizer_path)

@@ -8,7 +8,9 @@ One iteration (``step``)::
 
     prompts   P tasks from the shuffled training set (the data cursor advances by P)
     rollouts  the harness workflow runs n episodes per prompt with the worker groups' engines,
-              recording prompt/response token ids and the engines' log-probs
+              recording prompt/response token ids and the engines' log-probs; the engines stay
+              awake, or a pool keeps awake what the memory budget allows and holds them asleep
+              for the update (rollout.engines; rollout_engines.py)
     old logp  rows split by worker group; each group checks its rows' ids against their text and
               recomputes their log-probs (the "old" policy; rollout.old_logprobs), with
               use_kl_in_reward also the reference policy's (reference_policy.py), then the rollout
@@ -19,7 +21,7 @@ One iteration (``step``)::
               reference's adv_std / adv_norm / adv_diag metrics (adv_metrics.py), and with
               balance_loss_by_agent_freq each row's loss weight (loss_balance.py)
     update    each group runs its PPO/GSPO epochs and mini-batches on its rows
-    sync      each group copies its new weights into its rollout engine
+    sync      each group copies its new weights into its rollout engine (pooled: at its next wake)
     log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed)
     save      every save_every steps: RUN/ckpt/step_K (atomic; see checkpoint.py)
 
@@ -81,6 +83,7 @@ from drmas_trainer.prepare import (
 from drmas_trainer.ray_workers import init_ray, shutdown_ray
 from drmas_trainer.rewards import KLController, kl_reward_step, make_kl_controller, row_scores
 from drmas_trainer.rollout_correction import pad_lists
+from drmas_trainer.rollout_engines import RolloutEngines, engine_metrics, reference_syncs
 from drmas_trainer.runlog import (
     CKPT_CACHE,
     METRICS,
@@ -168,6 +171,7 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
     if use_ray:
         ray_started = init_ray(cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.address, cfg.ray.ship_code)
     workers: dict[str, Any] = {}
+    engines: RolloutEngines | None = None
     try:
         # the start before step 1 takes a minute on a CPU: say what it is doing
         t_start = time.perf_counter()
@@ -176,8 +180,10 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                     + (f", from checkpoint step {found[0]}" if found else ""))
         await start_workers(cfg, plan, resume_from, use_ray, workers)
         infos = await asyncio.gather(*(w.info() for w in workers.values()))
-        (run / "workers.json").write_text(json.dumps({"ray": bool(use_ray), "worker_groups": infos}, indent=1))
-        runtime = TeamRuntime(rollout_team(cfg, plan, wf), workers, rollout_sampling(cfg))
+        engines = await RolloutEngines.start(cfg, workers, infos, plan, bool(use_ray))  # awake or pooled (it logs why)
+        (run / "workers.json").write_text(json.dumps({"ray": bool(use_ray), "worker_groups": infos,
+                                                      "rollout_engines": engines.describe()}, indent=1))
+        runtime = TeamRuntime(rollout_team(cfg, plan, wf), engines.views(), rollout_sampling(cfg))
 
         # --- step 0: the supervised warm start, saved as the untrained team ---------------------
         logger.info(f"[train] worker groups ready in {time.perf_counter() - t_start:.0f} s")
@@ -187,9 +193,11 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                     f"{cfg.rollout.n} episodes each")
 
         # --- RL iterations ------------------------------------------------------------------------
-        lp = Loop(cfg, plan, wf, runtime, retriever, workers, kl_ctrl=start_kl_controller(cfg, run, int(state["step"])))
+        lp = Loop(cfg, plan, wf, runtime, retriever, workers, start_kl_controller(cfg, run, int(state["step"])), engines)
         return await rl_loop(lp, run, tasks, state, n_steps, metrics, progress)
     finally:
+        if engines is not None:
+            await engines.close()
         for w in workers.values():
             try:
                 await w.close()
@@ -322,6 +330,7 @@ class Loop:
     workers: dict[str, Any]
     kl_ctrl: KLController | None = None
     observe: Callable[[dict[str, Any]], None] | None = None
+    engines: RolloutEngines | None = None  # awake or pooled (None: awake)
 
     @property
     def loss(self) -> LossSettings:
@@ -333,9 +342,14 @@ class Loop:
 async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[str, Any]:
     """Steps 2-6 of one iteration on ``batch``; returns the step's record (without the step total)."""
     cfg, names = lp.cfg, list(lp.plan)
-    # 2. rollouts: n episodes per prompt through the harness workflow, with the engines' log-probs
+    engines = lp.engines or RolloutEngines("awake", lp.workers, "")
+    # 2. rollouts: n episodes per prompt through the harness workflow, with the engines' log-probs;
+    #    pooled engines wake under the budget, then are held asleep for steps 3-5
+    counters0 = await engines.counters()
     t0 = time.perf_counter()
+    await engines.before_rollout()
     trajs = await rollout(batch, cfg, lp.runtime, lp.wf, lp.retriever, step=step)
+    await engines.after_rollout()
     timing = {metric_names.TIME_GEN: time.perf_counter() - t0}
     rb = make_rows(trajs, batch, lp.wf.agents)
     by_wg = {wg: [r for r, g in zip(rb["rows"], rb["wg"]) if g == wg] for wg in names}
@@ -371,13 +385,16 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     if lp.observe is not None:
         lp.observe({**rb, "scores": scores, "adv": adv, "updates": updates})
 
-    # 6. sync the rollout engines with the new weights
+    # 6. sync the rollout engines with the new weights (pooled: each at its next wake)
     t0 = time.perf_counter()
-    await asyncio.gather(*(lp.workers[wg].sync_weights() for wg in names))
+    await engines.after_update()
     timing[metric_names.TIME_SYNC] = time.perf_counter() - t0
 
     record = step_metrics(step, cursor, batch, trajs, rb, scores, adv, updates, lp.wf.agents, lp.plan)
     record.update(extra)
+    record.update(engine_metrics(counters0, await engines.counters()))
+    record[metric_names.REFERENCE_SYNCS] = reference_syncs(trajs)
+    record[metric_names.ENGINES_POOLED] = int(engines.mode == "pooled")
     record[metric_names.SKIPPED_STEPS] = sum(u["skipped_steps"] for u in updates.values())
     record.update(timing)
     return record

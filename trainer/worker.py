@@ -46,6 +46,11 @@ hands the engine a lazy generator of bf16 tensors (``update_weights(..., bucket_
 MiB)`` when the engine takes buckets). The plan of all of it per GPU: ``drmas_trainer.memory``
 (``train --plan``).
 
+**The engine's lifecycle** (``drmas_trainer.engine_lifecycle``): an update marks the engine's
+weights *stale*; ``generate`` and ``engine_wake`` sync a stale engine before it serves, so a
+request never meets old weights, whoever woke the engine; syncs, wakes, sleeps and generate calls
+are counted for the step's metrics.
+
 **Precision.** Weights and AdamW state are float32; ``dtype: bfloat16`` runs the forward/backward
 under bf16 autocast and hands the engine bf16 copies (bytes per parameter: ``drmas_trainer.optim``).
 """
@@ -87,6 +92,7 @@ from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import Completion, Request, SFTExample, UserError
 from drmas_trainer import lora
 from drmas_trainer.config import AgentConfig
+from drmas_trainer.engine_lifecycle import EngineLifecycle
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.lora import adapter_tensors
 from drmas_trainer.losses import policy_loss
@@ -101,7 +107,7 @@ __all__ = ["SFT_MAX_BAD_IN_A_ROW", "SFT_REPORT_EVERY_S", "LossSettings", "Row", 
 # ----------------------------------------------------------------------------------------- the group
 
 
-class WorkerGroup(WarmStart):
+class WorkerGroup(WarmStart, EngineLifecycle):
     """Policy + optimiser + rollout engine for the agents of one worker group (module docstring).
 
     Args:
@@ -169,6 +175,7 @@ class WorkerGroup(WarmStart):
                                                             "dtype": settings.dtype}, settings.engine_options)
         self.optimizer_steps = 0
         self.skipped_steps = 0
+        self._init_lifecycle()  # stale / lost flags and the engine counters (engine_lifecycle.py)
 
     def _make_optimizer(self, lr: float) -> Any:
         """The group's optimiser per ``optimizer`` / ``optimizer_offload`` (see :func:`make_optimizer`);
@@ -253,9 +260,13 @@ class WorkerGroup(WarmStart):
             await self.sync_weights()
 
     async def generate(self, requests: list[Request]) -> list[Completion]:
-        """Rollouts: the engine's ``generate`` (the harness's TeamRuntime calls this)."""
+        """Rollouts: the engine's ``generate`` (the harness's TeamRuntime calls this); an engine that
+        is asleep or holds stale weights is woken (and synced) first."""
         if self.engine is None:
             await self.start_engine()
+        if self._engine_stale or self._engine_lost or not self.engine.is_awake:
+            await self.engine_wake()
+        self.engine_counters["generate_calls"] += 1
         return await self.engine.generate(requests)
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
@@ -276,6 +287,9 @@ class WorkerGroup(WarmStart):
             release_cached_memory(self.device)  # the update's freed blocks go back before the engine wakes
             if not self.engine.is_awake:
                 await self.engine.wake()
+                self.engine_counters["wakes"] += 1
+            self.engine_counters["syncs"] += 1
+            self._engine_stale = self._engine_lost = False
             if self.adapters:  # LoRA: only the adapters move; the engine's base is the frozen one
                 for name, config, tensors in self.adapter_weights():
                     await self.engine.update_adapter(name, config, tensors)
@@ -434,8 +448,8 @@ class WorkerGroup(WarmStart):
         """
         loss = loss or LossSettings()
         t0 = time.perf_counter()
-        if self.settings.sleep_engine and self.engine is not None and self.engine.is_awake:
-            await self.engine.sleep()
+        if self.settings.sleep_engine:
+            await self.engine_sleep()
         rows = [r for r in rows if r.response_ids]
         rng = random.Random(seed)
         acc = Acc()
@@ -451,6 +465,8 @@ class WorkerGroup(WarmStart):
             for chunk in split(order, mini_batches):
                 self._optimizer_step([rows[i] for i in chunk], loss, acc, agent_norms, norms)
         n_ok = self.optimizer_steps - steps0
+        if n_ok:
+            self._engine_stale = True  # the next wake (or generate) syncs the engine
         out: dict[str, Any] = {
             "optimizer_steps": n_ok,
             "skipped_steps": self.skipped_steps - skipped0,
@@ -483,8 +499,8 @@ class WorkerGroup(WarmStart):
         "engine_id", "text_id"} per row], "old_logprob_s"}``: ``position`` is the first response token
         where the engine's ids and the text's re-tokenisation differ."""
         t0 = time.perf_counter()
-        if recompute and self.settings.sleep_engine and self.engine is not None and self.engine.is_awake:
-            await self.engine.sleep()  # the forward's memory, as the update's
+        if recompute and self.settings.sleep_engine:
+            await self.engine_sleep()  # the forward's memory, as the update's
         mismatch = [self._token_mismatch(k, r) for k, r in enumerate(rows)]
         logprobs = self._old_logprobs(rows) if recompute else None
         out = {"logprobs": logprobs, "mismatch": mismatch, "old_logprob_s": time.perf_counter() - t0}

@@ -241,8 +241,10 @@ async def _update(engine: Any, pairs: Any, bucket_bytes: int, flush_cache: bool,
 
 
 def _state(engine: Any) -> dict[str, Any]:
-    """What the parent mirrors after every reply: ``is_awake`` and ``footprint_bytes()``."""
-    return {"awake": bool(engine.is_awake), "footprint": int(engine.footprint_bytes())}
+    """What the parent mirrors after every reply: ``is_awake``, ``footprint_bytes()`` and
+    ``keeps_weights_asleep``."""
+    return {"awake": bool(engine.is_awake), "footprint": int(engine.footprint_bytes()),
+            "keeps_weights": bool(getattr(engine, "keeps_weights_asleep", True))}
 
 
 # ---------------------------------------------------------------------- the parent's proxy
@@ -318,6 +320,7 @@ class ChildEngine:
     def _set_state(self, state: dict[str, Any]) -> None:
         self._awake = bool(state["awake"])
         self._footprint = int(state["footprint"])
+        self._keeps_weights = bool(state.get("keeps_weights", True))
 
     def _reader(self) -> None:
         while True:
@@ -387,6 +390,11 @@ class ChildEngine:
     def footprint_bytes(self) -> int:
         """The child engine's footprint as last reported (known from construction on)."""
         return self._footprint
+
+    @property
+    def keeps_weights_asleep(self) -> bool:
+        """Whether the child engine's ``wake`` restores the weights its ``sleep`` released."""
+        return getattr(self, "_keeps_weights", True)
 
     @property
     def pid(self) -> int | None:

@@ -275,6 +275,14 @@ class SGLangEngine(EngineBase):
     def is_awake(self) -> bool:
         return self._awake
 
+    @property
+    def keeps_weights_asleep(self) -> bool:
+        """False when ``sleep`` releases the weights (``release_tags`` None or naming ``weights``):
+        SGLang's memory saver gives the memory back on ``wake`` but not its contents, so the owner
+        must load the weights again (the trainer's worker group syncs on that wake)."""
+        tags = self.options.release_tags
+        return tags is not None and "weights" not in tags
+
     def footprint_bytes(self) -> int:
         """GPU bytes of weights + KV cache pool: measured once SGLang started, estimated before."""
         if not self._footprint and self._estimate is None:

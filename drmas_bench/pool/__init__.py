@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from drmas_bench.pool.base import EngineSpec, PoolBase, PoolEngineView, specs_from_team
+from drmas_bench.pool.base import Adopted, EngineSpec, PoolBase, PoolEngineView, specs_from_team
 from drmas_bench.pool.local import LocalPool
 from drmas_bench.pool.policy import BudgetError
 from drmas_bench.pool.ray_pool import RayPool  # imports ray only when a RayPool is made (cluster.import_ray)
@@ -38,5 +38,5 @@ def make_pool(kind: str, groups: Mapping[str, Any], **options: Any) -> PoolBase:
     return POOLS.get(kind)(groups, **options)
 
 
-__all__ = ["BudgetError", "EngineSpec", "LocalPool", "POOLS", "PoolBase", "PoolEngineView", "RayPool",
+__all__ = ["Adopted", "BudgetError", "EngineSpec", "LocalPool", "POOLS", "PoolBase", "PoolEngineView", "RayPool",
            "make_pool", "specs_from_team"]

@@ -4,6 +4,8 @@
 A backend (``LocalPool``, ``RayPool``) supplies five coroutines over an opaque *handle* per worker
 group (an engine, an actor): ``_load``, ``_sleep``, ``_wake``, ``_generate``, ``_close_handle``.
 The engines do the sleeping and waking; the pool only decides when.
+
+Adopted engines and holding asleep (the trainer's rollouts): ``adopt.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import drmas_bench.pool.policy as policy
+from drmas_bench.pool.adopt import Adopted, HoldAsleep
 from drmas_bench.pool.memory import MemoryMeter, cuda_peak_bytes
 from drmas_bench.pool.policy import ASLEEP, AWAKE, SLEEPING, WAKING, BudgetError, GroupState, Serve
 from drmas_bench.types import Completion, Request, UserError
@@ -96,6 +99,8 @@ class _Group:
     sleep_task: asyncio.Task | None = None
     counters: GroupCounters = field(default_factory=GroupCounters)
     model: str = ""
+    adopted: bool = False  # the pool did not create the engine and does not close it
+    held: bool = False  # held asleep (hold_asleep) until released
 
     @property
     def pending(self) -> int:
@@ -131,7 +136,7 @@ class PoolEngineView:
         return f"PoolEngineView({self.wg!r}, model={self.model!r})"
 
 
-class PoolBase:
+class PoolBase(HoldAsleep):
     """Owns the worker groups of a run and their engines; wakes and sleeps them on demand under a
     memory budget (see ``policy.py`` for the rules).
 
@@ -188,6 +193,9 @@ class PoolBase:
         for name, spec in groups.items():
             g = _Group(name=name, spec=spec, model=str(getattr(spec, "model", "") or ""))
             g.hint = getattr(spec, "footprint_hint", None)
+            if isinstance(spec, Adopted):  # in place, in the state it was handed over: no load
+                g.adopted, g.handle, g.footprint = True, spec.engine, int(spec.footprint)
+                g.state = AWAKE if spec.awake else ASLEEP
             self._groups[name] = g
         self.meter = MemoryMeter(meter_interval_s)
         self._started = False
@@ -356,6 +364,9 @@ class PoolBase:
                 if task is not None and not task.done():
                     await asyncio.gather(task, return_exceptions=True)
         for g in self._groups.values():
+            if g.adopted:  # its owner closes it; the pool lets go
+                g.handle = None
+                continue
             if g.handle is not None:
                 try:
                     await self._close_handle(g)
@@ -398,7 +409,7 @@ class PoolBase:
         for g in self._groups.values():
             fp = policy.estimate_footprint(g.footprint, hint=g.hint, largest_known=largest, budget=budget)
             oldest = g.tickets[0].t if g.tickets else float("inf")
-            out.append(GroupState(g.name, fp, g.state, g.serving, g.pending, oldest, g.last_used))
+            out.append(GroupState(g.name, fp, g.state, g.serving, g.pending, oldest, g.last_used, g.held))
         return out
 
     async def _submit(self, g: _Group, requests: list[Request]) -> list[Completion]:
@@ -433,6 +444,12 @@ class PoolBase:
             if isinstance(d, policy.Wait) and d != self._waiting:
                 self._log("wait", d.group)
             self._waiting = d if isinstance(d, policy.Wait) else None
+            if isinstance(d, policy.Sleep):
+                for name in d.groups:
+                    s = self._groups[name]
+                    s.state = SLEEPING
+                    s.sleep_task = asyncio.create_task(self._do_sleep(s))
+                continue
             if not isinstance(d, Serve):
                 return
             self._apply(d)
@@ -484,6 +501,7 @@ class PoolBase:
             g.counters.sleep_s += time.perf_counter() - t0
         except Exception as exc:
             g.state = AWAKE  # still holds its memory
+            g.held = False  # not asked again (hold_asleep reports it)
             self._errors.append(f"{g.name}: sleep failed: {type(exc).__name__}: {exc}")
         finally:
             g.sleep_task = None

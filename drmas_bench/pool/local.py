@@ -11,7 +11,9 @@ Each value of ``groups`` is an :class:`EngineSpec` (created with ``hosting.host_
 thread when the pool first needs it: in this process, or in a child process of its own for an engine
 with process-wide state such as ``sglang``), a zero-argument factory returning an engine, or an
 engine that already exists (its memory is in use before the pool can budget it: prefer specs or
-factories).
+factories), or :class:`~drmas_bench.pool.base.Adopted` (an engine someone else owns and keeps,
+scheduled in place and never closed by the pool: the trainer's worker groups hand theirs over this
+way, in process or as Ray actors, whose calls are just as asynchronous from here).
 
 Options: those of :class:`~drmas_bench.pool.base.PoolBase` (``budget_bytes``, ``budget_models``,
 ``max_awake``, ``max_wait_s``, ``preload``, ``meter_interval_s``) plus
@@ -30,7 +32,7 @@ import sys
 from typing import Any, Mapping
 
 from drmas_bench.engines import hosting
-from drmas_bench.pool.base import EngineSpec, PoolBase, _Group
+from drmas_bench.pool.base import Adopted, EngineSpec, PoolBase, _Group
 from drmas_bench.types import Completion, Request, UserError
 
 
@@ -48,9 +50,10 @@ class LocalPool(PoolBase):
 
     def __init__(self, groups: Mapping[str, Any], *, trim_host_memory: bool | None = None, **options: Any) -> None:
         for name, spec in groups.items():
-            if not (isinstance(spec, EngineSpec) or callable(spec) or hasattr(spec, "generate")):
+            if not (isinstance(spec, (EngineSpec, Adopted)) or callable(spec) or hasattr(spec, "generate")):
                 raise UserError(
-                    f"worker group {name!r}: expected an EngineSpec, an engine or a factory, got {type(spec).__name__}"
+                    f"worker group {name!r}: expected an EngineSpec, an engine, a factory or Adopted(engine, "
+                    f"footprint), got {type(spec).__name__}"
                 )
         super().__init__(groups, **options)
         for g in self._groups.values():

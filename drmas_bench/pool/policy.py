@@ -17,6 +17,11 @@ The pool (``LocalPool`` / ``RayPool``) keeps, per worker group, a :class:`GroupS
    until a serving engine finishes (strict priority: the head of the queue is never overtaken, so
    it cannot starve behind engines that happen to be awake).
 
+**Held asleep.** A group can be *held* (the trainer's update phase: its memory belongs to the
+update): before anything else, every held group that is awake and idle is put to sleep
+(:class:`Sleep`); a held group is never woken or served, its requests wait for the release, and it
+does not block the groups behind it. A held group that is still serving finishes its round first.
+
 A single engine larger than the whole budget can never be served: :class:`BudgetError` names the
 worker group and both sizes.
 
@@ -68,6 +73,7 @@ class GroupState:
     - ``oldest``: arrival time of its oldest pending request (any monotonic clock;
       ``inf`` when none).
     - ``last_used``: when it last started or finished serving (least recently used = smallest).
+    - ``held``: held asleep (see the module docstring): put to sleep when idle, never woken.
     """
 
     name: str
@@ -77,6 +83,7 @@ class GroupState:
     pending: int = 0
     oldest: float = math.inf
     last_used: float = 0.0
+    held: bool = False
 
     def __post_init__(self) -> None:
         if self.state not in STATES:
@@ -113,7 +120,14 @@ class Wait:
     reason: str
 
 
-Decision = Serve | Wait | None
+@dataclass(frozen=True)
+class Sleep:
+    """Put ``groups`` to sleep now (held groups that are awake and idle), in that order."""
+
+    groups: tuple[str, ...]
+
+
+Decision = Serve | Wait | Sleep | None
 
 
 def fmt_bytes(n: float) -> str:
@@ -150,7 +164,7 @@ def order(groups: Iterable[GroupState], *, now: float | None = None, max_wait_s:
     """Groups with pending requests, best first: most pending, then oldest request, then name.
     With ``max_wait_s`` (and ``now``), groups whose oldest request waited at least that long come
     first, oldest first."""
-    cands = [g for g in groups if g.pending > 0]
+    cands = [g for g in groups if g.pending > 0 and not g.held]
 
     def key(g: GroupState) -> tuple:
         starving = max_wait_s is not None and now is not None and now - g.oldest >= max_wait_s
@@ -184,10 +198,17 @@ def make_room(groups: Sequence[GroupState], need: int, budget: int | None, *, ma
     return tuple(chosen) if _fits(used, count, need, budget, max_awake) else None
 
 
+def to_hold(groups: Iterable[GroupState]) -> tuple[str, ...]:
+    """The held groups to put to sleep now: awake and idle ones, least recently used first (a held
+    group that is serving finishes its round; one that is waking is put to sleep once awake)."""
+    return tuple(g.name for g in sorted((g for g in groups if g.held and g.idle), key=lambda g: (g.last_used, g.name)))
+
+
 def decide(groups: Sequence[GroupState], budget: int | None, *, max_awake: int | None = None,
            now: float | None = None, max_wait_s: float | None = None) -> Decision:
-    """The next step (see the module docstring): :class:`Serve`, :class:`Wait`, or ``None`` when no
-    request is pending. Raises :class:`BudgetError` when the next group can never fit.
+    """The next step (see the module docstring): :class:`Sleep` (held groups first), :class:`Serve`,
+    :class:`Wait`, or ``None`` when no request can be dispatched (none pending, or only held groups'
+    requests). Raises :class:`BudgetError` when the next group can never fit.
 
     - ``budget``: bytes the resident engines may occupy together (``None``: unlimited).
     - ``max_awake``: most engines resident at once (``None``: no limit), e.g. one per GPU when each
@@ -196,6 +217,9 @@ def decide(groups: Sequence[GroupState], budget: int | None, *, max_awake: int |
     """
     if max_awake is not None and max_awake < 1:
         raise ValueError(f"max_awake must be >= 1, got {max_awake}")
+    hold = to_hold(groups)
+    if hold:
+        return Sleep(hold)
     cands = order(groups, now=now, max_wait_s=max_wait_s)
     if not cands:
         return None
