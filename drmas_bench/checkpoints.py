@@ -9,6 +9,7 @@ reads a checkpoint folder or URL through :func:`local_copy`, :func:`refuse_incom
                                 optim/<wg>.pt, rng.pt
     ROOT/step_K/COMPLETE        (:data:`MARKER`) written last: a folder without it is never used
     ROOT/latest                 (:data:`LATEST`) a symlink (local) or a text file ``step_K`` (URL)
+    ROOT/best                   (:data:`BEST`) the same, at the best validation's step (val.keep_best)
 
 Checkpoints under an fsspec URL: ``ckpt_root: s3://bucket/run1`` (or ``gs://``, ``file:///shared/ck``,
 ``memory://ck``, any scheme fsspec knows). The trainer's checkpoint module dispatches here when the
@@ -64,6 +65,7 @@ from drmas_retrieval.locks import file_lock
 
 MARKER = "COMPLETE"
 LATEST = "latest"
+BEST = "best"  # ROOT/best: the step of the best validation (the trainer's val.keep_best)
 STEP_NAME = re.compile(r"^step_(\d+)$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -181,9 +183,9 @@ def clean_partial(root: Location) -> list[Location]:
 
 
 def clear(root: Location) -> None:
-    """``--fresh`` for a named root: remove ``step_*``, ``latest`` and temp entries, nothing else."""
+    """``--fresh`` for a named root: remove ``step_*``, ``latest``, ``best`` and temp entries, nothing else."""
     for name, _ in _entries(root):
-        if name.startswith(".tmp-") or name == LATEST or STEP_NAME.match(name):
+        if name.startswith(".tmp-") or name in (LATEST, BEST) or STEP_NAME.match(name):
             _rm(child(root, name))
 
 
@@ -305,6 +307,20 @@ def commit(tmp: Location, root: Location, step: int) -> Location:
     return final
 
 
+def point(root: Location, name: str, step: int) -> None:
+    """Point ``ROOT/<name>`` (``latest``, ``best``) at the complete checkpoint ``step_K``: a relative
+    symlink renamed over the old one (local root), a text file ``step_K`` (URL root)."""
+    if is_url(root):
+        fs, _ = filesystem(root)
+        fs.pipe_file(filesystem(child(root, name))[1], f"step_{step}\n".encode())
+        return
+    link = Path(root) / f".tmp-{name}-{os.getpid()}"
+    _rm(link)
+    os.symlink(Path(step_dir(root, step)).name, link)
+    os.replace(link, Path(root) / name)
+    _fsync(Path(root))
+
+
 def prune(root: Location, keep_last: int, keep: tuple[int, ...] = (0,)) -> list[Location]:
     """Delete all but the newest ``keep_last`` complete checkpoints (never those in ``keep``); each
     loses its marker first."""
@@ -319,8 +335,8 @@ def prune(root: Location, keep_last: int, keep: tuple[int, ...] = (0,)) -> list[
 
 
 def resolve_latest(url: str) -> str:
-    """``ROOT/latest`` -> ``ROOT/step_K`` (read from the ``latest`` file); other URLs as given."""
-    if posixpath.basename(url.rstrip("/")) != LATEST:
+    """``ROOT/latest`` (or ``ROOT/best``) -> ``ROOT/step_K`` (read from that file); other URLs as given."""
+    if posixpath.basename(url.rstrip("/")) not in (LATEST, BEST):
         return url.rstrip("/")
     fs, path = filesystem(url, "checkpoint")
     try:

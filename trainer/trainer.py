@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import importlib.util
 import json
 import logging
@@ -94,6 +95,7 @@ from drmas_trainer.runlog import (
 )
 from drmas_trainer.saving import local_checkpoint, save_checkpoint
 from drmas_trainer.trackers import check_tracker
+from drmas_trainer.validation import Validator, logged_history
 from drmas_trainer.worker import LossSettings, Row
 
 logger = logging.getLogger(__name__)
@@ -183,7 +185,11 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                     f"{cfg.rollout.n} episodes each")
 
         # --- RL iterations ------------------------------------------------------------------------
-        lp = Loop(cfg, plan, wf, runtime, retriever, workers, kl_ctrl=start_kl_controller(cfg, run, int(state["step"])))
+        lp = Loop(cfg, plan, wf, runtime, retriever, workers, kl_ctrl=start_kl_controller(cfg, run, int(state["step"])),
+                  val=Validator(cfg, run, plan, wf, workers, retriever, logged_history(read_metrics(run))) if cfg.val.active else None)
+        if lp.val is not None and cfg.val.before_train and not found:  # step 0: the team before RL (ckpt/step_0)
+            metrics.write({"step": 0, **await lp.val.validate(0)})
+            await lp.val.keep_best(0, True, None)
         return await rl_loop(lp, run, tasks, state, n_steps, metrics, progress)
     finally:
         for w in workers.values():
@@ -256,17 +262,26 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
         cursor_before, cursor = cursor, cursor + len(batch)
         # 2.-6. rollouts, old log-probs, scores, advantages, updates, sync
         record = await rl_step(lp, batch, step, cursor_before)
+        if lp.val is not None and lp.val.due(step, n_steps):  # validation on the engines as synced (RUN/val/step_N)
+            record.update(await lp.val.validate(step))
         # 7. log
         skipped_total += record[metric_names.SKIPPED_STEPS]
         record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, metric_names.TIME_STEP: time.perf_counter() - t_step})
         metrics.write(record)
         bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
         bar.update(1)
-        # 8. checkpoint
-        if step == n_steps or (cfg.save_every and step % cfg.save_every == 0):
-            await save_checkpoint(run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor, skipped_total=skipped_total)
+        # 8. checkpoint (and with val.keep_best the best validation's, kept beside latest)
+        save = functools.partial(save_checkpoint, run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor,
+                                 skipped_total=skipped_total)
+        saved = step == n_steps or bool(cfg.save_every and step % cfg.save_every == 0)
+        if saved:
+            await save(keep=lp.val.kept() if lp.val else ())
+        if lp.val is not None:
+            await lp.val.keep_best(step, saved, save)
     bar.close()
     summary = summarize(run, n_steps)
+    if lp.val is not None:
+        summary["val_best"] = lp.val.best()
     stuck = never_updated(read_metrics(run), list(lp.plan))
     if stuck:
         raise UserError(f"no optimizer step was applied for worker group(s) {', '.join(stuck)}: every update was "
@@ -313,6 +328,7 @@ class Loop:
     retriever: Any
     workers: dict[str, Any]
     kl_ctrl: KLController | None = None
+    val: Validator | None = None  # validation during training (val.every / val.before_train)
 
     @property
     def loss(self) -> LossSettings:

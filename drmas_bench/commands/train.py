@@ -157,6 +157,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                     ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()))
     logger.info(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
                 f"checkpoints in {root} (latest: {latest_pointer(root)})")
+    best = summary.get("val_best")
+    if best:
+        logger.info(f"[train] best validation: step {best['step']}, {best['metric']} {best['value']:.4g} "
+                    f"({out / best['run']})")
     return 0
 
 
