@@ -28,7 +28,9 @@ nothing is opened or loaded and the run directory is not touched: a mistake leav
 and :func:`run`, which owns every resource of the run and closes it, also on an error or a stop
 signal: the call cache and the retriever (opened first), the run directory (its lock is taken, its
 identity checked: resume or refuse), the pool of engines (behind the call chain, ``calls.py``), then
-:func:`write_summary` writes the summary. Every run records its provenance
+:func:`write_summary` writes the summary. :func:`run_on_engines` is :func:`run` on engines the
+caller already holds and keeps (a trainer validating on its rollout engines: nothing is loaded, copied
+or closed; drmas_trainer.validation). Every run records its provenance
 (``drmas_bench.provenance``, plus data hashes, model identity, grader, prompts hash and workflow
 code hash) under ``provenance:`` in ``config.yaml`` (outside the identity: it never blocks a resume)
 and in ``summary.json`` with start / end time and duration.

@@ -189,7 +189,7 @@ def test_unknown_scheme_or_missing_backend_is_one_line(tmp_path):
 
 
 MICRO = ["sft.steps=0", "rollout.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=4", "data.size=40",
-         "agent_defaults.micro_batch_size=16", "save_every=1"]
+         "agent_defaults.micro_batch_size=16", "save_every=1", "val.before_train=false", "val.every=0"]
 
 
 @pytest.mark.slow

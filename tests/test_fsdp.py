@@ -264,15 +264,16 @@ def test_tiny_trains_with_two_ranks_per_group_resumes_in_one_process_and_evaluat
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     small = ["--set", "sft.steps=30", "--set", "sft.agent_steps={checker: 10}", "--set", "save_every=1",
+             "--set", "val.before_train=false", "--set", "val.every=0",
              "--set", "rollout.prompts_per_step=4", "--no-progress", "--out", str(run)]
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "drmas_bench", *args], env=env, capture_output=True, text=True,
                               timeout=900)
 
-    val = ["--set", "val.every=2", "--set", "val.benchmarks=toy", "--set", "val.limit=8"]  # validation at step 2
+    val = ["--set", "val.every=2", "--set", "val.limit=8", "--set", "val.n=1"]  # validation at step 2
     got = cli("train", "--recipe", "tiny", "--ray", "--set", "ray.num_gpus=2", "--set", "ray.num_cpus=2",
-              "--set", "fsdp.ranks=2", "--steps", "2", *val, *small)
+              "--set", "fsdp.ranks=2", "--steps", "2", *small, *val)
     assert got.returncode == 0, got.stderr[-2000:]
     workers = json.loads((run / "workers.json").read_text())["worker_groups"]
     assert [len(w["ranks"]) for w in workers] == [2, 2] and {w["backend"] for w in workers} == {"gloo"}

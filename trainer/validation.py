@@ -204,3 +204,67 @@ def best_step(history: dict[int, dict[str, Any]], metric: str) -> dict[str, Any]
         raise UserError(f"val.keep_best: no validation logged {metric!r}; logged: {', '.join(dict.fromkeys(names))}")
     step = max(sorted(got), key=lambda s: got[s])
     return {"step": step, "metric": metric, "value": got[step], "run": step_folder(step)}
+
+
+# ----------------------------------------------------------------------------------------- what it costs
+
+
+def planned_steps(cfg: TrainConfig) -> int:
+    """The run's RL steps as the recipe plans them, without loading the training set: ``steps``, or
+    with ``epochs`` ceil(epochs x D / prompts_per_step), D from ``data.size`` (toy), the registry's
+    sizes (``benchmark:NAME``) or the lines of a task file (``data.limit`` applied)."""
+    from drmas_bench.tasks.catalog import get_benchmark
+
+    if cfg.epochs is None:
+        return cfg.steps
+    d = cfg.data
+    if d.source == "toy":
+        size = d.size
+    elif d.source.startswith("benchmark:"):
+        size = sum(get_benchmark(n.strip()).expected_rows for n in d.source.split(":", 1)[1].split(",") if n.strip())
+    else:
+        path = Path(d.source)
+        size = sum(1 for line in path.open(encoding="utf-8") if line.strip()) if path.is_file() else 0
+    if d.limit is not None:
+        size = min(size, d.limit)
+    return max(1, math.ceil(cfg.epochs * size / cfg.rollout.prompts_per_step))
+
+
+def validation_count(val: Any, n_steps: int) -> int:
+    """How many validations a run of ``n_steps`` RL steps makes (before training, every N, the last)."""
+    return int(val.before_train) + sum(1 for s in range(1, n_steps + 1) if due(val, s, n_steps))
+
+
+def validation_cost(cfg: TrainConfig, n_steps: int) -> dict[str, Any] | None:
+    """What validation adds to a run, in episodes (None when it is off): the validations, their
+    questions (``val.limit`` per benchmark, else each benchmark's full size) x ``val.n`` episodes, and
+    that total against the run's training rollouts (steps x prompts_per_step x rollout.n).
+
+    A validation episode costs about a rollout episode's generation (eval's sampling, the same
+    engines) and nothing else (no old log-probs, no update), so ``share_of_rollouts`` is the share
+    it adds to the rollout phase's time. Seconds need a time per episode: the seam for a run-time
+    model (``per_episode_s``), left out where none is given."""
+    from drmas_bench.tasks.catalog import get_benchmark
+
+    v = cfg.val
+    if not v.active:
+        return None
+    questions = sum(min(v.limit, get_benchmark(b).expected_rows) if v.limit else get_benchmark(b).expected_rows
+                    for b in v.benchmarks or [])
+    count = validation_count(v, n_steps)
+    episodes = count * questions * v.n
+    rollouts = n_steps * cfg.rollout.prompts_per_step * cfg.rollout.n
+    return {"validations": count, "questions": questions, "n": v.n, "episodes": episodes,
+            "rollout_episodes": rollouts, "share_of_rollouts": episodes / rollouts if rollouts else math.nan}
+
+
+def format_validation_cost(cost: dict[str, Any] | None, per_episode_s: float | None = None) -> str:
+    """``train --plan``'s lines on validation (empty when it is off)."""
+    if cost is None:
+        return "validation: off (val.every 0, val.before_train false)"
+    line = (f"validation: {cost['validations']} validation(s) x {cost['questions']} questions x {cost['n']} sample(s) = "
+            f"{cost['episodes']:,} episodes, {100 * cost['share_of_rollouts']:.1f} % of the run's "
+            f"{cost['rollout_episodes']:,} rollout episodes (generation only: no log-probs, no update)")
+    if per_episode_s is not None:
+        line += f"; about {cost['episodes'] * per_episode_s / 3600:.2f} h at {per_episode_s:g} s per episode"
+    return line

@@ -181,6 +181,10 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
     plan = memory_plan(cfg, groups, shapes, gpu_gib=args.gpu_memory or DEFAULT_GPU_GIB, use_ray=not args.local,
                        prompt_tokens=args.prompt_tokens, gpus=getattr(args, "gpus", None))
     print(format_plan(plan, cfg.recipe))
+    from drmas_trainer.validation import format_validation_cost, planned_steps, validation_cost
+
+    # validation's share of the run (episodes; seconds once a run-time model gives a time per episode)
+    print(format_validation_cost(validation_cost(cfg, planned_steps(cfg))))
     if not plan.fits:
         pk = plan.peak
         logger.warning(f"plan: does not fit: {pk.phase} on GPU {pk.gpu} needs {pk.bytes / 2**30:.1f} GiB > "
