@@ -44,7 +44,7 @@ def test_due_every_n_steps_and_at_the_last():
 
 def test_config_needs_benchmarks_and_a_validation_metric():
     with pytest.raises(UserError, match="val: validation .* needs benchmarks"):
-        load_config("tiny", {"val.before_train": True})
+        load_config("tiny", {"val.before_train": True, "val.benchmarks": None})
     with pytest.raises(UserError, match="keep_best"):
         load_config("tiny", {"val.every": 2, "val.benchmarks": "toy", "val.keep_best": "critic/score/mean"})
     assert load_config("tiny", {"val.every": 2, "val.benchmarks": "toy,toy"}).val.benchmarks == ["toy", "toy"]

@@ -28,6 +28,7 @@ import yaml
 from drmas_bench.api import EvalConfig, plan, run_on_engines
 from drmas_bench.files import atomic_write
 from drmas_bench.report.runs import load_run
+from drmas_bench.tasks.catalog import get_benchmark
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import WorkflowSpec
 from drmas_trainer import checkpoint as ckpt_io
@@ -213,8 +214,6 @@ def planned_steps(cfg: TrainConfig) -> int:
     """The run's RL steps as the recipe plans them, without loading the training set: ``steps``, or
     with ``epochs`` ceil(epochs x D / prompts_per_step), D from ``data.size`` (toy), the registry's
     sizes (``benchmark:NAME``) or the lines of a task file (``data.limit`` applied)."""
-    from drmas_bench.tasks.catalog import get_benchmark
-
     if cfg.epochs is None:
         return cfg.steps
     d = cfg.data
@@ -244,8 +243,6 @@ def validation_cost(cfg: TrainConfig, n_steps: int) -> dict[str, Any] | None:
     engines) and nothing else (no old log-probs, no update), so ``share_of_rollouts`` is the share
     it adds to the rollout phase's time. Seconds need a time per episode: the seam for a run-time
     model (``per_episode_s``), left out where none is given."""
-    from drmas_bench.tasks.catalog import get_benchmark
-
     v = cfg.val
     if not v.active:
         return None
