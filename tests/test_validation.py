@@ -141,3 +141,12 @@ def test_tiny_validates_like_eval_of_its_checkpoints(tmp_path):
     assert main(["view", str(run / "val" / "step_2"), "--out", str(tmp_path / "v.html")]) == 0
     assert main(["leaderboard", str(run / "val"), "--out", str(tmp_path / "lb")]) == 0  # every validation, a row each
     assert all(f"step_{s}" in (tmp_path / "lb" / "leaderboard.md").read_text() for s in (0, 1, 2))
+
+
+def test_plot_takes_the_validations_of_a_step_log():
+    from drmas_trainer.plot import validation_points
+
+    recs = [{"step": 0, "val/avg@1": 0.3, "val/avg@4": 0.4}, {"step": 1, "critic/score/mean": 0.2},
+            {"step": 2, "val/avg@4": 0.5}, {"step": 3, "val/avg@4": None}]
+    assert validation_points(recs) == ("val/avg@4", [(0, 0.4), (2, 0.5)])
+    assert validation_points([{"step": 1, "critic/score/mean": 0.2}]) is None
