@@ -48,6 +48,8 @@ def test_config_needs_benchmarks_and_a_validation_metric():
     with pytest.raises(UserError, match="keep_best"):
         load_config("tiny", {"val.every": 2, "val.benchmarks": "toy", "val.keep_best": "critic/score/mean"})
     assert load_config("tiny", {"val.every": 2, "val.benchmarks": "toy,toy"}).val.benchmarks == ["toy", "toy"]
+    with pytest.raises(UserError, match="val.benchmarks: .*unknown benchmark 'toyy'"):
+        load_config("tiny", {"val.benchmarks": "toyy"})
 
 
 def test_val_metrics_names_from_a_summary():

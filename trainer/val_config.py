@@ -8,6 +8,8 @@ from typing import Any, Optional
 from pydantic import Field, field_validator, model_validator
 
 from drmas_bench.schema import RANGES, CoercingSchema, Float, Int
+from drmas_bench.tasks.catalog import get_benchmark
+from drmas_bench.types import UserError
 
 
 class ValConfig(CoercingSchema):
@@ -43,6 +45,16 @@ class ValConfig(CoercingSchema):
     @classmethod
     def _names(cls, v: Any) -> Any:
         return [n.strip() for n in v.split(",") if n.strip()] if isinstance(v, str) else v
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _known(cls, v: list[str] | None) -> list[str] | None:
+        for name in v or []:
+            try:
+                get_benchmark(name)
+            except UserError as e:  # named with its key path by the schema
+                raise ValueError(str(e)) from None
+        return v
 
     @field_validator("keep_best")
     @classmethod
