@@ -31,7 +31,9 @@ downloaded, a reference checkpoint merged, an alias built, each into the cache, 
 again, then owns every resource of the run and closes it, also on an error or a stop
 signal: the call cache and the retriever (opened first), the run directory (its lock is taken, its
 identity checked: resume or refuse), the pool of engines (behind the call chain, ``calls.py``), then
-:func:`write_summary` writes the summary. Every run records its provenance
+:func:`write_summary` writes the summary. :func:`run_on_engines` is :func:`run` on engines the
+caller already holds and keeps (a trainer validating on its rollout engines: nothing is loaded, copied
+or closed; drmas_trainer.validation). Every run records its provenance
 (``drmas_bench.provenance``, plus data hashes, model identity, grader, prompts hash and workflow
 code hash) under ``provenance:`` in ``config.yaml`` (outside the identity: it never blocks a resume)
 and in ``summary.json`` with start / end time and duration.
@@ -196,6 +198,47 @@ def run(p: Plan | Pending) -> Summary:
                              hint=f"finished samples are kept in {store.samples_path}") from None
 
 
+async def run_on_engines(p: Plan, engines: dict[str, Any], *, models: dict[str, Any] | None = None,
+                         retriever: Any = None, pool_stats: dict[str, Any] | None = None) -> Summary:
+    """Run plan ``p`` on engines the caller already holds (``{worker group: engine}``, each with
+    ``async generate(requests)``), in the caller's event loop: the same episodes, records, grading
+    and summary as :func:`run`, but nothing is loaded, copied or closed. This is how a trainer
+    validates its policy on its own rollout engines after a weight sync.
+
+    ``models``: what the run's identity records as each worker group's model (the engines' weights
+    are not the plan's model folders; ``None``: the plan's); ``retriever``: an open retriever to use
+    (``None``: the plan's spec is opened here and closed after); ``pool_stats``: summary.json's
+    ``pool`` section. The call cache and spending limits of the plan are not applied (the engines are
+    the caller's)."""
+    if models is not None:
+        p = with_models(p, models)
+    missing = sorted(set(p.team.worker_groups) - set(engines))
+    if missing:
+        raise UserError(f"no engine for worker group(s) {', '.join(missing)}; given: {', '.join(engines) or 'none'}")
+    with contextlib.ExitStack() as opened:
+        if retriever is None and p.retriever_spec:
+            retriever = open_retriever(p.retriever_spec)
+            opened.callback(close_retriever, retriever)
+        store = RunDir(p.out, p.config_doc, fresh=p.cfg.fresh)  # takes RUN/.lock, then writes the identity
+        opened.callback(store.close)
+        try:
+            chain = CallChain(prices=p.prices)
+            runtime = runner.TeamRuntime(p.team, {wg: engines[wg] for wg in p.team.worker_groups}, p.sampling)
+            stats = await run_kept(p, store, runner.eval_run(p, runtime, store, retriever, chain))
+            return write_summary(p, store, stats, pool_stats or {"pool": "engines held by the caller"})
+        except (UserError, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            raise unexpected(e, log=store.log_error(e), hint=f"finished samples are kept in {store.samples_path}") from None
+
+
+def with_models(p: Plan, models: dict[str, Any]) -> Plan:
+    """Plan ``p`` with ``models`` as its identity's and provenance's models (what each worker group runs)."""
+    doc = {**p.config_doc, "identity": {**p.config_doc["identity"], "models": models},
+           "provenance": {**p.provenance, "models": models}}
+    return replace(p, record=replace(p.record, config_doc=doc, provenance=doc["provenance"]))
+
+
 def close_retriever(retriever: Any) -> None:
     """Close an open retriever (an HTTP client's connections, an index's files) if it can be closed."""
     close = getattr(retriever, "close", None)
@@ -328,4 +371,5 @@ def evaluate_compute_matched(cfg: EvalConfig, team_dir: str | Path):
     return final, compute_matched(team_dir, final.run_dir)
 
 
-__all__ = ["EvalConfig", "LimitReached", "Pending", "Plan", "Summary", "prepare", "evaluate", "evaluate_compute_matched", "parse_engine_args", "plan", "run", "write_summary"]
+__all__ = ["EvalConfig", "LimitReached", "Pending", "Plan", "Summary", "prepare", "evaluate", "evaluate_compute_matched",
+           "parse_engine_args", "plan", "run", "run_on_engines", "write_summary"]

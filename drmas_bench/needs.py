@@ -3,7 +3,7 @@
 Two places a configuration names something that may not be here yet (``drmas_bench.preparation``
 has the steps and what planning may read):
 
-- ``--model``: a checkpoint URL (a copy in the cache, ``checkpoints.plan_local_copy``) or a
+- ``--model``: a checkpoint URL (a copy in the cache, ``checkpoint_copies.plan_local_copy``) or a
   reference-trainer checkpoint (merged into a team folder in the cache, ``verl_ckpt.plan_merge``;
   the suite inferred from its agents). :func:`locate` says where the folder the run reads will be
   and which steps fill it.
@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.checkpoints import is_url, plan_local_copy, plan_model_copy
+from drmas_bench.checkpoint_copies import plan_local_copy, plan_model_copy
+from drmas_bench.checkpoints import is_url
 from drmas_bench.engines import traits
 from drmas_bench.models.names import ALIASES, plan_alias
 from drmas_bench.models.verl_ckpt import is_reference_checkpoint, plan_merge

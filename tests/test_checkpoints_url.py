@@ -25,7 +25,7 @@ import pytest
 
 from drmas_bench.types import UserError
 from drmas_trainer import checkpoint as ck
-from drmas_bench import checkpoints
+from drmas_bench import checkpoint_copies, checkpoints
 
 
 @pytest.fixture
@@ -104,23 +104,23 @@ def test_url_layout_marker_last_latest_file_partial_ignored_prune_and_clear(mem_
 def test_fetch_complete_only_and_eval_cache_follows_the_remote_marker(mem_root, tmp_path, monkeypatch):
     monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))
     final = _commit(mem_root, 1, groups=("a", "b"))
-    got = checkpoints.cached_checkpoint(f"{mem_root}/latest")  # latest -> step_1
+    got = checkpoint_copies.cached_checkpoint(f"{mem_root}/latest")  # latest -> step_1
     assert got.parent == tmp_path / "cache" / "checkpoints"
     assert (got / "models" / "b" / "config.json").is_file()
     assert not (got / "optim").exists()  # eval does not read optimiser state: not downloaded
     assert json.loads((got / "trainer_state.json").read_text()) == {"step": 1}
     assert (got / "COMPLETE").read_bytes() == _read(f"{final}/COMPLETE")
     (got / "mine").write_text("kept while the remote is unchanged")
-    assert checkpoints.cached_checkpoint(f"{mem_root}/step_1") == got and (got / "mine").is_file()
+    assert checkpoint_copies.cached_checkpoint(f"{mem_root}/step_1") == got and (got / "mine").is_file()
     # the root reused (--fresh, then a new step_1): a new marker id, downloaded again
     ck.clear(mem_root)
     _commit(mem_root, 1, groups=("a",))
-    again = checkpoints.cached_checkpoint(f"{mem_root}/step_1")
+    again = checkpoint_copies.cached_checkpoint(f"{mem_root}/step_1")
     assert again == got and not (again / "mine").exists() and not (again / "models" / "b").exists()
     # only complete checkpoints are downloaded; nothing is left behind
     _put(f"{mem_root}/step_2/models/a/config.json")
     with pytest.raises(UserError, match="step_2: not a complete checkpoint"):
-        checkpoints.cached_checkpoint(f"{mem_root}/step_2")
+        checkpoint_copies.cached_checkpoint(f"{mem_root}/step_2")
     assert sorted(p.name for p in (tmp_path / "cache" / "checkpoints").iterdir()) == [got.name]
     # an object key that would climb out of the download folder (untrusted data): refused, nothing kept
     _put(f"{mem_root}/step_1/models/a/../../../../evil")
@@ -130,7 +130,7 @@ def test_fetch_complete_only_and_eval_cache_follows_the_remote_marker(mem_root, 
     fs, path = fsspec.core.url_to_fs(mem_root)
     fs.rm(f"{path}/step_1/models/a/../../../../evil")
     # a worker group's part, downloaded on "its node"
-    part = checkpoints.node_copy(f"{mem_root}/step_1/models/a")
+    part = checkpoint_copies.node_copy(f"{mem_root}/step_1/models/a")
     assert part.name == "a" and (part / "model.safetensors").read_bytes() == b"x"
 
 
@@ -175,7 +175,7 @@ def test_unknown_scheme_or_missing_backend_is_one_line(tmp_path):
         with pytest.raises(UserError, match=r"the s3:// filesystem needs the s3fs package \(pip install s3fs\)"):
             ck.resolve_root(tmp_path, "s3://bucket/ck")
     with pytest.raises(UserError, match="no such file; the root holds no finished checkpoint"):
-        checkpoints.cached_checkpoint(f"memory://nothing-{uuid.uuid4().hex[:6]}/latest")
+        checkpoint_copies.cached_checkpoint(f"memory://nothing-{uuid.uuid4().hex[:6]}/latest")
     assert ck.resolve_root(tmp_path / "run", None) == tmp_path / "run" / "ckpt"  # local roots unchanged
     # train --fresh with such a root: refused before the old run is touched
     from drmas_trainer.config import load_config
@@ -189,7 +189,7 @@ def test_unknown_scheme_or_missing_backend_is_one_line(tmp_path):
 
 
 MICRO = ["sft.steps=0", "rollout.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=4", "data.size=40",
-         "agent_defaults.micro_batch_size=16", "save_every=1"]
+         "agent_defaults.micro_batch_size=16", "save_every=1", "val.before_train=false", "val.every=0"]
 
 
 @pytest.mark.slow
@@ -257,12 +257,12 @@ def test_eval_downloads_of_one_checkpoint_take_turns(mem_root, tmp_path, monkeyp
 
     monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))
     _commit(mem_root, 1, groups=("a",))
-    first = checkpoints.cached_checkpoint(f"{mem_root}/step_1")
+    first = checkpoint_copies.cached_checkpoint(f"{mem_root}/step_1")
     inode = first.stat().st_ino
     done: list[Path] = []
     lock = tmp_path / "cache" / "locks" / f"checkpoint-{first.name}.lock"
     with file_lock(lock):  # another process downloading this checkpoint right now
-        t = threading.Thread(target=lambda: done.append(checkpoints.cached_checkpoint(f"{mem_root}/latest")))
+        t = threading.Thread(target=lambda: done.append(checkpoint_copies.cached_checkpoint(f"{mem_root}/latest")))
         t.start()
         t.join(0.5)
         assert t.is_alive() and not done  # waits its turn
@@ -283,7 +283,7 @@ def test_a_node_fetches_one_model_folder_by_url(mem_root, tmp_path, monkeypatch)
     assert (got / "config.json").is_file() and got.parent == tmp_path / "cache" / "checkpoints" / "models"
     assert [d for d in got.parent.iterdir() if d.is_dir()] == [got]  # only the group asked for, not b
     inode = got.stat().st_ino
-    assert checkpoints.cached_model(f"{mem_root}/step_1/models/a/") == got and got.stat().st_ino == inode  # reused
+    assert checkpoint_copies.cached_model(f"{mem_root}/step_1/models/a/") == got and got.stat().st_ino == inode  # reused
     _put(f"{mem_root}/step_2/models/a/config.json")
     with pytest.raises(UserError, match="step_2: not a complete checkpoint"):
         resolve_model(f"{mem_root}/step_2/models/a")
@@ -356,7 +356,7 @@ def test_a_plan_of_a_url_checkpoint_downloads_nothing_and_the_run_fetches_it(tmp
         raise AssertionError("plan() downloaded")
 
     with monkeypatch.context() as m:
-        m.setattr(checkpoints, "_download", no_download)
+        m.setattr(checkpoints, "download", no_download)
         p = plan(cfg)
     assert isinstance(p, Pending) and _files(cache) == ["keep.txt"]
     [step] = p.todo
@@ -401,11 +401,11 @@ def test_a_download_cut_short_resumes_with_the_files_it_lacks(tmp_path, monkeypa
 
     monkeypatch.setattr(fs_cls, "get_file", flaky)
     with pytest.raises(UserError) as e:
-        checkpoints.cached_checkpoint(f"{url}/latest")
+        checkpoint_copies.cached_checkpoint(f"{url}/latest")
     assert "\n" not in str(e.value) and "failed (ConnectionError" in str(e.value) and "run again to resume" in str(e.value)
     first = list(got)
     got.clear()
-    dest = checkpoints.cached_checkpoint(f"{url}/latest")
+    dest = checkpoint_copies.cached_checkpoint(f"{url}/latest")
     assert (dest / "COMPLETE").is_file() and (dest / "models" / "checker" / "config.json").is_file()
     total = len([f for f in (tmp_path / "bucket" / "run1" / "step_1").rglob("*")
                  if f.is_file() and "optim" not in f.parts and f.name != "COMPLETE"])

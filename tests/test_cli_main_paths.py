@@ -36,7 +36,8 @@ def test_train_then_regress_and_eval_its_checkpoint_through_the_cli(tmp_path, ca
     run = tmp_path / "t"
     assert main(["train", "--recipe", "tiny", "--estimator", "drmas", "--steps", "1", "--local", "--no-progress",
                  "--out", str(run), "--set", "sft.steps=2", "--set", "sft.agent_steps={}", "--set", "sft.batch_size=8",
-                 "--set", "rollout.prompts_per_step=1", "--set", "rollout.n=2"]) == 0
+                 "--set", "rollout.prompts_per_step=1", "--set", "rollout.n=2", "--set", "val.before_train=false",
+                 "--set", "val.every=0"]) == 0
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1] and (run / "ckpt" / "latest" / "team.yaml").is_file()
     bands = tmp_path / "bands.json"

@@ -346,7 +346,8 @@ def test_train_tiny_lora_then_eval_its_adapters(tmp_path):
     from drmas_trainer.trainer import train
 
     cfg = load_config("tiny_lora", {"steps": 2, "save_every": 0, "rollout.prompts_per_step": 2, "rollout.n": 2,
-                                    "sft.steps": 30, "sft.agent_steps": {"checker": 10}})
+                                    "sft.steps": 30, "sft.agent_steps": {"checker": 10}, "val.before_train": False,
+                                    "val.every": 0})
     train(cfg, tmp_path / "run", progress=False)
     step = tmp_path / "run" / "ckpt" / "step_2"
     assert (step / "models" / "shared" / "solver" / "adapter_config.json").is_file()

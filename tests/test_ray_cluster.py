@@ -196,7 +196,8 @@ def test_train_two_steps_one_group_per_node_checkpoint_in_root(cluster, tmp_path
     root = tmp_path / "shared-ckpt"
     named = root.as_uri() if kind == "file-url" else str(root)
     sets = ["sft.steps=1", "sft.batch_size=4", "rollout.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=4",
-            "steps=2", "save_every=1", f"ckpt_root={named}", f"ray.address={cluster.address}", "ray.timeout_s=30"]
+            "steps=2", "save_every=1", f"ckpt_root={named}", f"ray.address={cluster.address}", "ray.timeout_s=30",
+            "val.before_train=false", "val.every=0"]
     cfg = load_config("tiny", dict(parse_override(x) for x in sets))
     ray.init(**init_kwargs(cluster.address, stage_packages(tmp_path / "ship")))  # as train attaches, done first
     try:

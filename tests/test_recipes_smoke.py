@@ -46,8 +46,16 @@ def test_every_shipped_recipe_is_covered():
     assert {"math_qwen3_4b", "math_qwen3_4b_shared", "search_qwen2.5_7b"} <= set(RECIPES)
 
 
+@pytest.fixture(scope="module")
+def sampled_dir(data_dir, tmp_path_factory):
+    """The reference's sampled validation sets, built once from the shared data (which stays read-only)."""
+    out = tmp_path_factory.mktemp("sampled")
+    assert main(["data", "prepare", "--sampled", "--data-dir", str(data_dir), "--out", str(out)]) == 0
+    return out
+
+
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_recipe_one_step_then_eval_the_checkpoint(recipe, data_dir, tmp_path):
+def test_recipe_one_step_then_eval_the_checkpoint(recipe, data_dir, sampled_dir, tmp_path):
     from drmas_bench.retrievers import default_spec as _default_retriever_spec
 
     shipped = yaml.safe_load((RECIPES_DIR / f"{recipe}.yaml").read_text())
@@ -61,6 +69,8 @@ def test_recipe_one_step_then_eval_the_checkpoint(recipe, data_dir, tmp_path):
         train_dir = tmp_path / "data"
         write_search_train(data_dir, train_dir, n=2)
         sets.append(f"retriever={_default_retriever_spec(data_dir)}")
+    if shipped.get("val"):  # validated as the reference does: its sampled set, here its first 2 questions
+        sets += [f"val.data={sampled_dir}", "val.limit=2"]
     run = tmp_path / "run"
     argv = ["train", "--recipe", recipe, "--out", str(run), "--steps", "1", "--local", "--no-progress",
             "--data-dir", str(train_dir)]
@@ -69,6 +79,12 @@ def test_recipe_one_step_then_eval_the_checkpoint(recipe, data_dir, tmp_path):
     assert main(argv) == 0
 
     recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    if shipped.get("val"):  # before training (step 0) and at the last step, each a run folder of 2 questions
+        assert [r["step"] for r in recs] == [0, 1] and recs[0]["val/questions"] == recs[1]["val/questions"] == 2
+        assert all((run / "val" / f"step_{k}" / "summary.json").is_file() for k in (0, 1))
+        bench = shipped["val"]["benchmarks"][0]  # logged per data source too, as the reference logs it
+        assert {k.split("/")[1] for k in recs[0] if k.endswith("/test_score")} - {bench}
+        recs = recs[1:]
     assert [r["step"] for r in recs] == [1] and len(recs[0]["tasks"]) == 2
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["data"]["source"] == shipped["data"]["source"]

@@ -320,7 +320,7 @@ class _Relabel:
 
 def _shrunk(**extra):
     o = {"steps": 1, "sft.steps": 0, "sft.agent_steps": {}, "rollout.prompts_per_step": 4, "rollout.n": 4,
-         "algo.mini_batches": 1, "save_every": 0}
+         "algo.mini_batches": 1, "save_every": 0, "val.before_train": False, "val.every": 0}
     o.update(extra)
     return load_config("tiny", o)
 
@@ -439,7 +439,8 @@ def _curves(path) -> list[dict]:
 def test_same_seed_runs_are_identical_and_another_seed_differs(tmp_path):
     from drmas_trainer.trainer import train
 
-    o = {"steps": 2, "sft.steps": 0, "sft.agent_steps": {}, "rollout.prompts_per_step": 3, "rollout.n": 3, "save_every": 0}
+    o = {"steps": 2, "sft.steps": 0, "sft.agent_steps": {}, "rollout.prompts_per_step": 3, "rollout.n": 3, "save_every": 0,
+         "val.before_train": False, "val.every": 0}
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
         train(load_config("tiny", {**o, "seed": seed}), tmp_path / name, use_ray=False, progress=False)
     a, b, c = (_curves(tmp_path / n / "metrics.jsonl") for n in "abc")

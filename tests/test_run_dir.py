@@ -587,7 +587,7 @@ def test_train_stopped_by_sigterm_keeps_its_checkpoints_and_resumes(tmp_path):
     finished kept, and --resume continues to the last step. Four steps: the signal lands when step 1's
     checkpoint is complete, so steps 2 to 4 are the margin for it to land mid-run."""
     micro = ["sft.steps=0", "save_every=1", "rollout.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=6",
-             "data.size=40", "agent_defaults.micro_batch_size=16"]
+             "data.size=40", "agent_defaults.micro_batch_size=16", "val.before_train=false", "val.every=0"]
     cmd = [sys.executable, "-m", "drmas_bench", "train", "--recipe", "tiny", "--out", str(tmp_path / "t"), "--steps", "4",
            "--local", "--no-progress"]
     for s in micro:

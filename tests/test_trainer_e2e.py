@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 # a micro tiny: 2 prompts x 4 rollouts, 6 new tokens, a 3-step warm start
 MICRO = ["sft.steps=3", "sft.batch_size=8", "rollout.prompts_per_step=2", "rollout.n=4",
-         "rollout.max_new_tokens=6", "data.size=40", "agent_defaults.micro_batch_size=16"]
+         "rollout.max_new_tokens=6", "data.size=40", "agent_defaults.micro_batch_size=16",
+         "val.before_train=false", "val.every=0"]  # the recipe's validation: tests/test_validation.py
 
 
 def train_args(out: Path, *extra: str, steps: int = 3, **kw) -> argparse.Namespace:

@@ -14,7 +14,7 @@ from drmas_trainer.config import load_config, plan_worker_groups
 from drmas_trainer.memory import memory_plan, model_shape
 
 # a micro tiny without the warm start: at step 1 the policy is the recipe's model, i.e. the reference
-MICRO = {"sft.steps": 0, "sft.agent_steps": {}, "rollout.prompts_per_step": 2, "rollout.n": 4,
+MICRO = {"sft.steps": 0, "sft.agent_steps": {}, "rollout.prompts_per_step": 2, "rollout.n": 4, "val.before_train": False, "val.every": 0,
          "rollout.max_new_tokens": 6, "data.size": 40, "agent_defaults.micro_batch_size": 16,
          "algo.use_kl_in_reward": True, "algo.kl_penalty": "low_var_kl", "algo.kl_ctrl.type": "adaptive",
          "algo.kl_ctrl.kl_coef": 0.01, "algo.kl_ctrl.target_kl": 0.001, "algo.kl_ctrl.horizon": 50,

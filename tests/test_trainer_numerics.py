@@ -128,7 +128,8 @@ def test_a_run_whose_every_update_was_skipped_exits_non_zero(tmp_path, capsys):
 
     out = tmp_path / "run"
     rc = main(["train", "--recipe", "tiny", "--steps", "1", "--no-progress", "--local", "--out", str(out),
-               "--set", "sft.steps=0", "--set", "sft.agent_steps={}", "--set", "algo.eps=0"])
+               "--set", "sft.steps=0", "--set", "sft.agent_steps={}", "--set", "algo.eps=0", "--set", "val.before_train=false",
+               "--set", "val.every=0"])
     err = capsys.readouterr().err
     assert rc != 0
     line = [x for x in err.splitlines() if "no optimizer step was applied" in x]

@@ -18,9 +18,16 @@ BANDS = REPO / "trainer" / "recipes" / "tiny_bands.json"
 
 
 def write_run(path: Path, n: int = 40, reward=lambda s: 0.40 + 0.005 * s, grad=lambda s, a: 0.5,
-              skipped=lambda s: 0, nan_at: int | None = None) -> Path:
+              skipped=lambda s: 0, nan_at: int | None = None, val=(0.40, 0.55)) -> Path:
+    """A synthetic run: ``n`` steps, and the recipe's validations before step 1 and after step n
+    (``val``: their val/avg@4)."""
     path.mkdir(parents=True, exist_ok=True)
-    lines = []
+
+    def validation(step: int, acc: float) -> dict:
+        return {"val/avg@4": acc, "val/agent/solver/valid/mean": 1.0, "val/agent/checker/valid/mean": 1.0,
+                "val/run": f"val/step_{step}"}
+
+    lines = [json.dumps({"step": 0, **validation(0, val[0])})]
     for s in range(1, n + 1):
         r = {"step": s, "data_cursor": 8 * (s - 1), "critic/score/mean": reward(s), "critic/rewards/mean": reward(s) - 0.01,
              "actor/loss": -0.01, "actor/ppo_kl": 0.0, "actor/entropy": 0.2, "agent/solver/valid/mean": 0.98, "agent/checker/valid/mean": 0.85,
@@ -33,6 +40,8 @@ def write_run(path: Path, n: int = 40, reward=lambda s: 0.40 + 0.005 * s, grad=l
         if nan_at == s:
             r["actor/loss"] = float("nan")
             r["agent/solver/actor/grad_norm"] = float("nan")
+        if s == n:
+            r.update(validation(s, val[1]))
         lines.append(json.dumps(r))
     (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return path
@@ -54,6 +63,7 @@ def test_good_run_passes(tmp_path):
     (dict(grad=lambda s, a: 80.0 if (s == 30 and a == "checker") else 0.5), "agent/checker/actor/grad_norm max = 80"),
     (dict(skipped=lambda s: 1 if s == 5 else 0), "skipped"),
     (dict(n=12), "ran every step"),
+    (dict(val=(0.40, 0.40)), "held-out accuracy at the end"),  # learns the training questions, not held-out ones
 ])
 def test_bad_runs_fail_with_one_line_per_band(tmp_path, kwargs, needle):
     failures, lines = check_run(write_run(tmp_path / "bad", **kwargs), BANDS)

@@ -44,6 +44,7 @@ from typing import Any, Iterator
 import torch
 
 from drmas_bench.checkpoints import (  # noqa: F401  (the layout's one home; the trainer's modules import it from here)
+    BEST,
     LATEST,
     MARKER,
     STEP_NAME,
@@ -62,6 +63,7 @@ from drmas_bench.checkpoints import (  # noqa: F401  (the layout's one home; the
     latest_checkpoint,
     latest_pointer,
     missing_groups,
+    point,
     prune,
     step_dir,
     upload,

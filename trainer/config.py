@@ -57,6 +57,7 @@ from drmas_bench.workflows import get_workflow, workflow_names
 from drmas_bench.yamlfile import read_yaml
 from drmas_trainer.plan_config import PlanConfig
 from drmas_trainer.rollout_config import DataConfig, RolloutConfig
+from drmas_trainer.val_config import ValConfig
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 
@@ -325,6 +326,8 @@ class TrainConfig(CoercingSchema):
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description="worker groups sharded over several GPUs (FSDP2)")
     plan: PlanConfig = Field(default_factory=PlanConfig, description="train --plan's hardware and workload "
                              "(memory plan and predicted hours; the trainer does not read it)")
+    val: ValConfig = Field(default_factory=ValConfig, description="validation during training (the reference's "
+                           "test_freq / val_before_train), each a run folder RUN/val/step_N")
 
     @model_validator(mode="before")
     @classmethod

@@ -3,7 +3,8 @@
     path, spread = plot_runs(["runs/tiny-grpo", "runs/tiny-drmas"], "grad_norms.png")
 
 Left panel: ``critic/score/mean`` (mean trajectory reward) per step (thin) and its 5-step moving average (thick), one colour per
-run. Middle panel: ``agent/<agent>/actor/grad_norm`` (the pre-clip norm of the gradient of the agent's own loss,
+run, and with validation during training the held-out ``val/avg@n`` at each validated step (dashed,
+dots; step 0 = before RL). Middle panel: ``agent/<agent>/actor/grad_norm`` (the pre-clip norm of the gradient of the agent's own loss,
 see worker.py) on a log scale, one colour per run and one line style per agent. Right panel (when the
 runs logged it): ``agent/<agent>/critic/moment_factor/mean``, the factor
 ``(sigma_k^2 + (mu_k - mu)^2) / sigma^2`` by which global statistics would scale the agent's gradient
@@ -34,6 +35,17 @@ def moving_average(xs: list[float], w: int = 5) -> list[float]:
     return out
 
 
+def validation_points(records: list[dict[str, Any]]) -> tuple[str, list[tuple[int, float]]] | None:
+    """The validations of a step log as (step, micro avg@n) points, with the name plotted (``val/avg@n``,
+    n the largest logged); None when the run has none."""
+    keys = sorted({k for r in records for k in r if k.startswith("val/avg@")}, key=lambda k: int(k.split("@")[1]))
+    if not keys:
+        return None
+    key = keys[-1]
+    return key, [(int(r["step"]), float(r[key])) for r in records
+                 if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+
+
 def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str | None = None) -> tuple[Path, dict[str, Any]]:
     """Draw the runs' reward and per-agent grad-norm curves into ``out`` (PNG)."""
     import matplotlib
@@ -57,6 +69,11 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike, title: str 
                   for r in recs]  # null (a non-finite value) in metrics.jsonl: a gap
         ax_r.plot(steps, reward, color=color, alpha=0.3, linewidth=1)
         ax_r.plot(steps, moving_average(reward), color=color, linewidth=2, label=f"{label} (5-step mean)")
+        val = validation_points(read_metrics(run))  # held-out accuracy (drmas_trainer.validation), step 0 included
+        if val:
+            key, pts = val
+            ax_r.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle="--", marker="o",
+                      label=f"{label}: validation {key.removeprefix('val/')}")
         agents = metric_names.agents_with({k for r in recs for k in r}, metric_names.GRAD_NORM)
         for j, agent in enumerate(agents):
             key = metric_names.agent(agent, metric_names.GRAD_NORM)

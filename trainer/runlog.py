@@ -51,8 +51,10 @@ def check_run_config(run: Path, cfg: TrainConfig, resuming: bool) -> None:
     new = cfg.to_dict()
     if resuming and path.is_file():
         old = yaml.safe_load(path.read_text()) or {}
-        # steps may grow; Ray placement (address, GPUs per worker) and sharding (fsdp) may change between attempts
-        diff = sorted(k for k in set(old) | set(new) if k not in ("steps", "epochs", "ray", "fsdp") and old.get(k) != new.get(k))
+        # steps may grow; Ray placement (address, GPUs per worker), sharding (fsdp) and validation (val: it
+        # reads the policy, never changes it) may change between attempts
+        diff = sorted(k for k in set(old) | set(new)
+                      if k not in ("steps", "epochs", "ray", "fsdp", "val") and old.get(k) != new.get(k))
         if diff:
             raise UserError(f"{run} was trained with another configuration (differs in: {', '.join(diff)}); "
                             f"resume with the same recipe and flags, or use another --out")

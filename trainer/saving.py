@@ -82,11 +82,13 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
 
 
 async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers: dict[str, Any],
-                          wf: WorkflowSpec, *, step: int, cursor: int, skipped_total: int) -> Path:
+                          wf: WorkflowSpec, *, step: int, cursor: int, skipped_total: int,
+                          keep: tuple[int, ...] = ()) -> Path:
     """Write ``<ckpt root>/step_<step>`` atomically (temp dir, marker, rename, ``latest``), then prune.
     The marker is written only when every worker group's files are in the root as the driver sees
     them (groups on other nodes write from there): else a one-line error, the previous checkpoint kept.
-    A URL root (drmas_bench.checkpoints): the groups upload their parts, the driver uploads its files, then commits."""
+    A URL root (drmas_bench.checkpoints): the groups upload their parts, the driver uploads its files, then commits.
+    ``keep``: steps pruning must spare besides step_0 (``val.keep_best``'s checkpoint)."""
     root = ckpt_io.resolve_root(run, cfg.ckpt_root)
     tmp = ckpt_io.begin(root, step)
     await asyncio.gather(*(w.save(str(ckpt_io.member(tmp, "models", n)), str(ckpt_io.member(tmp, "optim", f"{n}.pt")))
@@ -109,7 +111,7 @@ async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGro
         })
         ckpt_io.save_rng(here / "rng.pt")
     final = ckpt_io.commit(tmp, root, step)
-    ckpt_io.prune(root, cfg.keep_last)
+    ckpt_io.prune(root, cfg.keep_last, keep=(0, *keep))  # step_0 and ``keep`` (the best validation's) stay
     return final
 
 

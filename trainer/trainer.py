@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import importlib.util
 import json
 import logging
@@ -99,6 +100,7 @@ from drmas_trainer.runlog import (
 )
 from drmas_trainer.saving import local_checkpoint, save_checkpoint
 from drmas_trainer.trackers import check_tracker
+from drmas_trainer.validation import Validator, logged_history
 from drmas_trainer.worker import LossSettings, Row
 
 logger = logging.getLogger(__name__)
@@ -147,6 +149,16 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
             raise
 
 
+def refuse_unrunnable(cfg: TrainConfig, wf: Any, n_tasks: int) -> None:
+    """One line for a recipe that cannot run on these tasks and this workflow, before anything starts."""
+    if cfg.rollout.prompts_per_step > n_tasks:
+        raise UserError(f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the {n_tasks} training tasks")
+    if (cfg.sft.steps or any(cfg.sft.agent_steps.values())) and wf.sft is None:
+        with_sft = [name for name, spec in WORKFLOWS.items() if spec.sft is not None]
+        raise UserError(f"the sft warm start has examples for {', '.join(with_sft)} only; set sft.steps: 0 "
+                        f"for workflow {cfg.workflow!r}")
+
+
 async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, resume: bool, use_ray: bool | None,
                  progress: bool) -> dict[str, Any]:
     torch.set_num_threads(cfg.torch_threads)
@@ -154,12 +166,7 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
     wf = get_workflow(cfg.workflow)
     plan = plan_worker_groups(cfg, wf.agents)
     n_steps = total_steps(cfg, len(tasks))
-    if cfg.rollout.prompts_per_step > len(tasks):
-        raise UserError(f"rollout.prompts_per_step ({cfg.rollout.prompts_per_step}) exceeds the {len(tasks)} training tasks")
-    if (cfg.sft.steps or any(cfg.sft.agent_steps.values())) and wf.sft is None:
-        with_sft = [name for name, spec in WORKFLOWS.items() if spec.sft is not None]
-        raise UserError(f"the sft warm start has examples for {', '.join(with_sft)} only; set sft.steps: 0 "
-                        f"for workflow {cfg.workflow!r}")
+    refuse_unrunnable(cfg, wf, len(tasks))
 
     # --- the run directory: config, latest checkpoint, metrics --------------------------------
     use_ray = torch.cuda.is_available() and _has_ray() if use_ray is None else use_ray
@@ -193,7 +200,13 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                     f"{cfg.rollout.n} episodes each")
 
         # --- RL iterations ------------------------------------------------------------------------
-        lp = Loop(cfg, plan, wf, runtime, retriever, workers, start_kl_controller(cfg, run, int(state["step"])), engines)
+        lp = Loop(cfg, plan, wf, runtime, retriever, workers, kl_ctrl=start_kl_controller(cfg, run, int(state["step"])),
+                  engines=engines,
+                  val=Validator(cfg, run, plan, wf, workers, retriever, logged_history(read_metrics(run)), engines)
+                  if cfg.val.active else None)
+        if lp.val is not None and cfg.val.before_train and not found:  # step 0: the team before RL (ckpt/step_0)
+            metrics.write({"step": 0, **await lp.val.validate(0)})
+            await lp.val.keep_best(0, True, None)
         return await rl_loop(lp, run, tasks, state, n_steps, metrics, progress)
     finally:
         if engines is not None:
@@ -268,17 +281,26 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
         cursor_before, cursor = cursor, cursor + len(batch)
         # 2.-6. rollouts, old log-probs, scores, advantages, updates, sync
         record = await rl_step(lp, batch, step, cursor_before)
+        if lp.val is not None and lp.val.due(step, n_steps):  # validation on the engines as synced (RUN/val/step_N)
+            record.update(await lp.val.validate(step))
         # 7. log
         skipped_total += record[metric_names.SKIPPED_STEPS]
         record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, metric_names.TIME_STEP: time.perf_counter() - t_step})
         metrics.write(record)
         bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
         bar.update(1)
-        # 8. checkpoint
-        if step == n_steps or (cfg.save_every and step % cfg.save_every == 0):
-            await save_checkpoint(run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor, skipped_total=skipped_total)
+        # 8. checkpoint (and with val.keep_best the best validation's, kept beside latest)
+        save = functools.partial(save_checkpoint, run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor,
+                                 skipped_total=skipped_total)
+        saved = step == n_steps or bool(cfg.save_every and step % cfg.save_every == 0)
+        if saved:
+            await save(keep=lp.val.kept() if lp.val else ())
+        if lp.val is not None:
+            await lp.val.keep_best(step, saved, save)
     bar.close()
     summary = summarize(run, n_steps)
+    if lp.val is not None:
+        summary["val_best"] = lp.val.best()
     stuck = never_updated(read_metrics(run), list(lp.plan))
     if stuck:
         raise UserError(f"no optimizer step was applied for worker group(s) {', '.join(stuck)}: every update was "
@@ -331,6 +353,7 @@ class Loop:
     kl_ctrl: KLController | None = None
     observe: Callable[[dict[str, Any]], None] | None = None
     engines: RolloutEngines | None = None  # awake or pooled (None: awake)
+    val: Validator | None = None  # validation during training (val.every / val.before_train)
 
     @property
     def loss(self) -> LossSettings:

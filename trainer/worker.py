@@ -75,7 +75,8 @@ from torch import Tensor
 from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from drmas_bench.checkpoints import is_url, node_copy, upload
+from drmas_bench.checkpoint_copies import node_copy
+from drmas_bench.checkpoints import is_url, upload
 from drmas_bench.engines import traits
 from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.engines.hosting import fit_options, host_engine

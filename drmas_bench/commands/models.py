@@ -42,7 +42,8 @@ def prepare_steps(names: list[str], workflow: str | None = None, suite: str | No
     """What ``models prepare NAME...`` does for each name, found without doing it: an alias to build,
     a checkpoint URL to copy into the cache, a reference-trainer checkpoint to merge (what ``eval
     --model NAME`` would prepare first; ``on_nodes``: a Ray eval's copy, the team file only)."""
-    from drmas_bench.checkpoints import EVAL_PARTS, TEAM_PARTS, is_url, plan_checkpoint_copy
+    from drmas_bench.checkpoint_copies import EVAL_PARTS, TEAM_PARTS, plan_checkpoint_copy
+    from drmas_bench.checkpoints import is_url
     from drmas_bench.models import ALIASES
     from drmas_bench.models.names import plan_alias
     from drmas_bench.models.verl_ckpt import is_reference_checkpoint, plan_merge

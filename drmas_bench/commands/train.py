@@ -165,6 +165,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                     ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()))
     logger.info(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
                 f"checkpoints in {root} (latest: {latest_pointer(root)})")
+    best = summary.get("val_best")
+    if best:
+        logger.info(f"[train] best validation: step {best['step']}, {best['metric']} {best['value']:.4g} "
+                    f"({out / best['run']})")
     return 0
 
 
@@ -209,6 +213,16 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
                             prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local)
     print(format_plan(plan, cfg.recipe))
     print(format_hours(est))
+    from drmas_trainer.validation import format_validation_cost, validation_cost
+
+    # validation's share of the run: a validation's generation waits for its longest responses as a
+    # step's rollout does (memory-bound decode), so each is costed at one step's predicted rollout
+    if est.steps is None:
+        print(f"validation: its share is unknown while the run's steps are ({est.steps_why})")
+    else:
+        cost = validation_cost(cfg, est.steps)
+        per_episode = est.rollout_s / (cost["questions"] * cost["n"]) if cost and cost["questions"] * cost["n"] else None
+        print(format_validation_cost(cost, per_episode))
     if not plan.fits:
         pk = plan.peak
         head = f"why: {pk.phase} on GPU {pk.gpu}"

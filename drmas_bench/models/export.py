@@ -26,7 +26,7 @@ from typing import Callable
 
 import yaml
 
-from drmas_bench.checkpoints import local_copy, refuse_incomplete
+from drmas_bench.checkpoint_copies import local_copy, refuse_incomplete
 from drmas_bench.models.adapter_names import ADAPTER_CONFIG
 from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
 from drmas_bench.types import UserError
