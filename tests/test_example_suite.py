@@ -52,18 +52,24 @@ def test_the_example_suite_evaluates_views_ranks_trains_and_reevaluates(tmp_path
     assert s["run"]["workflow"] == "propose_judge" and s["micro"]["questions"] == 2
     agents = s["compliance"]["agents"]
     assert agents["proposer"]["rule"] == "mcq_letter" and sum(agents["judge"]["verdicts"].values()) == agents["judge"]["calls"]
-    assert "propose-judge" in (tmp_path / "run" / "summary.md").read_text()
+    assert "reasoned" in agents["judge"] and s["effects"]["mcq"]["episodes"] == 2  # its own figure, its effects
+    assert s["effects"]["labels"]["retried"] == "answered twice (%)"
+    md = (tmp_path / "run" / "summary.md").read_text()
+    assert "propose-judge" in md and "rulings with a reason" in md and "answered twice (%)" in md
 
     _cli(env, tmp_path, "view", "run", "--out", "run.html")
-    assert "propose-judge" in (tmp_path / "run.html").read_text(encoding="utf-8")
+    page = (tmp_path / "run.html").read_text(encoding="utf-8")
+    assert "propose-judge" in page and "rulings with a reason" in page and "answered twice" in page
     board = _cli(env, tmp_path, "leaderboard", "run", "--no-paper").stdout
-    assert "mcq_demo" in board
+    assert "mcq_demo" in board and "answered twice in" in board
 
     _cli(env, tmp_path, "-q", "train", "--recipe", "tiny", "--steps", "1", "--out", "train",
          "--set", "workflow=propose_judge", "--set", "data.source=benchmark:mcq_demo", "--set", "sft.steps=0",
          "--set", "sft.agent_steps={}", "--set", "rollout.prompts_per_step=2", "--set", "rollout.n=2",
-         "--set", "algo.mini_batches=1")
-    (rec,) = [json.loads(x) for x in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
+         "--set", "algo.mini_batches=1", "--set", "val.benchmarks=mcq_demo", "--set", "val.n=1")
+    # validated on its own benchmark before the step and after it, each a run folder
+    (v0, rec) = [json.loads(x) for x in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert v0["step"] == 0 and v0["val/questions"] == 3 and (tmp_path / "train" / "val" / "step_1" / "summary.json").is_file()
     assert rec["step"] == 1 and {"proposer", "judge"} <= {k.split("/")[1] for k in rec if k.startswith("agent/")}
 
     _cli(env, tmp_path, "-q", "eval", "--model", "train/ckpt/latest", "--suite", "mcq", "--n", "1", "--limit", "1",

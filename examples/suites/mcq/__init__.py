@@ -3,8 +3,8 @@
 import re
 from collections import Counter
 
-from drmas_bench.suite import (Benchmark, Episode, Family, FormatRule, Suite, Task, chat, format_rule, register,
-                               register_family, register_suite, workflow)
+from drmas_bench.suite import (Benchmark, Effects, Episode, Family, FormatRule, Suite, Task, chat, format_rule,
+                               mean_or_none, register, register_family, register_suite, workflow)
 
 QUESTIONS = [("What is 2 + 2?", "3 4 5 22", "B"), ("Which is prime?", "4 6 7 9", "C"), ("Which is largest?", "1 9 3 5", "B")]
 
@@ -29,12 +29,16 @@ register(Benchmark("mcq_demo", "mcq", "Multiple choice (demo)", 3, to_task=lambd
 register_family("mcq", Family(lambda pairs, timeout_s, grader: [(letter(a) == g[0], {}) for a, g in pairs]))
 PROPOSE = format_rule(FormatRule("mcq_letter", lambda t: [] if letter(t) else ["no_letter"], ("no_letter",),
                                  parse=lambda t: (letter(t), None), labels={"no_letter": "no A-D letter"}))
-JUDGE = format_rule(FormatRule("mcq_verdict", lambda t: [], parse=lambda t: (None, verdict(t)),
-                               agent_figures=lambda texts: {"verdicts": dict(Counter(map(verdict, texts)))}))
+JUDGE = format_rule(FormatRule("mcq_verdict", lambda t: [], parse=lambda t: (None, verdict(t)), labels={
+    "verdicts": "rulings", "reasoned": "rulings with a reason"}, agent_figures=lambda texts: {
+    "verdicts": dict(Counter(map(verdict, texts))), "reasoned": sum("because" in t for t in texts)}))
+RETRIES = Effects("mcq", lambda recs: {"episodes": len(recs), "retried": mean_or_none(  # over the run's records
+    [len(r.agent_turns("proposer")) > 1 for r in recs])}, {"retried": "answered twice (%)", "episodes": "episodes"},
+    phrase="answered twice in {retried}")
 
 
 @workflow("propose_judge", agents=("proposer", "judge"), family="mcq", title="propose-judge",
-          rules={"proposer": PROPOSE, "judge": JUDGE})
+          rules={"proposer": PROPOSE, "judge": JUDGE}, effects=RETRIES)
 async def propose_judge(ep: Episode, tries: int = 2) -> None:
     note = ""
     for _ in range(tries):
