@@ -239,7 +239,8 @@ def test_a_stale_engine_is_synced_before_it_serves(tiny_path):
 # ----------------------------------------------------------------------------------------- the tiny recipe, real engines
 
 MICRO = ["sft.steps=60", "sft.batch_size=8", "rollout.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=6",
-         "data.size=40", "agent_defaults.micro_batch_size=16", "steps=2"]
+         "data.size=40", "agent_defaults.micro_batch_size=16", "steps=2",
+         "val.before_train=false", "val.every=0"]  # the steps' own counts: no validation between them
 
 
 def _records(run) -> list[dict]:
@@ -247,11 +248,15 @@ def _records(run) -> list[dict]:
 
 
 def _same_run(a: list[dict], b: list[dict]) -> None:
-    """Every metric but timings and the engine counters is the same: rollouts, rewards, gradients."""
+    """Every metric but timings and the engine counters is the same: rollouts, rewards, gradients. The
+    engine's own log-probs (``rollout_corr/*``, the engine-trainer gap) come from its bf16 batched
+    forward, whose last bits depend on which requests a batch held (timing): equal to 1e-5."""
     assert len(a) == len(b) == 2
     for x, y in zip(a, b):
         keys = {k for k in set(x) | set(y) if "timing_s" not in k and not k.startswith("rollout/") and "/rollout/" not in k}
-        assert {k: x.get(k) for k in keys} == {k: y.get(k) for k in keys}
+        gap = {k for k in keys if "rollout_corr/" in k}
+        assert {k: x.get(k) for k in keys - gap} == {k: y.get(k) for k in keys - gap}
+        assert {k: x.get(k) for k in gap} == pytest.approx({k: y.get(k) for k in gap}, abs=1e-5)
         assert x[mn.SCORE] == y[mn.SCORE] and math.isfinite(x[mn.GRAD_NORM]) and x[mn.GRAD_NORM] > 0  # weights moved
 
 
