@@ -1,4 +1,4 @@
-"""The reference's compute table, row by row (issue 51): every recipe with ``plan.reported_hours`` is one
+"""The reference's compute table, row by row: every recipe with ``plan.reported_hours`` is one
 row; each plans to fit its own hardware (its fsdp ranks of 80 GB H100s) and 8 x 141 GB, prints the
 rollout budget's reasons and the predicted hours, and docs/trainer.md shows those hours beside the
 reported ones. A recipe that does not fit says why in one line."""

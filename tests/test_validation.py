@@ -1,4 +1,4 @@
-"""Validation during training (drmas_trainer.validation, issue 50): the harness's evaluation run on
+"""Validation during training (drmas_trainer.validation): the harness's evaluation run on
 engines the caller holds (`api.run_on_engines`), the logged names, the best step, the config; and,
 end to end (slow), a micro tiny run whose validations equal `eval --model RUN/ckpt/step_N` record
 for record."""

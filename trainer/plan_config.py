@@ -1,4 +1,4 @@
-"""The recipe's ``plan:`` section (issue 51): what ``drmas-bench train --plan`` assumes where its flags
+"""The recipe's ``plan:`` section: what ``drmas-bench train --plan`` assumes where its flags
 do not say - the GPU kind, memory other processes hold, the longest prompt, the reported hours, and
 the workload of one step. drmas_trainer.memory and drmas_trainer.hours read it; the trainer never
 does. How many GPUs is the recipe's ``fsdp`` section's.
