@@ -308,67 +308,9 @@ def test_a_plan_that_does_not_fit_says_why_and_what_would():
 
 
 # ----------------------------------------------------------------------------------------- the trainer, end to end
-
-
-@pytest.mark.slow
-def test_tiny_trains_with_two_ranks_per_group_resumes_in_one_process_and_evaluates(tmp_path):
-    """CI's sharded run: the tiny recipe with 2 gloo ranks per group as Ray actors (2 logical GPUs,
-    colocated), 2 RL steps inside bands, validated at step 2 on the ranks' engines (the same records as
-    `eval --model` of the step's checkpoint), then its sharded checkpoint resumed in one process for a
-    third step, then evaluated with `eval --model`. The Ray run is its own process (`python -m
-    drmas_bench`); the band check, the one-process resume and the eval are the same commands through
-    `drmas_bench.cli.main` in the test's process (three fewer interpreters importing torch)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    run = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    small = ["--set", "sft.steps=30", "--set", "sft.agent_steps={checker: 10}", "--set", "save_every=1",
-             "--set", "val.before_train=false", "--set", "val.every=0",
-             "--set", "rollout.prompts_per_step=4", "--no-progress", "--out", str(run)]
-
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "drmas_bench", *args], env=env, capture_output=True, text=True,
-                              timeout=900)
-
-    val = ["--set", "val.every=2", "--set", "val.limit=8", "--set", "val.n=1"]  # validation at step 2
-    got = cli("train", "--recipe", "tiny", "--ray", "--set", "ray.num_gpus=2", "--set", "ray.num_cpus=2",
-              "--set", "fsdp.ranks=2", "--steps", "2", *small, *val)
-    assert got.returncode == 0, got.stderr[-2000:]
-    workers = json.loads((run / "workers.json").read_text())["worker_groups"]
-    assert [len(w["ranks"]) for w in workers] == [2, 2] and {w["backend"] for w in workers} == {"gloo"}
-    optim = run / "ckpt" / "step_2" / "optim"
-    assert sorted(p.name for p in (optim / "solver.dcp").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
-    bands = tmp_path / "bands.json"
-    bands.write_text(json.dumps({"bands": [
-        {"name": "steps", "metric": "critic/score/mean", "stat": "count", "min": 2, "max": 2},
-        {"name": "finite norms", "metric": "agent/*/actor/grad_norm", "stat": "nonfinite", "max": 0},
-        {"name": "norms bounded", "metric": "agent/*/actor/grad_norm", "stat": "max", "max": 50}]}))
-    from drmas_bench.cli import main
-
-    assert main(["regress", str(run), "--against", str(bands)]) == 0
-    # the validation on the 2 ranks' engines (requests spread over both) = eval of the step's checkpoint
-    assert main(["eval", "--model", str(run / "ckpt" / "step_2"), "--benchmarks", "toy", "--limit", "8", "--n", "1",
-                 "--engine-args", "dtype=bfloat16", "--out", str(tmp_path / "eval2"), "--no-progress"]) == 0
-
-    def records(folder):
-        out = {}
-        for line in (folder / "samples.jsonl").read_text().splitlines():
-            r = json.loads(line)
-            del r["run"], r["wall_s"]
-            for t in r["turns"]:
-                del t["completion"]["latency_s"]
-            out[r["task"]["id"]] = r
-        return out
-
-    assert len(records(run / "val" / "step_2")) == 8 and records(run / "val" / "step_2") == records(tmp_path / "eval2")
-    assert main(["train", "--recipe", "tiny", "--local", "--steps", "3", "--resume", *small]) == 0
-    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
-    assert main(["eval", "--model", str(run / "ckpt" / "latest"), "--suite", "toy", "--limit", "2", "--n", "1",
-                 "--out", str(tmp_path / "eval"), "--no-progress"]) == 0
-    assert len((tmp_path / "eval" / "samples.jsonl").read_text().splitlines()) == 2
+# The trainer's run with 2 gloo ranks per group as Ray actors (bands, validation on the ranks' engines
+# equal to `eval --model`, resumed by 2 ranks and by one process, evaluated) is the heterogeneous
+# team's: tests/test_hetero.py::test_tiny_hetero_with_two_ranks_per_group_into_a_url_root.
 
 
 # ----------------------------------------------------------------------------------------- checkpoints

@@ -5,14 +5,21 @@ the rows a group trains on are its own tokenizer's ids (the chat template render
 that tokenizer, the response ids decoding to the text the workflow used), its checkpoint folder holds
 its own model and tokenizer, and `eval --model RUN/ckpt/latest` rebuilds the same two models.
 
-The test runs the recipe as CI does (its stored bands), then resumes for a third step and evaluates the
-checkpoint, in one process; tests/test_hetero_ray.py does the same with 2 gloo ranks per group as Ray
-actors (FSDP2) checkpointing into a ``file://`` URL root. Slow tier.
+The module's run (`trained`) is the recipe as CI would run it, in one process (its stored bands). The
+first test checks it, resumes it for a third step and evaluates the checkpoint; the second does the
+same with 2 gloo ranks per group as Ray actors (FSDP2) checkpointing into a ``file://`` URL root,
+starting from the first run's warm-started team (its ``ckpt/step_0`` models, ``sft.steps=0``) so that
+the warm start's 140 optimiser steps are not trained a second time over gloo. Slow tier; CI's slow tier
+runs this file with the other Ray files (.ci/run).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,13 +57,14 @@ def _check_rows(rows: dict[str, list], toks: dict[str, object]) -> None:
             assert other(prompt, add_special_tokens=False)["input_ids"] != r.prompt_ids  # ids of this tokenizer only
 
 
-def _check_checkpoint(step_dir: Path) -> None:
+def _check_checkpoint(step_dir: Path, base_models: dict[str, str] = MODELS) -> None:
     """team.yaml maps each agent to its own worker group and model folder; each folder holds the
-    architecture and the very tokenizer of the model its group started from."""
+    architecture and the very tokenizer of the model its group started from (``base_models``: what the
+    run's agents.<a>.model named)."""
     team = yaml.safe_load((step_dir / "team.yaml").read_text())
     assert team["agents"] == {"solver": "solver", "checker": "checker"}
     assert team["worker_groups"] == {wg: {"model": f"models/{wg}", "engine": "hf"} for wg in MODELS}
-    assert team["trained"]["base_models"] == MODELS
+    assert team["trained"]["base_models"] == base_models
     kinds = {"solver": "qwen2", "checker": "llama"}
     for wg, alias in MODELS.items():
         folder = step_dir / "models" / wg
@@ -85,23 +93,41 @@ def _check_eval(out: Path, toks: dict[str, object]) -> None:
     assert seen == set(MODELS)
 
 
-@pytest.mark.slow
-def test_tiny_hetero_trains_in_bands_keeps_each_tokenizer_resumes_and_evaluates(tmp_path, monkeypatch):
-    """In one process: the recipe as CI runs it (2 RL steps, its bands), the rows each group trained on
-    (recorded by wrapping WorkerGroup.score_rows), its checkpoint, a resumed third step, eval."""
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The recipe as CI runs it, in one process: its run folder, the rows each group trained on
+    (recorded by wrapping WorkerGroup.score_rows) and a copy of its warm-started team's model folders
+    (ckpt/step_0/models, taken before any test resumes the run)."""
     from drmas_bench.cli import main
     from drmas_trainer.worker import WorkerGroup
 
+    tmp = tmp_path_factory.mktemp("hetero")
     rows: dict[str, list] = {}
     score_rows = WorkerGroup.score_rows
 
-    async def recording(self, batch, **kwargs):  # the real method, its rows kept for the checks below
+    async def recording(self, batch, **kwargs):  # the real method, its rows kept for the checks
         rows.setdefault(self.name, []).extend(r for r in batch if r.response_ids)
         return await score_rows(self, batch, **kwargs)
 
-    monkeypatch.setattr(WorkerGroup, "score_rows", recording)
-    run = tmp_path / "run"
-    assert main(["train", "--recipe", "tiny_hetero", "--local", "--out", str(run), "--no-progress"]) == 0
+    mp = pytest.MonkeyPatch()
+    mp.setattr(WorkerGroup, "score_rows", recording)
+    try:
+        run = tmp / "run"
+        assert main(["train", "--recipe", "tiny_hetero", "--local", "--out", str(run), "--no-progress"]) == 0
+    finally:
+        mp.undo()
+    warm = tmp / "warm"
+    shutil.copytree(run / "ckpt" / "step_0" / "models", warm)
+    return run, rows, warm
+
+
+@pytest.mark.slow
+def test_tiny_hetero_trains_in_bands_keeps_each_tokenizer_resumes_and_evaluates(trained, tmp_path):
+    """In one process: the recipe's bands, the rows each group trained on, its checkpoint, a resumed
+    third step, eval."""
+    from drmas_bench.cli import main
+
+    run, rows, _ = trained
     assert main(["regress", str(run), "--against", str(BANDS)]) == 0
     toks = _tokenizers()
     _check_rows(rows, toks)
@@ -112,5 +138,76 @@ def test_tiny_hetero_trains_in_bands_keeps_each_tokenizer_resumes_and_evaluates(
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     _check_checkpoint(run / "ckpt" / "step_3")
     assert main(["eval", "--model", str(run / "ckpt" / "latest"), "--suite", "toy", "--limit", "2", "--n", "1",
+                 "--out", str(tmp_path / "eval"), "--no-progress"]) == 0
+    _check_eval(tmp_path / "eval", toks)
+
+
+def _records(folder: Path) -> dict[str, dict]:
+    """A run's records by task id, less what timing decides (wall and latency seconds, the run's name)."""
+    out = {}
+    for line in (folder / "samples.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        del r["run"], r["wall_s"]
+        for t in r["turns"]:
+            del t["completion"]["latency_s"]
+        out[r["task"]["id"]] = r
+    return out
+
+
+@pytest.mark.slow
+def test_tiny_hetero_with_two_ranks_per_group_into_a_url_root(trained, tmp_path, monkeypatch):
+    """The same with 2 gloo ranks per group as Ray actors (FSDP2 over 2 logical GPUs, colocated),
+    from the in-process run's warm-started team: 2 RL steps inside the recipe's bands, validated at
+    step 2 on the ranks' engines (the same records as `eval --model` of the step's checkpoint),
+    checkpointing into a file:// URL root (each rank uploads its own optimiser shard); resumed from
+    that URL by 2 ranks again for a third step, then in one process (the sharded checkpoint read
+    whole) for a fourth, then `eval --model URL/latest`. This is also CI's trainer run with several
+    ranks per group (issue 45's tiny recipe with 2 ranks per group, inside bands)."""
+    from drmas_bench.cli import main
+
+    _, _, warm = trained
+    root = tmp_path / "bucket" / "hetero"
+    url = root.as_uri()
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    starts = {wg: str(warm / wg) for wg in MODELS}
+    common = ["--recipe", "tiny_hetero", "--set", f"ckpt_root={url}", "--out", str(run), "--no-progress",
+              "--set", "sft.steps=0", "--set", "sft.agent_steps={}",
+              *(x for wg, folder in starts.items() for x in ("--set", f"agents.{wg}.model={folder}"))]
+    sharded = [*common, "--ray", "--set", "ray.num_gpus=2", "--set", "ray.num_cpus=2", "--set", "fsdp.ranks=2"]
+    val = ["--set", "val.every=2", "--set", "val.benchmarks=[toy]", "--set", "val.limit=8", "--set", "val.n=1"]
+
+    def cli(*args: str) -> subprocess.CompletedProcess:  # each Ray run in its own process, as a user starts it
+        return subprocess.run([sys.executable, "-m", "drmas_bench", "train", *args], env=env, capture_output=True,
+                              text=True, timeout=1200)
+
+    def steps() -> list[int]:
+        return [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+    got = cli(*sharded, *val)
+    assert got.returncode == 0, got.stderr[-2000:]
+    workers = json.loads((run / "workers.json").read_text())["worker_groups"]
+    assert [len(w["ranks"]) for w in workers] == [2, 2] and {w["backend"] for w in workers} == {"gloo"}
+    assert main(["regress", str(run), "--against", str(BANDS)]) == 0
+    assert (root / "latest").read_text() == "step_2\n" and not (run / "ckpt").exists()
+    for wg in MODELS:
+        shards = root / "step_2" / "optim" / f"{wg}.dcp"
+        assert sorted(p.name for p in shards.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    _check_checkpoint(root / "step_2", starts)
+    monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))  # where eval downloads the URL's checkpoints
+    # the validation on the 2 ranks' engines (requests spread over both) = eval of the step's checkpoint
+    assert main(["eval", "--model", f"{url}/step_2", "--benchmarks", "toy", "--limit", "8", "--n", "1",
+                 "--engine-args", "dtype=bfloat16", "--out", str(tmp_path / "eval2"), "--no-progress"]) == 0
+    validated = _records(run / "val" / "step_2")
+    assert len(validated) == 8 and validated == _records(tmp_path / "eval2")
+
+    got = cli(*sharded, "--steps", "3", "--resume")
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert steps() == [1, 2, 3] and (root / "latest").read_text() == "step_3\n"
+    _check_checkpoint(root / "step_3", starts)
+    assert main(["train", *common, "--local", "--steps", "4", "--resume"]) == 0  # 2 ranks' shards read by one
+    assert steps() == [1, 2, 3, 4] and (root / "latest").read_text() == "step_4\n"
+    toks = _tokenizers()
+    assert main(["eval", "--model", f"{url}/latest", "--suite", "toy", "--limit", "2", "--n", "1",
                  "--out", str(tmp_path / "eval"), "--no-progress"]) == 0
     _check_eval(tmp_path / "eval", toks)
