@@ -28,12 +28,8 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && python -c "import drmas
 else
   echo "[setup] installing drmas-bench[$EXTRAS] with $TORCH_SPEC"
   python -m pip install -q --upgrade pip
-  # torch is named in the same command so nothing can pull an unpinned (CUDA) build. --no-compile:
-  # pip would byte-compile every installed module (torch's thousands) up front, 40 % of the install's
-  # time on 2 cores (102 s -> 62 s measured); Python compiles the few modules a run imports on first
-  # import instead (the first `import torch, transformers, drmas_trainer.trainer` took 10.1 s, the
-  # second 9.9 s)
-  python -m pip install -q --no-compile "$TORCH_SPEC" -e ".[$EXTRAS]"
+  # torch is named in the same command so nothing can pull an unpinned (CUDA) build
+  python -m pip install -q "$TORCH_SPEC" -e ".[$EXTRAS]"
   echo "$want" > "$stamp"
 fi
 
