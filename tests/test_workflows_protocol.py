@@ -157,6 +157,19 @@ def test_verify_validity_and_cjk():
     assert P.has_cjk("\u4e00") and P.has_cjk("\u9fff") and not P.has_cjk("\u3042 \uac00")  # kana/hangul are not
 
 
+def test_has_cjk_equals_a_loop_over_the_characters():
+    """The regex scan against the plain definition, on random strings drawn around both range ends."""
+    import random
+
+    rng = random.Random(0)
+    near = [0x4E00 - 1, 0x4E00, 0x4E01, 0x9FFF - 1, 0x9FFF, 0xA000, 0x3042, 0xAC00, 0x3400, 0x20000, 0x41, 0x0A]
+    for _ in range(2000):
+        text = "".join(chr(rng.choice(near) if rng.random() < 0.1 else rng.randrange(0x20, 0x2FFFF))
+                       for _ in range(rng.randrange(0, 40)))
+        text = "".join(c for c in text if not 0xD800 <= ord(c) <= 0xDFFF)
+        assert P.has_cjk(text) == any(0x4E00 <= ord(c) <= 0x9FFF for c in text), repr(text)
+
+
 def test_observation_is_json_dumps_of_result():
     obs = P.observation(FakeRetriever().search(["q"], 2)[0] + [Hit("d3", "T3", "ends in spaces  ", 1.0)])
     assert obs.startswith('<information>{"result": "Doc 1: \\"Title \\"1\\"\\"\\ntext 1 caf\\u00e9')

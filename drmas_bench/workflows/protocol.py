@@ -56,11 +56,14 @@ from drmas_bench.yamlfile import read_yaml
 VERIFY_OPEN, VERIFY_CLOSE = "<verify>", "</verify>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CJK_LO, CJK_HI = "\u4e00", "\u9fff"  # CJK unified ideographs: a verifier / action response with one is invalid
+# one regex scan instead of a Python loop over every character: the viewer and the summary test every
+# verifier and action response of a run (190,844 calls for a 20,000-trajectory search run)
+_CJK = re.compile(f"[{CJK_LO}-{CJK_HI}]")
 
 
 def has_cjk(text: str) -> bool:
     """Any character in U+4E00..U+9FFF (kana, Hangul, extension A are outside the range)."""
-    return any(CJK_LO <= ch <= CJK_HI for ch in text)
+    return _CJK.search(text) is not None
 
 
 def verify_splice(text: str) -> str:
