@@ -275,7 +275,12 @@ def test_tiny_recipe_pooled_in_process_and_on_ray_equals_all_awake(tmp_path):
     process with one engine awake at a time, pooled on Ray with both groups' actors on one logical
     GPU (the pool in the driver adopts engines that live in the actors)."""
     awake = _train(tmp_path / "awake", ["rollout.engines=awake"])
-    pooled = _train(tmp_path / "pooled", ["rollout.engines_awake=1"])  # auto: two engines, a budget of one: pooled
+    # the other two start from the awake run's warm-started team (its ckpt/step_0) rather than
+    # training the same warm start again: the same weights, the same RL steps
+    warm = tmp_path / "awake" / "ckpt" / "step_0" / "models"
+    same_start = ["sft.steps=0", "sft.agent_steps={}", f"agents.solver.model={warm / 'solver'}",
+                  f"agents.checker.model={warm / 'checker'}"]
+    pooled = _train(tmp_path / "pooled", ["rollout.engines_awake=1", *same_start])  # auto: two engines, a budget of one: pooled
     _same_run(awake, pooled)
     assert [r[mn.ENGINES_POOLED] for r in pooled] == [1, 1] and [r[mn.ENGINES_POOLED] for r in awake] == [0, 0]
     assert [r[mn.WEIGHT_SYNCS] for r in awake] == [2, 2] and [r[mn.ENGINE_WAKES] for r in awake] == [0, 0]
@@ -289,7 +294,7 @@ def test_tiny_recipe_pooled_in_process_and_on_ray_equals_all_awake(tmp_path):
 
     assert init_ray(num_cpus=2, num_gpus=1)  # one logical GPU: both groups' actors on it
     try:
-        on_ray = _train(tmp_path / "ray", ["rollout.engines_awake=1", "ray.gpus_per_worker=0.5"], use_ray=True)
+        on_ray = _train(tmp_path / "ray", ["rollout.engines_awake=1", "ray.gpus_per_worker=0.5", *same_start], use_ray=True)
     finally:
         shutdown_ray()
     _same_run(awake, on_ray)
