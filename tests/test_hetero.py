@@ -162,7 +162,7 @@ def test_tiny_hetero_with_two_ranks_per_group_into_a_url_root(trained, tmp_path,
     checkpointing into a file:// URL root (each rank uploads its own optimiser shard); resumed from
     that URL by 2 ranks again for a third step, then in one process (the sharded checkpoint read
     whole) for a fourth, then `eval --model URL/latest`. This is also CI's trainer run with several
-    ranks per group (issue 45's tiny recipe with 2 ranks per group, inside bands)."""
+    ranks per group: a tiny recipe with 2 ranks per group, inside its bands."""
     from drmas_bench.cli import main
 
     _, _, warm = trained
