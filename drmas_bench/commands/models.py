@@ -8,16 +8,9 @@ import argparse
 import logging
 import time
 
+from drmas_bench.preparation import human_bytes
+
 logger = logging.getLogger(__name__)
-
-
-def _fmt_bytes(size: int) -> str:
-    n = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"  # pragma: no cover
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -28,7 +21,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name, alias in ALIASES.items():
         path = alias_path(name)
         ready = is_prepared(name)
-        size = _fmt_bytes(dir_size(path)) if ready else alias.size_hint
+        size = human_bytes(dir_size(path)) if ready else alias.size_hint
         rows.append((name, "yes" if ready else "no", size, alias.description, str(path)))
     header = ("alias", "cached", "size", "description", "path")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(4)]
