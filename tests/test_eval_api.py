@@ -49,17 +49,17 @@ def test_team_file_beats_defaults_and_explicit_values_beat_the_team_file(tmp_pat
 
 def test_explicit_flags_win_over_a_checkpoint_team_yaml(tmp_path):
     ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    _team_file(ckpt / "team.yaml")
+    ckpt.mkdir()  # a checkpoint's team.yaml carries only the options that shape numbers (its engines' dtype)
+    _team_file(ckpt / "team.yaml", worker_groups={"g": {"model": "tiny-random", "options": {"dtype": "bfloat16"}}})
     args = build_parser().parse_args(["eval", "--model", str(ckpt), "--suite", "toy", "--max-new-tokens", "4096",
-                                      "--max-batch", "2"])
+                                      "--max-batch", "2", "--engine-args", "dtype=float32"])
     r = resolve(config_from_args(args))
     assert {r.team.sampling_for(a, r.sampling).max_new_tokens for a in r.team.agents} == {4096}
-    assert r.team.worker_groups["g"].options["max_batch"] == 2  # over the file's options
+    assert r.team.worker_groups["g"].options == {"dtype": "float32", "max_batch": 2}  # over the file's options
     args = build_parser().parse_args(["eval", "--model", str(ckpt), "--suite", "toy"])
     r = resolve(config_from_args(args))
     assert r.team.sampling_for("solver", r.sampling).max_new_tokens == 5  # no flag: the checkpoint's budget
-    assert r.team.worker_groups["g"].options["max_batch"] == 4
+    assert r.team.worker_groups["g"].options == {"dtype": "bfloat16"}  # and its engines' dtype
 
 
 def test_workflow_is_chosen_before_the_team_is_validated(tmp_path):
@@ -174,14 +174,16 @@ def test_explicit_engine_moves_every_worker_group(tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "team.yaml").write_text(yaml.safe_dump({
-        "worker_groups": {"g": {"model": "tiny-random", "engine": "sglang", "options": {"mem_fraction_static": 0.5}}},
+        "worker_groups": {"g": {"model": "tiny-random", "engine": "sglang", "options": {"dtype": "float16"}}},
         "agents": {"solver": "g", "checker": "g"}}))
     assert resolve(EvalConfig(model=str(ckpt), suite="toy")).team.worker_groups["g"].engine == "sglang"
     g = resolve(EvalConfig(model=str(ckpt), suite="toy", engine="hf")).team.worker_groups["g"]
-    assert (g.engine, g.options) == ("hf", {})
-    assert "leaves its sglang option(s) mem_fraction_static behind" in capsys.readouterr().err
+    assert (g.engine, g.options) == ("hf", {"dtype": "float16"})  # an option the hf engine has too stays
     g = resolve(EvalConfig(model=str(ckpt), suite="toy", engine="openai", base_url="http://127.0.0.1:9/v1")).team.worker_groups["g"]
-    assert (g.engine, g.base_url) == ("openai", "http://127.0.0.1:9/v1")
+    assert (g.engine, g.base_url, g.options) == ("openai", "http://127.0.0.1:9/v1", {})
+    err = capsys.readouterr().err
+    assert "leaves its sglang option(s) dtype behind" in err
+    assert "engine options from the checkpoint: dtype=float16 (your flags changed: dtype=(left out))" in err
     team = tmp_path / "remote.yaml"
     team.write_text(yaml.safe_dump({"worker_groups": {"r": {"model": "m", "engine": "openai", "base_url": "http://127.0.0.1:9/v1"}},
                                     "agents": {"solver": "r", "checker": "r"}}))

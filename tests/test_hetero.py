@@ -63,7 +63,8 @@ def _check_checkpoint(step_dir: Path, base_models: dict[str, str] = MODELS) -> N
     run's agents.<a>.model named)."""
     team = yaml.safe_load((step_dir / "team.yaml").read_text())
     assert team["agents"] == {"solver": "solver", "checker": "checker"}
-    assert team["worker_groups"] == {wg: {"model": f"models/{wg}", "engine": "hf"} for wg in MODELS}
+    assert team["worker_groups"] == {wg: {"model": f"models/{wg}", "engine": "hf", "options": {"dtype": "bfloat16"}}
+                                     for wg in MODELS}  # the recipe's bf16 engines: eval runs them with no flag
     assert team["trained"]["base_models"] == base_models
     kinds = {"solver": "qwen2", "checker": "llama"}
     for wg, alias in MODELS.items():
@@ -197,7 +198,7 @@ def test_tiny_hetero_with_two_ranks_per_group_into_a_url_root(trained, tmp_path,
     monkeypatch.setenv("DRMAS_CACHE_DIR", str(tmp_path / "cache"))  # where eval downloads the URL's checkpoints
     # the validation on the 2 ranks' engines (requests spread over both) = eval of the step's checkpoint
     assert main(["eval", "--model", f"{url}/step_2", "--benchmarks", "toy", "--limit", "8", "--n", "1",
-                 "--engine-args", "dtype=bfloat16", "--out", str(tmp_path / "eval2"), "--no-progress"]) == 0
+                 "--out", str(tmp_path / "eval2"), "--no-progress"]) == 0
     validated = _records(run / "val" / "step_2")
     assert len(validated) == 8 and validated == _records(tmp_path / "eval2")
 

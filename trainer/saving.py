@@ -15,6 +15,8 @@ from typing import Any
 import yaml
 
 from drmas_bench.agents.team import team_from_dict
+from drmas_bench.engines.carried import carried_options
+from drmas_bench.engines.hosting import fit_options
 from drmas_bench.retrievers import retriever_record
 from drmas_bench.types import UserError
 from drmas_bench.workflows import protocol as proto
@@ -52,7 +54,9 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
     and top-p stay with the evaluator (training explores at its own temperature). Per-agent sampling
     overrides of the recipe are kept. For the paper's workflows it also records the prompt templates
     (inline), the prompt limit and the retriever (kind, index identity) the rollouts used, so that
-    eval of the checkpoint uses the same protocol."""
+    eval of the checkpoint uses the same protocol. Each worker group carries the engine options that
+    shape its numbers (:func:`engine_settings`), so eval runs the engines as the rollouts and the
+    validations did."""
 
     agents: dict[str, Any] = {}
     for g in plan.values():
@@ -70,7 +74,8 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
     return {
         "workflow": wf.name,
         "agents": agents,
-        "worker_groups": {g.name: {"model": f"models/{g.name}", "engine": g.settings.engine} for g in plan.values()},
+        "worker_groups": {g.name: {"model": f"models/{g.name}", "engine": g.settings.engine,
+                                   "options": engine_settings(g)} for g in plan.values()},
         "sampling": {"max_new_tokens": cfg.rollout.max_new_tokens},
         "workflow_options": dict(cfg.workflow_options),
         **protocol,
@@ -113,6 +118,14 @@ async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGro
     final = ckpt_io.commit(tmp, root, step)
     ckpt_io.prune(root, cfg.keep_last, keep=(0, *keep))  # step_0 and ``keep`` (the best validation's) stay
     return final
+
+
+def engine_settings(g: WorkerGroupPlan) -> dict[str, Any]:
+    """The options of group ``g``'s rollout engine that a checkpoint carries (dtype, batch invariance,
+    ...: ``drmas_bench.engines.carried``), from what the group makes its engine with: the trainer's
+    compute dtype, which the recipe's own ``engine_options`` override (``WorkerGroup``'s fit_options)."""
+    s = g.settings
+    return carried_options(s.engine, fit_options(s.engine, {"dtype": s.dtype}, s.engine_options))
 
 
 def _group_index(cfg: TrainConfig) -> dict[str, bool]:

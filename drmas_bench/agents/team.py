@@ -31,12 +31,16 @@ Trust (docs/security.md): a team file the user passes with ``--team`` is trusted
 ``team.yaml`` found inside a ``--model`` folder is data: it may not set anything that runs code or
 sends a key somewhere (``TRUSTED_ONLY``: ``base_url``, ``api_key_env``, and the engine options
 ``trust_remote_code``, ``engine_args``, ``attn_implementation``, ``api_key``, ``base_url``); such a
-file is refused with one line naming the flag that allows it. ``api_key_env: NAME`` sends the key in
+file is refused with one line naming the flag that allows it. Its worker groups' ``options`` may be
+only the engine options a checkpoint carries (``drmas_bench.engines.carried``: dtype, batch
+invariance, ...), each with a valid value; eval uses them under the user's flags and says so in one
+line (``engine options from the checkpoint: dtype=bfloat16``). ``api_key_env: NAME`` sends the key in
 ``$NAME`` (instead of ``$OPENAI_API_KEY``) to that group's ``base_url``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields
@@ -47,11 +51,14 @@ from pydantic import Field, field_validator, model_validator
 
 from drmas_bench.agents.explicit import Explicit, apply_explicit
 from drmas_bench.engines import DEFAULT_ENGINE, ENGINES, engine_class, traits
+from drmas_bench.engines.carried import CARRIED, check_carried, describe
 from drmas_bench.files import safe_name
 from drmas_bench.schema import LimitsSchema, ModelOnEngine, SamplingSchema, Schema, parse, sampling_overrides
 from drmas_bench.types import Sampling, UserError
 from drmas_bench.workflows.protocol import ProtocolSchema
 from drmas_bench.yamlfile import read_yaml
+
+logger = logging.getLogger(__name__)
 
 ENGINE_KINDS = tuple(ENGINES)  # the engine registry is the one list of backends
 # what only the user's own flags or an explicit --team file may set -> the flag that allows it
@@ -362,10 +369,13 @@ def build_team(workflow: str, agents: tuple[str, ...], *, model: str | None = No
             if not traits(g.engine).remote:  # a model loaded here: its folder's code may run
                 g.options["trust_remote_code"] = True
     check_engine_options(team)  # the file's own options, before explicit ones may drop them
+    recorded = {n: {k: v for k, v in g.options.items() if k in CARRIED} for n, g in team.worker_groups.items()}
     if explicit is not None:
         team = apply_explicit(team, explicit, base_url, trust_remote_code)
         if explicit.changes_groups:
             check_engine_options(team)
+    if not team_file and model and Path(model, "team.yaml").is_file():  # a checkpoint: say what it carried
+        logger.info(f"[eval] {describe(recorded, {n: g.options for n, g in team.worker_groups.items()})}")
     return team
 
 
@@ -378,6 +388,7 @@ def _build_team(workflow: str, agents: tuple[str, ...], *, model: str | None, te
         team = team_from_dict(doc, agents, workflow, where=str(p), base_dir=p.parent,
                              inside=True)
         check_untrusted(team, str(p), trust_remote_code=trust_remote_code)
+        check_carried(team.worker_groups, str(p))  # engine options: only those a checkpoint carries, valid
         if base_url:  # the user's own --base-url serves the checkpoint's openai groups
             for g in team.worker_groups.values():
                 if traits(g.engine).remote and not g.base_url:
