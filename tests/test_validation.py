@@ -1,7 +1,7 @@
 """Validation during training (drmas_trainer.validation): the harness's evaluation run on
 engines the caller holds (`api.run_on_engines`), the logged names, the best step, the config; and,
-end to end (slow), a micro tiny run whose validations equal `eval --model RUN/ckpt/step_N` record
-for record."""
+end to end, micro runs of the tiny recipes whose validations equal a plain `eval --model
+RUN/ckpt/step_N` (no engine flag: the checkpoint carries its engines' dtype) record for record."""
 
 from __future__ import annotations
 
@@ -135,46 +135,59 @@ def test_run_on_engines_gives_the_records_of_evaluate(tmp_path):
         asyncio.run(run_on_engines(p, {}))
 
 
-# ----------------------------------------------------------------------------------------- end to end (slow)
+# ----------------------------------------------------------------------------------------- end to end
 
-MICRO = ["sft.steps=20", "sft.agent_steps={checker: 5}", "sft.batch_size=8", "rollout.prompts_per_step=2",
+# a micro run: a short warm start, one RL step of 2 prompts x 4, validated before it and after it
+MICRO = ["sft.steps=6", "sft.agent_steps={checker: 3}", "sft.batch_size=8", "rollout.prompts_per_step=2",
          "rollout.n=4", "data.size=40", "agent_defaults.micro_batch_size=16", "save_every=0"]
-VAL = ["val.before_train=true", "val.every=1", "val.benchmarks=toy", "val.limit=12", "val.n=2",
+VAL = ["val.before_train=true", "val.every=1", "val.benchmarks=toy", "val.limit=8", "val.n=2",
        "val.keep_best=val/avg@2"]
 
 
-@pytest.mark.slow
-def test_tiny_validates_like_eval_of_its_checkpoints(tmp_path):
-    """A micro tiny run validating before step 1 and after each of 2 steps: each validation is a run
-    folder the viewer and leaderboard open, its records equal `eval --model RUN/ckpt/step_N` with the
-    same seed on the same questions (the engines' dtype, bf16 in this recipe, passed as eval's engine
-    option), the step log carries the names, and the best step has its checkpoint and `ckpt/best`."""
+def _recipe_engine_dtype(recipe: str) -> str:
+    """The rollout engines' dtype as the recipe file declares it (read here, not through the trainer)."""
+    import yaml
+
+    from drmas_trainer.config import recipe_path
+
+    return yaml.safe_load(recipe_path(recipe).read_text())["agent_defaults"]["engine_options"]["dtype"]
+
+
+@pytest.mark.parametrize("recipe", ["tiny", "tiny_hetero"])
+def test_validation_is_a_plain_eval_of_its_checkpoint(tmp_path, recipe, caplog):
+    """A micro run of the tiny recipes (bf16 rollout engines, fp32 trainers) validating before its
+    one RL step and after it: `eval --model RUN/ckpt/step_1` with no engine flag gives the records of
+    the validation at step 1 (the checkpoint carries its engines' dtype, and eval says it used it);
+    each validation is a run folder the viewer and leaderboard open, the step log carries the names,
+    and the best step has its checkpoint and `ckpt/best`."""
     from drmas_bench.cli import main
 
     run = tmp_path / "run"
-    args = ["train", "--recipe", "tiny", "--local", "--steps", "2", "--no-progress", "--out", str(run)]
+    args = ["train", "--recipe", recipe, "--local", "--steps", "1", "--no-progress", "--out", str(run)]
     for s in MICRO + VAL:
         args += ["--set", s]
     assert main(args) == 0
     recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in recs] == [0, 1, 2] and "critic/score/mean" not in recs[0]
+    assert [r["step"] for r in recs] == [0, 1] and "critic/score/mean" not in recs[0]
     for r in recs:
-        assert r["val/run"] == f"val/step_{r['step']}" and r["val/samples"] == 24 and r["val/calls"] >= 48
+        assert r["val/run"] == f"val/step_{r['step']}" and r["val/samples"] == 16 and r["val/calls"] >= 32
         assert 0 <= r["val/toy/avg@2"] <= r["val/toy/pass@2"] <= 1 and r["timing_s/testing"] > 0
         assert r["val-core/toy/reward/mean@2"] == r["val/toy/avg@2"] and math.isfinite(r["val/toy/test_score"])
         assert {"val/agent/solver/valid/mean", "val/agent/checker/num_calls/mean"} <= set(r)
     best = max(recs, key=lambda r: (r["val/avg@2"], -r["step"]))["step"]
     ck = run / "ckpt"
     assert (ck / "best").resolve().name == f"step_{best}" and (ck / f"step_{best}" / "COMPLETE").is_file()
-    for step in (0, 2):  # step_0 (before RL) and step_2 (the last, saved)
-        out = tmp_path / f"eval{step}"
-        assert main(["eval", "--model", str(ck / f"step_{step}"), "--benchmarks", "toy", "--limit", "12", "--n", "2",
-                     "--seed", "0", "--engine-args", "dtype=bfloat16", "--out", str(out), "--no-progress"]) == 0
-        ours, theirs = comparable(run / "val" / f"step_{step}"), comparable(out)
-        assert len(ours) == 24 and ours == theirs
-    assert main(["view", str(run / "val" / "step_2"), "--out", str(tmp_path / "v.html")]) == 0
+    out = tmp_path / "eval"
+    caplog.set_level("INFO", logger="drmas_bench")
+    assert main(["eval", "--model", str(ck / "step_1"), "--benchmarks", "toy", "--limit", "8", "--n", "2",
+                 "--seed", "0", "--out", str(out), "--no-progress"]) == 0
+    ours, theirs = comparable(run / "val" / "step_1"), comparable(out)
+    assert len(ours) == 16 and ours == theirs
+    dtype = _recipe_engine_dtype(recipe)
+    assert f"engine options from the checkpoint: dtype={dtype}" in caplog.text
+    assert main(["view", str(run / "val" / "step_1"), "--out", str(tmp_path / "v.html")]) == 0
     assert main(["leaderboard", str(run / "val"), "--out", str(tmp_path / "lb")]) == 0  # every validation, a row each
-    assert all(f"step_{s}" in (tmp_path / "lb" / "leaderboard.md").read_text() for s in (0, 1, 2))
+    assert all(f"step_{s}" in (tmp_path / "lb" / "leaderboard.md").read_text() for s in (0, 1))
 
 
 def test_plot_takes_the_validations_of_a_step_log():
