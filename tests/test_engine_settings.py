@@ -45,6 +45,8 @@ def _ckpt(tmp_path, options: dict | None, name: str = "ck"):
     ("tiny_hetero", {}, None),
     ("tiny", {"agent_defaults.engine_options": {"max_batch": 8}, "agent_defaults.dtype": "bfloat16"}, "bfloat16"),
     ("tiny", {"agent_defaults.engine_options": {"max_batch": 8}}, "float32"),  # no engine dtype: the trainer's
+    ("tiny_lora", {}, "float32"),  # LoRA adapters on hf, the trainer's default dtype
+    ("math_qwen3_4b", {}, "bfloat16"),  # sglang engines at the recipe's compute dtype
 ])
 def test_checkpoint_team_yaml_carries_the_engines_dtype(recipe, overrides, dtype):
     from drmas_bench.workflows import get_workflow
