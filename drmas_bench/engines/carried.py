@@ -62,7 +62,8 @@ GOVERNED_ELSEWHERE = ("trust_remote_code",)  # a team.yaml's value is refused or
 
 
 def _fields(kind: str) -> dict[str, Any]:
-    return {f.name: f for f in dataclasses.fields(engine_class(kind).Options)}
+    cls: Any = engine_class(kind)
+    return {f.name: f for f in dataclasses.fields(cls.Options)}
 
 
 def _default(f: Any) -> Any:
@@ -99,7 +100,7 @@ def check_carried(groups: Mapping[str, Any], where: str) -> None:
                                  f"explicitly with --team if you trust it")
             ok, what = CARRIED[k]
             if not ok(value):
-                raise UserError(f"{where}: worker group {name!r}: options.{key} must be {what}, got {value!r}")
+                raise UserError(f"{where}: worker group {name!r}: options.{key} must be {what}, got {repr(value)[:80]}")
 
 
 def describe(recorded: Mapping[str, Mapping[str, Any]], used: Mapping[str, Mapping[str, Any]]) -> str:
