@@ -15,7 +15,7 @@ import pytest
 
 from drmas_bench.api import EvalConfig, evaluate, plan, run_on_engines
 from drmas_bench.types import UserError
-from drmas_trainer.config import load_config
+from drmas_trainer.config.train import load_config
 from drmas_bench.records import RecordView
 from drmas_trainer.validation import best_step, due, source_scores, val_metrics
 
@@ -178,7 +178,7 @@ def test_tiny_validates_like_eval_of_its_checkpoints(tmp_path):
 
 
 def test_plot_takes_the_validations_of_a_step_log():
-    from drmas_trainer.plot import validation_points
+    from drmas_trainer.reports.plot import validation_points
 
     recs = [{"step": 0, "val/avg@1": 0.3, "val/avg@4": 0.4}, {"step": 1, "critic/score/mean": 0.2},
             {"step": 2, "val/avg@4": 0.5}, {"step": 3, "val/avg@4": None}]
