@@ -102,7 +102,7 @@ class EngineBase:
         saw: ``fingerprints``). Every run's summary states it per worker group (drmas_bench.reproducibility)."""
         opts = getattr(self, "options", None)
         given = dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) and not isinstance(opts, type) else {}
-        return type(self).declared_determinism(given)
+        return type(self).declared_determinism(type(self).resolved_options(given))
 
     async def __aenter__(self) -> "EngineBase":
         return self
