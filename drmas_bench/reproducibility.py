@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from drmas_bench.engines import engine_class, traits
-from drmas_bench.engines.base import parse_options
+from drmas_bench.engines.base import EngineBase, parse_options
 from drmas_bench.records import view
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,9 @@ def group_determinism(kind: str, options: dict[str, Any], live: dict[str, Any] |
         full = cls.resolved_options(dataclasses.asdict(parse_options(cls.Options, dict(options), kind=kind)))
     except Exception:  # noqa: BLE001 - options that do not parse here: as written
         full = dict(options)
-    return dict(cls.declared_determinism(full))
+    # a backend that is not an EngineBase (a protocol-only class) says what the default says
+    declared = getattr(cls, "declared_determinism", None) or partial(EngineBase.declared_determinism.__func__, cls)
+    return dict(declared(full))
 
 
 class FingerprintTally:
