@@ -79,6 +79,27 @@ class FingerprintTally:
         return {wg: sorted(fps) for wg, fps in sorted(self.seen.items())}
 
 
+def identity_team(team: Any) -> dict[str, Any]:
+    """The team as a run's identity records it (``TeamSpec.to_dict``), without the batching options
+    (``batching_options``: ``max_batch``) of a worker group whose engine is batch-invariant: they cannot
+    change its records, so a resume or a split under other values of them is the same experiment.
+    A group that is not batch-invariant keeps them, and a resume under another ``max_batch`` is refused."""
+    doc = team.to_dict()
+    for wg, g in team.worker_groups.items():
+        names = set(getattr(engine_class(g.engine), "batching_options", ()))
+        entry = (doc.get("worker_groups") or {}).get(wg)
+        opts = entry.get("options") if isinstance(entry, dict) else None
+        if not names or not isinstance(opts, dict) or not names & set(opts):
+            continue
+        if group_determinism(g.engine, dict(g.options)).get("batch_invariant"):
+            kept = {k: v for k, v in opts.items() if k not in names}
+            if kept:
+                entry["options"] = kept
+            else:
+                entry.pop("options")
+    return doc
+
+
 def batching_of(cfg: Any, team: Any) -> dict[str, Any]:
     """The batching settings an invocation ran with: ``EvalConfig``'s, and each worker group's
     engine options that decide its batches (``batching_options``: ``max_batch`` of the hf engine)."""

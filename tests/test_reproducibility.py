@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import yaml
+
 from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
 from drmas_bench.api import EvalConfig, evaluate
 from drmas_bench.engines.openai_wire import parse_response
@@ -70,3 +73,30 @@ def test_every_run_states_it_and_a_resume_under_other_batching_is_flagged(tmp_pa
     s2 = evaluate(EvalConfig(limit=3, concurrency=3, **common))
     assert s2["reproducibility"]["batching_changed"] == ["concurrency"]
     assert "samples were made under different concurrency" in (tmp_path / "r" / "summary.md").read_text()
+
+
+def test_a_resume_at_another_max_batch_is_refused_only_where_records_could_differ(tmp_path, monkeypatch):
+    """Not batch-invariant (the engine's declaration): another --max-batch is refused, naming it. A FAKE
+    declaration that the hf engine is batch-invariant (what issue 55 item 1 gives it): the same resume
+    is one experiment, its identity holds no max_batch, and the summary records the new batching."""
+    from drmas_bench.engines.hf import HFEngine
+    from drmas_bench.types import UserError
+
+    common = dict(model="tiny-random", suite="toy", n=1, limit=2, max_new_tokens=4, seed=0, progress=False)
+    declared = HFEngine.declared_determinism({"dtype": "float32"})
+    if not declared["batch_invariant"]:
+        evaluate(EvalConfig(out=str(tmp_path / "strict"), max_batch=8, **common))
+        with pytest.raises(UserError, match="max_batch"):
+            evaluate(EvalConfig(out=str(tmp_path / "strict"), max_batch=2, **common))
+
+    def fake_invariant_declaration(cls, options):
+        return {**declared, "batch_invariant": True, "why": "FAKE: declared batch-invariant by this test"}
+
+    monkeypatch.setattr(HFEngine, "declared_determinism", classmethod(fake_invariant_declaration))
+    evaluate(EvalConfig(out=str(tmp_path / "loose"), max_batch=8, **common))
+    s = evaluate(EvalConfig(out=str(tmp_path / "loose"), max_batch=2, **{**common, "limit": 3}))
+    assert s["micro"]["questions"] == 3 and s["run"]["episodes_resumed"] == 2
+    ident = yaml.safe_load((tmp_path / "loose" / "config.yaml").read_text())["identity"]
+    assert "options" not in ident["team"]["worker_groups"]["shared"]
+    assert s["reproducibility"]["batching"]["max_batch"] == {"shared": {"max_batch": 2}}
+    assert "batching_changed" not in s["reproducibility"]
