@@ -74,6 +74,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from drmas_bench.checkpoints.adapter_names import ADAPTER_CONFIG, is_adapter_folder
 from drmas_bench.engines.base import (
     EngineBase,
     EngineError,
@@ -85,7 +86,6 @@ from drmas_bench.engines.prompt import encode_request, extra_template_kwargs
 from drmas_bench.engines.weights import DEFAULT_BUCKET_BYTES, buckets
 from drmas_bench.log import squeeze
 from drmas_bench.models.adapter_layout import adapter_layout, resolve_base, tokenizer_source
-from drmas_bench.models.adapter_names import ADAPTER_CONFIG, is_adapter_folder
 from drmas_bench.types import Completion, Request, Sampling
 
 INSTALL_HINT = "the sglang engine needs SGLang: pip install 'drmas-bench[sglang]'"
