@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 import yaml
@@ -23,9 +24,9 @@ DECLARED = {"dtype", "batch_invariant", "deterministic", "chat_template_kwargs",
 
 
 def _recipe(name: str) -> dict:
-    from drmas_trainer.config import recipe_path
+    import drmas_trainer
 
-    return yaml.safe_load(recipe_path(name).read_text())
+    return yaml.safe_load((Path(drmas_trainer.__file__).parent / "recipes" / f"{name}.yaml").read_text())
 
 
 def _ckpt(tmp_path, options: dict | None, name: str = "ck"):
@@ -50,7 +51,7 @@ def _ckpt(tmp_path, options: dict | None, name: str = "ck"):
 ])
 def test_checkpoint_team_yaml_carries_the_engines_dtype(recipe, overrides, dtype):
     from drmas_bench.workflows import get_workflow
-    from drmas_trainer.config import load_config, plan_worker_groups
+    from drmas_trainer.config.train import load_config, plan_worker_groups
     from drmas_trainer.saving import checkpoint_team
 
     wf = get_workflow("toy")

@@ -15,7 +15,7 @@ import pytest
 
 from drmas_bench.api import EvalConfig, evaluate, plan, run_on_engines
 from drmas_bench.types import UserError
-from drmas_trainer.config import load_config
+from drmas_trainer.config.train import load_config
 from drmas_bench.records import RecordView
 from drmas_trainer.validation import best_step, due, source_scores, val_metrics
 
@@ -148,9 +148,10 @@ def _recipe_engine_dtype(recipe: str) -> str:
     """The rollout engines' dtype as the recipe file declares it (read here, not through the trainer)."""
     import yaml
 
-    from drmas_trainer.config import recipe_path
+    import drmas_trainer
 
-    return yaml.safe_load(recipe_path(recipe).read_text())["agent_defaults"]["engine_options"]["dtype"]
+    doc = yaml.safe_load((Path(drmas_trainer.__file__).parent / "recipes" / f"{recipe}.yaml").read_text())
+    return doc["agent_defaults"]["engine_options"]["dtype"]
 
 
 @pytest.mark.parametrize("recipe", ["tiny", "tiny_hetero"])
@@ -187,11 +188,15 @@ def test_validation_is_a_plain_eval_of_its_checkpoint(tmp_path, recipe, caplog):
     assert f"engine options from the checkpoint: dtype={dtype}" in caplog.text
     assert main(["view", str(run / "val" / "step_1"), "--out", str(tmp_path / "v.html")]) == 0
     assert main(["leaderboard", str(run / "val"), "--out", str(tmp_path / "lb")]) == 0  # every validation, a row each
-    assert all(f"step_{s}" in (tmp_path / "lb" / "leaderboard.md").read_text() for s in (0, 1))
+    board = " ".join((tmp_path / "lb" / "leaderboard.md").read_text().split())
+    for s in (0, 1):  # model@step_N, the step, the estimator, the training run (issue 55)
+        row = f"| run/step_{s} | tiny-random@step_{s} | non-shared | drmas | {s} |" if recipe == "tiny" else \
+            f"-llama@step_{s} | non-shared, heterogeneous | drmas | {s} |"  # two base models
+        assert row in board, (row, board)
 
 
 def test_plot_takes_the_validations_of_a_step_log():
-    from drmas_trainer.plot import validation_points
+    from drmas_trainer.reports.plot import validation_points
 
     recs = [{"step": 0, "val/avg@1": 0.3, "val/avg@4": 0.4}, {"step": 1, "critic/score/mean": 0.2},
             {"step": 2, "val/avg@4": 0.5}, {"step": 3, "val/avg@4": None}]

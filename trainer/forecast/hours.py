@@ -45,15 +45,15 @@ from typing import TYPE_CHECKING, Any
 
 from drmas_bench.tasks import catalog
 from drmas_bench.types import UserError
-from drmas_trainer.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for
-from drmas_trainer.plan_config import PlanCallConfig
+from drmas_trainer.config.forecast import ForecastCallConfig
+from drmas_trainer.forecast.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for
 
 __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
            "training_prompts"]
 
 if TYPE_CHECKING:
-    from drmas_trainer.config import TrainConfig, WorkerGroupPlan
-    from drmas_trainer.memory import MemoryPlan, ModelShape
+    from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan
+    from drmas_trainer.forecast.memory import MemoryPlan, ModelShape
 
 
 def forward_flops(shape: "ModelShape", ctx: float) -> float:
@@ -197,7 +197,7 @@ def _calls(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dic
     B = cfg.rollout.prompts_per_step * cfg.rollout.n
     L = cfg.rollout.max_new_tokens
     r = pc.response_share * L
-    specs = pc.calls or [PlanCallConfig(agent=a) for a in group_of]
+    specs = pc.calls or [ForecastCallConfig(agent=a) for a in group_of]
     eff_flops, eff_bw = hw.bf16_flops * MFU, hw.hbm_bytes_s * MBU
     calls: list[Call] = []
     for c in specs:
