@@ -63,8 +63,9 @@ def _check_checkpoint(step_dir: Path, base_models: dict[str, str] = MODELS) -> N
     run's agents.<a>.model named)."""
     team = yaml.safe_load((step_dir / "team.yaml").read_text())
     assert team["agents"] == {"solver": "solver", "checker": "checker"}
-    assert team["worker_groups"] == {wg: {"model": f"models/{wg}", "engine": "hf", "options": {"dtype": "bfloat16"}}
-                                     for wg in MODELS}  # the recipe's bf16 engines: eval runs them with no flag
+    assert {wg: (g["model"], g["engine"]) for wg, g in team["worker_groups"].items()} == \
+        {wg: (f"models/{wg}", "hf") for wg in MODELS}
+    assert {g["options"]["dtype"] for g in team["worker_groups"].values()} == {"bfloat16"}  # the recipe's engines
     assert team["trained"]["base_models"] == base_models
     kinds = {"solver": "qwen2", "checker": "llama"}
     for wg, alias in MODELS.items():
