@@ -138,8 +138,8 @@ def _metrics(run) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="needs the hf engine's batch invariance (branch i55inv); the lead flips "
-                                        "this once it is on main")
+@pytest.mark.xfail(strict=False, reason="needs the hf engine's batch invariance (branch i55inv: with it merged this "
+                                        "passes); the lead flips this once it is on main")
 def test_trainer_metrics_do_not_depend_on_the_rollout_micro_batch(tmp_path):
     """The tiny recipe (bf16 rollout engines) for 2 steps, 16 episodes in flight, with the engines'
     micro-batch (``engine_options.max_batch``) at 4 and at 16: the step-1 and step-2 metrics are the
