@@ -11,7 +11,8 @@ here with the block's values, written as `figures.FORMATS` says, not by the code
 The episodes are the workflows' own code over a scripted engine (`ScriptedBackend`, a fake: replies
 cycle through texts in every shipped format and in each way a shipped rule says a reply breaks
 one) and a fake retriever; they are graded by the workflow's real grading family. 19 episodes: with
-19 replies and 7 calls between two episodes' first replies, an agent's n-th call meets every reply."""
+19 replies and each episode's script starting 7 replies after the last one's, an episode's n-th call
+meets every reply over the 19."""
 
 from __future__ import annotations
 
