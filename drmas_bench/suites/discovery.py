@@ -35,7 +35,7 @@ from drmas_bench.types import UserError
 
 SUITES_ENV = "DRMAS_SUITES"
 ENTRY_POINT_GROUP = "drmas_bench.suites"
-SUITES_DIR = Path(__file__).parent / "suites"
+SUITES_DIR = Path(__file__).parent  # drmas_bench/suites/: each package here is a suite
 _found: list[str] = []  # the suite modules imported, in order (filled once per process)
 _done: list[bool] = []  # [True] once every suite is imported and its declarations checked
 
