@@ -154,7 +154,7 @@ def _to_tasks(b: Benchmark, records: Iterator[tuple[Any, dict[str, Any]]], where
     naming ``where(position)``. So is a task id seen before (naming both places): an evaluation keeps
     results per (benchmark, task id) and the trainer groups a prompt's samples by task id (GRPO), so
     two questions under one id would be merged into one. (The reference's NQ + HotpotQA mix repeats
-    ids across its two sources; ``tasks.loaders.qa_task`` prefixes them with the source.)"""
+    ids across its two sources; ``benchmarks.loaders.qa_task`` prefixes them with the source.)"""
     tasks: list[Task] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()
     first_at: dict[str, Any] = {}
