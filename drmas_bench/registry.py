@@ -1,6 +1,7 @@
 """One registry type for every kind of named thing: suites, benchmarks, workflows, format rules,
 grading families, math graders, engines, pools, commands, export formats, and the trainer's
-estimators, policy losses, KL penalties and rollout corrections.
+estimators, policy losses, KL penalties, rollout corrections, advantage metric families, loss
+weightings and KL controllers (tests/test_registry_dicts.py finds a dict standing in for one).
 
     ENGINES = Registry("engine", error=EngineError)
     ENGINES.register("hf", "drmas_bench.engines.hf:HFEngine")   # lazy: imported when first asked for
