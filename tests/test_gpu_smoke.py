@@ -313,7 +313,7 @@ def test_train_tis(models: Path) -> None:
 def plan_update_gib(settings: Any, model_dir: Path, plen: int, rlen: int) -> float:
     """What ``drmas_trainer.forecast.memory`` predicts for this group's update (engine asleep, no CUDA
     context): to compare with the measured ``peak_gib`` of the steps."""
-    from drmas_trainer.config.train import WorkerGroupPlan
+    from drmas_trainer.config.groups import WorkerGroupPlan
     from drmas_trainer.forecast.memory import GIB, group_memory, shape_from_config
 
     cfg = json.loads((model_dir / "config.json").read_text())
@@ -331,7 +331,8 @@ def test_train_lora(models: Path) -> None:
     bitwise unchanged), both adapters moved, each agent generates with its adapter after the sync."""
     import torch
 
-    from drmas_trainer.config.train import load_config, plan_worker_groups
+    from drmas_trainer.config.train import load_config
+    from drmas_trainer.config.groups import plan_worker_groups
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
     dev = device()
@@ -493,7 +494,8 @@ def test_train_row(models: Path) -> None:
     import torch
 
     from drmas_bench.workflows import get_workflow
-    from drmas_trainer.config.train import load_config, plan_worker_groups
+    from drmas_trainer.config.train import load_config
+    from drmas_trainer.config.groups import plan_worker_groups
     from drmas_trainer.forecast.memory import GIB, ModelShape, group_memory, model_shape
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from drmas_bench.types import UserError
-from drmas_trainer.config.train import load_config, plan_worker_groups
+from drmas_trainer.config.train import load_config
+from drmas_trainer.config.groups import plan_worker_groups
 
 AGENTS = ("solver", "checker")
 LORA = {"rank": 4, "alpha": 8}

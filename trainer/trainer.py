@@ -70,7 +70,8 @@ from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer import metric_names
 from drmas_trainer.adv_metrics import pools_by_agent, reference_adv_metrics
 from drmas_trainer.advantages import compute_advantages
-from drmas_trainer.config.train import TrainConfig, plan_worker_groups
+from drmas_trainer.config.groups import plan_worker_groups
+from drmas_trainer.config.train import TrainConfig
 from drmas_trainer.fsdp.ray_group import check_sharded
 from drmas_trainer.loss_balance import row_loss_weights
 from drmas_trainer.prepare import (

@@ -52,7 +52,8 @@ __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours"
            "training_prompts"]
 
 if TYPE_CHECKING:
-    from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan
+    from drmas_trainer.config.groups import WorkerGroupPlan
+    from drmas_trainer.config.train import TrainConfig
     from drmas_trainer.forecast.memory import MemoryPlan, ModelShape
 
 

@@ -60,7 +60,8 @@ from typing import Any
 from drmas_bench.engines import traits
 from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.types import UserError
-from drmas_trainer.config.train import OPTIMIZERS, AgentConfig, TrainConfig, WorkerGroupPlan
+from drmas_trainer.config.groups import WorkerGroupPlan
+from drmas_trainer.config.train import OPTIMIZERS, AgentConfig, TrainConfig
 
 GIB = 2**30
 #: CUDA context, cuBLAS workspaces and caching-allocator slack per process (an estimate).
