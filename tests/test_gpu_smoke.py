@@ -314,7 +314,8 @@ def plan_update_gib(settings: Any, model_dir: Path, plen: int, rlen: int) -> flo
     """What ``drmas_trainer.forecast.memory`` predicts for this group's update (engine asleep, no CUDA
     context): to compare with the measured ``peak_gib`` of the steps."""
     from drmas_trainer.config.groups import WorkerGroupPlan
-    from drmas_trainer.forecast.memory import GIB, group_memory, shape_from_config
+    from drmas_trainer.forecast.memory import GIB, group_memory
+    from drmas_trainer.forecast.shapes import shape_from_config
 
     cfg = json.loads((model_dir / "config.json").read_text())
     m = group_memory("solver", WorkerGroupPlan("solver", ["solver"], settings), shape_from_config(cfg, "wide"),
@@ -403,7 +404,8 @@ def test_train_lora(models: Path) -> None:
 
 def plan_lora_update_gib(plan: Any, model_dir: Path, plen: int, rlen: int) -> float:
     """The memory plan's estimate of the LoRA group's update (engine asleep), as plan_update_gib."""
-    from drmas_trainer.forecast.memory import GIB, group_memory, shape_from_config
+    from drmas_trainer.forecast.memory import GIB, group_memory
+    from drmas_trainer.forecast.shapes import shape_from_config
 
     cfg = json.loads((model_dir / "config.json").read_text())
     m = group_memory("shared", plan, shape_from_config(cfg, "wide"), seq=plen + rlen, response=rlen, gpu_bytes=140 * GIB)
@@ -430,7 +432,7 @@ def row_recipe() -> str:
 
 
 def config_from_shape(shape: Any, tok: Any) -> Any:
-    """A transformers config of ``shape``'s architecture (drmas_trainer.forecast.memory.ModelShape: the public
+    """A transformers config of ``shape``'s architecture (drmas_trainer.forecast.shapes.ModelShape: the public
     config's numbers, no download): Qwen3 (q/k norms), Qwen2 (q/k/v biases) or Llama."""
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
@@ -496,7 +498,8 @@ def test_train_row(models: Path) -> None:
     from drmas_bench.workflows import get_workflow
     from drmas_trainer.config.train import load_config
     from drmas_trainer.config.groups import plan_worker_groups
-    from drmas_trainer.forecast.memory import GIB, ModelShape, group_memory, model_shape
+    from drmas_trainer.forecast.memory import GIB, group_memory
+    from drmas_trainer.forecast.shapes import ModelShape, model_shape
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
     dev = device()

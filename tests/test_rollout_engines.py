@@ -86,7 +86,8 @@ def test_plan_budget_of_the_search_recipe():
     do not fit one 80 GiB GPU beside the resident shards, while the tiny recipe's do (auto keeps them
     awake); a GPU the resident states fill alone leaves no budget."""
     from drmas_trainer.config.groups import plan_worker_groups
-    from drmas_trainer.forecast.memory import memory_plan, model_shape
+    from drmas_trainer.forecast.memory import memory_plan
+    from drmas_trainer.forecast.shapes import model_shape
 
     cfg = load_config("search_qwen2.5_7b")
     groups = plan_worker_groups(cfg, SEARCH)

@@ -54,7 +54,8 @@ __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours"
 if TYPE_CHECKING:
     from drmas_trainer.config.groups import WorkerGroupPlan
     from drmas_trainer.config.train import TrainConfig
-    from drmas_trainer.forecast.memory import MemoryPlan, ModelShape
+    from drmas_trainer.forecast.memory import MemoryPlan
+    from drmas_trainer.forecast.shapes import ModelShape
 
 
 def forward_flops(shape: "ModelShape", ctx: float) -> float:
