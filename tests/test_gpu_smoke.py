@@ -264,10 +264,9 @@ def test_train_tis(models: Path) -> None:
     kernels, a real mismatch), ``rollout.correction: tis_token`` weighs the rows, then one update.
     Figures: the ``rollout_corr/*`` metrics (engine vs trainer), the token check's count, the seconds
     of rollout, recompute and update, the peak memory of the recompute and of the update."""
-    import torch
 
     from drmas_trainer.config.train import AgentConfig, RolloutConfig
-    from drmas_trainer.trainer import correct_rows
+    from drmas_trainer.scoring import correct_rows
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
     dev = device()
@@ -332,8 +331,8 @@ def test_train_lora(models: Path) -> None:
     bitwise unchanged), both adapters moved, each agent generates with its adapter after the sync."""
     import torch
 
-    from drmas_trainer.config.train import load_config
     from drmas_trainer.config.groups import plan_worker_groups
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
     dev = device()
@@ -496,8 +495,8 @@ def test_train_row(models: Path) -> None:
     import torch
 
     from drmas_bench.workflows import get_workflow
-    from drmas_trainer.config.train import load_config
     from drmas_trainer.config.groups import plan_worker_groups
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.forecast.memory import GIB, group_memory
     from drmas_trainer.forecast.shapes import ModelShape, model_shape
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
