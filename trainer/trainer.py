@@ -22,8 +22,10 @@ One iteration (``step``)::
               balance_loss_by_agent_freq each row's loss weight (loss_balance.py)
     update    each group runs its PPO/GSPO epochs and mini-batches on its rows
     sync      each group copies its new weights into its rollout engine (pooled: at its next wake)
-    log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed)
     save      every save_every steps: RUN/ckpt/step_K (atomic; see checkpoint.py)
+    log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed): the step's metrics, its
+              workload (workload.py: episodes, prompt and response tokens per generate call) and its
+              phases' seconds under verl's timer names (metric_names.PHASES)
 
 Before step 1 an optional supervised warm start (``sft:``, toy only) runs and is saved as
 ``ckpt/step_0``, the "untrained" team RL starts from. ``resume=True`` restarts from the newest
@@ -67,7 +69,7 @@ from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
 from drmas_bench.types import Task, Trajectory, UserError
 from drmas_bench.workflows.base import WORKFLOWS, WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer import metric_names
+from drmas_trainer import metric_names, workload
 from drmas_trainer.adv_metrics import pools_by_agent, reference_adv_metrics
 from drmas_trainer.advantages import compute_advantages
 from drmas_trainer.config import TrainConfig, plan_worker_groups
@@ -283,20 +285,24 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
         record = await rl_step(lp, batch, step, cursor_before)
         if lp.val is not None and lp.val.due(step, n_steps):  # validation on the engines as synced (RUN/val/step_N)
             record.update(await lp.val.validate(step))
-        # 7. log
         skipped_total += record[metric_names.SKIPPED_STEPS]
-        record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, metric_names.TIME_STEP: time.perf_counter() - t_step})
-        metrics.write(record)
-        bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
-        bar.update(1)
-        # 8. checkpoint (and with val.keep_best the best validation's, kept beside latest)
+        # 7. checkpoint (and with val.keep_best the best validation's, kept beside latest), timed for the log
         save = functools.partial(save_checkpoint, run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor,
                                  skipped_total=skipped_total)
         saved = step == n_steps or bool(cfg.save_every and step % cfg.save_every == 0)
+        t_save = time.perf_counter()
         if saved:
             await save(keep=lp.val.kept() if lp.val else ())
         if lp.val is not None:
             await lp.val.keep_best(step, saved, save)
+        # 8. log: after the save so that the step's record holds its seconds (verl's order); a stop between
+        #    the two leaves a checkpoint whose step has no record, never a record past the last checkpoint
+        now = time.perf_counter()
+        record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, metric_names.TIME_SAVE: now - t_save,
+                       metric_names.TIME_STEP: now - t_step})
+        metrics.write(record)
+        bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
+        bar.update(1)
     bar.close()
     summary = summarize(run, n_steps)
     if lp.val is not None:
@@ -419,6 +425,7 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     record[metric_names.REFERENCE_SYNCS] = reference_syncs(trajs)
     record[metric_names.ENGINES_POOLED] = int(engines.mode == "pooled")
     record[metric_names.SKIPPED_STEPS] = sum(u["skipped_steps"] for u in updates.values())
+    record.update(workload.step_metrics(trajs, {a: g for g, p in lp.plan.items() for a in p.agents}))
     record.update(timing)
     return record
 
