@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from drmas_bench.tasks import catalog
 from drmas_bench.types import UserError
-from drmas_trainer.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for
+from drmas_trainer.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for  # noqa: F401 (re-exported)
 from drmas_trainer.plan_config import PlanCallConfig
 
 __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
@@ -54,6 +54,7 @@ __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours"
 if TYPE_CHECKING:
     from drmas_trainer.config import TrainConfig, WorkerGroupPlan
     from drmas_trainer.memory import MemoryPlan, ModelShape
+    from drmas_trainer.workload import Workload
 
 
 def forward_flops(shape: "ModelShape", ctx: float) -> float:
@@ -76,6 +77,7 @@ class Call:
     batch: float  # sequences per engine (per GPU)
     prompt: float  # mean prompt tokens
     response: float  # mean response tokens
+    longest: float = 0.0  # the longest response: the batch decodes until it ends
     prefill_s: float = 0.0
     decode_s: float = 0.0
     decode_bound: str = ""  # "memory" | "compute"
@@ -97,6 +99,7 @@ class HoursEstimate:
     syncs: int  # weight syncs (wake-ups) per step
     reported_hours: float | None = None
     notes: list[str] = field(default_factory=list)
+    workload: str = ""  # where the step's workload comes from: a measured run, else the recipe's plan:
 
     @property
     def rollout_s(self) -> float:
@@ -156,13 +159,14 @@ def training_prompts(cfg: "TrainConfig") -> tuple[int | None, str]:
 
 def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
             memplan: "MemoryPlan", hw: Hardware, *, gpu: str, gpus: int, tasks: int | None,
-            tasks_why: str = "") -> HoursEstimate:
+            tasks_why: str = "", workload: "Workload | None" = None) -> HoursEstimate:
     """The hours of ``cfg`` (module docstring) on ``gpus`` GPUs of ``hw``, its groups laid out as in
     ``memplan`` (ranks per group; colocated or separate; engines awake at once under the rollout
     budget); ``tasks``: distinct training prompts (None: the run's length in steps is unknown when
-    the recipe counts epochs)."""
+    the recipe counts epochs); ``workload``: a measured one (drmas_trainer.workload) instead of the
+    recipe's ``plan:`` assumptions."""
     ranks = max(memplan.ranks, 1)  # a group's engines and shards: one per GPU of its `ranks` GPUs
-    calls = _calls(cfg, groups, shapes, hw, ranks)
+    calls = _calls(cfg, groups, shapes, hw, ranks, workload)
     capacity = min((ro.awake for ro in memplan.rollouts if ro.engines), default=len(groups))
     for call, w in zip(calls, _lru_wakes([c.group for c in calls], capacity)):
         call.wakes = w
@@ -186,28 +190,43 @@ def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: di
     pc = cfg.plan
     reported = pc.reported_hours if gpu == (pc.gpu or gpu) else None  # only beside the reference's own hardware
     return HoursEstimate(gpu, hw, gpus, steps, steps_why, calls, update_s, offload_s, update_wall, sync_s,
-                         sum(c.wakes for c in calls), reported)
+                         sum(c.wakes for c in calls), reported,
+                         workload=f"measured: {workload.source}" if workload else "assumed: the recipe's plan:")
+
+
+def _call_specs(cfg: "TrainConfig", workload: "Workload | None") -> list[tuple[str, float, float, float, float]]:
+    """(agent, share of the step's episodes, prompt, mean response, longest response) per generate
+    call: measured (``workload``; responses capped at max_new_tokens), else the recipe's ``plan:``."""
+    L = cfg.rollout.max_new_tokens
+    if workload is not None:
+        return [(c.agent, workload.share(c), c.prompt_tokens, min(c.response_mean, L), min(c.response_max, L))
+                for c in workload.calls]
+    pc = cfg.plan
+    specs = pc.calls or [PlanCallConfig(agent=a) for a in cfg_agents(cfg)]
+    return [(c.agent, c.share, pc.question_tokens + c.context_tokens, pc.response_share * L, L) for c in specs]
+
+
+def cfg_agents(cfg: "TrainConfig") -> tuple[str, ...]:
+    from drmas_bench.workflows.base import get_workflow
+
+    return tuple(get_workflow(cfg.workflow).agents)
 
 
 def _calls(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
-           hw: Hardware, ranks: int) -> list[Call]:
+           hw: Hardware, ranks: int, workload: "Workload | None" = None) -> list[Call]:
     """The step's generate calls with their prefill and decode seconds (module docstring)."""
-    pc = cfg.plan
     group_of = {a: g for g, p in groups.items() for a in p.agents}
     B = cfg.rollout.prompts_per_step * cfg.rollout.n
-    L = cfg.rollout.max_new_tokens
-    r = pc.response_share * L
-    specs = pc.calls or [PlanCallConfig(agent=a) for a in group_of]
-    eff_flops, eff_bw = hw.bf16_flops * MFU, hw.hbm_bytes_s * MBU
+    eff_flops, eff_bw = hw.flops_used, hw.bytes_used
     calls: list[Call] = []
-    for c in specs:
-        if c.agent not in group_of:
-            raise UserError(f"plan.calls: unknown agent {c.agent!r}; the workflow's agents: {', '.join(group_of)}")
-        g = group_of[c.agent]
+    for agent, share, p, r, L in _call_specs(cfg, workload):
+        if agent not in group_of:
+            where = "--workload" if workload is not None else "plan.calls"
+            raise UserError(f"{where}: unknown agent {agent!r}; the workflow's agents: {', '.join(group_of)}")
+        g = group_of[agent]
         sh = shapes[g]
-        b = c.share * B / ranks
-        p = pc.question_tokens + c.context_tokens
-        call = Call(c.agent, g, b, p, r)
+        b = share * B / ranks
+        call = Call(agent, g, b, p, r, longest=L)
         call.prefill_s = b * p * forward_flops(sh, p / 2) / eff_flops
         mem = L * 2 * sh.params + b * r * (p + r / 2) * kv_bytes_per_token(sh)
         comp = b * r * 2 * sh.params
@@ -228,7 +247,7 @@ def _updates(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: d
         ctx = sum(n * t * t / 2 for n, t in rows) / max(tokens, 1e-9)  # F is linear in ctx: exact for the sum
         passes = (1 if cfg.rollout.old_logprobs == "recompute" else 0) + (1 if cfg.algo.use_kl_in_reward else 0) \
             + cfg.algo.ppo_epochs * (3 + (1 if s.gradient_checkpointing else 0))
-        update_s[g] = tokens * forward_flops(sh, ctx) * passes / (ranks * hw.bf16_flops * MFU)
+        update_s[g] = tokens * forward_flops(sh, ctx) * passes / (ranks * hw.flops_used)
         if s.optimizer_offload == "cpu" and not plan.lora:
             opt_steps = cfg.algo.ppo_epochs * cfg.algo.mini_batches
             sharing = min(hw.gpus_per_node, gpus)  # the ranks of one node step at once on its host memory
@@ -240,12 +259,15 @@ def _updates(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: d
 def format_hours(est: HoursEstimate) -> str:
     """The prediction as text: per call its prefill and decode, then the step's phases and the run."""
     hw = est.hardware
-    out = [f"\nhours on {est.gpus} x {hw.title} ({hw.source}): bf16 {hw.bf16_flops / 1e12:.0f} TFLOP/s at MFU "
-           f"{MFU:.2f}, HBM {hw.hbm_bytes_s / 1e12:.2f} TB/s at MBU {MBU:.2f}, NVLink {hw.nvlink_bytes_s / 1e9:.0f} "
+    mfu, mbu = hw.flops_used / hw.bf16_flops, hw.bytes_used / hw.hbm_bytes_s
+    out = [f"\nhours on {est.gpus} x {hw.title} ({hw.source}): {hw.bf16_flops / 1e12:.3g} TFLOP/s at MFU "
+           f"{mfu:.2f}, memory {hw.hbm_bytes_s / 1e12:.3g} TB/s at MBU {mbu:.2f}, NVLink {hw.nvlink_bytes_s / 1e9:.0f} "
            f"GB/s, PCIe {hw.pcie_bytes_s / 1e9:.0f} GB/s (one direction)",
-           f"  {'call':<22} {'seq/GPU':>8} {'prompt':>7} {'resp':>6} {'prefill s':>10} {'decode s':>9}  bound   wake"]
+           f"  workload {est.workload}",
+           f"  {'call':<22} {'seq/GPU':>8} {'prompt':>7} {'resp':>6} {'max':>5} {'prefill s':>10} {'decode s':>9}  bound"
+           "   wake"]
     for i, c in enumerate(est.calls, 1):
-        out.append(f"  {f'{i}. {c.agent} ({c.group})':<22} {c.batch:8.1f} {c.prompt:7.0f} {c.response:6.0f} "
+        out.append(f"  {f'{i}. {c.agent} ({c.group})':<22} {c.batch:8.1f} {c.prompt:7.0f} {c.response:6.0f} {c.longest:5.0f} "
                    f"{c.prefill_s:10.1f} {c.decode_s:9.1f}  {c.decode_bound:<7} {'yes' if c.wakes else 'no'}")
     upd = ", ".join(f"{g} {s:.1f}" + (f" + offload {est.offload_s[g]:.1f}" if g in est.offload_s else "")
                     for g, s in est.update_s.items())
@@ -255,6 +277,8 @@ def format_hours(est: HoursEstimate) -> str:
         out.append(f"  run: unknown number of steps ({est.steps_why})")
     else:
         line = f"  run: {est.steps:,} steps ({est.steps_why}) x {est.step_s:.1f} s = {est.hours:.1f} h predicted"
+        if est.workload.startswith("measured"):
+            line += f" from the workload {est.workload}"
         if est.reported_hours:
             line += f"; the reference reports ~{est.reported_hours:g} h (ratio {est.hours / est.reported_hours:.2f})"
         out.append(line)

@@ -89,8 +89,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="memory of one GPU for --plan, GiB (default: --gpu's, else the recipe's plan.gpu's, else 140: "
                         "an H200)")
     p.add_argument("--gpu", default=None, metavar="NAME",
-                   help="--plan's GPU for the predicted hours: h100 | h200 | a100 (default: the recipe's plan.gpu, or "
-                        "the one whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.hardware)")
+                   help="--plan's GPU for the predicted hours: h100 | h200 | a100, or here: this machine's CPU, "
+                        "measured now by a short matmul and copy probe (default: the recipe's plan.gpu, or the one "
+                        "whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.hardware)")
+    p.add_argument("--workload", default=None, metavar="RUN[:K]",
+                   help="--plan from the workload measured in RUN instead of the recipe's plan: assumptions: a "
+                        "training run (its metrics.jsonl; :K its first K steps) or an eval run of the starting team "
+                        "(its samples.jsonl); drmas_trainer.workload")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="longest prompt of a training row for --plan (default: the recipe's plan.prompt_tokens, else 4096)")
     p.add_argument("--gpus", type=int, default=None, metavar="N",
@@ -134,6 +139,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.local:
             raise UserError("--ray-address is for --ray (got --local)")
         overrides["ray.address"] = args.ray_address
+    if getattr(args, "workload", None) and not getattr(args, "plan", False):
+        raise UserError("--workload RUN re-predicts a plan: it goes with --plan (it trains nothing)")
     cfg = load_config(args.recipe, overrides)
     if getattr(args, "plan", False):
         return cmd_plan(cfg, args)
@@ -173,12 +180,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = None, gpus: int | None = None,
-                prompt_tokens: int | None = None, local: bool = False) -> tuple[Any, Any]:
+                prompt_tokens: int | None = None, local: bool = False, workload: str | None = None) -> tuple[Any, Any]:
     """(memory plan, hours estimate) of ``cfg`` as ``train --plan`` makes them: the hardware is
     ``gpu`` (a row of drmas_trainer.hardware.HARDWARE), else the one ``gpu_gib`` suggests, else the
     recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``, ``prompt_tokens``: the flags (default
     the recipe's fsdp section and ``plan.prompt_tokens``, else 4096); ``local``: every group in one
-    process on one GPU (else Ray actors)."""
+    process on one GPU (else Ray actors); ``workload``: --workload's RUN[:K] (drmas_trainer.workload)."""
     from drmas_bench.workflows.base import get_workflow
     from drmas_trainer.config import plan_worker_groups
     from drmas_trainer.hours import HARDWARE, hardware_for, predict, training_prompts
@@ -191,16 +198,20 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
             shapes[name] = model_shape(str(g.settings.model))
         except ValueError as e:
             raise UserError(f"--plan: worker group {name}: {e}") from None
-    if gpu is not None and gpu not in HARDWARE:
-        raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}")
+    if gpu is not None and gpu not in HARDWARE and gpu != "here":
+        raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}, here (this machine, measured)")
+    from drmas_trainer.workload import load as load_workload
+
+    wl = load_workload(workload) if workload else None
     if gpu is None and gpu_gib is None:
         gpu = cfg.plan.gpu
-    name, hw = hardware_for(gpu, gpu_gib)
+    name, hw = hardware_for(gpu, gpu_gib, threads=cfg.torch_threads)
     gib = gpu_gib or (hw.memory_gib if gpu else DEFAULT_GPU_GIB)
     plan = memory_plan(cfg, groups, shapes, gpu_gib=gib, use_ray=not local,
                        prompt_tokens=prompt_tokens or cfg.plan.prompt_tokens or 4096, gpus=gpus)
     tasks, why = training_prompts(cfg)
-    return plan, predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why)
+    return plan, predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why,
+                         workload=wl)
 
 
 def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
@@ -210,7 +221,8 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
     from drmas_trainer.memory import format_plan, why_not
 
     plan, est = plan_recipe(cfg, gpu=getattr(args, "gpu", None), gpu_gib=args.gpu_memory, gpus=getattr(args, "gpus", None),
-                            prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local)
+                            prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local,
+                            workload=getattr(args, "workload", None))
     print(format_plan(plan, cfg.recipe))
     print(format_hours(est))
     from drmas_trainer.validation import format_validation_cost, validation_cost
