@@ -54,7 +54,7 @@ __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours"
 if TYPE_CHECKING:
     from drmas_trainer.config import TrainConfig, WorkerGroupPlan
     from drmas_trainer.memory import MemoryPlan, ModelShape
-    from drmas_trainer.workload import Workload
+    from drmas_trainer.workload_log import MeasuredWorkload
 
 
 def forward_flops(shape: "ModelShape", ctx: float) -> float:
@@ -159,11 +159,11 @@ def training_prompts(cfg: "TrainConfig") -> tuple[int | None, str]:
 
 def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
             memplan: "MemoryPlan", hw: Hardware, *, gpu: str, gpus: int, tasks: int | None,
-            tasks_why: str = "", workload: "Workload | None" = None) -> HoursEstimate:
+            tasks_why: str = "", workload: "MeasuredWorkload | None" = None) -> HoursEstimate:
     """The hours of ``cfg`` (module docstring) on ``gpus`` GPUs of ``hw``, its groups laid out as in
     ``memplan`` (ranks per group; colocated or separate; engines awake at once under the rollout
     budget); ``tasks``: distinct training prompts (None: the run's length in steps is unknown when
-    the recipe counts epochs); ``workload``: a measured one (drmas_trainer.workload) instead of the
+    the recipe counts epochs); ``workload``: a measured one (drmas_trainer.workload_log) instead of the
     recipe's ``plan:`` assumptions."""
     ranks = max(memplan.ranks, 1)  # a group's engines and shards: one per GPU of its `ranks` GPUs
     calls = _calls(cfg, groups, shapes, hw, ranks, workload)
@@ -194,7 +194,7 @@ def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: di
                          workload=f"measured: {workload.source}" if workload else "assumed: the recipe's plan:")
 
 
-def _call_specs(cfg: "TrainConfig", workload: "Workload | None") -> list[tuple[str, float, float, float, float]]:
+def _call_specs(cfg: "TrainConfig", workload: "MeasuredWorkload | None") -> list[tuple[str, float, float, float, float]]:
     """(agent, share of the step's episodes, prompt, mean response, longest response) per generate
     call: measured (``workload``; responses capped at max_new_tokens), else the recipe's ``plan:``."""
     L = cfg.rollout.max_new_tokens
@@ -213,7 +213,7 @@ def cfg_agents(cfg: "TrainConfig") -> tuple[str, ...]:
 
 
 def _calls(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
-           hw: Hardware, ranks: int, workload: "Workload | None" = None) -> list[Call]:
+           hw: Hardware, ranks: int, workload: "MeasuredWorkload | None" = None) -> list[Call]:
     """The step's generate calls with their prefill and decode seconds (module docstring)."""
     group_of = {a: g for g, p in groups.items() for a in p.agents}
     B = cfg.rollout.prompts_per_step * cfg.rollout.n

@@ -24,7 +24,7 @@ One iteration (``step``)::
     sync      each group copies its new weights into its rollout engine (pooled: at its next wake)
     save      every save_every steps: RUN/ckpt/step_K (atomic; see checkpoint.py)
     log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed): the step's metrics, its
-              workload (workload.py: episodes, prompt and response tokens per generate call) and its
+              workload (workload_log.py: episodes, prompt and response tokens per generate call) and its
               phases' seconds under verl's timer names (metric_names.PHASES)
 
 Before step 1 an optional supervised warm start (``sft:``, toy only) runs and is saved as
@@ -69,7 +69,7 @@ from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
 from drmas_bench.types import Task, Trajectory, UserError
 from drmas_bench.workflows.base import WORKFLOWS, WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer import metric_names, workload
+from drmas_trainer import metric_names, workload_log
 from drmas_trainer.adv_metrics import pools_by_agent, reference_adv_metrics
 from drmas_trainer.advantages import compute_advantages
 from drmas_trainer.config import TrainConfig, plan_worker_groups
@@ -425,7 +425,7 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     record[metric_names.REFERENCE_SYNCS] = reference_syncs(trajs)
     record[metric_names.ENGINES_POOLED] = int(engines.mode == "pooled")
     record[metric_names.SKIPPED_STEPS] = sum(u["skipped_steps"] for u in updates.values())
-    record.update(workload.step_metrics(trajs, {a: g for g, p in lp.plan.items() for a in p.agents}))
+    record.update(workload_log.step_metrics(trajs, {a: g for g, p in lp.plan.items() for a in p.agents}))
     record.update(timing)
     return record
 

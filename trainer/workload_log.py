@@ -14,7 +14,7 @@ A generate call is identified by the workflow's call index - the turn's position
 from 0 - and the agent that answered it: the reference's lockstep orchestra serves call i of every
 open episode as one batch, which then waits for its longest response.
 
-    wl = load("runs/eval_team")          # a Workload
+    wl = load("runs/eval_team")          # a MeasuredWorkload
     print(wl.source, [c.episodes for c in wl.calls])
 """
 
@@ -32,7 +32,7 @@ from drmas_trainer import metric_names as mn
 
 
 @dataclass(frozen=True)
-class WorkloadCall:
+class MeasuredCall:
     """One generate call of a step: the workflow's call ``index``, its ``agent``, the episodes
     still running at it, and its mean prompt, mean response and longest response tokens."""
 
@@ -45,15 +45,15 @@ class WorkloadCall:
 
 
 @dataclass(frozen=True)
-class Workload:
+class MeasuredWorkload:
     """A step's measured workload: ``episodes`` started per step, the ``calls`` in order, and
     ``source``: where the figures come from (a file and which steps or episodes)."""
 
     episodes: float
-    calls: tuple[WorkloadCall, ...]
+    calls: tuple[MeasuredCall, ...]
     source: str
 
-    def share(self, c: WorkloadCall) -> float:
+    def share(self, c: MeasuredCall) -> float:
         """The share of the step's episodes call ``c`` serves."""
         return c.episodes / self.episodes if self.episodes else 0.0
 
@@ -69,12 +69,12 @@ def _turn_figures(records: Iterable[Any]) -> tuple[int, dict[tuple[int, str], li
     return n, calls
 
 
-def measure(records: Iterable[Any], source: str) -> Workload:
+def measure(records: Iterable[Any], source: str) -> MeasuredWorkload:
     """The workload of ``records`` (trajectories, stored records or their views) as one step."""
     n, calls = _turn_figures(records)
-    out = [WorkloadCall(i, a, len(xs), sum(p for p, _ in xs) / len(xs), sum(r for _, r in xs) / len(xs),
+    out = [MeasuredCall(i, a, len(xs), sum(p for p, _ in xs) / len(xs), sum(r for _, r in xs) / len(xs),
                         max(r for _, r in xs)) for (i, a), xs in sorted(calls.items())]
-    return Workload(float(n), tuple(out), source)
+    return MeasuredWorkload(float(n), tuple(out), source)
 
 
 def step_metrics(trajs: Iterable[Any], group_of: dict[str, str]) -> dict[str, float]:
@@ -97,7 +97,7 @@ def step_metrics(trajs: Iterable[Any], group_of: dict[str, str]) -> dict[str, fl
 _CALL_KEY = re.compile(r"^agent/(?P<agent>.+)/workload/call(?P<index>\d+)/(?P<name>.+)$")
 
 
-def from_metrics(records: list[dict[str, Any]], source: str) -> Workload:
+def from_metrics(records: list[dict[str, Any]], source: str) -> MeasuredWorkload:
     """The mean workload of training steps' records (a call a step did not make counts 0 episodes
     there; its token figures are the mean over the steps that made it, the longest their maximum)."""
     per: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -111,13 +111,13 @@ def from_metrics(records: list[dict[str, Any]], source: str) -> Workload:
     for (i, a), f in sorted(per.items()):
         def mean(name: str) -> float:
             return sum(f[name]) / len(f[name]) if f[name] else 0.0
-        calls.append(WorkloadCall(i, a, sum(f[mn.WL_EPISODES]) / steps, mean(mn.WL_PROMPT), mean(mn.WL_RESPONSE),
+        calls.append(MeasuredCall(i, a, sum(f[mn.WL_EPISODES]) / steps, mean(mn.WL_PROMPT), mean(mn.WL_RESPONSE),
                                   max(f[mn.WL_RESPONSE_MAX], default=0.0)))
     episodes = sum(float(r.get(mn.WL_EPISODES, 0.0)) for r in records) / steps
-    return Workload(episodes, tuple(calls), source)
+    return MeasuredWorkload(episodes, tuple(calls), source)
 
 
-def load(spec: str) -> Workload:
+def load(spec: str) -> MeasuredWorkload:
     """``--workload``'s value: ``RUN`` or ``RUN:K`` (a training run's first K steps); a training run
     (``metrics.jsonl``) or an eval run (``samples.jsonl``). One-line errors for anything else."""
     from drmas_trainer.runlog import read_metrics
