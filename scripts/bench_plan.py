@@ -2,7 +2,9 @@
 here, then ``train --plan --gpu here --local --workload RUN`` predicts the same run on this
 machine's measured rates (drmas_trainer.hardware_probe) from the workload the run logged, and the
 table sets the predicted seconds per phase beside the measured ones (the mean over the steps after
-the first, which warms up).
+the first, which warms up): wall (``timing_s/<phase>``) and the trainer process's CPU seconds
+(``cpu_s/<phase>``; runs are ``--local``, so that is all of the work). On a machine shared with other
+jobs the wall time grows with the load and the CPU seconds do not: read the CPU column there.
 
     python scripts/bench_plan.py                       # smollm2_toy and tiny, 3 steps each
     python scripts/bench_plan.py --recipes tiny --steps 4 --out runs/bench_plan
@@ -26,6 +28,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from drmas_trainer.metric_names import cpu
 
 RECIPES = ("smollm2_toy", "tiny")
 # tiny without its 240-step warm start: the timing of RL steps is what is compared
@@ -53,7 +57,9 @@ def measured(run: Path) -> dict[str, float]:
     recs = [r for r in recs if "timing_s/gen" in r]
     use = recs[1:] or recs
     out = {name: statistics.fmean(float(r.get(key, 0.0)) for r in use) for name, key in PHASES}
-    out["other"] = out["step"] - sum(out[n] for n, _ in PHASES[:-1])
+    out.update({"cpu " + name: statistics.fmean(float(r.get(cpu(key), 0.0)) for r in use) for name, key in PHASES})
+    for pre in ("", "cpu "):
+        out[pre + "other"] = out[pre + "step"] - sum(out[pre + n] for n, _ in PHASES[:-1])
     out["steps"] = len(recs)
     out["rl_s"] = sum(float(r["timing_s/step"]) for r in recs)
     return out
@@ -77,12 +83,14 @@ def predicted(recipe: str, run: Path) -> tuple[dict[str, float], object]:
 
 def table(recipe: str, pred: dict[str, float], meas: dict[str, float], cost: dict[str, float]) -> list[str]:
     lines = [f"\n{recipe}: {meas['steps']:.0f} steps, wall {cost['wall_s']:.0f} s ({cost['cpu_s']:.0f} CPU s), of "
-             f"which RL steps {meas['rl_s']:.0f} s and start-up, warm start and save {cost['wall_s'] - meas['rl_s']:.0f} s",
-             "| phase | predicted s | measured s | measured / predicted |", "|---|---:|---:|---:|"]
+             f"which RL steps {meas['rl_s']:.0f} s and start-up, the team before RL and the end "
+             f"{cost['wall_s'] - meas['rl_s']:.0f} s (no term of the model)",
+             "| phase | predicted s | measured wall s | measured CPU s | wall / predicted | CPU / predicted |",
+             "|---|---:|---:|---:|---:|---:|"]
     for name in [n for n, _ in PHASES] + ["other"]:
-        p, m = pred[name], meas[name]
-        ratio = f"{m / p:.2f}" if p > 0 else "(no term)"
-        lines.append(f"| {name} | {p:.2f} | {m:.2f} | {ratio} |")
+        p, m, c = pred[name], meas[name], meas["cpu " + name]
+        ratios = f"{m / p:.2f} | {c / p:.2f}" if p > 0 else "(no term) | (no term)"
+        lines.append(f"| {name} | {p:.2f} | {m:.2f} | {c:.2f} | {ratios} |")
     return lines
 
 

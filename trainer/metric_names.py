@@ -43,6 +43,12 @@ TIME_TESTING = "timing_s/testing"  # validation during training (verl's name for
 TIME_SAVE = "timing_s/save_checkpoint"  # the step's checkpoint (and keep_best's), 0 when none is saved (verl's name)
 #: the step's phases in order, as train-report draws them (timing_s/step also holds what none of them covers)
 PHASES = (TIME_GEN, TIME_OLD_LOGPROB, TIME_UPDATE, TIME_SYNC, TIME_TESTING, TIME_SAVE)
+CPU = "cpu_s/"  # beside each timing_s/<phase>: the trainer process's CPU seconds in it (drmas_trainer.phase_clock)
+
+
+def cpu(timer: str) -> str:
+    """``cpu_s/<phase>`` beside the wall timer ``timing_s/<phase>``."""
+    return CPU + timer.removeprefix("timing_s/")
 # KL in the reward (algo.use_kl_in_reward; drmas_trainer.rewards), the reference's names
 REWARD_KL = "actor/reward_kl_penalty"  # mean over rows of the row's mean per-token KL (old vs reference policy)
 REWARD_KL_COEFF = "actor/reward_kl_penalty_coeff"  # the beta this step's rewards used

@@ -75,6 +75,7 @@ from drmas_trainer.advantages import compute_advantages
 from drmas_trainer.config import TrainConfig, plan_worker_groups
 from drmas_trainer.fsdp_ray import check_sharded
 from drmas_trainer.loss_balance import row_loss_weights
+from drmas_trainer.phase_clock import PhaseClock
 from drmas_trainer.prepare import (
     load_train_tasks,
     rollout_retriever,
@@ -277,7 +278,7 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
     bar = tqdm(total=n_steps, initial=step0, desc=f"train {cfg.algo.estimator}", unit="step",
                disable=not progress, dynamic_ncols=True, file=sys.stderr)
     for step in range(step0 + 1, n_steps + 1):
-        t_step = time.perf_counter()
+        t_step, cpu_step = time.perf_counter(), time.process_time()
         # 1. prompts: the next P tasks of the shuffled training set
         batch = next_prompts(tasks, cursor, cfg.rollout.prompts_per_step, cfg.data)
         cursor_before, cursor = cursor, cursor + len(batch)
@@ -290,16 +291,17 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
         save = functools.partial(save_checkpoint, run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor,
                                  skipped_total=skipped_total)
         saved = step == n_steps or bool(cfg.save_every and step % cfg.save_every == 0)
-        t_save = time.perf_counter()
+        clock = PhaseClock()
         if saved:
             await save(keep=lp.val.kept() if lp.val else ())
         if lp.val is not None:
             await lp.val.keep_best(step, saved, save)
         # 8. log: after the save so that the step's record holds its seconds (verl's order); a stop between
         #    the two leaves a checkpoint whose step has no record, never a record past the last checkpoint
-        now = time.perf_counter()
-        record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, metric_names.TIME_SAVE: now - t_save,
-                       metric_names.TIME_STEP: now - t_step})
+        clock.stop(metric_names.TIME_SAVE)
+        record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, **clock.record,
+                       metric_names.TIME_STEP: time.perf_counter() - t_step,
+                       metric_names.cpu(metric_names.TIME_STEP): time.process_time() - cpu_step})
         metrics.write(record)
         bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
         bar.update(1)
@@ -375,11 +377,11 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     # 2. rollouts: n episodes per prompt through the harness workflow, with the engines' log-probs;
     #    pooled engines wake under the budget, then are held asleep for steps 3-5
     counters0 = await engines.counters()
-    t0 = time.perf_counter()
+    clock = PhaseClock()
     await engines.before_rollout()
     trajs = await rollout(batch, cfg, lp.runtime, lp.wf, lp.retriever, step=step)
     await engines.after_rollout()
-    timing = {metric_names.TIME_GEN: time.perf_counter() - t0}
+    clock.stop(metric_names.TIME_GEN)
     rb = make_rows(trajs, batch, lp.wf.agents)
     by_wg = {wg: [r for r, g in zip(rb["rows"], rb["wg"]) if g == wg] for wg in names}
 
@@ -387,14 +389,14 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     #    (rollout.old_logprobs: recompute), and with the reference policy for KL in the reward; then the
     #    rollout correction's weights and the engine-vs-trainer metrics; too many rows whose ids do not
     #    match their text stop the run (before this step updates anything)
-    t0 = time.perf_counter()
+    clock.start()
     recompute = cfg.rollout.old_logprobs == "recompute"
     scored = dict(zip(names, await asyncio.gather(*(
         lp.workers[wg].score_rows(by_wg[wg], recompute=recompute, **({"reference": True} if lp.kl_ctrl else {}))
         for wg in names))))
     extra = check_tokens(by_wg, scored, cfg.rollout.max_token_mismatch, step)
     extra.update(correct_rows(by_wg, scored, cfg.rollout))
-    timing[metric_names.TIME_OLD_LOGPROB] = time.perf_counter() - t0
+    clock.stop(metric_names.TIME_OLD_LOGPROB)
 
     # 4. rewards -> row scores (- the KL penalty) -> advantages and their metrics -> loss weights
     scores = row_scores(rb["reward"], rb["valid"], c_inv=cfg.algo.c_inv)
@@ -404,20 +406,20 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     adv = set_advantages(cfg, rb, scores, lp.wf.agents, extra)
 
     # 5. update each worker group on its own rows
-    t0 = time.perf_counter()
+    clock.start()
     results = await asyncio.gather(*(
         lp.workers[wg].update(by_wg[wg], epochs=cfg.algo.ppo_epochs, mini_batches=cfg.algo.mini_batches,
                               loss=lp.loss, seed=derive_seed(cfg.seed, "update", step, wg))
         for wg in names))
     updates = dict(zip(names, results))
-    timing[metric_names.TIME_UPDATE] = time.perf_counter() - t0
+    clock.stop(metric_names.TIME_UPDATE)
     if lp.observe is not None:
         lp.observe({**rb, "scores": scores, "adv": adv, "updates": updates})
 
     # 6. sync the rollout engines with the new weights (pooled: each at its next wake)
-    t0 = time.perf_counter()
+    clock.start()
     await engines.after_update()
-    timing[metric_names.TIME_SYNC] = time.perf_counter() - t0
+    clock.stop(metric_names.TIME_SYNC)
 
     record = step_metrics(step, cursor, batch, trajs, rb, scores, adv, updates, lp.wf.agents, lp.plan)
     record.update(extra)
@@ -426,7 +428,7 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     record[metric_names.ENGINES_POOLED] = int(engines.mode == "pooled")
     record[metric_names.SKIPPED_STEPS] = sum(u["skipped_steps"] for u in updates.values())
     record.update(workload_log.step_metrics(trajs, {a: g for g, p in lp.plan.items() for a in p.agents}))
-    record.update(timing)
+    record.update(clock.record)
     return record
 
 
