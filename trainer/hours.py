@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from drmas_bench.tasks import catalog
 from drmas_bench.types import UserError
+from drmas_trainer.forecast.workload import Workload, stated
 from drmas_trainer.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for
-from drmas_trainer.plan_config import PlanCallConfig
 
 __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
            "training_prompts"]
@@ -76,6 +76,7 @@ class Call:
     batch: float  # sequences per engine (per GPU)
     prompt: float  # mean prompt tokens
     response: float  # mean response tokens
+    longest: float = 0.0  # the longest response: decode steps the batch waits for
     prefill_s: float = 0.0
     decode_s: float = 0.0
     decode_bound: str = ""  # "memory" | "compute"
@@ -97,6 +98,7 @@ class HoursEstimate:
     syncs: int  # weight syncs (wake-ups) per step
     reported_hours: float | None = None
     notes: list[str] = field(default_factory=list)
+    workload: str = ""  # where the step's workload comes from (Workload.source)
 
     @property
     def rollout_s(self) -> float:
@@ -156,13 +158,15 @@ def training_prompts(cfg: "TrainConfig") -> tuple[int | None, str]:
 
 def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
             memplan: "MemoryPlan", hw: Hardware, *, gpu: str, gpus: int, tasks: int | None,
-            tasks_why: str = "") -> HoursEstimate:
+            tasks_why: str = "", workload: Workload | None = None) -> HoursEstimate:
     """The hours of ``cfg`` (module docstring) on ``gpus`` GPUs of ``hw``, its groups laid out as in
     ``memplan`` (ranks per group; colocated or separate; engines awake at once under the rollout
     budget); ``tasks``: distinct training prompts (None: the run's length in steps is unknown when
-    the recipe counts epochs)."""
+    the recipe counts epochs); ``workload``: the step's (default: the point the recipe's ``plan:``
+    states)."""
     ranks = max(memplan.ranks, 1)  # a group's engines and shards: one per GPU of its `ranks` GPUs
-    calls = _calls(cfg, groups, shapes, hw, ranks)
+    workload = workload or stated(cfg, [a for p in groups.values() for a in p.agents])
+    calls = _calls(workload, cfg, groups, shapes, hw, ranks)
     capacity = min((ro.awake for ro in memplan.rollouts if ro.engines), default=len(groups))
     for call, w in zip(calls, _lru_wakes([c.group for c in calls], capacity)):
         call.wakes = w
@@ -186,28 +190,24 @@ def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: di
     pc = cfg.plan
     reported = pc.reported_hours if gpu == (pc.gpu or gpu) else None  # only beside the reference's own hardware
     return HoursEstimate(gpu, hw, gpus, steps, steps_why, calls, update_s, offload_s, update_wall, sync_s,
-                         sum(c.wakes for c in calls), reported)
+                         sum(c.wakes for c in calls), reported, workload=workload.source)
 
 
-def _calls(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
-           hw: Hardware, ranks: int) -> list[Call]:
-    """The step's generate calls with their prefill and decode seconds (module docstring)."""
-    pc = cfg.plan
+def _calls(workload: Workload, cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"],
+           shapes: dict[str, "ModelShape"], hw: Hardware, ranks: int) -> list[Call]:
+    """The step's generate calls with their prefill and decode seconds (module docstring), from
+    ``workload`` (drmas_trainer.forecast.workload: stated by the recipe or measured)."""
     group_of = {a: g for g, p in groups.items() for a in p.agents}
     B = cfg.rollout.prompts_per_step * cfg.rollout.n
-    L = cfg.rollout.max_new_tokens
-    r = pc.response_share * L
-    specs = pc.calls or [PlanCallConfig(agent=a) for a in group_of]
     eff_flops, eff_bw = hw.bf16_flops * MFU, hw.hbm_bytes_s * MBU
     calls: list[Call] = []
-    for c in specs:
+    for c in workload.calls:
         if c.agent not in group_of:
             raise UserError(f"plan.calls: unknown agent {c.agent!r}; the workflow's agents: {', '.join(group_of)}")
         g = group_of[c.agent]
         sh = shapes[g]
-        b = c.share * B / ranks
-        p = pc.question_tokens + c.context_tokens
-        call = Call(c.agent, g, b, p, r)
+        b, p, r, L = c.share * B / ranks, c.prompt_tokens, c.mean_response, c.longest_response
+        call = Call(c.agent, g, b, p, r, longest=L)
         call.prefill_s = b * p * forward_flops(sh, p / 2) / eff_flops
         mem = L * 2 * sh.params + b * r * (p + r / 2) * kv_bytes_per_token(sh)
         comp = b * r * 2 * sh.params
