@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from drmas_bench.tasks import catalog
 from drmas_bench.types import UserError
+from drmas_trainer.forecast.workload import Workload, stated
 from drmas_trainer.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for  # noqa: F401 (re-exported)
-from drmas_trainer.plan_config import PlanCallConfig
 
 __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
            "training_prompts"]
@@ -54,7 +54,6 @@ __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours"
 if TYPE_CHECKING:
     from drmas_trainer.config import TrainConfig, WorkerGroupPlan
     from drmas_trainer.memory import MemoryPlan, ModelShape
-    from drmas_trainer.workload_log import MeasuredWorkload
 
 
 def forward_flops(shape: "ModelShape", ctx: float) -> float:
@@ -77,7 +76,7 @@ class Call:
     batch: float  # sequences per engine (per GPU)
     prompt: float  # mean prompt tokens
     response: float  # mean response tokens
-    longest: float = 0.0  # the longest response: the batch decodes until it ends
+    longest: float = 0.0  # the longest response: decode steps the batch waits for
     prefill_s: float = 0.0
     decode_s: float = 0.0
     decode_bound: str = ""  # "memory" | "compute"
@@ -99,7 +98,7 @@ class HoursEstimate:
     syncs: int  # weight syncs (wake-ups) per step
     reported_hours: float | None = None
     notes: list[str] = field(default_factory=list)
-    workload: str = ""  # where the step's workload comes from: a measured run, else the recipe's plan:
+    workload: str = ""  # where the step's workload comes from (Workload.source)
 
     @property
     def rollout_s(self) -> float:
@@ -159,14 +158,15 @@ def training_prompts(cfg: "TrainConfig") -> tuple[int | None, str]:
 
 def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
             memplan: "MemoryPlan", hw: Hardware, *, gpu: str, gpus: int, tasks: int | None,
-            tasks_why: str = "", workload: "MeasuredWorkload | None" = None) -> HoursEstimate:
+            tasks_why: str = "", workload: Workload | None = None) -> HoursEstimate:
     """The hours of ``cfg`` (module docstring) on ``gpus`` GPUs of ``hw``, its groups laid out as in
     ``memplan`` (ranks per group; colocated or separate; engines awake at once under the rollout
     budget); ``tasks``: distinct training prompts (None: the run's length in steps is unknown when
-    the recipe counts epochs); ``workload``: a measured one (drmas_trainer.workload_log) instead of the
-    recipe's ``plan:`` assumptions."""
+    the recipe counts epochs); ``workload``: the step's (default: the point the recipe's ``plan:``
+    states)."""
     ranks = max(memplan.ranks, 1)  # a group's engines and shards: one per GPU of its `ranks` GPUs
-    calls = _calls(cfg, groups, shapes, hw, ranks, workload)
+    workload = workload or stated(cfg, [a for p in groups.values() for a in p.agents])
+    calls = _calls(workload, cfg, groups, shapes, hw, ranks)
     capacity = min((ro.awake for ro in memplan.rollouts if ro.engines), default=len(groups))
     for call, w in zip(calls, _lru_wakes([c.group for c in calls], capacity)):
         call.wakes = w
@@ -190,43 +190,25 @@ def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: di
     pc = cfg.plan
     reported = pc.reported_hours if gpu == (pc.gpu or gpu) else None  # only beside the reference's own hardware
     return HoursEstimate(gpu, hw, gpus, steps, steps_why, calls, update_s, offload_s, update_wall, sync_s,
-                         sum(c.wakes for c in calls), reported,
-                         workload=f"measured: {workload.source}" if workload else "assumed: the recipe's plan:")
+                         sum(c.wakes for c in calls), reported, workload=workload.source)
 
 
-def _call_specs(cfg: "TrainConfig", workload: "MeasuredWorkload | None") -> list[tuple[str, float, float, float, float]]:
-    """(agent, share of the step's episodes, prompt, mean response, longest response) per generate
-    call: measured (``workload``; responses capped at max_new_tokens), else the recipe's ``plan:``."""
-    L = cfg.rollout.max_new_tokens
-    if workload is not None:
-        return [(c.agent, workload.share(c), c.prompt_tokens, min(c.response_mean, L), min(c.response_max, L))
-                for c in workload.calls]
-    pc = cfg.plan
-    specs = pc.calls or [PlanCallConfig(agent=a) for a in cfg_agents(cfg)]
-    return [(c.agent, c.share, pc.question_tokens + c.context_tokens, pc.response_share * L, L) for c in specs]
-
-
-def cfg_agents(cfg: "TrainConfig") -> tuple[str, ...]:
-    from drmas_bench.workflows.base import get_workflow
-
-    return tuple(get_workflow(cfg.workflow).agents)
-
-
-def _calls(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
-           hw: Hardware, ranks: int, workload: "MeasuredWorkload | None" = None) -> list[Call]:
-    """The step's generate calls with their prefill and decode seconds (module docstring)."""
+def _calls(workload: Workload, cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"],
+           shapes: dict[str, "ModelShape"], hw: Hardware, ranks: int) -> list[Call]:
+    """The step's generate calls with their prefill and decode seconds (module docstring), from
+    ``workload`` (drmas_trainer.forecast.workload: stated by the recipe or measured)."""
     group_of = {a: g for g, p in groups.items() for a in p.agents}
     B = cfg.rollout.prompts_per_step * cfg.rollout.n
     eff_flops, eff_bw = hw.flops_used, hw.bytes_used
     calls: list[Call] = []
-    for agent, share, p, r, L in _call_specs(cfg, workload):
-        if agent not in group_of:
-            where = "--workload" if workload is not None else "plan.calls"
-            raise UserError(f"{where}: unknown agent {agent!r}; the workflow's agents: {', '.join(group_of)}")
-        g = group_of[agent]
+    for c in workload.calls:
+        if c.agent not in group_of:
+            where = f"--workload ({workload.source})" if workload.measured else "plan.calls"
+            raise UserError(f"{where}: unknown agent {c.agent!r}; the workflow's agents: {', '.join(group_of)}")
+        g = group_of[c.agent]
         sh = shapes[g]
-        b = share * B / ranks
-        call = Call(agent, g, b, p, r, longest=L)
+        b, p, r, L = c.share * B / ranks, c.prompt_tokens, c.mean_response, c.longest_response
+        call = Call(c.agent, g, b, p, r, longest=L)
         call.prefill_s = b * p * forward_flops(sh, p / 2) / eff_flops
         mem = L * 2 * sh.params + b * r * (p + r / 2) * kv_bytes_per_token(sh)
         comp = b * r * 2 * sh.params
@@ -263,7 +245,7 @@ def format_hours(est: HoursEstimate) -> str:
     out = [f"\nhours on {est.gpus} x {hw.title} ({hw.source}): {hw.bf16_flops / 1e12:.3g} TFLOP/s at MFU "
            f"{mfu:.2f}, memory {hw.hbm_bytes_s / 1e12:.3g} TB/s at MBU {mbu:.2f}, NVLink {hw.nvlink_bytes_s / 1e9:.0f} "
            f"GB/s, PCIe {hw.pcie_bytes_s / 1e9:.0f} GB/s (one direction)",
-           f"  workload {est.workload}",
+           f"  workload: {est.workload}",
            f"  {'call':<22} {'seq/GPU':>8} {'prompt':>7} {'resp':>6} {'max':>5} {'prefill s':>10} {'decode s':>9}  bound"
            "   wake"]
     for i, c in enumerate(est.calls, 1):

@@ -29,6 +29,7 @@ from typing import Any, Iterable
 from drmas_bench.records import view
 from drmas_bench.types import UserError
 from drmas_trainer import metric_names as mn
+from drmas_trainer.forecast.workload import CallLoad, Workload
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,14 @@ class MeasuredWorkload:
     def share(self, c: MeasuredCall) -> float:
         """The share of the step's episodes call ``c`` serves."""
         return c.episodes / self.episodes if self.episodes else 0.0
+
+    def for_plan(self, cap: int) -> Workload:
+        """The hours model's input (drmas_trainer.forecast.workload): each call's share of the step's
+        episodes, its mean prompt, and its mean and longest response capped at ``cap`` (the recipe's
+        max_new_tokens: a stand-in team's eval may have run with another)."""
+        calls = tuple(CallLoad(c.agent, self.share(c), c.prompt_tokens, min(c.response_mean, cap),
+                               min(c.response_max, cap)) for c in self.calls if c.episodes)
+        return Workload(calls, f"measured: {self.source}", measured=True)
 
 
 def _turn_figures(records: Iterable[Any]) -> tuple[int, dict[tuple[int, str], list[tuple[int, int]]]]:

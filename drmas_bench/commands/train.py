@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", default=None, metavar="RUN[:K]",
                    help="--plan from the workload measured in RUN instead of the recipe's plan: assumptions: a "
                         "training run (its metrics.jsonl; :K its first K steps) or an eval run of the starting team "
-                        "(its samples.jsonl); drmas_trainer.workload")
+                        "(its samples.jsonl); drmas_trainer.workload_log")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="longest prompt of a training row for --plan (default: the recipe's plan.prompt_tokens, else 4096)")
     p.add_argument("--gpus", type=int, default=None, metavar="N",
@@ -185,7 +185,7 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
     ``gpu`` (a row of drmas_trainer.hardware.HARDWARE), else the one ``gpu_gib`` suggests, else the
     recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``, ``prompt_tokens``: the flags (default
     the recipe's fsdp section and ``plan.prompt_tokens``, else 4096); ``local``: every group in one
-    process on one GPU (else Ray actors); ``workload``: --workload's RUN[:K] (drmas_trainer.workload)."""
+    process on one GPU (else Ray actors); ``workload``: --workload's RUN[:K] (drmas_trainer.workload_log)."""
     from drmas_bench.workflows.base import get_workflow
     from drmas_trainer.config import plan_worker_groups
     from drmas_trainer.hours import HARDWARE, hardware_for, predict, training_prompts
@@ -200,9 +200,9 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
             raise UserError(f"--plan: worker group {name}: {e}") from None
     if gpu is not None and gpu not in HARDWARE and gpu != "here":
         raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}, here (this machine, measured)")
-    from drmas_trainer.workload import load as load_workload
+    from drmas_trainer.workload_log import load as load_workload
 
-    wl = load_workload(workload) if workload else None
+    wl = load_workload(workload).for_plan(cfg.rollout.max_new_tokens) if workload else None
     if gpu is None and gpu_gib is None:
         gpu = cfg.plan.gpu
     name, hw = hardware_for(gpu, gpu_gib, threads=cfg.torch_threads)
