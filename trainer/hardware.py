@@ -62,14 +62,10 @@ MFU = 0.40
 MBU = 0.60
 
 
-def hardware_for(name: str | None, gpu_gib: float | None, threads: int | None = None) -> tuple[str, Hardware]:
-    """The hardware row named ``name`` ("here": this machine, probed now with ``threads`` torch
-    threads, the recipe's torch_threads), else by the plan's --gpu-memory ``gpu_gib``: over 100 GiB
-    an H200, else an H100 (an A100 only by name), else the H200 (the memory plan's default)."""
-    if name == "here":  # this machine, measured now (drmas_trainer.hardware_probe)
-        from drmas_trainer.hardware_probe import probe
-
-        return name, probe(threads=threads)
+def hardware_for(name: str | None, gpu_gib: float | None) -> tuple[str, Hardware]:
+    """The hardware row named ``name``, else by the plan's --gpu-memory ``gpu_gib``: over 100 GiB an
+    H200, else an H100 (an A100 only by name), else the H200 (the memory plan's default). This
+    machine, measured (``--gpu here``), is drmas_trainer.hardware_probe's."""
     if name:
         return name, HARDWARE[name]
     key = "h100" if gpu_gib is not None and gpu_gib <= 100 else "h200"

@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from drmas_bench.records import view
+from drmas_bench.report.runs import load_run
 from drmas_bench.types import UserError
 from drmas_trainer import metric_names as mn
 from drmas_trainer.forecast.workload import CallLoad, Workload
+from drmas_trainer.runlog import read_metrics
 
 
 @dataclass(frozen=True)
@@ -129,8 +131,6 @@ def from_metrics(records: list[dict[str, Any]], source: str) -> MeasuredWorkload
 def load(spec: str) -> MeasuredWorkload:
     """``--workload``'s value: ``RUN`` or ``RUN:K`` (a training run's first K steps); a training run
     (``metrics.jsonl``) or an eval run (``samples.jsonl``). One-line errors for anything else."""
-    from drmas_trainer.runlog import read_metrics
-
     path, _, k = spec.rpartition(":") if re.search(r":\d+$", spec) else (spec, "", "")
     run = Path(path)
     first = int(k) if k else None
@@ -148,11 +148,7 @@ def load(spec: str) -> MeasuredWorkload:
         raise UserError(f"--workload {spec}: ':{k}' counts training steps, and {run} has no metrics.jsonl")
     samples = run / "samples.jsonl"
     if samples.is_file():
-        from drmas_bench.run_dir import read_samples
-
-        recs = read_samples(samples)
-        if not recs:
-            raise UserError(f"--workload {spec}: {samples} holds no episode")
+        recs = load_run(run, compact=True).views  # the run's own selection: what its summary counts
         return measure(recs, f"{samples}, {len(recs)} episodes of an eval run (one step's worth)")
     raise UserError(f"--workload {spec}: neither {run / 'metrics.jsonl'} (a training run) nor {samples} (an eval "
                     f"run) is there")

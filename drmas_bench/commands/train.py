@@ -205,7 +205,12 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
     wl = load_workload(workload).for_plan(cfg.rollout.max_new_tokens) if workload else None
     if gpu is None and gpu_gib is None:
         gpu = cfg.plan.gpu
-    name, hw = hardware_for(gpu, gpu_gib, threads=cfg.torch_threads)
+    if gpu == "here":  # this machine, measured now with the run's thread count
+        from drmas_trainer.hardware_probe import probe
+
+        name, hw = gpu, probe(threads=cfg.torch_threads)
+    else:
+        name, hw = hardware_for(gpu, gpu_gib)
     gib = gpu_gib or (hw.memory_gib if gpu else DEFAULT_GPU_GIB)
     plan = memory_plan(cfg, groups, shapes, gpu_gib=gib, use_ray=not local,
                        prompt_tokens=prompt_tokens or cfg.plan.prompt_tokens or 4096, gpus=gpus)
