@@ -32,6 +32,7 @@ from pathlib import Path
 from drmas_trainer.metric_names import cpu
 
 RECIPES = ("smollm2_toy", "tiny")
+COST = "bench_cost.json"  # RUN/bench_cost.json: the training run's wall and CPU seconds (--reuse reads it)
 # tiny without its 240-step warm start: the timing of RL steps is what is compared
 OVERRIDES = {"tiny": ["sft.steps=0", "sft.agent_steps={}", "val.every=0", "val.before_train=false"]}
 PHASES = (("rollout", "timing_s/gen"), ("old log-probs", "timing_s/old_log_prob"),
@@ -48,7 +49,9 @@ def train(recipe: str, steps: int, out: Path) -> dict[str, float]:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"wall_s": wall, "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}
+    cost = {"wall_s": wall, "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}
+    (out / COST).write_text(json.dumps(cost), encoding="utf-8")
+    return cost
 
 
 def measured(run: Path) -> dict[str, float]:
@@ -74,7 +77,7 @@ def predicted(recipe: str, run: Path) -> tuple[dict[str, float], object]:
     _, est = plan_recipe(cfg, gpu="here", local=True, workload=str(run))
     a = cfg.algo
     passes = (1 if cfg.rollout.old_logprobs == "recompute" else 0) + (1 if a.use_kl_in_reward else 0) \
-        + a.ppo_epochs * (3 + (1 if cfg.agent_defaults.gradient_checkpointing else 0))
+        + a.ppo_epochs * (3 + (1 if cfg.agent_defaults.get("gradient_checkpointing") else 0))
     old = est.update_wall_s * (1 if cfg.rollout.old_logprobs == "recompute" else 0) / passes
     out = {"rollout": est.rollout_s, "old log-probs": old, "update": est.update_wall_s - old, "sync": est.sync_s,
            "step": est.step_s, "other": 0.0}
@@ -99,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recipes", nargs="+", default=list(RECIPES))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", default="runs/bench_plan", help="folder of the runs (default runs/bench_plan)")
+    ap.add_argument("--reuse", action="store_true", help="predict again for runs already trained into --out")
     args = ap.parse_args(argv)
     if args.steps < 2:
         ap.error("--steps must be at least 2 (the first step warms up and is left out)")
@@ -106,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine load now: {os.getloadavg()[0]:.1f} (1-minute average) on {os.cpu_count()} CPU(s)")
     for recipe in args.recipes:
         run = Path(args.out) / recipe
-        cost = train(recipe, args.steps, run)
+        reuse = args.reuse and (run / COST).is_file()
+        cost = json.loads((run / COST).read_text()) if reuse else train(recipe, args.steps, run)
         pred, hw = predicted(recipe, run)
         print(f"\nprobe ({recipe}): {hw.source}")
         print("\n".join(table(recipe, pred, measured(run), cost)))
