@@ -1,6 +1,6 @@
 """The hours model met by real runs on this CPU (issue 56 item 6): each recipe trains a few RL steps
 here, then ``train --plan --gpu here --local --workload RUN`` predicts the same run on this
-machine's measured rates (drmas_trainer.hardware_probe) from the workload the run logged, and the
+machine's measured rates (drmas_trainer.forecast.hardware_probe) from the workload the run logged, and the
 table sets the predicted seconds per phase beside the measured ones (the mean over the steps after
 the first, which warms up): wall (``timing_s/<phase>``) and the trainer process's CPU seconds
 (``cpu_s/<phase>``; runs are ``--local``, so that is all of the work). On a machine shared with other
@@ -71,7 +71,7 @@ def measured(run: Path) -> dict[str, float]:
 def predicted(recipe: str, run: Path) -> tuple[dict[str, float], object]:
     """The plan's seconds per phase for ``recipe`` here, from the workload ``run`` measured."""
     from drmas_bench.commands.train import plan_recipe
-    from drmas_trainer.config import load_config, parse_override
+    from drmas_trainer.config.train import load_config, parse_override
 
     cfg = load_config(recipe, dict(parse_override(s) for s in OVERRIDES.get(recipe, [])))
     _, est = plan_recipe(cfg, gpu="here", local=True, workload=str(run))

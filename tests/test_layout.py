@@ -613,8 +613,8 @@ SUITE_FREE = ("report", "workflows", "models", "split", "runner.py", "run_dir.py
 # the named exceptions: file -> the names it may hold, and why
 SUITE_NAME_EXCEPTIONS = {
     # the trainer's ``data.source: toy`` (the toy suite's generator) and the toy workflow it defaults to
-    "trainer/config.py": {"toy"}, "trainer/rollout_config.py": {"toy"}, "trainer/prepare.py": {"toy"},
-    "trainer/hours.py": {"toy"},
+    "trainer/config/train.py": {"toy"}, "trainer/config/rollout.py": {"toy"}, "trainer/prepare.py": {"toy"},
+    "trainer/forecast/hours.py": {"toy"},
     # "search" there is an env step's kind (``WorkflowSpec.env_step_kinds``: search | empty | answer | end)
     "drmas_bench/report/view_scan.py": {"search"},
 }

@@ -84,7 +84,7 @@ def test_driver_refuses_a_checkpoint_whose_group_wrote_elsewhere(tmp_path):
     import asyncio
 
     from drmas_trainer import checkpoint as ck
-    from drmas_trainer.config import load_config, plan_worker_groups
+    from drmas_trainer.config.train import load_config, plan_worker_groups
     from drmas_trainer.saving import save_checkpoint
     from drmas_bench.workflows.base import get_workflow
 
@@ -184,7 +184,7 @@ def test_train_two_steps_one_group_per_node_checkpoint_in_root(cluster, tmp_path
     actor saves into a staging folder on its node and uploads through fsspec (drmas_bench.checkpoints), and a
     ``--resume`` from it has each actor download its own part."""
     from drmas_trainer import checkpoint as ck
-    from drmas_trainer.config import load_config, parse_override
+    from drmas_trainer.config.train import load_config, parse_override
     from drmas_trainer.trainer import train
 
     def shipped_on_path() -> list[str]:  # runs on a worker (nested: pickled by value)

@@ -1,5 +1,5 @@
 """The step's workload in the trainer's log and ``train --plan --workload RUN`` (drmas_trainer.workload_log),
-and the measured hardware row of ``--gpu here`` (drmas_trainer.hardware_probe).
+and the measured hardware row of ``--gpu here`` (drmas_trainer.forecast.hardware_probe).
 
 Trajectories are real `types.Trajectory` objects with random turn counts and token counts; the
 expected figures come from a plain loop over them in the test. The eval-run case reads the records
@@ -21,8 +21,8 @@ from drmas_bench import cli
 from drmas_bench.commands.train import plan_recipe
 from drmas_bench.types import Completion, Request, Task, Trajectory, Turn, UserError
 from drmas_trainer import metric_names as M
-from drmas_trainer.config import load_config
-from drmas_trainer.hardware_probe import probe
+from drmas_trainer.config.train import load_config
+from drmas_trainer.forecast.hardware_probe import probe
 from drmas_trainer.runlog import MetricsLog
 from drmas_trainer.workload_log import load, measure, step_metrics
 

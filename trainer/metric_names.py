@@ -65,7 +65,7 @@ ENGINES_POOLED = "rollout/engines_pooled"  # 1 when a pool kept the engines unde
 ENGINE_COUNTERS = {"syncs": WEIGHT_SYNCS, "wakes": ENGINE_WAKES, "sleeps": ENGINE_SLEEPS,
                    "generate_calls": GENERATE_CALLS}  # WorkerGroup.engine_counters key -> the record's name
 
-# --- the step's workload, what the hours model (drmas_trainer.hours) needs; drmas_trainer.workload -----------
+# --- the step's workload, what the hours model (drmas_trainer.forecast.hours) needs; drmas_trainer.workload -----------
 # Per generate call: the workflow's call index i (the turn's position in the episode, from 0) and its agent,
 #   agent/<a>/workload/call<i>/<WL_*>
 # per worker group, the tokens its update trains on: wg/<g>/workload/<WL_PROMPT_TOKENS | WL_RESPONSE_TOKENS>

@@ -1,4 +1,4 @@
-"""A step's workload, measured: what the hours model (drmas_trainer.hours) otherwise assumes from the
+"""A step's workload, measured: what the hours model (drmas_trainer.forecast.hours) otherwise assumes from the
 recipe's ``plan:`` section - which generate calls a step makes, how many episodes are still running
 at each, and how long its prompts and responses are.
 

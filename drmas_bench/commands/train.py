@@ -91,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", default=None, metavar="NAME",
                    help="--plan's GPU for the predicted hours: h100 | h200 | a100, or here: this machine's CPU, "
                         "measured now by a short matmul and copy probe (default: the recipe's plan.gpu, or the one "
-                        "whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.hardware)")
+                        "whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.forecast.hardware)")
     p.add_argument("--workload", default=None, metavar="RUN[:K]",
                    help="--plan from the workload measured in RUN instead of the recipe's plan: assumptions: a "
                         "training run (its metrics.jsonl; :K its first K steps) or an eval run of the starting team "
@@ -118,7 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from drmas_trainer.config import load_config, parse_override
+    from drmas_trainer.config.train import load_config, parse_override
     from drmas_trainer.trainer import train
 
     overrides = dict(parse_override(s) for s in args.set)
@@ -182,14 +182,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = None, gpus: int | None = None,
                 prompt_tokens: int | None = None, local: bool = False, workload: str | None = None) -> tuple[Any, Any]:
     """(memory plan, hours estimate) of ``cfg`` as ``train --plan`` makes them: the hardware is
-    ``gpu`` (a row of drmas_trainer.hardware.HARDWARE), else the one ``gpu_gib`` suggests, else the
+    ``gpu`` (a row of drmas_trainer.forecast.hardware.HARDWARE), else the one ``gpu_gib`` suggests, else the
     recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``, ``prompt_tokens``: the flags (default
     the recipe's fsdp section and ``plan.prompt_tokens``, else 4096); ``local``: every group in one
     process on one GPU (else Ray actors); ``workload``: --workload's RUN[:K] (drmas_trainer.workload_log)."""
     from drmas_bench.workflows.base import get_workflow
-    from drmas_trainer.config import plan_worker_groups
-    from drmas_trainer.hours import HARDWARE, hardware_for, predict, training_prompts
-    from drmas_trainer.memory import DEFAULT_GPU_GIB, memory_plan, model_shape
+    from drmas_trainer.config.train import plan_worker_groups
+    from drmas_trainer.forecast.hours import HARDWARE, hardware_for, predict, training_prompts
+    from drmas_trainer.forecast.memory import DEFAULT_GPU_GIB, memory_plan, model_shape
 
     groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
     shapes = {}
@@ -206,7 +206,7 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
     if gpu is None and gpu_gib is None:
         gpu = cfg.plan.gpu
     if gpu == "here":  # this machine, measured now with the run's thread count
-        from drmas_trainer.hardware_probe import probe
+        from drmas_trainer.forecast.hardware_probe import probe
 
         name, hw = gpu, probe(threads=cfg.torch_threads)
     else:
@@ -220,10 +220,10 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
 
 
 def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
-    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory) and the
-    predicted hours (drmas_trainer.hours), on the flags' hardware or the recipe's ``plan:`` section."""
-    from drmas_trainer.hours import format_hours
-    from drmas_trainer.memory import format_plan, why_not
+    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.forecast.memory) and the
+    predicted hours (drmas_trainer.forecast.hours), on the flags' hardware or the recipe's ``plan:`` section."""
+    from drmas_trainer.forecast.hours import format_hours
+    from drmas_trainer.forecast.memory import format_plan, why_not
 
     plan, est = plan_recipe(cfg, gpu=getattr(args, "gpu", None), gpu_gib=args.gpu_memory, gpus=getattr(args, "gpus", None),
                             prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local,
@@ -251,7 +251,7 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from drmas_trainer.regress import check_run
+    from drmas_trainer.reports.regress import check_run
 
     failures, lines = check_run(args.run, args.against)
     for line in lines:
@@ -264,7 +264,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from drmas_trainer.plot import plot_runs
+    from drmas_trainer.reports.plot import plot_runs
 
     out = Path(args.out) if args.out else Path(args.runs[0]) / "curves.png"
     path, spread = plot_runs(args.runs, out, title=args.title)

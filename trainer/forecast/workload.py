@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from drmas_trainer.config import TrainConfig
+    from drmas_trainer.config.train import TrainConfig
 
 End = Literal["low", "point", "high"]
 ENDS: tuple[End, ...] = ("low", "point", "high")

@@ -8,7 +8,7 @@ The probes measure achieved rates, not a datasheet's peak, so the row's utilisat
 ``mbu``) are 1: the hours model must not discount a measured rate a second time. A CPU has no
 NVLink or PCIe hop; those figures are the copy bandwidth (a weight sync is a memory copy here).
 
-    hw = probe()                       # a drmas_trainer.hardware.Hardware
+    hw = probe()                       # a drmas_trainer.forecast.hardware.Hardware
     print(hw.title, hw.bf16_flops / 1e9, "GFLOP/s")
 """
 
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from drmas_trainer.hardware import Hardware
+from drmas_trainer.forecast.hardware import Hardware
 
 HERE = "here"  # --gpu's name for this machine, measured
 MATMUL_N = 512  # the probe's square matrices: a 135M model's products are 576 x 576 and 576 x 1536

@@ -1,5 +1,5 @@
 """The one table of hardware figures the predicted hours use (:data:`HARDWARE`), with a source for
-each, and the utilisations applied to them (:data:`MFU`, :data:`MBU`); drmas_trainer.hours is the
+each, and the utilisations applied to them (:data:`MFU`, :data:`MBU`); drmas_trainer.forecast.hours is the
 model that uses them. None of these figures was fitted to a measured or reported run time.
 """
 
@@ -65,7 +65,7 @@ MBU = 0.60
 def hardware_for(name: str | None, gpu_gib: float | None) -> tuple[str, Hardware]:
     """The hardware row named ``name``, else by the plan's --gpu-memory ``gpu_gib``: over 100 GiB an
     H200, else an H100 (an A100 only by name), else the H200 (the memory plan's default). This
-    machine, measured (``--gpu here``), is drmas_trainer.hardware_probe's."""
+    machine, measured (``--gpu here``), is drmas_trainer.forecast.hardware_probe's."""
     if name:
         return name, HARDWARE[name]
     key = "h100" if gpu_gib is not None and gpu_gib <= 100 else "h200"
