@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from drmas_bench.agents.explicit import Explicit
 from drmas_bench.agents.team import build_team, validate_sampling
-from drmas_bench.checkpoint_copies import plan_model_copy, refuse_incomplete
-from drmas_bench.checkpoints import is_url
+from drmas_bench.checkpoints.copies import plan_model_copy, refuse_incomplete
+from drmas_bench.checkpoints.layout import is_url
 from drmas_bench.engines import DEFAULT_ENGINE, traits
 from drmas_bench.engines.hosting import fit_options, option_names
 from drmas_bench.eval_config import (  # noqa: F401 - re-exported: callers import them from here

@@ -1,4 +1,4 @@
-"""Checkpoints under an fsspec URL root (drmas_bench.checkpoints), with real fsspec backends:
+"""Checkpoints under an fsspec URL root (drmas_bench.checkpoints.layout), with real fsspec backends:
 ``memory://`` (one process) for the layout rules, ``file://`` (LocalFileSystem, what several
 processes see) for a real training run, its resume and the eval of ``ROOT/latest``.
 
@@ -25,7 +25,8 @@ import pytest
 
 from drmas_bench.types import UserError
 from drmas_trainer import checkpoint as ck
-from drmas_bench import checkpoint_copies, checkpoints
+from drmas_bench.checkpoints import copies as checkpoint_copies
+from drmas_bench.checkpoints import layout as checkpoints
 
 
 @pytest.fixture

@@ -542,9 +542,6 @@ DEFER_PROJECT_MODULES = {
 }
 # (module, project module) deferred for another reason, each with it
 DEFERRED_PROJECT_IMPORTS = {
-    ("drmas_bench.models.names", "drmas_bench.checkpoints"):
-        "checkpoints imports models.adapter_names, which runs the models package's __init__ (a circle at import)",
-    ("drmas_bench.models.names", "drmas_bench.checkpoint_copies"): "the same circle, through checkpoints",
     # the CLI imports limits at its top (LimitReached, the exit code); records and pricing load numpy,
     # pydantic and the schemas, which `drmas-bench --help` does not need
     ("drmas_bench.limits", "drmas_bench.records"): "keeps the CLI's import light",

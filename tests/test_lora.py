@@ -408,7 +408,7 @@ def test_lora_recipe_fits_one_h200_without_offload_and_beats_full_weights(capsys
 
 
 def test_checkpoint_presence_check_knows_adapter_folders(tmp_path):
-    from drmas_bench import checkpoints
+    from drmas_bench.checkpoints import layout as checkpoints
     from drmas_trainer.checkpoint import group_files_present
 
     step = tmp_path / "step_3"

@@ -75,8 +75,8 @@ from torch import Tensor
 from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from drmas_bench.checkpoint_copies import node_copy
-from drmas_bench.checkpoints import is_url, upload
+from drmas_bench.checkpoints.copies import node_copy
+from drmas_bench.checkpoints.layout import is_url, upload
 from drmas_bench.engines import traits
 from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.engines.hosting import fit_options, host_engine
@@ -117,7 +117,7 @@ class WorkerGroup(WarmStart, EngineLifecycle):
         settings: the group's settings (lr, weight decay, betas, grad clip, micro-batch size, engine,
             engine options, dtype, gradient checkpointing, sleep_engine).
         model_path: local folder (or hub id) to load the policy and tokenizer from; a checkpoint URL
-            (``ROOT/step_K/models/<wg>``, drmas_bench.checkpoints) is first downloaded on this node.
+            (``ROOT/step_K/models/<wg>``, drmas_bench.checkpoints.layout) is first downloaded on this node.
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda[:N]"``.
         seed: seeds torch in this process (parameters are loaded, not drawn, so it matters little).
         torch_threads: torch intra-op threads for this process.

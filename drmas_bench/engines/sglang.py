@@ -77,6 +77,7 @@ import os
 import time
 from typing import Any, ClassVar
 
+from drmas_bench.checkpoints.adapter_names import is_adapter_folder
 from drmas_bench.engines.base import (
     EngineBase,
     EngineError,
@@ -101,7 +102,6 @@ from drmas_bench.engines.sglang_args import (  # noqa: F401 - re-exported: the e
 from drmas_bench.engines.weights import DEFAULT_BUCKET_BYTES, buckets
 from drmas_bench.log import squeeze
 from drmas_bench.models.adapter_layout import adapter_layout, resolve_base, tokenizer_source
-from drmas_bench.models.adapter_names import is_adapter_folder
 from drmas_bench.types import Completion, Request
 
 # ---------------------------------------------------------------------- engine

@@ -9,10 +9,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from drmas_bench.checkpoints.adapter_names import ADAPTER_CONFIG
 from drmas_bench.engines.base import EngineError
 from drmas_bench.log import squeeze
 from drmas_bench.models.adapter_layout import resolve_base
-from drmas_bench.models.adapter_names import ADAPTER_CONFIG
 from drmas_bench.types import Completion, Request, Sampling
 
 INSTALL_HINT = "the sglang engine needs SGLang: pip install 'drmas-bench[sglang]'"

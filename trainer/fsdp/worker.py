@@ -48,8 +48,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from drmas_bench.checkpoint_copies import node_copy
-from drmas_bench.checkpoints import is_url, upload
+from drmas_bench.checkpoints.copies import node_copy
+from drmas_bench.checkpoints.layout import is_url, upload
 from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.models.adapters import BASE_FILE, base_record, save_adapter
 from drmas_bench.models.loading import load_causal_lm
