@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--plan", action="store_true", help="print the per-worker-group GPU memory plan and exit "
                                                        "(exit 1 when it does not fit --gpu-memory); trains nothing")
-    p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+    p.add_argument("--gpu-memory", type=_positive(float), default=None, metavar="GIB",
                    help="memory of one GPU for --plan, GiB (default: --gpu's, else the recipe's plan.gpu's, else 140: "
                         "an H200)")
     p.add_argument("--gpu", default=None, metavar="NAME",
@@ -93,9 +94,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the one whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.hardware)")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="longest prompt of a training row for --plan (default: the recipe's plan.prompt_tokens, else 4096)")
-    p.add_argument("--gpus", type=int, default=None, metavar="N",
-                   help="--plan on N GPUs with sharded worker groups (FSDP2): fsdp.ranks = N colocated (the "
-                        "reference's layout) unless the recipe sets fsdp, N / groups with fsdp.layout=separate")
+    p.add_argument("--gpus", type=_positive(int), default=None, metavar="N",
+                   help="--plan on N GPUs: every group sharded over the N (fsdp.ranks = N, colocated: the "
+                        "reference's layout), N / groups ranks each with fsdp.layout=separate, or with N = 1 "
+                        "unsharded on the one GPU; the plan says which --set trains the layout it re-planned, "
+                        "or refuses naming the setting that fits")
     p.set_defaults(func=cmd_train)
 
     r = sub.add_parser("regress", help="check a training run's metric curves against stored bands", epilog=REGRESS_EPILOG,
@@ -110,6 +113,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--out", help="PNG path (default RUN/curves.png of the first run)")
     q.add_argument("--title", help="figure title")
     q.set_defaults(func=cmd_plot)
+
+
+def _positive(kind: type) -> Any:
+    """argparse type: a finite number > 0 of ``kind`` (int or float); anything else is argparse's
+    one-line error."""
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not math.isfinite(v) or v <= 0:
+            what = "a whole number >= 1" if kind is int else "a number of GiB > 0"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return v
+    return parse
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -176,36 +194,53 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
                 prompt_tokens: int | None = None, local: bool = False) -> tuple[Any, Any]:
     """(memory plan, hours estimate) of ``cfg`` as ``train --plan`` makes them: the hardware is
     ``gpu`` (a row of drmas_trainer.hardware.HARDWARE), else the one ``gpu_gib`` suggests, else the
-    recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``, ``prompt_tokens``: the flags (default
-    the recipe's fsdp section and ``plan.prompt_tokens``, else 4096); ``local``: every group in one
-    process on one GPU (else Ray actors)."""
+    recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``: the recipe re-planned on that many GPUs
+    or refused (drmas_trainer.forecast.gpus; default its fsdp section); ``prompt_tokens``: the flag
+    (default ``plan.prompt_tokens``, else 4096); ``local``: every group in one process on one GPU
+    (else Ray actors). The estimate carries the range of the recipe's stated bounds."""
     from drmas_bench.workflows.base import get_workflow
     from drmas_trainer.config import plan_worker_groups
+    from drmas_trainer.forecast.gpus import gpu_layout
+    from drmas_trainer.forecast.workload import stated
     from drmas_trainer.hours import HARDWARE, hardware_for, predict, training_prompts
     from drmas_trainer.memory import DEFAULT_GPU_GIB, memory_plan, model_shape
 
+    if gpu is not None and gpu not in HARDWARE:
+        raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}")
+    if gpu_gib is not None and not (math.isfinite(gpu_gib) and gpu_gib > 0):
+        raise UserError(f"--gpu-memory must be a number of GiB > 0, got {gpu_gib:g}")
     groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
+    layout = gpu_layout(cfg, len(groups), gpus, local=local)
+    cfg = layout.apply(cfg)
     shapes = {}
     for name, g in groups.items():
         try:
             shapes[name] = model_shape(str(g.settings.model))
         except ValueError as e:
             raise UserError(f"--plan: worker group {name}: {e}") from None
-    if gpu is not None and gpu not in HARDWARE:
-        raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}")
+    gpu_why = "--gpu" if gpu else "the recipe's plan.gpu" if gpu_gib is None and cfg.plan.gpu else \
+        "nearest --gpu-memory" if gpu_gib is not None else "default"
     if gpu is None and gpu_gib is None:
         gpu = cfg.plan.gpu
     name, hw = hardware_for(gpu, gpu_gib)
     gib = gpu_gib or (hw.memory_gib if gpu else DEFAULT_GPU_GIB)
     plan = memory_plan(cfg, groups, shapes, gpu_gib=gib, use_ray=not local,
-                       prompt_tokens=prompt_tokens or cfg.plan.prompt_tokens or 4096, gpus=gpus)
+                       prompt_tokens=prompt_tokens or cfg.plan.prompt_tokens or 4096)
+    plan.memory_source = "--gpu-memory" if gpu_gib else f"{gpu_why}: {name}" if gpu else "default: an H200"
     tasks, why = training_prompts(cfg)
-    return plan, predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why)
+    est = predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why)
+    est.sources = {"GPU": gpu_why, "GPUs": layout.note or "the recipe's fsdp and ray sections"}
+    agents = [a for g in groups.values() for a in g.agents]
+    est.low_hours, est.high_hours = (predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks,
+                                             tasks_why=why, workload=stated(cfg, agents, end)).hours
+                                     for end in ("low", "high"))
+    return plan, est
 
 
 def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
     """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory) and the
-    predicted hours (drmas_trainer.hours), on the flags' hardware or the recipe's ``plan:`` section."""
+    predicted hours with validation and their range (drmas_trainer.hours), on the flags' hardware or
+    the recipe's ``plan:`` section."""
     from drmas_trainer.hours import format_hours
     from drmas_trainer.memory import format_plan, why_not
 
@@ -213,22 +248,12 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
                             prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local)
     print(format_plan(plan, cfg.recipe))
     print(format_hours(est))
-    from drmas_trainer.validation import format_validation_cost, validation_cost
-
-    # validation's share of the run: a validation's generation waits for its longest responses as a
-    # step's rollout does (memory-bound decode), so each is costed at one step's predicted rollout
-    if est.steps is None:
-        print(f"validation: its share is unknown while the run's steps are ({est.steps_why})")
-    else:
-        cost = validation_cost(cfg, est.steps)
-        per_episode = est.rollout_s / (cost["questions"] * cost["n"]) if cost and cost["questions"] * cost["n"] else None
-        print(format_validation_cost(cost, per_episode))
     if not plan.fits:
         pk = plan.peak
         head = f"why: {pk.phase} on GPU {pk.gpu}"
         reason = next((ln.removeprefix(head).lstrip(" =:") for ln in why_not(plan) if ln.startswith(head)), "")
         logger.warning(f"plan: does not fit: {pk.phase} on GPU {pk.gpu} needs {pk.bytes / 2**30:.1f} GiB > "
-                       f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)" + (f"; {reason}" if reason else ""))
+                       f"{plan.gpu_bytes / 2**30:.0f} GiB ({plan.memory_source})" + (f"; {reason}" if reason else ""))
         return 1
     return 0
 
