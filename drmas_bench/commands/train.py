@@ -164,9 +164,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     logger.info(f"[train] recipe {cfg.recipe}, estimator {cfg.algo.estimator}, loss {cfg.algo.loss}, "
                 f"{'shared' if cfg.shared else 'shared base, an adapter per agent' if cfg.shared_base else 'non-shared'}, "
                 f"run dir {out}")
+    before = _resume_hint(out, cfg) if out.exists() else None  # a refusal at load leaves it as it is
     try:  # --fresh deletes the old run inside train(), under the run dir's lock
         summary = train(cfg, out, resume=args.resume, fresh=args.fresh, use_ray=use_ray, progress=not args.no_progress)
-    except (UserError, KeyboardInterrupt):
+    except UserError as e:  # refused mid-run, after a checkpoint of this call: say how to continue it
+        hint = _resume_hint(out, cfg)
+        if hint is None or hint == before:
+            raise
+        raise UserError(f"{e}; {hint}: drmas-bench train {' '.join(_resume_argv(args))}") from None
+    except KeyboardInterrupt:
         raise
     except Exception as e:  # train() has written the traceback to RUN/error.log
         from drmas_bench.log import unexpected
@@ -284,6 +290,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 print(f"{run}\tagent/{agent}/critic/moment_factor/mean\tmean {s['factor']:.4g}")
     logger.info(f"[plot] wrote {path}")
     return 0
+
+
+def _resume_argv(args: argparse.Namespace) -> list[str]:
+    """The command line that continues this run: the same flags, with --resume (and without --fresh)."""
+    argv = [a for a in (getattr(args, "argv", None) or [])[1:] if a not in ("--fresh", "--resume")]
+    return [*argv[1:], "--resume"] if argv[:1] == ["train"] else [*argv, "--resume"]
 
 
 def _resume_hint(out: Path, cfg) -> str | None:
