@@ -78,6 +78,15 @@ from drmas_bench.preparation import perform
 from drmas_bench.provenance import hardware, utc_now
 from drmas_bench.records import view
 from drmas_bench.report.runs import load_run
+from drmas_bench.reproducibility import (
+    FingerprintTally,
+    batching_of,
+    live_determinism,
+    note_batching,
+    read_batching,
+    reproducibility_block,
+    warn_changed_batching,
+)
 from drmas_bench.retrievers import open_retriever
 from drmas_bench.run_dir import RunDir, selection_test
 from drmas_bench.split import run_split
@@ -180,6 +189,7 @@ def run(p: Plan | Pending) -> Summary:
                 opened.callback(close_retriever, retriever)
         store = RunDir(p.out, p.config_doc, fresh=p.cfg.fresh)  # takes RUN/.lock, then writes the identity
         opened.callback(store.close)
+        warn_changed_batching(note_batching(store.path, batching_of(p.cfg, p.team), kept=len(store.index) > 0), p.team)
         try:
             if p.cfg.workers > 1:  # the episodes over worker processes / Ray actors, each with its own engines
                 stats, pool_stats = asyncio.run(run_split(p, store, lambda ctx: run_kept(p, store, ctx)))
@@ -221,11 +231,14 @@ async def run_on_engines(p: Plan, engines: dict[str, Any], *, models: dict[str, 
             opened.callback(close_retriever, retriever)
         store = RunDir(p.out, p.config_doc, fresh=p.cfg.fresh)  # takes RUN/.lock, then writes the identity
         opened.callback(store.close)
+        note_batching(store.path, batching_of(p.cfg, p.team), kept=len(store.index) > 0)
+        live = {wg: d for wg in p.team.worker_groups if (d := live_determinism(engines[wg])) is not None}
         try:
             chain = CallChain(prices=p.prices)
             runtime = runner.TeamRuntime(p.team, {wg: engines[wg] for wg in p.team.worker_groups}, p.sampling)
             stats = await run_kept(p, store, runner.eval_run(p, runtime, store, retriever, chain))
-            return write_summary(p, store, stats, pool_stats or {"pool": "engines held by the caller"})
+            return write_summary(p, store, stats, {**(pool_stats or {"pool": "engines held by the caller"}),
+                                                   "engine_determinism": live})
         except (UserError, KeyboardInterrupt):
             raise
         except Exception as e:
@@ -277,7 +290,10 @@ async def run_on_pool(p: Plan, store: RunDir, call_cache: CallCache | None, retr
         stats = await run_kept(p, store, ctx)
         if meter is not None:
             stats.limits = meter.record(store.selected())
-        return stats, pool.stats()
+        held = getattr(pool, "engine", None)  # LocalPool: the engines themselves (a Ray pool's are actors)
+        live = {wg: d for wg in team.worker_groups
+                if held is not None and (d := live_determinism(held(wg))) is not None}
+        return stats, {**pool.stats(), "engine_determinism": live}
     finally:
         await pool.__aexit__(None, None, None)
 
@@ -310,7 +326,7 @@ def write_summary(p: Plan, store, stats, pool_stats: dict) -> Summary:
     samples, selection and summary inputs are those its summary.json was computed from
     (``RunDir.kept_summary``), keeps that summary's figures and only renews its run, pool and
     provenance sections: samples.jsonl is not read."""
-    from drmas_bench.report.markdown import run_summary_markdown
+    from drmas_bench.report.run_markdown import run_summary_markdown
 
     cfg, team, wf, tasks = p.cfg, p.team, p.wf, p.tasks
     out = store.path
@@ -319,13 +335,16 @@ def write_summary(p: Plan, store, stats, pool_stats: dict) -> Summary:
     kept = store.kept_summary(key) if stats.episodes == 0 and not stats.stopped and not stats.limits else None
     # the selection (leaderboard and cost read it too) as views of the compact records, read one line at
     # a time: the metrics, protocol and cache sections are summed as they come
-    calls, cache = ProtocolCalls(), CacheTally()
+    calls, cache, prints = ProtocolCalls(), CacheTally(), FingerprintTally()
     if kept is None:
         records = compact.stream_views(out, selection_test(store.config))
         summary = metrics.summarize(store.compact_views() if records is None else records, prices=p.prices,
-                                    workflow=wf.name, also=(calls, cache))
+                                    workflow=wf.name, also=(calls, cache, prints))
+        fingerprints = prints.result()
     else:
         summary = kept
+        fingerprints = {wg: g.get("fingerprints") or [] for wg, g in
+                        ((kept.get("reproducibility") or {}).get("groups") or {}).items()}
     summary["run"] = {"dir": str(out), "workflow": wf.name, "episodes_run": stats.episodes,
                       # a run limit stopped it: which, and how many of the planned samples are finished
                       **({"stopped": {**stats.stopped, "samples_finished": summary["micro"]["samples"],
@@ -338,6 +357,9 @@ def write_summary(p: Plan, store, stats, pool_stats: dict) -> Summary:
                       "benchmarks": list(dict.fromkeys(t.benchmark for t in tasks)),
                       "team": {a: {"worker_group": wg, "model": team.worker_groups[wg].model}
                                for a, wg in team.agents.items()}}
+    pool_stats = dict(pool_stats)
+    summary["reproducibility"] = reproducibility_block(team, cfg.seed, pool_stats.pop("engine_determinism", None),
+                                                       fingerprints, read_batching(out) or [batching_of(cfg, team)])
     summary["pool"] = pool_stats
     if kept is None:
         summary["protocol"] = calls.result(p.protocol_info)

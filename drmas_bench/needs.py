@@ -3,8 +3,8 @@
 Two places a configuration names something that may not be here yet (``drmas_bench.preparation``
 has the steps and what planning may read):
 
-- ``--model``: a checkpoint URL (a copy in the cache, ``checkpoint_copies.plan_local_copy``) or a
-  reference-trainer checkpoint (merged into a team folder in the cache, ``verl_ckpt.plan_merge``;
+- ``--model``: a checkpoint URL (a copy in the cache, ``checkpoints.copies.plan_local_copy``) or a
+  reference-trainer checkpoint (merged into a team folder in the cache, ``checkpoints.verl.plan_merge``;
   the suite inferred from its agents). :func:`locate` says where the folder the run reads will be
   and which steps fill it.
 - each local worker group's model: an alias to build, or a model folder under a URL to copy
@@ -17,12 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.checkpoint_copies import plan_local_copy, plan_model_copy
-from drmas_bench.checkpoints import is_url
+from drmas_bench.checkpoints.copies import plan_local_copy, plan_model_copy
+from drmas_bench.checkpoints.layout import is_url
+from drmas_bench.checkpoints.verl import is_reference_checkpoint, plan_merge
 from drmas_bench.engines import traits
 from drmas_bench.models.names import ALIASES, plan_alias
-from drmas_bench.models.verl_ckpt import is_reference_checkpoint, plan_merge
 from drmas_bench.preparation import Step, pending
+from drmas_bench.tasks.catalog import reference_roster
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def locate(cfg: Any) -> Located:
         steps.append(copy)
     suite = cfg.suite
     if model and not steps and Path(model).is_dir() and is_reference_checkpoint(model):
-        merge, ref = plan_merge(model, workflow=cfg.workflow, suite=cfg.suite)
+        merge, ref = plan_merge(model, reference_roster(), workflow=cfg.workflow, suite=cfg.suite)
         steps.append(merge)
         model = str(merge.dest)
         suite = cfg.suite or (None if cfg.benchmarks else ref.suite)

@@ -12,7 +12,7 @@ half-made in the cache and the next attempt goes on from what it finished (the f
 downloaded, the worker groups already merged).
 
 Each kind of step is a subclass beside the code that does the work (``checkpoints.CheckpointCopy``,
-``checkpoints.ModelCopy``, ``models.verl_ckpt.ReferenceMerge``, ``models.names.AliasBuild``); this
+``checkpoints.copies.ModelCopy``, ``checkpoints.verl.ReferenceMerge``, ``models.names.AliasBuild``); this
 module is their leaf: the base class, the progress bar they share and the loop that runs them.
 """
 

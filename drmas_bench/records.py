@@ -59,6 +59,7 @@ class CallView:
     cached_latency_s: float | None = None
     cached_usd: float | None = None
     cost_usd: float = 0.0
+    system_fingerprint: str | None = None  # the server's, as its answer named it (openai engine)
 
     @classmethod
     def of(cls, c: Any) -> CallView:
@@ -78,6 +79,7 @@ class CallView:
             cached_latency_s=_opt_float(c.get("cached_latency_s")),
             cached_usd=_opt_float(c.get("cached_usd")),
             cost_usd=_float(c.get("cost_usd")),
+            system_fingerprint=c.get("system_fingerprint") or None,
         )
 
     @property

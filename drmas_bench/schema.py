@@ -317,8 +317,8 @@ CONFIG_SCHEMAS: dict[str, tuple[tuple[str, str], ...]] = {
     "team": (("team file (--team FILE, a checkpoint's team.yaml)", "drmas_bench.agents.team:TeamFileSchema"),),
     "prices": (("price sheet (--prices FILE)", "drmas_bench.pricing:PriceSheetSchema"),),
     "prompts": (("prompts file (--prompts FILE, a team file's prompts:)", "drmas_bench.workflows.protocol:PromptsFileSchema"),),
-    "train": (("trainer config (--recipe NAME|FILE, --set KEY=VALUE)", "drmas_trainer.config:TrainConfig"),
-              ("agent settings (agent_defaults: and agents.NAME:)", "drmas_trainer.config:AgentConfig")),
+    "train": (("trainer config (--recipe NAME|FILE, --set KEY=VALUE)", "drmas_trainer.config.train:TrainConfig"),
+              ("agent settings (agent_defaults: and agents.NAME:)", "drmas_trainer.config.train:AgentConfig")),
 }
 
 

@@ -90,6 +90,9 @@ class Completion:
     cache_hit: bool = False
     cached_latency_s: float | None = None
     cached_usd: float | None = None
+    # the server's build and configuration as it named them in its answer (an OpenAI-compatible server's
+    # ``system_fingerprint``); None when it gave none. Written to records only when set.
+    system_fingerprint: str | None = None
 
 
 CACHE_FIELDS = ("cache_hit", "cached_latency_s", "cached_usd")  # Completion's call-cache fields
@@ -115,6 +118,8 @@ class Turn:
         if not d["completion"].get("cache_hit"):  # the call-cache fields are written only on a hit
             for key in CACHE_FIELDS:
                 d["completion"].pop(key, None)
+        if d["completion"].get("system_fingerprint") is None:
+            d["completion"].pop("system_fingerprint", None)
         return d
 
     @classmethod

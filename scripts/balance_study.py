@@ -69,7 +69,7 @@ def arm_overrides(arm: str) -> dict[str, Any]:
 
 
 def _config(setting: S.Setting, arm: str, seed: int, steps: int | None):
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
 
     ov = {**setting.overrides, **arm_overrides(arm), "seed": seed}
     if steps is not None:
@@ -339,7 +339,7 @@ def factor_lines(runs: list[dict[str, Any]], agents: list[str], steps: int | Non
 
 def report(out: Path, settings: list[str], seeds: dict[str, list[int]], steps: dict[str, int | None], md: Path,
            command: str) -> None:
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
 
     data = load(out, settings, seeds)
     lines = ["# Per-agent statistics or loss balance? The 2 x 2 on `tiny_fixer` and the 4-agent toy team", "",

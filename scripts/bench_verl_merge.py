@@ -4,7 +4,7 @@ Builds a 3-worker-group checkpoint of random weights in the Qwen2.5-0.5B shape (
 sharding (two gloo processes, FSDP2 ``fully_shard`` on the meta device, each rank filling its own
 shards), then merges it, each merger in a fresh process:
 
-- **ours**: ``drmas_bench.models.verl_ckpt.team_folder`` (mmap'd shards, one tensor at a time, a
+- **ours**: ``drmas_bench.checkpoints.verl.team_folder`` (mmap'd shards, one tensor at a time, a
   streamed safetensors file);
 - **baseline**: the method of the reference's ``scripts/model_merger.py``: every shard loaded into
   memory, the whole state dict assembled, then written with ``safetensors.torch.save_file``;
@@ -114,8 +114,9 @@ def report(t0):
 OURS = _SAMPLER + """
 import os, sys, time
 t0 = time.perf_counter()
-from drmas_bench.models.verl_ckpt import team_folder
-folder, _ = team_folder(sys.argv[1], show_progress=False)
+from drmas_bench.checkpoints.verl import team_folder
+from drmas_bench.tasks.catalog import reference_roster
+folder, _ = team_folder(sys.argv[1], reference_roster(), show_progress=False)
 report(t0)
 print('FOLDER ' + str(folder))
 """
@@ -126,7 +127,7 @@ from pathlib import Path
 t0 = time.perf_counter()
 import torch
 from safetensors.torch import save_file
-from drmas_bench.models.verl_merge import allowed_classes, shard_files
+from drmas_bench.checkpoints.verl_merge import allowed_classes, shard_files
 step = Path(sys.argv[1]) / 'global_step_1' / 'actor'
 out = Path(sys.argv[2])
 for wg in sorted(os.listdir(step)):

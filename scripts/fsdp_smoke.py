@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from drmas_trainer.config import AgentConfig
-from drmas_trainer.fsdp import spawn_ranks
+from drmas_trainer.config.train import AgentConfig
+from drmas_trainer.fsdp.sharding import spawn_ranks
 from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
 
@@ -36,7 +36,7 @@ def settings(dtype: str) -> AgentConfig:
 
 
 def one_rank(rank: int, world: int, model: str, device: str, dtype: str, rs: list[Row]) -> dict:
-    from drmas_trainer.fsdp_worker import ShardedWorkerGroup
+    from drmas_trainer.fsdp.worker import ShardedWorkerGroup
 
     dev = f"cuda:{rank}" if device == "cuda" else "cpu"
     wg = ShardedWorkerGroup("solver", ["solver"], settings(dtype), model, rank=rank, world=world, init_method="",

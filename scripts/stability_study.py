@@ -105,7 +105,7 @@ def arm_overrides(arm: str) -> dict[str, Any]:
 
 
 def _config(setting: Setting, estimator: str, seed: int, steps: int | None):
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
 
     ov = dict(setting.overrides)
     ov.update(arm_overrides(estimator))
@@ -273,7 +273,7 @@ def _fmt(x: float, nd: int = 3) -> str:
 
 def _recipe_line(recipe: str, steps: int | None) -> str:
     """One sentence describing a recipe's RL stage, read from the recipe itself."""
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
 
     cfg = load_config(recipe)
     if recipe == "tiny":

@@ -497,7 +497,7 @@ def test_config_refuses_a_reference_name_without_group_by_agent():
     """An old recipe or --set naming a changed name fails with one line naming the old meaning; the
     reference names load with group_by_agent, the project's names refuse it."""
     from drmas_bench.types import UserError
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
 
     for name, old in RENAMED.items():
         with pytest.raises(UserError, match=f"needs group_by_agent.*{old}"):

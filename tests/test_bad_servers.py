@@ -356,7 +356,7 @@ def test_trainer_refuses_out_of_range_before_anything_runs(tmp_path, monkeypatch
 def test_eval_and_trainer_share_one_range_table():
     from drmas_bench import plan
     from drmas_bench.schema import RANGES, TrainSamplingSchema
-    from drmas_trainer.config import RolloutConfig
+    from drmas_trainer.config.train import RolloutConfig
 
     for name in plan.RANGED_FIELDS:
         assert name in RANGES
@@ -367,7 +367,7 @@ def test_eval_and_trainer_share_one_range_table():
 
 def test_resume_hint_only_with_a_checkpoint(tmp_path):
     from drmas_bench.commands.train import _resume_hint
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
 
     from drmas_trainer.checkpoint import MARKER
 

@@ -1,4 +1,4 @@
-"""Checkpoints under an fsspec URL root (drmas_bench.checkpoints), with real fsspec backends:
+"""Checkpoints under an fsspec URL root (drmas_bench.checkpoints.layout), with real fsspec backends:
 ``memory://`` (one process) for the layout rules, ``file://`` (LocalFileSystem, what several
 processes see) for a real training run, its resume and the eval of ``ROOT/latest``.
 
@@ -25,7 +25,8 @@ import pytest
 
 from drmas_bench.types import UserError
 from drmas_trainer import checkpoint as ck
-from drmas_bench import checkpoint_copies, checkpoints
+from drmas_bench.checkpoints import copies as checkpoint_copies
+from drmas_bench.checkpoints import layout as checkpoints
 
 
 @pytest.fixture
@@ -138,7 +139,7 @@ def test_driver_refuses_a_url_checkpoint_whose_group_upload_is_missing(mem_root,
     """Orchestration only: *fake* worker groups; one uploads its part, the other's upload never
     arrives. No marker, the previous checkpoint and ``latest`` are kept."""
     from drmas_bench.workflows.base import get_workflow
-    from drmas_trainer.config import load_config, plan_worker_groups
+    from drmas_trainer.config.train import load_config, plan_worker_groups
     from drmas_trainer.saving import save_checkpoint
 
     class FakeUploadingWorker:
@@ -178,7 +179,7 @@ def test_unknown_scheme_or_missing_backend_is_one_line(tmp_path):
         checkpoint_copies.cached_checkpoint(f"memory://nothing-{uuid.uuid4().hex[:6]}/latest")
     assert ck.resolve_root(tmp_path / "run", None) == tmp_path / "run" / "ckpt"  # local roots unchanged
     # train --fresh with such a root: refused before the old run is touched
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trainer import train
 
     (tmp_path / "run").mkdir()
@@ -195,7 +196,7 @@ MICRO = ["sft.steps=0", "rollout.prompts_per_step=2", "rollout.n=2", "rollout.ma
 @pytest.mark.slow
 def test_train_into_file_url_resume_from_it_and_eval_latest(tmp_path, monkeypatch):
     from drmas_bench.api import EvalConfig, evaluate
-    from drmas_trainer.config import load_config, parse_override
+    from drmas_trainer.config.train import load_config, parse_override
     from drmas_trainer.trainer import train
 
     root_dir = tmp_path / "bucket" / "run1"
@@ -237,7 +238,7 @@ def test_train_into_file_url_resume_from_it_and_eval_latest(tmp_path, monkeypatc
 
 def test_a_planted_ckpt_cache_symlink_is_refused(tmp_path):
     """RUN/.ckpt-cache (where a resume from a URL downloads) must not lead outside the run dir."""
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trainer import train
 
     (tmp_path / "run").mkdir()

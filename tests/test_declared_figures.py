@@ -27,10 +27,10 @@ from drmas_bench.report.markdown import (
     compare_markdown,
     effects_markdown,
     md_label,
-    run_summary_markdown,
     sweep_markdown,
     table_markdown,
 )
+from drmas_bench.report.run_markdown import run_summary_markdown
 from drmas_bench.report.runs import Run
 from drmas_bench.report.view import render
 from drmas_bench.runner import grade_trajectories

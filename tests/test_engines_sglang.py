@@ -366,7 +366,7 @@ def test_trainer_worker_on_sglang(fake_sglang, tmp_path):
     engine gets the compute dtype and no max_batch, runs in a child, and takes new weights (the
     fake refuses updates outside a begin/end session, so success means the session was used)."""
     from drmas_bench.engines.hosting import ChildEngine
-    from drmas_trainer.config import AgentConfig
+    from drmas_trainer.config.train import AgentConfig
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
     path = str(tiny_model_path(tmp_path))

@@ -30,9 +30,9 @@ import pytest
 import torch
 
 from drmas_bench.models import resolve_model
-from drmas_trainer.config import AgentConfig, LoraConfig
-from drmas_trainer.fsdp import spawn_ranks
-from drmas_trainer.fsdp_worker import ShardedWorkerGroup
+from drmas_trainer.config.train import AgentConfig, LoraConfig
+from drmas_trainer.fsdp.sharding import spawn_ranks
+from drmas_trainer.fsdp.worker import ShardedWorkerGroup
 from drmas_trainer.optim import local
 from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
@@ -242,8 +242,8 @@ def test_every_rank_runs_as_many_micro_batches_and_the_real_ones_cover_each_row_
 
 def _plan(recipe: str, gib: float, gpus: int, **overrides):
     from drmas_bench.workflows.base import get_workflow
-    from drmas_trainer.config import load_config, plan_worker_groups
-    from drmas_trainer.memory import memory_plan, model_shape
+    from drmas_trainer.config.train import load_config, plan_worker_groups
+    from drmas_trainer.forecast.memory import memory_plan, model_shape
 
     cfg = load_config(recipe, overrides)
     groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
@@ -252,7 +252,7 @@ def _plan(recipe: str, gib: float, gpus: int, **overrides):
 
 
 def test_the_plan_shards_a_groups_training_state_over_the_gpus():
-    from drmas_trainer.memory import format_plan
+    from drmas_trainer.forecast.memory import format_plan
 
     # the paper row's recipe as it was before it followed the reference: unsharded, AdamW on the GPU
     adamw_on_gpu = {"fsdp.ranks": 1, "agent_defaults.optimizer_offload": "none",
@@ -269,7 +269,7 @@ def test_the_plan_shards_a_groups_training_state_over_the_gpus():
 
 def test_the_plan_shards_the_frozen_reference_copy_of_kl_in_the_reward():
     """With KL in the reward a full-weight group keeps a frozen reference copy; sharded over 8 GPUs
-    each holds 1/8 of it (drmas_trainer.fsdp_worker shards it like the policy), not all of it."""
+    each holds 1/8 of it (drmas_trainer.fsdp.worker shards it like the policy), not all of it."""
     one, eight = _plan("math_qwen3_4b_adaptive_kl", 141, 1), _plan("math_qwen3_4b_adaptive_kl", 79, 8)
     whole = one.groups[0].resident["reference policy bf16 (frozen)"]
     assert whole == 2 * one.groups[0].shape.params  # bf16
@@ -279,7 +279,7 @@ def test_the_plan_shards_the_frozen_reference_copy_of_kl_in_the_reward():
 
 def test_sharded_groups_without_ray_are_refused_before_the_run_folder_exists(tmp_path):
     from drmas_bench.types import UserError
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trainer import train
 
     with pytest.raises(UserError, match="--ray"):
@@ -288,7 +288,7 @@ def test_sharded_groups_without_ray_are_refused_before_the_run_folder_exists(tmp
 
 
 def test_a_plan_that_does_not_fit_says_why_and_what_would():
-    from drmas_trainer.memory import format_plan
+    from drmas_trainer.forecast.memory import format_plan
 
     # engines that never sleep: three at 0.35 of the GPU beside the training state
     awake = {"agent_defaults.sleep_engine": False, "agent_defaults.engine_options": {"mem_fraction_static": 0.35}}

@@ -201,7 +201,7 @@ def test_train(models: Path, offload: bool) -> None:
     with ``optimizer_offload: cpu``."""
     import torch
 
-    from drmas_trainer.config import AgentConfig
+    from drmas_trainer.config.train import AgentConfig
     from drmas_trainer.logprobs import pack_rows, token_logprobs
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
@@ -266,7 +266,7 @@ def test_train_tis(models: Path) -> None:
     of rollout, recompute and update, the peak memory of the recompute and of the update."""
     import torch
 
-    from drmas_trainer.config import AgentConfig, RolloutConfig
+    from drmas_trainer.config.train import AgentConfig, RolloutConfig
     from drmas_trainer.trainer import correct_rows
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
@@ -311,10 +311,10 @@ def test_train_tis(models: Path) -> None:
 
 
 def plan_update_gib(settings: Any, model_dir: Path, plen: int, rlen: int) -> float:
-    """What ``drmas_trainer.memory`` predicts for this group's update (engine asleep, no CUDA
+    """What ``drmas_trainer.forecast.memory`` predicts for this group's update (engine asleep, no CUDA
     context): to compare with the measured ``peak_gib`` of the steps."""
-    from drmas_trainer.config import WorkerGroupPlan
-    from drmas_trainer.memory import GIB, group_memory, shape_from_config
+    from drmas_trainer.config.train import WorkerGroupPlan
+    from drmas_trainer.forecast.memory import GIB, group_memory, shape_from_config
 
     cfg = json.loads((model_dir / "config.json").read_text())
     m = group_memory("solver", WorkerGroupPlan("solver", ["solver"], settings), shape_from_config(cfg, "wide"),
@@ -331,7 +331,7 @@ def test_train_lora(models: Path) -> None:
     bitwise unchanged), both adapters moved, each agent generates with its adapter after the sync."""
     import torch
 
-    from drmas_trainer.config import load_config, plan_worker_groups
+    from drmas_trainer.config.train import load_config, plan_worker_groups
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
     dev = device()
@@ -402,7 +402,7 @@ def test_train_lora(models: Path) -> None:
 
 def plan_lora_update_gib(plan: Any, model_dir: Path, plen: int, rlen: int) -> float:
     """The memory plan's estimate of the LoRA group's update (engine asleep), as plan_update_gib."""
-    from drmas_trainer.memory import GIB, group_memory, shape_from_config
+    from drmas_trainer.forecast.memory import GIB, group_memory, shape_from_config
 
     cfg = json.loads((model_dir / "config.json").read_text())
     m = group_memory("shared", plan, shape_from_config(cfg, "wide"), seq=plen + rlen, response=rlen, gpu_bytes=140 * GIB)
@@ -418,7 +418,7 @@ ROW_CPU = {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate":
 
 
 def row_recipe() -> str:
-    from drmas_trainer.config import RECIPES_DIR
+    from drmas_trainer.config.train import RECIPES_DIR
 
     name = os.environ.get("GPU_SMOKE_ROW_RECIPE")
     if name:
@@ -429,7 +429,7 @@ def row_recipe() -> str:
 
 
 def config_from_shape(shape: Any, tok: Any) -> Any:
-    """A transformers config of ``shape``'s architecture (drmas_trainer.memory.ModelShape: the public
+    """A transformers config of ``shape``'s architecture (drmas_trainer.forecast.memory.ModelShape: the public
     config's numbers, no download): Qwen3 (q/k norms), Qwen2 (q/k/v biases) or Llama."""
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
@@ -465,10 +465,10 @@ def build_row_model(root: Path, shape: Any) -> Path:
 
 def row_plan(name: str, plan: Any, settings: Any, shape: Any, seq: int, response: int) -> dict[str, float | None]:
     """The memory plan's figure (GiB) of each phase of the row's group on one GPU, without the CUDA
-    context (``drmas_trainer.memory.group_memory``): rollout = resident + engine, update = resident +
+    context (``drmas_trainer.forecast.memory.group_memory``): rollout = resident + engine, update = resident +
     its update extras (+ the engine unless it sleeps), sync = rollout + one bucket; the old log-prob
     pass has no phase of its own in the plan."""
-    from drmas_trainer.memory import GIB, group_memory
+    from drmas_trainer.forecast.memory import GIB, group_memory
 
     m = group_memory(name, dataclasses.replace(plan, settings=settings), shape, seq=seq, response=response,
                      gpu_bytes=140 * GIB)
@@ -486,15 +486,15 @@ def test_train_row(models: Path) -> None:
     (unsharded) with the hf engine in place of sglang. Each step: rollouts (engine awake), old
     log-probs, the update (engine asleep when the recipe sleeps it), the weight sync; the peak memory
     of each phase (``torch.cuda.max_memory_allocated``) is printed beside the plan's figure for the
-    same group and sequence (``drmas_trainer.memory.group_memory``: resident + engine, resident +
+    same group and sequence (``drmas_trainer.forecast.memory.group_memory``: resident + engine, resident +
     update extras, resident + engine + one sync bucket; no CUDA context). Step 1 allocates AdamW's
     state lazily; step 2 is the steady state. Checks: finite loss and gradient norm, weights moved,
     the engine generates after each sync."""
     import torch
 
     from drmas_bench.workflows import get_workflow
-    from drmas_trainer.config import load_config, plan_worker_groups
-    from drmas_trainer.memory import GIB, ModelShape, group_memory, model_shape
+    from drmas_trainer.config.train import load_config, plan_worker_groups
+    from drmas_trainer.forecast.memory import GIB, ModelShape, group_memory, model_shape
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
     dev = device()

@@ -41,7 +41,7 @@ def test_every_step_names_a_test_that_exists():
 
 
 def test_the_cli_step_overrides_load_into_the_tiny_recipe():
-    from drmas_trainer.config import load_config, parse_override
+    from drmas_trainer.config.train import load_config, parse_override
 
     line = next(ln for ln in _logical_lines(SCRIPT) if ln.startswith("run_step cli "))
     words = shlex.split(line.replace("$MODELS", "/models").replace("$DEV", "cpu").replace("$STEPS_SFT", "5"))

@@ -1,5 +1,5 @@
-"""The predicted hours of a run (drmas_trainer.hours) against a plain hand computation of the same
-formulas on random inputs, and the rollout budget (drmas_trainer.memory.rollout_peak) against brute
+"""The predicted hours of a run (drmas_trainer.forecast.hours) against a plain hand computation of the same
+formulas on random inputs, and the rollout budget (drmas_trainer.forecast.memory.rollout_peak) against brute
 force. The recipes' own plans and hours: tests/test_paper_rows.py."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import random
 
 import pytest
 
-from drmas_trainer.config import load_config, plan_worker_groups
-from drmas_trainer.hours import HARDWARE, MBU, MFU, _lru_wakes, hardware_for, predict
-from drmas_trainer.memory import GIB, ModelShape, memory_plan, rollout_peak
+from drmas_trainer.config.train import load_config, plan_worker_groups
+from drmas_trainer.forecast.hours import HARDWARE, MBU, MFU, _lru_wakes, hardware_for, predict
+from drmas_trainer.forecast.memory import GIB, ModelShape, memory_plan, rollout_peak
 
 AGENTS = ("solver", "verifier")
 

@@ -542,9 +542,6 @@ DEFER_PROJECT_MODULES = {
 }
 # (module, project module) deferred for another reason, each with it
 DEFERRED_PROJECT_IMPORTS = {
-    ("drmas_bench.models.names", "drmas_bench.checkpoints"):
-        "checkpoints imports models.adapter_names, which runs the models package's __init__ (a circle at import)",
-    ("drmas_bench.models.names", "drmas_bench.checkpoint_copies"): "the same circle, through checkpoints",
     # the CLI imports limits at its top (LimitReached, the exit code); records and pricing load numpy,
     # pydantic and the schemas, which `drmas-bench --help` does not need
     ("drmas_bench.limits", "drmas_bench.records"): "keeps the CLI's import light",
@@ -613,8 +610,8 @@ SUITE_FREE = ("report", "workflows", "models", "split", "runner.py", "run_dir.py
 # the named exceptions: file -> the names it may hold, and why
 SUITE_NAME_EXCEPTIONS = {
     # the trainer's ``data.source: toy`` (the toy suite's generator) and the toy workflow it defaults to
-    "trainer/config.py": {"toy"}, "trainer/rollout_config.py": {"toy"}, "trainer/prepare.py": {"toy"},
-    "trainer/hours.py": {"toy"},
+    "trainer/config/train.py": {"toy"}, "trainer/config/rollout.py": {"toy"}, "trainer/prepare.py": {"toy"},
+    "trainer/forecast/hours.py": {"toy"},
     # "search" there is an env step's kind (``WorkflowSpec.env_step_kinds``: search | empty | answer | end)
     "drmas_bench/report/view_scan.py": {"search"},
 }

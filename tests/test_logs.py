@@ -116,7 +116,7 @@ def test_requested_tracker_that_is_missing_is_a_one_line_error(monkeypatch, tmp_
 
 
 def test_tracker_none_is_the_default_and_sends_only_finite_numbers():
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trackers import Tracker, make_tracker, scalars
 
     assert load_config("tiny", {}).tracker == "none"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from drmas_bench.types import UserError
-from drmas_trainer.config import load_config, plan_worker_groups
+from drmas_trainer.config.train import load_config, plan_worker_groups
 
 AGENTS = ("solver", "checker")
 LORA = {"rank": 4, "alpha": 8}
@@ -147,7 +147,7 @@ def _adapter_folder(tmp_path, agents=AGENTS, seed=0):
     from drmas_bench.models import resolve_model
     from drmas_bench.models.adapters import save_adapter
     from drmas_bench.models.loading import load_causal_lm
-    from drmas_trainer.config import AgentConfig
+    from drmas_trainer.config.train import AgentConfig
     from drmas_trainer.lora import attach
 
     torch.manual_seed(seed)
@@ -376,9 +376,9 @@ def test_train_tiny_lora_then_eval_its_adapters(tmp_path):
 def test_plan_adapter_size_matches_peft(targets):
     from drmas_bench.models import resolve_model
     from drmas_bench.models.loading import load_causal_lm
-    from drmas_trainer.config import AgentConfig
+    from drmas_trainer.config.train import AgentConfig
     from drmas_trainer.lora import adapter_params, attach
-    from drmas_trainer.memory import lora_params, model_shape
+    from drmas_trainer.forecast.memory import lora_params, model_shape
 
     pm = attach(load_causal_lm(str(resolve_model("tiny-random"))),
                 {"a": AgentConfig(lora={"rank": 8, "target_modules": targets})})
@@ -387,7 +387,7 @@ def test_plan_adapter_size_matches_peft(targets):
 
 def test_lora_recipe_fits_one_h200_without_offload_and_beats_full_weights(capsys):
     from drmas_bench.cli import main
-    from drmas_trainer.memory import GIB, memory_plan, model_shape
+    from drmas_trainer.forecast.memory import GIB, memory_plan, model_shape
 
     assert main(["train", "--recipe", "math_qwen3_4b_lora", "--plan"]) == 0
     out = capsys.readouterr().out
@@ -408,7 +408,7 @@ def test_lora_recipe_fits_one_h200_without_offload_and_beats_full_weights(capsys
 
 
 def test_checkpoint_presence_check_knows_adapter_folders(tmp_path):
-    from drmas_bench import checkpoints
+    from drmas_bench.checkpoints import layout as checkpoints
     from drmas_trainer.checkpoint import group_files_present
 
     step = tmp_path / "step_3"

@@ -13,7 +13,7 @@ import yaml
 
 from drmas_bench.cli import main
 from drmas_bench.commands.train import plan_recipe
-from drmas_trainer.config import RECIPES_DIR, load_config
+from drmas_trainer.config.train import RECIPES_DIR, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 ROWS = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")

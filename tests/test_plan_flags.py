@@ -10,7 +10,7 @@ import pytest
 from drmas_bench.cli import main
 from drmas_bench.commands.train import plan_recipe
 from drmas_bench.types import UserError
-from drmas_trainer.config import load_config
+from drmas_trainer.config.train import load_config
 
 ROW = "math_qwen3_4b"  # a reference row: 2 worker groups, fsdp.ranks 4, colocated
 

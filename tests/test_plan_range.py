@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from drmas_bench.commands.train import plan_recipe
-from drmas_trainer.config import RECIPES_DIR, load_config
+from drmas_trainer.config.train import RECIPES_DIR, load_config
 from drmas_trainer.forecast.workload import stated
 
 ROWS = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")

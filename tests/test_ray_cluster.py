@@ -67,7 +67,7 @@ def test_ckpt_root_resolution_and_group_check(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert ck.resolve_root(tmp_path / "run", None) == tmp_path / "run" / "ckpt"
     assert ck.resolve_root(tmp_path / "run", "shared/ck") == tmp_path / "shared" / "ck"
-    assert ck.resolve_root(tmp_path / "run", "file:///shared/ck/") == "file:///shared/ck"  # a URL: drmas_bench.checkpoints
+    assert ck.resolve_root(tmp_path / "run", "file:///shared/ck/") == "file:///shared/ck"  # a URL: drmas_bench.checkpoints.layout
     with pytest.raises(UserError, match="fsspec knows no zzq:// filesystem"):
         ck.resolve_root(tmp_path, "zzq://bucket/ck")
     tmp = ck.begin(tmp_path / "ck", 1)
@@ -84,7 +84,7 @@ def test_driver_refuses_a_checkpoint_whose_group_wrote_elsewhere(tmp_path):
     import asyncio
 
     from drmas_trainer import checkpoint as ck
-    from drmas_trainer.config import load_config, plan_worker_groups
+    from drmas_trainer.config.train import load_config, plan_worker_groups
     from drmas_trainer.saving import save_checkpoint
     from drmas_bench.workflows.base import get_workflow
 
@@ -181,10 +181,10 @@ def test_missing_model_folder_names_the_node(cluster, tmp_path):
 @pytest.mark.parametrize("kind", ["folder", "file-url"])
 def test_train_two_steps_one_group_per_node_checkpoint_in_root(cluster, tmp_path, kind, monkeypatch):
     """``folder``: a shared folder; ``file-url``: the same folder named as an fsspec URL, so each
-    actor saves into a staging folder on its node and uploads through fsspec (drmas_bench.checkpoints), and a
+    actor saves into a staging folder on its node and uploads through fsspec (drmas_bench.checkpoints.layout), and a
     ``--resume`` from it has each actor download its own part."""
     from drmas_trainer import checkpoint as ck
-    from drmas_trainer.config import load_config, parse_override
+    from drmas_trainer.config.train import load_config, parse_override
     from drmas_trainer.trainer import train
 
     def shipped_on_path() -> list[str]:  # runs on a worker (nested: pickled by value)

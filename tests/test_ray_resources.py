@@ -26,7 +26,7 @@ def one_gpu():
 
 
 def test_math_recipe_on_one_gpu_is_a_one_line_error_before_any_actor(one_gpu, data_dir, tmp_path):
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trainer import train
 
     cfg = load_config("math_qwen3_4b", {"model": "tiny-random", "device": "cpu", "data.data_dir": str(data_dir),
@@ -43,7 +43,7 @@ def test_math_recipe_on_one_gpu_is_a_one_line_error_before_any_actor(one_gpu, da
 
 
 def test_unplaceable_actor_times_out_with_one_line(one_gpu):
-    from drmas_trainer.config import AgentConfig
+    from drmas_trainer.config.train import AgentConfig
     from drmas_trainer.ray_workers import RayWorkerHandle, check_worker_demand
 
     @ray.remote(num_gpus=1, num_cpus=0)
@@ -76,7 +76,7 @@ def test_unplaceable_actor_times_out_with_one_line(one_gpu):
 
 @pytest.mark.slow  # Ray actors failing in a real cluster: the end-to-end tier
 def test_actor_failures_are_one_line_and_reach_the_driver_log(one_gpu, capfd):
-    from drmas_trainer.config import AgentConfig
+    from drmas_trainer.config.train import AgentConfig
     from drmas_trainer.ray_workers import RayWorkerHandle
 
     async def go():

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from drmas_bench.cli import main
-from drmas_trainer.config import RECIPES_DIR, load_config
+from drmas_trainer.config.train import RECIPES_DIR, load_config
 
 PAPER = ("math_qwen3_4b_4agent", "math_qwen3_4b_4agent_vanilla")
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from drmas_bench.cli import main
-from drmas_trainer.config import RECIPES_DIR
+from drmas_trainer.config.train import RECIPES_DIR
 
 pytestmark = [pytest.mark.slow, pytest.mark.data]
 
@@ -63,7 +63,7 @@ def sampled_dir(data_dir, tmp_path_factory):
 
 def _shrunk(recipe: str) -> dict:
     """The recipe's whole config as this test trains it, less its name and the plan section."""
-    from drmas_trainer.config import load_config, parse_override
+    from drmas_trainer.config.train import load_config, parse_override
 
     cfg = load_config(recipe, dict(parse_override(s) for s in SHRINK)).model_dump(mode="json")
     del cfg["recipe"], cfg["plan"]

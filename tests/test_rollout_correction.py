@@ -17,7 +17,7 @@ import torch
 
 from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory, Turn, UserError
 from drmas_bench.workflows.base import Episode, get_workflow, sample_seed
-from drmas_trainer.config import AgentConfig, load_config
+from drmas_trainer.config.train import AgentConfig, load_config
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.losses import policy_loss
 from drmas_trainer.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics, pad_lists

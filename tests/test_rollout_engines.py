@@ -25,7 +25,7 @@ from fake_engines import FakeWeightsEngine, Ledger
 
 from drmas_bench.types import Request, Sampling, UserError
 from drmas_trainer import metric_names as mn
-from drmas_trainer.config import AgentConfig, load_config
+from drmas_trainer.config.train import AgentConfig, load_config
 from drmas_trainer.rollout_engines import (
     AWAKE,
     POOLED,
@@ -85,8 +85,8 @@ def test_plan_budget_of_the_search_recipe():
     """The 7B search recipe on 8 GPUs (its groups sharded, colocated): three engines at 0.35 of a GPU
     do not fit one 80 GiB GPU beside the resident shards, while the tiny recipe's do (auto keeps them
     awake); a GPU the resident states fill alone leaves no budget."""
-    from drmas_trainer.config import plan_worker_groups
-    from drmas_trainer.memory import memory_plan, model_shape
+    from drmas_trainer.config.train import plan_worker_groups
+    from drmas_trainer.forecast.memory import memory_plan, model_shape
 
     cfg = load_config("search_qwen2.5_7b")
     groups = plan_worker_groups(cfg, SEARCH)
@@ -261,7 +261,7 @@ def _same_run(a: list[dict], b: list[dict]) -> None:
 
 
 def _train(run, extra: list[str], use_ray: bool = False) -> list[dict]:
-    from drmas_trainer.config import parse_override
+    from drmas_trainer.config.train import parse_override
     from drmas_trainer.trainer import train
 
     cfg = load_config("tiny", dict(parse_override(s) for s in MICRO + extra))

@@ -14,7 +14,7 @@ from drmas_bench.pricing import PriceSheet, load_prices
 from drmas_bench.schema import CONFIG_SCHEMAS, config_schema, fields_table, parse, update_docs
 from drmas_bench.types import UserError
 from drmas_bench.workflows import get_workflow
-from drmas_trainer.config import RECIPES_DIR, load_config
+from drmas_trainer.config.train import RECIPES_DIR, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -101,7 +101,7 @@ def test_recipes_load_and_round_trip():
     ({"agents.solver.wg": 7}, lambda c: c.agents["solver"]["wg"] == 7),
 ])
 def test_set_overrides_are_coerced_by_the_schema(overrides, check):
-    from drmas_trainer.config import plan_worker_groups
+    from drmas_trainer.config.train import plan_worker_groups
 
     cfg = load_config("tiny", overrides)
     assert check(cfg)

@@ -172,7 +172,7 @@ def test_search_single_eval_on_tiny_random(tmp_path, data_dir):
 
 def test_tiny_single_recipe_trains_one_step(tmp_path):
     import yaml
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trainer import train
 
     out = tmp_path / "t"
@@ -187,7 +187,7 @@ def test_tiny_single_recipe_trains_one_step(tmp_path):
 @pytest.mark.data
 def test_search_single_trains_one_step_multi_turn(tmp_path, data_dir):
     from drmas_bench.retrievers import default_spec as default_retriever_spec
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trainer import train
 
     tasks = tmp_path / "tasks.jsonl"

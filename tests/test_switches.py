@@ -30,7 +30,7 @@ from drmas_bench.runner import TeamRuntime
 from drmas_bench.types import Completion, Request
 from drmas_bench.workflows.base import derive_seed, get_workflow
 from drmas_trainer import metric_names
-from drmas_trainer.config import load_config, plan_worker_groups
+from drmas_trainer.config.train import load_config, plan_worker_groups
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.prepare import load_train_tasks, rollout_sampling, rollout_team
 from drmas_trainer.trainer import Loop, next_prompts, rl_step, start_kl_controller

@@ -13,7 +13,7 @@ from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import get_workflow
 from drmas_bench.suites.toy.toy_4agent import toy4_sft_examples
 from drmas_bench.workflows.base import Episode
-from drmas_trainer.config import RECIPES_DIR, load_config
+from drmas_trainer.config.train import RECIPES_DIR, load_config
 
 
 class Scripted:

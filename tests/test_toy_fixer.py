@@ -144,7 +144,7 @@ def test_the_fixer_factor_is_far_above_one() -> None:
 
 
 def test_recipe_loads() -> None:
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
 
     cfg = load_config("tiny_fixer", {"algo.estimator": "traj_traj", "algo.group_by_agent": True})
     assert cfg.workflow == "toy_fixer" and cfg.workflow_options == {"fixes": 2}
@@ -155,7 +155,7 @@ def test_recipe_loads() -> None:
 def test_fixer_accuracy_is_the_workflows_own_warm_start_option() -> None:
     """``sft.fixer_accuracy`` is a keyword of toy_fixer's example maker, not a trainer field: checked by
     name and type against that maker, refused for a workflow whose maker does not take it."""
-    from drmas_trainer.config import SFTConfig, load_config
+    from drmas_trainer.config.train import SFTConfig, load_config
     from drmas_bench.types import UserError
 
     assert "fixer_accuracy" not in SFTConfig.model_fields
@@ -221,7 +221,7 @@ def test_one_training_step_logs_the_fixer_factor(tmp_path) -> None:
     import json
 
     from drmas_trainer import metric_names as N
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trainer import train
 
     cfg = load_config("tiny_fixer", {"steps": 1, "sft.steps": 2, "sft.agent_steps": {}, "rollout.prompts_per_step": 2,

@@ -1,4 +1,4 @@
-"""`drmas-bench train-report RUN`: the training run's page (trainer/report_page.py).
+"""`drmas-bench train-report RUN`: the training run's page (trainer/reports/page.py).
 
 The fast tests build a training run folder as the trainer and the harness write one: metrics.jsonl
 through `runlog.MetricsLog` (values drawn at random, one gap), and each RUN/val/step_N/ an
@@ -26,7 +26,7 @@ import yaml
 from drmas_bench import cli, metrics
 from drmas_bench.report.runs import load_run
 from drmas_trainer import metric_names as M
-from drmas_trainer import report_page as R
+from drmas_trainer.reports import page as R
 from drmas_trainer.runlog import MetricsLog
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -111,7 +111,7 @@ def test_corrupt_parquet_is_one_line(tmp_path):
 
 @pytest.mark.data
 def test_trainer_reads_training_sets_through_the_registry(data_dir, tmp_path):
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.prepare import load_train_tasks
 
     cfg = load_config("math_qwen3_4b", {"data.data_dir": str(data_dir), "data.limit": 4})
@@ -129,7 +129,7 @@ def test_trainer_reads_training_sets_through_the_registry(data_dir, tmp_path):
 
 
 def test_unknown_workflow_option_is_one_line_before_any_model_loads(tmp_path):
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trainer import train
 
     cfg = load_config("tiny", {"workflow_options": {"rounds": 2, "no_such": 1}, "steps": 1})
@@ -139,7 +139,7 @@ def test_unknown_workflow_option_is_one_line_before_any_model_loads(tmp_path):
 
 @pytest.mark.data
 def test_a_retriever_that_cannot_serve_is_one_line_before_any_model_loads(data_dir, tmp_path):
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trainer import train
 
     write_search_train(data_dir, tmp_path / "data", n=1)
@@ -167,7 +167,7 @@ def test_duplicate_ids_in_a_training_set_are_refused_in_one_line(tmp_path):
 
 
 def test_duplicate_ids_in_a_training_task_file_are_refused_in_one_line(tmp_path):
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.prepare import load_train_tasks
 
     f = tmp_path / "tasks.jsonl"

@@ -126,7 +126,7 @@ def test_sigkill_then_resume_continues_like_an_uninterrupted_run(tmp_path):
 
 def test_ray_run_with_logical_gpus(tmp_path):
     pytest.importorskip("ray")
-    from drmas_trainer.config import load_config, parse_override
+    from drmas_trainer.config.train import load_config, parse_override
     from drmas_trainer.ray_workers import init_ray, shutdown_ray
     from drmas_trainer.trainer import train
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from drmas_bench.types import UserError
-from drmas_trainer.config import AgentConfig, load_config
+from drmas_trainer.config.train import AgentConfig, load_config
 from drmas_bench.suites.toy.toy import toy_sft_examples
 from drmas_trainer.runlog import MetricsLog, json_line, never_updated, read_metrics
 from drmas_trainer.worker import SFT_MAX_BAD_IN_A_ROW, WorkerGroup
@@ -89,8 +89,8 @@ def test_sft_stops_after_k_bad_steps_in_a_row_with_weights_untouched(tiny_path):
 # ------------------------------------------------------------------------------------ metrics.jsonl
 
 def test_metrics_are_strict_json_with_null_and_readers_accept_it(tmp_path):
-    from drmas_trainer.plot import plot_runs
-    from drmas_trainer.regress import check_band
+    from drmas_trainer.reports.plot import plot_runs
+    from drmas_trainer.reports.regress import check_band
 
     log = MetricsLog(tmp_path, tracker="none")
     log.write({"step": 1, "critic/score/mean": 0.5, "actor/loss": float("nan"), "agent/solver/actor/grad_norm": float("inf"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from drmas_bench.types import UserError
-from drmas_trainer.regress import check_run, load_bands
+from drmas_trainer.reports.regress import check_run, load_bands
 
 REPO = Path(__file__).resolve().parent.parent
 BANDS = REPO / "trainer" / "recipes" / "tiny_bands.json"
@@ -89,7 +89,7 @@ def test_regress_command_exit_codes(tmp_path, capsys):
 
 
 def test_plot_writes_a_png_with_both_runs(tmp_path):
-    from drmas_trainer.plot import plot_runs
+    from drmas_trainer.reports.plot import plot_runs
 
     a = write_run(tmp_path / "grpo", grad=lambda s, ag: 0.5 + (3.0 if ag == "checker" and s % 7 == 0 else 0.0))
     b = write_run(tmp_path / "drmas", nan_at=9)

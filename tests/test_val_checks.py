@@ -12,7 +12,7 @@ from drmas_bench.cli import main
 from drmas_bench.commands.train import _resume_argv
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import get_workflow
-from drmas_trainer.config import load_config
+from drmas_trainer.config.train import load_config
 from drmas_trainer.val_checks import check_val
 
 VAL = ["--set", "val.every=2", "--set", "val.benchmarks=toy", "--set", "val.n=4"]  # tiny: toy, n 4

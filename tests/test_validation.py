@@ -15,7 +15,7 @@ import pytest
 
 from drmas_bench.api import EvalConfig, evaluate, plan, run_on_engines
 from drmas_bench.types import UserError
-from drmas_trainer.config import load_config
+from drmas_trainer.config.train import load_config
 from drmas_bench.records import RecordView
 from drmas_trainer.validation import best_step, due, source_scores, val_metrics
 
@@ -174,11 +174,14 @@ def test_tiny_validates_like_eval_of_its_checkpoints(tmp_path):
         assert len(ours) == 24 and ours == theirs
     assert main(["view", str(run / "val" / "step_2"), "--out", str(tmp_path / "v.html")]) == 0
     assert main(["leaderboard", str(run / "val"), "--out", str(tmp_path / "lb")]) == 0  # every validation, a row each
-    assert all(f"step_{s}" in (tmp_path / "lb" / "leaderboard.md").read_text() for s in (0, 1, 2))
+    board = (tmp_path / "lb" / "leaderboard.md").read_text()
+    assert all(f"step_{s}" in board for s in (0, 1, 2))
+    assert all(f"| run/step_{s} | tiny-random@step_{s} | non-shared | drmas | {s} |" in " ".join(board.split())
+               for s in (0, 1, 2))  # model@step_N, the step, the estimator, the training run (issue 55)
 
 
 def test_plot_takes_the_validations_of_a_step_log():
-    from drmas_trainer.plot import validation_points
+    from drmas_trainer.reports.plot import validation_points
 
     recs = [{"step": 0, "val/avg@1": 0.3, "val/avg@4": 0.4}, {"step": 1, "critic/score/mean": 0.2},
             {"step": 2, "val/avg@4": 0.5}, {"step": 3, "val/avg@4": None}]

@@ -22,11 +22,14 @@ from safetensors.torch import load_file
 from drmas_bench.api import EvalConfig, resolve
 from drmas_bench.cli import main
 from drmas_bench.models import resolve_model
-from drmas_bench.models import verl_ckpt, verl_merge
-from drmas_bench.models.verl_ckpt import agents_of, read_team, team_folder
+from drmas_bench.checkpoints import verl as verl_ckpt, verl_merge
+from drmas_bench.checkpoints.verl import agents_of, read_team, team_folder
+from drmas_bench.tasks.catalog import reference_roster
 from drmas_bench.types import UserError
 
 from conftest import find_data_dir
+
+ROSTER = reference_roster()  # the suites' reference agent ids (checkpoints.verl takes them as an argument)
 
 TINY = Path(resolve_model("tiny-random"))  # resolved before any test points the cache elsewhere
 
@@ -74,7 +77,7 @@ def _plain_checkpoint(root: Path, wgs: dict[str, int], ws: int = 2) -> Path:
      ["Solver Agent", "Critic Agent", "Refiner Agent", "Verifier Agent"]),
 ])
 def test_worker_group_names_give_the_reference_agent_ids(wg, agents):
-    assert agents_of(wg) == agents
+    assert agents_of(wg, ROSTER) == agents
 
 
 @pytest.mark.parametrize("wg, named", [
@@ -86,7 +89,7 @@ def test_worker_group_names_give_the_reference_agent_ids(wg, agents):
 ])
 def test_an_unknown_agent_id_is_one_line_naming_it_and_the_known_ones(wg, named):
     with pytest.raises(UserError) as e:
-        agents_of(wg)
+        agents_of(wg, ROSTER)
     msg = str(e.value)
     assert "\n" not in msg and f"agent id {named!r}" in msg
     assert "known: Answer Agent, Critic Agent, Refiner Agent, Search Agent, Solver Agent, Verifier Agent" in msg
@@ -100,25 +103,25 @@ def _named_groups(root: Path, names: list[str]) -> Path:
 
 
 def test_the_workflow_and_suite_follow_from_the_agents(tmp_path):
-    t = read_team(_named_groups(tmp_path / "a", ["m_Solver Agent", "m_Verifier Agent"]))
+    t = read_team(_named_groups(tmp_path / "a", ["m_Solver Agent", "m_Verifier Agent"]), ROSTER)
     assert (t.workflow, t.suite, t.agents) == ("math_refine", "math", {"solver": "m_Solver Agent",
                                                                        "verifier": "m_Verifier Agent"})
-    t = read_team(_named_groups(tmp_path / "b", ["m_VerifierAgent_SearchAgent_AnswerAgent"]))
+    t = read_team(_named_groups(tmp_path / "b", ["m_VerifierAgent_SearchAgent_AnswerAgent"]), ROSTER)
     assert (t.workflow, t.suite) == ("search_route", "search") and set(t.agents) == {"verifier", "searcher", "answerer"}
-    t = read_team(_named_groups(tmp_path / "c", ["m_Solver Agent"]))
+    t = read_team(_named_groups(tmp_path / "c", ["m_Solver Agent"]), ROSTER)
     assert (t.workflow, t.suite) == ("math_single", "math")
     names = ["Qwen3-4B_Solver Agent", "Qwen3-4B_Critic Agent", "Qwen3-4B_Refiner Agent", "Qwen3-4B_Verifier Agent"]
-    t = read_team(_named_groups(tmp_path / "f", names))  # the reference's 4-agent math team, one group each
+    t = read_team(_named_groups(tmp_path / "f", names), ROSTER)  # the reference's 4-agent math team, one group each
     assert (t.workflow, t.suite) == ("math_4agent", "math")
     assert t.agents == dict(zip(("solver", "critic", "refiner", "verifier"), names))
-    t = read_team(_named_groups(tmp_path / "g", ["Qwen3-4B_SolverAgent_CriticAgent_RefinerAgent_VerifierAgent"]))
+    t = read_team(_named_groups(tmp_path / "g", ["Qwen3-4B_SolverAgent_CriticAgent_RefinerAgent_VerifierAgent"]), ROSTER)
     assert (t.workflow, t.suite) == ("math_4agent", "math") and len(set(t.agents.values())) == 1
     with pytest.raises(UserError, match="no workflow in suite search has exactly the agents Solver Agent, Verifier"):
-        read_team(tmp_path / "a" / "global_step_1", suite="search")
+        read_team(tmp_path / "a" / "global_step_1", ROSTER, suite="search")
     with pytest.raises(UserError, match="no workflow has exactly the agents Search Agent, Solver Agent"):
-        read_team(_named_groups(tmp_path / "d", ["m_Solver Agent", "m_Search Agent"]))
+        read_team(_named_groups(tmp_path / "d", ["m_Solver Agent", "m_Search Agent"]), ROSTER)
     with pytest.raises(UserError, match="'Solver Agent' is in two worker groups"):
-        read_team(_named_groups(tmp_path / "e", ["m_Solver Agent", "n_SolverAgent_VerifierAgent"]))
+        read_team(_named_groups(tmp_path / "e", ["m_Solver Agent", "n_SolverAgent_VerifierAgent"]), ROSTER)
 
 
 def test_the_root_resolves_to_the_step_its_tracker_names(tmp_path):
@@ -137,7 +140,7 @@ def test_the_root_resolves_to_the_step_its_tracker_names(tmp_path):
 
 def test_plain_shards_merge_bit_for_bit_into_a_cached_team_folder(tmp_path, cache):
     root = _plain_checkpoint(tmp_path / "ck", {"tiny_Solver Agent": 1, "tiny_Verifier Agent": 3})
-    folder, team = team_folder(root, show_progress=False)
+    folder, team = team_folder(root, ROSTER, show_progress=False)
     doc = yaml.safe_load((folder / "team.yaml").read_text())
     assert doc["workflow"] == "math_refine"
     assert doc["agents"] == {"solver": "tiny_Solver_Agent", "verifier": "tiny_Verifier_Agent"}
@@ -149,13 +152,13 @@ def test_plain_shards_merge_bit_for_bit_into_a_cached_team_folder(tmp_path, cach
         assert (folder / "models" / name / "tokenizer.json").is_file()
     assert _leftovers(cache) == [folder.name]
     stamp = (folder / "team.yaml").stat().st_mtime_ns
-    assert team_folder(root, show_progress=False)[0] == folder  # a second eval: found at once
+    assert team_folder(root, ROSTER, show_progress=False)[0] == folder  # a second eval: found at once
     assert (folder / "team.yaml").stat().st_mtime_ns == stamp
     shard = root / "global_step_7" / "actor" / "tiny_Solver Agent" / "model_world_size_2_rank_1.pt"
     sd = torch.load(shard, weights_only=True)
     sd["model.norm.weight"] = sd["model.norm.weight"] + 1
     torch.save(sd, shard)
-    again, _ = team_folder(root, show_progress=False)  # a changed shard merges again
+    again, _ = team_folder(root, ROSTER, show_progress=False)  # a changed shard merges again
     assert again != folder
     assert not torch.equal(load_file(str(again / "models/tiny_Solver_Agent/model.safetensors"))["model.norm.weight"],
                            orig["model.norm.weight"])
@@ -171,7 +174,7 @@ def test_two_evals_at_once_merge_once(tmp_path, cache, monkeypatch):
 
     monkeypatch.setattr(verl_merge, "merge_group", counted)
     out: list = []
-    threads = [threading.Thread(target=lambda: out.append(team_folder(root, show_progress=False)[0])) for _ in range(2)]
+    threads = [threading.Thread(target=lambda: out.append(team_folder(root, ROSTER, show_progress=False)[0])) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -181,7 +184,7 @@ def test_two_evals_at_once_merge_once(tmp_path, cache, monkeypatch):
 
 def _refused(root: Path, cache: Path, *match: str) -> str:
     with pytest.raises(UserError) as e:
-        team_folder(root, show_progress=False)
+        team_folder(root, ROSTER, show_progress=False)
     msg = str(e.value)
     assert "\n" not in msg and all(m in msg for m in match), msg
     assert _leftovers(cache) == [], "a refused merge left something in the cache"
@@ -314,10 +317,10 @@ def test_a_merge_cut_short_goes_on_with_the_groups_it_had_not_finished(tmp_path,
 
     monkeypatch.setattr(verl_merge, "merge_group", cut)
     with pytest.raises(KeyboardInterrupt):
-        team_folder(root, show_progress=False)
+        team_folder(root, ROSTER, show_progress=False)
     assert _leftovers(cache) and all(n.startswith(".part-verl-") for n in _leftovers(cache))
     monkeypatch.setattr(verl_merge, "merge_group", lambda *a, **k: (calls.append(a[0].name), real(*a, **k))[1])
-    folder, _ = team_folder(root, show_progress=False)
+    folder, _ = team_folder(root, ROSTER, show_progress=False)
     assert calls == ["tiny_Solver Agent", "tiny_Verifier Agent", "tiny_Verifier Agent"]
     assert _leftovers(cache) == [folder.name] and not (folder / ".done").exists()
     orig = load_file(str(TINY / "model.safetensors"))
@@ -365,7 +368,7 @@ def test_real_fsdp_shards_merge_bit_for_bit_with_their_dtype(sharded, cache):
     from verl_fixtures import CASES
 
     for case, spec in CASES.items():
-        folder, team = team_folder(sharded / case, show_progress=False)
+        folder, team = team_folder(sharded / case, ROSTER, show_progress=False)
         names = _names(folder)
         for wg_id, orig in spec["groups"].items():
             sub = folder / "models" / (names[wg_id] + (".base" if spec.get("lora") else ""))
@@ -474,7 +477,7 @@ def _same_tree(a: Path, b: Path, skip=()) -> None:
 def test_export_of_a_reference_checkpoint_round_trips(tmp_path, cache, capsys):
     root = _plain_checkpoint(tmp_path / "ck", {"tiny_Solver Agent": 1, "tiny_Verifier Agent": 2})
     assert main(["models", "export", str(root), "--out", str(tmp_path / "exp")]) == 0
-    merged, _ = team_folder(root, show_progress=False)
+    merged, _ = team_folder(root, ROSTER, show_progress=False)
     _same_tree(merged, tmp_path / "exp", skip=("source.json",))
     r = resolve(EvalConfig(model=str(tmp_path / "exp"), suite="math"))  # the export evaluates as the checkpoint does
     assert r.suite == "math" and r.team.agents == resolve(EvalConfig(model=str(root))).team.agents
@@ -490,10 +493,10 @@ def test_export_of_our_checkpoint_leaves_the_optimiser_out(tmp_path, cache):
     (step / "trainer_state.json").write_text("{}")
     team = {"workflow": "toy", "worker_groups": {"g": {"model": "models/g"}}, "agents": {"solver": "g", "checker": "g"}}
     (step / "team.yaml").write_text(yaml.safe_dump(team))
-    from drmas_bench.models.export import export
+    from drmas_bench.checkpoints.export import export
 
     with pytest.raises(UserError, match="an incomplete checkpoint"):
-        export(str(step), tmp_path / "exp")
+        export(str(step), tmp_path / "exp", ROSTER)
     assert not (tmp_path / "exp").exists()
     (step / "COMPLETE").write_text("step 2\n")
     assert main(["models", "export", str(step), "--out", str(tmp_path / "exp")]) == 0
@@ -536,7 +539,7 @@ def test_verls_own_merger_reads_the_fixtures_to_the_same_weights(sharded, tmp_pa
     for case, spec in CASES.items():
         if spec.get("lora"):
             continue  # verl's merger writes the peft-wrapped names; the adapter path is tested above
-        folder, team = team_folder(sharded / case, show_progress=False)
+        folder, team = team_folder(sharded / case, ROSTER, show_progress=False)
         names = _names(folder)
         for wg_id in spec["groups"]:
             src = tmp_path / "src" / case / wg_id  # verl's merger reads the world size from fsdp_config.json

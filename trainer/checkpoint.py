@@ -16,7 +16,7 @@
 The checkpoint root is ``RUN/ckpt`` unless the config names another (``ckpt_root``: a folder the
 driver and every Ray node share, e.g. an NFS mount, or an fsspec URL such as ``s3://bucket/run1``:
 same layout, a ``latest`` text file instead of the symlink, the marker written after a copy instead
-of a rename; docs/scaling.md). The layout has one home, :mod:`drmas_bench.checkpoints` (eval reads
+of a rename; docs/scaling.md). The layout has one home, :mod:`drmas_bench.checkpoints.layout` (eval reads
 it too): its functions take a root or folder as a ``Path`` (local) or a URL ``str`` and go through
 fsspec for both (its local filesystem for a folder); they are imported here for the trainer's
 modules. This module adds what only the trainer writes: the root's resolution, the driver's files
@@ -43,7 +43,7 @@ from typing import Any, Iterator
 
 import torch
 
-from drmas_bench.checkpoints import (  # noqa: F401  (the layout's one home; the trainer's modules import it from here)
+from drmas_bench.checkpoints.layout import (  # noqa: F401  (the layout's one home; the trainer's modules import it from here)
     BEST,
     LATEST,
     MARKER,

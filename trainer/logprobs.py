@@ -13,7 +13,7 @@ first update.
 is the plain-autograd reference it is tested against. A model whose logits are not exactly
 ``lm_head(hidden)`` (soft-capping, a logit scale) takes the full-logits path instead. The entropy
 carries gradients only when asked (its loss coefficient is non-zero). The plan of all of it per
-GPU: ``drmas_trainer.memory`` (``train --plan``).
+GPU: ``drmas_trainer.forecast.memory`` (``train --plan``).
 
 Shapes: B rows, L = longest prompt + response, T = longest response, n = response tokens in the
 batch, H hidden size, V vocabulary.

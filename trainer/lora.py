@@ -32,7 +32,7 @@ from peft import get_peft_model, get_peft_model_state_dict
 from drmas_bench.models.adapters import adapter_layout, attach_saved, resolve_base
 from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import UserError
-from drmas_trainer.config import AgentConfig, LoraConfig
+from drmas_trainer.config.train import AgentConfig, LoraConfig
 
 __all__ = ["activate", "adapter_params", "adapter_tensors", "attach", "load_policy", "peft_config"]
 

@@ -14,13 +14,13 @@ import torch
 from torch import Tensor
 
 from drmas_bench.types import UserError
-from drmas_trainer.config import OFFLOADS, OPTIMIZERS
+from drmas_trainer.config.train import OFFLOADS, OPTIMIZERS
 
 __all__ = ["AdapterOptimizers", "CPUOffloadAdamW", "local", "make_optimizer", "release_cached_memory"]
 
 
 def local(t: Tensor) -> Tensor:
-    """This rank's shard of ``t`` (a DTensor of a sharded group, ``drmas_trainer.fsdp_worker``), or
+    """This rank's shard of ``t`` (a DTensor of a sharded group, ``drmas_trainer.fsdp.worker``), or
     ``t`` itself: AdamW, clipping and norms are elementwise or sums, so they can run on shards."""
     to_local = getattr(t, "to_local", None)
     return to_local() if to_local is not None else t

@@ -20,7 +20,7 @@ from drmas_bench.tasks.catalog import iter_jsonl, resolve_data_dir
 from drmas_bench.types import Sampling, SFTExample, Task, UserError
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows.base import WorkflowSpec, derive_seed
-from drmas_trainer.config import TrainConfig, WorkerGroupPlan, agent_config
+from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan, agent_config
 from drmas_trainer.ray_workers import RayWorkerHandle, check_worker_demand
 from drmas_trainer.saving import checkpoint_part
 
@@ -115,9 +115,9 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
     or a checkpoint URL each group downloads its part of); engines started. Fills ``workers`` as it
     goes, so the caller can close what was started if a later one fails."""
 
-    sharded = cfg.fsdp.ranks > 1  # FSDP2 groups of fsdp.ranks Ray actors each (drmas_trainer.fsdp_ray)
+    sharded = cfg.fsdp.ranks > 1  # FSDP2 groups of fsdp.ranks Ray actors each (drmas_trainer.fsdp.ray_group)
     if sharded:
-        from drmas_trainer.fsdp_ray import check_sharded
+        from drmas_trainer.fsdp.ray_group import check_sharded
 
         check_sharded(cfg, use_ray)
     elif use_ray:
@@ -143,7 +143,7 @@ async def start_workers(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], ckpt
 
             workers[name] = WorkerGroup(name, g.agents, g.settings, path, **kwargs)
     if sharded:
-        from drmas_trainer.fsdp_ray import spawn_sharded
+        from drmas_trainer.fsdp.ray_group import spawn_sharded
 
         workers.update(spawn_sharded(cfg, plan, paths, options))
     if use_ray:  # placed within ray.timeout_s each (else a one-line error), then the groups are built

@@ -104,19 +104,19 @@ class WorkerActor:
     async def rendezvous(self) -> str:
         """``tcp://IP:PORT`` where this actor (rank 0 of a sharded group) will listen."""
         ray = require_ray()
-        from drmas_trainer.fsdp import free_port
+        from drmas_trainer.fsdp.sharding import free_port
 
         ip = ray.util.get_node_ip_address()
         return f"tcp://{ip}:{free_port(ip)}"
 
     async def setup(self, *args: Any, **kwargs: Any) -> None:
         """Build the worker group; with ``rank`` / ``world`` / ``init_method`` in ``kwargs``, one rank of
-        a sharded group (``drmas_trainer.fsdp_worker``)."""
+        a sharded group (``drmas_trainer.fsdp.worker``)."""
         from drmas_trainer.worker import WorkerGroup
 
         try:
             if "world" in kwargs:
-                from drmas_trainer.fsdp_worker import ShardedWorkerGroup
+                from drmas_trainer.fsdp.worker import ShardedWorkerGroup
 
                 self.wg = ShardedWorkerGroup(*args, **kwargs)
             else:

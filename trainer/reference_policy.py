@@ -1,5 +1,5 @@
 """The reference (frozen) policy of KL in the reward (``algo.use_kl_in_reward``): its log-probs of a
-worker group's rows (``drmas_trainer.memory`` counts its GPU memory for ``train --plan``).
+worker group's rows (``drmas_trainer.forecast.memory`` counts its GPU memory for ``train --plan``).
 
 The reference policy is the model the recipe names, before any training (verl's reference model:
 ``actor_rollout_ref.model.path``; a supervised warm start is training too, so a toy run with ``sft``

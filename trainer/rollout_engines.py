@@ -47,7 +47,7 @@ from drmas_bench.pool import Adopted, LocalPool
 from drmas_bench.pool.policy import fmt_bytes
 from drmas_bench.types import Trajectory, UserError
 from drmas_trainer import metric_names
-from drmas_trainer.memory import GIB, memory_plan, model_shape
+from drmas_trainer.forecast.memory import GIB, memory_plan, model_shape
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def configured_budget(rollout: Any) -> Budget | None:
 
 
 def budget_from_plan(plan: Any) -> Budget:
-    """A memory plan's (``drmas_trainer.memory.MemoryPlan``) rollout budget: its per-GPU
+    """A memory plan's (``drmas_trainer.forecast.memory.MemoryPlan``) rollout budget: its per-GPU
     ``rollouts[gpu].budget`` (the GPU less the training state, other processes and one sync bucket),
     the smallest over the GPUs, each engine booked at the plan's figure (weights + KV cache, or the
     engine's static share)."""
@@ -87,7 +87,7 @@ def budget_from_plan(plan: Any) -> Budget:
 
 def planned_budget(cfg: Any, plan: dict[str, Any], use_ray: bool) -> Budget:
     """The memory plan's budget on this machine's GPU (none without CUDA, or for a model the plan
-    cannot size): :func:`budget_from_plan` of ``drmas_trainer.memory``'s plan."""
+    cannot size): :func:`budget_from_plan` of ``drmas_trainer.forecast.memory``'s plan."""
     import torch
 
     if not torch.cuda.is_available():

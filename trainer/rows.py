@@ -1,6 +1,6 @@
 """What a worker group trains on: the :class:`Row` (one agent call), the policy-loss settings, and
 the small pure helpers of the update (micro-batching, splitting, metric accumulation) that the
-single-process group (``drmas_trainer.worker``) and the sharded one (``drmas_trainer.fsdp_worker``)
+single-process group (``drmas_trainer.worker``) and the sharded one (``drmas_trainer.fsdp.worker``)
 share.
 """
 

@@ -20,7 +20,7 @@ from drmas_bench.types import UserError
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import WorkflowSpec
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer.config import TrainConfig, WorkerGroupPlan, agent_config
+from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan, agent_config
 from drmas_trainer.runlog import CKPT_CACHE
 
 DRIVER_FILES = ("team.yaml", "trainer_state.json", "rng.pt")  # what the driver itself reads of a checkpoint
@@ -28,7 +28,7 @@ DRIVER_FILES = ("team.yaml", "trainer_state.json", "rng.pt")  # what the driver 
 
 def local_checkpoint(run: Path, ckpt: Path | str, use_ray: bool) -> tuple[Path, Path | str]:
     """Checkpoint ``ckpt`` to resume: (the local folder the driver reads its files from, what the
-    worker groups load from). A local folder is both. A URL (drmas_bench.checkpoints) is downloaded into
+    worker groups load from). A local folder is both. A URL (drmas_bench.checkpoints.layout) is downloaded into
     ``RUN/.ckpt-cache/step_K``, whole for in-process groups; with Ray actors only the driver's files,
     and each actor downloads its own part on its node (the URL is what they get)."""
     if not ckpt_io.is_url(ckpt):
@@ -87,7 +87,7 @@ async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGro
     """Write ``<ckpt root>/step_<step>`` atomically (temp dir, marker, rename, ``latest``), then prune.
     The marker is written only when every worker group's files are in the root as the driver sees
     them (groups on other nodes write from there): else a one-line error, the previous checkpoint kept.
-    A URL root (drmas_bench.checkpoints): the groups upload their parts, the driver uploads its files, then commits.
+    A URL root (drmas_bench.checkpoints.layout): the groups upload their parts, the driver uploads its files, then commits.
     ``keep``: steps pruning must spare besides step_0 (``val.keep_best``'s checkpoint)."""
     root = ckpt_io.resolve_root(run, cfg.ckpt_root)
     tmp = ckpt_io.begin(root, step)

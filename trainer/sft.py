@@ -1,5 +1,5 @@
 """The supervised warm start of a worker group (``sft:`` of a recipe): a mix-in of
-:class:`~drmas_trainer.worker.WorkerGroup`, so a sharded group (``drmas_trainer.fsdp_worker``)
+:class:`~drmas_trainer.worker.WorkerGroup`, so a sharded group (``drmas_trainer.fsdp.worker``)
 runs the same steps with its rows split over its ranks.
 
 Each step draws ``batch_size`` examples (shuffled passes), forms micro-batches (per agent with LoRA,

@@ -1,6 +1,6 @@
 """The reference trainer: agent-wise GRPO (Dr. MAS) on a single controller. Read it top-down.
 
-    from drmas_trainer.config import load_config
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.trainer import train
     summary = train(load_config("tiny"), "runs/tiny")          # or: drmas-bench train --recipe tiny
 
@@ -70,8 +70,8 @@ from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer import metric_names
 from drmas_trainer.adv_metrics import pools_by_agent, reference_adv_metrics
 from drmas_trainer.advantages import compute_advantages
-from drmas_trainer.config import TrainConfig, plan_worker_groups
-from drmas_trainer.fsdp_ray import check_sharded
+from drmas_trainer.config.train import TrainConfig, plan_worker_groups
+from drmas_trainer.fsdp.ray_group import check_sharded
 from drmas_trainer.loss_balance import row_loss_weights
 from drmas_trainer.prepare import (
     load_train_tasks,

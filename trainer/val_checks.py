@@ -19,7 +19,7 @@ from drmas_bench.types import UserError
 
 if TYPE_CHECKING:
     from drmas_bench.workflows.base import WorkflowSpec
-    from drmas_trainer.config import TrainConfig
+    from drmas_trainer.config.train import TrainConfig
 
 PREFIX = "val/"
 COUNTS = ("calls", "questions", "samples")  # logged, but no score: refused as keep_best with the reason

@@ -38,12 +38,12 @@ reference, row packing) are pure tensor functions in ``drmas_trainer.logprobs``;
 (AdamW, 8-bit, CPU-offloaded) is built by ``drmas_trainer.optim``; rows, loss settings and the
 micro-batching helpers are ``drmas_trainer.rows``; the warm start is ``drmas_trainer.sft``. This
 file is the stateful group that ties them to a policy and a rollout engine, with the hooks
-(``_share``, ``_all_sum``, ``_full``, ...) that ``drmas_trainer.fsdp_worker`` overrides to shard
+(``_share``, ``_all_sum``, ``_full``, ...) that ``drmas_trainer.fsdp.worker`` overrides to shard
 the group over several ranks (FSDP2) with the same update.
 
 **Memory.** After an update, ``sync_weights`` empties the CUDA cache before the engine wakes and
 hands the engine a lazy generator of bf16 tensors (``update_weights(..., bucket_bytes=sync_bucket_mb
-MiB)`` when the engine takes buckets). The plan of all of it per GPU: ``drmas_trainer.memory``
+MiB)`` when the engine takes buckets). The plan of all of it per GPU: ``drmas_trainer.forecast.memory``
 (``train --plan``).
 
 **The engine's lifecycle** (``drmas_trainer.engine_lifecycle``): an update marks the engine's
@@ -75,8 +75,8 @@ from torch import Tensor
 from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from drmas_bench.checkpoint_copies import node_copy
-from drmas_bench.checkpoints import is_url, upload
+from drmas_bench.checkpoints.copies import node_copy
+from drmas_bench.checkpoints.layout import is_url, upload
 from drmas_bench.engines import traits
 from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.engines.hosting import fit_options, host_engine
@@ -92,7 +92,7 @@ from drmas_bench.models.adapters import (
 from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import Completion, Request, SFTExample, UserError
 from drmas_trainer import lora
-from drmas_trainer.config import AgentConfig
+from drmas_trainer.config.train import AgentConfig
 from drmas_trainer.engine_lifecycle import EngineLifecycle
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.lora import adapter_tensors
@@ -117,7 +117,7 @@ class WorkerGroup(WarmStart, EngineLifecycle):
         settings: the group's settings (lr, weight decay, betas, grad clip, micro-batch size, engine,
             engine options, dtype, gradient checkpointing, sleep_engine).
         model_path: local folder (or hub id) to load the policy and tokenizer from; a checkpoint URL
-            (``ROOT/step_K/models/<wg>``, drmas_bench.checkpoints) is first downloaded on this node.
+            (``ROOT/step_K/models/<wg>``, drmas_bench.checkpoints.layout) is first downloaded on this node.
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda[:N]"``.
         seed: seeds torch in this process (parameters are loaded, not drawn, so it matters little).
         torch_threads: torch intra-op threads for this process.
@@ -310,15 +310,15 @@ class WorkerGroup(WarmStart, EngineLifecycle):
             shutil.rmtree(self._engine_dir, ignore_errors=True)
             self._engine_dir = None
 
-    # ------------------------------------------------------------------ hooks (one process; fsdp_worker: over ranks)
+    # ------------------------------------------------------------------ hooks (one process; fsdp.worker: over ranks)
 
-    world = 1  # ranks of the group (drmas_trainer.fsdp_worker shards it over several)
+    world = 1  # ranks of the group (drmas_trainer.fsdp.worker shards it over several)
     rank = 0
-    _copy_owner = ""  # whose node-local copy of a URL checkpoint part this process reads (fsdp_worker: its rank's)
+    _copy_owner = ""  # whose node-local copy of a URL checkpoint part this process reads (fsdp.worker: its rank's)
     _grad_scale = 1.0  # multiplies each micro-batch's loss before backward
 
     def _wrap_policy(self) -> None:
-        """Called once the policy is loaded, before the optimiser exists (fsdp_worker shards it)."""
+        """Called once the policy is loaded, before the optimiser exists (fsdp.worker shards it)."""
 
     def _share(self, items: list) -> list[tuple[list, bool]]:
         """This rank's micro-batches of ``items`` as (items, real) pairs: here all of them."""
@@ -526,7 +526,7 @@ class WorkerGroup(WarmStart, EngineLifecycle):
         """``out[k]`` = the policy's log-probs of row k's response tokens, for this rank's share of
         ``ks``, micro-batched (padding micro-batches of a sharded group run and write nothing).
         The caller holds ``torch.no_grad()`` and chooses the adapter. ``root``: another module to
-        run instead (a sharded group's frozen reference copy, ``fsdp_worker``)."""
+        run instead (a sharded group's frozen reference copy, ``fsdp.worker``)."""
         for micro, real in self._share(ks):
             batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
                               self.pad_id, self.device)
@@ -586,7 +586,7 @@ class WorkerGroup(WarmStart, EngineLifecycle):
         where = "cpu" if self.settings.optimizer_offload == "cpu" else self.device
         state = torch.load(path, map_location=where, weights_only=True)
         if "shards" in state:  # written by a sharded group: its shards, re-cut for this group
-            from drmas_trainer.fsdp_ckpt import load_sharded_optimizer
+            from drmas_trainer.fsdp.checkpoint import load_sharded_optimizer
 
             load_sharded_optimizer(self, source, state)
         else:

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from drmas_bench.checkpoint_copies import model_on_nodes
+from drmas_bench.checkpoints.copies import model_on_nodes
 from drmas_bench.engines import traits
 from drmas_bench.engines.hosting import option_names
 from drmas_bench.types import UserError
@@ -40,7 +40,7 @@ class Explicit:
 
 def models_on_nodes(groups: dict, step_url: str) -> dict:
     """Each local worker group's model as its URL under checkpoint ``step_url``
-    (checkpoint_copies.model_on_nodes), for Ray actors to fetch on their own nodes."""
+    (checkpoints.copies.model_on_nodes), for Ray actors to fetch on their own nodes."""
 
     return {n: g if traits(g.engine).remote else replace(g, model=model_on_nodes(str(g.model), step_url))
             for n, g in groups.items()}

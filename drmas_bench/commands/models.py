@@ -35,12 +35,13 @@ def prepare_steps(names: list[str], workflow: str | None = None, suite: str | No
     """What ``models prepare NAME...`` does for each name, found without doing it: an alias to build,
     a checkpoint URL to copy into the cache, a reference-trainer checkpoint to merge (what ``eval
     --model NAME`` would prepare first; ``on_nodes``: a Ray eval's copy, the team file only)."""
-    from drmas_bench.checkpoint_copies import EVAL_PARTS, TEAM_PARTS, plan_checkpoint_copy
-    from drmas_bench.checkpoints import is_url
+    from drmas_bench.checkpoints.copies import EVAL_PARTS, TEAM_PARTS, plan_checkpoint_copy
+    from drmas_bench.checkpoints.layout import is_url
+    from drmas_bench.checkpoints.verl import is_reference_checkpoint, plan_merge
     from drmas_bench.models import ALIASES
     from drmas_bench.models.names import plan_alias
-    from drmas_bench.models.verl_ckpt import is_reference_checkpoint, plan_merge
     from drmas_bench.preparation import Step
+    from drmas_bench.tasks.catalog import reference_roster
     from drmas_bench.types import UserError
 
     steps: list[Step] = []
@@ -50,7 +51,7 @@ def prepare_steps(names: list[str], workflow: str | None = None, suite: str | No
         elif is_url(name):
             steps.append(plan_checkpoint_copy(name, TEAM_PARTS if on_nodes else EVAL_PARTS))
         elif is_reference_checkpoint(name):
-            steps.append(plan_merge(name, workflow=workflow, suite=suite)[0])
+            steps.append(plan_merge(name, reference_roster(), workflow=workflow, suite=suite)[0])
         else:
             raise UserError(f"{name}: not a model alias ({', '.join(ALIASES)}), a checkpoint URL or a "
                             "reference-trainer checkpoint folder")
@@ -95,9 +96,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a checkpoint's worker groups as Hugging Face / adapter folders plus a team.yaml."""
-    from drmas_bench.models.export import export
+    from drmas_bench.checkpoints.export import export
+    from drmas_bench.tasks.catalog import reference_roster
 
-    dest = export(args.ckpt, args.out, log=logger.info)
+    dest = export(args.ckpt, args.out, reference_roster(), log=logger.info)
     logger.info(f"exported {args.ckpt} -> {dest} (evaluate it with: drmas-bench eval --model {dest})")
     return 0
 

@@ -91,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "an H200)")
     p.add_argument("--gpu", default=None, metavar="NAME",
                    help="--plan's GPU for the predicted hours: h100 | h200 | a100 (default: the recipe's plan.gpu, or "
-                        "the one whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.hardware)")
+                        "the one whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.forecast.hardware)")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="longest prompt of a training row for --plan (default: the recipe's plan.prompt_tokens, else 4096)")
     p.add_argument("--gpus", type=_positive(int), default=None, metavar="N",
@@ -131,7 +131,7 @@ def _positive(kind: type) -> Any:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from drmas_trainer.config import load_config, parse_override
+    from drmas_trainer.config.train import load_config, parse_override
     from drmas_trainer.trainer import train
 
     overrides = dict(parse_override(s) for s in args.set)
@@ -179,9 +179,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         raise unexpected(e, "training stopped", log=getattr(e, "traceback_log", out / "error.log"),
                          hint=_resume_hint(out, cfg) or "") from None
-    print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
+    _report(summary, out, cfg)
+    return 0
+
+
+def _report(summary: dict[str, Any], out: Path, cfg: Any) -> None:
+    """A finished run's JSON summary line and its closing log lines."""
     from drmas_trainer.checkpoint import latest_pointer, resolve_root
 
+    print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
     root = resolve_root(out, cfg.ckpt_root)
     spread = summary.get("grad_norm_spread", {})
     if spread:
@@ -193,23 +199,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     if best:
         logger.info(f"[train] best validation: step {best['step']}, {best['metric']} {best['value']:.4g} "
                     f"({out / best['run']})")
-    return 0
 
 
 def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = None, gpus: int | None = None,
                 prompt_tokens: int | None = None, local: bool = False) -> tuple[Any, Any]:
     """(memory plan, hours estimate) of ``cfg`` as ``train --plan`` makes them: the hardware is
-    ``gpu`` (a row of drmas_trainer.hardware.HARDWARE), else the one ``gpu_gib`` suggests, else the
-    recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``: the recipe re-planned on that many GPUs
-    or refused (drmas_trainer.forecast.gpus; default its fsdp section); ``prompt_tokens``: the flag
-    (default ``plan.prompt_tokens``, else 4096); ``local``: every group in one process on one GPU
-    (else Ray actors). The estimate carries the range of the recipe's stated bounds."""
+    ``gpu`` (a row of drmas_trainer.forecast.hardware.HARDWARE), else the one ``gpu_gib`` suggests,
+    else the recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``: the recipe re-planned on that
+    many GPUs or refused (drmas_trainer.forecast.gpus; default its fsdp section); ``prompt_tokens``:
+    the flag (default ``plan.prompt_tokens``, else 4096); ``local``: every group in one process on one
+    GPU (else Ray actors). The estimate carries the range of the recipe's stated bounds."""
     from drmas_bench.workflows.base import get_workflow
-    from drmas_trainer.config import plan_worker_groups
+    from drmas_trainer.config.train import plan_worker_groups
     from drmas_trainer.forecast.gpus import gpu_layout
+    from drmas_trainer.forecast.hours import HARDWARE, hardware_for, predict, training_prompts
+    from drmas_trainer.forecast.memory import DEFAULT_GPU_GIB, memory_plan, model_shape
     from drmas_trainer.forecast.workload import stated
-    from drmas_trainer.hours import HARDWARE, hardware_for, predict, training_prompts
-    from drmas_trainer.memory import DEFAULT_GPU_GIB, memory_plan, model_shape
 
     if gpu is not None and gpu not in HARDWARE:
         raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}")
@@ -244,11 +249,11 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
 
 
 def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
-    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.memory) and the
-    predicted hours with validation and their range (drmas_trainer.hours), on the flags' hardware or
-    the recipe's ``plan:`` section."""
-    from drmas_trainer.hours import format_hours
-    from drmas_trainer.memory import format_plan, why_not
+    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.forecast.memory)
+    and the predicted hours with validation and their range (drmas_trainer.forecast.hours), on the
+    flags' hardware or the recipe's ``plan:`` section."""
+    from drmas_trainer.forecast.hours import format_hours
+    from drmas_trainer.forecast.memory import format_plan, why_not
 
     plan, est = plan_recipe(cfg, gpu=getattr(args, "gpu", None), gpu_gib=args.gpu_memory, gpus=getattr(args, "gpus", None),
                             prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local)
@@ -265,7 +270,7 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from drmas_trainer.regress import check_run
+    from drmas_trainer.reports.regress import check_run
 
     failures, lines = check_run(args.run, args.against)
     for line in lines:
@@ -278,7 +283,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from drmas_trainer.plot import plot_runs
+    from drmas_trainer.reports.plot import plot_runs
 
     out = Path(args.out) if args.out else Path(args.runs[0]) / "curves.png"
     path, spread = plot_runs(args.runs, out, title=args.title)

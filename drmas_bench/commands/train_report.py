@@ -1,7 +1,7 @@
 """`drmas-bench train-report RUN [--out FILE.html]`: the training run's page (reward, validation
 avg@n, per-agent gradient norms and validity against the step; each validation point links to its
 run folder RUN/val/step_N/; the best validation step named). The page is built by
-`drmas_trainer.report_page`, imported when the command runs; this module only parses the arguments."""
+`drmas_trainer.reports.page`, imported when the command runs; this module only parses the arguments."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_train_report(args: argparse.Namespace) -> int:
-    from drmas_trainer.report_page import best_step, validation_points, write_report
+    from drmas_trainer.reports.page import best_step, validation_points, write_report
 
     out = write_report(args.run, args.out)
     points = validation_points(Path(args.run))

@@ -82,7 +82,27 @@ class EngineBase:
     serves_adapters: ClassVar[bool] = False  # serves LoRA adapter folders (drmas_bench.models.adapters), the
     # request's agent choosing the adapter, and takes adapter updates: update_adapter(name, config, tensors)
 
+    # options that decide which requests share a forward pass (not what any one request asks for): a run
+    # may resume or split under other values of them only where the engine is batch-invariant (run_dir)
+    batching_options: ClassVar[tuple[str, ...]] = ("max_batch", "max_wait_ms")
+
     model: str
+
+    @classmethod
+    def declared_determinism(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Whether an engine of this kind started with ``options`` gives a request the same tokens and
+        log-probs whatever shares its batch, known before it starts (a resume is checked with it):
+        ``{"batch_invariant": bool, "why": str, "dtype": str}``. The default knows nothing; a backend
+        that can say more overrides it (and ``determinism``)."""
+        dtype = options.get("dtype")
+        return {"batch_invariant": False, "why": "unknown for this engine", "dtype": str(dtype) if dtype else "unknown"}
+
+    def determinism(self) -> dict[str, Any]:
+        """``declared_determinism`` of this engine's options, as it runs (a server engine adds what it
+        saw: ``fingerprints``). Every run's summary states it per worker group (drmas_bench.reproducibility)."""
+        opts = getattr(self, "options", None)
+        given = dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) and not isinstance(opts, type) else {}
+        return type(self).declared_determinism(type(self).resolved_options(given))
 
     async def __aenter__(self) -> "EngineBase":
         return self

@@ -113,15 +113,16 @@ import time
 from functools import partial
 from typing import Any, ClassVar
 
-from drmas_bench.engines.base import EngineBase, EngineError, local_tokenizer_dir, parse_options
+from drmas_bench.engines.base import EngineBase, EngineError, parse_options
 from drmas_bench.engines.openai_dialect import (
     adapt_to_refusal,
     dialect_from_schema,
     looks_like_validation_error,
     request_properties,
 )
+from drmas_bench.engines.openai_setup import check_options as _check_options
+from drmas_bench.engines.openai_setup import load_tokenizer as _load_tokenizer
 from drmas_bench.engines.openai_wire import (
-    OWN_FIELDS,
     TOP_K_OFF,
     BadUsage,
     OpenAIOptions,
@@ -137,7 +138,6 @@ from drmas_bench.engines.openai_wire import (
     usage_slack,
 )
 from drmas_bench.engines.prompt import check_request, encode_request, extra_template_kwargs, truncate_ids
-from drmas_bench.log import squeeze
 from drmas_bench.types import Completion, Request
 from drmas_retrieval.retry import RetriesExhausted, RetryPolicy, TransportFailure, asend_with_retries
 
@@ -149,53 +149,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 # answers of a server to the chat form of /tokenize that mean "no such endpoint / not this form"
 _NO_TOKENIZE = (400, 404, 405, 415, 422, 501)
-
-
-def _load_tokenizer(model: str, o: OpenAIOptions) -> tuple[Any, str]:
-    """The local prompt tokenizer (or None) and, when None, why (for the limit error)."""
-    if o.tokenizer == "none":
-        return None, "the option tokenizer='none' turned local templating off"
-    name = o.tokenizer or model
-    where = local_tokenizer_dir(name)
-    if where is None:
-        if o.tokenizer:
-            raise EngineError(
-                f"openai engine: no local tokenizer at {o.tokenizer!r} (a folder, a prepared alias, or a hub id "
-                "in the Hugging Face cache; nothing is downloaded)"
-            )
-        return None, f"no local tokenizer for {model!r} (not a prepared alias, a local folder or a cached hub id)"
-    from transformers import AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(str(where), local_files_only=True)
-    except (OSError, ValueError) as exc:
-        if o.tokenizer:
-            raise EngineError(f"openai engine: cannot load the tokenizer {o.tokenizer!r} ({where}): {squeeze(exc)}") from exc
-        return None, f"the tokenizer at {where} did not load: {squeeze(exc)}"
-    if not getattr(tok, "chat_template", None):
-        if o.tokenizer:
-            raise EngineError(f"openai engine: the tokenizer {o.tokenizer!r} ({where}) has no chat template")
-        return None, f"the tokenizer at {where} has no chat template"
-    return tok, ""
-
-
-def _check_options(o: OpenAIOptions) -> None:
-    """One-line EngineErrors for options that cannot work (before anything is sent)."""
-    if o.max_concurrency < 1:
-        raise EngineError(f"openai engine: max_concurrency must be >= 1, got {o.max_concurrency}")
-    if o.max_retries < 0:
-        raise EngineError(f"openai engine: max_retries must be >= 0, got {o.max_retries}")
-    clash = sorted(set(o.extra_body or {}) & (set(OWN_FIELDS) | {o.max_tokens_field}))
-    if clash:
-        raise EngineError(
-            f"openai engine: extra_body may not set {', '.join(clash)}: the engine sends them from each "
-            "request's sampling (top_k, enable_thinking, seed, ...) and its options (served_model, "
-            "chat_template_kwargs, return_token_ids)"
-        )
-    if o.max_response_chars is not None and o.max_response_chars < 1:
-        raise EngineError(f"openai engine: max_response_chars must be >= 1, got {o.max_response_chars}")
-    if o.top_k_off not in TOP_K_OFF or isinstance(o.top_k_off, bool):
-        raise EngineError(f"openai engine: top_k_off must be auto, -1, 0 or omit, got {o.top_k_off!r}")
 
 
 class OpenAIEngine(EngineBase):
@@ -235,9 +188,20 @@ class OpenAIEngine(EngineBase):
         self._warned_unenforced = False
         self._tokenize_why = ""  # why the server's /tokenize is not used, when it answered something else
         self.attempts = 0  # HTTP attempts made (for tests and benchmarks)
+        self.fingerprints: set[str] = set()  # the system_fingerprint values the server's answers carried
         self.retry_policy = RetryPolicy(retries=o.max_retries, backoff_s=o.backoff_s, backoff_max_s=o.backoff_max_s)
         self._client: Any = None  # an openai_http.HttpClient, bound to the event loop it was made in
         self._sem: asyncio.Semaphore | None = None
+
+    @classmethod
+    def declared_determinism(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """A server's batching and kernels are its own: whether its answers are batch-invariant is not known here."""
+        return {"batch_invariant": False, "dtype": "unknown (the server's)",
+                "why": "the server's determinism is not known (its batching and kernels are its own)"}
+
+    def determinism(self) -> dict[str, Any]:
+        """``declared_determinism`` with the ``system_fingerprint`` values seen so far (sorted)."""
+        return {**self.declared_determinism({}), "fingerprints": sorted(self.fingerprints)}
 
     # ------------------------------------------------------------------ protocol
 
@@ -497,6 +461,8 @@ class OpenAIEngine(EngineBase):
         except ValueError as exc:
             raise EngineError(f"openai engine: {url} returned a bad response: {exc}") from exc
         c.latency_s = latency
+        if c.system_fingerprint:
+            self.fingerprints.add(c.system_fingerprint)
         if prompt_ids is not None:
             c.prompt_ids = list(prompt_ids)
             if c.usage == "server" and not c.prompt_tokens:

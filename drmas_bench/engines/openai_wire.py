@@ -110,7 +110,8 @@ def parse_response(data: dict[str, Any], want_logprobs: bool) -> Completion:
     ids (``return_token_ids``): ``choices[0].token_ids``; prompt ids at the top level (chat) or in
     the choice (completions). Usage: ``usage.prompt_tokens`` / ``completion_tokens`` (``usage =
     "server"``); without them the id lists' lengths when both came back, else ``usage = "unknown"``
-    (``settle_usage`` may count it). Impossible usage raises :class:`BadUsage`.
+    (``settle_usage`` may count it). Impossible usage raises :class:`BadUsage`. ``system_fingerprint``:
+    the body's, when it is a non-empty string.
     """
     try:
         choice = data["choices"][0]
@@ -146,6 +147,8 @@ def parse_response(data: dict[str, Any], want_logprobs: bool) -> Completion:
         completion_tokens=completion_n,
         finish="length" if reason == "length" else "stop",
         usage=source,
+        system_fingerprint=fingerprint if isinstance(fingerprint := data.get("system_fingerprint"), str) and fingerprint
+        else None,
     )
 
 

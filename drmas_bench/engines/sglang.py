@@ -32,6 +32,11 @@ Options (``SGLangOptions``):
   ``Sampling.enable_thinking``, off by default).
 - ``auto_wake``: ``generate`` on a sleeping engine wakes it first (True) or raises (False).
 - ``trust_remote_code``: for the tokenizer and the model.
+- ``deterministic``: start SGLang with its deterministic inference (``enable_deterministic_inference``,
+  batch-invariant kernels: a request's tokens do not depend on what shares its batch) and an
+  attention backend SGLang supports in that mode (``DETERMINISTIC_BACKENDS``; ``triton`` unless
+  ``engine_args`` names another). A combination SGLang would refuse or silently change is refused here
+  (``deterministic_args``); docs/engines.md cites the sglang source.
 - ``engine_args``: any other ``sglang.Engine`` / ``ServerArgs`` keyword (e.g.
   ``{"attention_backend": "triton", "random_seed": 0}``).
 
@@ -68,12 +73,11 @@ GPU here (the API double in tests/fake_sglang follows the 0.5.23 source).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from drmas_bench.checkpoints.adapter_names import is_adapter_folder
 from drmas_bench.engines.base import (
     EngineBase,
     EngineError,
@@ -82,112 +86,23 @@ from drmas_bench.engines.base import (
 )
 from drmas_bench.engines.footprint import weight_bytes
 from drmas_bench.engines.prompt import encode_request, extra_template_kwargs
+from drmas_bench.engines.sglang_args import (  # noqa: F401 - re-exported: the engine's public translations
+    DEFAULT_MEM_FRACTION,
+    DETERMINISTIC_BACKENDS,
+    DTYPES,
+    INSTALL_HINT,
+    SGLangOptions,
+    completion_from_output,
+    deterministic_args,
+    generate_kwargs,
+    is_deterministic,
+    lora_server_args,
+    sampling_params,
+)
 from drmas_bench.engines.weights import DEFAULT_BUCKET_BYTES, buckets
 from drmas_bench.log import squeeze
 from drmas_bench.models.adapter_layout import adapter_layout, resolve_base, tokenizer_source
-from drmas_bench.models.adapter_names import ADAPTER_CONFIG, is_adapter_folder
-from drmas_bench.types import Completion, Request, Sampling
-
-INSTALL_HINT = "the sglang engine needs SGLang: pip install 'drmas-bench[sglang]'"
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # SGLang's --dtype choices
-DEFAULT_MEM_FRACTION = 0.9  # about what SGLang picks on an 80-141 GB GPU (it keeps >= 10 GiB back)
-
-
-@dataclass
-class SGLangOptions:
-    """Options of the ``sglang`` engine (see the module docstring for each one)."""
-
-    mem_fraction_static: float | None = None
-    tp_size: int = 1
-    dtype: str = "auto"
-    enable_memory_saver: bool = True
-    release_tags: list[str] | None = None
-    original_logprobs: bool = True
-    chat_template_kwargs: dict[str, Any] | None = None
-    auto_wake: bool = True
-    trust_remote_code: bool = False
-    engine_args: dict[str, Any] | None = None
-
-
-# ---------------------------------------------------------------------- pure translations
-
-
-def sampling_params(s: Sampling) -> dict[str, Any]:
-    """``Sampling`` -> SGLang ``sampling_params`` (temperature 0 is greedy in SGLang too; ``top_k``
-    is always sent, -1 = whole vocabulary)."""
-    p: dict[str, Any] = {
-        "temperature": float(s.temperature),
-        "top_p": float(s.top_p),
-        "top_k": int(s.top_k),
-        "max_new_tokens": int(s.max_new_tokens),
-        "skip_special_tokens": True,
-    }
-    if s.seed is not None:
-        p["sampling_seed"] = int(s.seed)
-    return p
-
-
-def generate_kwargs(prompts: list[list[int]], requests: list[Request], layout: Any = None) -> dict[str, Any]:
-    """Keyword arguments of ``sglang.Engine.async_generate`` for one batch of requests; with an
-    adapter ``layout`` (models.adapters) each request names its agent's adapter in ``lora_path``."""
-    kw: dict[str, Any] = {
-        "input_ids": [list(p) for p in prompts],
-        "sampling_params": [sampling_params(r.sampling) for r in requests],
-        "return_logprob": [bool(r.want_logprobs) for r in requests],
-    }
-    if layout is not None:
-        kw["lora_path"] = [layout.adapter_for(r.agent) for r in requests]
-    return kw
-
-
-def lora_server_args(layout: Any) -> dict[str, Any]:
-    """The LoRA ``ServerArgs`` for serving (and later updating) ``layout``'s adapters (pure): the
-    base as ``model_path``, ``enable_lora``, ``lora_paths``, the largest rank, the union of the
-    target modules (peft's names; ``all-linear`` -> SGLang's ``all``), room for every adapter and the
-    base in one batch."""
-
-    ranks, targets = [], set()
-    for folder in layout.adapters.values():
-        cfg = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
-        ranks.append(int(cfg.get("r", 8)))
-        t = cfg.get("target_modules") or []
-        targets |= {"all"} if t in ("all-linear", "all") else set([t] if isinstance(t, str) else t)
-    return {
-        "model_path": resolve_base(layout),
-        "enable_lora": True,
-        "lora_paths": {n: str(f) for n, f in layout.adapters.items()},
-        "max_lora_rank": max(ranks),
-        "lora_target_modules": ["all"] if "all" in targets else sorted(targets),
-        "max_loras_per_batch": max(8, len(layout.adapters) + 1),
-    }
-
-
-def completion_from_output(out: dict[str, Any], prompt_ids: list[int], want_logprobs: bool) -> Completion:
-    """One SGLang output dict (``text``, ``output_ids``, ``meta_info``) -> Completion.
-
-    ``meta_info.finish_reason`` is ``{"type": "stop"|"length"|"abort", ...}``; an abort is an
-    ``EngineError`` carrying SGLang's message. ``latency_s`` is left at 0 for the caller.
-    """
-    meta = out.get("meta_info") or {}
-    reason = meta.get("finish_reason")
-    kind = reason.get("type") if isinstance(reason, dict) else reason
-    if kind == "abort":
-        msg = reason.get("message", "") if isinstance(reason, dict) else ""
-        raise EngineError(f"sglang engine aborted a request: {squeeze(msg)}")
-    token_ids = [int(t) for t in (out.get("output_ids") or [])]
-    logprobs = None
-    if want_logprobs:
-        logprobs = [float(e[0]) for e in meta.get("output_token_logprobs") or []]
-    return Completion(
-        text=out.get("text") or "",
-        token_ids=token_ids,
-        prompt_ids=list(prompt_ids),
-        logprobs=logprobs,
-        prompt_tokens=int(meta.get("prompt_tokens", len(prompt_ids))),
-        completion_tokens=int(meta.get("completion_tokens", len(token_ids))),
-        finish="length" if kind == "length" else "stop",
-    )
-
+from drmas_bench.types import Completion, Request
 
 # ---------------------------------------------------------------------- engine
 
@@ -210,6 +125,7 @@ class SGLangEngine(EngineBase):
         self.options: SGLangOptions = parse_options(SGLangOptions, options, kind=self.name)
         if self.options.dtype not in DTYPES:
             raise EngineError(f"sglang engine: unknown dtype {self.options.dtype!r}; choose one of: {', '.join(DTYPES)}")
+        self._deterministic_args = deterministic_args(self.options.deterministic, self.options.engine_args)
 
         self.path = resolve_model_path(model)
         self._layout = adapter_layout(self.path) if is_adapter_folder(self.path) else None
@@ -244,7 +160,19 @@ class SGLangEngine(EngineBase):
         if self._layout is not None:
             args.update(lora_server_args(self._layout))
         args.update(o.engine_args or {})
+        args.update(self._deterministic_args)
         return args
+
+    @classmethod
+    def declared_determinism(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Batch-invariant only with SGLang's deterministic inference (the ``deterministic`` option)."""
+        dtype = str(options.get("dtype") or "auto")
+        if is_deterministic(options):
+            return {"batch_invariant": True, "dtype": dtype,
+                    "why": "SGLang's deterministic inference (batch-invariant kernels) is on"}
+        return {"batch_invariant": False, "dtype": dtype,
+                "why": "SGLang batches requests continuously and its kernels are not batch-invariant "
+                       "(engine option deterministic=true turns its deterministic inference on)"}
 
     # ------------------------------------------------------------------ lifecycle
 

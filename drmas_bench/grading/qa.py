@@ -12,7 +12,9 @@ F1 and cover-EM against a list of gold answers.
 A gold whose normalised text is empty (`The The`, a band; `A+`; `!!!`: all articles or punctuation) is
 matched by its own spelling: the answer and the gold compared lower-cased, without punctuation,
 spaces collapsed, **articles kept** (`the the` == `The The!`); a gold of punctuation alone (`!!!`,
-`*`, `+-*/`) by its characters, spaces aside (`!!!` == ` ! ! ! `). The reference's EM compares the
+`*`, `+-*/`) by its characters, spaces aside (`!!!` == ` ! ! ! `), also when the answer wraps them in
+quotes or brackets or ends them with sentence punctuation (`"!!!"`, `(!!!)`, `!!!.`, `!!!!?`: the gold's
+characters followed by `.!?,;:` only). The reference's EM compares the
 two normalised strings, so it matches such a gold with every answer that normalises to "" too; we
 keep the correct answer's match (EM 1, as in the reference) and give 0 to a blank answer (nothing
 left but spaces, `<answer></answer>` included), to other punctuation (`?` for `!!!`) and to an
@@ -69,6 +71,25 @@ def characters(s: str) -> str:
     return "".join(str(s).split())
 
 
+_WRAPS = {'"': '"', "'": "'", "`": "`", "(": ")", "[": "]", "{": "}", "<": ">", "\u201c": "\u201d",
+          "\u2018": "\u2019", "\u00ab": "\u00bb"}  # an opening quote or bracket -> its closing one
+_END = ".!?,;:"  # sentence punctuation an answer may end with
+
+
+def wrapped_characters(answer: str, gold: str) -> bool:
+    """Whether ``answer``'s characters (:func:`characters`) are ``gold``'s, up to quotes or brackets
+    around them and sentence punctuation after them (`"!!!"`, `(!!!).`, `!!!!?` for `!!!`)."""
+    c = characters(answer)
+    for _ in range(4):  # a few layers: `("!!!").`
+        if c.startswith(gold) and all(ch in _END for ch in c[len(gold):]):
+            return True
+        c = c.rstrip(_END)
+        if len(c) < 2 or _WRAPS.get(c[0]) != c[-1]:
+            return False
+        c = c[1:-1]
+    return False
+
+
 def _spelled_golds(golds: list[str]) -> tuple[list[str], list[str]]:
     """The golds that normalise to "", as compared: (spellings of those with a word left, `the the`;
     characters of those of punctuation alone, `!!!`). A blank gold is in neither."""
@@ -106,7 +127,7 @@ def grade_qa(answer: str | None, golds: list[str] | str) -> QAScore:
     if answer is None or not (normed or worded or punct):
         return QAScore(0.0, 0.0, 0.0)
     pred = normalize_qa(answer)
-    by_spelling = float(spelling(answer) in worded or (not pred and characters(answer) in punct))
+    by_spelling = float(spelling(answer) in worded or (not pred and any(wrapped_characters(answer, g) for g in punct)))
     em = max([float(pred == g) for g in normed] + [by_spelling])
     f1 = max([token_f1(pred, g) for g in normed] + [by_spelling])
     cover = float(any(f" {g} " in f" {pred} " for g in normed))

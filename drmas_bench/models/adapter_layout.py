@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.checkpoints.adapter_names import ADAPTER_CONFIG, BASE_FILE
 from drmas_bench.files import model_identity, safe_name
 from drmas_bench.models import resolve_model
-from drmas_bench.models.adapter_names import ADAPTER_CONFIG, BASE_FILE
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)

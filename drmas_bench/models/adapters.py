@@ -29,8 +29,8 @@ from typing import Any
 from peft import PeftModel, get_peft_model_state_dict
 from safetensors.torch import save_file
 
+from drmas_bench.checkpoints.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_FILE, is_adapter_folder
 from drmas_bench.models.adapter_layout import AdapterLayout, adapter_layout, base_record, resolve_base, tokenizer_source
-from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_FILE, is_adapter_folder
 from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import UserError
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from drmas_bench.models.adapter_names import is_adapter_folder
+from drmas_bench.checkpoints.adapter_names import is_adapter_folder
+from drmas_bench.checkpoints.copies import cached_model
+from drmas_bench.checkpoints.layout import is_url
 from drmas_bench.models.model_cache import MARKER, models_dir, progress, read_marker
 from drmas_bench.models.smollm2 import (
     ADAPTER_FILES,
@@ -216,16 +218,12 @@ def resolve_model(name_or_path: str | os.PathLike[str], prepare: bool = True,
 
     Returns a local directory (``Path``) for an alias (built on first use when ``prepare``), for a
     checkpoint or team directory, for a hub id cached while offline, and for a model folder given
-    as an fsspec URL (downloaded into the cache on this machine: drmas_bench.checkpoint_copies.cached_model);
+    as an fsspec URL (downloaded into the cache on this machine: drmas_bench.checkpoints.copies.cached_model);
     returns the hub id itself (``str``) while the hub may be reached. Raises :class:`UserError`
     otherwise, naming the fix.
     """
     name = os.fspath(name_or_path)
     if "://" in name:  # a model folder under an fsspec URL (a checkpoint's models/<wg>): a local copy here
-        # deferred: checkpoints imports models.adapter_names, which runs this package's __init__
-        from drmas_bench.checkpoint_copies import cached_model
-        from drmas_bench.checkpoints import is_url
-
         if is_url(name):
             return cached_model(name)
     if name in ALIASES:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from drmas_bench.checkpoints.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from drmas_bench.models.model_cache import cache_dir, progress
 from drmas_bench.types import UserError
 
@@ -178,7 +178,7 @@ def build_smollm2(dest: Path, log: Callable[[str], None] = progress) -> dict[str
 #: the committed LoRA adapters, one folder each (adapter_config.json, adapter_model.safetensors, made.json)
 ADAPTERS_DIR = Path(__file__).with_name("adapters")
 SEARCH_ADAPTER = "smollm2-135m-search"
-ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS)  # peft's two files (models.adapter_names, the one home)
+ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS)  # peft's two files (checkpoints.adapter_names, the one home)
 SEARCH_REMAKE = "python scripts/make_search_warmstart.py"  # the one command that remakes the adapter
 
 

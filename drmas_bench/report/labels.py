@@ -295,3 +295,26 @@ def stopped_text(stop: dict[str, Any]) -> str:
     return (f"Stopped by a limit: {stop.get('reason')}. {stop.get('samples_finished')} of "
             f"{stop.get('samples_planned')} samples are finished; the figures below cover those only. Re-run with "
             "a higher limit to resume.")
+
+
+def reproducibility_text(block: dict[str, Any]) -> str:
+    """summary.md's one line on whether the run's numbers are reproducible and why (summary.json's
+    ``reproducibility``, drmas_bench.reproducibility): per worker group its engine, dtype and reason,
+    a server's fingerprints, and batching that changed between the invocations of a resumed run."""
+    groups = block.get("groups") or {}
+
+    def part(wg: str, g: dict[str, Any]) -> str:
+        fps = g.get("fingerprints")
+        seen = "" if fps is None else (f"; fingerprints {', '.join(fps)}" if fps else "; no fingerprint given")
+        return f"{wg} ({g.get('engine')}, {g.get('dtype')}): {g.get('why')}{seen}"
+
+    seed = block.get("seed")
+    if block.get("reproducible"):
+        head = (f"yes: every engine is batch-invariant, so the same command (seed {seed}) gives the same records "
+                "whatever --max-batch, --concurrency, --workers or a resume")
+    else:
+        head = (f"not guaranteed (seed {seed}): a request's batch may change its tokens, so --max-batch, "
+                "--concurrency, --workers or a resume can change records")
+    moved = block.get("batching_changed")
+    tail = f"; this run's samples were made under different {', '.join(moved)}" if moved else ""
+    return f"- reproducible: {head}; " + "; ".join(part(wg, g) for wg, g in groups.items()) + tail

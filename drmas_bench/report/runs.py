@@ -48,6 +48,8 @@ class Run:
     estimator: str | None = None  # from a trained team's team.yaml (`trained:`), when known
     step: Any = None
     base_models: dict[str, str] | None = None  # a trained team's worker group -> the model it was trained from
+    model_names: dict[str, str] | None = None  # a validation's worker group -> `model@step_N` (identity.models)
+    training_run: str | None = None  # a validation's training run folder
     views: list[RecordView] = field(default_factory=list, repr=False)  # the records as typed views, built once
 
     def __post_init__(self) -> None:
@@ -59,6 +61,9 @@ class Run:
         return list((self.team.get("agents") or {}).keys())
 
     def wg_model(self, wg: str) -> str:
+        named = (self.model_names or {}).get(wg)  # a validation's: `tiny-random@step_2`
+        if named:
+            return named
         g = (self.team.get("worker_groups") or {}).get(wg)
         if isinstance(g, str):
             return g
@@ -90,11 +95,17 @@ class Run:
             return next(iter(by_model))
         return "; ".join(f"{'/'.join(ags)}: {m}" for m, ags in by_model.items())
 
+    def base_model(self, wg: str) -> str:
+        """The model a worker group started from: a trained team's base model, else its own."""
+        base = (self.base_models or {}).get(wg)
+        return str(base) if base else self.wg_model(wg)
+
     @property
     def team_label(self) -> str:
-        """shared (one worker group), non-shared (one per agent) or `K groups`; + heterogeneous."""
+        """shared (one worker group), non-shared (one per agent) or `K groups`; + heterogeneous when
+        the groups start from different BASE models (two copies of one model trained apart are not)."""
         wgs = {self.agent_wg(a) for a in self.agents}
-        models = {self.wg_model(w) for w in wgs if w}
+        models = {self.base_model(w) for w in wgs if w}
         if len(wgs) <= 1:
             kind = "shared"
         elif len(wgs) == len(self.agents):
@@ -160,6 +171,27 @@ def _trained_info(config: dict[str, Any], run_path: Path) -> tuple[str | None, A
     return None, None, None
 
 
+def _validation_info(config: dict[str, Any]) -> tuple[dict[str, str], dict[str, str], Any, str | None, str | None]:
+    """A trainer's validation (identity.models naming ``model@step_N``, its ``step`` and training
+    ``run``): (model names, base models by worker group, step, estimator from the training run's
+    config.yaml ``algo.estimator``, the training run); empty for any other run."""
+    models = (config.get("identity") or {}).get("models") or {}
+    val = {wg: m for wg, m in models.items() if isinstance(m, dict) and m.get("run") and m.get("step") is not None}
+    if not val:
+        return {}, {}, None, None, None
+    names = {wg: str(m.get("name") or "") for wg, m in val.items() if m.get("name")}
+    bases = {wg: n.rsplit("@", 1)[0] for wg, n in names.items() if "@" in n}
+    first = next(iter(val.values()))
+    estimator = None
+    try:
+        train = yaml.safe_load((Path(str(first["run"])) / "config.yaml").read_text(encoding="utf-8")) or {}
+        est = (train.get("algo") or {}).get("estimator") if isinstance(train, dict) else None
+        estimator = str(est) if est is not None else None
+    except (OSError, yaml.YAMLError):
+        pass
+    return names, bases, first["step"], estimator, str(first["run"])
+
+
 def _read_config(p: Path) -> dict[str, Any]:
     """RUN/config.yaml, checked to be a run's configuration (a UserError saying what is wrong otherwise)."""
     cfg_path = p / "config.yaml"
@@ -170,6 +202,9 @@ def _read_config(p: Path) -> dict[str, Any]:
     except yaml.YAMLError as e:
         raise UserError(f"{cfg_path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(config, dict) or "identity" not in config:
+        if (p / "metrics.jsonl").is_file() or (p / "ckpt").is_dir():  # the trainer's files: a training run
+            raise UserError(f"{p} is a training run, not an eval run: see it with `drmas-bench train-report {p}` "
+                            f"(its validations are eval runs: {p / 'val'})")
         raise UserError(f"{cfg_path}: not a run config (no `identity`)")
     return config
 
@@ -180,12 +215,20 @@ def _run_of(p: Path, config: dict[str, Any], records: list[dict[str, Any]], recs
     ident = config["identity"]
     sampling = {a: {k: s.get(k) for k in SAMPLING_KEYS} for a, s in (ident.get("sampling") or {}).items()}
     estimator, step, base_models = _trained_info(config, p)
-    return Run(path=p, name=p.name or str(p), config=config, records=records, suite=str(config.get("suite", "?")),
+    names, bases, val_step, val_estimator, training_run = _validation_info(config)
+    if names:  # a trainer's validation: its models, step, estimator and training run (the folder's name beside it)
+        step, estimator = val_step, val_estimator or estimator
+        base_models = {**bases, **(base_models or {})}
+    elif base_models and step is not None:  # an eval of a saved checkpoint: its base model at its step
+        names = {wg: f"{b}@step_{step}" for wg, b in base_models.items()}
+    name = f"{Path(training_run).name}/{p.name}" if training_run else (p.name or str(p))
+    return Run(path=p, name=name, config=config, records=records, suite=str(config.get("suite", "?")),
                workflow=str(config.get("workflow", "?")),
                n=n or (max(r.sample_idx or 0 for r in recs) + 1 if recs else 0),
                benchmarks=benches or sorted({r.benchmark for r in recs}),
                team=ident.get("team") or {}, sampling=sampling, seed=ident.get("seed"),
-               estimator=estimator, step=step, base_models=base_models, views=recs)
+               estimator=estimator, step=step, base_models=base_models or None, model_names=names or None,
+               training_run=training_run, views=recs)
 
 
 def load_run(path: str | Path, compact: bool = False) -> Run:

@@ -89,7 +89,7 @@ class Suite:
     family: str  # the grading family of its benchmarks (a key of grading.families.FAMILIES)
     # {agent: the name the reference gives it}: how a team context names the agent (``{{agent_name}}``)
     # and the agent id in a reference-trained (verl) checkpoint; a workflow of this suite whose
-    # agents all have one is a team such a checkpoint may hold (models.verl_ckpt.reference_agents)
+    # agents all have one is a team such a checkpoint may hold (catalog.reference_roster)
     agent_names: dict[str, str] = field(default_factory=dict, hash=False)
 
 

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from drmas_bench.checkpoints.verl import Roster
 from drmas_bench.discovery import discover
 from drmas_bench.tasks.base import (  # noqa: F401  (the definitions, re-exported: callers import them from here)
     BENCHMARKS,
@@ -29,6 +30,7 @@ from drmas_bench.tasks.base import (  # noqa: F401  (the definitions, re-exporte
     register_suite,
 )
 from drmas_bench.types import Task, UserError
+from drmas_bench.workflows import get_workflow, workflow_names
 
 ENV_DATA_DIR = "DRMAS_DATA_DIR"
 
@@ -46,6 +48,22 @@ def get_suite(name: str) -> Suite:
     if name not in SUITES:
         raise UserError(f"unknown suite {name!r}; known: {', '.join(suite_names())}")
     return SUITES.get(name)
+
+
+def reference_roster() -> Roster:
+    """What the suites say of the reference trainer's agent ids (``Suite.agent_names``), for reading
+    its checkpoints as a team (``checkpoints.verl``): workflow -> {reference id: agent} for each
+    registered workflow whose suite names all its agents, its suite (the one grading with the
+    workflow's family), and the suites' default workflows."""
+    suite_of: dict[str, str | None] = {}
+    teams: dict[str, dict[str, str]] = {}
+    for name in workflow_names():
+        wf = get_workflow(name)
+        suite_of[name] = next((s for s in suite_names() if get_suite(s).family == wf.family), None)
+        names = get_suite(suite_of[name]).agent_names if suite_of[name] else {}
+        if names and all(a in names for a in wf.agents):
+            teams[name] = {names[a]: a for a in wf.agents}
+    return Roster(teams, suite_of, frozenset(get_suite(s).workflow for s in suite_names()))
 
 
 def _benchmarks() -> list[Benchmark]:

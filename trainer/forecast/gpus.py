@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from drmas_bench.types import UserError
 
 if TYPE_CHECKING:
-    from drmas_trainer.config import TrainConfig
+    from drmas_trainer.config.train import TrainConfig
 
 
 @dataclass

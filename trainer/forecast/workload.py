@@ -1,4 +1,4 @@
-"""The workload of one training step, as the hours model (``drmas_trainer.hours``) reads it: per
+"""The workload of one training step, as the hours model (``drmas_trainer.forecast.hours``) reads it: per
 synchronous generate call, how many of the step's episodes are still running, how long their
 prompts are, and how long their responses run on average and at the longest (the batch waits for
 its longest response).
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from drmas_trainer.config import TrainConfig
+    from drmas_trainer.config.train import TrainConfig
 
 End = Literal["low", "point", "high"]
 ENDS: tuple[End, ...] = ("low", "point", "high")

@@ -62,6 +62,8 @@ SAMPLING_PARAMS_FIELDS = frozenset({
     "custom_params", "watermark",
 })
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+# srt/arg_groups/choices.py (0.5.23)
+DETERMINISTIC_ATTENTION_BACKEND_CHOICES = ["ascend", "fa3", "fa4", "flashinfer", "intel_xpu", "triton"]
 GPU_MEMORY_ALL_TYPES = ["kv_cache", "weights", "cuda_graph"]
 
 # process-wide, like sglang's runtime context (get_parallel() / get_model() ...)
@@ -195,6 +197,15 @@ class Engine:
         args = {"tp_size": 1, "dtype": "auto", "enable_memory_saver": False, "trust_remote_code": False, **kwargs}
         if args["dtype"] not in DTYPES:
             raise ValueError(f"invalid dtype {args['dtype']!r}")
+        if args.get("enable_deterministic_inference"):  # srt/arg_groups/overrides.py _deterministic_attention_backend
+            backend = args.get("attention_backend")
+            if backend is None:
+                args["attention_backend"] = "fa3"  # the real fallback on Hopper and older GPUs
+            elif backend not in DETERMINISTIC_ATTENTION_BACKEND_CHOICES:
+                raise ValueError(
+                    f"Currently only {DETERMINISTIC_ATTENTION_BACKEND_CHOICES} attention backends are supported for "
+                    f"deterministic inference, but you explicitly specified '{backend}'.")
+            args["sampling_backend"] = "pytorch"  # overrides.py _deterministic_sampling_backend
         path = Path(str(args.get("model_path", "")))
         files = sorted(path.glob("*.safetensors"))
         if not files:

@@ -1,12 +1,12 @@
 """A worker group sharded over N ranks with FSDP2: one :class:`ShardedWorkerGroup` per rank, each in
-its own process, together one group (``fsdp.ranks`` of a recipe; ``drmas_trainer.fsdp_ray`` places
-them as Ray actors, :func:`drmas_trainer.fsdp.spawn_ranks` as local processes).
+its own process, together one group (``fsdp.ranks`` of a recipe; ``drmas_trainer.fsdp.ray_group`` places
+them as Ray actors, :func:`drmas_trainer.fsdp.sharding.spawn_ranks` as local processes).
 
     wg = ShardedWorkerGroup("solver", ["solver"], settings, model_path, rank=r, world=N,
                             init_method="tcp://HOST:PORT", device="auto")
     await wg.update(rows, ...)     # every rank gets every row and trains on its share
 
-It is :class:`~drmas_trainer.worker.WorkerGroup` with the policy sharded (``drmas_trainer.fsdp``)
+It is :class:`~drmas_trainer.worker.WorkerGroup` with the policy sharded (``drmas_trainer.fsdp.sharding``)
 and the hooks that make the update data parallel:
 
 - **rows**: every rank receives all of the group's rows and shuffles them identically; each
@@ -27,7 +27,7 @@ and the hooks that make the update data parallel:
   model at once; LoRA groups gather the adapters only.
 - **save**: rank 0 writes the consolidated HF folder (what ``eval --model`` loads) from tensors
   gathered one at a time; the optimiser state is written per rank with
-  ``torch.distributed.checkpoint`` (``drmas_trainer.fsdp_ckpt``), loadable with any rank count.
+  ``torch.distributed.checkpoint`` (``drmas_trainer.fsdp.checkpoint``), loadable with any rank count.
   Under an fsspec URL checkpoint root each rank saves into a staging folder of its own and
   uploads its files; on resume each rank downloads its own copy of the parts it reads.
 """
@@ -48,13 +48,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from drmas_bench.checkpoint_copies import node_copy
-from drmas_bench.checkpoints import is_url, upload
+from drmas_bench.checkpoints.copies import node_copy
+from drmas_bench.checkpoints.layout import is_url, upload
 from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.models.adapters import BASE_FILE, base_record, save_adapter
 from drmas_bench.models.loading import load_causal_lm
-from drmas_trainer import fsdp, lora
-from drmas_trainer.config import AgentConfig
+from drmas_trainer import lora
+from drmas_trainer.config.train import AgentConfig
+from drmas_trainer.fsdp import sharding as fsdp
 from drmas_trainer.optim import local
 from drmas_trainer.rows import chunks, split
 from drmas_trainer.worker import WorkerGroup
@@ -209,7 +210,7 @@ class ShardedWorkerGroup(WorkerGroup):
 
     async def save(self, folder: str, optimizer_path: str | None = None) -> None:
         """Rank 0: the consolidated HF folder (or a LoRA group's adapters); every rank: its shard of
-        the optimiser state (``drmas_trainer.fsdp_ckpt``). Every rank must call it. URLs (an fsspec
+        the optimiser state (``drmas_trainer.fsdp.checkpoint``). Every rank must call it. URLs (an fsspec
         checkpoint root): :meth:`_save_staged`."""
         if is_url(folder) or (optimizer_path is not None and is_url(optimizer_path)):
             await self._save_staged(folder, optimizer_path)
@@ -226,7 +227,7 @@ class ShardedWorkerGroup(WorkerGroup):
                 self.tokenizer.save_pretrained(folder)
             del state
         if optimizer_path is not None:
-            from drmas_trainer.fsdp_ckpt import save_sharded_optimizer
+            from drmas_trainer.fsdp.checkpoint import save_sharded_optimizer
 
             save_sharded_optimizer(self, optimizer_path)
         dist.barrier()
@@ -273,7 +274,7 @@ class ShardedWorkerGroup(WorkerGroup):
     async def load_optimizer(self, path: str) -> None:
         """Restore optimiser state written by a sharded group (any rank count) or by a
         single-process group (its full state, cut into this rank's shards)."""
-        from drmas_trainer.fsdp_ckpt import load_plain_optimizer
+        from drmas_trainer.fsdp.checkpoint import load_plain_optimizer
 
         local_path = str(node_copy(path, owner=self._copy_owner)) if is_url(path) else path
         state = torch.load(local_path, map_location="cpu", weights_only=True)

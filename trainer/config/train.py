@@ -55,11 +55,11 @@ from drmas_bench.schema import (
 from drmas_bench.types import UserError
 from drmas_bench.workflows import get_workflow, workflow_names
 from drmas_bench.yamlfile import read_yaml
-from drmas_trainer.plan_config import PlanConfig
-from drmas_trainer.rollout_config import DataConfig, RolloutConfig
-from drmas_trainer.val_config import ValConfig
+from drmas_trainer.config.forecast import ForecastConfig
+from drmas_trainer.config.rollout import DataConfig, RolloutConfig
+from drmas_trainer.config.val import ValConfig
 
-RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 
 # ----------------------------------------------------------------------------------------- sections
@@ -267,7 +267,7 @@ class RayConfig(CoercingSchema):
 
 
 class FSDPConfig(CoercingSchema):
-    """Worker groups sharded over several GPUs with FSDP2 (``drmas_trainer.fsdp_worker``; docs/trainer.md,
+    """Worker groups sharded over several GPUs with FSDP2 (``drmas_trainer.fsdp.worker``; docs/trainer.md,
     "Sharded worker groups"). ``ranks: 1`` is one process per group, unsharded."""
 
     ranks: Int = RANGES["positive_count"].field(
@@ -324,7 +324,7 @@ class TrainConfig(CoercingSchema):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="supervised warm start (toy)")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray placement")
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig, description="worker groups sharded over several GPUs (FSDP2)")
-    plan: PlanConfig = Field(default_factory=PlanConfig, description="train --plan's hardware and workload "
+    plan: ForecastConfig = Field(default_factory=ForecastConfig, description="train --plan's hardware and workload "
                              "(memory plan and predicted hours; the trainer does not read it)")
     val: ValConfig = Field(default_factory=ValConfig, description="validation during training (the reference's "
                            "test_freq / val_before_train), each a run folder RUN/val/step_N")

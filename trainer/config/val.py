@@ -1,5 +1,5 @@
 """The ``val:`` section of the trainer config: validation during training (drmas_trainer.validation).
-Kept beside ``drmas_trainer.config``, which embeds it as ``TrainConfig.val``."""
+Kept beside ``drmas_trainer.config.train``, which embeds it as ``TrainConfig.val``."""
 
 from __future__ import annotations
 

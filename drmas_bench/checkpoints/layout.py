@@ -56,7 +56,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable
 
-from drmas_bench.models.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
+from drmas_bench.checkpoints.adapter_names import ADAPTER_WEIGHTS, BASE_FILE
 from drmas_bench.preparation import Bar, human_bytes
 from drmas_bench.types import UserError
 

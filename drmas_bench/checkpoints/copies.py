@@ -1,5 +1,5 @@
 """Checkpoints copied into this machine's cache: what ``eval --model`` of a checkpoint (a folder or an
-fsspec URL, ``drmas_bench.checkpoints`` has the layout) reads, and what a Ray actor downloads for its
+fsspec URL, ``drmas_bench.checkpoints.layout`` has the layout) reads, and what a Ray actor downloads for its
 own worker group. ``plan()`` finds a copy's source and destination without downloading
 (:func:`plan_local_copy`, :func:`plan_model_copy`: :class:`drmas_bench.preparation.Step` s); the run
 performs them: :func:`cached_checkpoint` downloads into ``<drmas cache dir>/checkpoints/<hash of the
@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from drmas_bench import checkpoints as ck  # the layout; its transfers called through the module (tests stub them there)
-from drmas_bench.checkpoints import MARKER, STEP_NAME, fetch, is_url, join, remote_size, resolve_latest
-from drmas_bench.models.model_cache import cache_dir
+from drmas_bench.checkpoints import (
+    layout as ck,  # the layout; its transfers called through the module (tests stub them there)
+)
+from drmas_bench.checkpoints.layout import MARKER, STEP_NAME, fetch, is_url, join, remote_size, resolve_latest
+from drmas_bench.files import cache_dir
 from drmas_bench.preparation import Step
 from drmas_bench.types import UserError
 from drmas_retrieval.locks import file_lock

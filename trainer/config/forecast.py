@@ -1,6 +1,6 @@
 """The recipe's ``plan:`` section: what ``drmas-bench train --plan`` assumes where its flags
 do not say - the GPU kind, memory other processes hold, the longest prompt, the reported hours, and
-the workload of one step. drmas_trainer.memory and drmas_trainer.hours read it; the trainer never
+the workload of one step. drmas_trainer.forecast (memory, hours) reads it; the trainer never
 does. How many GPUs is the recipe's ``fsdp`` section's.
 """
 
@@ -11,10 +11,10 @@ from typing import Optional
 from pydantic import Field, field_validator
 
 from drmas_bench.schema import RANGES, CoercingSchema, Float, Int, registered
-from drmas_trainer.hardware import HARDWARE
+from drmas_trainer.forecast.hardware import HARDWARE
 
 
-class PlanCallConfig(CoercingSchema):
+class ForecastCallConfig(CoercingSchema):
     """One synchronous generate call of a training step, as the hours model sees it: the batch waits
     for its longest response before the next call starts (the reference's orchestra calls agent by
     agent over every open episode)."""
@@ -32,7 +32,7 @@ class PlanCallConfig(CoercingSchema):
                                         "happen); null = share")
 
 
-class PlanBounds(CoercingSchema):
+class ForecastBounds(CoercingSchema):
     """The stated bounds of the plan's range on what no plan knows before a run (docs/trainer.md, "A
     range"): the longest response of a call (the batch waits for it) as a share of
     ``rollout.max_new_tokens``; early stopping is each call's ``share_low`` / ``share_high``
@@ -48,12 +48,12 @@ class PlanBounds(CoercingSchema):
                                 "max_new_tokens at the high end (1: the cap, no response runs longer)")
 
 
-class PlanConfig(CoercingSchema):
+class ForecastConfig(CoercingSchema):
     """What ``train --plan`` assumes where its flags do not say (docs/trainer.md, "How long a run
     takes"): the recipe's GPU kind, memory other processes hold, and the workload of one step. How
     many GPUs is the ``fsdp`` section's (ranks per group, colocated or separate)."""
 
-    gpu: Optional[str] = Field(None, description="the GPU of the hours model: a row of drmas_trainer.hardware.HARDWARE "
+    gpu: Optional[str] = Field(None, description="the GPU of the hours model: a row of drmas_trainer.forecast.hardware.HARDWARE "
                                "(h100, h200, a100); also --gpu-memory's default (null: h200)")
     prompt_tokens: Optional[Int] = RANGES["positive_count"].field(
         None, description="longest prompt of a row for the memory plan (--prompt-tokens default; null = 4096)")
@@ -66,9 +66,9 @@ class PlanConfig(CoercingSchema):
     response_share: Float = Field(0.5, gt=0, le=1, allow_inf_nan=False,
                                   description="mean response length / rollout.max_new_tokens, in (0, 1] (an "
                                               "assumption of the workload; the longest response is max_new_tokens)")
-    calls: list[PlanCallConfig] = Field(default_factory=list, description="the generate calls of one step, in "
+    calls: list[ForecastCallConfig] = Field(default_factory=list, description="the generate calls of one step, in "
                                         "order (empty: each workflow agent once over every episode)")
-    bounds: PlanBounds = Field(default_factory=PlanBounds, description="the range's stated bounds on the unknowns "
+    bounds: ForecastBounds = Field(default_factory=ForecastBounds, description="the range's stated bounds on the unknowns "
                                "of the workload (the longest response, early stopping)")
 
     @field_validator("gpu")

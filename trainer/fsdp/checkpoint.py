@@ -29,8 +29,8 @@ import torch.distributed.checkpoint as dcp
 from torch import Tensor
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from drmas_bench.checkpoint_copies import node_copy
-from drmas_bench.checkpoints import is_url
+from drmas_bench.checkpoints.copies import node_copy
+from drmas_bench.checkpoints.layout import is_url
 from drmas_trainer.optim import AdapterOptimizers, CPUOffloadAdamW, local
 
 __all__ = ["load_plain_optimizer", "load_sharded_optimizer", "save_sharded_optimizer"]

@@ -46,7 +46,7 @@ from drmas_bench.report.charts import PALETTE
 from drmas_bench.report.runs import open_run
 from drmas_bench.types import UserError
 from drmas_trainer import metric_names
-from drmas_trainer.plot import moving_average
+from drmas_trainer.reports.plot import moving_average
 from drmas_trainer.runlog import CONFIG, METRICS, read_metrics
 
 PAGE = "train_report.html"  # written inside the run folder unless --out says otherwise

@@ -45,15 +45,15 @@ from typing import TYPE_CHECKING, Any
 
 from drmas_bench.tasks import catalog
 from drmas_bench.types import UserError
+from drmas_trainer.forecast.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for
 from drmas_trainer.forecast.workload import Workload, stated
-from drmas_trainer.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for
 
 __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
            "training_prompts"]
 
 if TYPE_CHECKING:
-    from drmas_trainer.config import TrainConfig, WorkerGroupPlan
-    from drmas_trainer.memory import MemoryPlan, ModelShape
+    from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan
+    from drmas_trainer.forecast.memory import MemoryPlan, ModelShape
 
 
 def forward_flops(shape: "ModelShape", ctx: float) -> float:

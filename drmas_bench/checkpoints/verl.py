@@ -12,7 +12,7 @@ The reference saves, for each step it checkpoints::
 kept: ``"Qwen2.5-7B_Verifier Agent"``), a shared group ``"<model>_" + "_".join(agent ids without
 spaces)`` (``"Qwen2.5-7B_VerifierAgent_SearchAgent_AnswerAgent"``). The agent ids are the
 reference's agent registry names, mapped here to this project's workflows and agents
-(:func:`reference_agents`, from the names the suites give their agents: ``Suite.agent_names``); the workflow (and so the suite) is the one whose agents the checkpoint
+(a :class:`Roster` the caller builds from the names the suites give their agents: ``Suite.agent_names``); the workflow (and so the suite) is the one whose agents the checkpoint
 holds exactly.
 
 :func:`team_folder` turns ``ROOT`` or ``ROOT/global_step_N`` into a team folder in the model cache,
@@ -35,18 +35,16 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
 
-from drmas_bench.models.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
-from drmas_bench.models.model_cache import cache_dir
+from drmas_bench.checkpoints.adapter_names import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from drmas_bench.files import cache_dir
 from drmas_bench.preparation import Bar, Step
-from drmas_bench.tasks.catalog import get_suite, suite_names
 from drmas_bench.types import UserError
-from drmas_bench.workflows import get_workflow, workflow_names
 from drmas_retrieval.locks import file_lock
 
 logger = logging.getLogger(__name__)
@@ -56,22 +54,21 @@ STEP_DIR = re.compile(r"^global_step_(\d+)$")
 LORA_DIR = "lora_adapter"
 MERGE_VERSION = 1  # part of the cache key: a change to how groups are merged merges them again
 
-def reference_agents() -> dict[str, dict[str, str]]:
-    """workflow -> {the reference's agent id: this workflow's agent}, for every registered workflow
-    whose suite names all its agents (``Suite.agent_names``: the names in the reference's agent
-    registry, agent_system/agent/agents/*), in workflow-name order."""
-    out: dict[str, dict[str, str]] = {}
-    for name in workflow_names():
-        wf = get_workflow(name)
-        suite = _suite_of(wf)
-        names = get_suite(suite).agent_names if suite else {}
-        if names and all(a in names for a in wf.agents):
-            out[name] = {names[a]: a for a in wf.agents}
-    return out
+@dataclass(frozen=True)
+class Roster:
+    """What the suites say of the reference's agent ids, handed in by the caller (this package sits
+    below the suites and workflows: ``suites.reference_roster()`` builds it). ``teams``: workflow ->
+    {the reference's agent id: this workflow's agent}, for every workflow whose suite names all its
+    agents (``Suite.agent_names``), in workflow-name order; ``suite_of``: workflow -> its suite;
+    ``defaults``: the suites' default workflows (preferred when several fit)."""
+
+    teams: dict[str, dict[str, str]]
+    suite_of: dict[str, str | None]
+    defaults: frozenset[str]
 
 
-def known_ids() -> list[str]:
-    return sorted({a for m in reference_agents().values() for a in m})
+def known_ids(roster: Roster) -> list[str]:
+    return sorted({a for m in roster.teams.values() for a in m})
 
 
 def is_reference_checkpoint(path: str | os.PathLike) -> bool:
@@ -100,12 +97,12 @@ def step_folder(path: str | os.PathLike) -> Path:
     return step
 
 
-def agents_of(wg_id: str) -> list[str]:
+def agents_of(wg_id: str, roster: Roster) -> list[str]:
     """The reference agent ids a worker-group name holds (module docstring), read whole: every
     ``_``-separated segment at the end of the name that ends in ``Agent`` is an agent id (with or
     without its spaces), the rest is the model's name. An id the workflows do not know, wherever it
     stands among them, is one line naming it and the known ones."""
-    known = {a.replace(" ", ""): a for a in known_ids()}
+    known = {a.replace(" ", ""): a for a in known_ids(roster)}
     segments = wg_id.split("_")
     ids: list[str] = []
     while len(segments) > 1 and segments[-1].strip().endswith("Agent"):
@@ -114,7 +111,7 @@ def agents_of(wg_id: str) -> list[str]:
     if not ids or unknown is not None:
         name = unknown if unknown is not None else wg_id.rsplit("_", 1)[-1]
         raise UserError(f"worker group {wg_id!r}: agent id {name!r} is not one the workflows know "
-                        f"(known: {', '.join(known_ids())})")
+                        f"(known: {', '.join(known_ids(roster))})")
     return [known[a.replace(" ", "")] for a in ids]
 
 
@@ -127,7 +124,8 @@ class ReferenceTeam:
     agents: dict[str, str]  # this workflow's agent -> wg_id
 
 
-def read_team(path: str | os.PathLike, workflow: str | None = None, suite: str | None = None) -> ReferenceTeam:
+def read_team(path: str | os.PathLike, roster: Roster, workflow: str | None = None,
+              suite: str | None = None) -> ReferenceTeam:
     """The worker groups, agents and workflow of a reference checkpoint (nothing merged yet).
     ``workflow`` / ``suite`` (the flags, when given) choose among the workflows that fit."""
 
@@ -138,36 +136,29 @@ def read_team(path: str | os.PathLike, workflow: str | None = None, suite: str |
         raise UserError(f"{step}: no worker group folders under actor/")
     holder: dict[str, str] = {}
     for wg in groups:
-        for a in agents_of(wg):
+        for a in agents_of(wg, roster):
             if a in holder:
                 raise UserError(f"{step}: agent {a!r} is in two worker groups ({holder[a]!r}, {wg!r})")
             holder[a] = wg
-    teams = reference_agents()
+    teams = roster.teams
     fits = [w for w, m in teams.items() if set(m) == set(holder)]
     if workflow:
         if workflow not in fits:
             raise UserError(f"{step}: --workflow {workflow} does not take the checkpoint's agents "
                             f"({', '.join(sorted(holder))})")
         fits = [workflow]
-    suites = {w: _suite_of(get_workflow(w)) for w in fits}
+    suites = {w: roster.suite_of.get(w) for w in fits}
     if suite:
         fits = [w for w in fits if suites[w] == suite]
     if not fits:
-        _no_fit(step, holder, suite)
+        _no_fit(step, holder, suite, roster)
     # several fit: the suite's default workflow first
-    defaults = {get_suite(s).workflow for s in suite_names()}
-    w = next((w for w in fits if w in defaults), fits[0])
+    w = next((w for w in fits if w in roster.defaults), fits[0])
     return ReferenceTeam(step, w, suites[w], groups, {teams[w][a]: wg for a, wg in holder.items()})
 
 
-def _suite_of(wf: Any) -> str | None:
-    """The suite whose grading family is the one ``wf`` grades with (a workflow names its family)."""
-
-    return next((s for s in suite_names() if get_suite(s).family == wf.family), None)
-
-
-def _no_fit(step: Path, holder: dict, suite: str | None):
-    wants = "; ".join(f"{w}: {' + '.join(m)}" for w, m in reference_agents().items())
+def _no_fit(step: Path, holder: dict, suite: str | None, roster: Roster):
+    wants = "; ".join(f"{w}: {' + '.join(m)}" for w, m in roster.teams.items())
     where = f" in suite {suite}" if suite else ""
     raise UserError(f"{step}: no workflow{where} has exactly the agents {', '.join(sorted(holder))} ({wants})")
 
@@ -222,7 +213,7 @@ def _peft_base_name(key: str) -> str | None:
 def _write_group(wg_id: str, folder: Path, tmp: Path, name: str, final: Path, show: bool) -> dict[str, Any]:
     # the merge needs torch; deferred so that telling a reference checkpoint from a team folder
     # (`is_reference_checkpoint`, asked while an evaluation is planned) stays light
-    from drmas_bench.models import verl_merge
+    from drmas_bench.checkpoints import verl_merge
 
     lora = folder / LORA_DIR
     if lora.is_dir():
@@ -261,36 +252,40 @@ class ReferenceMerge(Step):
     """A reference checkpoint's worker groups merged into a team folder in the cache (:func:`team_folder`)."""
 
     action: ClassVar[str] = "merge reference checkpoint"
-    workflow: str | None = None  # the flags that chose among the workflows that fit (read_team)
-    suite: str | None = None
+    team: ReferenceTeam | None = field(default=None, compare=False)  # what read_team found (the flags chose among the workflows that fit)
 
     def perform(self, show_progress: bool) -> Path:
-        return team_folder(self.source, workflow=self.workflow, suite=self.suite, show_progress=show_progress)[0]
+        assert self.team is not None, "plan_merge gives the step its team"
+        return merge_team(self.team, show_progress=show_progress)
 
 
-def plan_merge(path: str | os.PathLike, workflow: str | None = None,
+def plan_merge(path: str | os.PathLike, roster: Roster, workflow: str | None = None,
                suite: str | None = None) -> tuple[ReferenceMerge, ReferenceTeam]:
     """What :func:`team_folder` would do for ``path``, found without doing it: the team read, its
     content key computed (the shards are read, not loaded), nothing written and no lock taken."""
-    team = read_team(path, workflow=workflow, suite=suite)
+    team = read_team(path, roster, workflow=workflow, suite=suite)
     final = merged_folder(content_key(team))
     done = (final / "team.yaml").is_file()
-    step = ReferenceMerge(str(path), final, None if done else _shard_bytes(team), done, workflow, suite)
+    step = ReferenceMerge(str(path), final, None if done else _shard_bytes(team), done, team)
     return step, team
 
 
-def team_folder(path: str | os.PathLike, workflow: str | None = None, suite: str | None = None,
+def team_folder(path: str | os.PathLike, roster: Roster, workflow: str | None = None, suite: str | None = None,
                 show_progress: bool = True) -> tuple[Path, ReferenceTeam]:
-    """The merged team folder of reference checkpoint ``path`` (module docstring), merged if needed.
-    The merge goes to ``.part-verl-<key>``, one worker group at a time; a group is finished when its
-    name is in ``.done/``, so a merge cut short goes on with the groups it had not finished."""
+    """The merged team folder of reference checkpoint ``path`` (module docstring), merged if needed."""
+    team = read_team(path, roster, workflow=workflow, suite=suite)
+    return merge_team(team, show_progress=show_progress), team
 
-    team = read_team(path, workflow=workflow, suite=suite)
+
+def merge_team(team: ReferenceTeam, show_progress: bool = True) -> Path:
+    """``team``'s merged folder in the cache, merged if needed. The merge goes to
+    ``.part-verl-<key>``, one worker group at a time; a group is finished when its name is in
+    ``.done/``, so a merge cut short goes on with the groups it had not finished."""
     key = content_key(team)
     final = merged_folder(key)
     with file_lock(cache_dir() / "locks" / f"verl-{key}.lock"):
         if (final / "team.yaml").is_file():
-            return final, team
+            return final
         tmp = final.with_name(f".part-verl-{key}")
         done = tmp / ".done"
         done.mkdir(parents=True, exist_ok=True)
@@ -318,4 +313,4 @@ def team_folder(path: str | os.PathLike, workflow: str | None = None, suite: str
         shutil.rmtree(done)
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
-    return final, team
+    return final

@@ -60,7 +60,7 @@ from typing import Any
 from drmas_bench.engines import traits
 from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.types import UserError
-from drmas_trainer.config import OPTIMIZERS, AgentConfig, TrainConfig, WorkerGroupPlan
+from drmas_trainer.config.train import OPTIMIZERS, AgentConfig, TrainConfig, WorkerGroupPlan
 
 GIB = 2**30
 #: CUDA context, cuBLAS workspaces and caching-allocator slack per process (an estimate).
@@ -439,7 +439,7 @@ def memory_plan(cfg: TrainConfig, groups: dict[str, WorkerGroupPlan], shapes: di
 
 def reference_memory(s: AgentConfig, shape: ModelShape, ranks: int = 1) -> dict[str, int]:
     """The frozen reference copy of a full-weight group with KL in the reward, in its compute dtype:
-    whole on the group's GPU, or, sharded over ``ranks`` GPUs (``drmas_trainer.fsdp_worker``), 1/N of
+    whole on the group's GPU, or, sharded over ``ranks`` GPUs (``drmas_trainer.fsdp.worker``), 1/N of
     it on each (its layers are gathered one at a time during the old-log-prob pass, not the update)."""
     b = 2 if s.dtype == "bfloat16" else 4
     name = f"reference policy {'bf16' if b == 2 else 'fp32'} (frozen)"

@@ -2,7 +2,7 @@
 or other tools.
 
 ``CKPT`` is a reference-trainer checkpoint (``ROOT`` or ``ROOT/global_step_N``, merged first:
-``verl_ckpt``) or one of this project's (``ROOT/step_K``, ``ROOT/latest``, or such a URL). ``DIR``
+``checkpoints.verl``) or one of this project's (``ROOT/step_K``, ``ROOT/latest``, or such a URL). ``DIR``
 gets::
 
     DIR/team.yaml          the workflow, each worker group's folder, each agent's group
@@ -26,15 +26,16 @@ from typing import Callable
 
 import yaml
 
-from drmas_bench.checkpoint_copies import local_copy, refuse_incomplete
-from drmas_bench.models.adapter_names import ADAPTER_CONFIG
-from drmas_bench.models.verl_ckpt import is_reference_checkpoint, team_folder
+from drmas_bench.checkpoints.adapter_names import ADAPTER_CONFIG
+from drmas_bench.checkpoints.copies import local_copy, refuse_incomplete
+from drmas_bench.checkpoints.verl import Roster, is_reference_checkpoint, team_folder
 from drmas_bench.types import UserError
 from drmas_bench.yamlfile import read_yaml
 
 
-def export(ckpt: str, out: str | os.PathLike, log: Callable[[str], None] = lambda s: None) -> Path:
-    """Write checkpoint ``ckpt``'s team to ``out`` (module docstring); returns ``out``."""
+def export(ckpt: str, out: str | os.PathLike, roster: Roster, log: Callable[[str], None] = lambda s: None) -> Path:
+    """Write checkpoint ``ckpt``'s team to ``out`` (module docstring); returns ``out``. ``roster``:
+    the suites' reference agent ids, to read a reference checkpoint (``suites.reference_roster()``)."""
 
     dest = Path(out)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -44,7 +45,7 @@ def export(ckpt: str, out: str | os.PathLike, log: Callable[[str], None] = lambd
     if not src_path.is_dir():
         raise UserError(f"{ckpt}: not a checkpoint folder")
     if is_reference_checkpoint(src_path):
-        src_path, _ = team_folder(src_path)
+        src_path, _ = team_folder(src_path, roster)
     elif src_path.name == "latest" and src_path.is_symlink():
         src_path = src_path.resolve()
     refuse_incomplete(src_path)

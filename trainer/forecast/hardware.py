@@ -1,5 +1,5 @@
 """The one table of hardware figures the predicted hours use (:data:`HARDWARE`), with a source for
-each, and the utilisations applied to them (:data:`MFU`, :data:`MBU`); drmas_trainer.hours is the
+each, and the utilisations applied to them (:data:`MFU`, :data:`MBU`); drmas_trainer.forecast.hours is the
 model that uses them. None of these figures was fitted to a measured or reported run time.
 """
 

@@ -6,7 +6,7 @@
     all_reduce([1.0, 2.0])                              # -> sums over the ranks
 
 Each worker group is its own world: its ranks are separate processes (Ray actors in a placement
-group, ``drmas_trainer.fsdp_ray``, or processes started by :func:`spawn_ranks`), and two groups
+group, ``drmas_trainer.fsdp.ray_group``, or processes started by :func:`spawn_ranks`), and two groups
 never share a process group, so their collectives cannot interleave.
 
 **Sharding.** Every module whose class the model lists in ``_no_split_modules`` (the decoder

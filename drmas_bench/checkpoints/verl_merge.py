@@ -21,7 +21,7 @@ config and tokenizer, either in the folder itself or in ``huggingface/``.
 
 A missing rank, shards of mixed world sizes, a placement other than ``Shard``/``Replicate``, no
 config, and a truncated or damaged shard are one-line :class:`UserError`\\ s. Writing goes to the
-folder the caller gives (a temp folder it renames into place: ``verl_ckpt``).
+folder the caller gives (a temp folder it renames into place: ``checkpoints.verl``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The recipe's ``data:`` and ``rollout:`` sections: what a run trains on and how its rollouts are
 sampled and served (the engines awake or pooled under a memory budget). Part of
-:class:`drmas_trainer.config.TrainConfig`, which re-exports both.
+:class:`drmas_trainer.config.train.TrainConfig`, which re-exports both.
 """
 
 from __future__ import annotations
