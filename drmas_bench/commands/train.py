@@ -191,10 +191,12 @@ def _report(summary: dict[str, Any], out: Path, cfg: Any) -> None:
     root = resolve_root(out, cfg.ckpt_root)
     spread = summary.get("grad_norm_spread", {})
     if spread:
-        logger.info("[train] grad-norm spread (max/median over steps): " +
-                    ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()))
-    logger.info(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
-                f"checkpoints in {root} (latest: {latest_pointer(root)})")
+        logger.info("[train] grad-norm spread (max/median over steps): " + ", ".join(
+            f"{a} {s['spread']:.2f}" if "spread" in s else f"{a} none (median norm {s['median']:g})"
+            for a, s in spread.items()))
+    k = summary.get("reward_window", 5)
+    logger.info(f"[train] reward first {k} step(s) {summary['reward_first5']:.3f} -> last {k} "
+                f"{summary['reward_last5']:.3f}; checkpoints in {root} (latest: {latest_pointer(root)})")
     best = summary.get("val_best")
     if best:
         logger.info(f"[train] best validation: step {best['step']}, {best['metric']} {best['value']:.4g} "
