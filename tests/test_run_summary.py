@@ -31,3 +31,21 @@ def test_a_long_run_keeps_its_5_step_windows(tmp_path):
 def test_every_norm_0_has_no_spread_rather_than_inf(tmp_path):
     s = _run(tmp_path, [0.3] * 4, [0.0] * 4)
     assert s["grad_norm_spread"]["checker"] == {"max": 0.0, "median": 0.0}
+
+
+def test_files_written_whole_follow_the_umask_like_any_other_file(tmp_path):
+    """train_report.html, summary.*, config.yaml are written by atomic_write: they were 0600 (the
+    temporary file's mode) where every other file of the run is 0644 under umask 022."""
+    import os
+    import stat
+
+    from drmas_bench.files import atomic_write
+
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "summary.json", "{}")
+        (tmp_path / "plain.txt").write_text("x")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert modes["summary.json"] == modes["plain.txt"] == 0o644

@@ -69,3 +69,8 @@ def test_a_sampled_sets_data_sources_are_known_names():
 def test_a_refusal_after_a_checkpoint_names_the_command_that_continues():
     args = argparse.Namespace(argv=["drmas-bench", "train", "--recipe", "tiny", "--fresh", "--out", "r"])
     assert _resume_argv(args) == ["--recipe", "tiny", "--out", "r", "--resume"]
+
+
+def test_a_fractional_count_is_named_once_with_its_value():
+    with pytest.raises(UserError, match=r"rollout\.n: must be a whole number, got 2\.5$"):
+        load_config("tiny", {"rollout.n": 2.5})
