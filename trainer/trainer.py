@@ -103,6 +103,7 @@ from drmas_trainer.runlog import (
 )
 from drmas_trainer.saving import local_checkpoint, save_checkpoint
 from drmas_trainer.trackers import check_tracker
+from drmas_trainer.val_checks import check_val
 from drmas_trainer.validation import Validator, logged_history
 from drmas_trainer.worker import LossSettings, Row
 
@@ -131,6 +132,7 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
     wf = get_workflow(cfg.workflow)
     plan_worker_groups(cfg, wf.agents)
     check_workflow_options(wf, cfg.workflow_options)
+    check_val(cfg, wf)  # keep_best against the names validation logs; the benchmarks' grading family
     check_tracker(cfg.tracker)
     tasks = load_train_tasks(cfg)
     retriever = rollout_retriever(cfg, wf)

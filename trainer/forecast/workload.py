@@ -1,4 +1,4 @@
-"""The workload of one training step, as the hours model (``drmas_trainer.hours``) reads it: per
+"""The workload of one training step, as the hours model (``drmas_trainer.forecast.hours``) reads it: per
 synchronous generate call, how many of the step's episodes are still running, how long their
 prompts are, and how long their responses run on average and at the longest (the batch waits for
 its longest response).
@@ -8,7 +8,8 @@ two producers:
 
 - the recipe's ``plan:`` section (:func:`stated`): stated assumptions, and at the low and high
   ends of the range the stated bounds on what no plan can know before a run (the longest response
-  between the mean and the cap, early stopping from the recipe's rule to none);
+  between the mean and the cap; episodes stopping as early as the workflow allows, or at its
+  last turn);
 - ``train --plan --workload RUN``: the same figures measured from a run's step log or an eval
   run's records (``measured=True``), which replace the bounds with one figure.
 
@@ -53,10 +54,11 @@ def stated(cfg: "TrainConfig", agents: list[str], end: End = "point") -> Workloa
     """The workload the recipe's ``plan:`` states, at one ``end`` of its range: ``point`` is the
     recipe's own assumptions (``plan.calls``, ``question_tokens``, ``response_share``; the longest
     response ``plan.bounds.longest_point`` of the cap); ``low`` and ``high`` put the two unknowns at
-    their stated bounds (``plan.bounds``): the longest response from ``longest_low`` (null: the mean,
-    no batch waits less) to ``longest_high`` of ``rollout.max_new_tokens``, and each call's share of
-    open episodes as the recipe states it ("stated": the workflow's rule) or 1 ("none": no episode
-    stops early). ``agents``: the workflow's agents (each once over every episode when
+    their stated bounds: the longest response from ``plan.bounds.longest_low`` (null: the mean, no
+    batch waits less) to ``longest_high`` of ``rollout.max_new_tokens``, and each call's share of
+    the step's episodes from its ``share_low`` (episodes stopping as early as the workflow lets them)
+    to its ``share_high`` (none stopping before the workflow's last turn); a call whose share is 0
+    does not happen. ``agents``: the workflow's agents (each once over every episode when
     ``plan.calls`` is empty)."""
     pc = cfg.plan
     b = pc.bounds
@@ -64,10 +66,10 @@ def stated(cfg: "TrainConfig", agents: list[str], end: End = "point") -> Workloa
     mean = pc.response_share * cap
     longest = {"low": pc.response_share if b.longest_low is None else b.longest_low,
                "point": b.longest_point, "high": b.longest_high}[end] * cap
-    early = {"low": b.early_stop_low, "point": "stated", "high": b.early_stop_high}[end]
-    specs = [(c.agent, c.share, c.context_tokens) for c in pc.calls] or [(a, 1.0, 0) for a in agents]
-    calls = tuple(CallLoad(a, share if early == "stated" else 1.0, float(pc.question_tokens + ctx), mean,
-                           max(mean, longest)) for a, share, ctx in specs)
+    shares = [(c.share, {"low": c.share_low, "point": None, "high": c.share_high}[end]) for c in pc.calls]
+    specs = [(c.agent, s if bound is None else bound, c.context_tokens) for c, (s, bound) in zip(pc.calls, shares)]
+    calls = tuple(CallLoad(a, share, float(pc.question_tokens + ctx), mean, max(mean, longest))
+                  for a, share, ctx in specs or [(a, 1.0, 0) for a in agents] if share > 0)
     words = {"low": "low end of", "point": "point of", "high": "high end of"}[end]
-    return Workload(calls, f"the {words} the recipe's plan: (longest response {max(mean, longest):.0f} of "
-                           f"{cap} tokens, early stopping {early})")
+    return Workload(calls, f"the {words} the recipe's plan: ({len(calls)} calls, the longest response "
+                           f"{max(mean, longest):.0f} of {cap} tokens)")
