@@ -51,7 +51,8 @@ def _ckpt(tmp_path, options: dict | None, name: str = "ck"):
 ])
 def test_checkpoint_team_yaml_carries_the_engines_dtype(recipe, overrides, dtype):
     from drmas_bench.workflows import get_workflow
-    from drmas_trainer.config.train import load_config, plan_worker_groups
+    from drmas_trainer.config.groups import plan_worker_groups
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.saving import checkpoint_team
 
     wf = get_workflow("toy")
