@@ -10,6 +10,8 @@ import argparse
 import json
 import logging
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +132,21 @@ def _positive(kind: type) -> Any:
     return parse
 
 
+def quiet_loading_bars() -> None:
+    """``--no-progress`` for the libraries' bars too ("Loading weights", downloads): off in this
+    process, and through the environment in the worker processes it starts (Ray actors)."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read by huggingface_hub and transformers at import
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    if getattr(args, "no_progress", False):
+        quiet_loading_bars()
     from drmas_trainer.config.train import load_config, parse_override
     from drmas_trainer.trainer import train
 
@@ -197,6 +213,9 @@ def _report(summary: dict[str, Any], out: Path, cfg: Any) -> None:
     k = summary.get("reward_window", 5)
     logger.info(f"[train] reward first {k} step(s) {summary['reward_first5']:.3f} -> last {k} "
                 f"{summary['reward_last5']:.3f}; checkpoints in {root} (latest: {latest_pointer(root)})")
+    if summary.get("wall_s") is not None:
+        logger.info(f"[train] wall {summary['wall_s']:.0f} s from start-up; the RL steps' own {summary['time_s']:.1f} s "
+                    f"(time_s); the rest: start-up, warm start, validation, checkpoints")
     best = summary.get("val_best")
     if best:
         logger.info(f"[train] best validation: step {best['step']}, {best['metric']} {best['value']:.4g} "
