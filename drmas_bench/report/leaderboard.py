@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from drmas_bench import compact
+from drmas_bench.benchmarks import select_benchmarks
 from drmas_bench.figures import Effects, fill, labels_of, lookup, shown_keys
 from drmas_bench.metrics import (
     MACRO,
@@ -53,7 +54,6 @@ from drmas_bench.report.runs import (
     open_run,
 )
 from drmas_bench.run_dir import SAMPLES, read_samples, select_records, selection_test
-from drmas_bench.tasks import select_benchmarks
 from drmas_bench.types import UserError
 from drmas_bench.workflows.rules import fold_of
 from drmas_bench.yamlfile import read_yaml
