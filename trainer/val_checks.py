@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from drmas_bench.tasks.catalog import get_benchmark
+from drmas_bench.benchmarks.catalog import get_benchmark
 from drmas_bench.types import UserError
 
 if TYPE_CHECKING:

@@ -240,7 +240,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         raise UserError("say what to prepare: --sampled (the reference's validation sets)")
     built = prepare_sampled(args.data_dir, args.out, suite=args.suite, force=args.force)
     if not built:
-        from drmas_bench.tasks.sampled import sampled_sets
+        from drmas_bench.benchmarks.sampled import sampled_sets
 
         have = ", ".join(f"{b.name} ({b.suite})" for b in sampled_sets())
         print(f"nothing to prepare: suite {args.suite} has no sampled validation set (the ones there are: {have})")
