@@ -64,8 +64,12 @@ def test_the_header_names_where_each_figure_came_from():
     assert plan.memory_source == "the recipe's plan.gpu: h100" and est.sources["GPU"] == "the recipe's plan.gpu"
     plan, est = plan_recipe(cfg, gpu_gib=141)
     assert plan.memory_source == "--gpu-memory" and est.sources["GPU"] == "nearest --gpu-memory"
-    plan, est = plan_recipe(load_config("tiny"))  # no plan.gpu, no flag
+    assert plan.prompt_source == "the recipe's plan.prompt_tokens"
+    plan, est = plan_recipe(load_config("tiny"))  # no plan.gpu, no plan.prompt_tokens, no flag
     assert plan.memory_source == "default: an H200" and est.sources["GPU"] == "default"
+    assert plan.prompt_source.startswith("default") and plan.seq == 4096 + load_config("tiny").rollout.max_new_tokens
+    plan, _ = plan_recipe(load_config("tiny"), prompt_tokens=256)
+    assert plan.prompt_source == "--prompt-tokens" and plan.seq == 256 + load_config("tiny").rollout.max_new_tokens
 
 
 def test_a_recipe_too_small_for_gpu_figures_says_so_instead_of_zero_hours(capsys):

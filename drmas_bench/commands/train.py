@@ -256,8 +256,11 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
         gpu = cfg.plan.gpu
     name, hw = hardware_for(gpu, gpu_gib)
     gib = gpu_gib or (hw.memory_gib if gpu else DEFAULT_GPU_GIB)
+    prompt_why = "--prompt-tokens" if prompt_tokens else "the recipe's plan.prompt_tokens" if cfg.plan.prompt_tokens \
+        else "default: neither --prompt-tokens nor plan.prompt_tokens says; a short-prompt recipe's memory is less"
     plan = memory_plan(cfg, groups, shapes, gpu_gib=gib, use_ray=not local,
                        prompt_tokens=prompt_tokens or cfg.plan.prompt_tokens or 4096)
+    plan.prompt_source = prompt_why
     plan.memory_source = "--gpu-memory" if gpu_gib else f"{gpu_why}: {name}" if gpu else "default: an H200"
     tasks, why = training_prompts(cfg)
     est = predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why)
