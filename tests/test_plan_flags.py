@@ -76,3 +76,10 @@ def test_a_recipe_too_small_for_gpu_figures_says_so_instead_of_zero_hours(capsys
     assert main(["train", "--recipe", "tiny", "--plan"]) == 0
     out = capsys.readouterr().out
     assert "too small for GPU figures to mean anything" in out and " h predicted" not in out
+
+
+def test_a_plan_flag_without_plan_is_refused_not_ignored(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--recipe", "tiny", "--gpus", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--gpus is a --plan flag" in err and "fsdp.ranks" in err and not out.exists()

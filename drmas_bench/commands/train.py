@@ -144,6 +144,18 @@ def quiet_loading_bars() -> None:
         hf_logging.disable_progress_bar()
 
 
+#: --plan's own flags -> what a training run reads instead (a flag the run cannot honour is refused)
+PLAN_ONLY = {"gpus": "--set fsdp.ranks=N (and fsdp.layout)", "gpu_memory": "the GPU it runs on",
+             "gpu": "the GPU it runs on", "prompt_tokens": "the data's own prompts"}
+
+
+def _refuse_plan_flags(args: argparse.Namespace) -> None:
+    for name, instead in PLAN_ONLY.items():
+        if getattr(args, name, None) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise UserError(f"{flag} is a --plan flag (training reads {instead}); add --plan, or drop {flag}")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     if getattr(args, "no_progress", False):
         quiet_loading_bars()
@@ -171,6 +183,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.recipe, overrides)
     if getattr(args, "plan", False):
         return cmd_plan(cfg, args)
+    _refuse_plan_flags(args)
     index = {None: "", True: "-by_agent", False: "-by_uid"}[cfg.algo.group_by_agent]  # a reference name's index
     name = f"{cfg.recipe}-{cfg.algo.estimator}{index}{'-shared' if cfg.shared else ''}-s{cfg.seed}"
     out = Path(args.out or Path("runs") / name)
