@@ -12,7 +12,7 @@ One iteration (``step``)::
               awake, or a pool keeps awake what the memory budget allows and holds them asleep
               for the update (rollout.engines; rollout_engines.py)
     old logp  rows split by worker group; each group checks its rows' ids against their text and
-              recomputes their log-probs (the "old" policy; rollout.old_logprobs), with
+              recomputes their log-probs (the "old" policy; rollout.old_logprobs; scoring.py), with
               use_kl_in_reward also the reference policy's (reference_policy.py), then the rollout
               correction's weights (rollout_correction.py) and the engine-vs-trainer metrics
     rewards   graders fill R per trajectory; row score = R - c_inv * (1 - valid), minus
@@ -22,23 +22,20 @@ One iteration (``step``)::
               balance_loss_by_agent_freq each row's loss weight (loss_balance.py)
     update    each group runs its PPO/GSPO epochs and mini-batches on its rows
     sync      each group copies its new weights into its rollout engine (pooled: at its next wake)
-    log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed)
     save      every save_every steps: RUN/ckpt/step_K (atomic; see checkpoint.py)
+    log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed): the step's metrics, its
+              workload (workload_log.py: episodes, prompt and response tokens per generate call) and its
+              phases' seconds under verl's timer names (metric_names.PHASES)
 
-Before step 1 an optional supervised warm start (``sft:``, toy only) runs and is saved as
-``ckpt/step_0``, the "untrained" team RL starts from. ``resume=True`` restarts from the newest
-complete checkpoint: weights, optimiser state, RNG, step and data cursor, and the metrics file is
-cut back to that step, so a killed run continues exactly where its last checkpoint left it.
+Before step 1 an optional supervised warm start (``sft:``, toy only) is saved as ``ckpt/step_0``.
+``resume=True`` restarts from the newest complete checkpoint (weights, optimiser state, RNG, step,
+data cursor; metrics cut back to that step): a killed run continues where its last checkpoint was.
 
-Worker groups run in this process (``use_ray=False``) or as Ray actors (``use_ray=True``); the loop
-is the same code: both expose the async methods of :class:`~drmas_trainer.worker.WorkerGroup`.
-
-The loop is this file: :func:`train` checks and locks the run directory, :func:`_train` is the
-iteration above, and the loop's own pieces (prompts, rollouts, rows) follow it. What it calls
-around the loop lives beside it: ``prepare.py`` (tasks, retriever, the rollout team, starting the
-worker groups, the warm start), ``saving.py`` (what a checkpoint of the run holds, writing it,
-reading one back to resume) and ``runlog.py`` (the run directory's files: ``metrics.jsonl`` and
-its step record, ``config.yaml``, the summary).
+Worker groups run in this process (``use_ray=False``) or as Ray actors (``use_ray=True``), both
+exposing the async methods of :class:`~drmas_trainer.worker.WorkerGroup`. :func:`train` checks and
+locks the run directory, :func:`_train` is the iteration above; around it: ``prepare.py`` (tasks,
+retriever, rollout team, worker groups, warm start), ``saving.py`` (a checkpoint of the run, and
+resuming from one) and ``runlog.py`` (``metrics.jsonl``, ``config.yaml``, the summary).
 """
 
 from __future__ import annotations
@@ -67,12 +64,14 @@ from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
 from drmas_bench.types import Task, Trajectory, UserError
 from drmas_bench.workflows.base import WORKFLOWS, WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer import metric_names
+from drmas_trainer import metric_names, workload_log
 from drmas_trainer.adv_metrics import pools_by_agent, reference_adv_metrics
 from drmas_trainer.advantages import compute_advantages
-from drmas_trainer.config.train import TrainConfig, plan_worker_groups
+from drmas_trainer.config.groups import plan_worker_groups
+from drmas_trainer.config.train import TrainConfig
 from drmas_trainer.fsdp.ray_group import check_sharded
 from drmas_trainer.loss_balance import row_loss_weights
+from drmas_trainer.phase_clock import PhaseClock
 from drmas_trainer.prepare import (
     load_train_tasks,
     rollout_retriever,
@@ -82,8 +81,7 @@ from drmas_trainer.prepare import (
     warm_start,
 )
 from drmas_trainer.ray_workers import init_ray, shutdown_ray
-from drmas_trainer.rewards import KLController, kl_reward_step, make_kl_controller, row_scores
-from drmas_trainer.rollout_correction import pad_lists
+from drmas_trainer.rewards import KLController, row_scores
 from drmas_trainer.rollout_engines import RolloutEngines, engine_metrics, reference_syncs
 from drmas_trainer.runlog import (
     CKPT_CACHE,
@@ -99,6 +97,7 @@ from drmas_trainer.runlog import (
     summarize,
 )
 from drmas_trainer.saving import local_checkpoint, save_checkpoint
+from drmas_trainer.scoring import check_tokens, correct_rows, kl_penalised_scores, start_kl_controller
 from drmas_trainer.trackers import check_tracker
 from drmas_trainer.val_checks import check_val
 from drmas_trainer.validation import Validator, logged_history
@@ -279,7 +278,7 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
     bar = tqdm(total=n_steps, initial=step0, desc=f"train {cfg.algo.estimator}", unit="step",
                disable=not progress, dynamic_ncols=True, file=sys.stderr)
     for step in range(step0 + 1, n_steps + 1):
-        t_step = time.perf_counter()
+        t_step, cpu_step = time.perf_counter(), time.process_time()
         # 1. prompts: the next P tasks of the shuffled training set
         batch = next_prompts(tasks, cursor, cfg.rollout.prompts_per_step, cfg.data)
         cursor_before, cursor = cursor, cursor + len(batch)
@@ -287,20 +286,25 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
         record = await rl_step(lp, batch, step, cursor_before)
         if lp.val is not None and lp.val.due(step, n_steps):  # validation on the engines as synced (RUN/val/step_N)
             record.update(await lp.val.validate(step))
-        # 7. log
         skipped_total += record[metric_names.SKIPPED_STEPS]
-        record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, metric_names.TIME_STEP: time.perf_counter() - t_step})
-        metrics.write(record)
-        bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
-        bar.update(1)
-        # 8. checkpoint (and with val.keep_best the best validation's, kept beside latest)
+        # 7. checkpoint (and with val.keep_best the best validation's, kept beside latest), timed for the log
         save = functools.partial(save_checkpoint, run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor,
                                  skipped_total=skipped_total)
         saved = step == n_steps or bool(cfg.save_every and step % cfg.save_every == 0)
+        clock = PhaseClock()
         if saved:
             await save(keep=lp.val.kept() if lp.val else ())
         if lp.val is not None:
             await lp.val.keep_best(step, saved, save)
+        # 8. log: after the save so that the step's record holds its seconds (verl's order); a stop between
+        #    the two leaves a checkpoint whose step has no record, never a record past the last checkpoint
+        clock.stop(metric_names.TIME_SAVE)
+        record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, **clock.record,
+                       metric_names.TIME_STEP: time.perf_counter() - t_step,
+                       metric_names.cpu(metric_names.TIME_STEP): time.process_time() - cpu_step})
+        metrics.write(record)
+        bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
+        bar.update(1)
     bar.close()
     summary = summarize(run, n_steps)
     if lp.val is not None:
@@ -373,11 +377,11 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     # 2. rollouts: n episodes per prompt through the harness workflow, with the engines' log-probs;
     #    pooled engines wake under the budget, then are held asleep for steps 3-5
     counters0 = await engines.counters()
-    t0 = time.perf_counter()
+    clock = PhaseClock()
     await engines.before_rollout()
     trajs = await rollout(batch, cfg, lp.runtime, lp.wf, lp.retriever, step=step)
     await engines.after_rollout()
-    timing = {metric_names.TIME_GEN: time.perf_counter() - t0}
+    clock.stop(metric_names.TIME_GEN)
     rb = make_rows(trajs, batch, lp.wf.agents)
     by_wg = {wg: [r for r, g in zip(rb["rows"], rb["wg"]) if g == wg] for wg in names}
 
@@ -385,14 +389,14 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     #    (rollout.old_logprobs: recompute), and with the reference policy for KL in the reward; then the
     #    rollout correction's weights and the engine-vs-trainer metrics; too many rows whose ids do not
     #    match their text stop the run (before this step updates anything)
-    t0 = time.perf_counter()
+    clock.start()
     recompute = cfg.rollout.old_logprobs == "recompute"
     scored = dict(zip(names, await asyncio.gather(*(
         lp.workers[wg].score_rows(by_wg[wg], recompute=recompute, **({"reference": True} if lp.kl_ctrl else {}))
         for wg in names))))
     extra = check_tokens(by_wg, scored, cfg.rollout.max_token_mismatch, step)
     extra.update(correct_rows(by_wg, scored, cfg.rollout))
-    timing[metric_names.TIME_OLD_LOGPROB] = time.perf_counter() - t0
+    clock.stop(metric_names.TIME_OLD_LOGPROB)
 
     # 4. rewards -> row scores (- the KL penalty) -> advantages and their metrics -> loss weights
     scores = row_scores(rb["reward"], rb["valid"], c_inv=cfg.algo.c_inv)
@@ -402,20 +406,20 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     adv = set_advantages(cfg, rb, scores, lp.wf.agents, extra)
 
     # 5. update each worker group on its own rows
-    t0 = time.perf_counter()
+    clock.start()
     results = await asyncio.gather(*(
         lp.workers[wg].update(by_wg[wg], epochs=cfg.algo.ppo_epochs, mini_batches=cfg.algo.mini_batches,
                               loss=lp.loss, seed=derive_seed(cfg.seed, "update", step, wg))
         for wg in names))
     updates = dict(zip(names, results))
-    timing[metric_names.TIME_UPDATE] = time.perf_counter() - t0
+    clock.stop(metric_names.TIME_UPDATE)
     if lp.observe is not None:
         lp.observe({**rb, "scores": scores, "adv": adv, "updates": updates})
 
     # 6. sync the rollout engines with the new weights (pooled: each at its next wake)
-    t0 = time.perf_counter()
+    clock.start()
     await engines.after_update()
-    timing[metric_names.TIME_SYNC] = time.perf_counter() - t0
+    clock.stop(metric_names.TIME_SYNC)
 
     record = step_metrics(step, cursor, batch, trajs, rb, scores, adv, updates, lp.wf.agents, lp.plan)
     record.update(extra)
@@ -423,7 +427,8 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     record[metric_names.REFERENCE_SYNCS] = reference_syncs(trajs)
     record[metric_names.ENGINES_POOLED] = int(engines.mode == "pooled")
     record[metric_names.SKIPPED_STEPS] = sum(u["skipped_steps"] for u in updates.values())
-    record.update(timing)
+    record.update(workload_log.step_metrics(trajs, {a: g for g, p in lp.plan.items() for a in p.agents}))
+    record.update(clock.record)
     return record
 
 
@@ -445,41 +450,6 @@ def set_advantages(cfg: TrainConfig, rb: dict[str, Any], scores: torch.Tensor, a
             n = len(row.response_ids)
             row.is_weights = [w] * n if row.is_weights is None else [v * w for v in row.is_weights]
     return adv
-
-
-def start_kl_controller(cfg: TrainConfig, run: Path, step0: int) -> KLController | None:
-    """The KL-in-reward controller (None when ``use_kl_in_reward`` is off). On resume its value is
-    the one the run's record of ``step0`` left for the next step."""
-    a = cfg.algo
-    if not a.use_kl_in_reward:
-        return None
-    ctrl = make_kl_controller(a.kl_ctrl.type, a.kl_ctrl.kl_coef, a.kl_ctrl.target_kl, a.kl_ctrl.horizon)
-    if step0 > 0:
-        last = [r for r in read_metrics(run) if r.get("step") == step0 and metric_names.REWARD_KL_COEFF_NEXT in r]
-        if not last:
-            raise UserError(f"resuming with use_kl_in_reward from step {step0}: its record in {run / METRICS} has no "
-                            f"{metric_names.REWARD_KL_COEFF_NEXT} (the KL controller's state); "
-                            "resume with the settings it ran with")
-        ctrl.value = float(last[-1][metric_names.REWARD_KL_COEFF_NEXT])
-    return ctrl
-
-
-def kl_penalised_scores(ctrl: KLController, kind: str, rows: list[Row], by_wg: dict[str, list[Row]],
-                        scored: dict[str, dict[str, Any]], scores: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Row scores minus ``beta * sum_t kl_t`` of each row's response tokens (old vs reference log-probs,
-    drmas_trainer.rewards), one controller step, and its record (actor/reward_kl_penalty{,_coeff})."""
-    ref_of = {id(r): lp for wg, rs in by_wg.items() for r, lp in zip(rs, scored[wg]["ref_logprobs"])}
-    old, mask = pad_lists([r.old_logprobs[: len(r.response_ids)] for r in rows])
-    ref, _ = pad_lists([ref_of[id(r)] for r in rows])
-    old, ref = old.float(), ref.float()  # float32 token rewards, as the reference computes them
-    lengths = mask.sum(dim=-1)
-    token_scores = torch.zeros_like(old)
-    has = lengths > 0
-    token_scores[has.nonzero().squeeze(-1), (lengths - 1)[has]] = scores[has].to(old.dtype)
-    rewards, current_kl, beta = kl_reward_step(ctrl, token_scores, old, ref, mask, kind)
-    penalty = token_scores.sum(dim=-1) - rewards.sum(dim=-1)  # beta * sum_t kl_t per row
-    return (scores - penalty.to(scores.dtype)), {metric_names.REWARD_KL: current_kl, metric_names.REWARD_KL_COEFF: beta,
-                                                 metric_names.REWARD_KL_COEFF_NEXT: float(ctrl.value)}
 
 
 async def rollout(batch: list[Task], cfg: TrainConfig, runtime: TeamRuntime, wf: WorkflowSpec,
@@ -521,62 +491,6 @@ def make_rows(trajs: list[Trajectory], batch: list[Task], agents: tuple[str, ...
     return {"rows": rows, "wg": wg, "uid": torch.tensor(uid), "traj": torch.tensor(traj),
             "agent": torch.tensor(agent), "reward": torch.tensor(reward, dtype=torch.float64),
             "valid": torch.tensor(valid)}
-
-
-def check_tokens(by_wg: dict[str, list[Row]], scored: dict[str, dict[str, Any]], max_share: float,
-                 step: int) -> dict[str, Any]:
-    """The token-in/token-out check's record (``rollout/token_mismatch`` per step and per group);
-    a group with more than ``max_share`` of its rows mismatched stops the run with one line naming
-    the agent and the first differing token (before this step updates anything)."""
-    rec: dict[str, Any] = {}
-    total = 0
-    for wg, rows in by_wg.items():
-        bad = [m for m in scored[wg]["mismatch"] if m is not None]
-        rec[metric_names.wg(wg, metric_names.TOKEN_MISMATCH)] = len(bad)
-        total += len(bad)
-        if bad and len(bad) > max_share * len(rows):
-            m = bad[0]
-            raise UserError(f"step {step}, worker group {wg}: {len(bad)} of {len(rows)} rows have response token ids "
-                            f"that do not decode to the text the workflow used (more than rollout.max_token_mismatch "
-                            f"{max_share:g}); first: agent {rows[m['row']].agent}, response token {m['position']} "
-                            f"(engine id {m['engine_id']}, the text re-tokenises to {m['text_id']}); the engine's ids "
-                            f"and text disagree: check its tokenizer and detokenizer")
-    rec[metric_names.TOKEN_MISMATCH] = total
-    return rec
-
-
-def correct_rows(by_wg: dict[str, list[Row]], scored: dict[str, dict[str, Any]], rc: Any) -> dict[str, Any]:
-    """With recomputed old log-probs: the rows' old log-probs become the trainer's (the engine's are
-    kept in ``engine_logprobs``), each row gets the correction's per-token weights (``rollout.correction``,
-    per agent since a row is one agent's call), and the record gets the engine-vs-trainer metrics
-    ``rollout_corr/*`` for the team, each agent and each worker group (real response tokens only)."""
-    from drmas_trainer.rollout_correction import correction_weights, mismatch_metrics, pad_lists
-
-    if all(scored[wg]["logprobs"] is None for wg in by_wg):
-        return {}  # old = the engine's: no gap to measure or correct
-    for wg, rows in by_wg.items():
-        for r, lp in zip(rows, scored[wg]["logprobs"]):
-            r.engine_logprobs, r.old_logprobs = r.old_logprobs, lp
-        if rc.correction != "none" and rows:
-            old, mask = pad_lists([r.old_logprobs for r in rows])
-            eng, _ = pad_lists([r.engine_logprobs for r in rows])
-            w = correction_weights(rc.correction, old, eng, mask, rc.correction_threshold)
-            for b, r in enumerate(rows):
-                r.is_weights = w[b, : len(r.old_logprobs)].tolist()
-
-    def metrics(rows: list[Row]) -> dict[str, float]:
-        old, mask = pad_lists([r.old_logprobs for r in rows])
-        eng, _ = pad_lists([r.engine_logprobs or [] for r in rows])
-        m = mismatch_metrics(old, eng, mask, rc.correction, rc.correction_threshold)
-        return {metric_names.rollout_corr(k): m[k] for k in metric_names.ROLLOUT_CORR_KEYS if k in m}
-
-    every = [r for rows in by_wg.values() for r in rows]
-    rec = metrics(every)
-    for wg, rows in by_wg.items():
-        rec.update({metric_names.wg(wg, k): v for k, v in metrics(rows).items()})
-    for a in dict.fromkeys(r.agent for r in every):
-        rec.update({metric_names.agent(a, k): v for k, v in metrics([r for r in every if r.agent == a]).items()})
-    return rec
 
 
 def _has_ray() -> bool:

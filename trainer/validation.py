@@ -32,13 +32,15 @@ from drmas_bench.report.runs import load_run
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import WorkflowSpec
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan
+from drmas_trainer import metric_names
+from drmas_trainer.config.groups import WorkerGroupPlan
+from drmas_trainer.config.train import TrainConfig
 from drmas_trainer.saving import checkpoint_team
 
 VAL_DIR = "val"  # RUN/val/step_N: one run folder per validation
 TEAM_FILE = "team.yaml"  # RUN/val/team.yaml: the team each validation plans with
 PREFIX = "val/"  # every validation metric's prefix (the reference's)
-TIME_KEY = "timing_s/testing"  # verl's timer name for its validation
+TIME_KEY = metric_names.TIME_TESTING  # verl's timer name for its validation
 CALLS_KEY = "val/calls"
 RUN_KEY = "val/run"
 

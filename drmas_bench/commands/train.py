@@ -92,8 +92,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="memory of one GPU for --plan, GiB (default: --gpu's, else the recipe's plan.gpu's, else 140: "
                         "an H200)")
     p.add_argument("--gpu", default=None, metavar="NAME",
-                   help="--plan's GPU for the predicted hours: h100 | h200 | a100 (default: the recipe's plan.gpu, or "
-                        "the one whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.forecast.hardware)")
+                   help="--plan's GPU for the predicted hours: h100 | h200 | a100, or here: this machine's CPU, "
+                        "measured now by a short matmul and copy probe (default: the recipe's plan.gpu, or the one "
+                        "whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.forecast.hardware)")
+    p.add_argument("--workload", default=None, metavar="RUN[:K]",
+                   help="--plan from the workload measured in RUN instead of the recipe's plan: assumptions: a "
+                        "training run (its metrics.jsonl; :K its first K steps) or an eval run of the starting team "
+                        "(its samples.jsonl); drmas_trainer.workload_log")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="longest prompt of a training row for --plan (default: the recipe's plan.prompt_tokens, else 4096)")
     p.add_argument("--gpus", type=_positive(int), default=None, metavar="N",
@@ -180,6 +185,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.local:
             raise UserError("--ray-address is for --ray (got --local)")
         overrides["ray.address"] = args.ray_address
+    if getattr(args, "workload", None) and not getattr(args, "plan", False):
+        raise UserError("--workload RUN re-predicts a plan: it goes with --plan (it trains nothing)")
     cfg = load_config(args.recipe, overrides)
     if getattr(args, "plan", False):
         return cmd_plan(cfg, args)
@@ -236,22 +243,26 @@ def _report(summary: dict[str, Any], out: Path, cfg: Any) -> None:
 
 
 def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = None, gpus: int | None = None,
-                prompt_tokens: int | None = None, local: bool = False) -> tuple[Any, Any]:
+                prompt_tokens: int | None = None, local: bool = False, workload: str | None = None) -> tuple[Any, Any]:
     """(memory plan, hours estimate) of ``cfg`` as ``train --plan`` makes them: the hardware is
     ``gpu`` (a row of drmas_trainer.forecast.hardware.HARDWARE), else the one ``gpu_gib`` suggests,
     else the recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``: the recipe re-planned on that
     many GPUs or refused (drmas_trainer.forecast.gpus; default its fsdp section); ``prompt_tokens``:
     the flag (default ``plan.prompt_tokens``, else 4096); ``local``: every group in one process on one
-    GPU (else Ray actors). The estimate carries the range of the recipe's stated bounds."""
+    GPU (else Ray actors); ``workload``: --workload's RUN[:K] (drmas_trainer.workload_log), else the
+    estimate carries the range of the recipe's stated bounds."""
     from drmas_bench.workflows.base import get_workflow
-    from drmas_trainer.config.train import plan_worker_groups
+    from drmas_trainer.config.groups import plan_worker_groups
     from drmas_trainer.forecast.gpus import gpu_layout
     from drmas_trainer.forecast.hours import HARDWARE, hardware_for, predict, training_prompts
-    from drmas_trainer.forecast.memory import DEFAULT_GPU_GIB, memory_plan, model_shape
+    from drmas_trainer.forecast.memory import DEFAULT_GPU_GIB, memory_plan
+    from drmas_trainer.forecast.shapes import model_shape
     from drmas_trainer.forecast.workload import stated
+    from drmas_trainer.workload_log import load as load_workload
 
-    if gpu is not None and gpu not in HARDWARE:
-        raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}")
+    if gpu is not None and gpu not in HARDWARE and gpu != "here":
+        raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}, here (this machine, measured)")
+    wl = load_workload(workload).for_plan(cfg.rollout.max_new_tokens) if workload else None
     if gpu_gib is not None and not (math.isfinite(gpu_gib) and gpu_gib > 0):
         raise UserError(f"--gpu-memory must be a number of GiB > 0, got {gpu_gib:g}")
     groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
@@ -267,7 +278,12 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
         "nearest --gpu-memory" if gpu_gib is not None else "default"
     if gpu is None and gpu_gib is None:
         gpu = cfg.plan.gpu
-    name, hw = hardware_for(gpu, gpu_gib)
+    if gpu == "here":  # this machine, measured now with the run's thread count
+        from drmas_trainer.forecast.hardware_probe import probe
+
+        name, hw = gpu, probe(threads=cfg.torch_threads)
+    else:
+        name, hw = hardware_for(gpu, gpu_gib)
     gib = gpu_gib or (hw.memory_gib if gpu else DEFAULT_GPU_GIB)
     prompt_why = "--prompt-tokens" if prompt_tokens else "the recipe's plan.prompt_tokens" if cfg.plan.prompt_tokens \
         else "default: neither --prompt-tokens nor plan.prompt_tokens says; a short-prompt recipe's memory is less"
@@ -276,8 +292,10 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
     plan.prompt_source = prompt_why
     plan.memory_source = "--gpu-memory" if gpu_gib else f"{gpu_why}: {name}" if gpu else "default: an H200"
     tasks, why = training_prompts(cfg)
-    est = predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why)
+    est = predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why, workload=wl)
     est.sources = {"GPU": gpu_why, "GPUs": layout.note or "the recipe's fsdp and ray sections"}
+    if wl is not None:  # one figure, from the run measured
+        return plan, est
     agents = [a for g in groups.values() for a in g.agents]
     est.low_hours, est.high_hours = (predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks,
                                              tasks_why=why, workload=stated(cfg, agents, end)).hours
@@ -293,7 +311,8 @@ def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
     from drmas_trainer.forecast.memory import format_plan, why_not
 
     plan, est = plan_recipe(cfg, gpu=getattr(args, "gpu", None), gpu_gib=args.gpu_memory, gpus=getattr(args, "gpus", None),
-                            prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local)
+                            prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local,
+                            workload=getattr(args, "workload", None))
     print(format_plan(plan, cfg.recipe))
     print(format_hours(est))
     if not plan.fits:

@@ -48,15 +48,17 @@ from typing import TYPE_CHECKING, Any
 
 from drmas_bench.benchmarks import catalog
 from drmas_bench.types import UserError
-from drmas_trainer.forecast.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for
+from drmas_trainer.forecast.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for  # noqa: F401 (re-exported)
 from drmas_trainer.forecast.workload import Workload, stated
 
 __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
            "training_prompts"]
 
 if TYPE_CHECKING:
-    from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan
-    from drmas_trainer.forecast.memory import MemoryPlan, ModelShape
+    from drmas_trainer.config.groups import WorkerGroupPlan
+    from drmas_trainer.config.train import TrainConfig
+    from drmas_trainer.forecast.memory import MemoryPlan
+    from drmas_trainer.forecast.shapes import ModelShape
 
 
 def forward_flops(shape: "ModelShape", ctx: float) -> float:
@@ -245,11 +247,12 @@ def _calls(workload: Workload, cfg: "TrainConfig", groups: dict[str, "WorkerGrou
     episodes (default a step's: prompts_per_step x n)."""
     group_of = {a: g for g, p in groups.items() for a in p.agents}
     B = episodes or cfg.rollout.prompts_per_step * cfg.rollout.n
-    eff_flops, eff_bw = hw.bf16_flops * MFU, hw.hbm_bytes_s * MBU
+    eff_flops, eff_bw = hw.flops_used, hw.bytes_used
     calls: list[Call] = []
     for c in workload.calls:
         if c.agent not in group_of:
-            raise UserError(f"plan.calls: unknown agent {c.agent!r}; the workflow's agents: {', '.join(group_of)}")
+            where = f"--workload ({workload.source})" if workload.measured else "plan.calls"
+            raise UserError(f"{where}: unknown agent {c.agent!r}; the workflow's agents: {', '.join(group_of)}")
         g = group_of[c.agent]
         sh = shapes[g]
         b, p, r, L = c.share * B / ranks, c.prompt_tokens, c.mean_response, c.longest_response
@@ -274,7 +277,7 @@ def _updates(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: d
         ctx = sum(n * t * t / 2 for n, t in rows) / max(tokens, 1e-9)  # F is linear in ctx: exact for the sum
         passes = (1 if cfg.rollout.old_logprobs == "recompute" else 0) + (1 if cfg.algo.use_kl_in_reward else 0) \
             + cfg.algo.ppo_epochs * (3 + (1 if s.gradient_checkpointing else 0))
-        update_s[g] = tokens * forward_flops(sh, ctx) * passes / (ranks * hw.bf16_flops * MFU)
+        update_s[g] = tokens * forward_flops(sh, ctx) * passes / (ranks * hw.flops_used)
         if s.optimizer_offload == "cpu" and not plan.lora:
             opt_steps = cfg.algo.ppo_epochs * cfg.algo.mini_batches
             sharing = min(hw.gpus_per_node, gpus)  # the ranks of one node step at once on its host memory
@@ -287,12 +290,14 @@ def format_hours(est: HoursEstimate) -> str:
     """The prediction as text: per call its prefill and decode, then the step's phases and the run."""
     hw = est.hardware
     whence = "; ".join(f"{k}: {v}" for k, v in est.sources.items())
-    out = [f"\nhours on {est.gpus} x {hw.title}" + (f" ({whence})" if whence else "") + f" [{hw.source}]: bf16 {hw.bf16_flops / 1e12:.0f} TFLOP/s at MFU "
-           f"{MFU:.2f}, HBM {hw.hbm_bytes_s / 1e12:.2f} TB/s at MBU {MBU:.2f}, NVLink {hw.nvlink_bytes_s / 1e9:.0f} "
-           f"GB/s, PCIe {hw.pcie_bytes_s / 1e9:.0f} GB/s (one direction)",
-           f"  {'call':<22} {'seq/GPU':>8} {'prompt':>7} {'resp':>6} {'prefill s':>10} {'decode s':>9}  bound   wake"]
+    mfu, mbu = hw.flops_used / hw.bf16_flops, hw.bytes_used / hw.hbm_bytes_s
+    out = [f"\nhours on {est.gpus} x {hw.title}" + (f" ({whence})" if whence else "") + f" [{hw.source}]: "
+           f"{hw.bf16_flops / 1e12:.3g} TFLOP/s at MFU {mfu:.2f}, memory {hw.hbm_bytes_s / 1e12:.3g} TB/s at MBU "
+           f"{mbu:.2f}, NVLink {hw.nvlink_bytes_s / 1e9:.0f} GB/s, PCIe {hw.pcie_bytes_s / 1e9:.0f} GB/s (one direction)",
+           f"  {'call':<22} {'seq/GPU':>8} {'prompt':>7} {'resp':>6} {'max':>5} {'prefill s':>10} {'decode s':>9}  bound"
+           "   wake"]
     for i, c in enumerate(est.calls, 1):
-        out.append(f"  {f'{i}. {c.agent} ({c.group})':<22} {c.batch:8.1f} {c.prompt:7.0f} {c.response:6.0f} "
+        out.append(f"  {f'{i}. {c.agent} ({c.group})':<22} {c.batch:8.1f} {c.prompt:7.0f} {c.response:6.0f} {c.longest:5.0f} "
                    f"{c.prefill_s:10.1f} {c.decode_s:9.1f}  {c.decode_bound:<7} {'yes' if c.wakes else 'no'}")
     upd = ", ".join(f"{g} {s:.1f}" + (f" + offload {est.offload_s[g]:.1f}" if g in est.offload_s else "")
                     for g, s in est.update_s.items())
@@ -311,7 +316,7 @@ def _run_lines(est: HoursEstimate) -> list[str]:
     """The run's lines: its steps, its validations, the total; the range and the reference's hours."""
     if est.hours is None or est.train_hours is None:
         return [f"  run: unknown number of steps ({est.steps_why})"]
-    if est.step_s < TOO_SHORT_S:
+    if est.step_s < TOO_SHORT_S and est.hardware.mfu is None:  # a GPU of the table, not this machine measured
         return [f"  run: {est.steps:,} steps; no hours for this recipe on a GPU: its models are too small for GPU "
                 f"figures to mean anything (the model counts {est.step_s * 1e3:.1f} ms of GPU work per step; the "
                 f"fixed costs of a step it does not model, Python, engine calls and transfers, take seconds). "
