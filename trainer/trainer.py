@@ -142,9 +142,7 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
             clear_run(Path(out))
             ckpt_io.clear(ckpt_io.resolve_root(Path(out), cfg.ckpt_root))
         try:
-            t0 = time.perf_counter()
-            summary = asyncio.run(_train(cfg, Path(out), tasks, retriever, resume=resume, use_ray=use_ray, progress=progress))
-            return {**summary, "wall_s": time.perf_counter() - t0}  # time_s is the RL steps' own; this, all of it
+            return asyncio.run(_train(cfg, Path(out), tasks, retriever, resume=resume, use_ray=use_ray, progress=progress))
         except (UserError, KeyboardInterrupt):
             raise
         except Exception as e:  # a bug: its traceback goes to RUN/error.log (the CLI prints one line)

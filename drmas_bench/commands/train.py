@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -201,8 +202,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"{'shared' if cfg.shared else 'shared base, an adapter per agent' if cfg.shared_base else 'non-shared'}, "
                 f"run dir {out}")
     before = _resume_hint(out, cfg) if out.exists() else None  # a refusal at load leaves it as it is
+    t0 = time.perf_counter()
     try:  # --fresh deletes the old run inside train(), under the run dir's lock
         summary = train(cfg, out, resume=args.resume, fresh=args.fresh, use_ray=use_ray, progress=not args.no_progress)
+        summary["wall_s"] = time.perf_counter() - t0  # time_s is the RL steps' own; this, the whole call
     except UserError as e:  # refused mid-run, after a checkpoint of this call: say how to continue it
         hint = _resume_hint(out, cfg)
         if hint is None or hint == before:
