@@ -300,9 +300,15 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
     if wl is not None:  # one figure, from the run measured
         return plan, est
     agents = [a for g in groups.values() for a in g.agents]
-    est.low_hours, est.high_hours = (predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks,
-                                             tasks_why=why, workload=stated(cfg, agents, end)).hours
-                                     for end in ("low", "high"))
+
+    def hours(end: Any, early: Any = None) -> Any:
+        return predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why,
+                       workload=stated(cfg, agents, end, early=early)).hours
+
+    est.low_hours, est.high_hours = hours("low"), hours("high")
+    if est.hours is not None:
+        est.parts = {"the longest response": (hours("low", "point"), hours("high", "point")),
+                     "early stopping": (hours("point", "low"), hours("point", "high"))}
     return plan, est
 
 

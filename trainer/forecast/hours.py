@@ -110,6 +110,7 @@ class HoursEstimate:
     sources: dict[str, str] = field(default_factory=dict)  # figure -> where it came from (flag, recipe, default)
     low_hours: float | None = None  # the range (drmas_trainer.forecast.outlook); None: a measured workload
     high_hours: float | None = None
+    parts: dict[str, tuple[float, float]] = field(default_factory=dict)  # unknown -> its own (low, high) hours
 
     @property
     def rollout_s(self) -> float:
@@ -336,6 +337,9 @@ def _run_lines(est: HoursEstimate) -> list[str]:
         out.append(f"  range: {est.low_hours:.1f} - {est.high_hours:.1f} h (high/low {est.high_hours / est.low_hours:.2f}) "
                    f"from the recipe's stated bounds on the unknowns (plan.bounds, plan.calls' share_low / share_high: "
                    f"the longest response, early stopping); a measured workload narrows it")
+        if est.parts:
+            out.append("  each unknown alone (the other at the point): " + "; ".join(
+                f"{k} {lo:.1f} - {hi:.1f} h" for k, (lo, hi) in est.parts.items()))
     out.append(f"  workload: {est.workload}")
     return out
 
