@@ -34,7 +34,8 @@ from drmas_bench.report.run_markdown import run_summary_markdown
 from drmas_bench.report.runs import Run
 from drmas_bench.report.view import render
 from drmas_bench.runner import grade_trajectories
-from drmas_bench.sweep import Design, assignment_figures, sweep_document
+from drmas_bench.sweep import assignment_figures, sweep_document
+from drmas_bench.sweep_design import Design
 from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import get_workflow, workflow_names
 from drmas_bench.workflows.base import Episode
