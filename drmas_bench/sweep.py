@@ -44,7 +44,7 @@ from drmas_bench.report.cost import alone_latency, pareto_front, plot_pareto, ru
 from drmas_bench.report.leaderboard import digest
 from drmas_bench.report.markdown import sweep_markdown
 from drmas_bench.report.runs import load_run
-from drmas_bench.run_dir import read_samples, sample_key, select_records, selection_of
+from drmas_bench.run_samples import read_samples, sample_key, select_records, selection_of
 from drmas_bench.sweep_design import Design, label, run_names
 from drmas_bench.types import UserError
 
