@@ -22,7 +22,7 @@ from drmas_bench import metrics
 from drmas_bench.figures import OPTIONAL, PLACEHOLDER, Effects, Figure, as_effects, lookup, shown_keys
 from drmas_bench.report.compare import compare_runs
 from drmas_bench.report.labels import rule_figure_keys
-from drmas_bench.report.leaderboard import build_leaderboard, digest, effect_phrase, parse_metrics
+from drmas_bench.report.leaderboard import build_leaderboard, digest, effect_phrase
 from drmas_bench.report.markdown import (
     compare_markdown,
     effects_markdown,
@@ -32,6 +32,7 @@ from drmas_bench.report.markdown import (
 )
 from drmas_bench.report.run_markdown import run_summary_markdown
 from drmas_bench.report.runs import Run
+from drmas_bench.report.tables import parse_metrics
 from drmas_bench.report.view import render
 from drmas_bench.runner import grade_trajectories
 from drmas_bench.sweep import assignment_figures, sweep_document
