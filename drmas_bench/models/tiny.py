@@ -130,6 +130,8 @@ def build_tiny_random(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Callable[[
     import transformers
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+    from drmas_bench.models.random_init import seeded_random_model
+
     dest.mkdir(parents=True, exist_ok=True)
     log(f"tiny-random: training a byte-level BPE tokenizer and building a Qwen2 model (seed {seed})")
     raw = train_tiny_tokenizer()
@@ -145,17 +147,7 @@ def build_tiny_random(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Callable[[
         bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
         use_sliding_window=False, dtype="float32",
     )
-    with torch.random.fork_rng(devices=[]):  # construction inits with the global RNG: leave it untouched
-        model = Qwen2ForCausalLM(config)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * 0.02)
+    model = seeded_random_model(Qwen2ForCausalLM, config, seed)
     model.generation_config = GenerationConfig(
         bos_token_id=ids["<|endoftext|>"], eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
         pad_token_id=ids["<|endoftext|>"],

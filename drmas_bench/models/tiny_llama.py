@@ -61,6 +61,8 @@ def build_tiny_random_llama(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Call
     import transformers
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+    from drmas_bench.models.random_init import seeded_random_model
+
     dest.mkdir(parents=True, exist_ok=True)
     log(f"tiny-random-llama: training a byte-level BPE tokenizer and building a Llama model (seed {seed})")
     raw = train_llama_tokenizer()
@@ -76,15 +78,7 @@ def build_tiny_random_llama(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Call
         bos_token_id=ids["<|begin_of_text|>"], eos_token_id=[ids["<|eot_id|>"], ids["<|end_of_text|>"]],
         pad_token_id=ids["<|finetune_right_pad_id|>"], dtype="float32",
     )
-    with torch.random.fork_rng(devices=[]):  # construction inits with the global RNG: leave it untouched
-        model = LlamaForCausalLM(config)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):  # tied: lm_head.weight is embed_tokens.weight
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * 0.02)
+    model = seeded_random_model(LlamaForCausalLM, config, seed)  # tied: lm_head.weight is embed_tokens.weight
     model.generation_config = GenerationConfig(
         bos_token_id=ids["<|begin_of_text|>"], eos_token_id=[ids["<|eot_id|>"], ids["<|end_of_text|>"]],
         pad_token_id=ids["<|finetune_right_pad_id|>"],
