@@ -81,6 +81,7 @@ class Registry(Generic[T]):
         self.hints = dict(hints or {})
         self._entries: dict[str, Any] = {}  # name -> object, or "module:object" not yet imported
         self._lazy: set[str] = set()
+        self._alias_of: dict[str, str] = {}  # alias -> the name it was registered with
         self._frozen = False
 
     # ------------------------------------------------------------------ filling it
@@ -101,6 +102,7 @@ class Registry(Generic[T]):
                 return obj
             return deco
         self._check_open(name)
+        self._check_names(name, aliases)
         for key in (name, *aliases):
             old = self._entries.get(key)
             if key in self._entries and old is not entry and not (isinstance(entry, str) and old == entry):
@@ -109,7 +111,26 @@ class Registry(Generic[T]):
             self._entries[key] = entry
             if isinstance(entry, str) and ":" in entry:
                 self._lazy.add(key)
+        self._alias_of.update((a, name) for a in aliases)
         return entry
+
+    def _check_names(self, name: str, aliases: tuple[str, ...]) -> None:
+        """Refuse a name or alias that would clash: an alias that is already a name (or another
+        name's alias, or its own name, or given twice), a name that is already an alias, and either
+        one equal to a renamed name (it would silently give the old name a new meaning). The same
+        registration again (a module imported twice) passes."""
+        for key in (name, *aliases):
+            if key in self.hints:
+                raise RegistryError(f"{self.kind} {key!r} is a renamed name ({self.hints[key]}); pick another")
+        if name in self._alias_of:
+            raise RegistryError(f"{self.kind} {name!r} is already an alias of {self._alias_of[name]!r}")
+        for a in aliases:
+            if a == name or aliases.count(a) > 1:
+                raise RegistryError(f"{self.kind} {name!r}: alias {a!r} given twice (or equal to the name)")
+            owner = self._alias_of.get(a, a if a in self._entries else None)
+            if owner is not None and owner != name:
+                what = "a name" if owner == a else f"an alias of {owner!r}"
+                raise RegistryError(f"{self.kind} alias {a!r} of {name!r} is already {what}")
 
     def __setitem__(self, name: str, entry: T | str) -> None:
         """``REGISTRY[name] = entry`` replaces what ``name`` holds: the deliberate override a test
@@ -126,6 +147,7 @@ class Registry(Generic[T]):
         self._check_open(name)
         self._entries.pop(name, None)
         self._lazy.discard(name)
+        self._alias_of.pop(name, None)
 
     def freeze(self) -> None:
         """No registration from now on (``discovery`` freezes what the suites fill once they are in)."""

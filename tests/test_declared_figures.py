@@ -3,15 +3,23 @@ hand list) runs a few scripted episodes and goes through summary.json, summary.m
 the leaderboard, ``compare`` and ``sweep``; each figure its effects block and its agents' format rules
 declare appears there under its declared words, and no report branches on a workflow's name.
 
+What each check expects is read off the declarations (`declared`: the workflow's `Effects` and
+`Figure`s, its rules' ``reason_names`` and ``labels``), never off the summary under test, so a summary
+or a report that drops a declared figure fails; the leaderboard's phrase is the declared phrase filled
+here with the block's values, written as `figures.FORMATS` says, not by the code that writes it.
+
 The episodes are the workflows' own code over a scripted engine (`ScriptedBackend`, a fake: replies
-cycle through texts in every shipped format) and a fake retriever; they are graded by the
-workflow's real grading family."""
+cycle through texts in every shipped format and in each way a shipped rule says a reply breaks
+one) and a fake retriever; they are graded by the workflow's real grading family. 19 episodes: with
+19 replies and each episode's script starting 7 replies after the last one's, an episode's n-th call
+meets every reply over the 19."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+from dataclasses import dataclass
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -19,9 +27,8 @@ from typing import Any
 import pytest
 
 from drmas_bench import metrics
-from drmas_bench.figures import OPTIONAL, PLACEHOLDER, Effects, Figure, as_effects, lookup, shown_keys
+from drmas_bench.figures import Effects, Figure, as_effects
 from drmas_bench.report.compare import compare_runs
-from drmas_bench.report.labels import rule_figure_keys
 from drmas_bench.report.leaderboard import build_leaderboard, digest, effect_phrase
 from drmas_bench.report.markdown import (
     compare_markdown,
@@ -41,11 +48,14 @@ from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import get_workflow, workflow_names
 from drmas_bench.workflows.base import Episode
 
-# replies in every shipped format (tags, boxes, verdicts, critiques, actions), and some in none
+# replies in every shipped format (tags, boxes, verdicts, critiques, actions), some in none, and some
+# that break a format in each way a shipped rule declares (so every declared reason is counted)
 REPLIES = ["<think>t</think><search>who</search>", "<think>t</think>\n<answer>3</answer>", "<verify>yes</verify>",
            "<verify>no</verify>", "<think>a</think><verify>approve</verify>", "<verify>reject</verify>", "\\boxed{3}",
            "so \\boxed{4}", "<answer>3</answer>", "<answer>5</answer>", "<verdict>approve</verdict>",
-           "<verdict>reject</verdict>", "<critique>right</critique>", "<critique>wrong</critique>", "plain text", ""]
+           "<verdict>reject</verdict>", "<critique>right</critique>", "<critique>wrong</critique>", "plain text", "",
+           # and the replies that give the rarer reasons rules declare: an unclosed box, CJK text, </think> before <think>
+           "\\boxed{3", "<verify>yes</verify> 对", "</think>t<think><answer>3</answer>"]
 
 
 class ScriptedBackend:
@@ -78,7 +88,7 @@ class FakeRetriever:
         return [[{"id": "1", "title": "Doc", "text": "three is 3" if self.calls % 2 else "nothing"}] for _ in queries]
 
 
-def scripted_records(name: str, episodes: int = 6, offset: int = 0) -> list[dict[str, Any]]:
+def scripted_records(name: str, episodes: int = 19, offset: int = 0) -> list[dict[str, Any]]:
     """``episodes`` episodes of workflow ``name`` over two questions, graded by its family."""
     spec = get_workflow(name)
     tasks = [Task(f"q{i}", "scripted", f"What is {i} + {3 - i}?", ["3"]) for i in range(2)]
@@ -105,10 +115,48 @@ def as_run(name: str, workflow: str, records: list[dict[str, Any]]) -> Run:
                sampling={a: {"max_new_tokens": 16} for a in spec.agents}, seed=1)
 
 
-def declared_words(workflow: str) -> dict[str, str]:
-    """Every figure's words the workflow declares: its effects block's and its rules' figures."""
+@dataclass
+class Declared:
+    """What a workflow declares, read off its declarations (never off a summary): its effects block's
+    key and figures ({key: words}, in order, and {key: format}), the reasons its agents' format rules
+    can give ({reason: words}, from their ``reason_names``), the figures those rules read ({key: words},
+    their other labels), and which agents' rules read figures off each reply (``agent_figures``)."""
+
+    effects_key: str | None
+    effects: dict[str, str]
+    formats: dict[str, str]
+    phrase: str
+    reasons: dict[str, str]
+    figures: dict[str, str]
+    readers: dict[str, set[str]]
+
+
+def declared(workflow: str) -> Declared:
     spec = get_workflow(workflow)
-    return {**spec.rule_labels(), **spec.effect_labels()}
+    words: dict[str, str] = {}
+    reason_names: list[str] = []
+    readers: dict[str, set[str]] = {}
+    for agent, rule in spec.rules.items():
+        reason_names += [r for r in rule.reason_names if r not in reason_names]
+        for key, w in rule.labels.items():
+            words.setdefault(key, Figure(key, w, rule.formats.get(key, "auto")).words)
+    for agent, rule in spec.rules.items():
+        if rule.agent_figures is not None:
+            readers[agent] = {k for k in rule.labels if k not in reason_names}
+    eff = spec.effects
+    return Declared(eff.key if eff else None, {f.key: f.words for f in eff.figures} if eff else {},
+                    {f.key: f.format for f in eff.figures} if eff else {}, eff.phrase if eff else "",
+                    {r: words[r] for r in reason_names}, {k: w for k, w in words.items() if k not in reason_names},
+                    readers)
+
+
+def dig(block: dict[str, Any], key: str) -> tuple[bool, Any]:
+    """(found, value) of a dotted key in a nested dict."""
+    for part in key.split("."):
+        if not isinstance(block, dict) or part not in block:
+            return False, None
+        block = block[part]
+    return True, block
 
 
 @pytest.fixture(scope="module")
@@ -123,36 +171,31 @@ def runs() -> dict[str, tuple[Run, Run, dict[str, Any]]]:
 
 def test_the_registry_holds_the_shipped_teams(runs):
     assert {"math_4agent", "toy_fixer", "math_refine", "search_route"} <= set(runs)
+    d = declared("math_4agent")  # the count the audit of issue 57 found: 8 rule labels, 5 reasons and 3 figures
+    assert len(d.reasons) + len(d.figures) == 8 and set(d.figures) == {"rounds_per_episode", "approve_rate", "verdicts"}
+    assert all(declared(n).reasons for n in runs)  # every workflow declares something its reports must show
 
 
-def test_summary_json_stores_the_declared_labels(runs):
+def test_summary_json_holds_every_declared_figure(runs):
     for name, (_, _, s) in runs.items():
-        spec = get_workflow(name)
-        assert s["compliance"]["labels"] == spec.rule_labels(), name
-        if spec.effects is None:
-            assert "labels" not in s["effects"]
+        d = declared(name)
+        c = s["compliance"]
+        assert {k: c["labels"].get(k) for k in {**d.reasons, **d.figures}} == {**d.reasons, **d.figures}, name
+        counted = {r for e in c["agents"].values() for r in e["invalid_reasons"]}
+        assert set(d.reasons) <= counted, (name, set(d.reasons) - counted)  # the script reaches every reason
+        for key in d.figures:  # a rule's figure: in the entry of an agent whose rule reads it, or per episode
+            where = [a for a, keys in d.readers.items() if key in keys and key in c["agents"].get(a, {})]
+            assert where or key in c["episodes"], (name, key)
+        for agent, keys in d.readers.items():  # an agent whose rule reads figures has them in its entry
+            assert keys & set(c["agents"][agent]), (name, agent)
+        if d.effects_key is None:
+            assert "labels" not in s["effects"], name
             continue
-        assert list(s["effects"]["labels"]) == [f.key for f in spec.effects.figures] + [
-            k for k in spec.labels if k not in s["effects"]["labels"]]
-        block = s["effects"][spec.effects.key]
-        # a shipped workflow names every figure of its block (none is shown in words made from its key)
-        assert shown_keys([block], s["effects"]["labels"]) == [k for k in s["effects"]["labels"] if lookup(block, k)[0]]
-
-
-def declared_in(name: str, s: dict[str, Any]) -> dict[str, list[str]]:
-    """The words of every declared figure this run's summary holds, by the section that shows it:
-    ``effects`` (its effects block's figures), ``agents`` (figures its agents' rules read off their
-    replies), ``episodes`` (its rules' per-episode figures)."""
-    spec = get_workflow(name)
-    rules = spec.rule_labels()
-    out: dict[str, list[str]] = {"effects": [], "agents": [], "episodes": []}
-    if spec.effects is not None:
-        block = s["effects"][spec.effects.key]
-        out["effects"] = [w for k, w in spec.effect_labels().items() if lookup(block, k)[0]]
-    for entry in s["compliance"]["agents"].values():
-        out["agents"] += [rules[k] for k in rule_figure_keys(entry)]  # a rule's figure is a declared one
-    out["episodes"] = [rules[k] for k in s["compliance"]["episodes"] if k != "episodes"]
-    return out
+        assert list(s["effects"]["labels"])[:len(d.effects)] == list(d.effects), name  # declared order
+        assert {k: s["effects"]["labels"][k] for k in d.effects} == d.effects, name
+        block = s["effects"][d.effects_key]
+        missing = [k for k in d.effects if not dig(block, k)[0]]
+        assert not missing, (name, missing)  # a summary that drops a declared figure fails here
 
 
 def _md_section(md: str, heading: str) -> str:
@@ -165,13 +208,16 @@ def _first_cells(text: str) -> set[str]:
 
 def test_summary_md_shows_every_declared_figure_under_its_words(runs):
     for name, (_, _, s) in runs.items():
+        d = declared(name)
         md = run_summary_markdown(s)
-        shown = declared_in(name, s)
         effects = _md_section(md, "agents did to the score")
-        assert {md_label("", {"": w}) for w in shown["effects"]} <= _first_cells(effects), name  # a row each
+        missing = {md_label("", {"": w}) for w in d.effects.values()} - _first_cells(effects)
+        assert not missing, (name, missing)  # a row each
         compliance = _md_section(md, "### Why: protocol compliance")
-        for words in shown["agents"] + shown["episodes"]:
+        for words in d.figures.values():
             assert f"{md_label('', {'': words})}: " in compliance, (name, words)
+        for words in d.reasons.values():  # "why invalid": each reason's words, then its count
+            assert re.search(rf"{re.escape(md_label('', {'': words}))} \d", compliance), (name, words)
         assert not re.search(r"\{[a-z_.]+\}", md), name  # a declared note's figures are filled in
 
 
@@ -181,38 +227,63 @@ def _html_table(html: str, name: str) -> str:
 
 
 def test_the_viewer_page_shows_every_declared_figure(runs):
-    for name, (a, _, s) in runs.items():
+    for name, (a, _, _) in runs.items():
+        d = declared(name)
         page = render([a])
-        shown = declared_in(name, s)
-        spec = get_workflow(name)
-        if spec.effects is not None:
-            rows = re.findall(r'<th data-label="figure">(.*?)</th>', _html_table(page, f"effects-{spec.effects.key}"))
-            assert [unescape(r) for r in rows][:len(shown["effects"])] == shown["effects"], name  # declared order
+        if d.effects_key is not None:
+            rows = re.findall(r'<th data-label="figure">(.*?)</th>', _html_table(page, f"effects-{d.effects_key}"))
+            assert [unescape(r) for r in rows][:len(d.effects)] == list(d.effects.values()), name  # declared order
         agents = unescape(_html_table(page, "compliance"))
-        assert all(f"{w}: " in agents for w in shown["agents"]), name
         episodes = unescape(_html_table(page, "episodes"))
-        assert all(f">{w}<" in episodes for w in shown["episodes"]), name
+        for words in d.figures.values():
+            assert f"{words}: " in agents or f">{words}<" in episodes, (name, words)
+        for words in d.reasons.values():
+            assert re.search(rf"{re.escape(words)}: \d", agents), (name, words)
+
+
+def written(words: str, fmt: str, x: Any) -> str:
+    """A figure's value in a phrase as figures.py's FORMATS say: a share in whole %, points with a
+    sign, a count as it is, a real number with two decimals, "–" for none."""
+    if x is None:
+        return "–"
+    if fmt == "points" or words.endswith("(pts)"):
+        return f"{100 * x:+.1f} pts"
+    if fmt == "share" or words.endswith("(%)"):
+        return f"{100 * x:.0f}%"
+    assert not isinstance(x, dict), "a counts figure in a phrase: write it here"
+    return str(x) if isinstance(x, int) else f"{x:.2f}"
+
+
+def phrase_of(d: Declared, block: dict[str, Any]) -> str:
+    """The declared phrase filled with the block's values: a [part] only when every figure it names
+    is there and not 0, each {key} its value written as its declared format says."""
+    def value(key: str) -> Any:
+        return dig(block, key)[1]
+
+    def part(m: re.Match) -> str:
+        named = re.findall(r"\{([^{}]+)\}", m.group(1))
+        return m.group(1) if all(value(k) not in (None, 0) for k in named) else ""
+
+    text = re.sub(r"\[([^\[\]]*\{[^{}]+\}[^\[\]]*)\]", part, d.phrase)
+    return re.sub(r"\{([^{}]+)\}", lambda m: written(d.effects[m.group(1)], d.formats[m.group(1)], value(m.group(1))), text)
 
 
 def test_leaderboard_compare_and_sweep_show_the_declared_effects(runs):
     for name, (a, b, s) in runs.items():
+        d = declared(name)
         spec = get_workflow(name)
         (table,) = build_leaderboard([a, b], parse_metrics("avg@n"))
         md = table_markdown(table)
         phrase = digest(a).effect
-        if spec.effects is None:
+        if d.effects_key is None:
             assert phrase == "–"
         else:
-            assert phrase == effect_phrase(spec.effects, s["effects"][spec.effects.key]) and "{" not in phrase
-            literal = [p for p in PLACEHOLDER.split(OPTIONAL.sub("", spec.effects.phrase))[::2] if p.strip()]
-            if not spec.effects.phrase:  # none declared: its first figure, labelled
-                literal = [next(iter(spec.effect_labels().values()), "–")]
-            assert all(p in phrase for p in literal) and phrase != "–", (name, phrase)  # the declared words, filled
-            assert phrase in md
+            assert d.phrase, f"{name}: a shipped workflow declares its phrase"
+            assert phrase == phrase_of(d, s["effects"][d.effects_key]) and phrase in md, (name, phrase)
         cmp_md = compare_markdown(compare_runs(a, b, n_boot=20))
-        if spec.effects is not None:
+        if d.effects_key is not None:
             section = cmp_md.split("agents did to the score")[1].split("## Flipped")[0]
-            for words in s["effects"]["labels"].values():
+            for words in d.effects.values():
                 assert md_label("", {"": words}) in section, (name, words)
         design = Design(name, spec.agents, "scripted", {}, "listed", [{x: "scripted" for x in spec.agents}],
                         {x: "scripted" for x in spec.agents}, 1)

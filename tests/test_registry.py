@@ -37,6 +37,42 @@ def test_a_name_is_registered_once_and_read_back():
         reg["nope"]
 
 
+def test_an_alias_that_clashes_with_a_name_is_refused_in_either_order():
+    """An alias is a second name for one entry: it may not take a name already registered (nor be
+    taken by a later name), even when the entries are the same object, nor revive a renamed name."""
+    def f() -> int:
+        return 1
+
+    def g() -> int:
+        return 2
+
+    name_first: Registry[object] = Registry("widget")
+    name_first.register("a", f)
+    with pytest.raises(RegistryError, match=r"^widget alias 'a' of 'b' is already a name$"):
+        name_first.register("b", g, aliases=("a",))
+    with pytest.raises(RegistryError, match=r"^widget alias 'a' of 'b' is already a name$"):
+        name_first.register("b", f, aliases=("a",))  # the same object: still two names for one key
+    assert name_first.names() == ["a"] and name_first.get("a") is f  # nothing half-registered
+
+    alias_first: Registry[object] = Registry("widget")
+    alias_first.register("b", g, aliases=("a",))
+    for entry in (f, g):
+        with pytest.raises(RegistryError, match=r"^widget 'a' is already an alias of 'b'$"):
+            alias_first.register("a", entry)
+    with pytest.raises(RegistryError, match=r"^widget alias 'a' of 'c' is already an alias of 'b'$"):
+        alias_first.register("c", g, aliases=("a",))
+    alias_first.register("b", g, aliases=("a",))  # the same registration again (a module imported twice)
+    assert alias_first.names() == ["b", "a"] and alias_first.get("a") is g
+
+    with pytest.raises(RegistryError, match=r"^widget 'd': alias 'd' given twice \(or equal to the name\)$"):
+        alias_first.register("d", f, aliases=("d",))
+    renamed: Registry[object] = Registry("widget", hints={"old": "now called `b`"})
+    for args in (("old", f, ()), ("x", f, ("old",))):
+        with pytest.raises(RegistryError, match=r"^widget 'old' is a renamed name \(now called `b`\); pick another$"):
+            renamed.register(args[0], args[1], aliases=args[2])
+    assert len(renamed) == 0
+
+
 def test_an_unknown_name_is_one_line_listing_the_known_ones_with_a_hint_for_a_renamed_one():
     reg: Registry[int] = Registry("widget", hints={"old": "now called `a`"})
     reg.register("a", 1)

@@ -120,9 +120,11 @@ def moved(wg: WorkerGroup) -> None:
             p.add_(0.05 * torch.randn(p.shape, generator=g))
 
 
-def watch(wg: WorkerGroup, seen: list[dict[str, Any]]) -> None:
+def watch(wg: WorkerGroup, seen: list[dict[str, Any]], keep_weights: bool = False) -> None:
     """Record the gradient each optimiser steps on (torch's public step pre-hook): per worker group,
-    or per LoRA adapter (each has its own optimiser), flat, under ``grads[name]``."""
+    or per LoRA adapter (each has its own optimiser), flat, under ``grads[name]`` (the step's last);
+    ``keep_weights``: also, per optimiser step, (its gradient, the policy's weights it stepped from)
+    under ``history[name]``."""
     opts = getattr(wg.optimizer, "optimizers", None) or {wg.name: wg.optimizer}
     for key, opt in opts.items():
         params = [p for group in opt.param_groups for p in group["params"]]
@@ -131,13 +133,18 @@ def watch(wg: WorkerGroup, seen: list[dict[str, Any]]) -> None:
             grads = [p.grad.detach().flatten().clone() for p in params if p.grad is not None]
             if grads:
                 seen[-1]["grads"][key] = torch.cat(grads)
+            if keep_weights:
+                weights = {n: p.detach().clone() for n, p in wg.policy.named_parameters()}
+                seen[-1].setdefault("history", {}).setdefault(key, []).append((torch.cat(grads), weights))
         opt.register_step_pre_hook(grab)
 
 
-def steps(tiny_path: str, tmp_path: Any, n: int = 1, recipe: str = "tiny", **over: Any) -> list[dict[str, Any]]:
+def steps(tiny_path: str, tmp_path: Any, n: int = 1, recipe: str = "tiny", keep_weights: bool = False,
+          **over: Any) -> list[dict[str, Any]]:
     """``n`` training steps of ``recipe`` (BASE + ``over``) from the same starting state every
     time; per step: what ``Loop.observe`` saw, the step's record, and each group's (LoRA: each
-    adapter's) gradient as its optimiser stepped on it (``grads[name]``, flat)."""
+    adapter's) gradient as its optimiser stepped on it (``grads[name]``, flat; ``keep_weights``:
+    every optimiser step's gradient and starting weights, ``history[name]``)."""
     cfg = load_config(recipe, {**BASE, **over})
     wf = get_workflow(cfg.workflow)
     plan = plan_worker_groups(cfg, wf.agents)
@@ -149,7 +156,7 @@ def steps(tiny_path: str, tmp_path: Any, n: int = 1, recipe: str = "tiny", **ove
                                          seed=derive_seed(cfg.seed, "wg", name), torch_threads=1, **lora)
         moved(wg)
         wg.engine = FakeScriptedEngine(wg.tokenizer)
-        watch(wg, seen)
+        watch(wg, seen, keep_weights)
     runtime = TeamRuntime(rollout_team(cfg, plan, wf), workers, rollout_sampling(cfg))
     lp = Loop(cfg, plan, wf, runtime, None, workers, kl_ctrl=start_kl_controller(cfg, tmp_path, 0),
               observe=lambda obs: seen[-1].update(obs))
@@ -295,19 +302,73 @@ def plain_grad(tiny_path: str, obs: dict[str, Any], wg: str, mode: str) -> torch
     return torch.cat([p.grad.flatten() for p in group.params if p.grad is not None])
 
 
+def plain_gspo_after_an_update(tiny_path: str, obs: dict[str, Any], wg: str, lo: float = 3e-4,
+                               hi: float = 4e-4) -> tuple[float, torch.Tensor, float, torch.Tensor]:
+    """A group's second optimiser step of a GSPO step with two epochs, by a plain loop over its rows
+    (REFERENCE.md section 1): the log-probs at the weights that step started from (after the first
+    update) against the old ones (at the weights the first started from); per row the sequence ratio
+    ``s = exp(mean_t(logp_t - old_t))``, its loss ``max(-A s, -A clip(s, 1 - lo, 1 + hi))``, the mean
+    over rows, and its gradient by autograd. Also the same with the per-token ratio (clipped per
+    token, averaged over the row's tokens): what a token-level GSPO would give. (loss, grad, token
+    loss, token grad)."""
+    (_, start), (_, after) = obs["history"][wg][:2]
+    group = WorkerGroup(wg, [wg], plan_worker_groups(load_config("tiny", BASE), ("solver", "checker"))[wg].settings,
+                        tiny_path, device="cpu")
+    rows = [r for i, r in enumerate(obs["rows"]) if obs["wg"][i] == wg and r.response_ids]
+    batch = pack_rows([r.prompt_ids for r in rows], [r.response_ids for r in rows], group.pad_id)
+
+    def logp_at(weights: dict[str, torch.Tensor]) -> torch.Tensor:
+        with torch.no_grad():
+            for n, p in group.policy.named_parameters():
+                p.copy_(weights[n])
+        return token_logprobs(group.policy, batch)[0]
+
+    with torch.no_grad():
+        old = logp_at(start)
+    logp = logp_at(after)
+    seq, tok = [], []
+    for i, r in enumerate(rows):
+        valid = batch["mask"][i].bool()
+        diff = logp[i][valid] - old[i][valid]
+        a = r.advantage
+        s = torch.exp(diff.mean())
+        seq.append(torch.maximum(-a * s, -a * s.clamp(1 - lo, 1 + hi)))
+        ratio = torch.exp(diff)
+        tok.append(torch.maximum(-a * ratio, -a * ratio.clamp(1 - lo, 1 + hi)).mean())
+    params = [p for p in group.params if p.requires_grad]
+    out = []
+    for loss in (torch.stack(seq).mean(), torch.stack(tok).mean()):
+        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        out += [float(loss.detach()), torch.cat([g.flatten() for g in grads if g is not None])]
+    return out[0], out[1], out[2], out[3]
+
+
 def test_gspo_is_the_loss_the_groups_train_with(base, tiny_path, tmp_path):
-    on = steps(tiny_path, tmp_path, **{"algo.loss": "gspo"})[0]
+    """Two epochs over the step's rows: the first optimiser step at ratio 1 (where the sequence and
+    the per-token ratio agree), the second after an update, where the log-probs moved unevenly across
+    a row's tokens and the two differ; each step's loss and gradient are the sequence-level ones."""
+    on = steps(tiny_path, tmp_path, keep_weights=True, **{"algo.loss": "gspo", "algo.ppo_epochs": 2})[0]
     assert on["adv"].tolist() == base["adv"].tolist()
     for wg in ("solver", "checker"):
-        assert on["updates"][wg]["pg_loss"] == pytest.approx(plain_pg_loss(on, wg, "gspo"), abs=1e-5)
+        assert on["updates"][wg]["optimizer_steps"] == 2 and len(on["history"][wg]) == 2
         assert base["updates"][wg]["pg_loss"] == pytest.approx(plain_pg_loss(base, wg, "ppo"), abs=1e-5)
-        # the gradient each group steps on is the sequence-level objective's (rows of different
-        # lengths: it differs from the token-level one)
+        # the first step: the sequence-level objective's gradient (rows of different lengths: it
+        # differs from the token-level PPO one)
+        first = on["history"][wg][0][0]
         gspo, ppo = plain_grad(tiny_path, on, wg, "gspo"), plain_grad(tiny_path, base, wg, "ppo")
         scale = float(ppo.abs().max())
         assert float((gspo - ppo).abs().max()) > 0.05 * scale
-        assert torch.allclose(on["grads"][wg], gspo, rtol=1e-3, atol=1e-4 * scale)
+        assert torch.allclose(first, gspo, rtol=1e-3, atol=1e-4 * scale)
         assert torch.allclose(base["grads"][wg], ppo, rtol=1e-3, atol=1e-4 * scale)
+        # the second step, after the first update: the sequence ratio, not the per-token one
+        loss2, grad2, tok_loss2, tok_grad2 = plain_gspo_after_an_update(tiny_path, on, wg)
+        g_scale = float(grad2.abs().max())
+        assert g_scale > 0 and float((grad2 - tok_grad2).abs().max()) > 0.05 * g_scale  # the two ratios differ here
+        assert abs(loss2 - tok_loss2) > 1e-3 * max(abs(loss2), 1e-3), (loss2, tok_loss2)
+        second = on["history"][wg][1][0]
+        assert torch.allclose(second, grad2, rtol=1e-3, atol=1e-4 * g_scale)
+        # the update's logged pg_loss is the mean over its two steps (the first at ratio 1)
+        assert on["updates"][wg]["pg_loss"] == pytest.approx((plain_pg_loss(on, wg, "gspo") + loss2) / 2, abs=1e-5)
 
 
 def test_per_agent_grad_clip_scales_each_groups_gradient_to_its_own_bound(base, tiny_path, tmp_path):
