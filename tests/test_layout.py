@@ -461,7 +461,6 @@ DEFERRED_MORE_THAN_ONCE = {
     ("drmas_bench.models.loading", "transformers"): "on the light path of models/ and plan",
     ("drmas_bench.models.smollm2", "torch"): "the model registry imports it to list its aliases",
     ("drmas_bench.models.smollm2", "transformers"): "the model registry imports it to list its aliases",
-    ("drmas_bench.models.tiny", "tokenizers"): "the model registry imports it to list its aliases",
     ("drmas_bench.engines.hosting", "torch"): "plan and the explicit team import it to place engines",
     # the optional sglang extra, checked where used (GPU-only backend: not reworked without a GPU)
     ("drmas_bench.engines.sglang", "sglang"): "optional extra, GPU-only backend",

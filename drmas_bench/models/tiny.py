@@ -125,12 +125,9 @@ def build_tiny_random(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Callable[[
                       hidden_size: int = 128, num_layers: int = 4) -> dict[str, Any]:
     """Write a random Qwen2ForCausalLM + its tokenizer into ``dest``; byte-identical for the same seed
     (with the same transformers / tokenizers / torch versions)."""
-    import tokenizers
-    import torch
-    import transformers
-    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-    from drmas_bench.models.random_init import seeded_random_model
+    from drmas_bench.models.tiny_build import save_tiny, seeded_random_model
 
     dest.mkdir(parents=True, exist_ok=True)
     log(f"tiny-random: training a byte-level BPE tokenizer and building a Qwen2 model (seed {seed})")
@@ -148,13 +145,8 @@ def build_tiny_random(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Callable[[
         use_sliding_window=False, dtype="float32",
     )
     model = seeded_random_model(Qwen2ForCausalLM, config, seed)
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
-        pad_token_id=ids["<|endoftext|>"],
-    )
-    model.save_pretrained(dest)
-    tok.save_pretrained(dest)
-    n = sum(p.numel() for p in model.parameters())
-    return {"seed": seed, "parameters": n, "vocab_size": config.vocab_size, "dtype": "float32",
-            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
-            "torch": torch.__version__.split("+")[0]}
+    saved = save_tiny(dest, model, tok, {"bos_token_id": ids["<|endoftext|>"],
+                                         "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+                                         "pad_token_id": ids["<|endoftext|>"]})
+    return {"seed": seed, "parameters": saved.pop("parameters"), "vocab_size": config.vocab_size, "dtype": "float32",
+            **saved}
