@@ -101,7 +101,7 @@ class WorkerGroup:
         """This group's counters for ``Pool.stats()`` (JSON-serialisable), with what a server engine
         learned or could not switch off (``engine_notes``) when it says."""
         c = self.counters
-        out = {
+        out: dict[str, Any] = {
             "model": self.model,
             "state": self.state,
             "footprint_bytes": self.footprint,
