@@ -1,7 +1,7 @@
 """drmas-bench: evaluate and train teams of LLM agents.
 
 Layout (docs/architecture.md): suites/ (one folder per suite: benchmarks, workflows, format rules,
-grading family, prompts; found by ``discovery``, outside ones through ``$DRMAS_SUITES`` or the
+grading family, prompts; found by ``suites.discovery``, outside ones through ``$DRMAS_SUITES`` or the
 ``drmas_bench.suites`` entry point), ``suite`` (the one module a suite's author imports),
 ``registry`` (the one Registry type), tasks/ (benchmarks: loading and selecting), workflows/ (the
 Episode API, format rules, the protocol every suite shares), engines/ (hf, openai, sglang), pool/

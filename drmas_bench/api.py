@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from drmas_bench import compact, metrics, runner
+from drmas_bench.benchmarks.catalog import get_benchmark
 from drmas_bench.call_cache import CacheTally, CallCache
 from drmas_bench.calls import CallChain
 from drmas_bench.limits import LimitReached, start_meter
@@ -91,7 +92,6 @@ from drmas_bench.retrievers import open_retriever
 from drmas_bench.run_dir import RunDir
 from drmas_bench.run_samples import selection_test
 from drmas_bench.split import run_split
-from drmas_bench.tasks.catalog import get_benchmark
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)

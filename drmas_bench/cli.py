@@ -14,10 +14,10 @@ import sys
 from typing import Callable
 
 from drmas_bench import __version__, log, signals
-from drmas_bench.discovery import discover
 from drmas_bench.limits import EXIT_CODE as LIMIT_EXIT_CODE
 from drmas_bench.limits import LimitReached
 from drmas_bench.registry import Registry
+from drmas_bench.suites.discovery import discover
 from drmas_bench.types import UserError
 
 COMMANDS: Registry[Callable[[argparse._SubParsersAction], None]] = Registry("command module")

@@ -13,7 +13,7 @@ import yaml
 from drmas_bench.engines import ENGINES
 from drmas_bench.pool import POOLS
 from drmas_bench.schema import EVAL_DEFAULTS, RANGES
-from drmas_bench.tasks.catalog import suite_names
+from drmas_bench.suites.registry import suite_names
 from drmas_bench.types import UserError
 
 # eval's defaults are declared once, in drmas_bench.schema.EVAL_DEFAULTS (the CLI's flags read them too);

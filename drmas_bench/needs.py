@@ -19,11 +19,12 @@ from typing import Any
 
 from drmas_bench.checkpoints.copies import plan_local_copy, plan_model_copy
 from drmas_bench.checkpoints.layout import is_url
-from drmas_bench.checkpoints.verl import is_reference_checkpoint, plan_merge
+from drmas_bench.checkpoints.verl import Roster, is_reference_checkpoint, plan_merge
 from drmas_bench.engines import traits
 from drmas_bench.models.names import ALIASES, plan_alias
 from drmas_bench.preparation import Step, pending
-from drmas_bench.tasks.catalog import reference_roster
+from drmas_bench.suites.registry import get_suite, suite_names
+from drmas_bench.workflows import get_workflow, workflow_names
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,22 @@ class Located:
     def ready(self) -> bool:
         """The folder is there: nothing is left to fetch or merge."""
         return not pending(self.steps)
+
+
+def reference_roster() -> Roster:
+    """What the suites say of the reference trainer's agent ids (``Suite.agent_names``), for reading
+    its checkpoints as a team (``checkpoints.verl``): workflow -> {reference id: agent} for each
+    registered workflow whose suite names all its agents, its suite (the one grading with the
+    workflow's family), and the suites' default workflows."""
+    suite_of: dict[str, str | None] = {}
+    teams: dict[str, dict[str, str]] = {}
+    for name in workflow_names():
+        wf = get_workflow(name)
+        suite_of[name] = next((s for s in suite_names() if get_suite(s).family == wf.family), None)
+        names = get_suite(suite_of[name]).agent_names if suite_of[name] else {}
+        if names and all(a in names for a in wf.agents):
+            teams[name] = {names[a]: a for a in wf.agents}
+    return Roster(teams, suite_of, frozenset(get_suite(s).workflow for s in suite_names()))
 
 
 def locate(cfg: Any) -> Located:

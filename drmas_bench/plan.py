@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from drmas_bench.agents.explicit import Explicit
 from drmas_bench.agents.team import build_team, validate_sampling
+from drmas_bench.benchmarks import load_tasks, resolve_data_dir, select_benchmarks
+from drmas_bench.benchmarks.base import Benchmark
 from drmas_bench.checkpoints.copies import plan_model_copy, refuse_incomplete
 from drmas_bench.checkpoints.layout import is_url
 from drmas_bench.engines import DEFAULT_ENGINE, traits
@@ -60,9 +62,7 @@ from drmas_bench.provenance import (
 )
 from drmas_bench.reproducibility import identity_team
 from drmas_bench.retrievers import default_spec, note_trained_retriever
-from drmas_bench.tasks import load_tasks, resolve_data_dir, select_benchmarks
-from drmas_bench.tasks.base import Benchmark
-from drmas_bench.tasks.catalog import get_suite
+from drmas_bench.suites.registry import get_suite
 from drmas_bench.types import Sampling, Task, UserError
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows import protocol as proto

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench import __version__
+from drmas_bench.benchmarks.catalog import local_file, source_of
 from drmas_bench.files import file_sha256, load_hash_cache, model_identity, save_hash_cache
 from drmas_bench.grading.families import takes_grader
 from drmas_bench.grading.graders import DEFAULT_GRADER, get_grader
-from drmas_bench.tasks.catalog import local_file, source_of
 from drmas_bench.types import UserError
 
 # the libraries whose versions change results or speed; only those installed are recorded

@@ -1,6 +1,7 @@
 """One registry type for every kind of named thing: suites, benchmarks, workflows, format rules,
 grading families, math graders, engines, pools, commands, export formats, and the trainer's
-estimators, policy losses, KL penalties and rollout corrections.
+estimators, policy losses, KL penalties, rollout corrections, advantage metric families, loss
+weightings and KL controllers (tests/test_registry_dicts.py finds a dict standing in for one).
 
     ENGINES = Registry("engine", error=EngineError)
     ENGINES.register("hf", "drmas_bench.engines.hf:HFEngine")   # lazy: imported when first asked for
@@ -16,7 +17,7 @@ A name is registered once: a second registration of the same name is refused (th
 again is allowed, so a module imported twice under two names does no harm). An entry may be a
 ``"module:object"`` string, imported on first use (``lazy=True``, the default for a string), so a
 registry of heavy things (an engine that imports torch) costs nothing until one is used. A registry
-filled by the suites is frozen once they are discovered (``drmas_bench.discovery``): what a command
+filled by the suites is frozen once they are discovered (``drmas_bench.suites.discovery``): what a command
 lists is what it runs; a late registration (a module imported mid-run) is refused, and a test that
 registers its own entry does so inside ``with REGISTRY.unfrozen():``.
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from drmas_bench.agents.team import TeamSpec
+from drmas_bench.benchmarks.catalog import BENCHMARKS, known_names
 from drmas_bench.calls import CallChain
 from drmas_bench.grading.families import grade_family
 from drmas_bench.limits import LimitReached
 from drmas_bench.recorder import Recorder
 from drmas_bench.run_dir import RunDir
-from drmas_bench.tasks.catalog import BENCHMARKS, known_names
 from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory
 from drmas_bench.workflows.base import Episode, WorkflowSpec
 

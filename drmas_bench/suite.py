@@ -28,24 +28,23 @@ or option is a :class:`UserError` (one line, exit 2).
 
 from __future__ import annotations
 
+from drmas_bench.benchmarks.base import (
+    Benchmark,
+    HubSource,
+    Sampled,
+    answer_text,
+    first_field,
+    record_id,
+    register,
+)
+from drmas_bench.benchmarks.loaders import math_task, normalize_question, qa_task
 from drmas_bench.figures import Effects, Figure
 from drmas_bench.grading.families import Family, register_family
 from drmas_bench.grading.qa import grade_qa
 from drmas_bench.grading.standard import MATH as MATH_FAMILY
 from drmas_bench.grading.standard import QA as QA_FAMILY
 from drmas_bench.records import RecordView, mean_or_none, rate
-from drmas_bench.tasks.base import (
-    Benchmark,
-    HubSource,
-    Sampled,
-    Suite,
-    answer_text,
-    first_field,
-    record_id,
-    register,
-    register_suite,
-)
-from drmas_bench.tasks.loaders import math_task, normalize_question, qa_task
+from drmas_bench.suites.registry import Suite, register_suite
 from drmas_bench.types import SFTExample, Task, Trajectory, Turn, UserError
 from drmas_bench.workflows import protocol
 from drmas_bench.workflows.base import Episode, chat, workflow

@@ -31,7 +31,7 @@ from drmas_bench.grading import GradingPool, grade_math_many, grade_one, shutdow
 from drmas_bench.grading.latex import latex_to_sympy
 from drmas_bench.grading.latex import to_sympy
 from drmas_bench.grading.normalize import _normalize
-from drmas_bench.tasks import load_tasks
+from drmas_bench.benchmarks import load_tasks
 
 FILLER = "We expand, simplify and check the cases one by one. "
 

@@ -50,7 +50,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ENGINE_KIND = "instant-double"
-# the search suite's benchmarks and their sizes here (drmas_bench.tasks.search; 38,446 questions)
+# the search suite's benchmarks and their sizes here (drmas_bench.benchmarks.search; 38,446 questions)
 SEARCH_SIZES = {"nq": 3610, "triviaqa": 11313, "popqa": 1000, "hotpotqa": 7405, "2wiki": 12576,
                 "musique": 2417, "bamboogle": 125}
 N_SAMPLES = 16

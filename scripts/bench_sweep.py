@@ -69,7 +69,7 @@ def bench_suite(suite: str, out: Path, models: list[str], args: argparse.Namespa
     from drmas_bench import sweep, sweep_design
     from drmas_bench.api import EvalConfig, evaluate
     from drmas_bench.report.runs import load_run
-    from drmas_bench.tasks.catalog import get_suite
+    from drmas_bench.suites.registry import get_suite
     from drmas_bench.workflows import get_workflow
 
     wf = get_workflow(get_suite(suite).workflow)

@@ -115,7 +115,7 @@ OURS = _SAMPLER + """
 import os, sys, time
 t0 = time.perf_counter()
 from drmas_bench.checkpoints.verl import team_folder
-from drmas_bench.tasks.catalog import reference_roster
+from drmas_bench.needs import reference_roster
 folder, _ = team_folder(sys.argv[1], reference_roster(), show_progress=False)
 report(t0)
 print('FOLDER ' + str(folder))

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from drmas_bench.cli import main
-from drmas_bench.tasks import BENCHMARKS, known_names, load_tasks, select_benchmarks
-from drmas_bench.tasks.catalog import get_benchmark
+from drmas_bench.benchmarks import BENCHMARKS, known_names, load_tasks, select_benchmarks
+from drmas_bench.benchmarks.catalog import get_benchmark
 from drmas_bench.suites.toy.benchmarks import make_toy_tasks
 from drmas_bench.types import UserError
 

@@ -21,7 +21,7 @@ from drmas_bench.types import Completion, Request, Task, Trajectory, Turn, UserE
 @pytest.fixture()
 def dead_hub(monkeypatch):
     """HF_ENDPOINT at a local port nobody listens on: connection refused at once, network or not."""
-    from drmas_bench.tasks import catalog
+    from drmas_bench.benchmarks import catalog
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -35,7 +35,7 @@ def dead_hub(monkeypatch):
 
 
 def test_unreachable_hub_fails_fast_naming_both_fixes(dead_hub, capsys):
-    from drmas_bench.tasks import load_tasks
+    from drmas_bench.benchmarks import load_tasks
 
     t0 = time.monotonic()
     with pytest.raises(UserError) as e:

@@ -457,7 +457,7 @@ def _next_different(golds: list[str], i: int) -> str | None:
 def test_every_gold_matches_itself_and_not_another(data_dir):
     """Every math gold is right against itself boxed and wrong against a different gold of the
     same benchmark, with no timeout and no error (careful grader)."""
-    from drmas_bench.tasks import load_tasks
+    from drmas_bench.benchmarks import load_tasks
 
     pairs, want, where = [], [], []
     for bench in MATH_BENCHMARKS:

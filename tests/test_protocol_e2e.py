@@ -79,7 +79,7 @@ class FakeReferenceModel:
 
 @pytest.fixture(scope="module")
 def served(data_dir):
-    from drmas_bench.tasks import load_tasks, select_benchmarks
+    from drmas_bench.benchmarks import load_tasks, select_benchmarks
 
     tasks = load_tasks(select_benchmarks("search", "hotpotqa")[0], data_dir, limit=3)
     s = FakeReferenceModel({t.question: t.answers[0] for t in tasks})

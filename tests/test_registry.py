@@ -1,5 +1,5 @@
 """The one registry type (`drmas_bench.registry.Registry`) and how outside suites are found
-(`drmas_bench.discovery`: a module name or a folder path in ``$DRMAS_SUITES``, or an installed
+(`drmas_bench.suites.discovery`: a module name or a folder path in ``$DRMAS_SUITES``, or an installed
 distribution's ``drmas_bench.suites`` entry point)."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_a_frozen_registry_refuses_registration_outside_unfrozen():
 
 
 def test_the_suite_registries_are_frozen_after_discovery():
-    from drmas_bench.tasks.catalog import SUITES, suite_names
+    from drmas_bench.suites.registry import SUITES, suite_names
     from drmas_bench.workflows import RULES, WORKFLOWS
 
     suite_names()
@@ -125,7 +125,7 @@ def test_the_suite_registries_are_frozen_after_discovery():
 
 
 SUITE_INIT = '''
-from drmas_bench.tasks.base import Suite, register_suite
+from drmas_bench.suites.registry import Suite, register_suite
 register_suite(Suite({name!r}, workflow="toy", max_new_tokens=8, family="toy"))
 '''
 
@@ -149,14 +149,14 @@ def test_outside_suites_arrive_by_folder_path_module_name_and_entry_point(tmp_pa
     (dist / "entry_points.txt").write_text("[drmas_bench.suites]\nmine = suite_installed\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]),
            "DRMAS_SUITES": f"{by_path},suite_by_name"}
-    code = "from drmas_bench.tasks.catalog import suite_names; print(' '.join(suite_names()))"
+    code = "from drmas_bench.suites.registry import suite_names; print(' '.join(suite_names()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["math", "search", "suite_by_name", "suite_by_path", "suite_installed", "toy"]
 
 
 def test_a_missing_suite_folder_or_module_is_one_line(tmp_path):
-    from drmas_bench.discovery import _import_suite
+    from drmas_bench.suites.discovery import _import_suite
 
     with pytest.raises(UserError, match=r"^DRMAS_SUITES: .*nowhere is not a suite package"):
         _import_suite(str(tmp_path / "nowhere"))

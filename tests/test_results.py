@@ -173,7 +173,7 @@ def test_registries_are_the_one_list_of_names():
     from drmas_bench.agents.team import ENGINE_KINDS
     from drmas_bench.commands import report as report_cmd
     from drmas_bench.engines import ENGINES
-    from drmas_bench.tasks.catalog import suite_names
+    from drmas_bench.suites.registry import suite_names
 
     assert ENGINE_KINDS == tuple(ENGINES)
     parser = argparse.ArgumentParser()

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from drmas_bench.cli import main
-from drmas_bench.tasks import benchmarks_of_suite, get_benchmark, load_tasks
-from drmas_bench.tasks.sampled import prepare_sampled
+from drmas_bench.benchmarks import benchmarks_of_suite, get_benchmark, load_tasks
+from drmas_bench.benchmarks.sampled import prepare_sampled
 from drmas_bench.types import UserError
 
 MATH_PARTS = [("math500", 50, "math500_first50"), ("aime24", 30, "aime24"), ("aime25", 30, "aime25")]

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from drmas_bench.tasks import BENCHMARKS, known_names, load_tasks, select_benchmarks
+from drmas_bench.benchmarks import BENCHMARKS, known_names, load_tasks, select_benchmarks
 from drmas_bench.suites.math.benchmarks import _dapo_task, dapo_problem
-from drmas_bench.tasks.loaders import normalize_question
+from drmas_bench.benchmarks.loaders import normalize_question
 from drmas_bench.types import UserError
 
 

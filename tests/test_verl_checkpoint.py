@@ -24,7 +24,7 @@ from drmas_bench.cli import main
 from drmas_bench.models import resolve_model
 from drmas_bench.checkpoints import verl as verl_ckpt, verl_merge
 from drmas_bench.checkpoints.verl import agents_of, read_team, team_folder
-from drmas_bench.tasks.catalog import reference_roster
+from drmas_bench.needs import reference_roster
 from drmas_bench.types import UserError
 
 from conftest import find_data_dir

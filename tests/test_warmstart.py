@@ -107,7 +107,7 @@ def test_search_examples_never_show_an_evaluation_question():
     per dataset: 2Wiki's "dev_0" is not NQ's) and no normalised question text of any file the search
     suite evaluates (read here through the benchmark registry, file by file)."""
     from drmas_bench.grading.qa import normalize_qa
-    from drmas_bench.tasks.catalog import _tasks_from_file, benchmarks_of_suite
+    from drmas_bench.benchmarks.catalog import _tasks_from_file, benchmarks_of_suite
     from drmas_bench.suites.search.search_sft import SEARCH_TRAIN_SOURCES, SOURCE_DATASET, search_train_tasks
 
     pool = search_train_tasks(str(DATA))

@@ -120,7 +120,8 @@ def test_records_name_the_workflow_they_came_from(shout_echo):
 def echo_suite(shout_echo):
     """A suite declared here, as a tasks/<suite>.py module would: its default workflow (the one above),
     its generation limit and its grading family, and one built-in benchmark."""
-    from drmas_bench.tasks.base import BENCHMARKS, SUITES, Benchmark, Suite, register, register_suite
+    from drmas_bench.benchmarks.base import BENCHMARKS, Benchmark, register
+    from drmas_bench.suites.registry import SUITES, Suite, register_suite
 
     with SUITES.unfrozen(), BENCHMARKS.unfrozen():
         suite = register_suite(Suite("test_echo_suite", workflow="test_shout_echo", max_new_tokens=7, family="toy"))
@@ -136,7 +137,7 @@ def test_a_suite_defined_here_picks_its_workflow_token_limit_and_grading(echo_su
     from drmas_bench.plan import EvalConfig, choices, resolve
     from drmas_bench.provenance import grader_record
     from drmas_bench.runner import grade_trajectories
-    from drmas_bench.tasks.catalog import suite_names
+    from drmas_bench.suites.registry import suite_names
     from drmas_bench.types import Trajectory, UserError
 
     suite, bench = echo_suite

@@ -375,8 +375,8 @@ def test_team_file_prompts_and_protocol(tmp_path):
 
 
 def test_search_questions_are_normalised():
-    from drmas_bench.tasks.loaders import normalize_question
-    from drmas_bench.tasks.loaders import qa_task as _qa_task
+    from drmas_bench.benchmarks.loaders import normalize_question
+    from drmas_bench.benchmarks.loaders import qa_task as _qa_task
 
     assert normalize_question("  who is x ") == "who is x?" and normalize_question("who? ") == "who?"
     assert _qa_task({"question": "capital of france", "golden_answers": ["Paris"]}, 0, "nq").question == "capital of france?"

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from drmas_bench.registry import Registry
 from drmas_trainer.advantages import advantages64
 from drmas_trainer.segments import dense_ids, segment_moments, take
 
@@ -179,17 +180,12 @@ class StepRows:
     group_by_agent: bool
 
 
-ADV_METRICS: dict[str, Callable[[StepRows], dict[str, float]]] = {}
+ADV_METRICS: Registry[Callable[[StepRows], dict[str, float]]] = Registry("advantage metric family", error=ValueError)
 
 
-def adv_metric(name: str) -> Callable:
-    """Register a metric family ``fn(rows: StepRows) -> {name: value}`` under ``name``."""
-    def deco(fn: Callable[[StepRows], dict[str, float]]) -> Callable[[StepRows], dict[str, float]]:
-        if name in ADV_METRICS:
-            raise ValueError(f"advantage metric family {name!r} is already registered")
-        ADV_METRICS[name] = fn
-        return fn
-    return deco
+def adv_metric(name: str) -> Callable[[Callable[[StepRows], dict[str, float]]], Callable[[StepRows], dict[str, float]]]:
+    """Register a metric family ``fn(rows: StepRows) -> {name: value}`` under ``name`` (refused twice)."""
+    return ADV_METRICS.register(name)
 
 
 @adv_metric("adv_std")
@@ -248,5 +244,5 @@ def reference_adv_metrics(scores: Tensor, uid: Tensor, traj: Tensor, agent: Tens
     rows = StepRows(x, u, t, a, adv.detach().to("cpu", torch.float64), names, group_by_agent)
     out: dict[str, float] = {}
     for family in METRIC_VERSIONS[version]:
-        out |= ADV_METRICS[family](rows)
+        out |= ADV_METRICS.get(family)(rows)
     return out

@@ -21,21 +21,23 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from drmas_bench.registry import Registry
 from drmas_trainer.segments import dense_ids, take
 
 __all__ = ["LOSS_WEIGHTS", "agent_freq_weights", "loss_weighting", "row_loss_weights"]
 
-LOSS_WEIGHTS: dict[str, Callable[[Tensor, Tensor], Tensor] | None] = {"none": None}
+LOSS_WEIGHTS: Registry[Callable[[Tensor, Tensor], Tensor | None]] = Registry("loss weighting", error=ValueError)
 
 
-def loss_weighting(name: str) -> Callable:
-    """Register ``fn(uid, agent) -> weights`` as ``algo.loss_weights: name``."""
-    def deco(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
-        if name in LOSS_WEIGHTS:
-            raise ValueError(f"loss weighting {name!r} is already registered")
-        LOSS_WEIGHTS[name] = fn
-        return fn
-    return deco
+def loss_weighting(name: str) -> Callable[[Callable[[Tensor, Tensor], Tensor | None]], Callable[[Tensor, Tensor], Tensor | None]]:
+    """Register ``fn(uid, agent) -> weights`` as ``algo.loss_weights: name`` (refused twice)."""
+    return LOSS_WEIGHTS.register(name)
+
+
+@loss_weighting("none")
+def no_weights(uid: Tensor, agent: Tensor) -> None:
+    """``algo.loss_weights: none``: every row weighs the same (no weights)."""
+    return None
 
 
 @loss_weighting("agent_freq")
@@ -64,7 +66,4 @@ def agent_freq_weights(uid: Tensor, agent: Tensor) -> Tensor:
 
 def row_loss_weights(name: str, uid: Tensor, agent: Tensor) -> Tensor | None:
     """The weighting ``name`` of :data:`LOSS_WEIGHTS` on one step's rows ([N] each); None for ``none``."""
-    if name not in LOSS_WEIGHTS:
-        raise ValueError(f"unknown loss weighting {name!r}; known: {', '.join(LOSS_WEIGHTS)}")
-    fn = LOSS_WEIGHTS[name]
-    return None if fn is None else fn(uid, agent)
+    return LOSS_WEIGHTS.get(name)(uid, agent)

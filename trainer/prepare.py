@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from drmas_bench.agents.team import TeamSpec, WorkerGroupSpec
+from drmas_bench.benchmarks import get_benchmark, load_tasks
+from drmas_bench.benchmarks.catalog import iter_jsonl, resolve_data_dir
 from drmas_bench.models import resolve_model
 from drmas_bench.pool.cluster import driver_model_name
 from drmas_bench.retrievers import default_spec, open_retriever
-from drmas_bench.suites.toy.benchmarks import make_toy_tasks
-from drmas_bench.tasks import load_tasks
-from drmas_bench.tasks.catalog import iter_jsonl, resolve_data_dir
 from drmas_bench.types import Sampling, SFTExample, Task, UserError
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows.base import WorkflowSpec, derive_seed
@@ -33,7 +32,9 @@ def load_train_tasks(cfg: TrainConfig) -> list[Task]:
     defaults to ``train``)."""
     d = cfg.data
     if d.source == "toy":
-        tasks = make_toy_tasks(d.size, seed=d.seed, max_operand=d.max_operand, benchmark="toy")
+        generate = get_benchmark("toy").generate  # the toy suite's generator, with the recipe's size and seed
+        assert generate is not None
+        tasks = generate(d.size, seed=d.seed, max_operand=d.max_operand, benchmark="toy")
     elif d.source.startswith("benchmark:"):
         names = [n.strip() for n in d.source.split(":", 1)[1].split(",") if n.strip()]
         if not names:

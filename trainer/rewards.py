@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from drmas_bench.registry import Registry
 from drmas_trainer.losses import kl_penalty
 
 __all__ = ["KL_CONTROLLERS", "AdaptiveKLController", "FixedKLController", "kl_controller", "kl_in_reward",
@@ -77,17 +78,12 @@ def row_scores(
 
 # ---------------------------------------------------------------------------------------- controllers
 
-KL_CONTROLLERS: dict[str, Callable[..., "KLController"]] = {}
+KL_CONTROLLERS: Registry[Callable[..., "KLController"]] = Registry("KL controller", error=ValueError)
 
 
-def kl_controller(name: str) -> Callable:
-    """Register a KL-coefficient controller class under ``name`` (``algo.kl_ctrl.type``)."""
-    def deco(cls: type) -> type:
-        if name in KL_CONTROLLERS:
-            raise ValueError(f"KL controller {name!r} is already registered")
-        KL_CONTROLLERS[name] = cls
-        return cls
-    return deco
+def kl_controller(name: str) -> Callable[[Callable[..., "KLController"]], Callable[..., "KLController"]]:
+    """Register a KL-coefficient controller class under ``name`` (``algo.kl_ctrl.type``; refused twice)."""
+    return KL_CONTROLLERS.register(name)
 
 
 class KLController:
@@ -126,13 +122,12 @@ class AdaptiveKLController(KLController):
 
 def make_kl_controller(kind: str, kl_coef: float, target_kl: float = 0.1, horizon: float = 10000.0) -> KLController:
     """The controller ``kind`` (``fixed`` | ``adaptive``) starting at ``kl_coef``; one-line errors."""
-    if kind not in KL_CONTROLLERS:
-        raise ValueError(f"unknown KL controller {kind!r}; known: {', '.join(KL_CONTROLLERS)}")
+    ctrl = KL_CONTROLLERS.get(kind)  # an unknown kind: one line listing the known ones
     if kind == "fixed":
         return FixedKLController(kl_coef)
     if horizon <= 0 or target_kl <= 0:
         raise ValueError(f"the adaptive KL controller needs horizon > 0 and target_kl > 0, got {horizon}, {target_kl}")
-    return KL_CONTROLLERS[kind](kl_coef, target_kl, horizon)
+    return ctrl(kl_coef, target_kl, horizon)
 
 
 # ---------------------------------------------------------------------------------------- the step

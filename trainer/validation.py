@@ -26,10 +26,10 @@ from typing import Any, Awaitable, Callable, Iterable
 import yaml
 
 from drmas_bench.api import EvalConfig, plan, prepare, run_on_engines
+from drmas_bench.benchmarks.catalog import get_benchmark
 from drmas_bench.files import atomic_write
 from drmas_bench.records import RecordView
 from drmas_bench.report.runs import load_run
-from drmas_bench.tasks.catalog import get_benchmark
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import WorkflowSpec
 from drmas_trainer import checkpoint as ckpt_io

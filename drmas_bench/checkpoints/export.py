@@ -35,7 +35,7 @@ from drmas_bench.yamlfile import read_yaml
 
 def export(ckpt: str, out: str | os.PathLike, roster: Roster, log: Callable[[str], None] = lambda s: None) -> Path:
     """Write checkpoint ``ckpt``'s team to ``out`` (module docstring); returns ``out``. ``roster``:
-    the suites' reference agent ids, to read a reference checkpoint (``suites.reference_roster()``)."""
+    the suites' reference agent ids, to read a reference checkpoint (``needs.reference_roster()``)."""
 
     dest = Path(out)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):

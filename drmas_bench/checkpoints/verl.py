@@ -57,7 +57,7 @@ MERGE_VERSION = 1  # part of the cache key: a change to how groups are merged me
 @dataclass(frozen=True)
 class Roster:
     """What the suites say of the reference's agent ids, handed in by the caller (this package sits
-    below the suites and workflows: ``suites.reference_roster()`` builds it). ``teams``: workflow ->
+    below the suites and workflows: ``needs.reference_roster()`` builds it). ``teams``: workflow ->
     {the reference's agent id: this workflow's agent}, for every workflow whose suite names all its
     agents (``Suite.agent_names``), in workflow-name order; ``suite_of``: workflow -> its suite;
     ``defaults``: the suites' default workflows (preferred when several fit)."""

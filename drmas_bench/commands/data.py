@@ -9,7 +9,7 @@ import textwrap
 
 from tabulate import tabulate
 
-from drmas_bench.tasks.catalog import suite_names
+from drmas_bench.suites.registry import suite_names
 from drmas_bench.types import UserError
 
 EPILOG = """examples:
@@ -73,14 +73,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _rows(suite: str | None, data_dir):
-    from drmas_bench.tasks import catalog
+    from drmas_bench.benchmarks import catalog
 
     names = catalog.known_names()
     return [catalog.BENCHMARKS[n] for n in names if suite is None or catalog.BENCHMARKS[n].suite == suite]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from drmas_bench.tasks import catalog
+    from drmas_bench.benchmarks import catalog
 
     d = catalog.resolve_data_dir(args.data_dir)
     table = []
@@ -98,7 +98,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def check_benchmark(b, data_dir) -> tuple[str, int | None, list[str]]:
     """Validate one benchmark's local copy: (status, rows, problems). status: ok | partial | invalid | missing."""
-    from drmas_bench.tasks import catalog
+    from drmas_bench.benchmarks import catalog
 
     if b.generate is not None:
         tasks = b.generate()
@@ -134,8 +134,8 @@ def empty_gold_note(b, data_dir) -> str:
     only, so a task with no other matchable gold scores 0 whatever the answer); "" when none or not QA-graded."""
     if b.family != "qa":
         return ""
+    from drmas_bench.benchmarks import catalog
     from drmas_bench.grading.qa import empty_golds, matchable_golds
-    from drmas_bench.tasks import catalog
 
     tasks = catalog.load_tasks(b, data_dir)
     hit = [(t, empty_golds(t.answers)) for t in tasks]
@@ -151,7 +151,7 @@ def empty_gold_note(b, data_dir) -> str:
 
 def _check_rows(benches, d) -> tuple[list[list], list[str], list[str]]:
     """The check table of ``benches`` and the names of the invalid and the missing ones."""
-    from drmas_bench.tasks import catalog
+    from drmas_bench.benchmarks import catalog
 
     table, bad, missing = [], [], []
     for b in benches:
@@ -175,7 +175,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     exit code only with ``--train`` (an eval never reads them, and the shipped data holds one of the
     two: the search mix is hub-only unless saved locally)."""
 
-    from drmas_bench.tasks import catalog
+    from drmas_bench.benchmarks import catalog
 
     d = catalog.resolve_data_dir(args.data_dir)
     rows = _rows(args.suite, d)
@@ -218,7 +218,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from drmas_bench.tasks import load_tasks
+    from drmas_bench.benchmarks import load_tasks
 
     if args.n < 1:
         raise UserError("--n must be at least 1")
@@ -234,7 +234,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from drmas_bench.tasks.sampled import prepare_sampled
+    from drmas_bench.benchmarks.sampled import prepare_sampled
 
     if not args.sampled:
         raise UserError("say what to prepare: --sampled (the reference's validation sets)")

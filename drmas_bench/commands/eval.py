@@ -10,7 +10,7 @@ from dataclasses import fields
 from drmas_bench.engines import ENGINES
 from drmas_bench.grading.graders import DEFAULT_GRADER, GRADERS
 from drmas_bench.schema import EVAL_DEFAULTS
-from drmas_bench.tasks.catalog import get_suite, suite_names
+from drmas_bench.suites.registry import get_suite, suite_names
 from drmas_bench.workflows import workflow_names
 
 EPILOG = """examples:

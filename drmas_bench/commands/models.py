@@ -40,8 +40,8 @@ def prepare_steps(names: list[str], workflow: str | None = None, suite: str | No
     from drmas_bench.checkpoints.verl import is_reference_checkpoint, plan_merge
     from drmas_bench.models import ALIASES
     from drmas_bench.models.names import plan_alias
+    from drmas_bench.needs import reference_roster
     from drmas_bench.preparation import Step
-    from drmas_bench.tasks.catalog import reference_roster
     from drmas_bench.types import UserError
 
     steps: list[Step] = []
@@ -97,7 +97,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a checkpoint's worker groups as Hugging Face / adapter folders plus a team.yaml."""
     from drmas_bench.checkpoints.export import export
-    from drmas_bench.tasks.catalog import reference_roster
+    from drmas_bench.needs import reference_roster
 
     dest = export(args.ckpt, args.out, reference_roster(), log=logger.info)
     logger.info(f"exported {args.ckpt} -> {dest} (evaluate it with: drmas-bench eval --model {dest})")

@@ -17,7 +17,7 @@ import yaml
 
 from drmas_bench.engines import DEFAULT_ENGINE, ENGINES
 from drmas_bench.schema import EVAL_DEFAULTS
-from drmas_bench.tasks.catalog import suite_names
+from drmas_bench.suites.registry import suite_names
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)

@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def design_from_args(args: argparse.Namespace):
     """The flags' design (``drmas_bench.sweep_design.design``), checked against the suite's workflow."""
     from drmas_bench import sweep_design
-    from drmas_bench.tasks.catalog import get_suite
+    from drmas_bench.suites.registry import get_suite
     from drmas_bench.types import UserError
     from drmas_bench.workflows import get_workflow
 

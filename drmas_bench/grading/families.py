@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from drmas_bench.discovery import discover
 from drmas_bench.registry import Registry
+from drmas_bench.suites.discovery import discover
 
 
 @dataclass(frozen=True)

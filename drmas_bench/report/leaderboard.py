@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from drmas_bench import compact
+from drmas_bench.benchmarks import select_benchmarks
 from drmas_bench.figures import Effects, fill, labels_of, lookup, shown_keys
 from drmas_bench.metrics import (
     MACRO,
@@ -52,7 +53,6 @@ from drmas_bench.report.runs import (
 )
 from drmas_bench.report.tables import Cell, Metric, Row, Table
 from drmas_bench.run_samples import SAMPLES, read_samples, select_records, selection_test
-from drmas_bench.tasks import select_benchmarks
 from drmas_bench.workflows.rules import fold_of
 
 logger = logging.getLogger(__name__)

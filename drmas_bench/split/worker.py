@@ -34,12 +34,12 @@ from dataclasses import replace
 from typing import Any
 
 from drmas_bench import runner
+from drmas_bench.benchmarks.catalog import get_benchmark
 from drmas_bench.call_cache import CallCache
 from drmas_bench.calls import CallChain
 from drmas_bench.engines import ENGINES
 from drmas_bench.pool import make_pool, specs_from_team
 from drmas_bench.retrievers import open_retriever
-from drmas_bench.tasks.catalog import get_benchmark
 from drmas_bench.types import Trajectory
 from drmas_bench.workflows import get_workflow
 

@@ -11,7 +11,7 @@ text does not depend on what else was batched with it (a resumed run reproduces 
 one) and the n samples of one prompt (GRPO's group) never share a seed.
 
 Adding a workflow = one module with a function decorated by `@workflow(...)` inside a suite folder
-(``drmas_bench/suites/<suite>/``, found by `drmas_bench.discovery`; docs/architecture.md).
+(``drmas_bench/suites/<suite>/``, found by `drmas_bench.suites.discovery`; docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
 
-from drmas_bench.discovery import discover, discovered, where
 from drmas_bench.figures import Effects, as_effects, labels_of, rule_labels
 from drmas_bench.records import RecordView
 from drmas_bench.registry import DeclarationError, Registry
+from drmas_bench.suites.discovery import discover, discovered, where
 from drmas_bench.types import Completion, Request, Sampling, SFTExample, Task, Trajectory, Turn, UserError
 from drmas_bench.workflows.rules import RULES, FormatRule, Rule, as_rule
 
@@ -207,7 +207,7 @@ def signature_defaults(fn: Callable[..., Any]) -> dict[str, Any]:
 
 
 def registered_workflows() -> Registry[WorkflowSpec]:
-    """Every registered workflow, the suites discovered first (`drmas_bench.discovery`: a suite
+    """Every registered workflow, the suites discovered first (`drmas_bench.suites.discovery`: a suite
     registers its workflows when it is imported; nothing here imports a suite)."""
     discover()
     return WORKFLOWS

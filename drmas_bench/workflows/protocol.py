@@ -44,9 +44,9 @@ from typing import Any, Literal, Mapping, Optional, Protocol, Sequence
 import yaml
 from pydantic import Field
 
-from drmas_bench import discovery
 from drmas_bench.engines.prompt import TRUNCATE_SIDES
 from drmas_bench.schema import Schema, parse
+from drmas_bench.suites import discovery
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import find_workflow, registered_workflows
 from drmas_bench.yamlfile import read_yaml

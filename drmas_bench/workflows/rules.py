@@ -15,10 +15,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
-from drmas_bench.discovery import discover
 from drmas_bench.figures import Figure
 from drmas_bench.records import RecordView
 from drmas_bench.registry import DeclarationError, Registry
+from drmas_bench.suites.discovery import discover
 
 Parsed = tuple[str | None, str | None]  # (the action a reply took, the verdict it gave); None: it has none
 
@@ -74,7 +74,7 @@ RULES: Registry[FormatRule] = Registry("format rule", filled_by_suites=True)
 
 
 def registered_rules() -> Registry[FormatRule]:
-    """Every registered format rule, the suites discovered first (`drmas_bench.discovery`)."""
+    """Every registered format rule, the suites discovered first (`drmas_bench.suites.discovery`)."""
     discover()
     return RULES
 

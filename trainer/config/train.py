@@ -296,7 +296,7 @@ class TrainConfig(CoercingSchema):
     @field_validator("workflow")
     @classmethod
     def _registered_workflow(cls, v: str) -> str:
-        return registered(v, workflow_names(), "workflow")  # the harness's registry (drmas_bench.discovery)
+        return registered(v, workflow_names(), "workflow")  # the harness's registry (drmas_bench.suites.discovery)
     retriever: Optional[str] = Field(None, description="search workflows: bm25:DIR | dense:DIR | http://HOST:PORT")
     model: str = Field("tiny-random", description="the default model of every agent")
     shared: bool = Field(False, description="agents with the same model share one worker group")

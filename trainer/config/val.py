@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator, model_validator
 
+from drmas_bench.benchmarks.catalog import get_benchmark
 from drmas_bench.schema import RANGES, CoercingSchema, Float, Int
-from drmas_bench.tasks.catalog import get_benchmark
 from drmas_bench.types import UserError
 
 

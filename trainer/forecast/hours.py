@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from drmas_bench.tasks import catalog
+from drmas_bench.benchmarks import catalog
 from drmas_bench.types import UserError
 from drmas_trainer.config.forecast import ForecastCallConfig
 from drmas_trainer.forecast.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for

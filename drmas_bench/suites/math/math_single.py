@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import random
 
+from drmas_bench.suites.arithmetic import near_miss, sum_question
 from drmas_bench.suites.math.rules import SOLVER, valid
 from drmas_bench.types import SFTExample
 from drmas_bench.workflows import protocol as proto
-from drmas_bench.workflows.arithmetic import near_miss, sum_question
 from drmas_bench.workflows.base import Episode, workflow
 
 

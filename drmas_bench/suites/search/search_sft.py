@@ -14,10 +14,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from drmas_bench.benchmarks.catalog import _tasks_from_file, benchmarks_of_suite, resolve_data_dir
+from drmas_bench.benchmarks.loaders import normalize_question
 from drmas_bench.grading.qa import normalize_qa
 from drmas_bench.retrievers import default_spec, open_retriever
-from drmas_bench.tasks.catalog import _tasks_from_file, benchmarks_of_suite, resolve_data_dir
-from drmas_bench.tasks.loaders import normalize_question
 from drmas_bench.types import Completion, Sampling, SFTExample, Task, UserError
 from drmas_bench.workflows.base import Episode, get_workflow
 

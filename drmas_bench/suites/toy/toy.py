@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from drmas_bench.suite import Episode, FormatRule, SFTExample, chat, format_rule, workflow
-from drmas_bench.workflows.arithmetic import near_miss, sum_question
+from drmas_bench.suites.arithmetic import near_miss, sum_question
 
 ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 VERDICT = re.compile(r"<verdict>\s*(approve|reject)\s*</verdict>", re.IGNORECASE)

@@ -18,6 +18,7 @@ import random
 import re
 from typing import Any
 
+from drmas_bench.suites.arithmetic import near_miss, sum_question
 from drmas_bench.suites.toy.toy import (
     ANSWER,
     TOY_ANSWER,
@@ -29,7 +30,6 @@ from drmas_bench.suites.toy.toy import (
     verdict_reasons,
 )
 from drmas_bench.types import SFTExample
-from drmas_bench.workflows.arithmetic import near_miss, sum_question
 from drmas_bench.workflows.base import Episode, chat, workflow
 from drmas_bench.workflows.rules import FormatRule, format_rule
 

@@ -25,10 +25,10 @@ from typing import Any
 
 from drmas_bench.figures import Effects, Figure
 from drmas_bench.records import view
+from drmas_bench.suites.arithmetic import near_miss, sum_question
 from drmas_bench.suites.toy.grading import grade_toy
 from drmas_bench.suites.toy.toy import ANSWER, TOY_ANSWER, answer_reasons
 from drmas_bench.types import SFTExample
-from drmas_bench.workflows.arithmetic import near_miss, sum_question
 from drmas_bench.workflows.base import Episode, chat, workflow
 from drmas_bench.workflows.rules import Folded
 

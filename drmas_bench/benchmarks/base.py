@@ -1,8 +1,8 @@
-"""What a benchmark is and how it is registered: the leaf every suite module imports.
+"""What a benchmark is and how it is registered: the leaf every suite's ``benchmarks.py`` imports.
 
-``Benchmark`` (one entry per benchmark), ``register`` (adds it to ``BENCHMARKS``), ``Suite`` and
-``register_suite`` (``SUITES``), and the small record helpers the suites' ``to_task`` functions
-share. Loading, selecting and the hub live in ``tasks.catalog``; the suites import only this module
+``Benchmark`` (one entry per benchmark), ``register`` (adds it to ``BENCHMARKS``, under a suite of
+``suites.registry.SUITES``), and the small record helpers the suites' ``to_task`` functions share.
+Loading, selecting and the hub live in ``benchmarks.catalog``; the suites import only this module
 (through ``drmas_bench.suite``), so nothing imports back.
 """
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from drmas_bench.registry import DeclarationError, Registry
+from drmas_bench.suites.registry import SUITES
 from drmas_bench.types import Task
 
 
@@ -41,7 +42,7 @@ class Sampled:
     """How a validation set is made from the first rows of other benchmarks, as the reference builds
     its ``test_sampled.parquet`` (search: the first 30 rows of each source; math: the first 50 of
     MATH500, then AIME24 and AIME25 whole). ``drmas-bench data prepare --sampled`` writes the file
-    (drmas_bench.tasks.sampled); the benchmark that declares it reads that file, or the reference's
+    (drmas_bench.benchmarks.sampled); the benchmark that declares it reads that file, or the reference's
     own file put in its place, as it comes."""
 
     # (source benchmark, how many of its first rows (None: all), the data_source the rows carry)
@@ -63,7 +64,9 @@ class Benchmark:
     family: str = ""
     # files known to hold only part of the benchmark: path -> human note (shown wherever counts are)
     partial_files: dict[str, str] = field(default_factory=dict)
-    generate: Callable[[], list[Task]] | None = None  # for built-in suites that need no files
+    # for built-in suites that need no files: called with no arguments for an eval (the trainer's
+    # `data.source: toy` passes its size, seed and operand range to the toy suite's)
+    generate: Callable[..., list[Task]] | None = None
     note: str = ""
     # "test": an evaluation benchmark (its test or dev split), part of its suite's default selection;
     # "train": a training set (a recipe's `data.source: benchmark:NAME`), only ever chosen by name;
@@ -77,31 +80,8 @@ class Benchmark:
         return {"train": "training set", "val": "validation set"}.get(self.split, "benchmark")
 
 
-@dataclass(frozen=True)
-class Suite:
-    """A benchmark suite, declared in its folder (``drmas_bench/suites/<suite>/benchmarks.py``, or a
-    package of your own: docs/architecture.md), before its benchmarks: what a run of its benchmarks
-    uses unless a flag or a team file says otherwise."""
-
-    name: str  # used on the command line (``--suite``)
-    workflow: str  # the default workflow, a key of drmas_bench.workflows.WORKFLOWS
-    max_new_tokens: int  # the default generation limit of each call
-    family: str  # the grading family of its benchmarks (a key of grading.families.FAMILIES)
-    # {agent: the name the reference gives it}: how a team context names the agent (``{{agent_name}}``)
-    # and the agent id in a reference-trained (verl) checkpoint; a workflow of this suite whose
-    # agents all have one is a team such a checkpoint may hold (catalog.reference_roster)
-    agent_names: dict[str, str] = field(default_factory=dict, hash=False)
-
-
 BENCHMARKS: Registry[Benchmark] = Registry("benchmark", filled_by_suites=True)
-SUITES: Registry[Suite] = Registry("suite", filled_by_suites=True)
 SPLITS = ("test", "train", "val")
-
-
-def register_suite(s: Suite) -> Suite:
-    """Register suite ``s`` (its ``benchmarks.py`` does, before its benchmarks)."""
-    SUITES.register(s.name, s)
-    return s
 
 
 def register(b: Benchmark) -> Benchmark:

@@ -1,5 +1,6 @@
 """Warm-start arithmetic the toy suite's and the math suite's example makers share ("What is a + b?"
-questions and near-miss answers): here, below the suites, so that no suite imports another."""
+questions and near-miss answers): beside the suites, a module and not a suite, so that no suite
+imports another."""
 
 from __future__ import annotations
 

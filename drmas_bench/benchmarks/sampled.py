@@ -4,7 +4,7 @@ The reference validates during training on ``test_sampled.parquet``, made by its
 from the first rows, in file order, of each source (search: the first 30 rows of each of its 7
 sources, 210; math: the first 50 of MATH500 (data_source ``math500_first50``), then AIME24 and
 AIME25 whole, 110). A suite declares such a set as a benchmark of split ``val`` with a
-:class:`~drmas_bench.tasks.base.Sampled` (its parts and the reference's row layout). This module
+:class:`~drmas_bench.benchmarks.base.Sampled` (its parts and the reference's row layout). This module
 takes those first rows from the local copies of the sources, writes them as the reference writes
 them (its columns: ``data_source``, ``prompt``, ``reward_model``, ``extra_info``, ...) to the
 benchmark's file under the data dir, and the benchmark reads that file like any other; the
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drmas_bench.tasks.catalog import (
+from drmas_bench.benchmarks.catalog import (
     Benchmark,
     get_benchmark,
     known_names,

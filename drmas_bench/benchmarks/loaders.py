@@ -10,7 +10,7 @@ import ast
 import json
 from typing import Any
 
-from drmas_bench.tasks.base import answer_text, first_field, record_id
+from drmas_bench.benchmarks.base import answer_text, first_field, record_id
 from drmas_bench.types import Task
 
 

@@ -1,4 +1,6 @@
-"""The benchmark registry: one `Benchmark` entry per benchmark, added with `register(...)`.
+"""Finding and loading benchmarks: ``get_benchmark``, ``select_benchmarks`` (a suite's default
+selection or names), ``load_tasks``. The entries are ``benchmarks.base.BENCHMARKS``, one
+``Benchmark`` per benchmark, added by the suites with ``register(...)``.
 
 A benchmark knows its suite, where it lives on the Hugging Face hub, which file(s) hold it under a
 local data dir, how many rows it should have, and how one record becomes a `Task`. Loading prefers
@@ -14,56 +16,21 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from drmas_bench.checkpoints.verl import Roster
-from drmas_bench.discovery import discover
-from drmas_bench.tasks.base import (  # noqa: F401  (the definitions, re-exported: callers import them from here)
+from drmas_bench.benchmarks.base import (  # noqa: F401  (the definitions, re-exported: callers import them from here)
     BENCHMARKS,
     SPLITS,
-    SUITES,
     Benchmark,
     HubSource,
-    Suite,
     answer_text,
     first_field,
     record_id,
     register,
-    register_suite,
 )
+from drmas_bench.suites.discovery import discover
+from drmas_bench.suites.registry import get_suite, suite_names
 from drmas_bench.types import Task, UserError
-from drmas_bench.workflows import get_workflow, workflow_names
 
 ENV_DATA_DIR = "DRMAS_DATA_DIR"
-
-
-def suite_names() -> tuple[str, ...]:
-    """The registered suites' names in name order (``--suite``'s choices); the suites are discovered
-    first (drmas_bench/suites/<suite>/ and the outside ones: ``drmas_bench.discovery``)."""
-    discover()
-    return tuple(sorted(SUITES))
-
-
-def get_suite(name: str) -> Suite:
-    """The suite ``name``; an unknown name is one UserError listing the known ones."""
-    discover()
-    if name not in SUITES:
-        raise UserError(f"unknown suite {name!r}; known: {', '.join(suite_names())}")
-    return SUITES.get(name)
-
-
-def reference_roster() -> Roster:
-    """What the suites say of the reference trainer's agent ids (``Suite.agent_names``), for reading
-    its checkpoints as a team (``checkpoints.verl``): workflow -> {reference id: agent} for each
-    registered workflow whose suite names all its agents, its suite (the one grading with the
-    workflow's family), and the suites' default workflows."""
-    suite_of: dict[str, str | None] = {}
-    teams: dict[str, dict[str, str]] = {}
-    for name in workflow_names():
-        wf = get_workflow(name)
-        suite_of[name] = next((s for s in suite_names() if get_suite(s).family == wf.family), None)
-        names = get_suite(suite_of[name]).agent_names if suite_of[name] else {}
-        if names and all(a in names for a in wf.agents):
-            teams[name] = {names[a]: a for a in wf.agents}
-    return Roster(teams, suite_of, frozenset(get_suite(s).workflow for s in suite_names()))
 
 
 def _benchmarks() -> list[Benchmark]:
@@ -187,7 +154,7 @@ def _to_tasks(b: Benchmark, records: Iterator[tuple[Any, dict[str, Any]]], where
     naming ``where(position)``. So is a task id seen before (naming both places): an evaluation keeps
     results per (benchmark, task id) and the trainer groups a prompt's samples by task id (GRPO), so
     two questions under one id would be merged into one. (The reference's NQ + HotpotQA mix repeats
-    ids across its two sources; ``tasks.loaders.qa_task`` prefixes them with the source.)"""
+    ids across its two sources; ``benchmarks.loaders.qa_task`` prefixes them with the source.)"""
     tasks: list[Task] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()
     first_at: dict[str, Any] = {}

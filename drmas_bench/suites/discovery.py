@@ -5,7 +5,7 @@ or a folder path holding a suite package: one with a ``/``), each with every mod
 (name order), so a new workflow or rule is found by its file.
 
 A suite's modules register what they hold when they are imported: its ``Suite`` and benchmarks
-(``tasks.base``), its workflows (``workflows.base.workflow``), its format rules
+(``suites.registry``, ``benchmarks.base``), its workflows (``workflows.base.workflow``), its format rules
 (``workflows.rules.format_rule``) and its grading family (``grading.families.register_family``).
 The registries call :func:`discover` before they are read, so a suite is found by being there; no
 list names it. Once every suite is in, the registries they fill are frozen
@@ -35,7 +35,7 @@ from drmas_bench.types import UserError
 
 SUITES_ENV = "DRMAS_SUITES"
 ENTRY_POINT_GROUP = "drmas_bench.suites"
-SUITES_DIR = Path(__file__).parent / "suites"
+SUITES_DIR = Path(__file__).parent  # drmas_bench/suites/: each package here is a suite
 _found: list[str] = []  # the suite modules imported, in order (filled once per process)
 _done: list[bool] = []  # [True] once every suite is imported and its declarations checked
 
