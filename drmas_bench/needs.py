@@ -70,8 +70,8 @@ def reference_roster() -> Roster:
     teams: dict[str, dict[str, str]] = {}
     for name in workflow_names():
         wf = get_workflow(name)
-        suite_of[name] = next((s for s in suite_names() if get_suite(s).family == wf.family), None)
-        names = get_suite(suite_of[name]).agent_names if suite_of[name] else {}
+        suite = suite_of[name] = next((s for s in suite_names() if get_suite(s).family == wf.family), None)
+        names = get_suite(suite).agent_names if suite else {}
         if names and all(a in names for a in wf.agents):
             teams[name] = {names[a]: a for a in wf.agents}
     return Roster(teams, suite_of, frozenset(get_suite(s).workflow for s in suite_names()))

@@ -139,7 +139,8 @@ def test_driver_refuses_a_url_checkpoint_whose_group_upload_is_missing(mem_root,
     """Orchestration only: *fake* worker groups; one uploads its part, the other's upload never
     arrives. No marker, the previous checkpoint and ``latest`` are kept."""
     from drmas_bench.workflows.base import get_workflow
-    from drmas_trainer.config.train import load_config, plan_worker_groups
+    from drmas_trainer.config.train import load_config
+    from drmas_trainer.config.groups import plan_worker_groups
     from drmas_trainer.saving import save_checkpoint
 
     class FakeUploadingWorker:

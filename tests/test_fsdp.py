@@ -242,8 +242,10 @@ def test_every_rank_runs_as_many_micro_batches_and_the_real_ones_cover_each_row_
 
 def _plan(recipe: str, gib: float, gpus: int, **overrides):
     from drmas_bench.workflows.base import get_workflow
-    from drmas_trainer.config.train import load_config, plan_worker_groups
-    from drmas_trainer.forecast.memory import memory_plan, model_shape
+    from drmas_trainer.config.train import load_config
+    from drmas_trainer.config.groups import plan_worker_groups
+    from drmas_trainer.forecast.memory import memory_plan
+    from drmas_trainer.forecast.shapes import model_shape
 
     cfg = load_config(recipe, overrides)
     groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)

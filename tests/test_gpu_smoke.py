@@ -264,10 +264,9 @@ def test_train_tis(models: Path) -> None:
     kernels, a real mismatch), ``rollout.correction: tis_token`` weighs the rows, then one update.
     Figures: the ``rollout_corr/*`` metrics (engine vs trainer), the token check's count, the seconds
     of rollout, recompute and update, the peak memory of the recompute and of the update."""
-    import torch
 
     from drmas_trainer.config.train import AgentConfig, RolloutConfig
-    from drmas_trainer.trainer import correct_rows
+    from drmas_trainer.scoring import correct_rows
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
     dev = device()
@@ -313,8 +312,9 @@ def test_train_tis(models: Path) -> None:
 def plan_update_gib(settings: Any, model_dir: Path, plen: int, rlen: int) -> float:
     """What ``drmas_trainer.forecast.memory`` predicts for this group's update (engine asleep, no CUDA
     context): to compare with the measured ``peak_gib`` of the steps."""
-    from drmas_trainer.config.train import WorkerGroupPlan
-    from drmas_trainer.forecast.memory import GIB, group_memory, shape_from_config
+    from drmas_trainer.config.groups import WorkerGroupPlan
+    from drmas_trainer.forecast.memory import GIB, group_memory
+    from drmas_trainer.forecast.shapes import shape_from_config
 
     cfg = json.loads((model_dir / "config.json").read_text())
     m = group_memory("solver", WorkerGroupPlan("solver", ["solver"], settings), shape_from_config(cfg, "wide"),
@@ -331,7 +331,8 @@ def test_train_lora(models: Path) -> None:
     bitwise unchanged), both adapters moved, each agent generates with its adapter after the sync."""
     import torch
 
-    from drmas_trainer.config.train import load_config, plan_worker_groups
+    from drmas_trainer.config.groups import plan_worker_groups
+    from drmas_trainer.config.train import load_config
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
     dev = device()
@@ -402,7 +403,8 @@ def test_train_lora(models: Path) -> None:
 
 def plan_lora_update_gib(plan: Any, model_dir: Path, plen: int, rlen: int) -> float:
     """The memory plan's estimate of the LoRA group's update (engine asleep), as plan_update_gib."""
-    from drmas_trainer.forecast.memory import GIB, group_memory, shape_from_config
+    from drmas_trainer.forecast.memory import GIB, group_memory
+    from drmas_trainer.forecast.shapes import shape_from_config
 
     cfg = json.loads((model_dir / "config.json").read_text())
     m = group_memory("shared", plan, shape_from_config(cfg, "wide"), seq=plen + rlen, response=rlen, gpu_bytes=140 * GIB)
@@ -429,7 +431,7 @@ def row_recipe() -> str:
 
 
 def config_from_shape(shape: Any, tok: Any) -> Any:
-    """A transformers config of ``shape``'s architecture (drmas_trainer.forecast.memory.ModelShape: the public
+    """A transformers config of ``shape``'s architecture (drmas_trainer.forecast.shapes.ModelShape: the public
     config's numbers, no download): Qwen3 (q/k norms), Qwen2 (q/k/v biases) or Llama."""
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
@@ -493,8 +495,10 @@ def test_train_row(models: Path) -> None:
     import torch
 
     from drmas_bench.workflows import get_workflow
-    from drmas_trainer.config.train import load_config, plan_worker_groups
-    from drmas_trainer.forecast.memory import GIB, ModelShape, group_memory, model_shape
+    from drmas_trainer.config.groups import plan_worker_groups
+    from drmas_trainer.config.train import load_config
+    from drmas_trainer.forecast.memory import GIB, group_memory
+    from drmas_trainer.forecast.shapes import ModelShape, model_shape
     from drmas_trainer.worker import LossSettings, Row, WorkerGroup
 
     dev = device()

@@ -10,9 +10,11 @@ import random
 
 import pytest
 
-from drmas_trainer.config.train import load_config, plan_worker_groups
+from drmas_trainer.config.train import load_config
+from drmas_trainer.config.groups import plan_worker_groups
 from drmas_trainer.forecast.hours import HARDWARE, MBU, MFU, _lru_wakes, hardware_for, predict
-from drmas_trainer.forecast.memory import GIB, ModelShape, memory_plan, rollout_peak
+from drmas_trainer.forecast.memory import GIB, memory_plan, rollout_peak
+from drmas_trainer.forecast.shapes import ModelShape
 
 AGENTS = ("solver", "verifier")
 

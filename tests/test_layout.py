@@ -120,7 +120,10 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-MAX_FILE_LINES = 600
+MAX_FILE_LINES = 500
+#: files over MAX_FILE_LINES being split elsewhere (their module -> why it may still be long); the
+#: list only shrinks: an entry whose file is back under the limit fails the test until it is dropped
+LONG_FILES = {m: "being split in issue 55/56 work" for m in ("drmas_bench.engines.hf",)}
 MAX_FUNCTION_LINES = 60
 #: (module, function) kept whole on purpose; docs/architecture.md says why for each
 LONG_FUNCTIONS = {("drmas_bench.runner", "run_episodes"), ("drmas_bench.engines.hf", "_decode"),
@@ -150,9 +153,75 @@ def test_long_functions_counts_code_lines_without_the_docstring(tmp_path):
     assert _long_functions(f, 1) == [("short", 2), ("long", 63)]
 
 
-def test_no_package_file_is_over_600_lines():
+def test_no_package_file_is_over_500_lines():
     big = {m: n for m, f in _modules().items() if (n := len(f.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES}
-    assert not big, f"files over {MAX_FILE_LINES} lines (split them into modules with one job each): {big}"
+    unnamed = {m: n for m, n in big.items() if m not in LONG_FILES}
+    assert not unnamed, f"files over {MAX_FILE_LINES} lines (split them into modules with one job each): {unnamed}"
+    assert sorted(set(LONG_FILES) - set(big)) == [], "LONG_FILES entries now under the limit: drop them"
+
+
+# ------------------------------------------------------------------------------ layers (docs/architecture.md)
+
+LAYERS_HEADING = "## The layers and what each may import"
+
+
+def declared_layers(doc: str) -> list[tuple[str, list[str]]]:
+    """The layer table of docs/architecture.md, bottom first: (layer, its module patterns as import
+    names: relative to drmas_bench unless they start with ``drmas_``; ``x.*`` = x and all in it)."""
+    section = doc.split(LAYERS_HEADING, 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| ")]
+    out = []
+    for cells in rows[1:]:  # the header row first
+        if set(cells[1].strip()) <= {"-"}:
+            continue  # the separator row
+        names = re.findall(r"`([^`]+)`", cells[2])
+        out.append((cells[1].strip(), [n if n.startswith("drmas_") else f"drmas_bench.{n}" for n in names]))
+    return out
+
+
+def layer_of(module: str, layers: list[tuple[str, list[str]]]) -> int | None:
+    """The index of ``module``'s layer: an exact name first, else the longest ``x.*`` covering it."""
+    exact = [i for i, (_, pats) in enumerate(layers) if module in pats]
+    if exact:
+        return exact[0]
+    best: tuple[int, int] | None = None
+    for i, (_, pats) in enumerate(layers):
+        for p in pats:
+            if p.endswith(".*") and (module == p[:-2] or module.startswith(p[:-1])):
+                if best is None or len(p) > best[0]:
+                    best = (len(p), i)
+    return None if best is None else best[1]
+
+
+def arrows_back_up(graph: dict[str, set[str]], layers: list[tuple[str, list[str]]]) -> list[tuple[str, str]]:
+    """Imports from a module to one of a higher layer (every import, lazy ones included)."""
+    return sorted((m, t) for m, ts in graph.items() for t in ts
+                  if (lm := layer_of(m, layers)) is not None and (lt := layer_of(t, layers)) is not None and lt > lm)
+
+
+def test_the_layer_table_places_modules_and_finds_an_arrow_back_up():
+    layers = [("low", ["drmas_bench.a", "drmas_bench.p.*"]), ("high", ["drmas_bench.p.top", "drmas_bench.b"])]
+    assert [layer_of(m, layers) for m in ("drmas_bench.a", "drmas_bench.p", "drmas_bench.p.x", "drmas_bench.p.top",
+                                          "drmas_bench.b", "drmas_bench.c")] == [0, 0, 0, 1, 1, None]
+    graph = {"drmas_bench.a": {"drmas_bench.p.x"}, "drmas_bench.p.x": {"drmas_bench.p.top"}, "drmas_bench.b": {"drmas_bench.a"}}
+    assert arrows_back_up(graph, layers) == [("drmas_bench.p.x", "drmas_bench.p.top")]
+    doc = f"{LAYERS_HEADING}\n\n| layer | modules | holds |\n| --- | --- | --- |\n| low | `a`, `p.*` | `x` |\n" \
+          f"| top | `drmas_trainer.*` | |\n\n## next\n| no | `z` | |\n"
+    assert declared_layers(doc) == [("low", ["drmas_bench.a", "drmas_bench.p.*"]), ("top", ["drmas_trainer.*"])]
+
+
+def test_every_module_has_one_declared_layer_and_no_import_climbs_back_up():
+    """docs/architecture.md's layer table is the rule: every module of the three packages is placed
+    by it, every pattern in it places a module, and no import goes from a layer to one above it."""
+    layers = declared_layers((REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    mods = _modules()
+    unplaced = sorted(m for m in mods if layer_of(m, layers) is None)
+    assert unplaced == [], f"modules in no layer of docs/architecture.md's table: {unplaced}"
+    unused = sorted(p for _, pats in layers for p in pats
+                    if not any(m == p or (p.endswith(".*") and (m == p[:-2] or m.startswith(p[:-1]))) for m in mods))
+    assert unused == [], f"the layer table names modules that do not exist: {unused}"
+    up = arrows_back_up(import_graph(), layers)
+    assert up == [], f"{len(up)} arrow(s) back up (an import of a higher layer): {up}"
 
 
 def test_a_function_is_over_60_lines_only_where_the_architecture_says_why():

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from drmas_bench.types import UserError
-from drmas_trainer.config.train import load_config, plan_worker_groups
+from drmas_trainer.config.train import load_config
+from drmas_trainer.config.groups import plan_worker_groups
 
 AGENTS = ("solver", "checker")
 LORA = {"rank": 4, "alpha": 8}
@@ -378,7 +379,8 @@ def test_plan_adapter_size_matches_peft(targets):
     from drmas_bench.models.loading import load_causal_lm
     from drmas_trainer.config.train import AgentConfig
     from drmas_trainer.lora import adapter_params, attach
-    from drmas_trainer.forecast.memory import lora_params, model_shape
+    from drmas_trainer.forecast.memory import lora_params
+    from drmas_trainer.forecast.shapes import model_shape
 
     pm = attach(load_causal_lm(str(resolve_model("tiny-random"))),
                 {"a": AgentConfig(lora={"rank": 8, "target_modules": targets})})
@@ -387,7 +389,8 @@ def test_plan_adapter_size_matches_peft(targets):
 
 def test_lora_recipe_fits_one_h200_without_offload_and_beats_full_weights(capsys):
     from drmas_bench.cli import main
-    from drmas_trainer.forecast.memory import GIB, memory_plan, model_shape
+    from drmas_trainer.forecast.memory import GIB, memory_plan
+    from drmas_trainer.forecast.shapes import model_shape
 
     assert main(["train", "--recipe", "math_qwen3_4b_lora", "--plan"]) == 0
     out = capsys.readouterr().out

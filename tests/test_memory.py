@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from drmas_bench.types import UserError
-from drmas_trainer.config.train import AgentConfig, load_config, plan_worker_groups
-from drmas_trainer.forecast.memory import KNOWN_SHAPES, model_shape, shape_from_config
+from drmas_trainer.config.train import AgentConfig, load_config
+from drmas_trainer.config.groups import plan_worker_groups
+from drmas_trainer.forecast.shapes import KNOWN_SHAPES, model_shape, shape_from_config
 from drmas_trainer.logprobs import full_head_logprobs, head_logprobs, pack_rows, token_logprobs
 from drmas_trainer.optim import CPUOffloadAdamW, make_optimizer
 from drmas_trainer.worker import WorkerGroup

@@ -84,7 +84,8 @@ def test_driver_refuses_a_checkpoint_whose_group_wrote_elsewhere(tmp_path):
     import asyncio
 
     from drmas_trainer import checkpoint as ck
-    from drmas_trainer.config.train import load_config, plan_worker_groups
+    from drmas_trainer.config.train import load_config
+    from drmas_trainer.config.groups import plan_worker_groups
     from drmas_trainer.saving import save_checkpoint
     from drmas_bench.workflows.base import get_workflow
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from drmas_bench.workflows.base import get_workflow
-from drmas_trainer.config.train import load_config, plan_worker_groups
-from drmas_trainer.forecast.memory import memory_plan, model_shape
+from drmas_trainer.config.train import load_config
+from drmas_trainer.config.groups import plan_worker_groups
+from drmas_trainer.forecast.memory import memory_plan
+from drmas_trainer.forecast.shapes import model_shape
 
 # recipe -> (the script's prompt limit, what it sets beyond the paper's math recipe)
 RECIPES = {

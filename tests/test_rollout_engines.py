@@ -85,8 +85,9 @@ def test_plan_budget_of_the_search_recipe():
     """The 7B search recipe on 8 GPUs (its groups sharded, colocated): three engines at 0.35 of a GPU
     do not fit one 80 GiB GPU beside the resident shards, while the tiny recipe's do (auto keeps them
     awake); a GPU the resident states fill alone leaves no budget."""
-    from drmas_trainer.config.train import plan_worker_groups
-    from drmas_trainer.forecast.memory import memory_plan, model_shape
+    from drmas_trainer.config.groups import plan_worker_groups
+    from drmas_trainer.forecast.memory import memory_plan
+    from drmas_trainer.forecast.shapes import model_shape
 
     cfg = load_config("search_qwen2.5_7b")
     groups = plan_worker_groups(cfg, SEARCH)

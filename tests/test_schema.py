@@ -101,7 +101,7 @@ def test_recipes_load_and_round_trip():
     ({"agents.solver.wg": 7}, lambda c: c.agents["solver"]["wg"] == 7),
 ])
 def test_set_overrides_are_coerced_by_the_schema(overrides, check):
-    from drmas_trainer.config.train import plan_worker_groups
+    from drmas_trainer.config.groups import plan_worker_groups
 
     cfg = load_config("tiny", overrides)
     assert check(cfg)

@@ -30,10 +30,12 @@ from drmas_bench.runner import TeamRuntime
 from drmas_bench.types import Completion, Request
 from drmas_bench.workflows.base import derive_seed, get_workflow
 from drmas_trainer import metric_names
-from drmas_trainer.config.train import load_config, plan_worker_groups
+from drmas_trainer.config.groups import plan_worker_groups
+from drmas_trainer.config.train import load_config
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.prepare import load_train_tasks, rollout_sampling, rollout_team
-from drmas_trainer.trainer import Loop, next_prompts, rl_step, start_kl_controller
+from drmas_trainer.scoring import start_kl_controller
+from drmas_trainer.trainer import Loop, next_prompts, rl_step
 from drmas_trainer.worker import WorkerGroup
 
 # one small step: 4 prompts x 4 episodes, one optimiser step per group, no warm start, no rollout

@@ -15,7 +15,8 @@ import yaml
 from drmas_bench.agents.team import team_from_dict
 from drmas_bench.types import Completion, Request, Sampling, Task, Trajectory, Turn, UserError
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer.config.train import AgentConfig, load_config, parse_override, plan_worker_groups
+from drmas_trainer.config.train import AgentConfig, load_config, parse_override
+from drmas_trainer.config.groups import plan_worker_groups
 from drmas_trainer.logprobs import pack_rows, token_logprobs
 from drmas_trainer.losses import policy_loss
 from drmas_trainer.saving import checkpoint_team

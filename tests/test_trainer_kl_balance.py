@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from drmas_trainer.config.train import load_config, plan_worker_groups
-from drmas_trainer.forecast.memory import memory_plan, model_shape
+from drmas_trainer.config.train import load_config
+from drmas_trainer.config.groups import plan_worker_groups
+from drmas_trainer.forecast.memory import memory_plan
+from drmas_trainer.forecast.shapes import model_shape
 
 # a micro tiny without the warm start: at step 1 the policy is the recipe's model, i.e. the reference
 MICRO = {"sft.steps": 0, "sft.agent_steps": {}, "rollout.prompts_per_step": 2, "rollout.n": 4, "val.before_train": False, "val.every": 0,

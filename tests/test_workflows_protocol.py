@@ -385,7 +385,8 @@ def test_search_questions_are_normalised():
 def test_checkpoint_team_yaml_records_prompts_protocol_and_retriever(tmp_path):
     from drmas_bench.agents.team import team_from_dict
     from drmas_retrieval import build_index
-    from drmas_trainer.config.train import load_config, plan_worker_groups
+    from drmas_trainer.config.train import load_config
+    from drmas_trainer.config.groups import plan_worker_groups
     from drmas_trainer.saving import checkpoint_team
 
     corpus = tmp_path / "c.jsonl"

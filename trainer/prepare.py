@@ -19,7 +19,8 @@ from drmas_bench.retrievers import default_spec, open_retriever
 from drmas_bench.types import Sampling, SFTExample, Task, UserError
 from drmas_bench.workflows import get_workflow
 from drmas_bench.workflows.base import WorkflowSpec, derive_seed
-from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan, agent_config
+from drmas_trainer.config.groups import WorkerGroupPlan, agent_config
+from drmas_trainer.config.train import TrainConfig
 from drmas_trainer.ray_workers import RayWorkerHandle, check_worker_demand
 from drmas_trainer.saving import checkpoint_part
 

@@ -47,7 +47,8 @@ from drmas_bench.pool import Adopted, LocalPool
 from drmas_bench.pool.policy import fmt_bytes
 from drmas_bench.types import Trajectory, UserError
 from drmas_trainer import metric_names
-from drmas_trainer.forecast.memory import GIB, memory_plan, model_shape
+from drmas_trainer.forecast.memory import GIB, memory_plan
+from drmas_trainer.forecast.shapes import model_shape
 
 logger = logging.getLogger(__name__)
 

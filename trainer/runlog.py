@@ -25,7 +25,8 @@ from drmas_bench.files import atomic_write
 from drmas_bench.types import Task, Trajectory, UserError
 from drmas_trainer import metric_names
 from drmas_trainer.advantages import advantage_stats
-from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan
+from drmas_trainer.config.groups import WorkerGroupPlan
+from drmas_trainer.config.train import TrainConfig
 from drmas_trainer.moment_factor import second_moment_factors
 from drmas_trainer.trackers import make_tracker
 

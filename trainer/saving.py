@@ -20,7 +20,8 @@ from drmas_bench.types import UserError
 from drmas_bench.workflows import protocol as proto
 from drmas_bench.workflows.base import WorkflowSpec
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan, agent_config
+from drmas_trainer.config.groups import WorkerGroupPlan, agent_config
+from drmas_trainer.config.train import TrainConfig
 from drmas_trainer.runlog import CKPT_CACHE
 
 DRIVER_FILES = ("team.yaml", "trainer_state.json", "rng.pt")  # what the driver itself reads of a checkpoint

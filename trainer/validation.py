@@ -33,7 +33,8 @@ from drmas_bench.report.runs import load_run
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import WorkflowSpec
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan
+from drmas_trainer.config.groups import WorkerGroupPlan
+from drmas_trainer.config.train import TrainConfig
 from drmas_trainer.saving import checkpoint_team
 
 VAL_DIR = "val"  # RUN/val/step_N: one run folder per validation

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json as _json
 import math
 import os
 import random
@@ -77,28 +76,17 @@ from transformers.utils import logging as hf_logging
 
 from drmas_bench.checkpoints.copies import node_copy
 from drmas_bench.checkpoints.layout import is_url, upload
-from drmas_bench.engines import traits
 from drmas_bench.engines.base import resolve_model_path
 from drmas_bench.engines.hosting import fit_options, host_engine
-from drmas_bench.models.adapters import (
-    BASE_FILE,
-    adapter_config_dict,
-    adapter_layout,
-    base_record,
-    resolve_base,
-    save_adapter,
-    tokenizer_source,
-)
 from drmas_bench.models.loading import load_causal_lm
 from drmas_bench.types import Completion, Request, SFTExample, UserError
-from drmas_trainer import lora
 from drmas_trainer.config.train import AgentConfig
 from drmas_trainer.engine_lifecycle import EngineLifecycle
 from drmas_trainer.logprobs import pack_rows, token_logprobs
-from drmas_trainer.lora import adapter_tensors
+from drmas_trainer.lora_group import LoraAdapters
 from drmas_trainer.losses import policy_loss
 from drmas_trainer.optim import local, make_adapter_optimizers, make_optimizer, release_cached_memory
-from drmas_trainer.reference_policy import reference_logprobs
+from drmas_trainer.row_scoring import RowScoring
 from drmas_trainer.rows import Acc, LossSettings, Row, chunks, row_weights, split
 from drmas_trainer.sft import SFT_MAX_BAD_IN_A_ROW, SFT_REPORT_EVERY_S, WarmStart
 
@@ -108,7 +96,7 @@ __all__ = ["SFT_MAX_BAD_IN_A_ROW", "SFT_REPORT_EVERY_S", "LossSettings", "Row", 
 # ----------------------------------------------------------------------------------------- the group
 
 
-class WorkerGroup(WarmStart, EngineLifecycle):
+class WorkerGroup(RowScoring, LoraAdapters, WarmStart, EngineLifecycle):
     """Policy + optimiser + rollout engine for the agents of one worker group (module docstring).
 
     Args:
@@ -152,6 +140,7 @@ class WorkerGroup(WarmStart, EngineLifecycle):
         self.adapters = dict(adapters or {})
         self.adapter_of = dict(adapter_of or {})
         self.base_ref = settings.model or self.model_path  # LoRA: what a checkpoint names as the base
+        self._engine_dir: str | None = None  # LoRA: the adapters folder the engine started from
         try:
             if self.adapters:
                 self._load_lora_policy()
@@ -187,29 +176,7 @@ class WorkerGroup(WarmStart, EngineLifecycle):
         return make_optimizer(self.params, kind=s.optimizer, offload=s.optimizer_offload, lr=lr,
                               betas=tuple(s.betas), weight_decay=s.weight_decay)
 
-    # ------------------------------------------------------------------ LoRA (drmas_trainer.lora)
-
-    def _load_lora_policy(self) -> None:
-        """The frozen base with this group's adapters (fresh, or a checkpoint's), its tokenizer (a
-        checkpoint's adapter folder carries the one the group trained with, else the base's)."""
-        if not traits(self.settings.engine).serves_adapters:
-            raise UserError(f"worker group {self.name}: lora needs a rollout engine that serves LoRA adapters; "
-                            f"engine {self.settings.engine} does not")
-        # the frozen base in the compute dtype (bf16: 2 bytes per parameter, no master copy: it never
-        # changes); the adapters in float32 (peft upcasts them), as full-weight master weights are
-        self.policy, saved_base = lora.load_policy(self.model_path, self.adapters, dtype=self.compute_dtype)
-        self._base_path = self.model_path  # the base's local folder (or hub id), for the engine
-        if saved_base is not None:  # resumed: the base the checkpoint names, not its folder
-            self.base_ref = saved_base
-            self._base_path = resolve_base(adapter_layout(self.model_path))
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(self.model_path))
-        self.adapter_params = {n: lora.adapter_params(self.policy, n) for n in self.adapters}
-        self._engine_dir: str | None = None
-
-    def _use_agent(self, agent: str) -> None:
-        """Forwards from here on are ``agent``'s: its adapter active (LoRA); a no-op otherwise."""
-        if self.adapters:
-            lora.activate(self.policy, self.adapter_of[agent], self.params)
+    # ------------------------------------------------------------------ LoRA: the adapters themselves are LoraAdapters'
 
     def _clip_grads(self) -> float:
         """Clip the gradients and return the pre-clip global norm. Full weights: the group's norm
@@ -224,27 +191,6 @@ class WorkerGroup(WarmStart, EngineLifecycle):
             n = float(torch.nn.utils.clip_grad_norm_(ps, c if c > 0 else float("inf")))
             sq += n * n
         return math.sqrt(sq)
-
-    def adapter_weights(self) -> Iterator[tuple[str, dict[str, Any], dict[str, Tensor]]]:
-        """(adapter, its peft config as JSON, its tensors in the compute dtype) per adapter: what
-        ``sync_weights`` hands a LoRA-serving engine (``update_adapter``), never the base."""
-
-        for name in self.adapters:
-            yield name, adapter_config_dict(self.policy, name, str(self.base_ref)), adapter_tensors(
-                self.policy, name, self.compute_dtype)
-
-    def _save_adapters(self, folder: str, base: str | None = None) -> None:
-        """A LoRA group's model folder (``drmas_bench.models.adapters``): ``base.json`` (the base's
-        name and content identity; ``base`` overrides the name), the tokenizer, one peft folder
-        per adapter."""
-
-        record = base_record(str(base or self.base_ref))
-        os.makedirs(folder, exist_ok=True)
-        for name in self.adapters:
-            save_adapter(self.policy, name, os.path.join(folder, name), record["name"], record)
-        self.tokenizer.save_pretrained(folder)
-        with open(os.path.join(folder, BASE_FILE), "w", encoding="utf-8") as f:
-            _json.dump(record, f, indent=1, sort_keys=True)
 
     # ------------------------------------------------------------------ engine
 
@@ -483,70 +429,6 @@ class WorkerGroup(WarmStart, EngineLifecycle):
         out["lr"] = float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else float("nan")
         out["update_s"] = time.perf_counter() - t0
         return out
-
-    # ------------------------------------------------------------------ rollout rows: old log-probs, token check
-
-    async def score_rows(self, rows: list[Row], *, recompute: bool = True, reference: bool = False) -> dict[str, Any]:
-        """Before the step's first update: the trainer's own old log-probs of the rows (``recompute``)
-        and the token-in/token-out check.
-
-        Recompute is one no-grad forward of the current policy over the rows, ``micro_batch_size``
-        rows at a time, in the update's dtype and mode (so on-policy rows start at ratio 1 in the
-        update). The check decodes each row's response ids with the group's tokenizer: they must give
-        back the text the workflow used (``Row.text``); the ids themselves are trained on as the
-        engine returned them, never re-tokenised.
-
-        Returns ``{"logprobs": [[float] per row] | None, "mismatch": [None | {"row", "position",
-        "engine_id", "text_id"} per row], "old_logprob_s"}``: ``position`` is the first response token
-        where the engine's ids and the text's re-tokenisation differ."""
-        t0 = time.perf_counter()
-        if recompute and self.settings.sleep_engine:
-            await self.engine_sleep()  # the forward's memory, as the update's
-        mismatch = [self._token_mismatch(k, r) for k, r in enumerate(rows)]
-        logprobs = self._old_logprobs(rows) if recompute else None
-        out = {"logprobs": logprobs, "mismatch": mismatch, "old_logprob_s": time.perf_counter() - t0}
-        if reference:  # KL in the reward: the frozen reference policy's log-probs too (drmas_trainer.reference_policy)
-            out["ref_logprobs"] = reference_logprobs(self, rows)
-        return out
-
-    def _old_logprobs(self, rows: list[Row]) -> list[list[float]]:
-        """The current policy's log-probs of each row's response tokens (no grad, micro-batched)."""
-        out: list[list[float]] = [[] for _ in rows]
-        by_agent: dict[str, list[int]] = {}
-        for k, r in enumerate(rows):
-            if r.response_ids:
-                by_agent.setdefault(r.agent, []).append(k)
-        with torch.no_grad():
-            for agent, ks in by_agent.items():  # per agent, as the update forms its micro-batches
-                self._use_agent(agent)  # per-agent LoRA adapters: the agent's own (a no-op without them)
-                self._logprobs_into(rows, ks, out)
-        return self._merge_rows(out)
-
-    def _logprobs_into(self, rows: list[Row], ks: list[int], out: list[list[float]], root: Any = None) -> None:
-        """``out[k]`` = the policy's log-probs of row k's response tokens, for this rank's share of
-        ``ks``, micro-batched (padding micro-batches of a sharded group run and write nothing).
-        The caller holds ``torch.no_grad()`` and chooses the adapter. ``root``: another module to
-        run instead (a sharded group's frozen reference copy, ``fsdp.worker``)."""
-        for micro, real in self._share(ks):
-            batch = pack_rows([rows[k].prompt_ids for k in micro], [rows[k].response_ids for k in micro],
-                              self.pad_id, self.device)
-            with self._autocast():
-                logp, _ = (root(batch, chunk=self.settings.logprob_chunk) if root is not None
-                           else self._logprobs(batch, chunk=self.settings.logprob_chunk))
-            logp = logp.float().cpu()
-            for b, k in enumerate(micro if real else []):
-                out[k] = logp[b, : len(rows[k].response_ids)].tolist()
-
-    def _token_mismatch(self, k: int, r: Row) -> dict[str, Any] | None:
-        """None when row ``r``'s response ids decode to its text (or it carries none), else where the
-        engine's ids and the re-tokenised text first differ."""
-        if r.text is None or self.tokenizer.decode(r.response_ids, skip_special_tokens=True) == r.text:
-            return None
-        text_ids = list(self.tokenizer(r.text, add_special_tokens=False)["input_ids"])
-        pos = next((i for i, (a, b) in enumerate(zip(r.response_ids, text_ids)) if a != b),
-                   min(len(r.response_ids), len(text_ids)))
-        return {"row": k, "position": pos, "engine_id": r.response_ids[pos] if pos < len(r.response_ids) else None,
-                "text_id": text_ids[pos] if pos < len(text_ids) else None}
 
     # ------------------------------------------------------------------ state
 

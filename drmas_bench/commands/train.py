@@ -180,9 +180,10 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
     the recipe's fsdp section and ``plan.prompt_tokens``, else 4096); ``local``: every group in one
     process on one GPU (else Ray actors)."""
     from drmas_bench.workflows.base import get_workflow
-    from drmas_trainer.config.train import plan_worker_groups
+    from drmas_trainer.config.groups import plan_worker_groups
     from drmas_trainer.forecast.hours import HARDWARE, hardware_for, predict, training_prompts
-    from drmas_trainer.forecast.memory import DEFAULT_GPU_GIB, memory_plan, model_shape
+    from drmas_trainer.forecast.memory import DEFAULT_GPU_GIB, memory_plan
+    from drmas_trainer.forecast.shapes import model_shape
 
     groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
     shapes = {}

@@ -52,8 +52,10 @@ __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours"
            "training_prompts"]
 
 if TYPE_CHECKING:
-    from drmas_trainer.config.train import TrainConfig, WorkerGroupPlan
-    from drmas_trainer.forecast.memory import MemoryPlan, ModelShape
+    from drmas_trainer.config.groups import WorkerGroupPlan
+    from drmas_trainer.config.train import TrainConfig
+    from drmas_trainer.forecast.memory import MemoryPlan
+    from drmas_trainer.forecast.shapes import ModelShape
 
 
 def forward_flops(shape: "ModelShape", ctx: float) -> float:
