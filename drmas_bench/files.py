@@ -133,11 +133,27 @@ def model_identity(folder: str | os.PathLike) -> dict[str, str]:
     return {"path": str(real), "content": h.hexdigest()[:32]}
 
 
+def umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc/self/status), else
+    by setting and restoring it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def atomic_write(path: Path, text: str | bytes) -> None:
-    """Write a file so that readers see the old or the new content, never half of it."""
+    """Write a file so that readers see the old or the new content, never half of it; its mode is
+    a plain file's under the umask (0644 under 022), as ``open`` would make it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~umask())  # mkstemp's 0600 is for the temporary name: the file itself follows umask
         data = text if isinstance(text, bytes) else text.encode("utf-8")
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -52,13 +52,13 @@ def group_determinism(kind: str, options: dict[str, Any], live: dict[str, Any] |
     there is one, else the class's ``declared_determinism`` of ``options`` as they resolve here."""
     if live is not None:
         return dict(live)
-    cls = engine_class(kind)
+    cls: Any = engine_class(kind)
     try:
         full = cls.resolved_options(dataclasses.asdict(parse_options(cls.Options, dict(options), kind=kind)))
     except Exception:  # noqa: BLE001 - options that do not parse here: as written
         full = dict(options)
     # a backend that is not an EngineBase (a protocol-only class) says what the default says
-    declared = getattr(cls, "declared_determinism", None) or partial(EngineBase.declared_determinism.__func__, cls)
+    declared = getattr(cls, "declared_determinism", None) or partial(EngineBase.declared_determinism.__func__, cls)  # type: ignore[attr-defined]
     return dict(declared(full))
 
 
@@ -89,7 +89,7 @@ def identity_team(team: Any) -> dict[str, Any]:
         names = set(getattr(engine_class(g.engine), "batching_options", ()))
         entry = (doc.get("worker_groups") or {}).get(wg)
         opts = entry.get("options") if isinstance(entry, dict) else None
-        if not names or not isinstance(opts, dict) or not names & set(opts):
+        if not names or not isinstance(entry, dict) or not isinstance(opts, dict) or not names & set(opts):
             continue
         if group_determinism(g.engine, dict(g.options)).get("batch_invariant"):
             kept = {k: v for k, v in opts.items() if k not in names}

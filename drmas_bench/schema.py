@@ -240,6 +240,8 @@ def error_line(e: ValidationError, schema: Any = None, prefix: str = "") -> str:
         msg = re.sub(r" or instance of \w+", "", msg.replace("Input should be", "must be"))
         msg = msg.replace("a valid dictionary", "a mapping").replace("a valid list", "a list")
         msg = msg.replace("a valid boolean", "true or false")
+        # pydantic's "..., got a number with a fractional part": say what was got once, with its value
+        msg = msg.replace("a valid integer, got a number with a fractional part", "a whole number")
         text = f"{msg}, got {err.get('input')!r}"
     line = f"{path}: {text}" if path else text
     return " ".join(line.split())[:400]

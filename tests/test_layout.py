@@ -869,3 +869,13 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     assert sorted(got) == names, r.stdout[-3000:]
     failed = [f"{n}: {v}" for n, v in got.items() if v != "ok"]
     assert failed == []
+
+
+def test_every_package_folder_is_listed_for_setuptools():
+    """pyproject's explicit package list installs exactly the folders with an ``__init__.py``: a
+    sub-package left off is missing from a non-editable install (``drmas_bench.split`` once was)."""
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    found = {".".join((pkg, *init.parent.relative_to(folder).parts))
+             for pkg, folder in PACKAGES.items() for init in folder.rglob("__init__.py")}
+    assert sorted(found - listed) == [] and sorted(listed - found) == []

@@ -56,9 +56,10 @@ def cli_plan(args: list[str], capsys) -> tuple[int, dict[str, int | str]]:
 
 @pytest.mark.parametrize("recipe", ROWS)
 def test_a_row_lays_out_its_gpus_and_8_h200s_never_more_than_given(recipe, capsys):
-    """Each row lays out the GPUs of its README row, on its own H100s and on a node of 8 x H200; a
-    node of fewer GPUs than the row needs is refused in one line (or, once ``--gpus`` re-plans,
-    laid out on no more than it has). The plan's parts, the CLI's table and its hours agree."""
+    """Each row lays out the GPUs of its README row on its own H100s, and all 8 of a node of 8 x H200
+    (``--gpus 8`` re-plans a 4-GPU row's ranks); a node of fewer GPUs than the row needs is re-planned
+    on no more than it has, or refused in one line. The plan's parts, the CLI's table and its hours
+    agree."""
     want = ROW_GPUS[recipe]
     rc, said = cli_plan(["--recipe", recipe, "--gpu-memory", "80"], capsys)
     plan, est = plan_recipe(load_config(recipe), gpu_gib=80)
@@ -68,7 +69,7 @@ def test_a_row_lays_out_its_gpus_and_8_h200s_never_more_than_given(recipe, capsy
     rc, said = cli_plan(["--recipe", recipe, "--gpus", "8", "--gpu-memory", "141"], capsys)
     plan, est = plan_recipe(load_config(recipe), gpu_gib=141, gpus=8)
     assert rc == 0 and plan.fits, said["err"]
-    assert laid_out(plan) == est.gpus == said["hours_gpus"] == want <= 8, (recipe, said)
+    assert laid_out(plan) == est.gpus == said["hours_gpus"] == 8, (recipe, said)  # a 4-GPU row re-planned on 8
     assert "H200" in str(said["gpu"]) and est.reported_hours is None  # not its hardware: nothing to compare with
     rc, said = cli_plan(["--recipe", recipe, "--gpus", str(want // 2), "--gpu-memory", "141"], capsys)
     if rc == 0:  # re-planned onto the GPUs given (issue 56)
@@ -77,8 +78,6 @@ def test_a_row_lays_out_its_gpus_and_8_h200s_never_more_than_given(recipe, capsy
         assert rc == 2 and re.fullmatch(rf"drmas-bench: error: .*--gpus is {want // 2}\b.*", str(said["err"])), said
 
 
-@pytest.mark.xfail(strict=True, reason="issue 56: with fsdp.ranks=1 the plan puts each worker group on a GPU of its "
-                                       "own (Ray actors, gpus_per_worker 1) whatever --gpus says")
 def test_one_gpu_given_is_never_two_laid_out(capsys):
     over = ["--set", "fsdp.ranks=1"]
     rc, said = cli_plan(["--recipe", "math_qwen3_4b", "--gpus", "1", "--gpu-memory", "141", *over], capsys)

@@ -59,9 +59,14 @@ def test_prepare_builds_the_first_rows_of_each_source_in_file_order(data_dir, tm
             assert {t.meta["data_source"] for t in mine} == {r["data_source"] for r in rows[at: at + n]} == {source}
             assert [r["extra_info"]["index"] for r in rows[at: at + n]] == list(range(n))
             at += n
-    # a second build keeps what is there (it may be the reference's own file) unless --force
-    assert main(["data", "prepare", "--sampled", "--data-dir", str(data_dir), "--out", str(tmp_path)]) == 2
-    assert "--force" in capsys.readouterr().err
+    # a second build keeps what is there (it may be the reference's own file) unless --force: a skip
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.parquet")}
+    assert main(["data", "prepare", "--sampled", "--data-dir", str(data_dir), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": kept ") == 2 and "--force rebuilds it" in out
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.parquet")} == before
+    assert "val.benchmarks: [math_sampled]" in out and "val.benchmarks: [search_sampled]" in out
+    assert "[math_sampled, search_sampled]" not in out  # one set per team, never both at once
     assert main(["data", "prepare", "--sampled", "--suite", "math", "--force", "--data-dir", str(data_dir),
                  "--out", str(tmp_path)]) == 0
     assert "search_sampled" not in capsys.readouterr().out
@@ -82,6 +87,12 @@ def test_prepare_cli_writes_a_suites_set_from_a_small_data_dir(tmp_path, capsys)
     assert [t.question for t in got[48:52]] == ["math/math500/test.jsonl 48?", "math/math500/test.jsonl 49?",
                                                  "math/aime24/test.jsonl 0?", "math/aime24/test.jsonl 1?"]
     assert got[49].answers == ["49"] and got[49].id == "math500_first50-49"
+
+
+def test_prepare_for_a_suite_without_a_sampled_set_says_there_is_nothing_to_prepare(tmp_path, capsys):
+    assert main(["data", "prepare", "--sampled", "--suite", "toy", "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to prepare: suite toy has no sampled validation set" in out and "math_sampled (math)" in out
 
 
 def test_prepare_needs_sampled_and_a_data_dir(tmp_path, monkeypatch, capsys):

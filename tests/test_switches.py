@@ -261,6 +261,25 @@ def test_the_fixed_step_has_what_the_switches_need(base):
         assert obs["updates"][wg]["pg_loss"] == pytest.approx(plain_pg_loss(obs, wg), abs=1e-5)
 
 
+def test_the_step_record_carries_its_workload_and_phase_timers(base):
+    """Each generate call's figures (call index = the row's position in its episode) and each
+    group's tokens, counted by hand from the rows the step trained on; every phase timed, wall and CPU."""
+    rec, calls, pos = base["record"], {}, {}
+    for row, t in zip(base["rows"], base["traj"].tolist()):
+        i = pos[t] = pos.get(t, -1) + 1
+        calls.setdefault((i, row.agent), []).append((len(row.prompt_ids), len(row.response_ids)))
+    assert rec[metric_names.WL_EPISODES] == len(set(base["traj"].tolist()))
+    for (i, a), xs in calls.items():
+        assert rec[metric_names.call(a, i, metric_names.WL_EPISODES)] == len(xs)
+        assert rec[metric_names.call(a, i, metric_names.WL_PROMPT)] == pytest.approx(sum(p for p, _ in xs) / len(xs))
+        assert rec[metric_names.call(a, i, metric_names.WL_RESPONSE_MAX)] == max(r for _, r in xs)
+    for g in ("solver", "checker"):
+        rows = [r for r, wg in zip(base["rows"], base["wg"]) if wg == g]
+        assert rec[metric_names.wg(g, metric_names.WL_RESPONSE_TOKENS)] == sum(len(r.response_ids) for r in rows)
+    for k in (metric_names.TIME_GEN, metric_names.TIME_OLD_LOGPROB, metric_names.TIME_UPDATE, metric_names.TIME_SYNC):
+        assert rec[k] >= 0 and rec[metric_names.cpu(k)] >= 0
+
+
 # ------------------------------------------------------------------------------------------ the switches
 
 

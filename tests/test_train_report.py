@@ -57,6 +57,10 @@ def run(tmp_path_factory) -> Path:
         for a in AGENTS:
             rec[M.agent(a, M.GRAD_NORM)] = 10 ** rng.uniform(-2, 1.5)
             rec[M.agent(a, M.VALID)] = rng.random()
+        for k in M.PHASES:  # validation's seconds only on the steps that validate
+            if k != M.TIME_TESTING or step in VAL_QUESTIONS:
+                rec[k] = rng.uniform(0.1, 5.0)
+        rec[M.TIME_STEP] = sum(rec.get(k, 0.0) for k in M.PHASES) + rng.uniform(0.0, 1.0)
         if step == 5:
             rec[M.SCORE] = float("nan")  # written as null: a gap in the reward line
         log.write(rec)
@@ -110,7 +114,7 @@ def _close(got: dict, want: dict, rel: float = 2e-3) -> None:
 def test_plotted_points_are_the_logged_metrics_and_the_validation_summaries(run):
     page = R.render(run)
     figs = _figures(page)
-    assert list(figs) == ["reward", "validation", "grad-norm", "validity"]
+    assert list(figs) == ["reward", "validation", "grad-norm", "validity", "phases"]
     recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     reward = {r["step"]: r[M.SCORE] for r in recs if r[M.SCORE] is not None}
     assert 5 not in reward and len(reward) == 11  # the null reward is a gap, not a 0
@@ -128,6 +132,15 @@ def test_plotted_points_are_the_logged_metrics_and_the_validation_summaries(run)
         for p in fig["points"]:
             assert p["step"] == pytest.approx(p["data_step"], abs=0.01)
             assert p["value"] == pytest.approx(p["data_value"], rel=5e-3, abs=2e-3)
+
+
+def test_the_phase_chart_draws_each_timer_per_step_and_a_step_without_validation_at_0(run):
+    page = R.render(run)
+    pts = _figures(page)["phases"]["points"]
+    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    for k in (*M.PHASES, M.TIME_STEP):
+        label = "step (all of it)" if k == M.TIME_STEP else k.removeprefix("timing_s/")
+        _close(_series(pts, label), {r["step"]: r.get(k, 0.0) for r in recs}, rel=1e-2)
 
 
 def test_every_validation_point_links_to_its_run_folder(run, tmp_path):

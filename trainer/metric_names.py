@@ -39,6 +39,16 @@ TIME_UPDATE = "timing_s/update_actor"
 TIME_SYNC = "timing_s/sync_weights"
 TIME_STEP = "timing_s/step"
 TIME_OLD_LOGPROB = "timing_s/old_log_prob"  # recomputing the old log-probs and the token check (verl's name)
+TIME_TESTING = "timing_s/testing"  # validation during training (verl's name for its validation)
+TIME_SAVE = "timing_s/save_checkpoint"  # the step's checkpoint (and keep_best's), 0 when none is saved (verl's name)
+#: the step's phases in order, as train-report draws them (timing_s/step also holds what none of them covers)
+PHASES = (TIME_GEN, TIME_OLD_LOGPROB, TIME_UPDATE, TIME_SYNC, TIME_TESTING, TIME_SAVE)
+CPU = "cpu_s/"  # beside each timing_s/<phase>: the trainer process's CPU seconds in it (drmas_trainer.phase_clock)
+
+
+def cpu(timer: str) -> str:
+    """``cpu_s/<phase>`` beside the wall timer ``timing_s/<phase>``."""
+    return CPU + timer.removeprefix("timing_s/")
 # KL in the reward (algo.use_kl_in_reward; drmas_trainer.rewards), the reference's names
 REWARD_KL = "actor/reward_kl_penalty"  # mean over rows of the row's mean per-token KL (old vs reference policy)
 REWARD_KL_COEFF = "actor/reward_kl_penalty_coeff"  # the beta this step's rewards used
@@ -54,6 +64,24 @@ REFERENCE_SYNCS = "rollout/reference_syncs"  # syncs the reference would make fo
 ENGINES_POOLED = "rollout/engines_pooled"  # 1 when a pool kept the engines under a memory budget, 0 all awake
 ENGINE_COUNTERS = {"syncs": WEIGHT_SYNCS, "wakes": ENGINE_WAKES, "sleeps": ENGINE_SLEEPS,
                    "generate_calls": GENERATE_CALLS}  # WorkerGroup.engine_counters key -> the record's name
+
+# --- the step's workload, what the hours model (drmas_trainer.forecast.hours) needs; drmas_trainer.workload -----------
+# Per generate call: the workflow's call index i (the turn's position in the episode, from 0) and its agent,
+#   agent/<a>/workload/call<i>/<WL_*>
+# per worker group, the tokens its update trains on: wg/<g>/workload/<WL_PROMPT_TOKENS | WL_RESPONSE_TOKENS>
+WL_EPISODES = "workload/episodes"  # team: episodes started this step; per call: those still running at it
+WL_PROMPT = "workload/prompt_length/mean"  # per call: mean prompt tokens
+WL_RESPONSE = "workload/response_length/mean"  # per call: mean response tokens
+WL_RESPONSE_MAX = "workload/response_length/max"  # per call: the longest response (the batch waits for it)
+WL_PROMPT_TOKENS = "workload/prompt_tokens"  # per group: prompt tokens of its rows, summed
+WL_RESPONSE_TOKENS = "workload/response_tokens"  # per group: response tokens of its rows, summed
+WL_CALL_FIGURES = (WL_EPISODES, WL_PROMPT, WL_RESPONSE, WL_RESPONSE_MAX)
+
+
+def call(a: str, index: int, name: str) -> str:
+    """``agent/<a>/workload/call<index>/<name without its workload/ prefix>``: a generate call's figure."""
+    return agent(a, f"workload/call{index}/{name.removeprefix('workload/')}")
+
 
 # --- the rollout engine vs the trainer (trainer/rollout_correction.py), team, agent/<a>/ and wg/<g>/ ---------
 ROLLOUT_CORR = "rollout_corr/"  # verl's prefix; the keys below follow it (rollout_corr/kl, ...)

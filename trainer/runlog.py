@@ -189,11 +189,13 @@ def step_metrics(step: int, cursor: int, batch: list[Task], trajs: list[Trajecto
 
 
 def summarize(run: Path, n_steps: int) -> dict[str, Any]:
-    """First/last-5 reward means, skipped steps and per-agent grad-norm spread of a finished run."""
+    """First/last-5 reward means (``reward_window`` steps each: 5, or half the run when it has fewer
+    than 10 steps, so the two never overlap), skipped steps and per-agent grad-norm spread of a
+    finished run."""
     recs = [r for r in read_metrics(run) if metric_names.SCORE in r]
     rewards = [r[metric_names.SCORE] if isinstance(r[metric_names.SCORE], (int, float)) else float("nan") for r in recs]
-    k = min(5, len(rewards))
-    out: dict[str, Any] = {"run": str(run), "steps": len(recs),
+    k = max(1, min(5, len(rewards) // 2))  # two windows that do not overlap (a 4-step run: 2 and 2)
+    out: dict[str, Any] = {"run": str(run), "steps": len(recs), "reward_window": k,
                            "reward_first5": _mean(rewards[:k]), "reward_last5": _mean(rewards[-k:]),
                            "skipped_steps": sum(r.get(metric_names.SKIPPED_STEPS) or 0 for r in recs),
                            "time_s": sum(r.get(metric_names.TIME_STEP) or 0.0 for r in recs)}
@@ -202,12 +204,15 @@ def summarize(run: Path, n_steps: int) -> dict[str, Any]:
 
 
 def grad_norm_spread(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per agent: max, median and max/median of ``agent/<a>/actor/grad_norm`` over the steps."""
+    """Per agent: max, median and max/median (``spread``; absent when the median is 0) of
+    ``agent/<a>/actor/grad_norm`` over the steps."""
     out: dict[str, dict[str, float]] = {}
     for a in metric_names.agents_with({k for r in records for k in r}, metric_names.GRAD_NORM):
         k = metric_names.agent(a, metric_names.GRAD_NORM)
         vals = [r[k] for r in records if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
         if vals:
             med = statistics.median(vals)
-            out[a] = {"max": max(vals), "median": med, "spread": max(vals) / med if med > 0 else float("inf")}
+            out[a] = {"max": max(vals), "median": med}
+            if med > 0:  # every norm 0 (or half of them): no spread to speak of, rather than "inf"
+                out[a]["spread"] = max(vals) / med
     return out

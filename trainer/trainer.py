@@ -22,23 +22,20 @@ One iteration (``step``)::
               balance_loss_by_agent_freq each row's loss weight (loss_balance.py)
     update    each group runs its PPO/GSPO epochs and mini-batches on its rows
     sync      each group copies its new weights into its rollout engine (pooled: at its next wake)
-    log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed)
     save      every save_every steps: RUN/ckpt/step_K (atomic; see checkpoint.py)
+    log       one JSON line in RUN/metrics.jsonl (+ TensorBoard when installed): the step's metrics, its
+              workload (workload_log.py: episodes, prompt and response tokens per generate call) and its
+              phases' seconds under verl's timer names (metric_names.PHASES)
 
-Before step 1 an optional supervised warm start (``sft:``, toy only) runs and is saved as
-``ckpt/step_0``, the "untrained" team RL starts from. ``resume=True`` restarts from the newest
-complete checkpoint: weights, optimiser state, RNG, step and data cursor, and the metrics file is
-cut back to that step, so a killed run continues exactly where its last checkpoint left it.
+Before step 1 an optional supervised warm start (``sft:``, toy only) is saved as ``ckpt/step_0``.
+``resume=True`` restarts from the newest complete checkpoint (weights, optimiser state, RNG, step,
+data cursor; metrics cut back to that step): a killed run continues where its last checkpoint was.
 
-Worker groups run in this process (``use_ray=False``) or as Ray actors (``use_ray=True``); the loop
-is the same code: both expose the async methods of :class:`~drmas_trainer.worker.WorkerGroup`.
-
-The loop is this file: :func:`train` checks and locks the run directory, :func:`_train` is the
-iteration above, and the loop's own pieces (prompts, rollouts, rows) follow it. What it calls
-around the loop lives beside it: ``prepare.py`` (tasks, retriever, the rollout team, starting the
-worker groups, the warm start), ``saving.py`` (what a checkpoint of the run holds, writing it,
-reading one back to resume) and ``runlog.py`` (the run directory's files: ``metrics.jsonl`` and
-its step record, ``config.yaml``, the summary).
+Worker groups run in this process (``use_ray=False``) or as Ray actors (``use_ray=True``), both
+exposing the async methods of :class:`~drmas_trainer.worker.WorkerGroup`. :func:`train` checks and
+locks the run directory, :func:`_train` is the iteration above; around it: ``prepare.py`` (tasks,
+retriever, rollout team, worker groups, warm start), ``saving.py`` (a checkpoint of the run, and
+resuming from one) and ``runlog.py`` (``metrics.jsonl``, ``config.yaml``, the summary).
 """
 
 from __future__ import annotations
@@ -67,13 +64,14 @@ from drmas_bench.runner import EpisodeRun, TeamRuntime, run_episodes
 from drmas_bench.types import Task, Trajectory, UserError
 from drmas_bench.workflows.base import WORKFLOWS, WorkflowSpec, check_workflow_options, derive_seed, get_workflow
 from drmas_trainer import checkpoint as ckpt_io
-from drmas_trainer import metric_names
+from drmas_trainer import metric_names, workload_log
 from drmas_trainer.adv_metrics import pools_by_agent, reference_adv_metrics
 from drmas_trainer.advantages import compute_advantages
 from drmas_trainer.config.groups import plan_worker_groups
 from drmas_trainer.config.train import TrainConfig
 from drmas_trainer.fsdp.ray_group import check_sharded
 from drmas_trainer.loss_balance import row_loss_weights
+from drmas_trainer.phase_clock import PhaseClock
 from drmas_trainer.prepare import (
     load_train_tasks,
     rollout_retriever,
@@ -101,6 +99,7 @@ from drmas_trainer.runlog import (
 from drmas_trainer.saving import local_checkpoint, save_checkpoint
 from drmas_trainer.scoring import check_tokens, correct_rows, kl_penalised_scores, start_kl_controller
 from drmas_trainer.trackers import check_tracker
+from drmas_trainer.val_checks import check_val
 from drmas_trainer.validation import Validator, logged_history
 from drmas_trainer.worker import LossSettings, Row
 
@@ -129,6 +128,7 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, resume: bool = False, fre
     wf = get_workflow(cfg.workflow)
     plan_worker_groups(cfg, wf.agents)
     check_workflow_options(wf, cfg.workflow_options)
+    check_val(cfg, wf)  # keep_best against the names validation logs; the benchmarks' grading family
     check_tracker(cfg.tracker)
     tasks = load_train_tasks(cfg)
     retriever = rollout_retriever(cfg, wf)
@@ -276,7 +276,7 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
     bar = tqdm(total=n_steps, initial=step0, desc=f"train {cfg.algo.estimator}", unit="step",
                disable=not progress, dynamic_ncols=True, file=sys.stderr)
     for step in range(step0 + 1, n_steps + 1):
-        t_step = time.perf_counter()
+        t_step, cpu_step = time.perf_counter(), time.process_time()
         # 1. prompts: the next P tasks of the shuffled training set
         batch = next_prompts(tasks, cursor, cfg.rollout.prompts_per_step, cfg.data)
         cursor_before, cursor = cursor, cursor + len(batch)
@@ -284,20 +284,25 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
         record = await rl_step(lp, batch, step, cursor_before)
         if lp.val is not None and lp.val.due(step, n_steps):  # validation on the engines as synced (RUN/val/step_N)
             record.update(await lp.val.validate(step))
-        # 7. log
         skipped_total += record[metric_names.SKIPPED_STEPS]
-        record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, metric_names.TIME_STEP: time.perf_counter() - t_step})
-        metrics.write(record)
-        bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
-        bar.update(1)
-        # 8. checkpoint (and with val.keep_best the best validation's, kept beside latest)
+        # 7. checkpoint (and with val.keep_best the best validation's, kept beside latest), timed for the log
         save = functools.partial(save_checkpoint, run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor,
                                  skipped_total=skipped_total)
         saved = step == n_steps or bool(cfg.save_every and step % cfg.save_every == 0)
+        clock = PhaseClock()
         if saved:
             await save(keep=lp.val.kept() if lp.val else ())
         if lp.val is not None:
             await lp.val.keep_best(step, saved, save)
+        # 8. log: after the save so that the step's record holds its seconds (verl's order); a stop between
+        #    the two leaves a checkpoint whose step has no record, never a record past the last checkpoint
+        clock.stop(metric_names.TIME_SAVE)
+        record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, **clock.record,
+                       metric_names.TIME_STEP: time.perf_counter() - t_step,
+                       metric_names.cpu(metric_names.TIME_STEP): time.process_time() - cpu_step})
+        metrics.write(record)
+        bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
+        bar.update(1)
     bar.close()
     summary = summarize(run, n_steps)
     if lp.val is not None:
@@ -370,11 +375,11 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     # 2. rollouts: n episodes per prompt through the harness workflow, with the engines' log-probs;
     #    pooled engines wake under the budget, then are held asleep for steps 3-5
     counters0 = await engines.counters()
-    t0 = time.perf_counter()
+    clock = PhaseClock()
     await engines.before_rollout()
     trajs = await rollout(batch, cfg, lp.runtime, lp.wf, lp.retriever, step=step)
     await engines.after_rollout()
-    timing = {metric_names.TIME_GEN: time.perf_counter() - t0}
+    clock.stop(metric_names.TIME_GEN)
     rb = make_rows(trajs, batch, lp.wf.agents)
     by_wg = {wg: [r for r, g in zip(rb["rows"], rb["wg"]) if g == wg] for wg in names}
 
@@ -382,14 +387,14 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     #    (rollout.old_logprobs: recompute), and with the reference policy for KL in the reward; then the
     #    rollout correction's weights and the engine-vs-trainer metrics; too many rows whose ids do not
     #    match their text stop the run (before this step updates anything)
-    t0 = time.perf_counter()
+    clock.start()
     recompute = cfg.rollout.old_logprobs == "recompute"
     scored = dict(zip(names, await asyncio.gather(*(
         lp.workers[wg].score_rows(by_wg[wg], recompute=recompute, **({"reference": True} if lp.kl_ctrl else {}))
         for wg in names))))
     extra = check_tokens(by_wg, scored, cfg.rollout.max_token_mismatch, step)
     extra.update(correct_rows(by_wg, scored, cfg.rollout))
-    timing[metric_names.TIME_OLD_LOGPROB] = time.perf_counter() - t0
+    clock.stop(metric_names.TIME_OLD_LOGPROB)
 
     # 4. rewards -> row scores (- the KL penalty) -> advantages and their metrics -> loss weights
     scores = row_scores(rb["reward"], rb["valid"], c_inv=cfg.algo.c_inv)
@@ -399,20 +404,20 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     adv = set_advantages(cfg, rb, scores, lp.wf.agents, extra)
 
     # 5. update each worker group on its own rows
-    t0 = time.perf_counter()
+    clock.start()
     results = await asyncio.gather(*(
         lp.workers[wg].update(by_wg[wg], epochs=cfg.algo.ppo_epochs, mini_batches=cfg.algo.mini_batches,
                               loss=lp.loss, seed=derive_seed(cfg.seed, "update", step, wg))
         for wg in names))
     updates = dict(zip(names, results))
-    timing[metric_names.TIME_UPDATE] = time.perf_counter() - t0
+    clock.stop(metric_names.TIME_UPDATE)
     if lp.observe is not None:
         lp.observe({**rb, "scores": scores, "adv": adv, "updates": updates})
 
     # 6. sync the rollout engines with the new weights (pooled: each at its next wake)
-    t0 = time.perf_counter()
+    clock.start()
     await engines.after_update()
-    timing[metric_names.TIME_SYNC] = time.perf_counter() - t0
+    clock.stop(metric_names.TIME_SYNC)
 
     record = step_metrics(step, cursor, batch, trajs, rb, scores, adv, updates, lp.wf.agents, lp.plan)
     record.update(extra)
@@ -420,7 +425,8 @@ async def rl_step(lp: Loop, batch: list[Task], step: int, cursor: int) -> dict[s
     record[metric_names.REFERENCE_SYNCS] = reference_syncs(trajs)
     record[metric_names.ENGINES_POOLED] = int(engines.mode == "pooled")
     record[metric_names.SKIPPED_STEPS] = sum(u["skipped_steps"] for u in updates.values())
-    record.update(timing)
+    record.update(workload_log.step_metrics(trajs, {a: g for g, p in lp.plan.items() for a in p.agents}))
+    record.update(clock.record)
     return record
 
 

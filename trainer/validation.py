@@ -26,13 +26,13 @@ from typing import Any, Awaitable, Callable, Iterable
 import yaml
 
 from drmas_bench.api import EvalConfig, plan, prepare, run_on_engines
-from drmas_bench.benchmarks.catalog import get_benchmark
 from drmas_bench.files import atomic_write
 from drmas_bench.records import RecordView
 from drmas_bench.report.runs import load_run
 from drmas_bench.types import UserError
 from drmas_bench.workflows.base import WorkflowSpec
 from drmas_trainer import checkpoint as ckpt_io
+from drmas_trainer import metric_names
 from drmas_trainer.config.groups import WorkerGroupPlan
 from drmas_trainer.config.train import TrainConfig
 from drmas_trainer.saving import checkpoint_team
@@ -40,7 +40,7 @@ from drmas_trainer.saving import checkpoint_team
 VAL_DIR = "val"  # RUN/val/step_N: one run folder per validation
 TEAM_FILE = "team.yaml"  # RUN/val/team.yaml: the team each validation plans with
 PREFIX = "val/"  # every validation metric's prefix (the reference's)
-TIME_KEY = "timing_s/testing"  # verl's timer name for its validation
+TIME_KEY = metric_names.TIME_TESTING  # verl's timer name for its validation
 CALLS_KEY = "val/calls"
 RUN_KEY = "val/run"
 
@@ -250,36 +250,3 @@ def best_step(history: dict[int, dict[str, Any]], metric: str) -> dict[str, Any]
 def validation_count(val: Any, n_steps: int) -> int:
     """How many validations a run of ``n_steps`` RL steps makes (before training, every N, the last)."""
     return int(val.before_train) + sum(1 for s in range(1, n_steps + 1) if due(val, s, n_steps))
-
-
-def validation_cost(cfg: TrainConfig, n_steps: int) -> dict[str, Any] | None:
-    """What validation adds to a run, in episodes (None when it is off): the validations, their
-    questions (``val.limit`` per benchmark, else each benchmark's full size) x ``val.n`` episodes, and
-    that total against the run's training rollouts (steps x prompts_per_step x rollout.n).
-
-    A validation episode costs about a rollout episode's generation (eval's sampling, the same
-    engines) and nothing else (no old log-probs, no update), so ``share_of_rollouts`` is the share
-    it adds to the rollout phase's time. Seconds need a time per episode: the seam for a run-time
-    model (``per_episode_s``), left out where none is given."""
-    v = cfg.val
-    if not v.active:
-        return None
-    questions = sum(min(v.limit, get_benchmark(b).expected_rows) if v.limit else get_benchmark(b).expected_rows
-                    for b in v.benchmarks or [])
-    count = validation_count(v, n_steps)
-    episodes = count * questions * v.n
-    rollouts = n_steps * cfg.rollout.prompts_per_step * cfg.rollout.n
-    return {"validations": count, "questions": questions, "n": v.n, "episodes": episodes,
-            "rollout_episodes": rollouts, "share_of_rollouts": episodes / rollouts if rollouts else math.nan}
-
-
-def format_validation_cost(cost: dict[str, Any] | None, per_episode_s: float | None = None) -> str:
-    """``train --plan``'s lines on validation (empty when it is off)."""
-    if cost is None:
-        return "validation: off (val.every 0, val.before_train false)"
-    line = (f"validation: {cost['validations']} validation(s) x {cost['questions']} questions x {cost['n']} sample(s) = "
-            f"{cost['episodes']:,} episodes, {100 * cost['share_of_rollouts']:.1f} % of the run's "
-            f"{cost['rollout_episodes']:,} rollout episodes (generation only: no log-probs, no update)")
-    if per_episode_s is not None:
-        line += f"; about {cost['episodes'] * per_episode_s / 3600:.2f} h at {per_episode_s:g} s per episode"
-    return line

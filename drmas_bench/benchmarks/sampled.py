@@ -39,6 +39,7 @@ class Built:
     path: Path
     counts: Counter
     notes: list[str]
+    kept: bool = False  # its file was there already and is left as it is (no --force): nothing was written
 
 
 def sampled_sets(suite: str | None = None) -> list[Benchmark]:
@@ -81,7 +82,8 @@ def prepare_sampled(data_dir: str | os.PathLike | None, out: str | os.PathLike |
                     suite: str | None = None, force: bool = False) -> list[Built]:
     """Build every validation set of ``suite`` (or all) from the sources under ``data_dir`` into
     ``out`` (default: ``data_dir`` itself), each at its benchmark's file path. An existing file (an
-    earlier build, or the reference's own) is kept unless ``force``."""
+    earlier build, or the reference's own) is kept unless ``force`` (its entry says ``kept``); a
+    suite without a sampled set gives an empty list."""
     d = resolve_data_dir(data_dir)
     root = Path(out) if out is not None else d
     if root is None:
@@ -89,12 +91,11 @@ def prepare_sampled(data_dir: str | os.PathLike | None, out: str | os.PathLike |
                         "(--data-dir or $DRMAS_DATA_DIR), or --out for where to write")
     sets = sampled_sets(suite)
     targets = [(b, root / b.files[0]) for b in sets]
-    kept = [str(p) for _, p in targets if p.exists()]
-    if kept and not force:
-        raise UserError(f"{', '.join(kept)} already exist(s) (an earlier build or the reference's own file); "
-                        "pass --force to rebuild")
     built = []
     for b, path in targets:  # all rows first: a source that fails leaves no half-written set behind
+        if path.exists() and not force:  # an earlier build, or the reference's own file: kept as it is
+            built.append(Built(b, path, Counter(), [], kept=True))
+            continue
         rows, notes = sampled_rows(b, d)
         write_parquet(rows, path)
         built.append(Built(b, path, Counter(r["data_source"] for r in rows), notes))

@@ -239,12 +239,21 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if not args.sampled:
         raise UserError("say what to prepare: --sampled (the reference's validation sets)")
     built = prepare_sampled(args.data_dir, args.out, suite=args.suite, force=args.force)
+    if not built:
+        from drmas_bench.benchmarks.sampled import sampled_sets
+
+        have = ", ".join(f"{b.name} ({b.suite})" for b in sampled_sets())
+        print(f"nothing to prepare: suite {args.suite} has no sampled validation set (the ones there are: {have})")
     for b in built:
+        if b.kept:
+            print(f"{b.benchmark.name}: kept {b.path} (it exists: an earlier build or the reference's own file; "
+                  f"--force rebuilds it)")
+            continue
         parts = ", ".join(f"{source} {n}" for source, n in b.counts.items())
         print(f"{b.benchmark.name}: {sum(b.counts.values())} rows ({parts}) -> {b.path}")
         for note in b.notes:
             print(f"  note: {note}")
-    if built:
-        print("validate on them during training with val.benchmarks: [" + ", ".join(b.benchmark.name for b in built)
-              + "] (and val.data: the folder they are in, when it is not the data dir)")
+    for b in built:  # one set per team: a benchmark is graded by its own suite's family
+        print(f"validate a {b.benchmark.suite} team on it during training with val.benchmarks: [{b.benchmark.name}]"
+              " (and val.data: the folder it is in, when it is not the data dir)")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -85,17 +86,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--plan", action="store_true", help="print the per-worker-group GPU memory plan and exit "
                                                        "(exit 1 when it does not fit --gpu-memory); trains nothing")
-    p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+    p.add_argument("--gpu-memory", type=_positive(float), default=None, metavar="GIB",
                    help="memory of one GPU for --plan, GiB (default: --gpu's, else the recipe's plan.gpu's, else 140: "
                         "an H200)")
     p.add_argument("--gpu", default=None, metavar="NAME",
-                   help="--plan's GPU for the predicted hours: h100 | h200 | a100 (default: the recipe's plan.gpu, or "
-                        "the one whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.forecast.hardware)")
+                   help="--plan's GPU for the predicted hours: h100 | h200 | a100, or here: this machine's CPU, "
+                        "measured now by a short matmul and copy probe (default: the recipe's plan.gpu, or the one "
+                        "whose memory is nearest --gpu-memory; figures and sources in drmas_trainer.forecast.hardware)")
+    p.add_argument("--workload", default=None, metavar="RUN[:K]",
+                   help="--plan from the workload measured in RUN instead of the recipe's plan: assumptions: a "
+                        "training run (its metrics.jsonl; :K its first K steps) or an eval run of the starting team "
+                        "(its samples.jsonl); drmas_trainer.workload_log")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="longest prompt of a training row for --plan (default: the recipe's plan.prompt_tokens, else 4096)")
-    p.add_argument("--gpus", type=int, default=None, metavar="N",
-                   help="--plan on N GPUs with sharded worker groups (FSDP2): fsdp.ranks = N colocated (the "
-                        "reference's layout) unless the recipe sets fsdp, N / groups with fsdp.layout=separate")
+    p.add_argument("--gpus", type=_positive(int), default=None, metavar="N",
+                   help="--plan on N GPUs: every group sharded over the N (fsdp.ranks = N, colocated: the "
+                        "reference's layout), N / groups ranks each with fsdp.layout=separate, or with N = 1 "
+                        "unsharded on the one GPU; the plan says which --set trains the layout it re-planned, "
+                        "or refuses naming the setting that fits")
     p.set_defaults(func=cmd_train)
 
     r = sub.add_parser("regress", help="check a training run's metric curves against stored bands", epilog=REGRESS_EPILOG,
@@ -110,6 +118,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--out", help="PNG path (default RUN/curves.png of the first run)")
     q.add_argument("--title", help="figure title")
     q.set_defaults(func=cmd_plot)
+
+
+def _positive(kind: type) -> Any:
+    """argparse type: a finite number > 0 of ``kind`` (int or float); anything else is argparse's
+    one-line error."""
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not math.isfinite(v) or v <= 0:
+            what = "a whole number >= 1" if kind is int else "a number of GiB > 0"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return v
+    return parse
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -134,6 +157,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.local:
             raise UserError("--ray-address is for --ray (got --local)")
         overrides["ray.address"] = args.ray_address
+    if getattr(args, "workload", None) and not getattr(args, "plan", False):
+        raise UserError("--workload RUN re-predicts a plan: it goes with --plan (it trains nothing)")
     cfg = load_config(args.recipe, overrides)
     if getattr(args, "plan", False):
         return cmd_plan(cfg, args)
@@ -146,90 +171,121 @@ def cmd_train(args: argparse.Namespace) -> int:
     logger.info(f"[train] recipe {cfg.recipe}, estimator {cfg.algo.estimator}, loss {cfg.algo.loss}, "
                 f"{'shared' if cfg.shared else 'shared base, an adapter per agent' if cfg.shared_base else 'non-shared'}, "
                 f"run dir {out}")
+    before = _resume_hint(out, cfg) if out.exists() else None  # a refusal at load leaves it as it is
     try:  # --fresh deletes the old run inside train(), under the run dir's lock
         summary = train(cfg, out, resume=args.resume, fresh=args.fresh, use_ray=use_ray, progress=not args.no_progress)
-    except (UserError, KeyboardInterrupt):
+    except UserError as e:  # refused mid-run, after a checkpoint of this call: say how to continue it
+        hint = _resume_hint(out, cfg)
+        if hint is None or hint == before:
+            raise
+        raise UserError(f"{e}; {hint}: drmas-bench train {' '.join(_resume_argv(args))}") from None
+    except KeyboardInterrupt:
         raise
     except Exception as e:  # train() has written the traceback to RUN/error.log
         from drmas_bench.log import unexpected
 
         raise unexpected(e, "training stopped", log=getattr(e, "traceback_log", out / "error.log"),
                          hint=_resume_hint(out, cfg) or "") from None
-    print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
+    _report(summary, out, cfg)
+    return 0
+
+
+def _report(summary: dict[str, Any], out: Path, cfg: Any) -> None:
+    """A finished run's JSON summary line and its closing log lines."""
     from drmas_trainer.checkpoint import latest_pointer, resolve_root
 
+    print(json.dumps({k: v for k, v in summary.items() if k != "grad_norm_spread"}))
     root = resolve_root(out, cfg.ckpt_root)
     spread = summary.get("grad_norm_spread", {})
     if spread:
-        logger.info("[train] grad-norm spread (max/median over steps): " +
-                    ", ".join(f"{a} {s['spread']:.2f}" for a, s in spread.items()))
-    logger.info(f"[train] reward first 5 steps {summary['reward_first5']:.3f} -> last 5 {summary['reward_last5']:.3f}; "
-                f"checkpoints in {root} (latest: {latest_pointer(root)})")
+        logger.info("[train] grad-norm spread (max/median over steps): " + ", ".join(
+            f"{a} {s['spread']:.2f}" if "spread" in s else f"{a} none (median norm {s['median']:g})"
+            for a, s in spread.items()))
+    k = summary.get("reward_window", 5)
+    logger.info(f"[train] reward first {k} step(s) {summary['reward_first5']:.3f} -> last {k} "
+                f"{summary['reward_last5']:.3f}; checkpoints in {root} (latest: {latest_pointer(root)})")
     best = summary.get("val_best")
     if best:
         logger.info(f"[train] best validation: step {best['step']}, {best['metric']} {best['value']:.4g} "
                     f"({out / best['run']})")
-    return 0
 
 
 def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = None, gpus: int | None = None,
-                prompt_tokens: int | None = None, local: bool = False) -> tuple[Any, Any]:
+                prompt_tokens: int | None = None, local: bool = False, workload: str | None = None) -> tuple[Any, Any]:
     """(memory plan, hours estimate) of ``cfg`` as ``train --plan`` makes them: the hardware is
-    ``gpu`` (a row of drmas_trainer.forecast.hardware.HARDWARE), else the one ``gpu_gib`` suggests, else the
-    recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``, ``prompt_tokens``: the flags (default
-    the recipe's fsdp section and ``plan.prompt_tokens``, else 4096); ``local``: every group in one
-    process on one GPU (else Ray actors)."""
+    ``gpu`` (a row of drmas_trainer.forecast.hardware.HARDWARE), else the one ``gpu_gib`` suggests,
+    else the recipe's ``plan.gpu``, else an H200 at 140 GiB; ``gpus``: the recipe re-planned on that
+    many GPUs or refused (drmas_trainer.forecast.gpus; default its fsdp section); ``prompt_tokens``:
+    the flag (default ``plan.prompt_tokens``, else 4096); ``local``: every group in one process on one
+    GPU (else Ray actors); ``workload``: --workload's RUN[:K] (drmas_trainer.workload_log), else the
+    estimate carries the range of the recipe's stated bounds."""
     from drmas_bench.workflows.base import get_workflow
     from drmas_trainer.config.groups import plan_worker_groups
+    from drmas_trainer.forecast.gpus import gpu_layout
     from drmas_trainer.forecast.hours import HARDWARE, hardware_for, predict, training_prompts
     from drmas_trainer.forecast.memory import DEFAULT_GPU_GIB, memory_plan
     from drmas_trainer.forecast.shapes import model_shape
+    from drmas_trainer.forecast.workload import stated
+    from drmas_trainer.workload_log import load as load_workload
 
+    if gpu is not None and gpu not in HARDWARE and gpu != "here":
+        raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}, here (this machine, measured)")
+    wl = load_workload(workload).for_plan(cfg.rollout.max_new_tokens) if workload else None
+    if gpu_gib is not None and not (math.isfinite(gpu_gib) and gpu_gib > 0):
+        raise UserError(f"--gpu-memory must be a number of GiB > 0, got {gpu_gib:g}")
     groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
+    layout = gpu_layout(cfg, len(groups), gpus, local=local)
+    cfg = layout.apply(cfg)
     shapes = {}
     for name, g in groups.items():
         try:
             shapes[name] = model_shape(str(g.settings.model))
         except ValueError as e:
             raise UserError(f"--plan: worker group {name}: {e}") from None
-    if gpu is not None and gpu not in HARDWARE:
-        raise UserError(f"--gpu: unknown GPU {gpu!r}; known: {', '.join(HARDWARE)}")
+    gpu_why = "--gpu" if gpu else "the recipe's plan.gpu" if gpu_gib is None and cfg.plan.gpu else \
+        "nearest --gpu-memory" if gpu_gib is not None else "default"
     if gpu is None and gpu_gib is None:
         gpu = cfg.plan.gpu
-    name, hw = hardware_for(gpu, gpu_gib)
+    if gpu == "here":  # this machine, measured now with the run's thread count
+        from drmas_trainer.forecast.hardware_probe import probe
+
+        name, hw = gpu, probe(threads=cfg.torch_threads)
+    else:
+        name, hw = hardware_for(gpu, gpu_gib)
     gib = gpu_gib or (hw.memory_gib if gpu else DEFAULT_GPU_GIB)
     plan = memory_plan(cfg, groups, shapes, gpu_gib=gib, use_ray=not local,
-                       prompt_tokens=prompt_tokens or cfg.plan.prompt_tokens or 4096, gpus=gpus)
+                       prompt_tokens=prompt_tokens or cfg.plan.prompt_tokens or 4096)
+    plan.memory_source = "--gpu-memory" if gpu_gib else f"{gpu_why}: {name}" if gpu else "default: an H200"
     tasks, why = training_prompts(cfg)
-    return plan, predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why)
+    est = predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why, workload=wl)
+    est.sources = {"GPU": gpu_why, "GPUs": layout.note or "the recipe's fsdp and ray sections"}
+    if wl is not None:  # one figure, from the run measured
+        return plan, est
+    agents = [a for g in groups.values() for a in g.agents]
+    est.low_hours, est.high_hours = (predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks,
+                                             tasks_why=why, workload=stated(cfg, agents, end)).hours
+                                     for end in ("low", "high"))
+    return plan, est
 
 
 def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:
-    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.forecast.memory) and the
-    predicted hours (drmas_trainer.forecast.hours), on the flags' hardware or the recipe's ``plan:`` section."""
+    """``train --plan``: the memory plan of the recipe's worker groups (drmas_trainer.forecast.memory)
+    and the predicted hours with validation and their range (drmas_trainer.forecast.hours), on the
+    flags' hardware or the recipe's ``plan:`` section."""
     from drmas_trainer.forecast.hours import format_hours
     from drmas_trainer.forecast.memory import format_plan, why_not
 
     plan, est = plan_recipe(cfg, gpu=getattr(args, "gpu", None), gpu_gib=args.gpu_memory, gpus=getattr(args, "gpus", None),
-                            prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local)
+                            prompt_tokens=getattr(args, "prompt_tokens", None), local=args.local,
+                            workload=getattr(args, "workload", None))
     print(format_plan(plan, cfg.recipe))
     print(format_hours(est))
-    from drmas_trainer.validation import format_validation_cost, validation_cost
-
-    # validation's share of the run: a validation's generation waits for its longest responses as a
-    # step's rollout does (memory-bound decode), so each is costed at one step's predicted rollout
-    if est.steps is None:
-        print(f"validation: its share is unknown while the run's steps are ({est.steps_why})")
-    else:
-        cost = validation_cost(cfg, est.steps)
-        per_episode = est.rollout_s / (cost["questions"] * cost["n"]) if cost and cost["questions"] * cost["n"] else None
-        print(format_validation_cost(cost, per_episode))
     if not plan.fits:
         pk = plan.peak
         head = f"why: {pk.phase} on GPU {pk.gpu}"
         reason = next((ln.removeprefix(head).lstrip(" =:") for ln in why_not(plan) if ln.startswith(head)), "")
         logger.warning(f"plan: does not fit: {pk.phase} on GPU {pk.gpu} needs {pk.bytes / 2**30:.1f} GiB > "
-                       f"{plan.gpu_bytes / 2**30:.0f} GiB (--gpu-memory)" + (f"; {reason}" if reason else ""))
+                       f"{plan.gpu_bytes / 2**30:.0f} GiB ({plan.memory_source})" + (f"; {reason}" if reason else ""))
         return 1
     return 0
 
@@ -260,6 +316,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 print(f"{run}\tagent/{agent}/critic/moment_factor/mean\tmean {s['factor']:.4g}")
     logger.info(f"[plot] wrote {path}")
     return 0
+
+
+def _resume_argv(args: argparse.Namespace) -> list[str]:
+    """The command line that continues this run: the same flags, with --resume (and without --fresh)."""
+    argv = [a for a in (getattr(args, "argv", None) or [])[1:] if a not in ("--fresh", "--resume")]
+    return [*argv[1:], "--resume"] if argv[:1] == ["train"] else [*argv, "--resume"]
 
 
 def _resume_hint(out: Path, cfg) -> str | None:

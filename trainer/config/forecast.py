@@ -24,6 +24,28 @@ class ForecastCallConfig(CoercingSchema):
                          description="share of the step's episodes still open that this call serves, in (0, 1]")
     context_tokens: Int = Field(0, ge=0, description="prompt tokens beyond the question's own: earlier responses "
                                 "(team context) and observations (retrieved passages) it sees")
+    share_low: Optional[Float] = Field(None, ge=0, le=1, allow_inf_nan=False, description="the share at the low end "
+                                       "of the range (as early as the workflow lets episodes stop; 0: the call does "
+                                       "not happen); null = share")
+    share_high: Optional[Float] = Field(None, ge=0, le=1, allow_inf_nan=False, description="the share at the high "
+                                        "end (no episode stops before the workflow's last turn; 0: the call does not "
+                                        "happen); null = share")
+
+
+class ForecastBounds(CoercingSchema):
+    """The stated bounds of the plan's range on what no plan knows before a run (docs/trainer.md, "A
+    range"): the longest response of a call (the batch waits for it) as a share of
+    ``rollout.max_new_tokens``; early stopping is each call's ``share_low`` / ``share_high``
+    (``plan.calls``). A measured workload (``--workload``) replaces them. Write each bound's source
+    beside it."""
+
+    longest_low: Optional[Float] = Field(None, gt=0, le=1, allow_inf_nan=False, description="the longest response / "
+                                         "max_new_tokens at the low end (null: response_share, the mean: no batch "
+                                         "waits for less than its mean)")
+    longest_point: Float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="the longest response / "
+                                 "max_new_tokens of the point estimate")
+    longest_high: Float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="the longest response / "
+                                "max_new_tokens at the high end (1: the cap, no response runs longer)")
 
 
 class ForecastConfig(CoercingSchema):
@@ -46,6 +68,8 @@ class ForecastConfig(CoercingSchema):
                                               "assumption of the workload; the longest response is max_new_tokens)")
     calls: list[ForecastCallConfig] = Field(default_factory=list, description="the generate calls of one step, in "
                                         "order (empty: each workflow agent once over every episode)")
+    bounds: ForecastBounds = Field(default_factory=ForecastBounds, description="the range's stated bounds on the unknowns "
+                               "of the workload (the longest response, early stopping)")
 
     @field_validator("gpu")
     @classmethod

@@ -21,6 +21,18 @@ class Hardware:
     host_bytes_s: float  # host memory bandwidth of the node (all CPU sockets), bytes/s
     gpus_per_node: int  # GPUs sharing that host memory
     source: str
+    mfu: float | None = None  # None: the table's MFU (a datasheet peak); 1 for a measured rate (hardware_probe)
+    mbu: float | None = None  # None: the table's MBU
+
+    @property
+    def flops_used(self) -> float:
+        """The FLOP/s the hours model computes at: the peak x MFU (a measured rate as it is)."""
+        return self.bf16_flops * (MFU if self.mfu is None else self.mfu)
+
+    @property
+    def bytes_used(self) -> float:
+        """The memory bandwidth the hours model decodes at: the peak x MBU (a measured rate as it is)."""
+        return self.hbm_bytes_s * (MBU if self.mbu is None else self.mbu)
 
 
 #: Every hardware figure of the hours model, with its source. None of them was fitted to anything.
@@ -52,7 +64,8 @@ MBU = 0.60
 
 def hardware_for(name: str | None, gpu_gib: float | None) -> tuple[str, Hardware]:
     """The hardware row named ``name``, else by the plan's --gpu-memory ``gpu_gib``: over 100 GiB an
-    H200, else an H100 (an A100 only by name), else the H200 (the memory plan's default)."""
+    H200, else an H100 (an A100 only by name), else the H200 (the memory plan's default). This
+    machine, measured (``--gpu here``), is drmas_trainer.forecast.hardware_probe's."""
     if name:
         return name, HARDWARE[name]
     key = "h100" if gpu_gib is not None and gpu_gib <= 100 else "h200"

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from drmas_bench.benchmarks import catalog
 from drmas_bench.types import UserError
-from drmas_trainer.config.forecast import ForecastCallConfig
-from drmas_trainer.forecast.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for
+from drmas_trainer.forecast.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for  # noqa: F401 (re-exported)
+from drmas_trainer.forecast.workload import Workload, stated
 
 __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
            "training_prompts"]
@@ -78,6 +78,7 @@ class Call:
     batch: float  # sequences per engine (per GPU)
     prompt: float  # mean prompt tokens
     response: float  # mean response tokens
+    longest: float = 0.0  # the longest response: decode steps the batch waits for
     prefill_s: float = 0.0
     decode_s: float = 0.0
     decode_bound: str = ""  # "memory" | "compute"
@@ -99,6 +100,13 @@ class HoursEstimate:
     syncs: int  # weight syncs (wake-ups) per step
     reported_hours: float | None = None
     notes: list[str] = field(default_factory=list)
+    workload: str = ""  # where the step's workload comes from (Workload.source)
+    val_count: int = 0  # validations in the run (before training, every val.every steps, the last step)
+    val_episodes: int = 0  # episodes of one validation: questions x val.n
+    val_s: float = 0.0  # one validation's generation: the workload's calls over val_episodes episodes
+    sources: dict[str, str] = field(default_factory=dict)  # figure -> where it came from (flag, recipe, default)
+    low_hours: float | None = None  # the range (drmas_trainer.forecast.outlook); None: a measured workload
+    high_hours: float | None = None
 
     @property
     def rollout_s(self) -> float:
@@ -109,8 +117,18 @@ class HoursEstimate:
         return self.rollout_s + self.update_wall_s + self.sync_s
 
     @property
-    def hours(self) -> float | None:
+    def train_hours(self) -> float | None:
+        """The steps alone, without validation."""
         return None if self.steps is None else self.steps * self.step_s / 3600
+
+    @property
+    def val_hours(self) -> float:
+        return self.val_count * self.val_s / 3600
+
+    @property
+    def hours(self) -> float | None:
+        """The run's predicted total: its steps and its validations (as the reference's wall clock)."""
+        return None if self.train_hours is None else self.train_hours + self.val_hours
 
 
 def _lru_wakes(order: list[str], capacity: int) -> list[int]:
@@ -158,13 +176,15 @@ def training_prompts(cfg: "TrainConfig") -> tuple[int | None, str]:
 
 def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
             memplan: "MemoryPlan", hw: Hardware, *, gpu: str, gpus: int, tasks: int | None,
-            tasks_why: str = "") -> HoursEstimate:
+            tasks_why: str = "", workload: Workload | None = None) -> HoursEstimate:
     """The hours of ``cfg`` (module docstring) on ``gpus`` GPUs of ``hw``, its groups laid out as in
     ``memplan`` (ranks per group; colocated or separate; engines awake at once under the rollout
     budget); ``tasks``: distinct training prompts (None: the run's length in steps is unknown when
-    the recipe counts epochs)."""
+    the recipe counts epochs); ``workload``: the step's (default: the point the recipe's ``plan:``
+    states)."""
     ranks = max(memplan.ranks, 1)  # a group's engines and shards: one per GPU of its `ranks` GPUs
-    calls = _calls(cfg, groups, shapes, hw, ranks)
+    workload = workload or stated(cfg, [a for p in groups.values() for a in p.agents])
+    calls = _calls(workload, cfg, groups, shapes, hw, ranks)
     capacity = min((ro.awake for ro in memplan.rollouts if ro.engines), default=len(groups))
     for call, w in zip(calls, _lru_wakes([c.group for c in calls], capacity)):
         call.wakes = w
@@ -177,39 +197,63 @@ def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: di
         if c.wakes:
             W = 2 * shapes[c.group].params
             sync_s += W * (ranks - 1) / ranks / hw.nvlink_bytes_s + 2 * W / hw.hbm_bytes_s
-    steps: int | None
-    if cfg.epochs is None:
-        steps, steps_why = cfg.steps, f"steps {cfg.steps}"
-    elif tasks is None:
-        steps, steps_why = None, f"epochs {cfg.epochs:g} over {tasks_why}"
-    else:
-        steps = max(1, math.ceil(cfg.epochs * tasks / cfg.rollout.prompts_per_step))
-        steps_why = f"epochs {cfg.epochs:g} x {tasks_why} / {cfg.rollout.prompts_per_step} prompts per step"
+    steps, steps_why = run_steps(cfg, tasks, tasks_why)
     pc = cfg.plan
     reported = pc.reported_hours if gpu == (pc.gpu or gpu) else None  # only beside the reference's own hardware
-    return HoursEstimate(gpu, hw, gpus, steps, steps_why, calls, update_s, offload_s, update_wall, sync_s,
-                         sum(c.wakes for c in calls), reported)
+    est = HoursEstimate(gpu, hw, gpus, steps, steps_why, calls, update_s, offload_s, update_wall, sync_s,
+                        sum(c.wakes for c in calls), reported, workload=workload.source)
+    if steps is not None:  # validation: the same calls over its questions x val.n episodes
+        est.val_count, est.val_episodes = validations(cfg, steps)
+        if est.val_count:
+            est.val_s = sum(c.prefill_s + c.decode_s
+                            for c in _calls(workload, cfg, groups, shapes, hw, ranks, episodes=est.val_episodes))
+    return est
 
 
-def _calls(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
-           hw: Hardware, ranks: int) -> list[Call]:
-    """The step's generate calls with their prefill and decode seconds (module docstring)."""
-    pc = cfg.plan
+def run_steps(cfg: "TrainConfig", tasks: int | None, tasks_why: str) -> tuple[int | None, str]:
+    """(the run's RL steps, where the figure comes from); None when it counts epochs of a training set
+    of unknown size."""
+    if cfg.epochs is None:
+        return cfg.steps, f"steps {cfg.steps}"
+    if tasks is None:
+        return None, f"epochs {cfg.epochs:g} over {tasks_why}"
+    return (max(1, math.ceil(cfg.epochs * tasks / cfg.rollout.prompts_per_step)),
+            f"epochs {cfg.epochs:g} x {tasks_why} / {cfg.rollout.prompts_per_step} prompts per step")
+
+
+def validations(cfg: "TrainConfig", steps: int) -> tuple[int, int]:
+    """(validations in a run of ``steps`` steps, episodes of each: questions x val.n), (0, 0) when
+    validation is off; as drmas_trainer.validation counts them (before training, every val.every
+    steps and at the last step)."""
+    v = cfg.val
+    if not v.active:
+        return 0, 0
+    count = int(v.before_train) + (sum(1 for s in range(1, steps + 1) if s % v.every == 0 or s == steps)
+                                   if v.every else 0)
+    questions = 0
+    for b in v.benchmarks or []:
+        rows = catalog.get_benchmark(b).expected_rows
+        questions += min(v.limit, rows) if v.limit else rows
+    return count, questions * v.n
+
+
+def _calls(workload: Workload, cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"],
+           shapes: dict[str, "ModelShape"], hw: Hardware, ranks: int, episodes: int | None = None) -> list[Call]:
+    """The step's generate calls with their prefill and decode seconds (module docstring), from
+    ``workload`` (drmas_trainer.forecast.workload: stated by the recipe or measured) over ``episodes``
+    episodes (default a step's: prompts_per_step x n)."""
     group_of = {a: g for g, p in groups.items() for a in p.agents}
-    B = cfg.rollout.prompts_per_step * cfg.rollout.n
-    L = cfg.rollout.max_new_tokens
-    r = pc.response_share * L
-    specs = pc.calls or [ForecastCallConfig(agent=a) for a in group_of]
-    eff_flops, eff_bw = hw.bf16_flops * MFU, hw.hbm_bytes_s * MBU
+    B = episodes or cfg.rollout.prompts_per_step * cfg.rollout.n
+    eff_flops, eff_bw = hw.flops_used, hw.bytes_used
     calls: list[Call] = []
-    for c in specs:
+    for c in workload.calls:
         if c.agent not in group_of:
-            raise UserError(f"plan.calls: unknown agent {c.agent!r}; the workflow's agents: {', '.join(group_of)}")
+            where = f"--workload ({workload.source})" if workload.measured else "plan.calls"
+            raise UserError(f"{where}: unknown agent {c.agent!r}; the workflow's agents: {', '.join(group_of)}")
         g = group_of[c.agent]
         sh = shapes[g]
-        b = c.share * B / ranks
-        p = pc.question_tokens + c.context_tokens
-        call = Call(c.agent, g, b, p, r)
+        b, p, r, L = c.share * B / ranks, c.prompt_tokens, c.mean_response, c.longest_response
+        call = Call(c.agent, g, b, p, r, longest=L)
         call.prefill_s = b * p * forward_flops(sh, p / 2) / eff_flops
         mem = L * 2 * sh.params + b * r * (p + r / 2) * kv_bytes_per_token(sh)
         comp = b * r * 2 * sh.params
@@ -230,7 +274,7 @@ def _updates(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: d
         ctx = sum(n * t * t / 2 for n, t in rows) / max(tokens, 1e-9)  # F is linear in ctx: exact for the sum
         passes = (1 if cfg.rollout.old_logprobs == "recompute" else 0) + (1 if cfg.algo.use_kl_in_reward else 0) \
             + cfg.algo.ppo_epochs * (3 + (1 if s.gradient_checkpointing else 0))
-        update_s[g] = tokens * forward_flops(sh, ctx) * passes / (ranks * hw.bf16_flops * MFU)
+        update_s[g] = tokens * forward_flops(sh, ctx) * passes / (ranks * hw.flops_used)
         if s.optimizer_offload == "cpu" and not plan.lora:
             opt_steps = cfg.algo.ppo_epochs * cfg.algo.mini_batches
             sharing = min(hw.gpus_per_node, gpus)  # the ranks of one node step at once on its host memory
@@ -242,28 +286,60 @@ def _updates(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: d
 def format_hours(est: HoursEstimate) -> str:
     """The prediction as text: per call its prefill and decode, then the step's phases and the run."""
     hw = est.hardware
-    out = [f"\nhours on {est.gpus} x {hw.title} ({hw.source}): bf16 {hw.bf16_flops / 1e12:.0f} TFLOP/s at MFU "
-           f"{MFU:.2f}, HBM {hw.hbm_bytes_s / 1e12:.2f} TB/s at MBU {MBU:.2f}, NVLink {hw.nvlink_bytes_s / 1e9:.0f} "
-           f"GB/s, PCIe {hw.pcie_bytes_s / 1e9:.0f} GB/s (one direction)",
-           f"  {'call':<22} {'seq/GPU':>8} {'prompt':>7} {'resp':>6} {'prefill s':>10} {'decode s':>9}  bound   wake"]
+    whence = "; ".join(f"{k}: {v}" for k, v in est.sources.items())
+    mfu, mbu = hw.flops_used / hw.bf16_flops, hw.bytes_used / hw.hbm_bytes_s
+    out = [f"\nhours on {est.gpus} x {hw.title}" + (f" ({whence})" if whence else "") + f" [{hw.source}]: "
+           f"{hw.bf16_flops / 1e12:.3g} TFLOP/s at MFU {mfu:.2f}, memory {hw.hbm_bytes_s / 1e12:.3g} TB/s at MBU "
+           f"{mbu:.2f}, NVLink {hw.nvlink_bytes_s / 1e9:.0f} GB/s, PCIe {hw.pcie_bytes_s / 1e9:.0f} GB/s (one direction)",
+           f"  {'call':<22} {'seq/GPU':>8} {'prompt':>7} {'resp':>6} {'max':>5} {'prefill s':>10} {'decode s':>9}  bound"
+           "   wake"]
     for i, c in enumerate(est.calls, 1):
-        out.append(f"  {f'{i}. {c.agent} ({c.group})':<22} {c.batch:8.1f} {c.prompt:7.0f} {c.response:6.0f} "
+        out.append(f"  {f'{i}. {c.agent} ({c.group})':<22} {c.batch:8.1f} {c.prompt:7.0f} {c.response:6.0f} {c.longest:5.0f} "
                    f"{c.prefill_s:10.1f} {c.decode_s:9.1f}  {c.decode_bound:<7} {'yes' if c.wakes else 'no'}")
     upd = ", ".join(f"{g} {s:.1f}" + (f" + offload {est.offload_s[g]:.1f}" if g in est.offload_s else "")
                     for g, s in est.update_s.items())
     out.append(f"  step: rollout {est.rollout_s:.1f} s + update {est.update_wall_s:.1f} s ({upd}) + "
                f"{est.syncs} weight sync(s) {est.sync_s:.1f} s = {est.step_s:.1f} s")
-    if est.hours is None:
-        out.append(f"  run: unknown number of steps ({est.steps_why})")
-    else:
-        line = f"  run: {est.steps:,} steps ({est.steps_why}) x {est.step_s:.1f} s = {est.hours:.1f} h predicted"
-        if est.reported_hours:
-            line += f"; the reference reports ~{est.reported_hours:g} h (ratio {est.hours / est.reported_hours:.2f})"
-        out.append(line)
+    out.extend(_run_lines(est))
     return "\n".join(out)
+
+
+#: Below this predicted step time the GPU figures say nothing about a run: a step's fixed costs
+#: (Python, engine calls, host-device transfers; seconds on the tiny recipes, docs/trainer.md) dwarf it.
+TOO_SHORT_S = 1.0
+
+
+def _run_lines(est: HoursEstimate) -> list[str]:
+    """The run's lines: its steps, its validations, the total; the range and the reference's hours."""
+    if est.hours is None or est.train_hours is None:
+        return [f"  run: unknown number of steps ({est.steps_why})"]
+    if est.step_s < TOO_SHORT_S and est.hardware.mfu is None:  # a GPU of the table, not this machine measured
+        return [f"  run: {est.steps:,} steps; no hours for this recipe on a GPU: its models are too small for GPU "
+                f"figures to mean anything (the model counts {est.step_s * 1e3:.1f} ms of GPU work per step; the "
+                f"fixed costs of a step it does not model, Python, engine calls and transfers, take seconds). "
+                f"Time a short run instead: train --steps 2"]
+    out = [f"  run: {est.steps:,} steps ({est.steps_why}) x {est.step_s:.1f} s = {est.train_hours:.1f} h"]
+    if est.val_count:
+        out.append(f"  validation: {est.val_count} validation(s) (before training, every val.every steps, the last "
+                   f"step) x {est.val_episodes:,} episodes, each the step's calls over them: {est.val_s:.1f} s = "
+                   f"{est.val_hours:.1f} h")
+    else:
+        out.append("  validation: off")
+    line = f"  total: steps + validation = {est.hours:.1f} h predicted"
+    if est.reported_hours:
+        line += f"; the reference reports ~{est.reported_hours:g} h (ratio {est.hours / est.reported_hours:.2f})"
+    out.append(line)
+    if est.low_hours is not None and est.high_hours is not None:
+        out.append(f"  range: {est.low_hours:.1f} - {est.high_hours:.1f} h (high/low {est.high_hours / est.low_hours:.2f}) "
+                   f"from the recipe's stated bounds on the unknowns (plan.bounds, plan.calls' share_low / share_high: "
+                   f"the longest response, early stopping); a measured workload narrows it")
+    out.append(f"  workload: {est.workload}")
+    return out
 
 
 def as_dict(est: HoursEstimate) -> dict[str, Any]:
     """The figures a table of rows needs."""
     return {"step_s": est.step_s, "rollout_s": est.rollout_s, "update_s": est.update_wall_s, "sync_s": est.sync_s,
-            "syncs": est.syncs, "steps": est.steps, "hours": est.hours, "reported_hours": est.reported_hours}
+            "syncs": est.syncs, "steps": est.steps, "val_s": est.val_s, "validations": est.val_count,
+            "hours": est.hours, "low_hours": est.low_hours, "high_hours": est.high_hours,
+            "reported_hours": est.reported_hours}

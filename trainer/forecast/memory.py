@@ -127,6 +127,7 @@ class MemoryPlan:
     reserved_bytes: int = 0  # per GPU, held by other processes (plan.reserved_gib: a retrieval server)
     ranks: int = 1  # GPUs each group is sharded over (1: unsharded)
     together: bool = True  # groups sharing a GPU update at the same time (Ray actors); False: in turn
+    memory_source: str = "--gpu-memory"  # where gpu_bytes came from (flag, recipe, default), for the header
 
     @property
     def peak(self) -> GPUPhase:
@@ -410,7 +411,7 @@ def _g(b: float) -> str:
 
 def format_plan(plan: MemoryPlan, recipe: str = "") -> str:
     """The plan as text: per group its items (GiB), then per GPU each phase against the GPU."""
-    out = [f"memory plan{' for ' + recipe if recipe else ''}: GPU {plan.gpu_bytes / GIB:.0f} GiB (--gpu-memory), "
+    out = [f"memory plan{' for ' + recipe if recipe else ''}: GPU {plan.gpu_bytes / GIB:.0f} GiB ({plan.memory_source}), "
            f"{plan.placement}; sequence {plan.seq} tokens (prompt + max_new_tokens)"]
     for m in plan.groups:
         out.append(f"\nworker group {m.name} (agents {', '.join(m.agents)}): {m.model}, "

@@ -2,11 +2,13 @@
 
     page = write_report("runs/tiny-drmas")        # -> runs/tiny-drmas/train_report.html
 
-Four charts against the training step, inline SVG (no script library, nothing fetched: the page
+Five charts against the training step, inline SVG (no script library, nothing fetched: the page
 opens from disk): the mean trajectory reward (``critic/score/mean``, with its 5-step mean), the
 validation avg@n, each agent's gradient norm (``agent/<a>/actor/grad_norm``) and each agent's
 validity (the share of its calls with a well-formed answer: ``agent/<a>/valid/mean`` on the
-training rollouts, and the validation's own per-agent rate). Under them a table of the validation
+training rollouts, and the validation's own per-agent rate) and the seconds of each phase of the
+step (``timing_s/gen``, ``old_log_prob``, ``update_actor``, ``sync_weights``, ``testing``,
+``save_checkpoint``, and the whole ``step``). Under them a table of the validation
 steps, and the line that names the best one.
 
 The training numbers come from ``RUN/metrics.jsonl`` (`runlog.read_metrics`). The validation numbers
@@ -282,12 +284,12 @@ def link(folder: Path, page_dir: Path) -> str:
 
 
 def page_charts(records: Sequence[dict[str, Any]], points: Sequence[ValPoint], page_dir: Path) -> list[str]:
-    """The four charts of the page."""
+    """The five charts of the page."""
     keys = {k for r in records for k in r}
     best = best_step(points)
     best_at = best.step if best else None
     ok = [p for p in points if p.avg is not None]
-    steps = [int(r["step"]) for r in records] + [p.step for p in ok]  # one x range for the four charts
+    steps = [int(r["step"]) for r in records] + [p.step for p in ok]  # one x range for the five charts
     reward = metric_points(records, metric_names.SCORE)
     mean5 = moving_average([float("nan") if v is None else v for _, v, _ in reward])
     out = [line_chart("reward", "Mean trajectory reward per training step (critic/score/mean)", [
@@ -318,7 +320,22 @@ def page_charts(records: Sequence[dict[str, Any]], points: Sequence[ValPoint], p
                             dashed=True))
     out.append(line_chart("validity", "Valid calls per agent: training rollouts and validation", valid,
                           "valid calls (%)", share=True, steps=steps))
+    out.append(phase_chart(records, steps))
     return out
+
+
+def phase_chart(records: Sequence[dict[str, Any]], steps: Sequence[int]) -> str:
+    """Seconds per step of each phase (metric_names.PHASES, verl's timer names) and of the whole step;
+    a step that did not validate draws its validation at 0, a run that did not log a phase a gap."""
+    rs = [r for r in records if isinstance(r.get("step"), int)]
+
+    def points(key: str) -> list[tuple[int, float | None, str | None]]:
+        return [(s, 0.0 if v is None and key == metric_names.TIME_TESTING and metric_names.TIME_STEP in r else v, h)
+                for r, (s, v, h) in zip(rs, metric_points(rs, key))]
+    series = [Series(k.removeprefix("timing_s/"), PALETTE[i % len(PALETTE)], points(k))
+              for i, k in enumerate(metric_names.PHASES)]
+    series.append(Series("step (all of it)", "#98a2b0", points(metric_names.TIME_STEP), dashed=True))
+    return line_chart("phases", "Seconds per training step, by phase (timing_s/*)", series, "seconds", steps=steps)
 
 
 def _pct(v: float | None) -> str:

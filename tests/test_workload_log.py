@@ -1,0 +1,149 @@
+"""The step's workload in the trainer's log and ``train --plan --workload RUN`` (drmas_trainer.workload_log),
+and the measured hardware row of ``--gpu here`` (drmas_trainer.forecast.hardware_probe).
+
+Trajectories are real `types.Trajectory` objects with random turn counts and token counts; the
+expected figures come from a plain loop over them in the test. The eval-run case reads the records
+of the real math_refine workflow (scripts/bench_view.py's scripted run, what `drmas-bench eval`
+writes). The probe and the plan are checked for their structure, never for a time (the bench script
+scripts/bench_plan.py measures).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from drmas_bench import cli
+from drmas_bench.commands.train import plan_recipe
+from drmas_bench.types import Completion, Request, Task, Trajectory, Turn, UserError
+from drmas_trainer import metric_names as M
+from drmas_trainer.config.train import load_config
+from drmas_trainer.forecast.hardware_probe import probe
+from drmas_trainer.runlog import MetricsLog
+from drmas_trainer.workload_log import load, measure, step_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUP_OF = {"solver": "solver", "checker": "checker"}
+
+
+def _trajs(rng: random.Random, n: int) -> list[Trajectory]:
+    """Toy-shaped episodes: solver, checker, then (sometimes) a solver retry."""
+    out = []
+    for i in range(n):
+        turns = []
+        for pos, agent in enumerate(("solver", "checker", "solver")[: rng.choice((2, 2, 3))]):
+            c = Completion(text="x", prompt_tokens=rng.randint(10, 90), completion_tokens=rng.randint(1, 12))
+            turns.append(Turn(agent, GROUP_OF[agent], pos, Request(agent, [{"role": "user", "content": "q"}]), c))
+        out.append(Trajectory(Task(f"t{i}", "toy", "q", ["1"]), 0, turns))
+    return out
+
+
+def _expected(trajs: list[Trajectory]) -> dict[tuple[int, str], tuple[int, float, float, int]]:
+    """(call index, agent) -> (episodes at it, mean prompt, mean response, longest response), by hand."""
+    acc: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    for t in trajs:
+        for pos in range(len(t.turns)):
+            c = t.turns[pos].completion
+            acc.setdefault((pos, t.turns[pos].agent), []).append((c.prompt_tokens, c.completion_tokens))
+    return {k: (len(v), sum(p for p, _ in v) / len(v), sum(r for _, r in v) / len(v), max(r for _, r in v))
+            for k, v in acc.items()}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_step_record_holds_each_calls_workload_and_each_groups_tokens(seed):
+    trajs = _trajs(random.Random(seed), 12)
+    rec = step_metrics(trajs, GROUP_OF)
+    assert rec[M.WL_EPISODES] == 12
+    want = _expected(trajs)
+    for (i, a), (n, p, r, mx) in want.items():
+        assert rec[f"agent/{a}/workload/call{i}/episodes"] == n
+        assert rec[f"agent/{a}/workload/call{i}/prompt_length/mean"] == pytest.approx(p)
+        assert rec[f"agent/{a}/workload/call{i}/response_length/mean"] == pytest.approx(r)
+        assert rec[f"agent/{a}/workload/call{i}/response_length/max"] == mx
+    for g in ("solver", "checker"):
+        turns = [t.completion for tr in trajs for t in tr.turns if t.wg == g]
+        assert rec[f"wg/{g}/workload/prompt_tokens"] == pytest.approx(sum(c.prompt_tokens for c in turns))
+        assert rec[f"wg/{g}/workload/response_tokens"] == pytest.approx(sum(c.completion_tokens for c in turns))
+
+
+def test_a_training_runs_log_reads_back_as_the_mean_of_its_first_steps(tmp_path):
+    rng = random.Random(7)
+    steps = [_trajs(rng, 8) for _ in range(3)]
+    log = MetricsLog(tmp_path)
+    for k, trajs in enumerate(steps, 1):
+        log.write({"step": k, **step_metrics(trajs, GROUP_OF)})
+    log.close()
+    wl = load(f"{tmp_path}:2")  # the first two steps
+    assert "steps 1-2" in wl.source and str(tmp_path) in wl.source
+    per = [_expected(t) for t in steps[:2]]
+    for c in wl.calls:
+        made = [e[(c.index, c.agent)] for e in per if (c.index, c.agent) in e]
+        assert c.episodes == pytest.approx(sum(m[0] for m in made) / 2)  # a step without the call counts 0
+        assert c.prompt_tokens == pytest.approx(sum(m[1] for m in made) / len(made))
+        assert c.response_max == max(m[3] for m in made)
+    assert wl.episodes == 8
+    assert [(c.index, c.agent) for c in load(str(tmp_path)).calls] == sorted({k for e in map(_expected, steps) for k in e})
+
+
+def test_an_eval_runs_records_give_one_steps_workload(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_view", ROOT / "scripts" / "bench_view.py")
+    B = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(B)
+    run = B.scripted_math_run(tmp_path / "eval", questions=5)
+    from drmas_bench.run_dir import read_samples
+
+    recs = read_samples(run / "samples.jsonl")
+    wl = load(str(run))
+    assert wl.episodes == len(recs) and "samples.jsonl" in wl.source
+    by_hand: dict[tuple[int, str], list[int]] = {}
+    for r in recs:
+        for i, t in enumerate(r["turns"]):
+            by_hand.setdefault((i, t["agent"]), []).append(t["completion"]["completion_tokens"])
+    assert {(c.index, c.agent): (c.episodes, c.response_max) for c in wl.calls} == \
+        {k: (len(v), max(v)) for k, v in by_hand.items()}
+    assert measure(recs, "x").calls == wl.calls
+
+
+@pytest.mark.parametrize("spec, needle", [("{d}/nothing", "neither"), ("{d}/run:0", "must be positive"),
+                                          ("{d}/empty", "no step with the workload figures")])
+def test_a_workload_that_cannot_be_read_is_one_line(tmp_path, spec, needle):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text('{"step": 0, "timing_s/testing": 1.0}\n')
+    with pytest.raises(UserError, match=needle) as e:
+        load(spec.format(d=tmp_path))
+    assert "\n" not in str(e.value)
+
+
+def test_the_probe_is_a_measured_row_used_as_it_is():
+    hw = probe(seconds=0.02)
+    for v in (hw.bf16_flops, hw.hbm_bytes_s, hw.memory_gib):
+        assert math.isfinite(v) and v > 0
+    assert hw.flops_used == hw.bf16_flops and hw.bytes_used == hw.hbm_bytes_s  # no second discount
+    assert "measured" in hw.title and "GFLOP/s" in hw.source
+
+
+def test_the_plan_here_predicts_from_the_measured_workload(tmp_path):
+    trajs = _trajs(random.Random(3), 4)
+    log = MetricsLog(tmp_path)
+    log.write({"step": 1, **step_metrics(trajs, GROUP_OF)})
+    log.close()
+    cfg = load_config("tiny", {})
+    _, est = plan_recipe(cfg, gpu="here", local=True, workload=str(tmp_path))
+    B = cfg.rollout.prompts_per_step * cfg.rollout.n
+    L = cfg.rollout.max_new_tokens
+    want = _expected(trajs)
+    assert [(c.agent, c.batch, c.prompt, c.longest) for c in est.calls] == [
+        (a, pytest.approx(n / 4 * B), pytest.approx(p), min(mx, L)) for (i, a), (n, p, _, mx) in sorted(want.items())]
+    assert est.workload.startswith("measured") and str(tmp_path) in est.workload
+    assert est.step_s > 0 and est.hours is not None
+
+
+def test_the_cli_refuses_a_workload_without_plan_and_an_unknown_gpu(capsys):
+    assert cli.main(["train", "--recipe", "tiny", "--workload", "runs/x", "--out", "unused"]) == 2
+    assert "goes with --plan" in capsys.readouterr().err
+    assert cli.main(["train", "--recipe", "tiny", "--plan", "--gpu", "h900"]) == 2
+    assert "here (this machine, measured)" in capsys.readouterr().err
