@@ -64,11 +64,22 @@ def test_the_header_names_where_each_figure_came_from():
     assert plan.memory_source == "the recipe's plan.gpu: h100" and est.sources["GPU"] == "the recipe's plan.gpu"
     plan, est = plan_recipe(cfg, gpu_gib=141)
     assert plan.memory_source == "--gpu-memory" and est.sources["GPU"] == "nearest --gpu-memory"
-    plan, est = plan_recipe(load_config("tiny"))  # no plan.gpu, no flag
+    assert plan.prompt_source == "the recipe's plan.prompt_tokens"
+    plan, est = plan_recipe(load_config("tiny"))  # no plan.gpu, no plan.prompt_tokens, no flag
     assert plan.memory_source == "default: an H200" and est.sources["GPU"] == "default"
+    assert plan.prompt_source.startswith("default") and plan.seq == 4096 + load_config("tiny").rollout.max_new_tokens
+    plan, _ = plan_recipe(load_config("tiny"), prompt_tokens=256)
+    assert plan.prompt_source == "--prompt-tokens" and plan.seq == 256 + load_config("tiny").rollout.max_new_tokens
 
 
 def test_a_recipe_too_small_for_gpu_figures_says_so_instead_of_zero_hours(capsys):
     assert main(["train", "--recipe", "tiny", "--plan"]) == 0
     out = capsys.readouterr().out
     assert "too small for GPU figures to mean anything" in out and " h predicted" not in out
+
+
+def test_a_plan_flag_without_plan_is_refused_not_ignored(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--recipe", "tiny", "--gpus", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--gpus is a --plan flag" in err and "fsdp.ranks" in err and not out.exists()

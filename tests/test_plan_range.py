@@ -43,6 +43,9 @@ def test_each_rows_range_holds_its_point_and_the_reported_hours(recipe):
     assert est.low_hours <= est.reported_hours <= est.high_hours, (est.low_hours, est.reported_hours, est.high_hours)
     if recipe.startswith("math"):
         assert 1 / 1.5 <= est.hours / est.reported_hours <= 1.5
+    assert set(est.parts) == {"the longest response", "early stopping"}
+    for lo, hi in est.parts.values():  # each unknown alone spans part of the range and holds the point
+        assert est.low_hours <= lo <= est.hours <= hi <= est.high_hours
 
 
 def test_the_bounds_are_the_recipes_stated_ones():

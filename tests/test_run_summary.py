@@ -49,3 +49,24 @@ def test_files_written_whole_follow_the_umask_like_any_other_file(tmp_path):
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
     assert modes["summary.json"] == modes["plain.txt"] == 0o644
+
+
+def test_no_progress_turns_the_libraries_loading_bars_off_here_and_in_workers(monkeypatch):
+    """--no-progress left transformers' "Loading weights" bars on: they are its, not ours."""
+    import os
+
+    from transformers.utils import logging as hf_logging
+
+    from drmas_bench.commands.train import quiet_loading_bars
+
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    hf_logging.enable_progress_bar()
+    try:
+        quiet_loading_bars()
+        assert not hf_logging.is_progress_bar_enabled()
+        assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"  # a worker process reads it at import
+    finally:
+        hf_logging.enable_progress_bar()
+        import huggingface_hub
+
+        huggingface_hub.utils.enable_progress_bars()

@@ -74,3 +74,9 @@ def test_a_refusal_after_a_checkpoint_names_the_command_that_continues():
 def test_a_fractional_count_is_named_once_with_its_value():
     with pytest.raises(UserError, match=r"rollout\.n: must be a whole number, got 2\.5$"):
         load_config("tiny", {"rollout.n": 2.5})
+
+
+def test_a_rollout_budget_that_awake_engines_would_ignore_is_refused_at_load():
+    with pytest.raises(UserError, match=r"rollout: engines: awake keeps every engine awake, so a budget"):
+        load_config("tiny", {"rollout.engines": "awake", "rollout.engines_awake": 1})
+    load_config("tiny", {"rollout.engines": "pooled", "rollout.engines_awake": 1})  # the budget is its to use

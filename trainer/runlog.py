@@ -191,7 +191,9 @@ def step_metrics(step: int, cursor: int, batch: list[Task], trajs: list[Trajecto
 def summarize(run: Path, n_steps: int) -> dict[str, Any]:
     """First/last-5 reward means (``reward_window`` steps each: 5, or half the run when it has fewer
     than 10 steps, so the two never overlap), skipped steps and per-agent grad-norm spread of a
-    finished run."""
+    finished run. ``time_s`` is the RL steps' own seconds (``timing_s/step`` summed over the log: no
+    start-up, warm start or validation before step 1); ``train`` (the command) adds ``wall_s``, the
+    whole call's."""
     recs = [r for r in read_metrics(run) if metric_names.SCORE in r]
     rewards = [r[metric_names.SCORE] if isinstance(r[metric_names.SCORE], (int, float)) else float("nan") for r in recs]
     k = max(1, min(5, len(rewards) // 2))  # two windows that do not overlap (a 4-step run: 2 and 2)

@@ -10,6 +10,9 @@ import argparse
 import json
 import logging
 import math
+import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +138,33 @@ def _positive(kind: type) -> Any:
     return parse
 
 
+def quiet_loading_bars() -> None:
+    """``--no-progress`` for the libraries' bars too ("Loading weights", downloads): off in this
+    process, and through the environment in the worker processes it starts (Ray actors)."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read by huggingface_hub and transformers at import
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
+#: --plan's own flags -> what a training run reads instead (a flag the run cannot honour is refused)
+PLAN_ONLY = {"gpus": "--set fsdp.ranks=N (and fsdp.layout)", "gpu_memory": "the GPU it runs on",
+             "gpu": "the GPU it runs on", "prompt_tokens": "the data's own prompts"}
+
+
+def _refuse_plan_flags(args: argparse.Namespace) -> None:
+    for name, instead in PLAN_ONLY.items():
+        if getattr(args, name, None) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise UserError(f"{flag} is a --plan flag (training reads {instead}); add --plan, or drop {flag}")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    if getattr(args, "no_progress", False):
+        quiet_loading_bars()
     from drmas_trainer.config.train import load_config, parse_override
     from drmas_trainer.trainer import train
 
@@ -162,6 +191,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.recipe, overrides)
     if getattr(args, "plan", False):
         return cmd_plan(cfg, args)
+    _refuse_plan_flags(args)
     index = {None: "", True: "-by_agent", False: "-by_uid"}[cfg.algo.group_by_agent]  # a reference name's index
     name = f"{cfg.recipe}-{cfg.algo.estimator}{index}{'-shared' if cfg.shared else ''}-s{cfg.seed}"
     out = Path(args.out or Path("runs") / name)
@@ -172,8 +202,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"{'shared' if cfg.shared else 'shared base, an adapter per agent' if cfg.shared_base else 'non-shared'}, "
                 f"run dir {out}")
     before = _resume_hint(out, cfg) if out.exists() else None  # a refusal at load leaves it as it is
+    t0 = time.perf_counter()
     try:  # --fresh deletes the old run inside train(), under the run dir's lock
         summary = train(cfg, out, resume=args.resume, fresh=args.fresh, use_ray=use_ray, progress=not args.no_progress)
+        summary["wall_s"] = time.perf_counter() - t0  # time_s is the RL steps' own; this, the whole call
     except UserError as e:  # refused mid-run, after a checkpoint of this call: say how to continue it
         hint = _resume_hint(out, cfg)
         if hint is None or hint == before:
@@ -204,6 +236,9 @@ def _report(summary: dict[str, Any], out: Path, cfg: Any) -> None:
     k = summary.get("reward_window", 5)
     logger.info(f"[train] reward first {k} step(s) {summary['reward_first5']:.3f} -> last {k} "
                 f"{summary['reward_last5']:.3f}; checkpoints in {root} (latest: {latest_pointer(root)})")
+    if summary.get("wall_s") is not None:
+        logger.info(f"[train] wall {summary['wall_s']:.0f} s from start-up; the RL steps' own {summary['time_s']:.1f} s "
+                    f"(time_s); the rest: start-up, warm start, validation, checkpoints")
     best = summary.get("val_best")
     if best:
         logger.info(f"[train] best validation: step {best['step']}, {best['metric']} {best['value']:.4g} "
@@ -253,8 +288,11 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
     else:
         name, hw = hardware_for(gpu, gpu_gib)
     gib = gpu_gib or (hw.memory_gib if gpu else DEFAULT_GPU_GIB)
+    prompt_why = "--prompt-tokens" if prompt_tokens else "the recipe's plan.prompt_tokens" if cfg.plan.prompt_tokens \
+        else "default: neither --prompt-tokens nor plan.prompt_tokens says; a short-prompt recipe's memory is less"
     plan = memory_plan(cfg, groups, shapes, gpu_gib=gib, use_ray=not local,
                        prompt_tokens=prompt_tokens or cfg.plan.prompt_tokens or 4096)
+    plan.prompt_source = prompt_why
     plan.memory_source = "--gpu-memory" if gpu_gib else f"{gpu_why}: {name}" if gpu else "default: an H200"
     tasks, why = training_prompts(cfg)
     est = predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why, workload=wl)
@@ -262,9 +300,15 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
     if wl is not None:  # one figure, from the run measured
         return plan, est
     agents = [a for g in groups.values() for a in g.agents]
-    est.low_hours, est.high_hours = (predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks,
-                                             tasks_why=why, workload=stated(cfg, agents, end)).hours
-                                     for end in ("low", "high"))
+
+    def hours(end: Any, early: Any = None) -> Any:
+        return predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why,
+                       workload=stated(cfg, agents, end, early=early)).hours
+
+    est.low_hours, est.high_hours = hours("low"), hours("high")
+    if est.hours is not None:
+        est.parts = {"the longest response": (hours("low", "point"), hours("high", "point")),
+                     "early stopping": (hours("point", "low"), hours("point", "high"))}
     return plan, est
 
 

@@ -68,7 +68,7 @@ class ForecastConfig(CoercingSchema):
                                               "assumption of the workload; the longest response is max_new_tokens)")
     calls: list[ForecastCallConfig] = Field(default_factory=list, description="the generate calls of one step, in "
                                         "order (empty: each workflow agent once over every episode)")
-    bounds: ForecastBounds = Field(default_factory=ForecastBounds, description="the range's stated bounds on the unknowns "
+    bounds: ForecastBounds = Field(default_factory=ForecastBounds.model_construct, description="the range's stated bounds on the unknowns "
                                "of the workload (the longest response, early stopping)")
 
     @field_validator("gpu")

@@ -72,6 +72,9 @@ class RolloutConfig(CoercingSchema):
     def _one_budget(self) -> "RolloutConfig":
         if self.engine_budget_gib is not None and self.engines_awake is not None:
             raise ValueError("give rollout.engine_budget_gib or rollout.engines_awake, not both")
+        if self.engines == "awake" and (self.engine_budget_gib is not None or self.engines_awake is not None):
+            raise ValueError("engines: awake keeps every engine awake, so a budget (engine_budget_gib, engines_awake) "
+                             "would be ignored; set engines: pooled (or auto), or drop the budget")
         return self
 
     @model_validator(mode="after")

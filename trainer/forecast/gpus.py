@@ -49,32 +49,35 @@ def gpu_layout(cfg: "TrainConfig", n_groups: int, gpus: int | None, *, local: bo
         raise UserError(f"--gpus must be a whole number >= 1, got {gpus}")
     ranks, layout = cfg.fsdp.ranks, cfg.fsdp.layout
     was = f"fsdp.ranks {ranks}" + (f", layout {layout}" if layout != "colocated" else "")
+    settings: dict[str, Any] = {}
     if local:
-        if gpus == 1:
-            settings = {"fsdp.ranks": 1} if ranks != 1 else {}
-            note = "--gpus 1: --local runs every worker group in this process on one GPU"
-            return GpuLayout(1, settings, note + (f"; {was} re-planned: train it with {_sets(settings)}"
-                                                  if settings else ""))
-        raise UserError(f"--gpus {gpus} with --local: --local runs every worker group in this process on one GPU; "
-                        f"plan without --local (Ray actors) or with --gpus 1")
-    if layout == "separate":
+        if gpus > 1:
+            raise UserError(f"--gpus {gpus} with --local: --local runs every worker group in this process on one "
+                            f"GPU; plan without --local (Ray actors) or with --gpus 1")
+        note = "--gpus 1: --local runs every worker group in this process on one GPU"
+        if ranks != 1:
+            settings["fsdp.ranks"] = 1
+    elif layout == "separate":
         if gpus < n_groups:
             raise UserError(f"--gpus {gpus}: fsdp.layout separate gives each of the {n_groups} worker groups GPUs of "
                             f"its own ({n_groups} at least); --set fsdp.layout=colocated fits them on {gpus}")
         per = gpus // n_groups
-        settings: dict[str, Any] = {"fsdp.ranks": per} if per != ranks else {}
-        if per == 1:
+        if per != ranks:
+            settings["fsdp.ranks"] = per
+        if per == 1 and cfg.ray.gpus_per_worker != 1:  # unsharded: one Ray actor per GPU
             settings["ray.gpus_per_worker"] = 1.0
         used = per * n_groups
         note = f"--gpus {gpus}: {n_groups} groups x {per} rank(s) of their own" + \
             (f", {used} of the {gpus} GPUs (separate groups split them evenly)" if used != gpus else "")
     elif gpus >= 2:
-        settings = {"fsdp.ranks": gpus} if gpus != ranks else {}
+        if gpus != ranks:
+            settings["fsdp.ranks"] = gpus
         note = f"--gpus {gpus}: every group sharded over the {gpus} GPUs (fsdp.ranks {gpus}, colocated)"
     else:
-        settings = {"fsdp.ranks": 1} if ranks != 1 else {}
-        if n_groups > 1 and math.floor(1 / cfg.ray.gpus_per_worker + 1e-9) < n_groups \
-                if cfg.ray.gpus_per_worker > 0 else False:
+        if ranks != 1:
+            settings["fsdp.ranks"] = 1
+        per_gpu = math.floor(1 / cfg.ray.gpus_per_worker + 1e-9) if cfg.ray.gpus_per_worker > 0 else n_groups
+        if per_gpu < n_groups:  # Ray actors of gpus_per_worker each: all of them on the one GPU
             settings["ray.gpus_per_worker"] = round(1 / n_groups, 4)
         note = "--gpus 1: every group unsharded on the one GPU" + (", sharing it" if n_groups > 1 else "")
     if settings:

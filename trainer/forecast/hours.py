@@ -8,10 +8,11 @@ shapes, the recipe and the workload of one step (the recipe's ``plan:`` section)
 Per step (B = prompts_per_step x n episodes; each group's engine runs on every one of the N GPUs
 with the step's batch split evenly, TP 1; P = a group's parameters; W = 2P bytes of bf16 weights):
 
-- **rollout**, per generate call (``plan.calls``, in order; the batch waits for its longest
-  response): b = share x B / N sequences per engine, prompt p = ``question_tokens`` +
-  ``context_tokens``, mean response r = ``response_share`` x max_new_tokens, longest response
-  L = max_new_tokens.
+- **rollout**, per generate call of the step's :class:`~drmas_trainer.forecast.workload.Workload`
+  (in order; the batch waits for its longest response): b = share x B / N sequences per engine,
+  its prompt p, mean response r and longest response L (the recipe's point: p = ``question_tokens``
+  + ``context_tokens``, r = ``response_share`` x max_new_tokens, L = max_new_tokens; its low and
+  high ends and a measured run give others).
   - *prefill*: b x p x F(p / 2) FLOPs at the hardware's bf16 peak x :data:`MFU`;
   - *decode*: memory bound: L x W (weights read every decode step) + b x r x (p + r / 2) x
     KV bytes per token (the cache read by every decode step), at HBM bandwidth x :data:`MBU`; or
@@ -31,9 +32,11 @@ with the step's batch split evenly, TP 1; P = a group's parameters; W = 2P bytes
   ranks' shards ((N - 1) / N x W) and written into the engine (2 x W of HBM traffic).
 
 F(c) = 2P + 4 x layers x c x heads x head_dim: a token's forward FLOPs (matrix products and the
-attention over c earlier tokens). Not modelled: the retrieval server's latency, the reward (math
-grading), validation runs, checkpoints, start-up, and the wait for stragglers beyond the longest
-response. No constant here was fitted to the reference's reported hours.
+attention over c earlier tokens). **Validation**: each of the run's validations (before training,
+every ``val.every`` steps, the last step) is the workload's calls over questions x ``val.n``
+episodes, generation only; the total is the steps plus the validations. Not modelled: the retrieval
+server's latency, the reward (math grading), checkpoints, start-up, and the wait for stragglers
+beyond the longest response. No constant here was fitted to the reference's reported hours.
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ class HoursEstimate:
     sources: dict[str, str] = field(default_factory=dict)  # figure -> where it came from (flag, recipe, default)
     low_hours: float | None = None  # the range (drmas_trainer.forecast.outlook); None: a measured workload
     high_hours: float | None = None
+    parts: dict[str, tuple[float, float]] = field(default_factory=dict)  # unknown -> its own (low, high) hours
 
     @property
     def rollout_s(self) -> float:
@@ -333,6 +337,9 @@ def _run_lines(est: HoursEstimate) -> list[str]:
         out.append(f"  range: {est.low_hours:.1f} - {est.high_hours:.1f} h (high/low {est.high_hours / est.low_hours:.2f}) "
                    f"from the recipe's stated bounds on the unknowns (plan.bounds, plan.calls' share_low / share_high: "
                    f"the longest response, early stopping); a measured workload narrows it")
+        if est.parts:
+            out.append("  each unknown alone (the other at the point): " + "; ".join(
+                f"{k} {lo:.1f} - {hi:.1f} h" for k, (lo, hi) in est.parts.items()))
     out.append(f"  workload: {est.workload}")
     return out
 

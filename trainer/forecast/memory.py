@@ -128,6 +128,7 @@ class MemoryPlan:
     ranks: int = 1  # GPUs each group is sharded over (1: unsharded)
     together: bool = True  # groups sharing a GPU update at the same time (Ray actors); False: in turn
     memory_source: str = "--gpu-memory"  # where gpu_bytes came from (flag, recipe, default), for the header
+    prompt_source: str = ""  # where the longest prompt of seq came from (flag, recipe, default), for the header
 
     @property
     def peak(self) -> GPUPhase:
@@ -412,7 +413,8 @@ def _g(b: float) -> str:
 def format_plan(plan: MemoryPlan, recipe: str = "") -> str:
     """The plan as text: per group its items (GiB), then per GPU each phase against the GPU."""
     out = [f"memory plan{' for ' + recipe if recipe else ''}: GPU {plan.gpu_bytes / GIB:.0f} GiB ({plan.memory_source}), "
-           f"{plan.placement}; sequence {plan.seq} tokens (prompt + max_new_tokens)"]
+           f"{plan.placement}; sequence {plan.seq} tokens (prompt + max_new_tokens"
+           + (f"; the prompt: {plan.prompt_source}" if plan.prompt_source else "") + ")"]
     for m in plan.groups:
         out.append(f"\nworker group {m.name} (agents {', '.join(m.agents)}): {m.model}, "
                    f"{m.shape.params / 1e9:.2f}B parameters [{m.shape.source}]")

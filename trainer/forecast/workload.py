@@ -50,7 +50,7 @@ class Workload:
     measured: bool = False
 
 
-def stated(cfg: "TrainConfig", agents: list[str], end: End = "point") -> Workload:
+def stated(cfg: "TrainConfig", agents: list[str], end: End = "point", *, early: End | None = None) -> Workload:
     """The workload the recipe's ``plan:`` states, at one ``end`` of its range: ``point`` is the
     recipe's own assumptions (``plan.calls``, ``question_tokens``, ``response_share``; the longest
     response ``plan.bounds.longest_point`` of the cap); ``low`` and ``high`` put the two unknowns at
@@ -58,18 +58,20 @@ def stated(cfg: "TrainConfig", agents: list[str], end: End = "point") -> Workloa
     batch waits less) to ``longest_high`` of ``rollout.max_new_tokens``, and each call's share of
     the step's episodes from its ``share_low`` (episodes stopping as early as the workflow lets them)
     to its ``share_high`` (none stopping before the workflow's last turn); a call whose share is 0
-    does not happen. ``agents``: the workflow's agents (each once over every episode when
-    ``plan.calls`` is empty)."""
+    does not happen. ``early``: the end of early stopping alone (default ``end``), so that each
+    unknown's own share of the range can be shown. ``agents``: the workflow's agents (each once over
+    every episode when ``plan.calls`` is empty)."""
     pc = cfg.plan
     b = pc.bounds
     cap = cfg.rollout.max_new_tokens
     mean = pc.response_share * cap
     longest = {"low": pc.response_share if b.longest_low is None else b.longest_low,
                "point": b.longest_point, "high": b.longest_high}[end] * cap
-    shares = [(c.share, {"low": c.share_low, "point": None, "high": c.share_high}[end]) for c in pc.calls]
+    shares = [(c.share, {"low": c.share_low, "point": None, "high": c.share_high}[early or end]) for c in pc.calls]
     specs = [(c.agent, s if bound is None else bound, c.context_tokens) for c, (s, bound) in zip(pc.calls, shares)]
     calls = tuple(CallLoad(a, share, float(pc.question_tokens + ctx), mean, max(mean, longest))
                   for a, share, ctx in specs or [(a, 1.0, 0) for a in agents] if share > 0)
-    words = {"low": "low end of", "point": "point of", "high": "high end of"}[end]
+    words = {"low": "low end of", "point": "point of", "high": "high end of"}[end] if early in (None, end) \
+        else f"longest response at the {end}, early stopping at the {early}, of"
     return Workload(calls, f"the {words} the recipe's plan: ({len(calls)} calls, the longest response "
                            f"{max(mean, longest):.0f} of {cap} tokens)")
