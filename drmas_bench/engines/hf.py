@@ -21,6 +21,7 @@ Options (``HFOptions``):
   moves them back).
 - ``auto_wake``: ``generate`` on a sleeping engine wakes it first (True) or raises (False).
 - ``trust_remote_code``: passed to ``from_pretrained``.
+- ``batch_invariant``: True (default) = batch-invariant decoding (below); False = the padded batch.
 
 **LoRA adapters** (trait ``serves_adapters``): ``model`` may be an adapter folder
 (``drmas_bench.models.adapters``: one peft adapter, or a trainer checkpoint's ``models/<wg>/`` with
@@ -38,16 +39,17 @@ that do not use the variable ignore it), tokenized, then cut to ``Request.max_pr
 ``temperature``, ``top_p`` and ``top_k`` (-1 = none; with both, a token must be in the top k AND in
 the top-p nucleus of the untruncated distribution, as SGLang does).
 
-Decoding is our own loop over the KV cache (not ``model.generate``) so that **a request's result
-does not depend on the other requests in its batch**: prompts are left-padded with correct
-``position_ids``; each request draws its randomness from its own ``torch.Generator`` seeded with
-``Sampling.seed`` (one uniform number per token, inverse-CDF sampling in vocabulary order, so tiny
-float differences rarely matter); rows finish independently and leave the batch. Temperature 0 is
-greedy. On CPU float32 the logits of a row in a padded batch can differ from the row alone in the
-last bits (BLAS reduces in a different order for other shapes; measured up to 4e-7 on tiny-random,
-4e-5 on smollm2-135m), so equality holds in practice, not by construction: a token flips only when a
-row's uniform or its top-p cut falls that close to a step of its distribution, which short calls
-almost never see and long ones can (1 of 64 tiny-random calls of 256 tokens; docs/sweep.md).
+Decoding is our own loop (not ``model.generate``), and by default **a request's tokens and
+log-probs do not depend on the other requests in its batch** (``batch_invariant=true``,
+``invariant.py``): each prompt is prefilled alone at its own shape, attention runs per request over
+its own keys, and the decode steps' linear layers run on fixed 8-row blocks, so every reduction
+keeps one order per row whatever ``max_batch``, the concurrency or the timing put beside it. Each
+request draws its randomness from its own ``torch.Generator`` seeded with ``Sampling.seed`` (one
+uniform number per token, inverse-CDF sampling in vocabulary order); rows finish independently and
+leave the batch. Temperature 0 is greedy. ``batch_invariant=false`` keeps the padded-batch decode
+(``decoding.padded_decode``: left padding, one KV cache for the batch), faster but equal to the
+request alone only in practice in fp32 (logits differ in the last bits, up to 4e-5 on smollm2-135m)
+and often not in bf16. ``determinism()`` says which one runs.
 
 ``Completion.logprobs`` (when ``Request.want_logprobs``) are ``log_softmax(raw logits)`` of the
 sampled token: the policy's log-probability at temperature 1, whatever the sampling temperature or
