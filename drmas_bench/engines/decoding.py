@@ -108,7 +108,7 @@ def padded_decode(engine: Any, rows: Rows) -> None:
         kw[engine._logits_kw] = 1
     out = model(input_ids=input_ids, **kw)
     engine.forward_calls += 1
-    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    cache: Any = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
     logits = out.logits[:, -1, :].float()
     last_pos = position_ids[:, -1]
     active = list(range(B))  # row numbers still decoding, in cache order
