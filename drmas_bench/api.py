@@ -89,7 +89,8 @@ from drmas_bench.reproducibility import (
     warn_changed_batching,
 )
 from drmas_bench.retrievers import open_retriever
-from drmas_bench.run_dir import RunDir, selection_test
+from drmas_bench.run_dir import RunDir
+from drmas_bench.run_samples import selection_test
 from drmas_bench.split import run_split
 from drmas_bench.types import UserError
 

@@ -24,17 +24,19 @@ with ``atomic_write`` and ``fingerprint``, live in the leaf ``drmas_bench.files`
 may import).
 
 Every sample carries its run's stamp (``"run"``: the identity's fingerprint, workflow, model
-contents, data hash), and a resume checks each kept sample against the run being resumed, not only
-config.yaml: a sample drawn with other sampling, by another model or workflow, or from another
-benchmark file is refused with one line. A run directory whose config.yaml is gone is rebuilt from
-the current command only when every sample carries that command's stamp.
+contents, data hash; ``run_stamps``), and a resume checks each kept sample against the run being
+resumed, not only config.yaml: a sample drawn with other sampling, by another model or workflow, or
+from another benchmark file is refused with one line. A run directory whose config.yaml is gone is
+rebuilt from the current command only when every sample carries that command's stamp.
 
-What a run directory reports (summary, leaderboard, cost) is ``select_records``: the samples of the
-latest command's selection (its benchmarks, its first ``limit`` questions, sample indices below its
-``n``); samples outside it stay on disk and count again when a larger selection is run.
+What a run directory reports (summary, leaderboard, cost) is ``run_samples.select_records``: the
+samples of the latest command's selection (its benchmarks, its first ``limit`` questions, sample
+indices below its ``n``); samples outside it stay on disk and count again when a larger selection
+is run.
 
-A line that cannot be read stops every reader with one error naming ``drmas-bench runs repair RUN``
-(``repair_samples``), which moves such lines into ``samples.jsonl.quarantine`` and keeps every good one.
+A line that cannot be read stops every reader (``run_samples.read_samples``) with one error naming
+``drmas-bench runs repair RUN`` (``repair_samples``), which moves such lines into
+``samples.jsonl.quarantine`` and keeps every good one.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import yaml
 
@@ -56,188 +58,27 @@ from drmas_bench.compact import COMPACT
 from drmas_bench.files import atomic_write, fingerprint, inside
 from drmas_bench.log import write_traceback
 from drmas_bench.records import RecordView, view
-from drmas_bench.run_index import INDEX, SampleIndex, cut_partial_line, signature
+from drmas_bench.run_index import INDEX, SampleIndex, cut_partial_line
+from drmas_bench.run_samples import (
+    QUARANTINE,
+    SAMPLES,
+    parse_sample_line,
+    read_samples,
+    repair_hint,
+    sample_key,
+    select_records,
+    selection_of,
+    selection_test,
+)
+from drmas_bench.run_stamps import mismatch_signature, run_stamp, sample_mismatch
 from drmas_bench.types import Trajectory, UserError
 
 logger = logging.getLogger(__name__)
 
 CONFIG = "config.yaml"
-SAMPLES = "samples.jsonl"
-QUARANTINE = "samples.jsonl.quarantine"  # unreadable lines moved aside by `drmas-bench runs repair`
 LOCK = ".lock"
 SUMMARY_KEY = ".summary-key"  # what summary.json was computed from (RunDir.summary_key)
 ERROR_LOG = "error.log"
-
-
-# ------------------------------------------------------------------------------- samples.jsonl: reading, selecting
-
-
-def sample_key(rec: dict[str, Any]) -> tuple[str, str, int]:
-    """A record's (benchmark, task id, sample index): what a resumed run skips and a repeat replaces."""
-    return str(rec["task"]["benchmark"]), str(rec["task"]["id"]), int(rec["sample_idx"])
-
-
-def repair_hint(run: str | os.PathLike) -> str:
-    """What every error about an unreadable samples.jsonl line offers: the command that keeps the good lines."""
-    return f"run `drmas-bench runs repair {run}` to move unreadable lines aside (every good line is kept)"
-
-
-def parse_sample_line(raw: bytes) -> dict[str, Any] | None:
-    """One samples.jsonl line as a trajectory record, or None when it is not one (the single test of
-    "readable" shared by the readers and ``repair_samples``)."""
-    try:
-        rec = json.loads(raw.decode("utf-8"))
-        sample_key(rec)
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, IndexError):
-        return None
-    turns = rec.get("turns")
-    if not isinstance(turns, list) or not all(isinstance(t, dict) and isinstance(t.get("completion"), dict) for t in turns):
-        return None  # the readers walk every turn's completion (tokens, cost, latency)
-    return rec
-
-
-def numbered_samples(path: str | os.PathLike) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, record) of every line of a samples.jsonl, in file order. A cut-off last line
-    (no newline after it: a run killed while appending) is skipped; any other unreadable line is a
-    UserError naming file, line and the repair command."""
-    p = Path(path)
-    data = p.read_bytes()
-    lines = data.split(b"\n")
-    out = []
-    for lineno, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        rec = parse_sample_line(raw)
-        if rec is None:
-            if lineno == len(lines):  # no newline after it: cut off by a kill mid-append
-                continue
-            raise UserError(f"{p}:{lineno}: not a trajectory record (corrupt line); {repair_hint(p.parent)}")
-        out.append((lineno, rec))
-    return out
-
-
-def read_samples(path: str | os.PathLike, missing_ok: bool = False) -> list[dict[str, Any]]:
-    """Every trajectory record of a samples.jsonl, the one reader (run store, reports, summaries).
-
-    The last copy of a repeated (benchmark, task id, sample index) wins, as appends replace. A cut-off
-    last line (a run killed while appending) is ignored; any other bad line is a UserError naming
-    file, line and ``drmas-bench runs repair``. A missing file: [] with `missing_ok`, else a UserError."""
-    p = Path(path)
-    if not p.is_file():
-        if missing_ok:
-            return []
-        raise UserError(f"{p} not found: not a finished or started run directory")
-    by_key: dict[tuple, dict[str, Any]] = {}
-    for _, rec in numbered_samples(p):
-        by_key[sample_key(rec)] = rec
-    return list(by_key.values())
-
-
-def selection_test(config: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
-    """Whether a record is in ``config``'s selection (``select_records``), as a function of the record."""
-    benches = {str(b) for b in config.get("benchmarks") or []}
-    n = int(config.get("n") or 0)
-    chosen = config.get("question_ids")
-    ids = {str(b): {str(i) for i in v} for b, v in chosen.items()} if isinstance(chosen, dict) else {}
-
-    def selected(r: dict[str, Any]) -> bool:
-        b = str(r["task"]["benchmark"])
-        if benches and b not in benches:
-            return False
-        if n > 0 and int(r["sample_idx"]) >= n:
-            return False
-        return not (b in ids and str(r["task"]["id"]) not in ids[b])
-
-    return selected
-
-
-def select_records(records: Iterable[dict[str, Any]], config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The records a run directory reports: those of ``config``'s selection (its ``benchmarks``, its
-    ``question_ids`` where a ``limit`` chose some, sample indices below its ``n``). The one
-    selection of the summary, the leaderboard and the cost tables, so all three say the same."""
-    return list(filter(selection_test(config), records))
-
-
-def selection_of(config: dict[str, Any]) -> tuple:
-    """What ``select_records`` depends on, comparable between two configurations."""
-    chosen = config.get("question_ids")
-    ids = sorted((str(b), sorted(map(str, v))) for b, v in chosen.items()) if isinstance(chosen, dict) else None
-    return sorted(map(str, config.get("benchmarks") or [])), config.get("n"), config.get("limit"), ids
-
-
-# ------------------------------------------------------------------------------- sample stamps
-
-STAMP_SAMPLING = ("temperature", "top_p", "max_new_tokens", "top_k", "enable_thinking")
-
-
-def _model_tag(m: Any) -> str:
-    """``folder-name:content-hash`` (or the name of a model known by name only)."""
-    if isinstance(m, dict) and m.get("content"):
-        return f"{Path(str(m.get('path') or '?')).name}:{str(m['content'])[:8]}"
-    return str(m.get("name") or "?") if isinstance(m, dict) else str(m)
-
-
-def run_stamp(config: dict[str, Any], benchmark: str) -> dict[str, Any]:
-    """What each sample records of the run that made it: the identity's fingerprint (team, models,
-    sampling, seed, retriever, prompts, grader), and readable parts of it for messages."""
-    ident = config.get("identity") or {}
-    return {"identity": fingerprint(ident), "workflow": config.get("workflow"),
-            "models": {str(wg): _model_tag(m) for wg, m in (ident.get("models") or {}).items()},
-            "data": str((config.get("data") or {}).get(benchmark) or "")[:23]}
-
-
-def _agent_wg(team: dict[str, Any], agent: str) -> str | None:
-    v = (team.get("agents") or {}).get(agent)
-    return v.get("wg") if isinstance(v, dict) else v
-
-
-def mismatch_signature(rec: dict[str, Any]) -> str:
-    """A hash of everything ``sample_mismatch`` reads of ``rec`` (its benchmark, each turn's agent,
-    worker group and ``STAMP_SAMPLING`` values, its run stamp): two records with one signature get
-    the same answer from it, so a resume checks one record per signature (``run_index``)."""
-    turns = [(t.get("agent"), t.get("wg"), {k: v for k, v in ((t.get("request") or {}).get("sampling") or {}).items()
-                                            if k in STAMP_SAMPLING}) for t in rec.get("turns") or ()]
-    return signature([str(rec["task"]["benchmark"]), turns, rec.get("run")])
-
-
-def sample_mismatch(rec: dict[str, Any], config: dict[str, Any], stamps: dict[str, dict] | None = None) -> list[str]:
-    """How a kept sample differs from the run ``config`` describes ([] = no difference found).
-
-    Every record's turns say which agent spoke through which worker group with which sampling; a
-    record with a stamp (``run_stamp``) also says which models, workflow and benchmark file made it.
-    ``stamps``: a cache of ``config``'s stamp per benchmark, for checking many records."""
-    ident = config.get("identity") or {}
-    sampling, team = ident.get("sampling") or {}, ident.get("team") or {}
-    diffs: list[str] = []
-    for t in rec.get("turns") or []:
-        agent = t.get("agent")
-        if sampling and agent not in sampling:
-            diffs.append(f"agent {agent!r}, which this team does not have")
-            break
-        got, want = (t.get("request") or {}).get("sampling") or {}, sampling.get(agent) or {}
-        diffs += [f"{agent} {k} {got[k]!r} (now {want[k]!r})" for k in STAMP_SAMPLING
-                  if k in got and k in want and got[k] != want[k]]
-        wg = _agent_wg(team, agent) if team else None
-        if wg is not None and t.get("wg") not in (None, wg):
-            diffs.append(f"{agent} served by worker group {t.get('wg')!r} (now {wg!r})")
-        if diffs:
-            break
-    stamp = rec.get("run")
-    if isinstance(stamp, dict):
-        b = str(rec["task"]["benchmark"])
-        now = stamps[b] if stamps is not None and b in stamps else run_stamp(config, b)
-        if stamps is not None:
-            stamps[b] = now
-        if stamp.get("workflow") and now["workflow"] and stamp["workflow"] != now["workflow"]:
-            diffs.append(f"workflow {stamp['workflow']} (now {now['workflow']})")
-        was = stamp.get("models") or {}
-        diffs += [f"model of {wg} {was.get(wg, '-')} (now {now['models'].get(wg, '-')})"
-                  for wg in sorted(set(was) | set(now["models"])) if was.get(wg) != now["models"].get(wg)]
-        if stamp.get("data") and now["data"] and stamp["data"] != now["data"]:
-            diffs.append(f"benchmark file {rec['task']['benchmark']} {stamp['data']} (now {now['data']})")
-        if not diffs and stamp.get("identity") != now["identity"]:
-            diffs.append("team, seed, retriever, prompts or grader")
-    return diffs
 
 
 # ------------------------------------------------------------------------------- one writer

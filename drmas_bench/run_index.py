@@ -5,8 +5,8 @@ One JSON line per samples.jsonl line, appended with it (``SampleIndex.add``):
     [benchmark, task id, sample index, line number, start offset, end offset, crc32 of the line, signature]
 
 - the key is what a resumed run skips (``keys``);
-- the signature is a hash of everything ``run_dir.sample_mismatch`` reads of a record (the benchmark,
-  each turn's agent, worker group and compared sampling keys, the run stamp: ``run_dir.mismatch_signature``,
+- the signature is a hash of everything ``run_stamps.sample_mismatch`` reads of a record (the benchmark,
+  each turn's agent, worker group and compared sampling keys, the run stamp: ``run_stamps.mismatch_signature``,
   given to the index as ``sign``), so checking that every kept sample belongs to the configuration
   needs one record per distinct signature (``representatives``), read at its offset;
 - end offset and crc say which bytes of samples.jsonl the index covers. On open the index is trusted
@@ -32,7 +32,7 @@ INDEX = "samples.index"
 
 def signature(doc: Any) -> str:
     """A short hash of ``doc`` (JSON-able): the index's signature of a record is this hash of what
-    the store's resume check reads of it (``run_dir.mismatch_signature``)."""
+    the store's resume check reads of it (``run_stamps.mismatch_signature``)."""
     return hashlib.blake2b(json.dumps(doc, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
 
 

@@ -66,19 +66,19 @@ def has_cache() -> bool:
 
 
 def bench_suite(suite: str, out: Path, models: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    from drmas_bench import sweep
+    from drmas_bench import sweep, sweep_design
     from drmas_bench.api import EvalConfig, evaluate
     from drmas_bench.report.runs import load_run
     from drmas_bench.suites.registry import get_suite
     from drmas_bench.workflows import get_workflow
 
     wf = get_workflow(get_suite(suite).workflow)
-    d = sweep.design(wf.name, wf.agents, "tiny-random", candidates={a: list(models) for a in CANDIDATES[suite]})
+    d = sweep_design.design(wf.name, wf.agents, "tiny-random", candidates={a: list(models) for a in CANDIDATES[suite]})
     base = EvalConfig(model="tiny-random", suite=suite, benchmarks=BENCHMARKS[suite], limit=args.limit, n=args.n,
                       max_new_tokens=args.max_new_tokens, data_dir=args.data_dir, seed=args.seed, progress=False,
                       prices=args.prices)
     root = out / suite
-    names = sweep.run_names(d.assignments)
+    names = sweep_design.run_names(d.assignments)
     t0 = time.monotonic()
     alone = []
     for asg, name in zip(d.assignments, names):

@@ -199,7 +199,7 @@ def synth_run(src: str | Path, dst: str | Path, total: int) -> Path:
 
     from drmas_bench import compact
     from drmas_bench.report.runs import load_run
-    from drmas_bench.run_dir import mismatch_signature
+    from drmas_bench.run_stamps import mismatch_signature
 
     run = load_run(src)
     dst = Path(dst)

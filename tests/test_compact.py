@@ -13,7 +13,8 @@ from pathlib import Path
 import yaml
 
 from drmas_bench import compact, metrics
-from drmas_bench.run_dir import RunDir, read_samples
+from drmas_bench.run_dir import RunDir
+from drmas_bench.run_samples import read_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_view", ROOT / "scripts" / "bench_view.py")

@@ -29,7 +29,7 @@ import pytest
 from drmas_bench import metrics
 from drmas_bench.figures import Effects, Figure, as_effects
 from drmas_bench.report.compare import compare_runs
-from drmas_bench.report.leaderboard import build_leaderboard, digest, effect_phrase, parse_metrics
+from drmas_bench.report.leaderboard import build_leaderboard, digest, effect_phrase
 from drmas_bench.report.markdown import (
     compare_markdown,
     effects_markdown,
@@ -39,9 +39,11 @@ from drmas_bench.report.markdown import (
 )
 from drmas_bench.report.run_markdown import run_summary_markdown
 from drmas_bench.report.runs import Run
+from drmas_bench.report.tables import parse_metrics
 from drmas_bench.report.view import render
 from drmas_bench.runner import grade_trajectories
-from drmas_bench.sweep import Design, assignment_figures, sweep_document
+from drmas_bench.sweep import assignment_figures, sweep_document
+from drmas_bench.sweep_design import Design
 from drmas_bench.types import Completion, Sampling, Task
 from drmas_bench.workflows import get_workflow, workflow_names
 from drmas_bench.workflows.base import Episode

@@ -331,7 +331,8 @@ def test_old_records_still_summarise():
 
 
 def test_leaderboard_rows_say_the_agents_effect():
-    from drmas_bench.report.leaderboard import Row, Table, effect_label
+    from drmas_bench.report.leaderboard import effect_label
+    from drmas_bench.report.tables import Row, Table
     from drmas_bench.report.markdown import table_markdown
 
     recs = random_math_run(6)

@@ -8,10 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_engines_fixtures import tiny_model_path
 
 from drmas_bench.engines import EngineError, make_engine
+from drmas_bench.engines.decoding import sample
 from drmas_bench.types import Request, Sampling
-from test_engines_fixtures import tiny_model_path
 
 torch = pytest.importorskip("torch")
 
@@ -146,7 +147,9 @@ def test_micro_batcher_batches_concurrent_calls(tiny):
     assert eng.stats.items == 16
     assert eng.stats.batches <= 2, eng.stats
     assert eng.stats.largest >= 8
-    assert eng.forward_calls <= 2 * 6  # a lone call per coroutine would take 16 * 6
+    # each prompt is prefilled alone (batch-invariant decoding), the decode steps are shared:
+    # a lone call per coroutine would take 16 * 6
+    assert eng.forward_calls <= 16 + 2 * 5
     run(eng.close())
 
 
@@ -250,7 +253,6 @@ def test_options_are_checked(tiny):
 
 
 def test_sampler_frequencies_match_probabilities():
-    from drmas_bench.engines.hf import HFEngine
 
     logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]])
     g = torch.Generator().manual_seed(0)
@@ -258,7 +260,7 @@ def test_sampler_frequencies_match_probabilities():
 
     def freqs(t: float, p: float) -> torch.Tensor:
         picks = [
-            int(HFEngine._sample(logits, torch.tensor([t]), torch.tensor([p]), [g])[0]) for _ in range(n)
+            int(sample(logits, torch.tensor([t]), torch.tensor([p]), [g])[0]) for _ in range(n)
         ]
         return torch.bincount(torch.tensor(picks), minlength=5).float() / n
 
@@ -275,18 +277,17 @@ def test_sampler_frequencies_match_probabilities():
     got = freqs(1.0, 0.8)
     assert torch.all(got[~keep] == 0)
     assert torch.allclose(got, want, atol=0.03)
-    assert int(HFEngine._sample(logits, torch.tensor([0.0]), torch.tensor([1.0]), [g])[0]) == 0
+    assert int(sample(logits, torch.tensor([0.0]), torch.tensor([1.0]), [g])[0]) == 0
 
 
 def test_sampler_top_k_and_top_p_keep_the_tokens_in_both_sets():
-    from drmas_bench.engines.hf import HFEngine
 
     logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]])  # order by probability: 0, 1, 2, 4, 3
     n = 4000
     gens = [torch.Generator().manual_seed(i) for i in range(n)]
 
     def freqs(k: int, p: float) -> torch.Tensor:  # n rows at once, one generator each
-        picks = HFEngine._sample(logits.repeat(n, 1), torch.ones(n), torch.full((n,), p), gens, torch.full((n,), k))
+        picks = sample(logits.repeat(n, 1), torch.ones(n), torch.full((n,), p), gens, torch.full((n,), k))
         return torch.bincount(picks, minlength=5).float() / n
 
     p1 = torch.softmax(logits[0], -1)
@@ -298,7 +299,7 @@ def test_sampler_top_k_and_top_p_keep_the_tokens_in_both_sets():
     three = torch.tensor([p1[0], p1[1], p1[2], 0, 0]) / p1[:3].sum()
     assert torch.allclose(freqs(4, 0.8), three, atol=0.03)
     # rows with different k in one call
-    two = HFEngine._sample(logits.repeat(2, 1), torch.tensor([1.0, 1.0]), torch.tensor([1.0, 1.0]),
+    two = sample(logits.repeat(2, 1), torch.tensor([1.0, 1.0]), torch.tensor([1.0, 1.0]),
                            [torch.Generator().manual_seed(s) for s in (0, 1)], torch.tensor([1, -1]))
     assert int(two[0]) == 0
 
@@ -307,8 +308,9 @@ def test_sampler_top_k_and_top_p_keep_the_tokens_in_both_sets():
 def test_prompt_protocol_and_top_k_on_cuda(tiny, tmp_path):
     """The same prompt ids and sampling rules on CUDA: a cut prompt, top_k = 1 equal to greedy,
     several k in one batch, the thinking switch."""
-    from drmas_bench.engines.prompt import truncate_ids
     from test_engines_fixtures import EMPTY_THINK, thinking_model_path
+
+    from drmas_bench.engines.prompt import truncate_ids
 
     eng = make_engine("hf", str(thinking_model_path(tiny, tmp_path / "thinking")), device="cuda", dtype="float32")
     msgs = [{"role": "user", "content": "a long prompt " * 20}]

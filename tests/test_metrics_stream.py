@@ -20,7 +20,8 @@ import yaml
 from drmas_bench import compact, metrics
 from drmas_bench.pricing import ModelPrice, PriceSheet
 from drmas_bench.records import view
-from drmas_bench.run_dir import RunDir, selection_test
+from drmas_bench.run_dir import RunDir
+from drmas_bench.run_samples import selection_test
 from drmas_bench.summary_stream import SummaryStream
 
 WORKFLOWS = {"search_route": ("verifier", "searcher", "answerer"), "math_refine": ("solver", "verifier"),

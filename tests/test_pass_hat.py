@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drmas_bench import report, sweep
+from drmas_bench import report, sweep, sweep_design
 from drmas_bench.cli import main as cli_main
 from drmas_bench.export.source import metric_ci
 from drmas_bench.metrics import (
@@ -224,7 +224,7 @@ def test_leaderboard_pass_hat_columns_equal_the_summary(tmp_path):
 
 
 def test_sweep_json_and_table_show_pass_hat_k(tmp_path):
-    d = sweep.design("math_refine", ["solver", "verifier"], "m0", listed=[{"solver": "m0"}, {"solver": "m1"}])
+    d = sweep_design.design("math_refine", ["solver", "verifier"], "m0", listed=[{"solver": "m0"}, {"solver": "m1"}])
     runs, rows = [], []
     for i, assignment in enumerate(d.assignments):
         recs = records(10 + i, n=4)

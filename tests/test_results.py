@@ -20,7 +20,7 @@ import yaml
 from drmas_bench import report
 from drmas_bench.cli import main as cli_main
 from drmas_bench.metrics import MACRO, MICRO, summarize
-from drmas_bench.run_dir import read_samples
+from drmas_bench.run_samples import read_samples
 from drmas_bench.types import UserError
 from drmas_retrieval.retry import RetriesExhausted, RetryPolicy, send_with_retries
 

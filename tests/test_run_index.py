@@ -7,7 +7,8 @@ import json
 import random
 
 from drmas_bench.run_index import INDEX, SampleIndex, cut_partial_line
-from drmas_bench.run_dir import mismatch_signature, parse_sample_line, sample_mismatch
+from drmas_bench.run_samples import parse_sample_line
+from drmas_bench.run_stamps import mismatch_signature, sample_mismatch
 
 
 def _rec(b: str, i: int, s: int, agents=("solver",), temp=0.6, seed=0) -> dict:

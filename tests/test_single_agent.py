@@ -138,7 +138,8 @@ def test_majority_vote_groups_and_k():
 @pytest.mark.data
 def test_eval_compute_matched_and_leaderboard_on_tiny_random(tmp_path, data_dir):
     from drmas_bench.api import EvalConfig, evaluate
-    from drmas_bench.report.leaderboard import Metric, build_leaderboard
+    from drmas_bench.report.leaderboard import build_leaderboard
+    from drmas_bench.report.tables import Metric
     from drmas_bench.report.runs import load_runs
 
     common = dict(model="tiny-random", suite="math", benchmarks=["aime24"], limit=2, max_new_tokens=8,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from drmas_bench import sweep
+from drmas_bench import sweep, sweep_design
 from drmas_bench.cli import main
 from drmas_bench.types import UserError
 
@@ -28,7 +28,7 @@ SEARCH = ("verifier", "searcher", "answerer")
 
 
 def test_combinations_every_one_in_product_order():
-    d = sweep.design("search_route", SEARCH, "D", candidates={"searcher": ["A", "B"], "verifier": ["X", "Y", "Z"]})
+    d = sweep_design.design("search_route", SEARCH, "D", candidates={"searcher": ["A", "B"], "verifier": ["X", "Y", "Z"]})
     assert d.kind == "combinations" and d.possible == 6 and len(d.assignments) == 6
     # the workflow's agent order, the first agent varying slowest; the unnamed answerer keeps --model
     assert d.assignments[:3] == [{"verifier": "X", "searcher": "A", "answerer": "D"},
@@ -40,7 +40,7 @@ def test_combinations_every_one_in_product_order():
 
 def test_budget_keeps_baseline_then_single_swaps_then_the_rest():
     cands = {"verifier": ["big", "small"], "searcher": ["big", "small"], "answerer": ["big", "small"]}
-    d = sweep.design("search_route", SEARCH, None, candidates=cands, max_assignments=5,
+    d = sweep_design.design("search_route", SEARCH, None, candidates=cands, max_assignments=5,
                      baseline={"verifier": "big", "searcher": "big", "answerer": "big"})
     big = {a: "big" for a in SEARCH}
     assert d.kind == "budget" and d.possible == 8
@@ -48,21 +48,21 @@ def test_budget_keeps_baseline_then_single_swaps_then_the_rest():
                              {**big, "answerer": "small"},
                              {"verifier": "big", "searcher": "small", "answerer": "small"}]  # first left in product order
     # a baseline the candidates lack is run first
-    d2 = sweep.design("math_refine", MATH, "m0", candidates={"solver": ["a", "b"]}, baseline={"solver": "c"})
+    d2 = sweep_design.design("math_refine", MATH, "m0", candidates={"solver": ["a", "b"]}, baseline={"solver": "c"})
     assert d2.assignments[0] == {"solver": "c", "verifier": "m0"} and len(d2.assignments) == 3
 
 
 def test_listed_set_in_file_order(tmp_path):
     f = tmp_path / "picks.yaml"
     f.write_text("- {solver: a}\n- {solver: b, verifier: c}\n")
-    d = sweep.design("math_refine", MATH, "m0", listed=sweep.read_assignments(f))
+    d = sweep_design.design("math_refine", MATH, "m0", listed=sweep_design.read_assignments(f))
     assert d.kind == "listed"
     assert d.assignments == [{"solver": "a", "verifier": "m0"}, {"solver": "b", "verifier": "c"}]
     assert d.candidates == {"solver": ["a", "b"], "verifier": ["m0", "c"]}
     j = tmp_path / "picks.json"
     j.write_text(json.dumps([{"solver": "a"}, {"solver": "a"}]))
     with pytest.raises(UserError, match="repeats"):
-        sweep.design("math_refine", MATH, "m0", listed=sweep.read_assignments(j))
+        sweep_design.design("math_refine", MATH, "m0", listed=sweep_design.read_assignments(j))
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -75,20 +75,20 @@ def test_listed_set_in_file_order(tmp_path):
 ])
 def test_bad_designs_are_one_line(kwargs, match):
     with pytest.raises(UserError, match=match) as e:
-        sweep.design("math_refine", MATH, "m0", **kwargs)
+        sweep_design.design("math_refine", MATH, "m0", **kwargs)
     assert "\n" not in str(e.value)
 
 
 def test_no_model_for_an_unnamed_agent():
     with pytest.raises(UserError, match="no model for agent.*verifier.*--model"):
-        sweep.design("math_refine", MATH, None, candidates={"solver": ["a", "b"]})
+        sweep_design.design("math_refine", MATH, None, candidates={"solver": ["a", "b"]})
 
 
 @pytest.mark.parametrize("items, match", [(["solver"], "AGENT=MODEL"), (["solver="], "AGENT=MODEL"),
                                           (["solver=a", "solver=b"], "given twice"), (["solver=a,a"], "listed twice")])
 def test_bad_candidates(items, match):
     with pytest.raises(UserError, match=match):
-        sweep.parse_candidates(items)
+        sweep_design.parse_candidates(items)
 
 
 def test_unknown_model_refused_before_anything_runs(tmp_path, capsys):
@@ -111,8 +111,8 @@ def test_plan_prints_and_runs_nothing(tmp_path, capsys):
 
 def test_run_names_stable_and_distinct():
     asg = [{"solver": "x/m"}, {"solver": "y/m"}, {"solver": "z"}]
-    names = sweep.run_names(asg)
-    assert len(set(names)) == 3 and names[2] == "solver=z" and names == sweep.run_names(asg)
+    names = sweep_design.run_names(asg)
+    assert len(set(names)) == 3 and names[2] == "solver=z" and names == sweep_design.run_names(asg)
 
 
 # -------------------------------------------------------------------------------- Pareto, pairs
@@ -252,7 +252,7 @@ def test_sigkill_mid_sweep_then_rerun_finishes_and_reruns_nothing_finished(tmp_p
             "--flush-every", "1", "--candidates", f"solver=tiny-random,{tiny_b}", "--out", str(out),
             *(["--cache", str(tmp_path / "cache")] if _cache_supported() else [])]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    first, second = (out / "runs" / n for n in sweep.run_names([{"solver": "tiny-random", "checker": "tiny-random"},
+    first, second = (out / "runs" / n for n in sweep_design.run_names([{"solver": "tiny-random", "checker": "tiny-random"},
                                                                  {"solver": str(tiny_b), "checker": "tiny-random"}]))
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300

@@ -133,7 +133,7 @@ def _append_in_step(run: Path, i: int) -> None:
     import zlib
 
     from drmas_bench import compact
-    from drmas_bench.run_dir import mismatch_signature
+    from drmas_bench.run_stamps import mismatch_signature
 
     raw = (run / "samples.jsonl").read_bytes().split(b"\n")[i]
     rec = json.loads(raw)

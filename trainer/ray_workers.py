@@ -150,7 +150,51 @@ class WorkerActor:
         return info
 
 
-class RayWorkerHandle:
+class WorkerCalls:
+    """The worker group's methods as the controller calls them on a remote group (``WorkerGroup``'s
+    async API): each sends its name and arguments through ``_call``, which a handle defines (one Ray
+    actor: :class:`RayWorkerHandle`; every rank of a sharded group: ``fsdp.ray_group.ShardedRayHandle``)."""
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def generate(self, requests: list) -> list:
+        return await self._call("generate", requests)
+
+    async def start_engine(self) -> None:
+        return await self._call("start_engine")
+
+    async def update(self, rows: list, **kwargs: Any) -> dict[str, Any]:
+        return await self._call("update", rows, **kwargs)
+
+    async def score_rows(self, rows: list, **kwargs: Any) -> dict[str, Any]:
+        return await self._call("score_rows", rows, **kwargs)
+
+    async def sft(self, examples: list, **kwargs: Any) -> dict[str, Any]:
+        return await self._call("sft", examples, **kwargs)
+
+    async def sync_weights(self) -> float:
+        return await self._call("sync_weights")
+
+    async def engine_sleep(self) -> None:
+        """The group's engine(s) to sleep (the rollout pool's sleep of this group)."""
+        return await self._call("engine_sleep")
+
+    async def engine_wake(self) -> None:
+        """The group's engine(s) awake; a stale sharded group syncs on all ranks together (a collective)."""
+        return await self._call("engine_wake")
+
+    async def engine_info(self) -> dict[str, Any]:
+        return await self._call("engine_info")
+
+    async def save(self, folder: str, optimizer_path: str | None = None) -> None:
+        return await self._call("save", folder, optimizer_path)
+
+    async def load_optimizer(self, path: str) -> None:
+        return await self._call("load_optimizer", path)
+
+
+class RayWorkerHandle(WorkerCalls):
     """Controller-side handle of a worker-group actor, with the same async methods as WorkerGroup
     (``generate``, ``update``, ``score_rows``, ``sft``, ``sync_weights``, ``save``, ``load_optimizer``, ``info``,
     ``start_engine``, ``engine_sleep``, ``engine_wake``, ``engine_info``, ``close``). ``spawn`` asks Ray for the
@@ -196,39 +240,6 @@ class RayWorkerHandle:
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await self._remote(self.actor.call, method, *args, **kwargs)
-
-    async def generate(self, requests: list) -> list:
-        return await self._call("generate", requests)
-
-    async def start_engine(self) -> None:
-        return await self._call("start_engine")
-
-    async def update(self, rows: list, **kwargs: Any) -> dict[str, Any]:
-        return await self._call("update", rows, **kwargs)
-
-    async def score_rows(self, rows: list, **kwargs: Any) -> dict[str, Any]:
-        return await self._call("score_rows", rows, **kwargs)
-
-    async def sft(self, examples: list, **kwargs: Any) -> dict[str, float]:
-        return await self._call("sft", examples, **kwargs)
-
-    async def sync_weights(self) -> float:
-        return await self._call("sync_weights")
-
-    async def engine_sleep(self) -> None:
-        return await self._call("engine_sleep")
-
-    async def engine_wake(self) -> None:
-        return await self._call("engine_wake")
-
-    async def engine_info(self) -> dict[str, Any]:
-        return await self._call("engine_info")
-
-    async def save(self, folder: str, optimizer_path: str | None = None) -> None:
-        return await self._call("save", folder, optimizer_path)
-
-    async def load_optimizer(self, path: str) -> None:
-        return await self._call("load_optimizer", path)
 
     async def info(self) -> dict[str, Any]:
         return await self._remote(self.actor.ray_info)

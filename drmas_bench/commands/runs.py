@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    from drmas_bench.run_dir import SAMPLES, repair_samples
+    from drmas_bench.run_dir import repair_samples
+    from drmas_bench.run_samples import SAMPLES
 
     kept, moved, quarantine = repair_samples(args.run)
     samples = f"{args.run.rstrip('/')}/{SAMPLES}"

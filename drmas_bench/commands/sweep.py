@@ -1,4 +1,4 @@
-"""`drmas-bench sweep`: flags -> a sweep design (``drmas_bench.sweep.design``, checked before anything
+"""`drmas-bench sweep`: flags -> a sweep design (``drmas_bench.sweep_design.design``, checked before anything
 loads) -> one eval per assignment (``drmas_bench.sweep.run_sweep``) -> sweep.json, sweep.md,
 pareto.png; prints the table."""
 
@@ -59,8 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def design_from_args(args: argparse.Namespace):
-    """The flags' design (``drmas_bench.sweep.design``), checked against the suite's workflow."""
-    from drmas_bench import sweep
+    """The flags' design (``drmas_bench.sweep_design.design``), checked against the suite's workflow."""
+    from drmas_bench import sweep_design
     from drmas_bench.suites.registry import get_suite
     from drmas_bench.types import UserError
     from drmas_bench.workflows import get_workflow
@@ -70,24 +70,24 @@ def design_from_args(args: argparse.Namespace):
     wf = get_workflow(args.workflow or get_suite(args.suite).workflow)
     if args.candidates and args.assignments:
         raise UserError("pass --candidates or --assignments, not both")
-    return sweep.design(
+    return sweep_design.design(
         wf.name, wf.agents, args.model,
-        candidates=sweep.parse_candidates(args.candidates) if args.candidates else None,
-        listed=sweep.read_assignments(args.assignments) if args.assignments else None,
+        candidates=sweep_design.parse_candidates(args.candidates) if args.candidates else None,
+        listed=sweep_design.read_assignments(args.assignments) if args.assignments else None,
         max_assignments=args.max_assignments,
-        baseline=sweep.parse_assignment(args.baseline) if args.baseline else None,
+        baseline=sweep_design.parse_assignment(args.baseline) if args.baseline else None,
         listed_from=args.assignments or "--assignments",
     )
 
 
 def plan_text(d, names: list[str]) -> str:
     """`--plan`'s listing: one line per assignment, the baseline marked."""
-    from drmas_bench import sweep
+    from drmas_bench.sweep_design import label
 
     lines = [f"{len(d.assignments)} assignments ({d.kind}; {d.possible} possible), workflow {d.workflow}:"]
     for i, (a, name) in enumerate(zip(d.assignments, names), 1):
         mark = "  [baseline]" if a == d.baseline else ""
-        lines.append(f"{i:3d}. {sweep.label(a)}{mark}  -> runs/{name}")
+        lines.append(f"{i:3d}. {label(a)}{mark}  -> runs/{name}")
     return "\n".join(lines)
 
 
@@ -95,13 +95,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from drmas_bench import sweep
     from drmas_bench.commands.eval import config_from_args
     from drmas_bench.report.markdown import sweep_markdown
+    from drmas_bench.sweep_design import run_names
     from drmas_bench.types import UserError
 
     if args.n_boot < 1:
         raise UserError("--n-boot must be at least 1")
     d = design_from_args(args)
     if args.plan:
-        print(plan_text(d, sweep.run_names(d.assignments)))
+        print(plan_text(d, run_names(d.assignments)))
         return 0
     base = config_from_args(args)
     doc = sweep.run_sweep(base, d, args.out, n_boot=args.n_boot, boot_seed=0)

@@ -21,6 +21,7 @@ Options (``HFOptions``):
   moves them back).
 - ``auto_wake``: ``generate`` on a sleeping engine wakes it first (True) or raises (False).
 - ``trust_remote_code``: passed to ``from_pretrained``.
+- ``batch_invariant``: True (default) = batch-invariant decoding (below); False = the padded batch.
 
 **LoRA adapters** (trait ``serves_adapters``): ``model`` may be an adapter folder
 (``drmas_bench.models.adapters``: one peft adapter, or a trainer checkpoint's ``models/<wg>/`` with
@@ -38,16 +39,17 @@ that do not use the variable ignore it), tokenized, then cut to ``Request.max_pr
 ``temperature``, ``top_p`` and ``top_k`` (-1 = none; with both, a token must be in the top k AND in
 the top-p nucleus of the untruncated distribution, as SGLang does).
 
-Decoding is our own loop over the KV cache (not ``model.generate``) so that **a request's result
-does not depend on the other requests in its batch**: prompts are left-padded with correct
-``position_ids``; each request draws its randomness from its own ``torch.Generator`` seeded with
-``Sampling.seed`` (one uniform number per token, inverse-CDF sampling in vocabulary order, so tiny
-float differences rarely matter); rows finish independently and leave the batch. Temperature 0 is
-greedy. On CPU float32 the logits of a row in a padded batch can differ from the row alone in the
-last bits (BLAS reduces in a different order for other shapes; measured up to 4e-7 on tiny-random,
-4e-5 on smollm2-135m), so equality holds in practice, not by construction: a token flips only when a
-row's uniform or its top-p cut falls that close to a step of its distribution, which short calls
-almost never see and long ones can (1 of 64 tiny-random calls of 256 tokens; docs/sweep.md).
+Decoding is our own loop (not ``model.generate``), and by default **a request's tokens and
+log-probs do not depend on the other requests in its batch** (``batch_invariant=true``,
+``invariant.py``): each prompt is prefilled alone at its own shape, attention runs per request over
+its own keys, and the decode steps' linear layers run on fixed 8-row blocks, so every reduction
+keeps one order per row whatever ``max_batch``, the concurrency or the timing put beside it. Each
+request draws its randomness from its own ``torch.Generator`` seeded with ``Sampling.seed`` (one
+uniform number per token, inverse-CDF sampling in vocabulary order); rows finish independently and
+leave the batch. Temperature 0 is greedy. ``batch_invariant=false`` keeps the padded-batch decode
+(``decoding.padded_decode``: left padding, one KV cache for the batch), faster but equal to the
+request alone only in practice in fp32 (logits differ in the last bits, up to 4e-5 on smollm2-135m)
+and often not in bf16. ``determinism()`` says which one runs.
 
 ``Completion.logprobs`` (when ``Request.want_logprobs``) are ``log_softmax(raw logits)`` of the
 sampled token: the policy's log-probability at temperature 1, whatever the sampling temperature or
@@ -62,7 +64,6 @@ import gc
 import inspect
 import json
 import os
-import random
 import shutil
 import tempfile
 import threading
@@ -81,6 +82,8 @@ from drmas_bench.engines.base import (
     resolve_model_path,
 )
 from drmas_bench.engines.batcher import MicroBatcher
+from drmas_bench.engines.decoding import Rows, padded_decode
+from drmas_bench.engines.invariant import check_model, install, invariant_decode
 from drmas_bench.engines.prompt import encode_chat, encode_request, extra_template_kwargs
 from drmas_bench.files import safe_name
 from drmas_bench.log import squeeze
@@ -113,6 +116,10 @@ class HFOptions:
     sleep_mode: str = "auto"
     auto_wake: bool = True
     trust_remote_code: bool = False
+    # True (default): a request's tokens and log-probs do not depend on its batch (invariant.py).
+    # False keeps the padded-batch decode (decoding.padded_decode): measurably faster on CPU, but a
+    # result then depends on --max-batch, --concurrency, --workers and timing (bf16: most episodes).
+    batch_invariant: bool = True
 
 
 @dataclass
@@ -154,6 +161,8 @@ class HFEngine(EngineBase):
             raise EngineError(f"hf engine: dtype must be one of {', '.join(_DTYPES)}, got {o.dtype!r}")
         if o.sleep_mode not in _SLEEP_MODES:
             raise EngineError(f"hf engine: sleep_mode must be one of {', '.join(_SLEEP_MODES)}, got {o.sleep_mode!r}")
+        if not isinstance(o.batch_invariant, bool):
+            raise EngineError(f"hf engine: batch_invariant must be true or false, got {o.batch_invariant!r}")
         self.path = resolve_model_path(model)
         self.device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if o.device == "auto" else o.device
@@ -206,6 +215,9 @@ class HFEngine(EngineBase):
                 m = load_causal_lm(self._load_path, **kwargs)
         except (OSError, ValueError) as exc:
             raise EngineError(f"hf engine: cannot load model {self.model!r} ({self._load_path}): {squeeze(exc)}") from exc
+        if self.options.batch_invariant:
+            check_model(m, self.options.attn_implementation, self.model)
+            install(m)
         m.to(self.device)
         m.eval()
         m.requires_grad_(False)
@@ -414,151 +426,18 @@ class HFEngine(EngineBase):
         return results
 
     def _decode(self, items: list[_Item]) -> list[Completion]:
-        model, dev = self._hf_model, self.device
-        results: list[Completion | None] = [None] * len(items)
-        rows: list[int] = []  # indices of items that actually run
-        for i, it in enumerate(items):
-            if it.request.sampling.max_new_tokens <= 0 or not it.prompt_ids:
-                results[i] = Completion(
-                    text="", prompt_ids=list(it.prompt_ids), prompt_tokens=len(it.prompt_ids), finish="length",
-                    logprobs=[] if it.request.want_logprobs else None, prompt_truncated=it.truncated,
-                )
-            else:
-                rows.append(i)
-        if not rows:
-            return [r for r in results if r is not None]
+        rows = Rows(items, self.device, self.eos_ids)
+        if rows.rows:
+            (invariant_decode if self.options.batch_invariant else padded_decode)(self, rows)
+        return rows.completions(self.tokenizer)
 
-        B = len(rows)
-        L = max(len(items[i].prompt_ids) for i in rows)
-        input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((B, L), dtype=torch.long)
-        for b, i in enumerate(rows):
-            p = items[i].prompt_ids
-            input_ids[b, L - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[b, L - len(p) :] = 1
-        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-        input_ids, mask, position_ids = input_ids.to(dev), mask.to(dev), position_ids.to(dev)
-
-        samp = [items[i].request.sampling for i in rows]
-        gens = []
-        for s in samp:
-            g = torch.Generator(device="cpu")
-            g.manual_seed(s.seed if s.seed is not None else random.SystemRandom().getrandbits(63))
-            gens.append(g)
-        want_lp = [items[i].request.want_logprobs for i in rows]
-        max_new = [s.max_new_tokens for s in samp]
-        out_ids: list[list[int]] = [[] for _ in rows]
-        out_lp: list[list[float]] = [[] for _ in rows]
-        finish = ["length"] * B
-        active = list(range(B))  # row numbers (into `rows`) still decoding, in cache order
-
-        kw: dict[str, Any] = {"attention_mask": mask, "position_ids": position_ids, "use_cache": True}
-        if self._logits_kw:
-            kw[self._logits_kw] = 1
-        out = model(input_ids=input_ids, **kw)
-        self.forward_calls += 1
-        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-        logits = out.logits[:, -1, :].float()
-        last_pos = position_ids[:, -1]
-        temps = torch.tensor([s.temperature for s in samp], dtype=torch.float32, device=dev)
-        top_ps = torch.tensor([s.top_p for s in samp], dtype=torch.float32, device=dev)
-        top_ks = torch.tensor([s.top_k for s in samp], dtype=torch.long, device=dev)
-
-        while True:
-            act = torch.tensor(active, dtype=torch.long, device=dev)
-            tokens = self._sample(logits, temps[act], top_ps[act], [gens[r] for r in active], top_ks[act])
-            lps = None
-            if any(want_lp[r] for r in active):
-                lps = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0].tolist()
-            tok_list = tokens.tolist()
-            still: list[int] = []
-            for k, r in enumerate(active):
-                t = tok_list[k]
-                out_ids[r].append(t)
-                if want_lp[r] and lps is not None:
-                    out_lp[r].append(float(lps[k]))
-                if t in self.eos_ids:
-                    finish[r] = "stop"
-                elif len(out_ids[r]) < max_new[r]:
-                    still.append(k)
-            if not still:
-                break
-            if len(still) < len(active):  # rows that finished leave the batch
-                keep = torch.tensor(still, dtype=torch.long, device=dev)
-                cache.batch_select_indices(keep)
-                tokens, mask, last_pos = tokens[keep], mask[keep], last_pos[keep]
-                active = [active[k] for k in still]
-            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            last_pos = last_pos + 1
-            out = model(
-                input_ids=tokens[:, None],
-                attention_mask=mask,
-                position_ids=last_pos[:, None],
-                use_cache=True,
-                **{self._cache_kw: cache},
-            )
-            self.forward_calls += 1
-            logits = out.logits[:, -1, :].float()
-
-        for b, i in enumerate(rows):
-            it = items[i]
-            ids = out_ids[b]
-            results[i] = Completion(
-                text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                token_ids=ids,
-                prompt_ids=list(it.prompt_ids),
-                logprobs=out_lp[b] if want_lp[b] else None,
-                prompt_tokens=len(it.prompt_ids),
-                completion_tokens=len(ids),
-                finish=finish[b],
-                prompt_truncated=it.truncated,
-            )
-        return [r for r in results if r is not None]
-
-    @staticmethod
-    def _sample(logits: Any, temps: Any, top_ps: Any, gens: list[Any], top_ks: Any = None) -> Any:
-        """Pick one token per row. Greedy where temperature <= 0; else temperature, top-k (``top_ks``,
-        -1 = none; ``None`` = none for every row), top-p, and inverse-CDF sampling in vocabulary
-        order with one uniform from the row's own generator. Top-k and top-p both filter the same
-        (temperature-scaled) distribution: a token survives when it is in both sets."""
-        greedy = logits.argmax(dim=-1)
-        sampled_rows = (temps > 0).nonzero()[:, 0].tolist()
-        if not sampled_rows:
-            return greedy
-        idx = torch.tensor(sampled_rows, dtype=torch.long, device=logits.device)
-        lg = logits[idx] / temps[idx, None]
-        probs = torch.softmax(lg, dim=-1)
-        if top_ks is not None:
-            tk = top_ks[idx]
-            vocab = probs.shape[-1]
-            cut_k = (tk >= 1) & (tk < vocab)
-            if bool(cut_k.any()):
-                kmax = int(tk[cut_k].max())
-                _, ki = torch.topk(probs, kmax, dim=-1, sorted=True)
-                limit = torch.where(cut_k, tk, torch.full_like(tk, kmax))
-                in_top = torch.arange(kmax, device=probs.device)[None, :] < limit[:, None]
-                keep_k = torch.zeros_like(probs, dtype=torch.bool).scatter(1, ki, in_top)
-                keep_k |= ~cut_k[:, None]
-                probs = probs.masked_fill(~keep_k, 0.0)
-        tp = top_ps[idx]
-        if bool((tp < 1.0).any()):
-            # nucleus: keep the most likely tokens until their mass reaches top_p. The top 1024
-            # usually hold it (real LMs); a full sort of the vocabulary is the fallback.
-            k = min(probs.shape[-1], 1024)
-            sp, si = torch.topk(probs, k, dim=-1, sorted=True)
-            csum = sp.cumsum(dim=-1)
-            if not bool(((csum[:, -1] >= tp) | (tp >= 1.0)).all()):
-                sp, si = torch.sort(probs, dim=-1, descending=True, stable=True)
-                csum = sp.cumsum(dim=-1)
-            before = csum - sp  # mass of the more likely tokens
-            drop_sorted = (before >= tp[:, None]) & (tp[:, None] < 1.0)
-            drop_sorted[:, 0] = False  # the most likely token always stays (top_p <= 0 = greedy)
-            keep = torch.zeros_like(probs, dtype=torch.bool).scatter(1, si, ~drop_sorted)
-            probs = probs.masked_fill(~keep, 0.0)
-        cdf = probs.cumsum(dim=-1)
-        u = torch.stack([torch.rand((), generator=gens[r]) for r in sampled_rows]).to(logits.device)
-        x = (u * cdf[:, -1]).unsqueeze(1)
-        pick = torch.searchsorted(cdf, x, right=True)[:, 0].clamp(max=cdf.shape[1] - 1)
-        out = greedy.clone()
-        out[idx] = pick
-        return out
+    def determinism(self) -> dict[str, Any]:
+        """How reproducible this engine's completions are (for the run's reproducibility block)."""
+        if self.options.batch_invariant:
+            why = ("each request is prefilled alone and decoded with per-request attention and fixed-row "
+                   "linear blocks: its tokens and log-probs do not depend on the other requests in its batch")
+        else:
+            why = ("batch_invariant=false: prompts are left-padded and decoded together, so a request's "
+                   "logits depend on its batch in the last bits (fp32) or more (bf16)")
+        return {"batch_invariant": bool(self.options.batch_invariant), "why": why,
+                "dtype": str(self.dtype).removeprefix("torch.")}

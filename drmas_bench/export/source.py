@@ -25,7 +25,8 @@ import yaml
 
 from drmas_bench.benchmarks.catalog import get_benchmark
 from drmas_bench.records import RecordView, TurnView, views
-from drmas_bench.run_dir import CONFIG, LOCK, SAMPLES, parse_sample_line, repair_hint, sample_key, select_records
+from drmas_bench.run_dir import CONFIG, LOCK
+from drmas_bench.run_samples import SAMPLES, parse_sample_line, repair_hint, sample_key, select_records
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)

@@ -146,7 +146,7 @@ def get_backend(backend: str | Callable[[str, str], bool]) -> Callable[[str, str
 def extract_for(response: str | None, backend: str | Callable[[str, str], bool]):
     """The one extract-then-compare rule, first half: ``(extracted answer, comparison)``, the
     comparison ``None`` when there is nothing to grade (:func:`no_answer`: wrong without asking).
-    :func:`grade_math` and ``grading.grading_workers.grade_one`` both start here."""
+    :func:`grade_math` and ``grading.grade_worker.grade_one`` both start here."""
     extract, equal = resolve_backend(backend)
     extracted = extract(response)
     return extracted, (None if no_answer(extracted, backend) else equal)

@@ -125,10 +125,9 @@ def build_tiny_random(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Callable[[
                       hidden_size: int = 128, num_layers: int = 4) -> dict[str, Any]:
     """Write a random Qwen2ForCausalLM + its tokenizer into ``dest``; byte-identical for the same seed
     (with the same transformers / tokenizers / torch versions)."""
-    import tokenizers
-    import torch
-    import transformers
-    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    from drmas_bench.models.tiny_build import save_tiny, seeded_random_model
 
     dest.mkdir(parents=True, exist_ok=True)
     log(f"tiny-random: training a byte-level BPE tokenizer and building a Qwen2 model (seed {seed})")
@@ -145,24 +144,9 @@ def build_tiny_random(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Callable[[
         bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
         use_sliding_window=False, dtype="float32",
     )
-    with torch.random.fork_rng(devices=[]):  # construction inits with the global RNG: leave it untouched
-        model = Qwen2ForCausalLM(config)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * 0.02)
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
-        pad_token_id=ids["<|endoftext|>"],
-    )
-    model.save_pretrained(dest)
-    tok.save_pretrained(dest)
-    n = sum(p.numel() for p in model.parameters())
-    return {"seed": seed, "parameters": n, "vocab_size": config.vocab_size, "dtype": "float32",
-            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
-            "torch": torch.__version__.split("+")[0]}
+    model = seeded_random_model(Qwen2ForCausalLM, config, seed)
+    saved = save_tiny(dest, model, tok, {"bos_token_id": ids["<|endoftext|>"],
+                                         "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+                                         "pad_token_id": ids["<|endoftext|>"]})
+    return {"seed": seed, "parameters": saved.pop("parameters"), "vocab_size": config.vocab_size, "dtype": "float32",
+            **saved}

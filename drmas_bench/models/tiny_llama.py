@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +56,9 @@ def build_tiny_random_llama(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Call
                             hidden_size: int = 128, num_layers: int = 3) -> dict[str, Any]:
     """Write a random LlamaForCausalLM + its tokenizer into ``dest``; byte-identical for the same seed
     (with the same transformers / tokenizers / torch versions)."""
-    import torch
-    import transformers
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from drmas_bench.models.tiny_build import save_tiny, seeded_random_model
 
     dest.mkdir(parents=True, exist_ok=True)
     log(f"tiny-random-llama: training a byte-level BPE tokenizer and building a Llama model (seed {seed})")
@@ -76,22 +75,9 @@ def build_tiny_random_llama(dest: Path, seed: int = TINY_DEFAULT_SEED, log: Call
         bos_token_id=ids["<|begin_of_text|>"], eos_token_id=[ids["<|eot_id|>"], ids["<|end_of_text|>"]],
         pad_token_id=ids["<|finetune_right_pad_id|>"], dtype="float32",
     )
-    with torch.random.fork_rng(devices=[]):  # construction inits with the global RNG: leave it untouched
-        model = LlamaForCausalLM(config)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):  # tied: lm_head.weight is embed_tokens.weight
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * 0.02)
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids["<|begin_of_text|>"], eos_token_id=[ids["<|eot_id|>"], ids["<|end_of_text|>"]],
-        pad_token_id=ids["<|finetune_right_pad_id|>"],
-    )
-    model.save_pretrained(dest)
-    tok.save_pretrained(dest)
-    n = sum(p.numel() for p in model.parameters())
-    return {"seed": seed, "parameters": n, "vocab_size": config.vocab_size, "dtype": "float32",
-            "architecture": "LlamaForCausalLM", "transformers": transformers.__version__,
-            "tokenizers": version("tokenizers"), "torch": torch.__version__.split("+")[0]}
+    model = seeded_random_model(LlamaForCausalLM, config, seed)  # tied: lm_head.weight is embed_tokens.weight
+    saved = save_tiny(dest, model, tok, {"bos_token_id": ids["<|begin_of_text|>"],
+                                         "eos_token_id": [ids["<|eot_id|>"], ids["<|end_of_text|>"]],
+                                         "pad_token_id": ids["<|finetune_right_pad_id|>"]})
+    return {"seed": seed, "parameters": saved.pop("parameters"), "vocab_size": config.vocab_size, "dtype": "float32",
+            "architecture": "LlamaForCausalLM", **saved}

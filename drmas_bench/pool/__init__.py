@@ -8,6 +8,8 @@
         print(pool.stats())             # wakes / sleeps per worker group, seconds waking, peak memory
 
 - ``policy.py``: the pure dispatch rules (most pending first, LRU sleeping, never a busy engine).
+- ``groups.py``: a worker group (``EngineSpec``, what the pool keeps and reports of it);
+  ``base.py``: the scheduler every pool shares.
 - ``local.py``: ``LocalPool``, engines in this process (default).
 - where an engine runs and which options it gets (``host_engine``, ``fit_options``, ``ChildEngine``)
   is engine knowledge: ``drmas_bench.engines.hosting``.
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from drmas_bench.pool.base import Adopted, EngineSpec, PoolBase, PoolEngineView, specs_from_team
+from drmas_bench.pool.base import Adopted, PoolBase, PoolEngineView
+from drmas_bench.pool.groups import EngineSpec, specs_from_team
 from drmas_bench.pool.local import LocalPool
 from drmas_bench.pool.policy import BudgetError
 from drmas_bench.pool.ray_pool import RayPool  # imports ray only when a RayPool is made (cluster.import_ray)

@@ -1,5 +1,6 @@
-"""What every pool shares: worker-group bookkeeping, the scheduler that applies the dispatch policy
-(``policy.py``), engine views for ``TeamRuntime``, counters and peak-memory metering.
+"""What every pool shares: the scheduler that applies the dispatch policy (``policy.py``) to the
+worker groups (``groups.py``: their specs, records and counters), engine views for ``TeamRuntime``,
+the pool's stats and peak-memory metering.
 
 A backend (``LocalPool``, ``RayPool``) supplies five coroutines over an opaque *handle* per worker
 group (an engine, an actor): ``_load``, ``_sleep``, ``_wake``, ``_generate``, ``_close_handle``.
@@ -13,98 +14,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import drmas_bench.pool.policy as policy
 from drmas_bench.pool.adopt import Adopted, HoldAsleep
+from drmas_bench.pool.groups import Ticket, WorkerGroup
 from drmas_bench.pool.memory import MemoryMeter, cuda_peak_bytes
 from drmas_bench.pool.policy import ASLEEP, AWAKE, SLEEPING, WAKING, BudgetError, GroupState, Serve
 from drmas_bench.types import Completion, Request, UserError
-
-
-@dataclass
-class EngineSpec:
-    """How to create one worker group's engine: ``make_engine(kind, model, **options)``.
-
-    - ``kind``: engine backend (``hf``, ``openai``, ``sglang``).
-    - ``model``: alias, folder or hub id.
-    - ``options``: the backend's options (``device``, ``max_batch``, ``sleep_mode``, ...).
-    - ``footprint_hint``: bytes the engine will occupy, used to budget it before its first load
-      (``None``: the largest footprint measured so far, else the whole budget).
-    """
-
-    kind: str
-    model: str
-    options: dict[str, Any] = field(default_factory=dict)
-    footprint_hint: int | None = None
-
-
-def specs_from_team(team: Any) -> dict[str, EngineSpec]:
-    """``EngineSpec`` per worker group of a ``TeamSpec``: its engine kind, model and options, plus
-    ``base_url`` when the group sets one (only then: the hf engine rejects the key)."""
-    out: dict[str, EngineSpec] = {}
-    for name, g in team.worker_groups.items():
-        if hasattr(g, "engine_options"):  # agents.team.WorkerGroupSpec: base_url, api_key_env's key
-            opts = g.engine_options()
-        else:
-            opts = dict(g.options)
-            if getattr(g, "base_url", None):
-                opts["base_url"] = g.base_url
-        out[name] = EngineSpec(g.engine, g.model, opts)
-    return out
-
-
-@dataclass(eq=False)
-class _Ticket:
-    """One ``generate`` call waiting for its worker group (``requests == []``: just wake it)."""
-
-    requests: list[Request]
-    future: asyncio.Future
-    t: float  # monotonic arrival time
-
-    @property
-    def weight(self) -> int:
-        return max(1, len(self.requests))
-
-
-@dataclass
-class GroupCounters:
-    """Per worker group counters reported by ``Pool.stats()``."""
-
-    loads: int = 0  # first loads (and re-creations of released actors, RayPool)
-    load_s: float = 0.0
-    wakes: int = 0  # wakes from sleep (loads not included)
-    wake_s: float = 0.0
-    sleeps: int = 0
-    sleep_s: float = 0.0
-    rounds: int = 0  # dispatches (one engine call per generate() call in the round)
-    requests: int = 0
-    queue_s: float = 0.0  # sum over requests of the time they waited before dispatch
-    errors: int = 0
-
-
-@dataclass
-class _Group:
-    name: str
-    spec: Any  # EngineSpec | Engine | factory (LocalPool), EngineSpec (RayPool)
-    handle: Any = None  # None: not loaded (or released)
-    footprint: int | None = None
-    hint: int | None = None
-    state: str = ASLEEP
-    serving: int = 0
-    tickets: deque = field(default_factory=deque)
-    last_used: float = 0.0
-    wake_task: asyncio.Task | None = None
-    sleep_task: asyncio.Task | None = None
-    counters: GroupCounters = field(default_factory=GroupCounters)
-    model: str = ""
-    adopted: bool = False  # the pool did not create the engine and does not close it
-    held: bool = False  # held asleep (hold_asleep) until released
-
-    @property
-    def pending(self) -> int:
-        return sum(t.weight for t in self.tickets)
 
 
 class PoolEngineView:
@@ -189,9 +106,9 @@ class PoolBase(HoldAsleep):
         self.max_awake = max_awake
         self.max_wait_s = max_wait_s
         self.preload = preload
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[str, WorkerGroup] = {}
         for name, spec in groups.items():
-            g = _Group(name=name, spec=spec, model=str(getattr(spec, "model", "") or ""))
+            g = WorkerGroup(name=name, spec=spec, model=str(getattr(spec, "model", "") or ""))
             g.hint = getattr(spec, "footprint_hint", None)
             if isinstance(spec, Adopted):  # in place, in the state it was handed over: no load
                 g.adopted, g.handle, g.footprint = True, spec.engine, int(spec.footprint)
@@ -212,22 +129,22 @@ class PoolBase(HoldAsleep):
 
     # ------------------------------------------------------------------ backend hooks
 
-    async def _load(self, g: _Group) -> tuple[Any, int]:
+    async def _load(self, g: WorkerGroup) -> tuple[Any, int]:
         """Create the engine of ``g``; return (handle, footprint bytes)."""
         raise NotImplementedError
 
-    async def _sleep(self, g: _Group) -> Any:
+    async def _sleep(self, g: WorkerGroup) -> Any:
         """Put ``g`` to sleep; return its handle afterwards (``None``: released, reload on wake)."""
         raise NotImplementedError
 
-    async def _wake(self, g: _Group) -> Any:
+    async def _wake(self, g: WorkerGroup) -> Any:
         """Wake ``g`` (its handle is not None); return the handle."""
         raise NotImplementedError
 
-    async def _generate(self, g: _Group, requests: list[Request]) -> list[Completion]:
+    async def _generate(self, g: WorkerGroup, requests: list[Request]) -> list[Completion]:
         raise NotImplementedError
 
-    async def _close_handle(self, g: _Group) -> None:
+    async def _close_handle(self, g: WorkerGroup) -> None:
         raise NotImplementedError
 
     async def _backend_start(self) -> None:
@@ -302,27 +219,7 @@ class PoolBase(HoldAsleep):
 
     def stats(self) -> dict[str, Any]:
         """Counters for the run summary (all JSON-serialisable)."""
-        groups = {}
-        for name, g in self._groups.items():
-            c = g.counters
-            groups[name] = {
-                "model": g.model,
-                "state": g.state,
-                "footprint_bytes": g.footprint,
-                "loads": c.loads,
-                "load_s": round(c.load_s, 4),
-                "wakes": c.wakes,
-                "wake_s": round(c.wake_s, 4),
-                "sleeps": c.sleeps,
-                "sleep_s": round(c.sleep_s, 4),
-                "rounds": c.rounds,
-                "requests": c.requests,
-                "queue_s": round(c.queue_s, 4),
-                "errors": c.errors,
-            }
-            notes = getattr(g.handle, "server_notes", None) if g.handle is not None else None
-            if isinstance(notes, list) and notes:  # what a server engine learned / could not switch off
-                groups[name]["engine_notes"] = list(notes)
+        groups = {name: g.stats() for name, g in self._groups.items()}
         tot = lambda k: sum(v[k] for v in groups.values())  # noqa: E731
         mem = self._memory_stats()
         cuda = mem.get("peak_cuda_bytes")
@@ -385,7 +282,7 @@ class PoolBase(HoldAsleep):
 
     # ------------------------------------------------------------------ scheduling
 
-    def _group(self, wg: str) -> _Group:
+    def _group(self, wg: str) -> WorkerGroup:
         if wg not in self._groups:
             raise UserError(f"unknown worker group {wg!r}; the pool has: {', '.join(self._groups)}")
         return self._groups[wg]
@@ -412,11 +309,11 @@ class PoolBase(HoldAsleep):
             out.append(GroupState(g.name, fp, g.state, g.serving, g.pending, oldest, g.last_used, g.held))
         return out
 
-    async def _submit(self, g: _Group, requests: list[Request]) -> list[Completion]:
+    async def _submit(self, g: WorkerGroup, requests: list[Request]) -> list[Completion]:
         if self._closed:
             raise UserError(f"{type(self).__name__} is closed")
         fut = asyncio.get_running_loop().create_future()
-        ticket = _Ticket(requests, fut, time.monotonic())
+        ticket = Ticket(requests, fut, time.monotonic())
         g.tickets.append(ticket)
         self._kick()
         try:
@@ -457,7 +354,7 @@ class PoolBase(HoldAsleep):
     def _log(self, event: str, wg: str) -> None:
         self.timeline.append((round(time.perf_counter() - self._t0, 4), event, wg))
 
-    def _fail(self, g: _Group, exc: BaseException) -> None:
+    def _fail(self, g: WorkerGroup, exc: BaseException) -> None:
         while g.tickets:
             t = g.tickets.popleft()
             if not t.future.done():
@@ -490,7 +387,7 @@ class PoolBase(HoldAsleep):
                    for g in self._groups.values() if g.state in (AWAKE, WAKING))
         self._peak_resident = max(self._peak_resident, used)
 
-    async def _do_sleep(self, g: _Group) -> None:
+    async def _do_sleep(self, g: WorkerGroup) -> None:
         t0 = time.perf_counter()
         self._log("sleep", g.name)
         try:
@@ -507,7 +404,7 @@ class PoolBase(HoldAsleep):
             g.sleep_task = None
             self._kick()
 
-    async def _do_wake(self, g: _Group, sleeps: list[asyncio.Task]) -> None:
+    async def _do_wake(self, g: WorkerGroup, sleeps: list[asyncio.Task]) -> None:
         if sleeps:  # the budget must hold physically: the memory we take is freed first
             await asyncio.gather(*sleeps, return_exceptions=True)
         t0 = time.perf_counter()
@@ -538,13 +435,13 @@ class PoolBase(HoldAsleep):
         finally:
             self._kick()
 
-    async def _sleep_quietly(self, g: _Group) -> None:
+    async def _sleep_quietly(self, g: WorkerGroup) -> None:
         try:
             g.handle = await self._sleep(g)
         except Exception as exc:  # pragma: no cover - best effort
             self._errors.append(f"{g.name}: sleep failed: {type(exc).__name__}: {exc}")
 
-    async def _round(self, g: _Group, tickets: list[_Ticket]) -> None:
+    async def _round(self, g: WorkerGroup, tickets: list[Ticket]) -> None:
         start = time.monotonic()
         try:
             wake = g.wake_task

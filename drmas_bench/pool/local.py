@@ -32,7 +32,8 @@ import sys
 from typing import Any, Mapping
 
 from drmas_bench.engines import hosting
-from drmas_bench.pool.base import Adopted, EngineSpec, PoolBase, _Group
+from drmas_bench.pool.base import Adopted, PoolBase
+from drmas_bench.pool.groups import EngineSpec, WorkerGroup
 from drmas_bench.types import Completion, Request, UserError
 
 
@@ -61,7 +62,7 @@ class LocalPool(PoolBase):
                 g.model = str(getattr(g.spec, "model", ""))
         self.trim_host_memory = sys.platform.startswith("linux") if trim_host_memory is None else trim_host_memory
 
-    async def _load(self, g: _Group) -> tuple[Any, int]:
+    async def _load(self, g: WorkerGroup) -> tuple[Any, int]:
         spec = g.spec
         try:
             if isinstance(spec, EngineSpec):
@@ -81,20 +82,20 @@ class LocalPool(PoolBase):
             g.model = str(getattr(engine, "model", ""))
         return engine, int(engine.footprint_bytes())
 
-    async def _sleep(self, g: _Group) -> Any:
+    async def _sleep(self, g: WorkerGroup) -> Any:
         await g.handle.sleep()
         if self.trim_host_memory:
             await asyncio.to_thread(_malloc_trim)
         return g.handle
 
-    async def _wake(self, g: _Group) -> Any:
+    async def _wake(self, g: WorkerGroup) -> Any:
         await g.handle.wake()
         return g.handle
 
-    async def _generate(self, g: _Group, requests: list[Request]) -> list[Completion]:
+    async def _generate(self, g: WorkerGroup, requests: list[Request]) -> list[Completion]:
         return await g.handle.generate(requests)
 
-    async def _close_handle(self, g: _Group) -> None:
+    async def _close_handle(self, g: WorkerGroup) -> None:
         out = g.handle.close()
         if inspect.isawaitable(out):
             await out

@@ -57,8 +57,9 @@ import traceback
 from typing import Any, Mapping
 
 from drmas_bench.engines import make_engine, traits
-from drmas_bench.pool.base import EngineSpec, PoolBase, _Group
+from drmas_bench.pool.base import PoolBase
 from drmas_bench.pool.cluster import driver_model_name, import_ray, init_ray, node_label, on_node, ray_address
+from drmas_bench.pool.groups import EngineSpec, WorkerGroup
 from drmas_bench.pool.memory import MemoryMeter, cuda_peak_bytes
 from drmas_bench.types import Completion, Request, UserError
 
@@ -285,7 +286,7 @@ class RayPool(PoolBase):
 
     # ------------------------------------------------------------------ hooks
 
-    def _note_mem(self, g: _Group, mem: dict[str, Any]) -> None:
+    def _note_mem(self, g: WorkerGroup, mem: dict[str, Any]) -> None:
         """Keep the largest peaks any actor of ``g`` reported (actors come and go)."""
         seen = self._actor_mem.setdefault(g.name, {"peak_rss_bytes": None, "peak_cuda_bytes": None})
         for k in seen:
@@ -293,7 +294,7 @@ class RayPool(PoolBase):
             if v is not None:
                 seen[k] = v if seen[k] is None else max(seen[k], v)
 
-    async def _load(self, g: _Group) -> tuple[Any, int]:
+    async def _load(self, g: WorkerGroup) -> tuple[Any, int]:
 
         spec: EngineSpec = g.spec
         actor = remote_actor_class().options(**self.actor_options()).remote()
@@ -313,7 +314,7 @@ class RayPool(PoolBase):
         self._note_mem(g, info)
         return actor, int(info["footprint"])
 
-    async def _sleep(self, g: _Group) -> Any:
+    async def _sleep(self, g: WorkerGroup) -> Any:
         if self.release_on_sleep:
             try:
                 self._note_mem(g, await g.handle.close.remote())
@@ -323,16 +324,16 @@ class RayPool(PoolBase):
         self._note_mem(g, await g.handle.sleep.remote())
         return g.handle
 
-    async def _wake(self, g: _Group) -> Any:
+    async def _wake(self, g: WorkerGroup) -> Any:
         self._note_mem(g, await g.handle.wake.remote())
         return g.handle
 
-    async def _generate(self, g: _Group, requests: list[Request]) -> list[Completion]:
+    async def _generate(self, g: WorkerGroup, requests: list[Request]) -> list[Completion]:
         out, mem = await g.handle.generate.remote(requests)
         self._note_mem(g, mem)
         return out
 
-    async def _close_handle(self, g: _Group) -> None:
+    async def _close_handle(self, g: WorkerGroup) -> None:
         try:
             self._note_mem(g, await g.handle.close.remote())
         finally:

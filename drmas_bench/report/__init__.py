@@ -5,9 +5,10 @@ recomputes its numbers from the recorded trajectories with the functions `summar
 (`drmas_bench.metrics`: question counts, avg@n / pass@k, bootstrap CIs, seeds, $ per call); nothing
 trusts a stale ``summary.json``. One module per concern:
 
-- `report.runs`: `Run`, `load_run`, `load_runs`, `expand_run_dirs` (records via `store.read_samples`).
-- `report.leaderboard`: `parse_metrics`, `build_leaderboard`, the paper's reported rows, the wide CSV
-  (`tables_csv`) and the long CSV (`tables_long_csv`: run, benchmark, metric, value, ci_lo, ci_hi).
+- `report.runs`: `Run`, `load_run`, `load_runs`, `expand_run_dirs` (records via `run_samples.read_samples`).
+- `report.leaderboard`: `build_leaderboard` (its tables as data: `report.tables`, `parse_metrics`);
+  `report.paper`: the paper's reported rows; `report.tables_csv`: the wide CSV (`tables_csv`) and the
+  long CSV (`tables_long_csv`: run, benchmark, metric, value, ci_lo, ci_hi).
 - `report.compare`: `compare_runs` (paired bootstrap, exact sign test, flipped questions).
 - `report.cost`: `cost_study`, `cost_csv`, `pareto_front`, `plot_pareto`.
 - `report.markdown`: every Markdown rendering (run summaries included).
@@ -38,27 +39,7 @@ from drmas_bench.report.cost import (
     run_turn_cost,
     team_cost,
 )
-from drmas_bench.report.leaderboard import (
-    PAPER_FILE,
-    PAPER_PROTOCOL,
-    PAPER_STATUS,
-    Cell,
-    Metric,
-    Row,
-    Table,
-    build_leaderboard,
-    data_file_name,
-    load_paper,
-    long_csv_path,
-    paper_rows,
-    parse_metrics,
-    per_question_values,
-    run_row,
-    suite_csv_paths,
-    tables_csv,
-    tables_long_csv,
-    validate_paper,
-)
+from drmas_bench.report.leaderboard import build_leaderboard, per_question_values, run_row
 from drmas_bench.report.markdown import (
     compare_markdown,
     cost_markdown,
@@ -66,8 +47,11 @@ from drmas_bench.report.markdown import (
     leaderboard_markdown,
     table_markdown,
 )
+from drmas_bench.report.paper import PAPER_FILE, PAPER_PROTOCOL, PAPER_STATUS, load_paper, paper_rows, validate_paper
 from drmas_bench.report.runs import SAMPLING_KEYS, Run, expand_run_dirs, load_run, load_runs
-from drmas_bench.run_dir import read_samples
+from drmas_bench.report.tables import Cell, Metric, Row, Table, parse_metrics
+from drmas_bench.report.tables_csv import data_file_name, long_csv_path, suite_csv_paths, tables_csv, tables_long_csv
+from drmas_bench.run_samples import read_samples
 
 __all__ = [
     "AgentCost", "Cell", "Comparison", "Flip", "Metric", "PAPER_FILE", "PAPER_PROTOCOL", "PAPER_STATUS",

@@ -8,19 +8,16 @@ estimators for K <= n and are left empty (and flagged) for K > n. Runs
 whose n, sampling, grader (name and version), prompts hash, protocol options (prompt limit,
 truncation side) or question ids differ from the table's usual ones are flagged in a notes column
 (what must match is listed once, in `report.runs.COMPARED`).
-Every number comes from `drmas_bench.metrics` (the functions `summarize` uses). Output: Markdown
-(`drmas_bench.report.markdown`), the wide CSV (`tables_csv`: one line per (metric, run)) and the
-long CSV (`tables_long_csv`: one line per (run, benchmark, metric)).
+Every number comes from `drmas_bench.metrics` (the functions `summarize` uses). The tables as data:
+`report.tables`; the paper's rows: `report.paper`. Output: Markdown (`drmas_bench.report.markdown`),
+the wide CSV and the long CSV (`report.tables_csv`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
-import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -43,6 +40,7 @@ from drmas_bench.metrics import (
 from drmas_bench.records import view, views
 from drmas_bench.report.compute_matched import matched_line, read_matched
 from drmas_bench.report.labels import label, short_value
+from drmas_bench.report.paper import PAPER_PROTOCOL, PAPER_STATUS, paper_rows
 from drmas_bench.report.runs import (
     COMPARED,
     SAMPLING_KEYS,
@@ -53,46 +51,11 @@ from drmas_bench.report.runs import (
     named_apart,
     open_run,
 )
-from drmas_bench.run_dir import SAMPLES, read_samples, select_records, selection_test
-from drmas_bench.types import UserError
+from drmas_bench.report.tables import Cell, Metric, Row, Table
+from drmas_bench.run_samples import SAMPLES, read_samples, select_records, selection_test
 from drmas_bench.workflows.rules import fold_of
-from drmas_bench.yamlfile import read_yaml
 
 logger = logging.getLogger(__name__)
-
-# the evaluation protocol of the paper (REFERENCE.md §3), quoted in table captions
-PAPER_PROTOCOL = {"n": 16, "temperature": 0.6, "top_p": 0.95}
-PAPER_FILE = Path("leaderboards") / "reference" / "paper.yaml"
-PAPER_STATUS = "reported in paper, not reproduced"
-
-
-@dataclass(frozen=True)
-class Metric:
-    """`avg@K` / `pass@K` / `pass^K`; K = None means the run's own n (`avg@n`, `pass@n`, `pass^n`)."""
-
-    kind: str  # "avg" | "pass" | "pass^"
-    k: int | None = None
-
-    @property
-    def name(self) -> str:
-        head = self.kind if self.kind.endswith("^") else f"{self.kind}@"
-        return f"{head}{'n' if self.k is None else self.k}"
-
-
-def parse_metrics(text: str) -> list[Metric]:
-    """`avg@16,pass@16,pass^4` -> metrics; K is a positive integer or `n`. Bad names are UserErrors."""
-    out: list[Metric] = []
-    for part in [p.strip() for p in str(text).split(",") if p.strip()]:
-        m = re.fullmatch(r"(avg@|pass@|pass\^)(n|\d+)", part.lower())
-        if not m or (m.group(2) != "n" and int(m.group(2)) == 0):
-            raise UserError(f"--metric: {part!r} is not a metric; use avg@K, pass@K or pass^K with K a positive "
-                            "integer or n (e.g. avg@16,pass@16,pass^4)")
-        metric = Metric(m.group(1).rstrip("@"), None if m.group(2) == "n" else int(m.group(2)))
-        if metric not in out:
-            out.append(metric)
-    if not out:
-        raise UserError("--metric: name at least one metric, e.g. avg@n,pass@n")
-    return out
 
 
 def per_question_values(qs: Sequence[Question], metric: Metric, run_n: int) -> tuple[np.ndarray | None, str, str | None]:
@@ -121,37 +84,6 @@ def per_question_values(qs: Sequence[Question], metric: Metric, run_n: int) -> t
     if k > n_min:
         return None, metric.name, f"{metric.name} needs at least {k} samples per question; run has n={n_min}"
     return values(qs, k), f"{head}{k}", None
-
-
-@dataclass
-class Cell:
-    value: float | None  # a fraction in [0, 1] (rendered in %)
-    ci: tuple[float, float] | None = None
-
-
-@dataclass
-class Row:
-    label: str
-    source: str  # "reproduced" | "reported"
-    model: str = "–"
-    team: str = "–"
-    estimator: str = "–"
-    step: str = "–"
-    n: str = "–"
-    sampling: str = "–"
-    cells: dict[str, Cell] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    path: str = ""
-    effect: str = "–"  # the agents' effect in one phrase (`effect_label`); "–" for reported rows
-
-
-@dataclass
-class Table:
-    suite: str
-    metric: str
-    columns: list[str]  # benchmarks, then MICRO, MACRO
-    rows: list[Row]
-    caption: str = ""
 
 
 def suite_order(suite: str) -> list[str]:
@@ -341,89 +273,6 @@ def matched_row(run: Run, base: Row) -> Row | None:
     return row
 
 
-def load_paper(path: str | Path | None = None, required: bool = False) -> dict[str, Any] | None:
-    """The reported rows (leaderboards/reference/paper.yaml). Without a path: the repository's copy
-    (beside the installed package in a checkout), else ./leaderboards/reference/paper.yaml; None
-    when neither exists and `required` is False."""
-    if path is None:
-        cands = [Path(__file__).resolve().parents[2] / PAPER_FILE, Path.cwd() / PAPER_FILE]
-        found = next((c for c in cands if c.is_file()), None)
-        if found is None:
-            if required:
-                raise UserError(f"{PAPER_FILE} not found; pass --paper FILE")
-            return None
-        path = found
-    return validate_paper(read_yaml(path, "paper reference file"), str(path))
-
-
-_PAPER_TOP = {"source", "status", "protocol", "rows", "cost_studies", "claims", "note"}
-_PAPER_ROW = {"suite", "label", "model", "team", "estimator", "n", "where", "values", "note"}
-
-
-def validate_paper(data: Any, where: str = "paper.yaml") -> dict[str, Any]:
-    """Check the reference file's shape; every problem is a one-line UserError naming the key."""
-    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-        raise UserError(f"{where}: expected a mapping with a `rows:` list")
-    for k in data:
-        if k not in _PAPER_TOP:
-            raise UserError(f"{where}: unknown key {k!r} (known: {', '.join(sorted(_PAPER_TOP))})")
-    for i, row in enumerate(data["rows"]):
-        w = f"{where}: rows[{i}]"
-        if not isinstance(row, dict):
-            raise UserError(f"{w}: expected a mapping")
-        for k in row:
-            if k not in _PAPER_ROW:
-                raise UserError(f"{w}: unknown key {k!r} (known: {', '.join(sorted(_PAPER_ROW))})")
-        for k in ("suite", "label", "where", "values"):
-            if k not in row:
-                raise UserError(f"{w}: missing `{k}`")
-        if not isinstance(row["values"], dict):
-            raise UserError(f"{w}.values: expected metric -> {{benchmark: number}}")
-        for metric, cols in row["values"].items():
-            parse_metrics(metric)
-            if not isinstance(cols, dict):
-                raise UserError(f"{w}.values.{metric}: expected benchmark -> number (percent)")
-            for col, v in cols.items():
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100:
-                    raise UserError(f"{w}.values.{metric}.{col}: expected a percentage in [0, 100], got {v!r}")
-    return data
-
-
-def paper_rows(paper: dict[str, Any], suite: str, metric: Metric) -> list[Row]:
-    """The reported rows of one suite that state a number for `metric`.
-
-    A table of `avg@n` / `pass@n` takes the paper's avg@N / pass@N at the row's stated n. The paper's
-    `average` (over its benchmarks) goes into the macro column."""
-    out = []
-    for r in paper.get("rows", []):
-        if r["suite"] != suite:
-            continue
-        n = r.get("n")
-        vals = None
-        for name, cols in r["values"].items():
-            m = parse_metrics(name)[0]
-            if m == metric or (metric.k is None and m.kind == metric.kind and m.k == n):
-                vals = cols
-                break
-        if not vals:
-            continue
-        row = Row(label=f"[paper] {r['label']}", source="reported", model=str(r.get("model", "–")),
-                  team=str(r.get("team", "–")), estimator=str(r.get("estimator", "–")), step="–",
-                  n="–" if n is None else str(n),
-                  sampling=f"T={fmt_num(paper.get('protocol', {}).get('temperature', '?'))} "
-                           f"top_p={fmt_num(paper.get('protocol', {}).get('top_p', '?'))}" if paper.get("protocol") else "–")
-        for col, v in vals.items():
-            key = MACRO if col == "average" else col
-            row.cells[key] = Cell(float(v) / 100.0)
-        row.notes.append(f"{paper.get('status', PAPER_STATUS)} ({r['where']})")
-        if "average" in vals:
-            row.notes.append("the paper's average over its benchmarks, shown as macro")
-        if r.get("note"):
-            row.notes.append(str(r["note"]))
-        out.append(row)
-    return out
-
-
 def _flag_settings(rows_runs: list[tuple[Row, Run]], digests: dict[int, Digest]) -> None:
     """Add notes to rows whose n or sampling differ from the table's setting: the most common one
     among its runs (a tie goes to the earliest run)."""
@@ -509,86 +358,3 @@ def build_leaderboard(runs: Sequence[Run], metrics: Sequence[Metric], ci: bool =
                           f"temperature {p['temperature']}, top_p {p['top_p']}" if reported else ""))
             tables.append(Table(suite=suite, metric=metric.name, columns=cols + [MICRO, MACRO], rows=rows, caption=caption))
     return tables
-
-
-def tables_csv(tables: Sequence[Table], ci: bool = False) -> str:
-    """Tables of one suite as CSV: one line per (metric, row); values in % (6 decimals), empty = none."""
-    cols: list[str] = []
-    for t in tables:
-        cols += [c for c in t.columns if c not in cols]
-    head = ["suite", "metric", "source", "run", "path", "model", "team", "estimator", "step", "n", "sampling"]
-    for c in cols:
-        head += [c] + ([f"{c} ci_lo", f"{c} ci_hi"] if ci else [])
-    head.append("notes")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(head)
-    for t in tables:
-        for r in t.rows:
-            line = [t.suite, t.metric, r.source, r.label, r.path, r.model, r.team, r.estimator, r.step, r.n, r.sampling]
-            for c in cols:
-                cell = r.cells.get(c)
-                line.append(_pct6(cell.value) if cell else "")
-                if ci:
-                    line += [_pct6(cell.ci[0]), _pct6(cell.ci[1])] if cell and cell.ci else ["", ""]
-            line.append("; ".join(r.notes))
-            w.writerow(line)
-    return buf.getvalue()
-
-
-LONG_COLUMNS = ("run", "benchmark", "metric", "value", "ci_lo", "ci_hi")
-
-
-def _pct6(v: float | None) -> str:
-    """A fraction as a percentage with 6 decimals (the CSVs' number format); "" for none / NaN."""
-    return "" if v is None or v != v else f"{100 * v:.6f}"
-
-
-def tables_long_csv(tables: Sequence[Table]) -> str:
-    """Tables as a long (tidy) CSV: one line per (run, benchmark, metric) that has a value, with the
-    columns of `LONG_COLUMNS`; benchmark is a benchmark, MICRO or MACRO; values in % as in the wide
-    CSV (`tables_csv`, the same cells); ci_lo / ci_hi empty without --ci. Paper rows keep their
-    `[paper] ` label."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(LONG_COLUMNS)
-    for t in tables:
-        for r in t.rows:
-            for c in t.columns:
-                cell = r.cells.get(c)
-                if cell is None or cell.value is None or cell.value != cell.value:
-                    continue
-                lo, hi = cell.ci if cell.ci else (None, None)
-                w.writerow([r.label, c, t.metric, _pct6(cell.value), _pct6(lo), _pct6(hi)])
-    return buf.getvalue()
-
-
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-def data_file_name(out: str | Path, name: str, suffix: str, where: str) -> Path:
-    """``out/<name><suffix>`` for a ``name`` read from a run's files (data, not a flag): it must be
-    ``[A-Za-z0-9_.-]+`` without ``..``, and the path must stay directly inside ``out``; otherwise a
-    UserError naming ``where`` (e.g. "suite of run X") and the value."""
-    ok = bool(_SAFE_NAME.fullmatch(name)) and ".." not in name
-    path = Path(out) / f"{name}{suffix}"
-    if not ok or path.resolve().parent != Path(out).resolve():
-        raise UserError(f"{where} is {name!r}, which cannot name an output file (allowed: letters, digits, "
-                        f"'_', '.', '-', no '..'); fix the run's config.yaml")
-    return path
-
-
-def suite_csv_paths(out: str | Path, tables: Sequence[Table], runs: Sequence[Run] = ()) -> dict[str, Path]:
-    """``{suite: out/<suite>.csv}`` for every suite of ``tables``, all checked before anything is
-    written (a suite comes from a run's config.yaml; see `data_file_name`)."""
-    paths: dict[str, Path] = {}
-    for suite in dict.fromkeys(t.suite for t in tables):
-        owners = [r.name for r in runs if r.suite == suite]
-        where = f"the suite of run {owners[0]}" if owners else "a suite"
-        paths[suite] = data_file_name(out, suite, ".csv", where)
-    return paths
-
-
-def long_csv_path(wide: Path) -> Path:
-    """The long CSV beside a suite's wide one: ``out/<suite>_long.csv``."""
-    return wide.with_name(f"{wide.stem}_long.csv")

@@ -37,7 +37,7 @@ from drmas_bench.report.labels import (
     rule_words,
     value,
 )
-from drmas_bench.report.leaderboard import Cell, Table
+from drmas_bench.report.tables import Cell, Table
 
 
 def _pct(x: float | None, digits: int = 1) -> str:

@@ -22,8 +22,9 @@ from drmas_bench.metrics import MACRO, MICRO
 from drmas_bench.report import charts
 from drmas_bench.report.cost import pareto_front
 from drmas_bench.report.labels import label
-from drmas_bench.report.leaderboard import Row, Table, digest
+from drmas_bench.report.leaderboard import digest
 from drmas_bench.report.runs import Run
+from drmas_bench.report.tables import Row, Table
 
 TEMPLATE = "leaderboard.html.jinja"
 

@@ -1,6 +1,6 @@
 """Run directories read back: `Run` (config, records, labels), `load_run`, `load_runs`,
-`expand_run_dirs`. Records come from `drmas_bench.run_dir.read_samples` (the one samples.jsonl
-reader) through `drmas_bench.run_dir.select_records` (the one selection: the configured benchmarks,
+`expand_run_dirs`. Records come from `drmas_bench.run_samples.read_samples` (the one samples.jsonl
+reader) through `drmas_bench.run_samples.select_records` (the one selection: the configured benchmarks,
 the questions a --limit chose, sample indices below the configured n), the same records the
 run's own summary.json counts.
 """
@@ -18,7 +18,7 @@ import yaml
 from drmas_bench.agents.assign import short_model_name
 from drmas_bench.compact import current_records
 from drmas_bench.records import RecordView, views
-from drmas_bench.run_dir import SAMPLES, read_samples, sample_key, select_records
+from drmas_bench.run_samples import SAMPLES, read_samples, sample_key, select_records
 from drmas_bench.types import UserError
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ The run's records are read a record at a time, never held together (`read`, then
    the turns the page shows when a trajectory is opened (`view.trajectory_detail`).
 
 An unreadable samples.jsonl line stops with the store's one-line error and its repair hint; a line
-cut off by a kill (the last, without its newline) is left out, as `run_dir.read_samples` does.
+cut off by a kill (the last, without its newline) is left out, as `run_samples.read_samples` does.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from drmas_bench import compact, metrics
 from drmas_bench.compact import COMPACT
 from drmas_bench.records import RecordView, view
 from drmas_bench.report.runs import Run
-from drmas_bench.run_dir import SAMPLES, parse_sample_line, repair_hint, sample_key, selection_test
 from drmas_bench.run_index import INDEX
+from drmas_bench.run_samples import SAMPLES, parse_sample_line, repair_hint, sample_key, selection_test
 from drmas_bench.types import UserError
 from drmas_bench.workflows import find_workflow
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from drmas_bench.pool.ray_pool import check_demand
 from drmas_bench.types import UserError
-from drmas_trainer.ray_workers import RayWorkerHandle, require_ray
+from drmas_trainer.ray_workers import RayWorkerHandle, WorkerCalls, require_ray
 from drmas_trainer.rows import split
 
 __all__ = ["ShardedRayHandle", "sharded_demand", "spawn_sharded"]
@@ -39,7 +39,7 @@ def sharded_demand(n_groups: int, ranks: int, layout: str) -> dict[str, float]:
     return {"GPU": float(ranks if layout == "colocated" else ranks * n_groups)}
 
 
-class ShardedRayHandle:
+class ShardedRayHandle(WorkerCalls):
     """Controller-side handle of one sharded worker group (module docstring)."""
 
     def __init__(self, name: str, ranks: list[RayWorkerHandle], turn: asyncio.Lock | None,
@@ -58,7 +58,9 @@ class ShardedRayHandle:
         await asyncio.gather(*(r._remote(r.actor.setup, *args, **{**kwargs, "init_method": address})
                                for r, (args, kwargs) in zip(self.ranks, self._setups)))
 
-    async def _all(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``method`` on every rank at once, rank 0's result back (colocated groups take turns in the
+        collective passes)."""
         async def go() -> Any:
             got = await asyncio.gather(*(r._call(method, *args, **kwargs) for r in self.ranks))
             return got[0]
@@ -75,38 +77,6 @@ class ShardedRayHandle:
         parts = split(list(requests), n)
         got = await asyncio.gather(*(r._call("generate", p) for r, p in zip(self.ranks, parts)))
         return [c for part in got for c in part]
-
-    async def start_engine(self) -> None:
-        return await self._all("start_engine")
-
-    async def update(self, rows: list, **kwargs: Any) -> dict[str, Any]:
-        return await self._all("update", rows, **kwargs)
-
-    async def score_rows(self, rows: list, **kwargs: Any) -> dict[str, Any]:
-        return await self._all("score_rows", rows, **kwargs)
-
-    async def sft(self, examples: list, **kwargs: Any) -> dict[str, Any]:
-        return await self._all("sft", examples, **kwargs)
-
-    async def sync_weights(self) -> float:
-        return await self._all("sync_weights")
-
-    async def engine_sleep(self) -> None:
-        """Every rank's engine to sleep (the rollout pool's sleep of this group)."""
-        return await self._all("engine_sleep")
-
-    async def engine_wake(self) -> None:
-        """Every rank's engine awake; a stale group syncs on all ranks together (a collective)."""
-        return await self._all("engine_wake")
-
-    async def engine_info(self) -> dict[str, Any]:
-        return await self._all("engine_info")
-
-    async def save(self, folder: str, optimizer_path: str | None = None) -> None:
-        return await self._all("save", folder, optimizer_path)
-
-    async def load_optimizer(self, path: str) -> None:
-        return await self._all("load_optimizer", path)
 
     async def info(self) -> dict[str, Any]:
         infos = await asyncio.gather(*(r.info() for r in self.ranks))
