@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.data]
 # heterogeneous paper row) is not shrunk by `model=tiny-random`: its tiny counterpart trains in CI instead,
 # and its plan is checked in tests/test_paper_rows.py
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")
-                 if p.stem not in ("tiny", "tiny_single", "tiny_lora", "tiny_fixer", "tiny_4agent", "tiny_hetero",
+                 if p.stem not in ("tiny", "tiny_single", "tiny_lora", "tiny_fixer", "tiny_4agent", "tiny_hetero", "smollm2_toy",
                                    "search_warmstart")
                  and not any("model" in (a or {}) for a in (yaml.safe_load(p.read_text()).get("agents") or {}).values()))
 

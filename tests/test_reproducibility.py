@@ -61,42 +61,44 @@ def test_openai_fingerprint_is_kept_per_call_and_only_when_given():
 
 
 def test_every_run_states_it_and_a_resume_under_other_batching_is_flagged(tmp_path):
-    common = dict(model="tiny-random", suite="toy", n=1, max_new_tokens=4, seed=0, progress=False, out=str(tmp_path / "r"))
-    s = evaluate(EvalConfig(limit=2, **common))
+    """The hf engine is batch-invariant by default: the run says so, and a resume at other batching is
+    not flagged. With ``batch_invariant=false`` the same resume is flagged, in summary.json and summary.md."""
+    common = dict(model="tiny-random", suite="toy", n=1, max_new_tokens=4, seed=0, progress=False)
+    s = evaluate(EvalConfig(limit=2, out=str(tmp_path / "inv"), **common))
     block = s["reproducibility"]
     assert block["groups"]["shared"]["engine"] == "hf" and block["seed"] == 0
+    assert block["groups"]["shared"]["batch_invariant"] is True and block["reproducible"] is True
     assert block["batching"]["concurrency"] == 256 and block["batching"]["max_batch"] == {"shared": {"max_batch": 32}}
-    md = (tmp_path / "r" / "summary.md").read_text()
+    md = (tmp_path / "inv" / "summary.md").read_text()
     assert sum(line.startswith("- reproducible:") for line in md.splitlines()) == 1
-    if block["reproducible"]:  # the hf engine batch-invariant (issue 55 item 1): a resume at other batching is fine
-        return
-    s2 = evaluate(EvalConfig(limit=3, concurrency=3, **common))
+    assert "batch-invariant" in next(line for line in md.splitlines() if line.startswith("- reproducible:"))
+    s = evaluate(EvalConfig(limit=3, concurrency=3, out=str(tmp_path / "inv"), **common))
+    assert "batching_changed" not in s["reproducibility"]
+
+    padded = dict(common, engine_args={"batch_invariant": False}, out=str(tmp_path / "padded"))
+    s = evaluate(EvalConfig(limit=2, **padded))
+    assert s["reproducibility"]["groups"]["shared"]["batch_invariant"] is False and not s["reproducibility"]["reproducible"]
+    s2 = evaluate(EvalConfig(limit=3, concurrency=3, **padded))
     assert s2["reproducibility"]["batching_changed"] == ["concurrency"]
-    assert "samples were made under different concurrency" in (tmp_path / "r" / "summary.md").read_text()
+    assert "samples were made under different concurrency" in (tmp_path / "padded" / "summary.md").read_text()
 
 
-def test_a_resume_at_another_max_batch_is_refused_only_where_records_could_differ(tmp_path, monkeypatch):
-    """Not batch-invariant (the engine's declaration): another --max-batch is refused, naming it. A FAKE
-    declaration that the hf engine is batch-invariant (what issue 55 item 1 gives it): the same resume
-    is one experiment, its identity holds no max_batch, and the summary records the new batching."""
-    from drmas_bench.engines.hf import HFEngine
+def test_a_resume_at_another_max_batch_is_refused_only_where_records_could_differ(tmp_path):
+    """``batch_invariant=false``: another --max-batch is refused, naming it. The default (batch-invariant):
+    the same resume is one experiment, its identity holds no max_batch, and the summary records the new
+    batching."""
     from drmas_bench.types import UserError
 
     common = dict(model="tiny-random", suite="toy", n=1, limit=2, max_new_tokens=4, seed=0, progress=False)
-    declared = HFEngine.declared_determinism({"dtype": "float32"})
-    if not declared["batch_invariant"]:
-        evaluate(EvalConfig(out=str(tmp_path / "strict"), max_batch=8, **common))
-        with pytest.raises(UserError, match="max_batch"):
-            evaluate(EvalConfig(out=str(tmp_path / "strict"), max_batch=2, **common))
+    strict = dict(common, engine_args={"batch_invariant": False}, out=str(tmp_path / "strict"))
+    evaluate(EvalConfig(max_batch=8, **strict))
+    with pytest.raises(UserError, match="max_batch"):
+        evaluate(EvalConfig(max_batch=2, **strict))
 
-    def fake_invariant_declaration(cls, options):
-        return {**declared, "batch_invariant": True, "why": "FAKE: declared batch-invariant by this test"}
-
-    monkeypatch.setattr(HFEngine, "declared_determinism", classmethod(fake_invariant_declaration))
     evaluate(EvalConfig(out=str(tmp_path / "loose"), max_batch=8, **common))
     s = evaluate(EvalConfig(out=str(tmp_path / "loose"), max_batch=2, **{**common, "limit": 3}))
     assert s["micro"]["questions"] == 3 and s["run"]["episodes_resumed"] == 2
     ident = yaml.safe_load((tmp_path / "loose" / "config.yaml").read_text())["identity"]
-    assert "options" not in ident["team"]["worker_groups"]["shared"]
+    assert "max_batch" not in (ident["team"]["worker_groups"]["shared"].get("options") or {})
     assert s["reproducibility"]["batching"]["max_batch"] == {"shared": {"max_batch": 2}}
     assert "batching_changed" not in s["reproducibility"]

@@ -431,7 +431,7 @@ def _curves(path) -> list[dict]:
     out = []
     for line in path.read_text().splitlines():
         r = json.loads(line)
-        out.append({k: v for k, v in r.items() if not k.startswith("timing_s/") and not k.endswith("timing_s/update_actor")})
+        out.append({k: v for k, v in r.items() if not k.startswith(("timing_s/", "cpu_s/")) and not k.endswith("timing_s/update_actor")})
     return out
 
 

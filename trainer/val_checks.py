@@ -28,7 +28,7 @@ COUNTS = ("calls", "questions", "samples")  # logged, but no score: refused as k
 def check_val(cfg: "TrainConfig", wf: "WorkflowSpec") -> None:
     """Refuse, in one line, a ``val:`` section that validation would refuse or ignore later."""
     v = cfg.val
-    for name in v.benchmarks or []:
+    for name in (v.benchmarks or []) if v.active else []:  # validation off: its benchmarks are never run
         b = get_benchmark(name)
         if b.family != wf.family:
             raise UserError(f"val.benchmarks: {name} is graded as {b.family} (the {b.suite} suite); the team's "

@@ -60,6 +60,7 @@ response stopped on one; ``text`` has special tokens stripped.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import inspect
 import json
@@ -431,13 +432,20 @@ class HFEngine(EngineBase):
             (invariant_decode if self.options.batch_invariant else padded_decode)(self, rows)
         return rows.completions(self.tokenizer)
 
-    def determinism(self) -> dict[str, Any]:
-        """How reproducible this engine's completions are (for the run's reproducibility block)."""
-        if self.options.batch_invariant:
+    @classmethod
+    def declared_determinism(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """How reproducible an engine started with ``options`` is, known before it starts (a resume, a
+        split over workers or Ray actors and the run's reproducibility block ask this)."""
+        if options.get("batch_invariant", True):
             why = ("each request is prefilled alone and decoded with per-request attention and fixed-row "
                    "linear blocks: its tokens and log-probs do not depend on the other requests in its batch")
         else:
             why = ("batch_invariant=false: prompts are left-padded and decoded together, so a request's "
                    "logits depend on its batch in the last bits (fp32) or more (bf16)")
-        return {"batch_invariant": bool(self.options.batch_invariant), "why": why,
+        return {"batch_invariant": bool(options.get("batch_invariant", True)), "why": why,
+                "dtype": str(options.get("dtype") or "auto")}
+
+    def determinism(self) -> dict[str, Any]:
+        """``declared_determinism`` of this engine's options, with the dtype it runs in."""
+        return {**self.declared_determinism(dataclasses.asdict(self.options)),
                 "dtype": str(self.dtype).removeprefix("torch.")}
