@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from drmas_bench.agents.team import TeamSpec
 from drmas_bench.benchmarks.catalog import BENCHMARKS, known_names
@@ -181,124 +181,146 @@ def eval_run(p: Any, runtime: Any, store: RunDir | None, retriever: Any, calls: 
     return EpisodeRun(runtime, p.wf, store, **{**fields, **more})
 
 
-async def run_episodes(tasks: list[Task], n: int, ctx: EpisodeRun) -> RunStats:
-    """Run every (task, sample) not yet in ``ctx.store``; return counters. Raises the first episode
-    error after saving everything that finished before it. An episode stopped by a run limit
-    (``limits.LimitReached``, raised before a call) is abandoned, not an error: the others run on
-    until they finish or reach a call themselves, and ``stats.stopped`` says which limit."""
-    from tqdm import tqdm
+class _EpisodeLoop:
+    """The moving parts of one ``run_episodes`` call, in the order an episode meets them: ``start_episodes``
+    fills the window from ``todo`` (made as slots free), ``play_one`` plays an episode behind the run's
+    gate, ``finished_one`` / ``take`` hand each finished one to the recorder (grading and writing on its
+    threads), and ``stop`` cancels what still runs and writes everything that finished."""
 
-    wf, store, runtime = ctx.workflow, ctx.store, ctx.runtime
-    gate = ctx.calls.meter if ctx.calls is not None else None
-    done = store.done_keys() if store is not None else set()
-    total = len(tasks) * n
-    todo_count = total - sum(1 for t in tasks for i in range(n) if (t.benchmark, t.id, i) in done) if done else total
-    todo = ((t, i) for t in tasks for i in range(n) if (t.benchmark, t.id, i) not in done)  # made as slots free
-    stats = RunStats(skipped=total - todo_count)
-    t0 = time.perf_counter()
-    width = max(1, ctx.concurrency)
+    def __init__(self, ctx: EpisodeRun, todo: Iterator[tuple[Task, int]], todo_count: int, stats: RunStats):
+        from tqdm import tqdm
 
-    bar = tqdm(total=todo_count, desc="episodes", unit="ep", disable=not ctx.progress, dynamic_ncols=True)
-    calls, call_tokens, last_shown = 0, 0, 0.0
+        self.ctx, self.todo, self.stats = ctx, todo, stats
+        self.gate = ctx.calls.meter if ctx.calls is not None else None
+        self.t0 = time.perf_counter()
+        self.width = max(1, ctx.concurrency)
+        self.bar = tqdm(total=todo_count, desc="episodes", unit="ep", disable=not ctx.progress, dynamic_ncols=True)
+        self.calls, self.call_tokens, self.last_shown = 0, 0, 0.0
+        self.backend = _CountingRuntime(ctx.runtime, self.on_call) if ctx.progress else ctx.runtime
+        store = ctx.store
+        write = (lambda batch: store.append(batch, with_tokens=ctx.want_logprobs)) if store is not None else None
+        self.recorder = Recorder(self.grade, write, flush_every=min(ctx.flush_every, MAX_FLUSH_EVERY),
+                                 flush_s=min(ctx.flush_s, MAX_FLUSH_S), max_unwritten=MAX_UNWRITTEN,
+                                 after_write=ctx.on_finished)
+        self.finished: deque[asyncio.Future] = deque()  # done episodes, in the order they finished
+        self.wake = asyncio.Event()
+        self.running: set[asyncio.Future] = set()
+        self.exhausted = False  # every (task, sample) has been started
 
-    def show(force: bool = False) -> None:
-        nonlocal last_shown
+    def show(self, force: bool = False) -> None:
         now = time.perf_counter()
-        if force or now - last_shown >= 0.5:  # a refresh per call would flood a log file
-            last_shown = now
-            bar.set_postfix(calls=calls, tok_s=f"{call_tokens / max(now - t0, 1e-9):.0f}", refresh=True)
+        if force or now - self.last_shown >= 0.5:  # a refresh per call would flood a log file
+            self.last_shown = now
+            self.bar.set_postfix(calls=self.calls, tok_s=f"{self.call_tokens / max(now - self.t0, 1e-9):.0f}",
+                                 refresh=True)
 
-    def on_call(c: Completion) -> None:
-        nonlocal calls, call_tokens
-        calls += 1
-        call_tokens += c.completion_tokens
-        show()
+    def on_call(self, c: Completion) -> None:
+        self.calls += 1
+        self.call_tokens += c.completion_tokens
+        self.show()
 
-    backend = _CountingRuntime(runtime, on_call) if ctx.progress else runtime
-
-    async def one(task: Task, idx: int) -> Trajectory | None:
+    async def play_one(self, task: Task, idx: int) -> Trajectory | None:
+        ctx, gate = self.ctx, self.gate
         traj, started = None, False
         try:
             if gate is not None:
                 await gate.start_episode()
                 started = True
             if ctx.remote is None:
-                traj = await play(ctx, backend, task, idx)
+                traj = await play(ctx, self.backend, task, idx)
             else:  # played by a worker: its calls count for the bar when it comes back
                 traj = await ctx.remote.play(task, idx)
                 for tu in traj.turns if ctx.progress else ():
-                    on_call(tu.completion)
+                    self.on_call(tu.completion)
         except LimitReached as e:  # no call starts past a limit: this episode is abandoned, never written half
-            stats.stopped = stats.stopped or e.stop
+            self.stats.stopped = self.stats.stopped or e.stop
         finally:
             if started and gate is not None:
                 await gate.end_episode(traj)
         return traj
 
-    def grade(batch: list[Trajectory]) -> None:  # the recorder's grader thread
+    def grade(self, batch: list[Trajectory]) -> None:  # the recorder's grader thread
+        ctx, wf = self.ctx, self.ctx.workflow
         grade_trajectories(batch, wf.family, 5.0, ctx.math_grader, wf.round1_answer)
         if ctx.calls is not None and ctx.calls.prices is not None:
             for t in batch:
                 t.cost_usd = ctx.calls.cost(t)
 
-    write = (lambda batch: store.append(batch, with_tokens=ctx.want_logprobs)) if store is not None else None
-    recorder = Recorder(grade, write, flush_every=min(ctx.flush_every, MAX_FLUSH_EVERY),
-                        flush_s=min(ctx.flush_s, MAX_FLUSH_S), max_unwritten=MAX_UNWRITTEN, after_write=ctx.on_finished)
-    finished: deque[asyncio.Future] = deque()  # done episodes, in the order they finished
-    wake = asyncio.Event()
+    def start_episodes(self) -> None:
+        """Start episodes while the window has room and the recorder is not too far behind."""
+        while not self.exhausted and len(self.running) < self.width and self.recorder.unwritten < MAX_UNWRITTEN:
+            nxt = next(self.todo, None)
+            if nxt is None:
+                self.exhausted = True
+                break
+            fut = asyncio.ensure_future(self.play_one(*nxt))
+            fut.add_done_callback(self.finished_one)
+            self.running.add(fut)
 
-    def finished_one(fut: asyncio.Future) -> None:
-        finished.append(fut)
-        wake.set()
+    def finished_one(self, fut: asyncio.Future) -> None:
+        self.finished.append(fut)
+        self.wake.set()
 
-    running: set[asyncio.Future] = set()
-
-    def take(fut: asyncio.Future) -> None:
-        running.discard(fut)
+    def take(self, fut: asyncio.Future) -> None:
+        self.running.discard(fut)
         if fut.cancelled():
             return
         traj = fut.result()  # an episode's error is raised here, after what finished before it is kept
         if traj is None:  # abandoned at a run limit
             return
-        recorder.put(traj)
-        stats.episodes += 1
-        stats.tokens += sum(tu.completion.completion_tokens for tu in traj.turns)
-        stats.engine_calls += len(traj.turns)
-        show(force=True)
-        bar.update(1)
+        self.recorder.put(traj)
+        self.stats.episodes += 1
+        self.stats.tokens += sum(tu.completion.completion_tokens for tu in traj.turns)
+        self.stats.engine_calls += len(traj.turns)
+        self.show(force=True)
+        self.bar.update(1)
 
-    try:
-        exhausted = False
+    async def run(self) -> None:
+        """Keep the window full until every episode has started and finished."""
         while True:
-            while not exhausted and len(running) < width and recorder.unwritten < MAX_UNWRITTEN:
-                nxt = next(todo, None)
-                if nxt is None:
-                    exhausted = True
-                    break
-                fut = asyncio.ensure_future(one(*nxt))
-                fut.add_done_callback(finished_one)
-                running.add(fut)
-            if not running and exhausted:
-                break
-            if not running:  # the window is full of unwritten work: wait for the writer
-                await recorder.room()
+            self.start_episodes()
+            if not self.running and self.exhausted:
+                return
+            if not self.running:  # the window is full of unwritten work: wait for the writer
+                await self.recorder.room()
                 continue
-            await wake.wait()
-            wake.clear()
-            while finished:
-                take(finished.popleft())
-    finally:
-        for p in running:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.finished:
+                self.take(self.finished.popleft())
+
+    async def stop(self) -> None:
+        """After the loop, however it ended (done, an episode's error, a stop): cancel what still runs
+        and write every episode that finished."""
+        for p in self.running:
             p.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        await asyncio.gather(*self.running, return_exceptions=True)
         # episodes that finished while the loop waited elsewhere (a failed episode, a stop)
-        for ended in dict.fromkeys(finished):
+        for ended in dict.fromkeys(self.finished):
             if ended.done() and not ended.cancelled() and ended.exception() is None and ended.result() is not None:
-                recorder.put(ended.result())
-        finished.clear()
+                self.recorder.put(ended.result())
+        self.finished.clear()
         try:
-            await recorder.finish()  # every episode that finished is written, also when another failed or the run was stopped
+            await self.recorder.finish()  # every episode that finished is written, also when another failed or the run was stopped
         finally:
-            bar.close()
-            stats.wall_s = time.perf_counter() - t0
+            self.bar.close()
+            self.stats.wall_s = time.perf_counter() - self.t0
+
+
+async def run_episodes(tasks: list[Task], n: int, ctx: EpisodeRun) -> RunStats:
+    """Run every (task, sample) not yet in ``ctx.store``; return counters. Raises the first episode
+    error after saving everything that finished before it. An episode stopped by a run limit
+    (``limits.LimitReached``, raised before a call) is abandoned, not an error: the others run on
+    until they finish or reach a call themselves, and ``stats.stopped`` says which limit."""
+    store = ctx.store
+    done = store.done_keys() if store is not None else set()
+    total = len(tasks) * n
+    todo_count = total - sum(1 for t in tasks for i in range(n) if (t.benchmark, t.id, i) in done) if done else total
+    todo = ((t, i) for t in tasks for i in range(n) if (t.benchmark, t.id, i) not in done)  # made as slots free
+    stats = RunStats(skipped=total - todo_count)
+    loop = _EpisodeLoop(ctx, todo, todo_count, stats)
+    try:
+        await loop.run()
+    finally:
+        await loop.stop()
     return stats
