@@ -137,40 +137,52 @@ async def _serve(conn: Any, kind: str, model: str, options: dict[str, Any]) -> N
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send_bytes(pickle.dumps(("ready", None, False, _portable_error(exc))))
         return
-    inbox: asyncio.Queue = asyncio.Queue()
-    send_lock = threading.Lock()
+    child = _Child(conn, engine, loop)
+    threading.Thread(target=child.read, name="drmas-child-reader", daemon=True).start()
+    await child.serve()
 
-    def reader() -> None:
+
+class _Child:
+    """The child's message loop once its engine is built: a reader thread puts each message from the
+    pipe in ``inbox`` (None: the parent went away); ``serve`` hands each to the handler of its kind
+    (``call``, ``update_begin`` / ``update_chunk`` / ``update_end``), which runs the engine's work as a
+    task that replies when done; ``close`` (or EOF) ends the loop, then ``shut_down`` closes the engine."""
+
+    def __init__(self, conn: Any, engine: Any, loop: asyncio.AbstractEventLoop):
+        self.conn, self.engine, self.loop = conn, engine, loop
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.send_lock = threading.Lock()
+        self.updates: dict[int, asyncio.Queue] = {}  # weight update id -> its buckets as they come
+        self.tasks: set[asyncio.Task] = set()
+        self.closing: int | None = None  # the id of the close call, answered after the engine closed
+
+    def read(self) -> None:  # the reader thread
         while True:
             try:
-                data = conn.recv_bytes()
+                data = self.conn.recv_bytes()
             except (EOFError, OSError):
-                loop.call_soon_threadsafe(inbox.put_nowait, None)
+                self.loop.call_soon_threadsafe(self.inbox.put_nowait, None)
                 return
-            loop.call_soon_threadsafe(inbox.put_nowait, pickle.loads(data))
+            self.loop.call_soon_threadsafe(self.inbox.put_nowait, pickle.loads(data))
 
-    def reply(call_id: int, ok: bool, value: Any) -> None:
-        state = _state(engine)
+    def reply(self, call_id: int, ok: bool, value: Any) -> None:
+        state = _state(self.engine)
         try:
             data = pickle.dumps(("reply", call_id, ok, value, state))
         except Exception as exc:  # noqa: BLE001 - an unpicklable result
             data = pickle.dumps(("reply", call_id, False, _portable_error(exc), state))
-        with send_lock:
-            conn.send_bytes(data)
+        with self.send_lock:
+            self.conn.send_bytes(data)
 
-    threading.Thread(target=reader, name="drmas-child-reader", daemon=True).start()
-    updates: dict[int, asyncio.Queue] = {}
-    tasks: set[asyncio.Task] = set()
-
-    async def run(call_id: int, coro: Any) -> None:
+    async def run(self, call_id: int, coro: Any) -> None:
         try:
             value = await coro
         except BaseException as exc:  # noqa: BLE001 - sent back to the caller
-            reply(call_id, False, _portable_error(exc))
+            self.reply(call_id, False, _portable_error(exc))
         else:
-            reply(call_id, True, value)
+            self.reply(call_id, True, value)
 
-    async def stream(call_id: int, q: asyncio.Queue) -> Any:
+    async def stream(self, call_id: int, q: asyncio.Queue) -> Any:
         while True:
             item = await q.get()
             if item is None:
@@ -178,58 +190,75 @@ async def _serve(conn: Any, kind: str, model: str, options: dict[str, Any]) -> N
             if item == "abort":
                 raise EngineError("weight update aborted by the sender")
             ack_id, pairs = item
-            reply(ack_id, True, None)  # the engine started on this bucket: send the next one
+            self.reply(ack_id, True, None)  # the engine started on this bucket: send the next one
             for pair in pairs:
                 yield pair
 
-    def spawn(coro: Any) -> None:
+    def spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
-    closing = None
-    while True:
-        msg = await inbox.get()
-        if msg is None:  # the parent went away
-            break
-        op, call_id, *args = msg
-        if op == "call":
-            method, a, kw = args
-            if method == "close":
-                closing = call_id
+    async def serve(self) -> None:
+        handlers = {"call": self.on_call, "update_begin": self.on_update_begin,
+                    "update_chunk": self.on_update_chunk, "update_end": self.on_update_end}
+        while True:
+            msg = await self.inbox.get()
+            if msg is None:  # the parent went away
                 break
-            if method in _CALLS:
-                spawn(run(call_id, getattr(engine, method)(*a, **kw)))
-            elif method == "update_adapter" and hasattr(engine, "update_adapter"):
-                name, config, (kind_, data) = a
-                spawn(run(call_id, engine.update_adapter(name, config, dict(_decode_bucket(kind_, data)))))
-            else:
-                reply(call_id, False, EngineError(f"engine process: unknown call {method!r}"))
-        elif op == "update_begin":
-            bucket_bytes, flush_cache = args
-            q = updates[call_id] = asyncio.Queue()
-            spawn(run(call_id, _update(engine, stream(call_id, q), bucket_bytes, flush_cache, updates, call_id)))
-        elif op == "update_chunk":
-            update_id, kind_, data = args
-            if update_id in updates:
-                updates[update_id].put_nowait((call_id, _decode_bucket(kind_, data)))
-            else:  # the update already ended (failed): unblock the sender
-                reply(call_id, True, None)
-        elif op == "update_end":
-            update_id, abort = args
-            if update_id in updates:
-                updates[update_id].put_nowait("abort" if abort else None)
-    for q in updates.values():  # an update still waiting for buckets will get none now
-        q.put_nowait("abort")
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
-    try:
-        await engine.close()
-        if closing is not None:
-            reply(closing, True, None)
-    except BaseException as exc:  # noqa: BLE001
-        if closing is not None:
-            reply(closing, False, _portable_error(exc))
+            op, call_id, *args = msg
+            handler = handlers.get(op)
+            if handler is not None and handler(call_id, args):  # True: the parent asked to close
+                break
+        await self.shut_down()
+
+    def on_call(self, call_id: int, args: list[Any]) -> bool:
+        method, a, kw = args
+        if method == "close":
+            self.closing = call_id
+            return True
+        if method in _CALLS:
+            self.spawn(self.run(call_id, getattr(self.engine, method)(*a, **kw)))
+        elif method == "update_adapter" and hasattr(self.engine, "update_adapter"):
+            name, config, (kind_, data) = a
+            self.spawn(self.run(call_id, self.engine.update_adapter(name, config, dict(_decode_bucket(kind_, data)))))
+        else:
+            self.reply(call_id, False, EngineError(f"engine process: unknown call {method!r}"))
+        return False
+
+    def on_update_begin(self, call_id: int, args: list[Any]) -> bool:
+        bucket_bytes, flush_cache = args
+        q = self.updates[call_id] = asyncio.Queue()
+        pairs = self.stream(call_id, q)
+        self.spawn(self.run(call_id, _update(self.engine, pairs, bucket_bytes, flush_cache, self.updates, call_id)))
+        return False
+
+    def on_update_chunk(self, call_id: int, args: list[Any]) -> bool:
+        update_id, kind_, data = args
+        if update_id in self.updates:
+            self.updates[update_id].put_nowait((call_id, _decode_bucket(kind_, data)))
+        else:  # the update already ended (failed): unblock the sender
+            self.reply(call_id, True, None)
+        return False
+
+    def on_update_end(self, call_id: int, args: list[Any]) -> bool:
+        update_id, abort = args
+        if update_id in self.updates:
+            self.updates[update_id].put_nowait("abort" if abort else None)
+        return False
+
+    async def shut_down(self) -> None:
+        for q in self.updates.values():  # an update still waiting for buckets will get none now
+            q.put_nowait("abort")
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        try:
+            await self.engine.close()
+            if self.closing is not None:
+                self.reply(self.closing, True, None)
+        except BaseException as exc:  # noqa: BLE001
+            if self.closing is not None:
+                self.reply(self.closing, False, _portable_error(exc))
 
 
 async def _update(engine: Any, pairs: Any, bucket_bytes: int, flush_cache: bool,
