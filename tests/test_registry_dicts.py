@@ -23,6 +23,9 @@ PACKAGES = {"drmas_bench": REPO / "drmas_bench", "drmas_trainer": REPO / "traine
 
 # (file relative to the repo, name) -> why it is a plain table and not a registry
 DATA_TABLES: dict[tuple[str, str], str] = {
+    ("drmas_bench/engines/carried.py", "CARRIED"):
+        "the closed list of engine options a checkpoint folder (data) may set, each with its value check: "
+        "a trust boundary, so nothing may register into it",
     ("drmas_bench/suites/math/refine_loop.py", "ROLES"):
         "the looped math team's four agents, each with its format rule and projection: a fixed table of "
         "one workflow, read in order, never added to",
