@@ -135,12 +135,12 @@ def test_checkpoint_prompts_are_used_and_a_flag_override_is_announced(served, da
     tpl = P.default_templates("search_route").to_dict()
     tpl["system"] = "You are the trained team."
     (ckpt / "team.yaml").write_text(yaml.safe_dump({
-        "workflow": "search_route", "worker_groups": {"g": {"model": "fake", "engine": "openai",
-                                                                  "options": {"tokenizer": "tiny-random"}}},
+        "workflow": "search_route", "worker_groups": {"g": {"model": "fake", "engine": "openai"}},
         "agents": {"verifier": "g", "searcher": "g", "answerer": "g"}, "prompts": tpl,
         "protocol": {"max_prompt_tokens": 2048, "truncate": "left"}}))
     base = ["eval", "--model", str(ckpt), "--suite", "search", "--benchmarks", "hotpotqa", "--limit", "1", "--n", "1",
-            "--no-progress", "--data-dir", str(data_dir), "--base-url", s.url]  # a checkpoint cannot name a URL
+            "--no-progress", "--data-dir", str(data_dir), "--base-url", s.url,  # a checkpoint cannot name a URL
+            "--engine-args", "tokenizer=tiny-random"]  # nor a tokenizer (engines/carried.py): the user's flag does
     n0 = len(s.bodies)
     assert main(base + ["--out", str(tmp_path / "a")]) == 0
     assert {b["messages"][0]["content"] for b in s.bodies[n0:]} == {"You are the trained team."}

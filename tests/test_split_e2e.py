@@ -67,6 +67,11 @@ def records(run: Path) -> dict[tuple, dict]:
 
 def figures(run: Path) -> dict:
     doc = scrub(json.loads((run / "summary.json").read_text()))
+    # the reproducibility block's batching is how the run was split (workers, concurrency), and
+    # batching_changed says a resume was split otherwise (flagged for an engine that is not
+    # batch-invariant, as the instant double is): the run's history, not a result
+    for key in ("batching", "batching_changed"):
+        doc.get("reproducibility", {}).pop(key, None)
     return {k: v for k, v in doc.items() if k not in OUTSIDE_FIGURES}
 
 
