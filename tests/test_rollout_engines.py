@@ -254,7 +254,7 @@ def _same_run(a: list[dict], b: list[dict]) -> None:
     forward, whose last bits depend on which requests a batch held (timing): equal to 1e-5."""
     assert len(a) == len(b) == 2
     for x, y in zip(a, b):
-        keys = {k for k in set(x) | set(y) if "timing_s" not in k and not k.startswith("rollout/") and "/rollout/" not in k}
+        keys = {k for k in set(x) | set(y) if "timing_s" not in k and not k.startswith("cpu_s/") and not k.startswith("rollout/") and "/rollout/" not in k}
         gap = {k for k in keys if "rollout_corr/" in k}
         assert {k: x.get(k) for k in keys - gap} == {k: y.get(k) for k in keys - gap}
         assert {k: x.get(k) for k in gap} == pytest.approx({k: y.get(k) for k in gap}, abs=1e-5)
