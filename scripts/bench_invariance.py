@@ -1,4 +1,4 @@
-"""Batch invariance of the ``hf`` engine at eval level, and its cost (issue 55 item 1).
+"""Batch invariance of the ``hf`` engine at eval level, and its cost.
 
     python scripts/bench_invariance.py --out /tmp/bench-inv                 # everything (tens of minutes)
     python scripts/bench_invariance.py --out /tmp/bench-inv --only cost     # cost: the 4 timed runs

@@ -1,4 +1,4 @@
-"""The hours model met by real runs on this CPU (issue 56 item 6): each recipe trains a few RL steps
+"""The hours model met by real runs on this CPU: each recipe trains a few RL steps
 here, then ``train --plan --gpu here --local --workload RUN`` predicts the same run on this
 machine's measured rates (drmas_trainer.forecast.hardware_probe) from the workload the run logged, and the
 table sets the predicted seconds per phase beside the measured ones (the mean over the steps after

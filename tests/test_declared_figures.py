@@ -171,7 +171,7 @@ def runs() -> dict[str, tuple[Run, Run, dict[str, Any]]]:
 
 def test_the_registry_holds_the_shipped_teams(runs):
     assert {"math_4agent", "toy_fixer", "math_refine", "search_route"} <= set(runs)
-    d = declared("math_4agent")  # the count the audit of issue 57 found: 8 rule labels, 5 reasons and 3 figures
+    d = declared("math_4agent")  # its declaration: 8 rule labels, 5 reasons and 3 figures
     assert len(d.reasons) + len(d.figures) == 8 and set(d.figures) == {"rounds_per_episode", "approve_rate", "verdicts"}
     assert all(declared(n).reasons for n in runs)  # every workflow declares something its reports must show
 

@@ -1,4 +1,4 @@
-"""A checkpoint carries its engine settings (issue 55 item 4): the trainer writes the engine options
+"""A checkpoint carries its engine settings: the trainer writes the engine options
 that shape numbers into ``team.yaml`` (drmas_bench.engines.carried), ``eval --model CKPT`` uses them
 under the user's flags and says so in one line, a team.yaml inside a model folder may carry nothing
 else (values checked), and an old team.yaml without them keeps the engine's defaults. End to end, the
@@ -19,7 +19,7 @@ from drmas_bench.api import EvalConfig, resolve
 from drmas_bench.types import UserError
 
 AGENTS = ("solver", "checker")
-# the options a checkpoint may carry, as issue 55 and docs/trainer.md declare them
+# the options a checkpoint may carry, as docs/trainer.md declares them
 DECLARED = {"dtype", "batch_invariant", "deterministic", "chat_template_kwargs", "eos_token_ids"}
 
 

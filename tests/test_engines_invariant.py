@@ -1,4 +1,4 @@
-"""Batch invariance of the ``hf`` engine (issue 55 item 1, ``engines/invariant.py``): a request's
+"""Batch invariance of the ``hf`` engine (``engines/invariant.py``): a request's
 tokens and log-probs are the same alone and in batches of 4 and 32 beside requests of other
 lengths, on real tiny models (Qwen2 and Llama), in float32 and bfloat16, with 1 and 2 threads.
 

@@ -1,4 +1,4 @@
-"""Eval-level batch invariance on the ``hf`` engine (issue 55 item 1): the same toy eval of
+"""Eval-level batch invariance on the ``hf`` engine: the same toy eval of
 tiny-random in bfloat16 (where the padded batch differed most) gives the same records at
 ``--max-batch 1`` and ``32``, ``--concurrency 3`` and ``--workers 2`` (clock fields and the run's
 own names aside; tests/test_engines_invariant.py covers float32 and the Llama model per request). The reference

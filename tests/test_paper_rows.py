@@ -72,7 +72,7 @@ def test_a_row_lays_out_its_gpus_and_8_h200s_never_more_than_given(recipe, capsy
     assert laid_out(plan) == est.gpus == said["hours_gpus"] == 8, (recipe, said)  # a 4-GPU row re-planned on 8
     assert "H200" in str(said["gpu"]) and est.reported_hours is None  # not its hardware: nothing to compare with
     rc, said = cli_plan(["--recipe", recipe, "--gpus", str(want // 2), "--gpu-memory", "141"], capsys)
-    if rc == 0:  # re-planned onto the GPUs given (issue 56)
+    if rc == 0:  # re-planned onto the GPUs given
         assert said["hours_gpus"] <= want // 2, (recipe, said)
     else:
         assert rc == 2 and re.fullmatch(rf"drmas-bench: error: .*--gpus is {want // 2}\b.*", str(said["err"])), said

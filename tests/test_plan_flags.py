@@ -1,4 +1,4 @@
-"""``train --plan``'s flags honoured or refused (issue 56 item 1): ``--gpus N`` re-plans the recipe's
+"""``train --plan``'s flags honoured or refused: ``--gpus N`` re-plans the recipe's
 ranks on N GPUs and says which ``--set`` trains that layout, or refuses in one line naming the setting
 that fits; no plan lays out more GPUs than it was given; ``--gpus`` and ``--gpu-memory`` are positive;
 the header says where each figure came from; a recipe too small for GPU figures says so."""

@@ -1,5 +1,5 @@
-"""The plan's hours count validation, and come with a range from the recipe's stated bounds (issue 56
-items 3 and 5): each part is printed; each of the nine reference rows' reported hours lies inside
+"""The plan's hours count validation, and come with a range from the recipe's stated bounds:
+each part is printed; each of the nine reference rows' reported hours lies inside
 its range; the math rows' point estimates stay within 1.5x."""
 
 from __future__ import annotations

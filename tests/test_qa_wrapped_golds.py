@@ -1,5 +1,5 @@
 """A QA gold of punctuation alone (`!!!`, the band; `*`; `+-*/`) matched when the answer wraps it in
-quotes or brackets or ends it with sentence punctuation (issue 55 item 6): the reference's em_check
+quotes or brackets or ends it with sentence punctuation: the reference's em_check
 (written plainly here: the SQuAD-normalised strings equal) pays 1 to each of the 12 cases, and so do we
 now; other punctuation still scores 0 against such a gold."""
 

@@ -1,4 +1,4 @@
-"""Every run states how reproducible its numbers are (issue 55 item 3): summary.json's
+"""Every run states how reproducible its numbers are: summary.json's
 ``reproducibility`` block and summary.md's one line, a resume under other batching flagged where the
 engine is not batch-invariant, and the openai engine's ``system_fingerprint`` kept per call.
 

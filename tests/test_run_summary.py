@@ -1,4 +1,4 @@
-"""A finished run's closing summary says what is so (issue 56 item 7): the reward windows of a short
+"""A finished run's closing summary says what is so: the reward windows of a short
 run do not overlap, and a grad-norm spread with every norm 0 is "none", not "inf"."""
 
 from __future__ import annotations

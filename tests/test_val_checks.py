@@ -1,4 +1,4 @@
-"""``val:`` checked at load (issue 56 item 2): a wrong ``keep_best`` (a name validation does not log,
+"""``val:`` checked at load: a wrong ``keep_best`` (a name validation does not log,
 the wrong n, validation off) or a benchmark of another grading family is refused in one line before
 the run folder exists, not after the warm start, a step-0 checkpoint and a validation."""
 

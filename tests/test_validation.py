@@ -189,7 +189,7 @@ def test_validation_is_a_plain_eval_of_its_checkpoint(tmp_path, recipe, caplog):
     assert main(["view", str(run / "val" / "step_1"), "--out", str(tmp_path / "v.html")]) == 0
     assert main(["leaderboard", str(run / "val"), "--out", str(tmp_path / "lb")]) == 0  # every validation, a row each
     board = " ".join((tmp_path / "lb" / "leaderboard.md").read_text().split())
-    for s in (0, 1):  # model@step_N, the step, the estimator, the training run (issue 55)
+    for s in (0, 1):  # model@step_N, the step, the estimator, the training run
         row = f"| run/step_{s} | tiny-random@step_{s} | non-shared | drmas | {s} |" if recipe == "tiny" else \
             f"-llama@step_{s} | non-shared, heterogeneous | drmas | {s} |"  # two base models
         assert row in board, (row, board)

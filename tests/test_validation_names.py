@@ -1,4 +1,4 @@
-"""The names a validation carries (issue 55 item 5): the leaderboard of RUN/val names each row's model
+"""The names a validation carries: the leaderboard of RUN/val names each row's model
 `model@step_N`, its step, the estimator and the training run; a team is heterogeneous only when its
 groups start from different base models; `view` of a training run points to `train-report`.
 

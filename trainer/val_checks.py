@@ -1,5 +1,5 @@
-"""The ``val:`` settings whose meaning is known before training starts, checked then (issue 56 item
-2): ``drmas_trainer.trainer.train`` calls :func:`check_val` before the run folder exists, so a wrong
+"""The ``val:`` settings whose meaning is known before training starts, checked then:
+``drmas_trainer.trainer.train`` calls :func:`check_val` before the run folder exists, so a wrong
 ``keep_best`` or benchmark is one line, not a warm start, a step-0 checkpoint and a validation later.
 
 - the benchmarks are graded by the team's family (a toy team validating on math500 scores 0 %);
