@@ -113,6 +113,9 @@ def test_sigkill_then_resume_continues_like_an_uninterrupted_run(tmp_path):
 
     at_kill, _ = latest_checkpoint(killed / "ckpt")
     assert 1 <= at_kill < steps, "the kill should land mid-run"
+    # the kill lands before or after step K's metrics line: make it the harder case, every time
+    log = killed / "metrics.jsonl"
+    log.write_text("".join(x + "\n" for x in log.read_text().splitlines() if json.loads(x)["step"] < at_kill))
     # resume: continues from the last complete checkpoint with the same data cursor
     assert cmd_train(train_args(killed, *extra, steps=steps, resume=True)) == 0
     a, b = records(full), records(killed)

@@ -114,6 +114,21 @@ def test_metrics_are_strict_json_with_null_and_readers_accept_it(tmp_path):
     assert [_strict(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
 
 
+def test_a_resume_logs_the_checkpoint_record_of_a_step_stopped_before_its_line(tmp_path):
+    # the run stopped after step 2's checkpoint committed and before its metrics line: the resume
+    # logs the record the checkpoint carries, once, and no record past the checkpoint survives
+    log = MetricsLog(tmp_path, tracker="none")
+    for step in (1, 3):
+        log.write({"step": step, "critic/score/mean": step / 10})
+    log.close()
+    saved = {"step": 2, "critic/score/mean": 0.2, "actor/loss": None}
+    MetricsLog(tmp_path, keep_until=2, tracker="none", restore=saved).close()
+    assert read_metrics(tmp_path) == [{"step": 1, "critic/score/mean": 0.1}, saved]
+    MetricsLog(tmp_path, keep_until=2, tracker="none", restore=saved).close()  # a second resume: still once
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    MetricsLog(tmp_path, keep_until=1, tracker="none", restore=saved).close()  # another step's record: not logged
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1]
+
 def test_never_updated_names_groups_that_only_skipped():
     recs = [{"wg/a/actor/optimizer_steps": 0, "wg/a/actor/skipped_steps": 2, "wg/b/actor/optimizer_steps": 1, "wg/b/actor/skipped_steps": 1,
              "wg/c/actor/optimizer_steps": 0, "wg/c/actor/skipped_steps": 0},

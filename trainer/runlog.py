@@ -69,10 +69,12 @@ class MetricsLog:
     (drmas_trainer.trackers: none | tensorboard | wandb).
 
     ``keep_until``: on (re)start, records of later steps (written after the checkpoint being
-    resumed) are cut off, so the file always describes one consistent run."""
+    resumed) are cut off, so the file always describes one consistent run. ``restore``: the record of
+    step ``keep_until`` as its checkpoint carries it, logged here when the file lacks that step (the
+    run stopped after the checkpoint's commit, before its line; the line then has no save seconds)."""
 
     def __init__(self, run: Path, keep_until: int = 0, tracker: str = "none",
-                 config: dict[str, Any] | None = None) -> None:
+                 config: dict[str, Any] | None = None, restore: dict[str, Any] | None = None) -> None:
 
         run.mkdir(parents=True, exist_ok=True)
         self.path = run / METRICS
@@ -80,6 +82,8 @@ class MetricsLog:
         atomic_write(self.path, "".join(json_line(r) + "\n" for r in kept))
         self.tracker = make_tracker(tracker, run, keep_until=keep_until, config=config)
         self.f = open(self.path, "a", encoding="utf-8")
+        if restore is not None and restore.get("step") == keep_until and not any(r.get("step") == keep_until for r in kept):
+            self.write(restore)
 
     def write(self, record: dict[str, Any]) -> None:
         self.f.write(json_line(record) + "\n")

@@ -24,7 +24,7 @@ from drmas_bench.workflows.base import WorkflowSpec
 from drmas_trainer import checkpoint as ckpt_io
 from drmas_trainer.config.groups import WorkerGroupPlan, agent_config
 from drmas_trainer.config.train import TrainConfig
-from drmas_trainer.runlog import CKPT_CACHE
+from drmas_trainer.runlog import CKPT_CACHE, finite_or_none
 
 DRIVER_FILES = ("team.yaml", "trainer_state.json", "rng.pt")  # what the driver itself reads of a checkpoint
 
@@ -89,12 +89,14 @@ def checkpoint_team(cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], wf: Work
 
 async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGroupPlan], workers: dict[str, Any],
                           wf: WorkflowSpec, *, step: int, cursor: int, skipped_total: int,
-                          keep: tuple[int, ...] = ()) -> Path:
+                          keep: tuple[int, ...] = (), record: dict[str, Any] | None = None) -> Path:
     """Write ``<ckpt root>/step_<step>`` atomically (temp dir, marker, rename, ``latest``), then prune.
     The marker is written only when every worker group's files are in the root as the driver sees
     them (groups on other nodes write from there): else a one-line error, the previous checkpoint kept.
     A URL root (drmas_bench.checkpoints.layout): the groups upload their parts, the driver uploads its files, then commits.
-    ``keep``: steps pruning must spare besides step_0 (``val.keep_best``'s checkpoint)."""
+    ``keep``: steps pruning must spare besides step_0 (``val.keep_best``'s checkpoint). ``record``: the
+    step's metrics as they stand before the save, kept in ``trainer_state.json`` so that a resume can
+    log them where the run was stopped between the commit and its ``metrics.jsonl`` line."""
     root = ckpt_io.resolve_root(run, cfg.ckpt_root)
     tmp = ckpt_io.begin(root, step)
     await asyncio.gather(*(w.save(str(ckpt_io.member(tmp, "models", n)), str(ckpt_io.member(tmp, "optim", f"{n}.pt")))
@@ -114,6 +116,7 @@ async def save_checkpoint(run: Path, cfg: TrainConfig, plan: dict[str, WorkerGro
         ckpt_io.write_json(here / "trainer_state.json", {
             "step": step, "cursor": cursor, "skipped_total": skipped_total, "python_rng": random.getstate(),
             "estimator": cfg.algo.estimator, **_group_index(cfg), "recipe": cfg.recipe, "time": time.time(),
+            **({"record": finite_or_none(record)} if record is not None else {}),
         })
         ckpt_io.save_rng(here / "rng.pt")
     final = ckpt_io.commit(tmp, root, step)

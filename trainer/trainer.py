@@ -172,7 +172,8 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
     # --- the run directory: config, latest checkpoint, metrics --------------------------------
     use_ray = torch.cuda.is_available() and _has_ray() if use_ray is None else use_ray
     found, resume_from, state = open_run(cfg, run, resume, use_ray)
-    metrics = MetricsLog(run, keep_until=state["step"], tracker=cfg.tracker, config=cfg.to_dict())
+    metrics = MetricsLog(run, keep_until=state["step"], tracker=cfg.tracker, config=cfg.to_dict(),
+                         restore=state.get("record"))
 
     # --- worker groups (in process or Ray actors), their engines --------------------------------
     ray_started = False
@@ -286,18 +287,19 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
             record.update(await lp.val.validate(step))
         skipped_total += record[metric_names.SKIPPED_STEPS]
         # 7. checkpoint (and with val.keep_best the best validation's, kept beside latest), timed for the log
+        record[metric_names.SKIPPED_STEPS_TOTAL] = skipped_total
         save = functools.partial(save_checkpoint, run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor,
-                                 skipped_total=skipped_total)
+                                 skipped_total=skipped_total, record=record)
         saved = step == n_steps or bool(cfg.save_every and step % cfg.save_every == 0)
         clock = PhaseClock()
         if saved:
             await save(keep=lp.val.kept() if lp.val else ())
         if lp.val is not None:
             await lp.val.keep_best(step, saved, save)
-        # 8. log: after the save so that the step's record holds its seconds (verl's order); a stop between
-        #    the two leaves a checkpoint whose step has no record, never a record past the last checkpoint
+        # 8. log: after the save so that the step's record holds its seconds (verl's order); the checkpoint
+        #    carries the record without them, which a resume logs where a stop came between the two
         clock.stop(metric_names.TIME_SAVE)
-        record.update({metric_names.SKIPPED_STEPS_TOTAL: skipped_total, **clock.record,
+        record.update({**clock.record,
                        metric_names.TIME_STEP: time.perf_counter() - t_step,
                        metric_names.cpu(metric_names.TIME_STEP): time.process_time() - cpu_step})
         metrics.write(record)
