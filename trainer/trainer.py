@@ -172,8 +172,7 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
     # --- the run directory: config, latest checkpoint, metrics --------------------------------
     use_ray = torch.cuda.is_available() and _has_ray() if use_ray is None else use_ray
     found, resume_from, state = open_run(cfg, run, resume, use_ray)
-    metrics = MetricsLog(run, keep_until=state["step"], tracker=cfg.tracker, config=cfg.to_dict(),
-                         restore=state.get("record"))
+    metrics = MetricsLog(run, state["step"], tracker=cfg.tracker, config=cfg.to_dict(), restore=state.get("record"))
 
     # --- worker groups (in process or Ray actors), their engines --------------------------------
     ray_started = False
@@ -285,9 +284,8 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
         record = await rl_step(lp, batch, step, cursor_before)
         if lp.val is not None and lp.val.due(step, n_steps):  # validation on the engines as synced (RUN/val/step_N)
             record.update(await lp.val.validate(step))
-        skipped_total += record[metric_names.SKIPPED_STEPS]
+        record[metric_names.SKIPPED_STEPS_TOTAL] = skipped_total = skipped_total + record[metric_names.SKIPPED_STEPS]
         # 7. checkpoint (and with val.keep_best the best validation's, kept beside latest), timed for the log
-        record[metric_names.SKIPPED_STEPS_TOTAL] = skipped_total
         save = functools.partial(save_checkpoint, run, cfg, lp.plan, lp.workers, lp.wf, step=step, cursor=cursor,
                                  skipped_total=skipped_total, record=record)
         saved = step == n_steps or bool(cfg.save_every and step % cfg.save_every == 0)
@@ -299,8 +297,7 @@ async def rl_loop(lp: "Loop", run: Path, tasks: list[Task], state: dict[str, Any
         # 8. log: after the save so that the step's record holds its seconds (verl's order); the checkpoint
         #    carries the record without them, which a resume logs where a stop came between the two
         clock.stop(metric_names.TIME_SAVE)
-        record.update({**clock.record,
-                       metric_names.TIME_STEP: time.perf_counter() - t_step,
+        record.update({**clock.record, metric_names.TIME_STEP: time.perf_counter() - t_step,
                        metric_names.cpu(metric_names.TIME_STEP): time.process_time() - cpu_step})
         metrics.write(record)
         bar.set_postfix(reward=f"{record[metric_names.SCORE]:.3f}", refresh=False)
