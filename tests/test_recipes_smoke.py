@@ -4,7 +4,8 @@ have their own tests) runs one step as shipped on its training data, shrunk only
 with the in-process BM25 index of the mini corpus. Then ``drmas-bench eval --model <checkpoint>``
 evaluates the trained team. A paper row whose shrunk config equals another row's but for its name
 and plan figures (the 8B and 7B rows: the same settings as the 4B and 3B rows on other GPUs) is
-checked to be so instead of training the same step again. Precision stays as shipped (bfloat16: the engines run bf16 weights, the
+checked to be so instead of training the same step again; so is a grad-clip ablation row against the
+row it differs from in its threshold alone. Precision stays as shipped (bfloat16: the engines run bf16 weights, the
 policies bf16 autocast over fp32 master weights, on CPU).
 
 The search recipe's training set (PeterJinGo/nq_hotpotqa_train) is hub-only; offline, the test saves
@@ -45,7 +46,12 @@ SHRINK = ["model=tiny-random", "device=cpu", "agent_defaults.engine=hf", "agent_
 #: tiny-random here) and the plan's figures (GPUs, reported hours), which no step reads. Each is checked
 #: to be that (test below) instead of training the same step twice.
 SAME_ONCE_SHRUNK = {"math_qwen3_8b": "math_qwen3_4b", "math_qwen3_8b_shared": "math_qwen3_4b_shared",
-                    "search_qwen2.5_7b": "search_qwen2.5_3b", "search_qwen2.5_7b_shared": "search_qwen2.5_3b_shared"}
+                    "search_qwen2.5_7b": "search_qwen2.5_3b", "search_qwen2.5_7b_shared": "search_qwen2.5_3b_shared",
+                    "math_qwen3_1.7b_80gb": "math_qwen3_4b_1gpu"}
+#: a row whose shrunk run is another row's but for one number that no code path branches on (the
+#: grad-clip ablation's thresholds): checked to differ in exactly that key, the path trained once
+SAME_BUT_ONE_NUMBER = {"math_qwen3_4b_gradclip_0.2": ("math_qwen3_4b_gradclip_0.1", "agent_defaults.grad_clip", 0.2),
+                       "math_qwen3_4b_gradclip_0.5": ("math_qwen3_4b_gradclip_0.1", "agent_defaults.grad_clip", 0.5)}
 EVAL_ON = {"math_refine": ("math", "aime24"), "math_4agent": ("math", "aime24"), "search_route": ("search", "hotpotqa"), "toy": ("toy", "toy")}
 
 
@@ -76,7 +82,18 @@ def test_rows_left_out_train_as_the_row_they_name(recipe):
     assert _shrunk(recipe) == _shrunk(SAME_ONCE_SHRUNK[recipe])
 
 
-@pytest.mark.parametrize("recipe", [r for r in RECIPES if r not in SAME_ONCE_SHRUNK])
+@pytest.mark.parametrize("recipe", sorted(SAME_BUT_ONE_NUMBER))
+def test_rows_left_out_differ_from_the_row_they_name_in_one_number(recipe):
+    other, key, value = SAME_BUT_ONE_NUMBER[recipe]
+    assert recipe in RECIPES and other in RECIPES
+    mine, theirs = _shrunk(recipe), _shrunk(other)
+    section, name = key.split(".")
+    assert mine[section][name] == value and theirs[section][name] != value
+    theirs[section][name] = value
+    assert mine == theirs
+
+
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r not in SAME_ONCE_SHRUNK and r not in SAME_BUT_ONE_NUMBER])
 def test_recipe_one_step_then_eval_the_checkpoint(recipe, data_dir, sampled_dir, tmp_path):
     from drmas_bench.retrievers import default_spec as _default_retriever_spec
 

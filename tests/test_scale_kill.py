@@ -27,12 +27,13 @@ from drmas_bench import runner
 
 REPO = Path(__file__).resolve().parents[1]
 CONCURRENCY = 256
+LIMIT = 100  # per benchmark: 3,200 episodes, the kill at a third (1,066), over 3x what may be lost (64 + 256)
 
 
 def _cmd(run: Path, data_dir: Path, report: Path) -> list[str]:
     return [sys.executable, str(REPO / "scripts" / "bench_scale.py"), "--child", str(report), "--",
             "eval", "--model", "tiny-random", "--engine", "instant-double", "--suite", "search",
-            "--benchmarks", "hotpotqa,2wiki", "--n", "16", "--limit", "150", "--concurrency", str(CONCURRENCY),
+            "--benchmarks", "hotpotqa,2wiki", "--n", "16", "--limit", str(LIMIT), "--concurrency", str(CONCURRENCY),
             "--data-dir", str(data_dir), "--out", str(run), "--no-progress"]
 
 
@@ -51,7 +52,7 @@ def test_a_killed_loaded_run_loses_at_most_the_episodes_in_flight(tmp_path, data
     run, tally = tmp_path / "run", tmp_path / "finished"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "DRMAS_DOUBLE_FINISHED": str(tally)}
-    total = 2 * 150 * 16
+    total = 2 * LIMIT * 16
     proc = subprocess.Popen(_cmd(run, data_dir, tmp_path / "r.json"), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, preexec_fn=_default_signals)
     deadline = time.time() + 600
