@@ -8,6 +8,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,6 +127,23 @@ def test_sigkill_then_resume_continues_like_an_uninterrupted_run(tmp_path):
     state = json.loads((killed / "ckpt" / "latest" / "trainer_state.json").read_text())
     assert state["step"] == steps and state["cursor"] == steps * 2
 
+
+def test_a_resume_from_step_0_whose_validation_line_was_cut_off_validates_it(tmp_path):
+    # a stop after ckpt/step_0's commit, before the before-RL validation's line: the resume validates
+    # the step-0 team then, once, as the uninterrupted run did
+    val = ("val.before_train=true", "val.every=1", "val.limit=4", "val.n=1", "save_every=1")
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    from drmas_bench.commands.train import cmd_train
+
+    assert cmd_train(train_args(full, *val, steps=1)) == 0
+    assert cmd_train(train_args(cut, *val, steps=1)) == 0
+    shutil.rmtree(cut / "ckpt" / "step_1")  # resuming trusts the COMPLETE markers: step_0 is the newest
+    shutil.rmtree(cut / "val" / "step_1")
+    (cut / "metrics.jsonl").write_text("")  # val/step_0 stays: the validation ran, its line was cut off
+    assert cmd_train(train_args(cut, *val, steps=1, resume=True)) == 0
+    a, b = records(full), records(cut)
+    assert [r["step"] for r in b] == [0, 1]
+    assert b[0]["val/avg@1"] == a[0]["val/avg@1"] and b[1]["critic/score/mean"] == a[1]["critic/score/mean"]
 
 def test_ray_run_with_logical_gpus(tmp_path):
     pytest.importorskip("ray")

@@ -201,12 +201,12 @@ async def _train(cfg: TrainConfig, run: Path, tasks: list, retriever: Any, *, re
                     f"{cfg.rollout.n} episodes each")
 
         # --- RL iterations ------------------------------------------------------------------------
+        history = logged_history(read_metrics(run))
+        val = Validator(cfg, run, plan, wf, workers, retriever, history, engines) if cfg.val.active else None
         lp = Loop(cfg, plan, wf, runtime, retriever, workers, kl_ctrl=start_kl_controller(cfg, run, int(state["step"])),
-                  engines=engines,
-                  val=Validator(cfg, run, plan, wf, workers, retriever, logged_history(read_metrics(run)), engines)
-                  if cfg.val.active else None)
-        if lp.val is not None and cfg.val.before_train and not found:  # step 0: the team before RL (ckpt/step_0)
-            metrics.write({"step": 0, **await lp.val.validate(0)})
+                  engines=engines, val=val)
+        if lp.val is not None and cfg.val.before_train and state["step"] == 0 and 0 not in history:
+            metrics.write({"step": 0, **await lp.val.validate(0)})  # ckpt/step_0 before RL; again if a stop cut its line
             await lp.val.keep_best(0, True, None)
         return await rl_loop(lp, run, tasks, state, n_steps, metrics, progress)
     finally:
