@@ -145,6 +145,7 @@ def test_a_resume_from_step_0_whose_validation_line_was_cut_off_validates_it(tmp
     assert [r["step"] for r in b] == [0, 1]
     assert b[0]["val/avg@1"] == a[0]["val/avg@1"] and b[1]["critic/score/mean"] == a[1]["critic/score/mean"]
 
+
 def test_ray_run_with_logical_gpus(tmp_path):
     pytest.importorskip("ray")
     from drmas_trainer.config.train import load_config, parse_override

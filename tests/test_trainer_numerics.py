@@ -129,6 +129,7 @@ def test_a_resume_logs_the_checkpoint_record_of_a_step_stopped_before_its_line(t
     MetricsLog(tmp_path, keep_until=1, tracker="none", restore=saved).close()  # another step's record: not logged
     assert [r["step"] for r in read_metrics(tmp_path)] == [1]
 
+
 def test_never_updated_names_groups_that_only_skipped():
     recs = [{"wg/a/actor/optimizer_steps": 0, "wg/a/actor/skipped_steps": 2, "wg/b/actor/optimizer_steps": 1, "wg/b/actor/skipped_steps": 1,
              "wg/c/actor/optimizer_steps": 0, "wg/c/actor/skipped_steps": 0},
