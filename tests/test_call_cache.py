@@ -73,6 +73,11 @@ def test_every_part_of_the_call_changes_the_key_and_nothing_else_does():
     # what cannot change a completion stays out: batching, sleep, where the folder lies, the agent's name
     assert call_key(_group(options={"dtype": "float32", "device": "cpu", "max_batch": 2, "max_wait_ms": 50,
                                     "sleep_mode": "offload"}), r) == key
+    # ... where decoding is batch-invariant; the padded batch's replies depend on it, so there it counts
+    padded = {"dtype": "float32", "device": "cpu", "batch_invariant": False}
+    assert call_key(_group(options={**padded, "max_batch": 2}), r) != call_key(_group(options=padded), r)
+    assert call_key(_group(options={**padded, "max_wait_ms": 50}), r) != call_key(_group(options=padded), r)
+    assert call_key(_group(options={**padded, "sleep_mode": "offload"}), r) == call_key(_group(options=padded), r)
     assert call_key(_group(options={"dtype": "float32", "device": "cuda:0"}), r) == \
         call_key(_group(options={"dtype": "float32", "device": "cuda:1"}), r)
     assert call_key(_group(model_id={"path": "/elsewhere/copy", "content": "abc123"}), r) == key

@@ -56,15 +56,16 @@ def traits(kind: str) -> Traits:
 def output_options(kind: str, options: dict[str, Any], *, here: bool = True) -> dict[str, Any]:
     """The options of a ``kind`` engine that can change its completions, for the call cache's key:
     every option (its default where not given, so "not set" and "set to the default" are one call)
-    but the backend's ``output_neutral_options``. ``here``: the engine runs in this process (or on
-    this machine), so an ``"auto"`` is resolved as it will act (``resolved_options``); engines on
-    other nodes (a Ray pool) keep ``"auto"`` as written. An unknown option is an EngineError."""
+    but those the backend calls neutral given the rest (``neutral_options``). ``here``: the engine
+    runs in this process (or on this machine), so an ``"auto"`` is resolved as it will act
+    (``resolved_options``); engines on other nodes (a Ray pool) keep ``"auto"`` as written. An
+    unknown option is an EngineError."""
 
     cls = engine_class(kind)
     full = dataclasses.asdict(parse_options(cls.Options, dict(options), kind=kind))
     if here:
         full = cls.resolved_options(full)
-    neutral = set(getattr(cls, "output_neutral_options", ()))
+    neutral = set(cls.neutral_options(full))
     return {k: v for k, v in sorted(full.items()) if k not in neutral}
 
 

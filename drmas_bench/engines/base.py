@@ -74,6 +74,13 @@ class EngineBase:
     # timeouts, sleep, secrets): left out of the call cache's key (drmas_bench.call_cache); every other option is in it
 
     @classmethod
+    def neutral_options(cls, options: dict[str, Any]) -> tuple[str, ...]:
+        """The options that cannot change a completion given the others (``options``: every option,
+        resolved). The default: ``output_neutral_options``; a backend whose batching shapes its
+        completions in one mode and not in another says so (the hf engine's padded batch)."""
+        return cls.output_neutral_options
+
+    @classmethod
     def resolved_options(cls, options: dict[str, Any]) -> dict[str, Any]:
         """``options`` as they will act in this process (an ``"auto"`` replaced by what it means here),
         for the call cache's key. The default: unchanged. A backend whose "auto" depends on the machine

@@ -152,6 +152,16 @@ class HFEngine(EngineBase):
         if out.get("dtype", "auto") == "auto":
             out["dtype"] = "bfloat16" if out["device"] == "cuda" else "float32"
         return out
+
+    @classmethod
+    def neutral_options(cls, options: dict[str, Any]) -> tuple[str, ...]:
+        """Batching is neutral only where decoding is batch-invariant: the padded batch's completions
+        depend on the batch a request lands in, so there ``max_batch`` / ``max_wait_ms`` are part of
+        the call (a cached max-batch-32 reply is not a max-batch-1 one)."""
+        if options.get("batch_invariant", True):
+            return cls.output_neutral_options
+        return tuple(o for o in cls.output_neutral_options if o not in ("max_batch", "max_wait_ms"))
+
     serves_adapters: ClassVar[bool] = True
 
     def __init__(self, model: str, **options: Any) -> None:
