@@ -137,18 +137,24 @@ class Registry(Generic[T]):
         """``REGISTRY[name] = entry`` replaces what ``name`` holds: the deliberate override a test
         double or a worker process uses (``monkeypatch.setitem`` works); code registers with
         :meth:`register`, which refuses a name twice."""
+        aliases = self._aliases(name)  # an override keeps the names it answers to
         self.unregister(name)
-        self.register(name, entry)
+        self.register(name, entry, aliases=aliases)
 
     def __delitem__(self, name: str) -> None:
         self.unregister(name)
 
     def unregister(self, name: str) -> None:
-        """Remove ``name`` (a test's own entry, when it is done); a missing name is no error."""
+        """Remove ``name`` and its aliases (a test's own entry, when it is done); an alias removes
+        only itself; a missing name is no error."""
         self._check_open(name)
-        self._entries.pop(name, None)
-        self._lazy.discard(name)
-        self._alias_of.pop(name, None)
+        for key in (name, *self._aliases(name)):
+            self._entries.pop(key, None)
+            self._lazy.discard(key)
+            self._alias_of.pop(key, None)
+
+    def _aliases(self, name: str) -> tuple[str, ...]:
+        return tuple(a for a, owner in self._alias_of.items() if owner == name)
 
     def freeze(self) -> None:
         """No registration from now on (``discovery`` freezes what the suites fill once they are in)."""

@@ -101,6 +101,18 @@ def test_a_lazy_entry_is_imported_when_first_asked_for():
         reg.get("x")
 
 
+def test_unregistering_a_name_removes_its_aliases_and_an_override_keeps_them():
+    reg: Registry[int] = Registry("widget")
+    reg.register("a", 1, aliases=("aa", "a1"))
+    reg["a"] = 5  # an override (monkeypatch.setitem): the aliases answer with the new entry
+    assert (reg.get("a"), reg.get("aa"), reg.get("a1")) == (5, 5, 5)
+    reg.unregister("aa")  # an alias removes only itself
+    assert "aa" not in reg.names() and reg.get("a1") == 5
+    reg.unregister("a")
+    assert reg.names() == []
+    reg.register("a1", 2)  # free again: before, the stale alias refused it
+    assert reg.get("a1") == 2
+
 def test_a_frozen_registry_refuses_registration_outside_unfrozen():
     reg: Registry[int] = Registry("widget")
     reg.register("a", 1)
