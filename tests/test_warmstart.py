@@ -81,14 +81,22 @@ def test_search_examples_speak_the_protocol(examples):
 def test_yes_no_questions_get_their_share():
     """HotpotQA's yes/no comparisons (9 of its 100 train questions) are drawn at yes_no_share, not at
     their ~4 % of the pool; yes_no_share=0 leaves them to their natural share."""
-    from drmas_bench.suites.search.search_sft import search_sft_examples
+    from drmas_bench.suites.search.search_sft import (DEFAULT_SOURCES, draw_search_questions, search_sft_examples,
+                                                       search_train_tasks)
 
-    def share(k: float) -> float:
-        ex = search_sft_examples(["answerer"], 200, seed=0, data_dir=DATA, yes_no_share=k)
-        return sum(P.last_answer(e.target).lower() in ("yes", "no") for e in ex) / len(ex)
+    pool = [t for t in search_train_tasks(str(DATA)) if t.benchmark in DEFAULT_SOURCES]
 
-    assert 0.12 <= share(0.2) <= 0.3 and share(0.15) > share(0.0)
-    assert 0.0 < share(0.0) <= 0.1
+    def share(k: float) -> float:  # the draw alone: the episodes' BM25 searches do not change it
+        drawn = draw_search_questions(pool, 200, 0, yes_no_share=k, first_verdict_share=2 / 3)
+        return sum(t.answers[0].strip().lower() in ("yes", "no") for t, _ in drawn) / len(drawn)
+
+    none = share(0.0)
+    assert 0.12 <= share(0.2) <= 0.3 and share(0.15) > none
+    assert 0.0 < none <= 0.1
+    # the examples answer the drawn questions: the answerer's target is each one's gold
+    ex = search_sft_examples(["answerer"], 30, seed=0, data_dir=DATA, yes_no_share=0.2)
+    drawn = draw_search_questions(pool, 30, 0, yes_no_share=0.2, first_verdict_share=2 / 3)
+    assert [P.last_answer(e.target) for e in ex] == [t.answers[0] for t, _ in drawn]
 
 
 @needs_data

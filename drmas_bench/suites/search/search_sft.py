@@ -148,10 +148,19 @@ def search_episode_turns(task: Any, retriever: Any, workflow_options: dict[str, 
     """The turns of one scripted `search_route` episode on `task` (verifier no, searcher, verifier
     yes, answerer): each turn's request is what the rollout would show the agent there."""
 
+    return _run_apart(_scripted_turns([task], retriever, workflow_options))[0]
+
+
+async def _scripted_turns(tasks: list[Any], retriever: Any, workflow_options: dict[str, Any] | None) -> list[list]:
+    """The turns of a scripted episode on each of ``tasks``, one after another on one event loop."""
+
     wf = get_workflow("search_route")
-    ep = Episode(task, 0, _ScriptedTeam(task.question, task.answers[0]), wf.agents, retriever=retriever)
-    _run_apart(wf.fn(ep, **(workflow_options or {})))
-    return ep.turns
+    out = []
+    for task in tasks:
+        ep = Episode(task, 0, _ScriptedTeam(task.question, task.answers[0]), wf.agents, retriever=retriever)
+        await wf.fn(ep, **(workflow_options or {}))
+        out.append(ep.turns)
+    return out
 
 
 def _run_apart(coro: Any) -> Any:
@@ -160,6 +169,32 @@ def _run_apart(coro: Any) -> Any:
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+def draw_search_questions(pool: list[Any], n: int, seed: int, *, yes_no_share: float,
+                          first_verdict_share: float) -> list[tuple[Any, bool]]:
+    """The ``n`` questions of `search_sft_examples` drawn from ``pool``, each with whether its
+    verifier example is the first verdict: the draw alone, by ``random.Random(seed)``."""
+
+    apart = yes_no_share > 0  # 0: yes/no questions stay in their sources, at their natural share
+    by_source: dict[str, list[Any]] = {}
+    for t in pool:
+        yn = apart and t.answers[0].strip().lower() in YES_NO
+        by_source.setdefault("yes/no" if yn else t.benchmark, []).append(t)
+    sources = sorted(k for k in by_source if k != "yes/no")
+    rng = random.Random(seed)
+    queues: dict[str, list[Any]] = {k: [] for k in by_source}
+    drawn: list[tuple[Any, bool]] = []  # (question, whether the verifier's example is its first verdict)
+    for _ in range(n):
+        # equal shares of the sources (NQ alone would outnumber the multi-hop sets 40:1), yes/no apart
+        src = "yes/no" if "yes/no" in by_source and rng.random() < yes_no_share else rng.choice(sources)
+        if not queues[src]:
+            queues[src] = list(by_source[src])
+            rng.shuffle(queues[src])
+        # the step-1 verdict (search first) in 2 of 3 verifier examples: a verifier that answers before
+        # any search ends the episode on nothing; one that asks for a second search only costs a step
+        drawn.append((queues[src].pop(), rng.random() < first_verdict_share))
+    return drawn
 
 
 def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: str | os.PathLike | None = None,
@@ -194,28 +229,14 @@ def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: s
     if unknown or not sources:
         raise ValueError(f"search warm-start sources are {', '.join(SEARCH_TRAIN_SOURCES)}, not {', '.join(unknown) or 'none'}")
     pool = [t for t in search_train_tasks(None if data_dir is None else str(data_dir)) if t.benchmark in sources]
-    d = str(_search_data_dir(data_dir))
-    ret = _open_search_retriever(retriever, d)
-    apart = yes_no_share > 0  # 0: yes/no questions stay in their sources, at their natural share
-    by_source: dict[str, list[Any]] = {}
-    for t in pool:
-        yn = apart and t.answers[0].strip().lower() in YES_NO
-        by_source.setdefault("yes/no" if yn else t.benchmark, []).append(t)
-    sources = sorted(k for k in by_source if k != "yes/no")
-    rng = random.Random(seed)
-    queues: dict[str, list[Any]] = {k: [] for k in by_source}
+    ret = _open_search_retriever(retriever, str(_search_data_dir(data_dir)))
+    drawn = draw_search_questions(pool, n, seed, yes_no_share=yes_no_share, first_verdict_share=first_verdict_share)
+    # the episodes one after another on one thread's event loop, not a thread and a loop each
+    episodes = _run_apart(_scripted_turns([t for t, _ in drawn], ret, workflow_options))
     out: list[SFTExample] = []
-    for _ in range(n):
-        # equal shares of the sources (NQ alone would outnumber the multi-hop sets 40:1), yes/no apart
-        src = "yes/no" if "yes/no" in by_source and rng.random() < yes_no_share else rng.choice(sources)
-        if not queues[src]:
-            queues[src] = list(by_source[src])
-            rng.shuffle(queues[src])
-        turns = search_episode_turns(queues[src].pop(), ret, workflow_options)
+    for (_, first), turns in zip(drawn, episodes):
         verifier = [t for t in turns if t.agent == "verifier"]
-        # the step-1 verdict (search first) in 2 of 3 verifier examples: a verifier that answers before
-        # any search ends the episode on nothing; one that asks for a second search only costs a step
-        pick = {"verifier": verifier[0] if rng.random() < first_verdict_share else verifier[-1]}
+        pick = {"verifier": verifier[0] if first else verifier[-1]}
         pick.update((t.agent, t) for t in turns if t.agent != "verifier")
         for agent in agents:
             t = pick[agent]
