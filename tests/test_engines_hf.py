@@ -187,6 +187,20 @@ def test_updated_weights_survive_sleep(tiny):
     run(eng.close())
 
 
+def test_update_weights_converts_to_the_engines_dtype_as_torch_rounds(tiny):
+    """An fp32 trainer's weights land in a bf16 engine rounded as ``Tensor.to(bfloat16)`` rounds
+    them, bit for bit, whatever path the copy takes."""
+    eng = make_engine("hf", str(tiny), device="cpu", dtype="bfloat16")
+    run(eng.wake())
+    name = "model.layers.0.mlp.up_proj.weight"
+    shape = eng._hf_model.state_dict()[name].shape
+    new = torch.randn(shape, generator=torch.Generator().manual_seed(3), dtype=torch.float32)
+    run(eng.update_weights([(name, new)]))
+    got = eng._hf_model.state_dict()[name]
+    assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16), new.to(torch.bfloat16).view(torch.int16))
+    run(eng.close())
+
+
 def test_zero_budget(engine):
     [zero] = run(engine.generate([req("hi", n=0)]))
     assert zero.finish == "length" and zero.token_ids == [] and not zero.prompt_truncated

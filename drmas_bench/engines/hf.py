@@ -368,7 +368,7 @@ class HFEngine(EngineBase):
                             f"hf engine: update_weights {name!r} has shape {tuple(value.shape)}, "
                             f"expected {tuple(sd[name].shape)}"
                         )
-                    sd[name].copy_(value.to(sd[name].device, sd[name].dtype))
+                    sd[name].copy_(value)  # converts device and dtype in the one pass, no fresh tensor
             self._dirty = True
 
     def _update_adapter_sync(self, name: str, config: dict[str, Any], tensors: dict[str, Any]) -> None:
