@@ -12,9 +12,11 @@ jobs the wall time grows with the load and the CPU seconds do not: read the CPU 
 Phases: rollout = ``timing_s/gen``; old log-probs = ``timing_s/old_log_prob`` (predicted: the update
 phase's forward passes' share that recomputes them); update = ``timing_s/update_actor``; sync =
 ``timing_s/sync_weights``; step = ``timing_s/step`` (also its checkpoint and what no phase covers).
-The model has no term for fixed per-call overheads (Python, kernel dispatch, the harness) nor for
-start-up; "other" and "start-up" show how much of the measured time they are. On a shared, loaded
-machine absolute seconds are inflated: the ratio is what to read, and CPU seconds are printed too.
+On this machine the model measures the hf engine's decode (its products' weight bandwidth and a
+step's other costs: drmas_trainer.forecast.hardware_probe.decode_cost); it has no term for a
+step's checkpoint and bookkeeping ("other") nor for start-up, which the table shows apart. On a
+shared, loaded machine absolute seconds are inflated: the ratio is what to read, and CPU seconds
+are printed too.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from drmas_bench.commands.train import plan_recipe
 from drmas_bench.types import Completion, Request, Task, Trajectory, Turn, UserError
 from drmas_trainer import metric_names as M
 from drmas_trainer.config.train import load_config
-from drmas_trainer.forecast.hardware_probe import probe
+from drmas_trainer.forecast.hardware_probe import DECODE_ROWS, DecodeCost, decode_cost, probe
 from drmas_trainer.runlog import MetricsLog
 from drmas_trainer.workload_log import load, measure, step_metrics
 
@@ -124,6 +124,65 @@ def test_the_probe_is_a_measured_row_used_as_it_is():
         assert math.isfinite(v) and v > 0
     assert hw.flops_used == hw.bf16_flops and hw.bytes_used == hw.hbm_bytes_s  # no second discount
     assert "measured" in hw.title and "GFLOP/s" in hw.source
+
+
+@pytest.mark.parametrize("dtype, invariant", [("float32", True), ("bfloat16", False)])
+def test_the_decode_probe_is_measured_in_the_engines_dtype_and_mode(dtype, invariant):
+    import torch
+
+    from drmas_trainer.forecast.shapes import model_shape
+
+    shape = model_shape("tiny-random")
+    dc = decode_cost(shape, getattr(torch, dtype), invariant, seconds=0.02)
+    assert dc.weight_bytes == {"float32": 4, "bfloat16": 2}[dtype] and dc.invariant == invariant
+    assert math.isfinite(dc.weight_bytes_s) and dc.weight_bytes_s > 0
+    for v in (*dc.fixed, *dc.per_layer):
+        assert math.isfinite(v) and v >= 0
+    # the step's other costs go through the two measured points, linearly in the rows
+    at = [f + shape.layers * p for f, p in zip(dc.fixed, dc.per_layer)]
+    assert dc.step_overhead_s(1, shape.layers) == pytest.approx(max(at[0], 0.0))
+    assert dc.step_overhead_s(DECODE_ROWS, shape.layers) == pytest.approx(max(at[1], 0.0))
+    assert ("batch-invariant" if invariant else "padded") in dc.source and dtype in dc.source
+
+
+def test_a_measured_decode_replaces_the_published_terms_as_stated(tmp_path):
+    """With a decode cost per group (a made-up one: no measurement), each call's prefill and decode
+    and the weight syncs are what the hours model's docstring says, recomputed here by hand."""
+    from drmas_trainer.forecast.hours import forward_flops, kv_bytes_per_token, predict
+
+    trajs = _trajs(random.Random(5), 6)
+    log = MetricsLog(tmp_path)
+    log.write({"step": 1, **step_metrics(trajs, GROUP_OF)})
+    log.close()
+    cfg = load_config("smollm2_toy", {})
+    plan, plain = plan_recipe(cfg, gpu="h100", local=True, workload=str(tmp_path))
+    dc = DecodeCost(2e9, (1e-3, 4e-3), (2e-4, 5e-4), "made up", weight_bytes=2, invariant=True)
+    from drmas_bench.workflows.base import get_workflow
+    from drmas_trainer.config.groups import plan_worker_groups
+    from drmas_trainer.forecast.shapes import model_shape
+    from drmas_trainer.workload_log import load as load_wl
+
+    groups = plan_worker_groups(cfg, get_workflow(cfg.workflow).agents)
+    shapes = {g: model_shape(str(p.settings.model)) for g, p in groups.items()}
+    wl = load_wl(str(tmp_path)).for_plan(cfg.rollout.max_new_tokens)
+    hw = plain.hardware
+    est = predict(cfg, groups, shapes, plan, hw, gpu="h100", gpus=1, tasks=None, workload=wl,
+                  decode={g: dc for g in groups})
+    assert len(est.calls) == len(plain.calls) > 0
+    for c, p in zip(est.calls, plain.calls):
+        sh = shapes[c.group]
+        b, L, r, pr = c.batch, c.longest, c.response, c.prompt
+        over = lambda rows: dc.fixed[0] + sh.layers * dc.per_layer[0] + (rows - 1) * (  # noqa: E731
+            dc.fixed[1] + sh.layers * dc.per_layer[1] - dc.fixed[0] - sh.layers * dc.per_layer[0]) / (DECODE_ROWS - 1)
+        assert c.prefill_s == pytest.approx(p.prefill_s + b * over(1))  # each prompt alone
+        blocks = -(-b // DECODE_ROWS)
+        mem = L * blocks * 2 * sh.params / 2e9 + b * r * (pr + r / 2) * kv_bytes_per_token(sh) / hw.bytes_used
+        comp = b * r * 2 * sh.params / hw.flops_used
+        assert c.decode_s == pytest.approx(max(mem, comp) + L * over(b * r / L))
+        assert forward_flops(sh, 0) == 2 * sh.params
+    trainer_bytes = {"float32": 4, "bfloat16": 2}[groups[est.calls[0].group].settings.dtype]
+    want_sync = sum((trainer_bytes + 2) * shapes[c.group].params / hw.hbm_bytes_s for c in est.calls if c.wakes)
+    assert est.syncs > 0 and est.sync_s == pytest.approx(want_sync)
 
 
 def test_the_plan_here_predicts_from_the_measured_workload(tmp_path):

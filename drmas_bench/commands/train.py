@@ -295,7 +295,9 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
     plan.prompt_source = prompt_why
     plan.memory_source = "--gpu-memory" if gpu_gib else f"{gpu_why}: {name}" if gpu else "default: an H200"
     tasks, why = training_prompts(cfg)
-    est = predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why, workload=wl)
+    decode = _decode_here(cfg, groups, shapes) if gpu == "here" else None
+    est = predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why, workload=wl,
+                  decode=decode)
     est.sources = {"GPU": gpu_why, "GPUs": layout.note or "the recipe's fsdp and ray sections"}
     if wl is not None:  # one figure, from the run measured
         return plan, est
@@ -303,13 +305,37 @@ def plan_recipe(cfg: Any, *, gpu: str | None = None, gpu_gib: float | None = Non
 
     def hours(end: Any, early: Any = None) -> Any:
         return predict(cfg, groups, shapes, plan, hw, gpu=name, gpus=plan.n_gpus, tasks=tasks, tasks_why=why,
-                       workload=stated(cfg, agents, end, early=early)).hours
+                       workload=stated(cfg, agents, end, early=early), decode=decode).hours
 
     est.low_hours, est.high_hours = hours("low"), hours("high")
     if est.hours is not None:
         est.parts = {"the longest response": (hours("low", "point"), hours("high", "point")),
                      "early stopping": (hours("point", "low"), hours("point", "high"))}
     return plan, est
+
+
+def _decode_here(cfg: Any, groups: dict[str, Any], shapes: dict[str, Any]) -> dict[str, Any]:
+    """Per worker group whose engine is ``hf``: its decode on this machine, measured now in the
+    engine's dtype and decode mode (drmas_trainer.forecast.hardware_probe.decode_cost), once per
+    distinct (family and vocabulary, dtype, mode)."""
+    import torch
+
+    from drmas_bench.engines import engine_class
+    from drmas_bench.engines.hf import HFEngine
+    from drmas_trainer.forecast.hardware_probe import decode_cost
+
+    out: dict[str, Any] = {}
+    seen: dict[tuple, Any] = {}
+    for g, plan in groups.items():
+        if not issubclass(engine_class(plan.settings.engine), HFEngine):  # the decode the probe knows
+            continue
+        opts = HFEngine.resolved_options({**plan.settings.engine_options, "device": "cpu"})
+        sh = shapes[g]
+        key = (sh.qk_norm, sh.qkv_bias, sh.vocab, opts["dtype"], bool(opts.get("batch_invariant", True)))
+        if key not in seen:
+            seen[key] = decode_cost(sh, getattr(torch, opts["dtype"]), key[-1], threads=cfg.torch_threads)
+        out[g] = seen[key]
+    return out
 
 
 def cmd_plan(cfg: Any, args: argparse.Namespace) -> int:

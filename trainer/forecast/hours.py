@@ -31,6 +31,15 @@ with the step's batch split evenly, TP 1; P = a group's parameters; W = 2P bytes
   whose engine was put to sleep is another. Each moves W: gathered over NVLink from the other
   ranks' shards ((N - 1) / N x W) and written into the engine (2 x W of HBM traffic).
 
+**On this machine** (``--gpu here``: its CPU, measured by drmas_trainer.forecast.hardware_probe), a
+group whose engine is ``hf`` decodes as that engine was measured to, not at the copy bandwidth:
+its products read the weights (P x the engine dtype's bytes, per block of ``DECODE_ROWS`` rows in
+the batch-invariant decode) at the rate a decode-shaped product reached, and every forward pays the
+step's other costs (each layer's ops, attention per row, sampling over the vocabulary), measured on
+narrow random models of the same family: per prompt alone in its prefill (invariant) or once per
+batch (padded), and at every decode step for the rows still decoding. A weight sync there is one
+copy, read in the trainer's dtype and written in the engine's, at the copy bandwidth.
+
 F(c) = 2P + 4 x layers x c x heads x head_dim: a token's forward FLOPs (matrix products and the
 attention over c earlier tokens). **Validation**: each of the run's validations (before training,
 every ``val.every`` steps, the last step) is the workload's calls over questions x ``val.n``
@@ -54,9 +63,13 @@ from drmas_trainer.forecast.workload import Workload, stated
 __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
            "training_prompts"]
 
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DECODE_ROWS = 8  # = drmas_trainer.forecast.hardware_probe.DECODE_ROWS (not imported: that module imports torch)
+
 if TYPE_CHECKING:
     from drmas_trainer.config.groups import WorkerGroupPlan
     from drmas_trainer.config.train import TrainConfig
+    from drmas_trainer.forecast.hardware_probe import DecodeCost
     from drmas_trainer.forecast.memory import MemoryPlan
     from drmas_trainer.forecast.shapes import ModelShape
 
@@ -111,6 +124,7 @@ class HoursEstimate:
     low_hours: float | None = None  # the range (drmas_trainer.forecast.outlook); None: a measured workload
     high_hours: float | None = None
     parts: dict[str, tuple[float, float]] = field(default_factory=dict)  # unknown -> its own (low, high) hours
+    decode_sources: dict[str, str] = field(default_factory=dict)  # group -> its decode as measured here
 
     @property
     def rollout_s(self) -> float:
@@ -180,15 +194,19 @@ def training_prompts(cfg: "TrainConfig") -> tuple[int | None, str]:
 
 def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: dict[str, "ModelShape"],
             memplan: "MemoryPlan", hw: Hardware, *, gpu: str, gpus: int, tasks: int | None,
-            tasks_why: str = "", workload: Workload | None = None) -> HoursEstimate:
+            tasks_why: str = "", workload: Workload | None = None,
+            decode: dict[str, "DecodeCost"] | None = None) -> HoursEstimate:
     """The hours of ``cfg`` (module docstring) on ``gpus`` GPUs of ``hw``, its groups laid out as in
     ``memplan`` (ranks per group; colocated or separate; engines awake at once under the rollout
     budget); ``tasks``: distinct training prompts (None: the run's length in steps is unknown when
     the recipe counts epochs); ``workload``: the step's (default: the point the recipe's ``plan:``
-    states)."""
+    states); ``decode``: per group, its hf engine's decode measured on this machine
+    (drmas_trainer.forecast.hardware_probe.decode_cost; ``--gpu here``), which replaces the decode
+    and weight-sync terms of the published figures (module docstring, "On this machine")."""
     ranks = max(memplan.ranks, 1)  # a group's engines and shards: one per GPU of its `ranks` GPUs
     workload = workload or stated(cfg, [a for p in groups.values() for a in p.agents])
-    calls = _calls(workload, cfg, groups, shapes, hw, ranks)
+    decode = decode or {}
+    calls = _calls(workload, cfg, groups, shapes, hw, ranks, decode=decode)
     capacity = min((ro.awake for ro in memplan.rollouts if ro.engines), default=len(groups))
     for call, w in zip(calls, _lru_wakes([c.group for c in calls], capacity)):
         call.wakes = w
@@ -198,19 +216,23 @@ def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: di
     update_wall = sum(per_group.values()) if len(memplan.gpus) == 1 else max(per_group.values())
     sync_s = 0.0
     for c in calls:
-        if c.wakes:
+        if c.wakes and c.group in decode:  # read in the trainer's dtype, written in the engine's: one copy
+            src = _DTYPE_BYTES.get(groups[c.group].settings.dtype, 4)
+            sync_s += (src + decode[c.group].weight_bytes) * shapes[c.group].params / hw.hbm_bytes_s
+        elif c.wakes:
             W = 2 * shapes[c.group].params
             sync_s += W * (ranks - 1) / ranks / hw.nvlink_bytes_s + 2 * W / hw.hbm_bytes_s
     steps, steps_why = run_steps(cfg, tasks, tasks_why)
     pc = cfg.plan
     reported = pc.reported_hours if gpu == (pc.gpu or gpu) else None  # only beside the reference's own hardware
     est = HoursEstimate(gpu, hw, gpus, steps, steps_why, calls, update_s, offload_s, update_wall, sync_s,
-                        sum(c.wakes for c in calls), reported, workload=workload.source)
+                        sum(c.wakes for c in calls), reported, workload=workload.source,
+                        decode_sources={g: d.source for g, d in decode.items()})
     if steps is not None:  # validation: the same calls over its questions x val.n episodes
         est.val_count, est.val_episodes = validations(cfg, steps)
         if est.val_count:
-            est.val_s = sum(c.prefill_s + c.decode_s
-                            for c in _calls(workload, cfg, groups, shapes, hw, ranks, episodes=est.val_episodes))
+            est.val_s = sum(c.prefill_s + c.decode_s for c in _calls(workload, cfg, groups, shapes, hw, ranks,
+                                                                     episodes=est.val_episodes, decode=decode))
     return est
 
 
@@ -242,10 +264,11 @@ def validations(cfg: "TrainConfig", steps: int) -> tuple[int, int]:
 
 
 def _calls(workload: Workload, cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"],
-           shapes: dict[str, "ModelShape"], hw: Hardware, ranks: int, episodes: int | None = None) -> list[Call]:
+           shapes: dict[str, "ModelShape"], hw: Hardware, ranks: int, episodes: int | None = None,
+           decode: dict[str, "DecodeCost"] | None = None) -> list[Call]:
     """The step's generate calls with their prefill and decode seconds (module docstring), from
     ``workload`` (drmas_trainer.forecast.workload: stated by the recipe or measured) over ``episodes``
-    episodes (default a step's: prompts_per_step x n)."""
+    episodes (default a step's: prompts_per_step x n); a group in ``decode`` decodes as measured."""
     group_of = {a: g for g, p in groups.items() for a in p.agents}
     B = episodes or cfg.rollout.prompts_per_step * cfg.rollout.n
     eff_flops, eff_bw = hw.flops_used, hw.bytes_used
@@ -259,9 +282,21 @@ def _calls(workload: Workload, cfg: "TrainConfig", groups: dict[str, "WorkerGrou
         b, p, r, L = c.share * B / ranks, c.prompt_tokens, c.mean_response, c.longest_response
         call = Call(c.agent, g, b, p, r, longest=L)
         call.prefill_s = b * p * forward_flops(sh, p / 2) / eff_flops
-        mem = L * 2 * sh.params + b * r * (p + r / 2) * kv_bytes_per_token(sh)
-        comp = b * r * 2 * sh.params
-        call.decode_s, call.decode_bound = max((mem / eff_bw, "memory"), (comp / eff_flops, "compute"))
+        kv = b * r * (p + r / 2) * kv_bytes_per_token(sh)
+        dc = (decode or {}).get(g)
+        if dc is None:
+            mem = L * 2 * sh.params + kv
+            comp = b * r * 2 * sh.params
+            call.decode_s, call.decode_bound = max((mem / eff_bw, "memory"), (comp / eff_flops, "compute"))
+        else:
+            call.prefill_s += (b * dc.step_overhead_s(1, sh.layers) if dc.invariant  # each prompt alone
+                               else dc.step_overhead_s(b, sh.layers))
+            blocks = math.ceil(b / DECODE_ROWS) if dc.invariant else 1  # the invariant decode's padded blocks
+            mem = L * blocks * dc.weight_bytes * sh.params / dc.weight_bytes_s + kv / eff_bw
+            comp = b * r * 2 * sh.params / eff_flops
+            rows = b * r / max(L, 1e-9)  # the rows still decoding, on average over the call's L steps
+            call.decode_s, call.decode_bound = max((mem, "memory"), (comp, "compute"))
+            call.decode_s += L * dc.step_overhead_s(rows, sh.layers)
         calls.append(call)
     return calls
 
@@ -295,6 +330,7 @@ def format_hours(est: HoursEstimate) -> str:
     out = [f"\nhours on {est.gpus} x {hw.title}" + (f" ({whence})" if whence else "") + f" [{hw.source}]: "
            f"{hw.bf16_flops / 1e12:.3g} TFLOP/s at MFU {mfu:.2f}, memory {hw.hbm_bytes_s / 1e12:.3g} TB/s at MBU "
            f"{mbu:.2f}, NVLink {hw.nvlink_bytes_s / 1e9:.0f} GB/s, PCIe {hw.pcie_bytes_s / 1e9:.0f} GB/s (one direction)",
+           *(f"  decode of {g}: {src}" for g, src in est.decode_sources.items()),
            f"  {'call':<22} {'seq/GPU':>8} {'prompt':>7} {'resp':>6} {'max':>5} {'prefill s':>10} {'decode s':>9}  bound"
            "   wake"]
     for i, c in enumerate(est.calls, 1):
