@@ -126,6 +126,14 @@ def test_the_probe_is_a_measured_row_used_as_it_is():
     assert "measured" in hw.title and "GFLOP/s" in hw.source
 
 
+def _log_one_step(run: Path, trajs: list[Trajectory]) -> list[Trajectory]:
+    """A run folder whose metrics.jsonl holds one step's workload figures of ``trajs``."""
+    log = MetricsLog(run)
+    log.write({"step": 1, **step_metrics(trajs, GROUP_OF)})
+    log.close()
+    return trajs
+
+
 @pytest.mark.parametrize("dtype, invariant", [("float32", True), ("bfloat16", False)])
 def test_the_decode_probe_is_measured_in_the_engines_dtype_and_mode(dtype, invariant):
     import torch
@@ -150,10 +158,7 @@ def test_a_measured_decode_replaces_the_published_terms_as_stated(tmp_path):
     and the weight syncs are what the hours model's docstring says, recomputed here by hand."""
     from drmas_trainer.forecast.hours import forward_flops, kv_bytes_per_token, predict
 
-    trajs = _trajs(random.Random(5), 6)
-    log = MetricsLog(tmp_path)
-    log.write({"step": 1, **step_metrics(trajs, GROUP_OF)})
-    log.close()
+    _log_one_step(tmp_path, _trajs(random.Random(5), 6))
     cfg = load_config("smollm2_toy", {})
     plan, plain = plan_recipe(cfg, gpu="h100", local=True, workload=str(tmp_path))
     dc = DecodeCost(2e9, (1e-3, 4e-3), (2e-4, 5e-4), "made up", weight_bytes=2, invariant=True)
@@ -186,10 +191,7 @@ def test_a_measured_decode_replaces_the_published_terms_as_stated(tmp_path):
 
 
 def test_the_plan_here_predicts_from_the_measured_workload(tmp_path):
-    trajs = _trajs(random.Random(3), 4)
-    log = MetricsLog(tmp_path)
-    log.write({"step": 1, **step_metrics(trajs, GROUP_OF)})
-    log.close()
+    trajs = _log_one_step(tmp_path, _trajs(random.Random(3), 4))
     cfg = load_config("tiny", {})
     _, est = plan_recipe(cfg, gpu="here", local=True, workload=str(tmp_path))
     B = cfg.rollout.prompts_per_step * cfg.rollout.n
