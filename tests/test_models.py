@@ -261,6 +261,36 @@ def test_smollm2_source_errors_say_what_to_run(tmp_cache, tmp_path, monkeypatch)
         M.find_smollm2_gguf(tmp_path, download=False, log=lambda m: None)
 
 
+def test_a_gguf_file_is_parsed_once_while_smollm2_is_built(tmp_path):
+    """transformers opens the GGUF four times while the model is built; inside the block the same
+    reader answers each time for the same file (another file gets its own), and afterwards
+    ``gguf.GGUFReader`` is the library's own again, even after an error."""
+    import gguf
+    import numpy as np
+
+    from drmas_bench.models.smollm2 import _gguf_parsed_once
+
+    files = []
+    for name in ("a", "b"):
+        w = gguf.GGUFWriter(str(tmp_path / f"{name}.gguf"), "llama")
+        w.add_uint32("test.value", 7)
+        w.add_tensor("t", np.arange(8, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        files.append(str(tmp_path / f"{name}.gguf"))
+    made = gguf.GGUFReader
+    with _gguf_parsed_once():
+        first, again, other = gguf.GGUFReader(files[0]), gguf.GGUFReader(files[0]), gguf.GGUFReader(files[1])
+        assert first is again and other is not first
+        assert [t.name for t in first.tensors] == ["t"] and list(first.tensors[0].data) == list(range(8))
+    assert gguf.GGUFReader is made and gguf.GGUFReader(files[0]) is not first
+    with pytest.raises(RuntimeError), _gguf_parsed_once():
+        raise RuntimeError("boom")
+    assert gguf.GGUFReader is made
+
+
 @pytest.mark.slow
 def test_smollm2_answers_paris():
     """Uses the real cache (the set-up script prepares it); prepares it here if the wheel can be had."""

@@ -12,7 +12,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,29 @@ def find_smollm2_gguf(work_dir: Path, download: bool = True, log: Callable[[str]
     return gguf
 
 
+@contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """Within the block, each GGUF file is parsed once: transformers builds a new ``gguf.GGUFReader``
+    for the config, again for the tokenizer, the model's config and its weights (four parses of the
+    same header, about 4 s each here); the reader is read-only, so the first one serves them all."""
+    import gguf
+
+    made = gguf.GGUFReader
+    readers: dict[tuple, Any] = {}
+
+    def reader(path: Any, *args: Any, **kwargs: Any) -> Any:
+        key = (os.path.realpath(path), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = made(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = made
+
+
 def build_smollm2(dest: Path, log: Callable[[str], None] = progress) -> dict[str, Any]:
     """Convert SmolLM2-135M-Instruct's GGUF into a float32 safetensors checkpoint in ``dest``."""
     import torch
@@ -125,7 +149,7 @@ def build_smollm2(dest: Path, log: Callable[[str], None] = progress) -> dict[str
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="smollm2-gguf-", dir=dest.parent) as work:
+    with tempfile.TemporaryDirectory(prefix="smollm2-gguf-", dir=dest.parent) as work, _gguf_parsed_once():
         gguf = find_smollm2_gguf(Path(work), log=log)
         gdir, gname = str(gguf.parent), gguf.name
         log("smollm2-135m-instruct: loading the GGUF tokenizer")
