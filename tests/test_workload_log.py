@@ -140,6 +140,9 @@ def test_the_decode_probe_is_measured_in_the_engines_dtype_and_mode(dtype, invar
 
     from drmas_trainer.forecast.shapes import model_shape
 
+    from drmas_bench.engines.invariant import BLOCK
+
+    assert DECODE_ROWS == BLOCK  # the probe's rows are the invariant decode's blocks
     shape = model_shape("tiny-random")
     dc = decode_cost(shape, getattr(torch, dtype), invariant, seconds=0.02)
     assert dc.weight_bytes == {"float32": 4, "bfloat16": 2}[dtype] and dc.invariant == invariant
@@ -180,7 +183,7 @@ def test_a_measured_decode_replaces_the_published_terms_as_stated(tmp_path):
         over = lambda rows: dc.fixed[0] + sh.layers * dc.per_layer[0] + (rows - 1) * (  # noqa: E731
             dc.fixed[1] + sh.layers * dc.per_layer[1] - dc.fixed[0] - sh.layers * dc.per_layer[0]) / (DECODE_ROWS - 1)
         assert c.prefill_s == pytest.approx(p.prefill_s + b * over(1))  # each prompt alone
-        blocks = -(-b // DECODE_ROWS)
+        blocks = -(-b // dc.rows)
         mem = L * blocks * 2 * sh.params / 2e9 + b * r * (pr + r / 2) * kv_bytes_per_token(sh) / hw.bytes_used
         comp = b * r * 2 * sh.params / hw.flops_used
         assert c.decode_s == pytest.approx(max(mem, comp) + L * over(b * r / L))

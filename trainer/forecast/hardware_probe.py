@@ -132,13 +132,14 @@ class DecodeCost:
     per_layer: tuple[float, float]
     source: str
     weight_bytes: int = 4  # bytes per parameter in the engine's dtype
-    invariant: bool = True  # the batch-invariant decode (products on blocks of DECODE_ROWS rows), else padded
+    invariant: bool = True  # the batch-invariant decode (products on blocks of `rows` rows), else padded
+    rows: int = DECODE_ROWS  # the rows of the second measured point, and of the invariant decode's blocks
 
     def step_overhead_s(self, rows: float, layers: int) -> float:
         """Seconds of one forward of ``rows`` rows beyond its products: linear in ``rows`` through
         the two measured points (at least 0)."""
         at = [f + layers * p for f, p in zip(self.fixed, self.per_layer)]
-        slope = (at[1] - at[0]) / (DECODE_ROWS - 1)
+        slope = (at[1] - at[0]) / (self.rows - 1)
         return max(0.0, at[0] + slope * (rows - 1))
 
 

@@ -33,7 +33,7 @@ with the step's batch split evenly, TP 1; P = a group's parameters; W = 2P bytes
 
 **On this machine** (``--gpu here``: its CPU, measured by drmas_trainer.forecast.hardware_probe), a
 group whose engine is ``hf`` decodes as that engine was measured to, not at the copy bandwidth:
-its products read the weights (P x the engine dtype's bytes, per block of ``DECODE_ROWS`` rows in
+its products read the weights (P x the engine dtype's bytes, per block of ``DecodeCost.rows`` rows in
 the batch-invariant decode) at the rate a decode-shaped product reached, and every forward pays the
 step's other costs (each layer's ops, attention per row, sampling over the vocabulary), measured on
 narrow random models of the same family: per prompt alone in its prefill (invariant) or once per
@@ -56,15 +56,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drmas_bench.benchmarks import catalog
+from drmas_bench.engines.footprint import DTYPE_BYTES
 from drmas_bench.types import UserError
 from drmas_trainer.forecast.hardware import HARDWARE, MBU, MFU, Hardware, hardware_for  # noqa: F401 (re-exported)
 from drmas_trainer.forecast.workload import Workload, stated
 
 __all__ = ["HARDWARE", "MBU", "MFU", "Hardware", "HoursEstimate", "format_hours", "hardware_for", "predict",
            "training_prompts"]
-
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-DECODE_ROWS = 8  # = drmas_trainer.forecast.hardware_probe.DECODE_ROWS (not imported: that module imports torch)
 
 if TYPE_CHECKING:
     from drmas_trainer.config.groups import WorkerGroupPlan
@@ -217,7 +215,7 @@ def predict(cfg: "TrainConfig", groups: dict[str, "WorkerGroupPlan"], shapes: di
     sync_s = 0.0
     for c in calls:
         if c.wakes and c.group in decode:  # read in the trainer's dtype, written in the engine's: one copy
-            src = _DTYPE_BYTES.get(groups[c.group].settings.dtype, 4)
+            src = DTYPE_BYTES[groups[c.group].settings.dtype]
             sync_s += (src + decode[c.group].weight_bytes) * shapes[c.group].params / hw.hbm_bytes_s
         elif c.wakes:
             W = 2 * shapes[c.group].params
@@ -291,7 +289,7 @@ def _calls(workload: Workload, cfg: "TrainConfig", groups: dict[str, "WorkerGrou
         else:
             call.prefill_s += (b * dc.step_overhead_s(1, sh.layers) if dc.invariant  # each prompt alone
                                else dc.step_overhead_s(b, sh.layers))
-            blocks = math.ceil(b / DECODE_ROWS) if dc.invariant else 1  # the invariant decode's padded blocks
+            blocks = math.ceil(b / dc.rows) if dc.invariant else 1  # the invariant decode's padded blocks
             mem = L * blocks * dc.weight_bytes * sh.params / dc.weight_bytes_s + kv / eff_bw
             comp = b * r * 2 * sh.params / eff_flops
             rows = b * r / max(L, 1e-9)  # the rows still decoding, on average over the call's L steps
