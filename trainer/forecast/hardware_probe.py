@@ -99,7 +99,6 @@ def probe(dtype: torch.dtype = torch.float32, threads: int | None = None, second
 
 DECODE_ROWS = 8  # the rows of a decode product: drmas_bench.engines.invariant.BLOCK (its padded block)
 DECODE_MIB = 64  # weights a decode probe streams: twice this machine's 32 MiB L3, as a step's come from memory
-_FAMILY = {"qwen3": "qwen3", "qwen2": "qwen2", "llama": "llama"}
 
 
 def decode_bytes_s(dtype: torch.dtype = torch.float32, rows: int = DECODE_ROWS, seconds: float = 0.3,
@@ -124,7 +123,7 @@ class DecodeCost:
     """The hf engine's decode of one model family on this machine, measured (:func:`decode_cost`):
     ``weight_bytes_s``, the rate at which a step reads the weights; and what a step costs beyond its
     products, ``fixed + layers x per_layer`` seconds with ``fixed`` and ``per_layer`` each
-    ``(at 1 row, at DECODE_ROWS rows)`` and linear in the rows (the invariant decode's attention and
+    ``(at 1 row, at rows rows)`` and linear in the rows (the invariant decode's attention and
     sampling are per row). ``source`` says what was measured."""
 
     weight_bytes_s: float
@@ -143,15 +142,14 @@ class DecodeCost:
         return max(0.0, at[0] + slope * (rows - 1))
 
 
-def _tiny_family_model(shape: Any, layers: int, dtype: torch.dtype, vocab: int) -> Any:
-    """A random model of ``shape``'s family (Llama, Qwen2 or Qwen3) with ``layers`` narrow layers
-    and a ``vocab``-token vocabulary: its products cost next to nothing, so its step time is the
-    step's other costs."""
+def _tiny_family_model(shape: Any, layers: int, dtype: torch.dtype) -> Any:
+    """A random model of ``shape``'s family (Llama, Qwen2 or Qwen3) and vocabulary with ``layers``
+    narrow layers: its products cost next to nothing, so its step time is the step's other costs."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     family = "qwen3" if shape.qk_norm else "qwen2" if shape.qkv_bias else "llama"
     cfg = AutoConfig.for_model(family, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                               num_key_value_heads=2, head_dim=16, num_hidden_layers=layers, vocab_size=vocab,
+                               num_key_value_heads=2, head_dim=16, num_hidden_layers=layers, vocab_size=shape.vocab,
                                tie_word_embeddings=False)
     torch.manual_seed(0)
     m = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
@@ -213,8 +211,8 @@ def decode_cost(shape: Any, dtype: torch.dtype = torch.float32, invariant: bool 
     try:
         bw = decode_bytes_s(dtype, DECODE_ROWS if invariant else 1, seconds)
         small = replace(shape, vocab=256)
-        models = {k: _tiny_family_model(small, k, dtype, 256) for k in (1, 9)}
-        real = _tiny_family_model(shape, 1, dtype, shape.vocab)
+        models = {k: _tiny_family_model(small, k, dtype) for k in (1, 9)}
+        real = _tiny_family_model(shape, 1, dtype)
         rows = (1, DECODE_ROWS)
         per_layer = tuple(max(0.0, (_step_s(models[9], r, invariant) - _step_s(models[1], r, invariant)) / 8)
                           for r in rows)
