@@ -144,15 +144,10 @@ def _open_search_retriever(spec: str | None, data_dir: str) -> Any:
     return open_retriever(spec or default_spec(data_dir))
 
 
-def search_episode_turns(task: Any, retriever: Any, workflow_options: dict[str, Any] | None = None) -> list:
-    """The turns of one scripted `search_route` episode on `task` (verifier no, searcher, verifier
-    yes, answerer): each turn's request is what the rollout would show the agent there."""
-
-    return _run_apart(_scripted_turns([task], retriever, workflow_options))[0]
-
-
 async def _scripted_turns(tasks: list[Any], retriever: Any, workflow_options: dict[str, Any] | None) -> list[list]:
-    """The turns of a scripted episode on each of ``tasks``, one after another on one event loop."""
+    """The turns of a scripted `search_route` episode on each of ``tasks`` (verifier no, searcher,
+    verifier yes, answerer), one after another on one event loop: each turn's request is what the
+    rollout would show the agent there."""
 
     wf = get_workflow("search_route")
     out = []
@@ -205,7 +200,7 @@ def search_sft_examples(agents: list[str], n: int, seed: int = 0, *, data_dir: s
     protocol warm start (a 135M model never writes the tags on its own).
 
     Each example is one call of a scripted episode run through the workflow itself
-    (`search_episode_turns`): the packaged prompts, the real BM25 passages of the mini corpus for the
+    (`_scripted_turns`): the packaged prompts, the real BM25 passages of the mini corpus for the
     observation (``retriever``: a spec, else the default index of ``data_dir``), and a target in the
     protocol's format: the verifier's ``<verify>no</verify>`` before any search and
     ``<verify>yes</verify>`` after one (``first_verdict_share`` of them the first), the searcher's
