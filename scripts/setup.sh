@@ -40,7 +40,10 @@ fi
 echo "[setup] preparing offline models in ${DRMAS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/drmas-bench} (DRMAS_CACHE_DIR moves it)"
 # two processes, each model's preparation its own: the SmolLM2 pair (the search model merges its
 # adapter into the instruct one) beside the tiny random pair
-drmas-bench models prepare tiny-random tiny-random-llama &
+# DRMAS_SETUP_TINY_READY=FILE: the file is created once the tiny pair is ready (.ci/run starts its CPU
+# training recipes then, on the core the SmolLM2 preparation leaves idle)
+( drmas-bench models prepare tiny-random tiny-random-llama && if [ -n "${DRMAS_SETUP_TINY_READY:-}" ]; then
+    : > "$DRMAS_SETUP_TINY_READY"; fi ) &
 tiny_pid=$!
 drmas-bench models prepare smollm2-135m-instruct smollm2-135m-search
 wait "$tiny_pid"
