@@ -27,7 +27,7 @@ from drmas_bench import runner
 
 REPO = Path(__file__).resolve().parents[1]
 CONCURRENCY = 256
-LIMIT = 100  # per benchmark: 3,200 episodes, the kill at a third (1,066), over 3x what may be lost (64 + 256)
+LIMIT = 60  # per benchmark: 1,920 episodes, the kill at a third (640), twice what may be lost (64 + 256)
 
 
 def _cmd(run: Path, data_dir: Path, report: Path) -> list[str]:
