@@ -52,6 +52,23 @@ def test_stored_bands_are_valid():
     assert {b["stat"] for b in bands} >= {"last_k_mean", "max", "nonfinite", "sum", "count"}
 
 
+@pytest.mark.parametrize("recipe", ["tiny", "tiny_lora", "tiny_4agent", "tiny_hetero"])
+def test_each_ci_recipes_bands_count_the_steps_and_validations_its_recipe_runs(recipe):
+    """The bands that count (every step logged, the validations before RL and at the end) are read
+    from the recipe, not remembered: a recipe whose steps or validation schedule change without its
+    bands (tiny_4agent and tiny_lora went from 20 to 10 steps) is caught here, not by CI's run."""
+    from drmas_trainer.config.train import load_config
+
+    cfg = load_config(recipe)
+    bands = json.loads((REPO / "trainer" / "recipes" / f"{recipe}_bands.json").read_text())["bands"]
+    counts = {b["metric"]: b for b in bands if b["stat"] == "count" and isinstance(b["metric"], str)}
+    assert counts["critic/score/mean"]["min"] == cfg.steps
+    val = [b for m, b in counts.items() if m.startswith("val/")]
+    if val:  # validated before RL and at the last step only, as the band says
+        assert cfg.val.before_train and cfg.val.every == cfg.steps, (cfg.val.before_train, cfg.val.every, cfg.steps)
+        assert val[0]["min"] == val[0]["max"] == 2
+
+
 def test_good_run_passes(tmp_path):
     failures, lines = check_run(write_run(tmp_path / "good"), BANDS)
     assert failures == [] and lines and all(line.startswith("ok") for line in lines)
