@@ -36,6 +36,10 @@ else
   python -m compileall -qq -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
   echo "$want" > "$stamp"
 fi
+# the project's own modules too (an editable install: compileall above skips them), every run, since
+# the code changes without pyproject.toml: where PYTHONDONTWRITEBYTECODE is set (CI's image), no import
+# writes a .pyc, and every process would compile the project's ~230 modules from source again
+python -m compileall -qq -j 0 drmas_bench trainer retrieval || true
 
 echo "[setup] preparing offline models in ${DRMAS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/drmas-bench} (DRMAS_CACHE_DIR moves it)"
 # two processes, each model's preparation its own: the SmolLM2 pair (the search model merges its
